@@ -1,0 +1,172 @@
+"""Settings, all read from the environment (django-environ).
+
+With no DATABASE_URL and no REDIS_URL the gateway runs embedded: SQLite, an
+in-process worker and an in-memory event log. Production sets both.
+"""
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+if (BASE_DIR / ".env").exists():
+    environ.Env.read_env(BASE_DIR / ".env")
+
+DEBUG = env.bool("DEBUG", default=False)
+
+# A development secret is allowed only with DEBUG on; production must set it.
+_DEV_SECRET = "dev-insecure-secret-key-do-not-use-in-production-0123456789abcdef"
+SECRET_KEY = env.str("SECRET_KEY", default=_DEV_SECRET if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost", "127.0.0.1"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "responses_api",
+    "tool_registry",
+]
+
+MIDDLEWARE = [
+    "responses_api.middleware.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+ASGI_APPLICATION = "project.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# --- Database -------------------------------------------------------------
+DATABASES = {
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'gateway.sqlite3'}")
+}
+_db = DATABASES["default"]
+if _db["ENGINE"] == "django.db.backends.postgresql":
+    # psycopg 3's pool: connections are reused across requests without
+    # CONN_MAX_AGE (which must stay 0 with a pool).
+    _db.setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env.int("DB_POOL_MIN_SIZE", default=2),
+        "max_size": env.int("DB_POOL_MAX_SIZE", default=20),
+        "timeout": env.float("DB_POOL_TIMEOUT", default=10.0),
+    }
+    _db["CONN_MAX_AGE"] = 0
+    _db["CONN_HEALTH_CHECKS"] = False
+elif _db["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets readers proceed during a write; IMMEDIATE avoids the
+    # "database is locked" upgrade deadlock between concurrent writers.
+    _db.setdefault("OPTIONS", {}).update(
+        {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        }
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis, Celery, event log --------------------------------------------
+REDIS_URL = env.str("REDIS_URL", default="")
+EMBEDDED_WORKER = not REDIS_URL
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=1800)
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=1860)
+# Must exceed the longest job, or Redis redelivers a task still running.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Gateway ---------------------------------------------------------------
+GATEWAY_CONFIG = env.str("GATEWAY_CONFIG", default="")
+# Key for upstream secrets stored in the database (Fernet); derived from
+# SECRET_KEY when unset so that a single secret suffices for small deployments.
+GATEWAY_ENCRYPTION_KEY = env.str("GATEWAY_ENCRYPTION_KEY", default="")
+GATEWAY_SSE_KEEPALIVE_SECONDS = env.float("GATEWAY_SSE_KEEPALIVE_SECONDS", default=15.0)
+GATEWAY_UPSTREAM_TIMEOUT = env.float("GATEWAY_UPSTREAM_TIMEOUT", default=120.0)
+GATEWAY_UPSTREAM_CONNECT_TIMEOUT = env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=5.0)
+GATEWAY_UPSTREAM_MAX_CONNECTIONS = env.int("GATEWAY_UPSTREAM_MAX_CONNECTIONS", default=1000)
+# How long authenticated keys and model routes are cached in-process; an
+# admin change or a revoked key takes effect within this many seconds.
+GATEWAY_CACHE_SECONDS = env.float("GATEWAY_CACHE_SECONDS", default=5.0)
+GATEWAY_MAX_REQUEST_BYTES = env.int("GATEWAY_MAX_REQUEST_BYTES", default=32 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_REQUEST_BYTES
+
+# --- Static files ------------------------------------------------------------
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if not DEBUG
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+# --- Security (production) -----------------------------------------------------
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["responses_api.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "responses_api.exception_handlers.drf_exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "responses_api.logging.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+}

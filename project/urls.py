@@ -1,0 +1,12 @@
+"""URL configuration: the /v1 API, health checks and the admin."""
+from django.contrib import admin
+from django.urls import include, path
+
+from responses_api import health
+
+urlpatterns = [
+    path("v1/", include("responses_api.urls")),
+    path("healthz", health.healthz),
+    path("readyz", health.readyz),
+    path("admin/", admin.site.urls),
+]

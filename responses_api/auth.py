@@ -1,0 +1,108 @@
+"""API key authentication, shared by the async views and DRF views.
+
+Keys look like `sk-gw-<prefix>_<secret>`; the database keeps the prefix and
+the SHA-256 of the whole key. Successful look-ups are cached in-process for
+GATEWAY_CACHE_SECONDS, so a revoked key stops working within that time.
+"""
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.utils import timezone
+
+from .models import ApiKey
+from .protocol.errors import AuthenticationFailed
+from .services import KEY_PREFIX, hash_key
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    tenant_id: int
+    tenant_name: str
+    key_id: int
+    key_name: str
+    is_admin: bool
+    allowed_models: tuple[str, ...]
+
+    # DRF treats the authenticated "user" as truthy and asks is_authenticated.
+    is_authenticated = True
+
+    def may_use(self, model: str) -> bool:
+        return not self.allowed_models or model in self.allowed_models
+
+
+_cache: dict[str, tuple[float, Principal]] = {}
+
+
+def bearer_token(header: str | None) -> str:
+    if not header:
+        raise AuthenticationFailed(
+            "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
+        )
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationFailed("Malformed Authorization header; expected 'Bearer <key>'.")
+    return token.strip()
+
+
+def _invalid() -> AuthenticationFailed:
+    return AuthenticationFailed("Incorrect API key provided.")
+
+
+def cached_principal(raw_key: str) -> Principal | None:
+    """The cached principal for a key, without touching the database."""
+    cached = _cache.get(hash_key(raw_key))
+    if cached is not None and cached[0] > time.monotonic():
+        return cached[1]
+    return None
+
+
+def authenticate_key(raw_key: str) -> Principal:
+    """Sync: look the key up (cached). Raises AuthenticationFailed."""
+    digest = hash_key(raw_key)
+    cached = _cache.get(digest)
+    now = time.monotonic()
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    if not raw_key.startswith(KEY_PREFIX) or "_" not in raw_key[len(KEY_PREFIX):]:
+        raise _invalid()
+    prefix = raw_key[len(KEY_PREFIX):].split("_", 1)[0]
+    key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
+    if key is None or key.revoked_at is not None or not hmac.compare_digest(key.secret_hash, digest):
+        raise _invalid()
+    if key.last_used_at is None or (timezone.now() - key.last_used_at).total_seconds() > 60:
+        ApiKey.objects.filter(id=key.id).update(last_used_at=timezone.now())
+    principal = Principal(
+        tenant_id=key.tenant_id,
+        tenant_name=key.tenant.name,
+        key_id=key.id,
+        key_name=key.name,
+        is_admin=key.is_admin,
+        allowed_models=tuple(key.allowed_models or ()),
+    )
+    if len(_cache) > 10_000:
+        _cache.clear()
+    _cache[digest] = (now + settings.GATEWAY_CACHE_SECONDS, principal)
+    return principal
+
+
+def clear_cache() -> None:
+    _cache.clear()
+
+
+try:  # DRF integration for the history/REST views.
+    from rest_framework.authentication import BaseAuthentication
+
+    class ApiKeyAuthentication(BaseAuthentication):
+        def authenticate(self, request):  # type: ignore[no-untyped-def]
+            header = request.META.get("HTTP_AUTHORIZATION")
+            principal = authenticate_key(bearer_token(header))
+            return principal, None
+
+        def authenticate_header(self, request) -> str:  # type: ignore[no-untyped-def]
+            return "Bearer"
+except ImportError:  # pragma: no cover
+    pass

@@ -1,0 +1,99 @@
+"""Sync providers and model routes from the GATEWAY_CONFIG file (YAML or JSON) into the database.
+
+Idempotent: running it again with the same file changes nothing. Entries not
+in the file are left alone (the admin may have added them).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from .models import ModelRoute, Provider, RouteTarget
+from .routing import clear_cache, encrypt_secret
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    text = Path(path).read_text()
+    try:
+        data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid YAML/JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    return data
+
+
+def _require(entry: dict, key: str, where: str) -> Any:
+    if key not in entry or entry[key] in (None, ""):
+        raise ConfigError(f"{where}: '{key}' is required")
+    return entry[key]
+
+
+@transaction.atomic
+def sync_config(data: dict[str, Any]) -> dict[str, int]:
+    """Upsert providers and routes; returns counts of what was written."""
+    counts = {"providers": 0, "models": 0}
+    providers: dict[str, Provider] = {}
+    for i, entry in enumerate(data.get("providers") or []):
+        where = f"providers[{i}]"
+        name = _require(entry, "name", where)
+        defaults = {
+            "kind": entry.get("kind", "chat_completions"),
+            "base_url": _require(entry, "base_url", where),
+            "api_key_env": entry.get("api_key_env", ""),
+            "timeout": float(entry.get("timeout", 120.0)),
+            "connect_timeout": float(entry.get("connect_timeout", 5.0)),
+            "options": entry.get("options") or {},
+            "headers": entry.get("headers") or {},
+            "enabled": bool(entry.get("enabled", True)),
+        }
+        if defaults["kind"] not in Provider.Kind.values:
+            raise ConfigError(f"{where}: unknown kind {defaults['kind']!r}")
+        provider = Provider.objects.filter(name=name).first() or Provider(name=name)
+        for key, value in defaults.items():
+            setattr(provider, key, value)
+        if entry.get("api_key"):
+            provider.api_key_encrypted = encrypt_secret(str(entry["api_key"]))
+        try:
+            provider.full_clean()
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: {exc.message_dict}") from exc
+        provider.save()
+        providers[name] = provider
+        counts["providers"] += 1
+    for i, entry in enumerate(data.get("models") or []):
+        where = f"models[{i}]"
+        route, _ = ModelRoute.objects.update_or_create(
+            name=_require(entry, "name", where),
+            defaults={"description": entry.get("description", ""), "enabled": bool(entry.get("enabled", True))},
+        )
+        targets = _require(entry, "targets", where)
+        wanted = []
+        for j, target in enumerate(targets):
+            provider_name = _require(target, "provider", f"{where}.targets[{j}]")
+            provider = providers.get(provider_name) or Provider.objects.filter(name=provider_name).first()
+            if provider is None:
+                raise ConfigError(f"{where}.targets[{j}]: unknown provider {provider_name!r}")
+            wanted.append((provider.id, str(_require(target, "model", f"{where}.targets[{j}]")), int(target.get("weight", 1))))
+        current = list(route.targets.order_by("id").values_list("provider_id", "upstream_model", "weight"))
+        if current != wanted:
+            route.targets.all().delete()
+            RouteTarget.objects.bulk_create(
+                RouteTarget(route=route, provider_id=p, upstream_model=m, weight=w) for p, m, w in wanted
+            )
+        counts["models"] += 1
+    clear_cache()
+    return counts
+
+
+def sync_config_file(path: str | Path) -> dict[str, int]:
+    return sync_config(load_config_file(path))

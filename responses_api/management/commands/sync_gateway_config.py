@@ -1,0 +1,22 @@
+"""`manage.py sync_gateway_config [PATH]`: load providers and routes from GATEWAY_CONFIG."""
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from responses_api.config_sync import ConfigError, sync_config_file
+
+
+class Command(BaseCommand):
+    help = "Sync providers and model routes from a YAML/JSON file (default: $GATEWAY_CONFIG)."
+
+    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+        parser.add_argument("path", nargs="?", default=None)
+
+    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+        path = options["path"] or settings.GATEWAY_CONFIG
+        if not path:
+            raise CommandError("No file given and GATEWAY_CONFIG is not set.")
+        try:
+            counts = sync_config_file(path)
+        except (ConfigError, OSError) as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"Synced {counts['providers']} providers and {counts['models']} models from {path}.")

@@ -1,0 +1,56 @@
+"""Request id on every response, and one structured access-log line per request."""
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+
+log = logging.getLogger("gateway.access")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class RequestIdMiddleware:
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):  # type: ignore[no-untyped-def]
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def _before(self, request) -> float:  # type: ignore[no-untyped-def]
+        incoming = request.headers.get("x-request-id", "")
+        request.request_id = incoming if _SAFE_ID.match(incoming) else f"req_{uuid.uuid4().hex}"
+        request.log_extra = {}
+        return time.monotonic()
+
+    def _after(self, request, response, started: float):  # type: ignore[no-untyped-def]
+        response["x-request-id"] = request.request_id
+        if request.path.startswith("/v1/"):
+            log.info(
+                "request",
+                extra={
+                    "request_id": request.request_id,
+                    "method": request.method,
+                    "path": request.path,
+                    "status": response.status_code,
+                    "latency_ms": round((time.monotonic() - started) * 1000, 2),
+                    **request.log_extra,
+                },
+            )
+        return response
+
+    def __call__(self, request):  # type: ignore[no-untyped-def]
+        if self.is_async:
+            return self.__acall__(request)
+        started = self._before(request)
+        return self._after(request, self.get_response(request), started)
+
+    async def __acall__(self, request):  # type: ignore[no-untyped-def]
+        started = self._before(request)
+        response = await self.get_response(request)
+        return self._after(request, response, started)

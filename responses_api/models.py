@@ -1,0 +1,172 @@
+"""Tenants, keys, providers, routes, and stored responses with their items (stored once)."""
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiKey(models.Model):
+    """A client key, stored as its public prefix and the SHA-256 of the whole secret."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=200)
+    prefix = models.CharField(max_length=32, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    is_admin = models.BooleanField(
+        default=False, help_text="May read every tenant's history (admin scope)."
+    )
+    allowed_models = models.JSONField(
+        default=list, blank=True, help_text="Model names this key may use; empty means all."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class Provider(models.Model):
+    class Kind(models.TextChoices):
+        CHAT_COMPLETIONS = "chat_completions", "OpenAI-compatible Chat Completions"
+
+    name = models.SlugField(max_length=100, unique=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices, default=Kind.CHAT_COMPLETIONS)
+    base_url = models.URLField(max_length=500, help_text="e.g. http://127.0.0.1:8000/v1")
+    api_key_env = models.CharField(
+        max_length=200, blank=True, help_text="Name of the environment variable holding the key."
+    )
+    api_key_encrypted = models.TextField(
+        blank=True, editable=False, help_text="The key, encrypted with GATEWAY_ENCRYPTION_KEY."
+    )
+    timeout = models.FloatField(default=120.0, help_text="Seconds to wait for the upstream.")
+    connect_timeout = models.FloatField(default=5.0)
+    options = models.JSONField(
+        default=dict, blank=True,
+        help_text='Upstream quirks, e.g. {"max_tokens_param": "max_completion_tokens"}.',
+    )
+    headers = models.JSONField(default=dict, blank=True, help_text="Extra request headers.")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelRoute(models.Model):
+    """A public model name and the upstream targets that serve it."""
+
+    name = models.CharField(max_length=200, unique=True, help_text="What clients send as `model`.")
+    description = models.TextField(blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RouteTarget(models.Model):
+    route = models.ForeignKey(ModelRoute, on_delete=models.CASCADE, related_name="targets")
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="targets")
+    upstream_model = models.CharField(max_length=200)
+    weight = models.PositiveIntegerField(default=1, help_text="Share of traffic; 0 = fallback only.")
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.provider.name}:{self.upstream_model}"
+
+
+class Response(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        IN_PROGRESS = "in_progress"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        INCOMPLETE = "incomplete"
+
+    id = models.CharField(primary_key=True, max_length=64)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="responses")
+    api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True)
+    previous_response = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="next_responses",
+        db_constraint=True,
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, db_index=True)
+    model = models.CharField(max_length=200, db_index=True)
+    upstream = models.CharField(max_length=300, blank=True, help_text="provider:upstream model used")
+    instructions = models.TextField(null=True, blank=True)
+    params = models.JSONField(default=dict, help_text="Request-derived fields of the Response.")
+    metadata = models.JSONField(default=dict, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    incomplete_details = models.JSONField(null=True, blank=True)
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    reasoning_tokens = models.PositiveIntegerField(null=True, blank=True)
+    store = models.BooleanField(default=True)
+    background = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="resp_tenant_created")]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def total_tokens(self) -> int | None:
+        if self.input_tokens is None:
+            return None
+        return self.input_tokens + (self.output_tokens or 0)
+
+
+class Item(models.Model):
+    """One conversation item, stored once and referenced by the responses that use it."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    public_id = models.CharField(max_length=80, db_index=True)
+    type = models.CharField(max_length=40)
+    data = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.public_id
+
+
+class ResponseItem(models.Model):
+    """An item's place in a response: part of its input or of its output."""
+
+    class Role(models.IntegerChoices):
+        INPUT = 0
+        OUTPUT = 1
+
+    response = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="response_items")
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="+")
+    role = models.PositiveSmallIntegerField(choices=Role.choices)
+    position = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["response", "role", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["response", "role", "position"], name="response_item_slot")
+        ]

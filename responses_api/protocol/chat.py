@@ -1,0 +1,327 @@
+"""Items <-> Chat Completions: the request body for an upstream, and its replies as deltas."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
+from .errors import UpstreamError
+from .request import CreateRequest
+from .tools import Tool
+
+FINISH_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "content_filter": "content_filter",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "eos": "stop",
+}
+
+
+@dataclass(slots=True)
+class ChatOptions:
+    """Per-provider quirks the adapter absorbs."""
+
+    max_tokens_param: str = "max_tokens"  # or "max_completion_tokens"
+    developer_role: str = "system"  # how `developer` messages (and instructions) are sent
+    object_tool_choice: bool = True  # False: the upstream rejects {"type": "function", ...}
+    send_strict: bool = True
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+def _output_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    return "".join(p.get("text", "") for p in output if p.get("type") == "input_text")
+
+
+def _user_content(parts: list[dict]) -> str | list[dict]:
+    if all(p["type"] == "input_text" for p in parts):
+        return "".join(p["text"] for p in parts) if len(parts) == 1 else "\n".join(p["text"] for p in parts)
+    out: list[dict] = []
+    for p in parts:
+        if p["type"] == "input_text":
+            out.append({"type": "text", "text": p["text"]})
+        elif p["type"] == "input_image":
+            if p.get("image_url"):
+                out.append({"type": "image_url", "image_url": {"url": p["image_url"], "detail": p.get("detail", "auto")}})
+        elif p["type"] == "input_file":
+            file: dict[str, Any] = {}
+            if p.get("file_data"):
+                file["file_data"] = p["file_data"]
+            if p.get("file_id"):
+                file["file_id"] = p["file_id"]
+            if p.get("filename"):
+                file["filename"] = p["filename"]
+            if p.get("file_url") and not file:
+                # Chat Completions has no file URL part; pass the URL as text context.
+                out.append({"type": "text", "text": f"[file: {p['file_url']}]"})
+                continue
+            out.append({"type": "file", "file": file})
+    return out
+
+
+def items_to_messages(
+    items: list[dict], instructions: str | None, options: ChatOptions | None = None
+) -> list[dict]:
+    options = options or ChatOptions()
+    messages: list[dict] = []
+    if instructions:
+        messages.append({"role": options.developer_role, "content": instructions})
+    for item in items:
+        kind = item["type"]
+        if kind == "message":
+            role = item["role"]
+            if role == "assistant":
+                text = "".join(
+                    p.get("text") or p.get("refusal") or "" for p in item["content"]
+                )
+                messages.append({"role": "assistant", "content": text})
+            else:
+                if role == "developer":
+                    role = options.developer_role
+                messages.append({"role": role, "content": _user_content(item["content"])})
+        elif kind == "function_call":
+            call = {
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"] or "{}"},
+            }
+            last = messages[-1] if messages else None
+            # Consecutive calls (and the text just before them) form one assistant turn.
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                # Some upstreams reject `content: null` on assistant messages.
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append(
+                {"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item["output"])}
+            )
+        # reasoning items are not sent back: most Chat Completions servers reject them.
+    return messages
+
+
+def _tool_param(tool: Tool, options: ChatOptions) -> dict:
+    function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters}
+    if tool.description:
+        function["description"] = tool.description
+    if tool.strict and options.send_strict:
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
+def build_chat_request(
+    req: CreateRequest,
+    items: list[dict],
+    *,
+    upstream_model: str,
+    stream: bool,
+    tools: list[Tool] | None = None,
+    options: ChatOptions | None = None,
+) -> dict[str, Any]:
+    options = options or ChatOptions()
+    tools = req.tools if tools is None else tools
+    body: dict[str, Any] = {
+        "model": upstream_model,
+        "messages": items_to_messages(items, req.instructions, options),
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if tools:
+        body["tools"] = [_tool_param(t, options) for t in tools]
+        choice = req.tool_choice
+        if isinstance(choice, dict):
+            if choice["type"] == "function" and options.object_tool_choice:
+                choice = {"type": "function", "function": {"name": choice["name"]}}
+            elif choice["type"] == "function":
+                choice = "required"
+            else:  # allowed_tools: every tool stays visible; the gateway filters calls
+                choice = choice["mode"]
+        body["tool_choice"] = choice
+        body["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.max_output_tokens is not None:
+        body[options.max_tokens_param] = req.max_output_tokens
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        value = getattr(req, name)
+        if value is not None:
+            body[name] = value
+    if "message.output_text.logprobs" in req.include:
+        body["logprobs"] = True
+        if req.top_logprobs:
+            body["top_logprobs"] = req.top_logprobs
+    fmt = req.text["format"]
+    if fmt["type"] == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    elif fmt["type"] == "json_schema":
+        schema: dict[str, Any] = {"name": fmt["name"], "schema": fmt["schema"]}
+        if fmt.get("strict") is not None:
+            schema["strict"] = fmt["strict"]
+        if fmt.get("description"):
+            schema["description"] = fmt["description"]
+        body["response_format"] = {"type": "json_schema", "json_schema": schema}
+    if req.reasoning and req.reasoning.get("effort"):
+        body["reasoning_effort"] = req.reasoning["effort"]
+    body.update(options.extra_body)
+    return body
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    prompt_details = raw.get("prompt_tokens_details") or {}
+    completion_details = raw.get("completion_tokens_details") or {}
+    return Usage(
+        input_tokens=int(raw.get("prompt_tokens") or 0),
+        output_tokens=int(raw.get("completion_tokens") or 0),
+        cached_tokens=int(prompt_details.get("cached_tokens") or 0),
+        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+    )
+
+
+class ThinkSplitter:
+    """Routes `<think>...</think>` at the start of content to reasoning.
+
+    Tags may be split across chunks, so undecided text is held back until
+    it can no longer be a prefix of a tag."""
+
+    OPEN, CLOSE = "<think>", "</think>"
+
+    def __init__(self) -> None:
+        self._state = "start"  # start | think | text
+        self._buffer = ""
+
+    def feed(self, text: str) -> list[Delta]:
+        out: list[Delta] = []
+        self._buffer += text
+        while self._buffer:
+            if self._state == "text":
+                out.append(TextDelta(self._buffer))
+                self._buffer = ""
+            elif self._state == "start":
+                stripped = self._buffer.lstrip()
+                if not stripped:
+                    return out
+                if stripped.startswith(self.OPEN):
+                    self._buffer = stripped[len(self.OPEN):]
+                    self._state = "think"
+                elif self.OPEN.startswith(stripped):
+                    return out  # could still become <think>
+                else:
+                    self._state = "text"
+            else:  # think
+                end = self._buffer.find(self.CLOSE)
+                if end >= 0:
+                    if end:
+                        out.append(ReasoningDelta(self._buffer[:end]))
+                    self._buffer = self._buffer[end + len(self.CLOSE):].lstrip("\n")
+                    self._state = "text"
+                    if not self._buffer:
+                        return out
+                else:
+                    keep = 0
+                    for k in range(min(len(self.CLOSE) - 1, len(self._buffer)), 0, -1):
+                        if self.CLOSE.startswith(self._buffer[-k:]):
+                            keep = k
+                            break
+                    emit = self._buffer[: len(self._buffer) - keep]
+                    if emit:
+                        out.append(ReasoningDelta(emit))
+                    self._buffer = self._buffer[len(self._buffer) - keep:]
+                    return out
+        return out
+
+    def flush(self) -> list[Delta]:
+        text, self._buffer = self._buffer, ""
+        if not text:
+            return []
+        return [ReasoningDelta(text)] if self._state == "think" else [TextDelta(text)]
+
+
+def _reasoning_of(message: dict) -> str | None:
+    value = message.get("reasoning_content")
+    if value is None:
+        value = message.get("reasoning")
+    return value if isinstance(value, str) else None
+
+
+def completion_to_deltas(body: Any) -> list[Delta]:
+    """A non-streaming chat.completion as the same deltas a stream would give."""
+    if not isinstance(body, dict) or not isinstance(body.get("choices"), list) or not body["choices"]:
+        raise UpstreamError("The upstream returned a malformed chat completion (no choices).")
+    choice = body["choices"][0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise UpstreamError("The upstream returned a malformed chat completion (no message).")
+    out: list[Delta] = []
+    reasoning = _reasoning_of(message)
+    if reasoning:
+        out.append(ReasoningDelta(reasoning))
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        splitter = ThinkSplitter()
+        out += splitter.feed(content)
+        out += splitter.flush()
+    if isinstance(message.get("refusal"), str) and message["refusal"]:
+        out.append(RefusalDelta(message["refusal"]))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments) if arguments is not None else ""
+        out.append(ToolCallDelta(index, call.get("id"), function.get("name"), arguments))
+    usage = _usage(body.get("usage"))
+    if usage:
+        out.append(usage)
+    out.append(Finish(FINISH_REASONS.get(choice.get("finish_reason") or "stop", "stop")))
+    return out
+
+
+class ChunkDecoder:
+    """Decodes streamed chat.completion.chunk objects into deltas, statefully."""
+
+    def __init__(self) -> None:
+        self._think = ThinkSplitter()
+        self.finish: str | None = None
+        self.saw_usage = False
+
+    def feed(self, chunk: Any) -> Iterator[Delta]:
+        if not isinstance(chunk, dict):
+            raise UpstreamError("The upstream sent a malformed stream chunk.")
+        if "error" in chunk and not chunk.get("choices"):
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            raise UpstreamError(f"The upstream reported an error mid-stream: {message}")
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            reasoning = _reasoning_of(delta)
+            if reasoning:
+                yield ReasoningDelta(reasoning)
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                yield from self._think.feed(content)
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                yield RefusalDelta(refusal)
+            for call in delta.get("tool_calls") or []:
+                function = call.get("function") or {}
+                yield ToolCallDelta(
+                    int(call.get("index", 0)), call.get("id"), function.get("name"),
+                    function.get("arguments") or "",
+                )
+            if choice.get("finish_reason"):
+                yield from self._think.flush()
+                self.finish = FINISH_REASONS.get(choice["finish_reason"], "stop")
+        usage = _usage(chunk.get("usage"))
+        if usage:
+            self.saw_usage = True
+            yield usage
+
+    def close(self) -> Iterator[Delta]:
+        yield from self._think.flush()
+        yield Finish(self.finish or "stop")

@@ -1,0 +1,64 @@
+"""Neutral deltas: what every upstream adapter yields, whatever the provider's wire format."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of one tool call; fragments of parallel calls are keyed by `index`."""
+
+    index: int
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.input_tokens + self.output_tokens,
+            "input_tokens_details": {"cached_tokens": self.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The upstream's finish reason, already mapped: stop | length | content_filter | tool_calls."""
+
+    reason: str
+
+
+Delta = TextDelta | RefusalDelta | ReasoningDelta | ToolCallDelta | Usage | Finish

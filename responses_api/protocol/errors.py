@@ -1,0 +1,98 @@
+"""One error hierarchy for the gateway, mapped to the protocol's error body in one place."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    """An error that becomes `{"error": {message, type, param, code}}` with an HTTP status."""
+
+    status: int = 400
+    error_type: str = "invalid_request_error"
+    default_code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        if status is not None:
+            self.status = status
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def as_response_error(self) -> dict[str, Any]:
+        """The `error` field of a failed Response object."""
+        return {"code": self.code or self.error_type, "message": self.message}
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    default_code = "invalid_request"
+
+
+class NotFound(GatewayError):
+    status = 404
+    default_code = "not_found"
+
+
+class AuthenticationFailed(GatewayError):
+    status = 401
+    default_code = "invalid_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    default_code = "permission_denied"
+
+
+class Conflict(GatewayError):
+    status = 409
+    default_code = "conflict"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    error_type = "rate_limit_error"
+    default_code = "rate_limit_exceeded"
+
+
+class UpstreamError(GatewayError):
+    """The upstream answered with an error or with something that is not the protocol."""
+
+    status = 502
+    error_type = "server_error"
+    default_code = "upstream_error"
+
+
+class UpstreamUnavailable(UpstreamError):
+    status = 503
+    default_code = "upstream_unavailable"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    default_code = "upstream_timeout"
+
+
+class ServerError(GatewayError):
+    status = 500
+    error_type = "server_error"
+    default_code = "server_error"

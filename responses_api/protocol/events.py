@@ -1,0 +1,354 @@
+"""The event builder: neutral upstream deltas in, Open Responses stream events out.
+
+A state machine over one Response. It owns `sequence_number` (from 0, +1 per
+event, across every upstream call of a tool loop) and `output_index` (dense,
+in the order of `output_item.added`), opens and closes items and content
+parts in the order the protocol requires, and keeps the Response's `output`
+current so that the non-streaming path can take the final state of the same
+machine.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
+from .errors import GatewayError
+from .ids import new_id
+
+Event = dict[str, Any]
+
+INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+@dataclass(slots=True)
+class _OpenPart:
+    kind: str  # output_text | refusal | reasoning_text
+    index: int
+    chunks: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _OpenItem:
+    output_index: int
+    item: dict[str, Any]  # the live item inside response["output"]
+    part: _OpenPart | None = None
+    arguments: list[str] = field(default_factory=list)  # function calls only
+
+
+@dataclass(slots=True)
+class _PendingCall:
+    """A tool call whose name has not arrived yet: nothing can be opened before it."""
+
+    call_id: str | None = None
+    name: str | None = None
+    arguments: list[str] = field(default_factory=list)
+
+
+class EventBuilder:
+    def __init__(
+        self,
+        response: dict[str, Any],
+        *,
+        allowed_tools: frozenset[str] | None = None,
+        sequence_number: int = 0,
+    ) -> None:
+        self.response = response
+        self.output: list[dict[str, Any]] = response["output"]
+        self.sequence_number = sequence_number
+        self.allowed_tools = allowed_tools
+        self.usage = Usage()
+        self.finish_reason: str | None = None
+        self._content_item: _OpenItem | None = None  # the open message or reasoning item
+        self._calls: dict[int, _OpenItem] = {}  # open function calls by upstream index
+        self._pending: dict[int, _PendingCall] = {}
+        self._suppressed: set[int] = set()  # calls to tools outside the allowed set
+        self.step_calls: list[dict[str, Any]] = []  # function_call items of the current step
+        self.dropped_calls = 0
+
+    # -- low level -------------------------------------------------------------
+    def _event(self, type_: str, **fields: Any) -> Event:
+        event = {"type": type_, "sequence_number": self.sequence_number, **fields}
+        self.sequence_number += 1
+        return event
+
+    def _snapshot(self) -> dict[str, Any]:
+        return copy.deepcopy(self.response)
+
+    # -- lifecycle -------------------------------------------------------------
+    def start(self, *, queued: bool = False) -> list[Event]:
+        """`response.created` (+ `response.queued`) or `response.created` + `response.in_progress`."""
+        if queued:
+            self.response["status"] = "queued"
+            snap = self._snapshot()
+            return [self._event("response.created", response=snap), self._event("response.queued", response=snap)]
+        self.response["status"] = "in_progress"
+        snap = self._snapshot()
+        return [
+            self._event("response.created", response=snap),
+            self._event("response.in_progress", response=copy.deepcopy(snap)),
+        ]
+
+    def begin(self) -> list[Event]:
+        """A queued response taken by a worker."""
+        self.response["status"] = "in_progress"
+        return [self._event("response.in_progress", response=self._snapshot())]
+
+    # -- deltas ----------------------------------------------------------------
+    def feed(self, delta: Delta) -> list[Event]:
+        if isinstance(delta, TextDelta):
+            return self._content(delta.text, "message", "output_text") if delta.text else []
+        if isinstance(delta, RefusalDelta):
+            return self._content(delta.text, "message", "refusal") if delta.text else []
+        if isinstance(delta, ReasoningDelta):
+            return self._content(delta.text, "reasoning", "reasoning_text") if delta.text else []
+        if isinstance(delta, ToolCallDelta):
+            return self._tool_call(delta)
+        if isinstance(delta, Usage):
+            self.usage = self.usage + delta
+            return []
+        if isinstance(delta, Finish):
+            self.finish_reason = delta.reason
+            return []
+        raise TypeError(f"unknown delta {delta!r}")
+
+    def _open_item(self, item: dict[str, Any]) -> tuple[_OpenItem, Event]:
+        output_index = len(self.output)
+        self.output.append(item)
+        return _OpenItem(output_index, item), self._event(
+            "response.output_item.added", output_index=output_index, item=copy.deepcopy(item)
+        )
+
+    def _content(self, text: str, item_type: str, part_kind: str) -> list[Event]:
+        events: list[Event] = []
+        if self._calls or self._pending:
+            events += self._close_calls()
+        open_item = self._content_item
+        if open_item is not None and open_item.item["type"] != item_type:
+            events += self._close_content_item()
+            open_item = None
+        if open_item is None:
+            if item_type == "message":
+                item = {"id": new_id("msg"), "type": "message", "status": "in_progress",
+                        "role": "assistant", "content": []}
+            else:
+                item = {"id": new_id("rs"), "type": "reasoning", "status": "in_progress",
+                        "summary": [], "content": []}
+            open_item, added = self._open_item(item)
+            events.append(added)
+            self._content_item = open_item
+        if open_item.part is not None and open_item.part.kind != part_kind:
+            events += self._close_part(open_item)
+        if open_item.part is None:
+            events += self._open_part(open_item, part_kind)
+        part = open_item.part
+        assert part is not None
+        part.chunks.append(text)
+        base = {"item_id": open_item.item["id"], "output_index": open_item.output_index,
+                "content_index": part.index}
+        if part_kind == "output_text":
+            events.append(self._event("response.output_text.delta", **base, delta=text, logprobs=[]))
+        elif part_kind == "refusal":
+            events.append(self._event("response.refusal.delta", **base, delta=text))
+        else:
+            events.append(self._event("response.reasoning_text.delta", **base, delta=text))
+        return events
+
+    @staticmethod
+    def _empty_part(kind: str) -> dict[str, Any]:
+        if kind == "output_text":
+            return {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        if kind == "refusal":
+            return {"type": "refusal", "refusal": ""}
+        return {"type": "reasoning_text", "text": ""}
+
+    def _open_part(self, open_item: _OpenItem, kind: str) -> list[Event]:
+        content = open_item.item["content"]
+        open_item.part = _OpenPart(kind, len(content))
+        part = self._empty_part(kind)
+        content.append(part)
+        return [self._event(
+            "response.content_part.added", item_id=open_item.item["id"],
+            output_index=open_item.output_index, content_index=open_item.part.index,
+            part=dict(part),
+        )]
+
+    def _close_part(self, open_item: _OpenItem) -> list[Event]:
+        part = open_item.part
+        assert part is not None
+        open_item.part = None
+        text = "".join(part.chunks)
+        final = self._empty_part(part.kind)
+        final["refusal" if part.kind == "refusal" else "text"] = text
+        open_item.item["content"][part.index] = final
+        base = {"item_id": open_item.item["id"], "output_index": open_item.output_index,
+                "content_index": part.index}
+        if part.kind == "output_text":
+            done = self._event("response.output_text.done", **base, text=text, logprobs=[])
+        elif part.kind == "refusal":
+            done = self._event("response.refusal.done", **base, refusal=text)
+        else:
+            done = self._event("response.reasoning_text.done", **base, text=text)
+        return [done, self._event("response.content_part.done", **base, part=copy.deepcopy(final))]
+
+    def _close_content_item(self, status: str = "completed") -> list[Event]:
+        open_item = self._content_item
+        if open_item is None:
+            return []
+        self._content_item = None
+        events = self._close_part(open_item) if open_item.part is not None else []
+        open_item.item["status"] = status
+        events.append(self._event(
+            "response.output_item.done", output_index=open_item.output_index,
+            item=copy.deepcopy(open_item.item),
+        ))
+        return events
+
+    # -- tool calls --------------------------------------------------------------
+    def _tool_call(self, delta: ToolCallDelta) -> list[Event]:
+        index = delta.index
+        if index in self._suppressed:
+            return []
+        open_call = self._calls.get(index)
+        if open_call is not None:
+            if not delta.arguments:
+                return []
+            open_call.arguments.append(delta.arguments)
+            return [self._event(
+                "response.function_call_arguments.delta", item_id=open_call.item["id"],
+                output_index=open_call.output_index, delta=delta.arguments,
+            )]
+        pending = self._pending.setdefault(index, _PendingCall())
+        pending.call_id = pending.call_id or delta.call_id
+        pending.name = pending.name or delta.name
+        if delta.arguments:
+            pending.arguments.append(delta.arguments)
+        if not pending.name:
+            return []  # wait for the name: output_item.added must carry it
+        del self._pending[index]
+        if self.allowed_tools is not None and pending.name not in self.allowed_tools:
+            self._suppressed.add(index)
+            self.dropped_calls += 1
+            return []
+        events = self._close_content_item()
+        item = {
+            "id": new_id("fc"), "type": "function_call", "status": "in_progress",
+            "call_id": pending.call_id or new_id("call"), "name": pending.name, "arguments": "",
+        }
+        open_call, added = self._open_item(item)
+        events.append(added)
+        self._calls[index] = open_call
+        if pending.arguments:
+            joined = "".join(pending.arguments)
+            open_call.arguments.append(joined)
+            events.append(self._event(
+                "response.function_call_arguments.delta", item_id=item["id"],
+                output_index=open_call.output_index, delta=joined,
+            ))
+        return events
+
+    def _close_calls(self, last_status: str = "completed") -> list[Event]:
+        events: list[Event] = []
+        # A call whose name never arrived cannot be reported; count it as dropped.
+        self.dropped_calls += len(self._pending)
+        self._pending.clear()
+        calls = sorted(self._calls.values(), key=lambda c: c.output_index)
+        self._calls.clear()
+        for n, call in enumerate(calls):
+            arguments = "".join(call.arguments)
+            call.item["arguments"] = arguments
+            call.item["status"] = last_status if n == len(calls) - 1 else "completed"
+            events.append(self._event(
+                "response.function_call_arguments.done", item_id=call.item["id"],
+                output_index=call.output_index, name=call.item["name"], arguments=arguments,
+            ))
+            events.append(self._event(
+                "response.output_item.done", output_index=call.output_index,
+                item=copy.deepcopy(call.item),
+            ))
+            self.step_calls.append(call.item)
+        return events
+
+    def end_step(self) -> list[Event]:
+        """Close every open item at the end of one upstream call.
+
+        With `finish_reason` length or content_filter the last open item ends
+        `incomplete` (and the response will be incomplete)."""
+        truncated = self.finish_reason in INCOMPLETE_REASONS
+        status = "incomplete" if truncated else "completed"
+        # A content item and tool calls are never open together: opening one closes the other.
+        events = self._close_content_item(status)
+        events += self._close_calls(status)
+        return events
+
+    def new_step(self) -> None:
+        """Prepare for the next upstream call of a tool loop."""
+        self.finish_reason = None
+        self.step_calls = []
+        self._suppressed.clear()
+
+    def add_item(self, item: dict[str, Any]) -> list[Event]:
+        """Append an item produced by the gateway itself (e.g. a tool's output)."""
+        added = dict(item, status="in_progress")
+        output_index = len(self.output)
+        self.output.append(item)
+        return [
+            self._event("response.output_item.added", output_index=output_index, item=added),
+            self._event("response.output_item.done", output_index=output_index, item=copy.deepcopy(item)),
+        ]
+
+    # -- terminal ----------------------------------------------------------------
+    def finish(self, *, incomplete_reason: str | None = None) -> list[Event]:
+        """Close what is open and emit exactly one terminal event."""
+        events = self.end_step()
+        reason = incomplete_reason or INCOMPLETE_REASONS.get(self.finish_reason or "")
+        self.response["usage"] = self.usage.as_dict()
+        if reason:
+            self.response["status"] = "incomplete"
+            self.response["incomplete_details"] = {"reason": reason}
+            events.append(self._event("response.incomplete", response=self._snapshot()))
+        else:
+            self.response["status"] = "completed"
+            self.response["completed_at"] = int(time.time())
+            events.append(self._event("response.completed", response=self._snapshot()))
+        return events
+
+    def _abandon_open_items(self) -> None:
+        for open_item in [self._content_item, *self._calls.values()]:
+            if open_item is None:
+                continue
+            if open_item.part is not None:
+                part = open_item.part
+                final = self._empty_part(part.kind)
+                final["refusal" if part.kind == "refusal" else "text"] = "".join(part.chunks)
+                open_item.item["content"][part.index] = final
+                open_item.part = None
+            if open_item.item["type"] == "function_call":
+                open_item.item["arguments"] = "".join(open_item.arguments)
+            open_item.item["status"] = "incomplete"
+        self._content_item = None
+        self._calls.clear()
+        self._pending.clear()
+
+    def fail(self, error: GatewayError) -> list[Event]:
+        """An `error` event, then `response.failed`; partial output is kept."""
+        self._abandon_open_items()
+        self.response["status"] = "failed"
+        self.response["error"] = error.as_response_error()
+        self.response["usage"] = self.usage.as_dict()
+        payload = {"type": error.error_type, "code": error.code, "message": error.message,
+                   "param": error.param}
+        # The superset of OpenAI's flat error event and Open Responses' nested one.
+        return [
+            self._event("error", code=error.code, message=error.message, param=error.param,
+                        error=payload),
+            self._event("response.failed", response=self._snapshot()),
+        ]
+
+    def cancel(self) -> None:
+        """The client went away or cancelled: no events, partial output kept."""
+        self._abandon_open_items()
+        self.response["status"] = "cancelled"
+        self.response["usage"] = self.usage.as_dict()

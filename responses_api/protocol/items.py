@@ -1,0 +1,265 @@
+"""Normalise request `input` into stored item form, each with an `id`.
+
+Accepts the easy forms clients send (a bare string, `{"role", "content"}`
+without `type`, string content, `item_reference` without `type`) and returns
+the canonical item dicts the store keeps and the API returns.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import InvalidRequest
+from .ids import new_id
+
+INPUT_ROLES = frozenset({"user", "system", "developer"})
+PHASES = frozenset({"commentary", "final_answer"})
+IMAGE_DETAILS = frozenset({"low", "high", "auto", "original"})
+
+ITEM_ID_PREFIX = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "reasoning": "rs",
+}
+
+
+def _bad(message: str, param: str) -> InvalidRequest:
+    return InvalidRequest(message, param=param)
+
+
+def _require_str(obj: dict, key: str, param: str, *, allow_empty: bool = True) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or (not allow_empty and not value):
+        raise _bad(f"Missing or invalid '{param}.{key}': expected a string.", f"{param}.{key}")
+    return value
+
+
+def _text_part(part: dict, param: str, kind: str) -> dict:
+    return {"type": kind, "text": _require_str(part, "text", param)}
+
+
+def _input_part(part: Any, param: str) -> dict:
+    if not isinstance(part, dict):
+        raise _bad(f"Invalid '{param}': expected a content part object.", param)
+    kind = part.get("type")
+    if kind in ("input_text", "text"):
+        return _text_part(part, param, "input_text")
+    if kind == "input_image":
+        image_url = part.get("image_url")
+        file_id = part.get("file_id")
+        if isinstance(image_url, dict):  # Chat Completions habit: {"url": ...}
+            image_url = image_url.get("url")
+        if not isinstance(image_url, str) and not isinstance(file_id, str):
+            raise _bad(
+                f"'{param}' needs 'image_url' (an http(s) or data URL) or 'file_id'.",
+                f"{param}.image_url",
+            )
+        if isinstance(image_url, str) and not image_url.startswith(("http://", "https://", "data:")):
+            raise _bad(
+                f"Invalid '{param}.image_url': expected an http(s) URL or a data URL.",
+                f"{param}.image_url",
+            )
+        detail = part.get("detail") or "auto"
+        if detail not in IMAGE_DETAILS:
+            raise _bad(f"Invalid '{param}.detail': {detail!r}.", f"{param}.detail")
+        return {"type": "input_image", "image_url": image_url, "file_id": file_id, "detail": detail}
+    if kind == "input_file":
+        out: dict[str, Any] = {"type": "input_file"}
+        for key in ("file_data", "file_url", "file_id", "filename"):
+            value = part.get(key)
+            if value is not None:
+                if not isinstance(value, str):
+                    raise _bad(f"Invalid '{param}.{key}': expected a string.", f"{param}.{key}")
+                out[key] = value
+        if not any(k in out for k in ("file_data", "file_url", "file_id")):
+            raise _bad(
+                f"'{param}' needs one of 'file_data', 'file_url' or 'file_id'.", f"{param}.file_data"
+            )
+        return out
+    raise _bad(
+        f"Invalid '{param}.type': {kind!r}; expected 'input_text', 'input_image' or 'input_file'.",
+        f"{param}.type",
+    )
+
+
+def _assistant_part(part: Any, param: str) -> dict:
+    if not isinstance(part, dict):
+        raise _bad(f"Invalid '{param}': expected a content part object.", param)
+    kind = part.get("type")
+    if kind in ("output_text", "input_text", "text"):
+        annotations = part.get("annotations") or []
+        if not isinstance(annotations, list):
+            raise _bad(f"Invalid '{param}.annotations': expected an array.", f"{param}.annotations")
+        return {
+            "type": "output_text",
+            "text": _require_str(part, "text", param),
+            "annotations": annotations,
+            "logprobs": part.get("logprobs") or [],
+        }
+    if kind == "refusal":
+        return {"type": "refusal", "refusal": _require_str(part, "refusal", param)}
+    raise _bad(
+        f"Invalid '{param}.type': {kind!r}; assistant content is 'output_text' or 'refusal'.",
+        f"{param}.type",
+    )
+
+
+def _message(raw: dict, param: str) -> dict:
+    role = raw.get("role")
+    content = raw.get("content")
+    if role == "assistant":
+        if isinstance(content, str):
+            parts = [{"type": "output_text", "text": content, "annotations": [], "logprobs": []}]
+        elif isinstance(content, list):
+            parts = [_assistant_part(p, f"{param}.content[{i}]") for i, p in enumerate(content)]
+        else:
+            raise _bad(f"Invalid '{param}.content': expected a string or an array.", f"{param}.content")
+        item: dict[str, Any] = {
+            "type": "message",
+            "id": raw.get("id") or new_id("msg"),
+            "status": raw.get("status") or "completed",
+            "role": "assistant",
+            "content": parts,
+        }
+        phase = raw.get("phase")
+        if phase is not None:
+            if phase not in PHASES:
+                raise _bad(
+                    f"Invalid '{param}.phase': expected 'commentary' or 'final_answer'.",
+                    f"{param}.phase",
+                )
+            item["phase"] = phase
+        return item
+    if role not in INPUT_ROLES:
+        raise _bad(
+            f"Invalid '{param}.role': {role!r}; expected 'user', 'system', 'developer' or 'assistant'.",
+            f"{param}.role",
+        )
+    if isinstance(content, str):
+        parts = [{"type": "input_text", "text": content}]
+    elif isinstance(content, list):
+        parts = [_input_part(p, f"{param}.content[{i}]") for i, p in enumerate(content)]
+    else:
+        raise _bad(f"Invalid '{param}.content': expected a string or an array.", f"{param}.content")
+    return {
+        "type": "message",
+        "id": raw.get("id") or new_id("msg"),
+        "status": "completed",
+        "role": role,
+        "content": parts,
+    }
+
+
+def _function_call(raw: dict, param: str) -> dict:
+    arguments = raw.get("arguments", "")
+    if not isinstance(arguments, str):
+        raise _bad(f"Invalid '{param}.arguments': expected a JSON string.", f"{param}.arguments")
+    return {
+        "type": "function_call",
+        "id": raw.get("id") or new_id("fc"),
+        "call_id": _require_str(raw, "call_id", param, allow_empty=False),
+        "name": _require_str(raw, "name", param, allow_empty=False),
+        "arguments": arguments,
+        "status": raw.get("status") or "completed",
+    }
+
+
+def _function_call_output(raw: dict, param: str) -> dict:
+    output = raw.get("output")
+    if isinstance(output, list):
+        output = [_input_part(p, f"{param}.output[{i}]") for i, p in enumerate(output)]
+    elif not isinstance(output, str):
+        raise _bad(
+            f"Invalid '{param}.output': expected a string or an array of content parts.",
+            f"{param}.output",
+        )
+    return {
+        "type": "function_call_output",
+        "id": raw.get("id") or new_id("fco"),
+        "call_id": _require_str(raw, "call_id", param, allow_empty=False),
+        "output": output,
+        "status": raw.get("status") or "completed",
+    }
+
+
+def _reasoning(raw: dict, param: str) -> dict:
+    summary = raw.get("summary") or []
+    if not isinstance(summary, list):
+        raise _bad(f"Invalid '{param}.summary': expected an array.", f"{param}.summary")
+    summary_parts = []
+    for i, entry in enumerate(summary):
+        if not isinstance(entry, dict):
+            raise _bad(f"Invalid '{param}.summary[{i}]': expected an object.", f"{param}.summary[{i}]")
+        summary_parts.append(
+            {"type": "summary_text", "text": _require_str(entry, "text", f"{param}.summary[{i}]")}
+        )
+    item: dict[str, Any] = {
+        "type": "reasoning",
+        "id": raw.get("id") or new_id("rs"),
+        "summary": summary_parts,
+    }
+    content = raw.get("content")
+    if isinstance(content, list):
+        item["content"] = [
+            {"type": "reasoning_text", "text": _require_str(c, "text", f"{param}.content[{i}]")}
+            for i, c in enumerate(content)
+            if isinstance(c, dict)
+        ]
+    if isinstance(raw.get("encrypted_content"), str):
+        item["encrypted_content"] = raw["encrypted_content"]
+    return item
+
+
+def _item_reference(raw: dict, param: str) -> dict:
+    return {"type": "item_reference", "id": _require_str(raw, "id", param, allow_empty=False)}
+
+
+def normalize_item(raw: Any, param: str) -> dict:
+    if not isinstance(raw, dict):
+        raise _bad(f"Invalid '{param}': expected an object.", param)
+    kind = raw.get("type")
+    if kind is None:
+        if "role" in raw:
+            kind = "message"
+        elif "id" in raw and len(raw) == 1:
+            kind = "item_reference"
+        else:
+            raise _bad(f"Missing required parameter: '{param}.type'.", f"{param}.type")
+    if kind == "message":
+        return _message(raw, param)
+    if kind == "function_call":
+        return _function_call(raw, param)
+    if kind == "function_call_output":
+        return _function_call_output(raw, param)
+    if kind == "reasoning":
+        return _reasoning(raw, param)
+    if kind == "item_reference":
+        return _item_reference(raw, param)
+    raise _bad(f"Invalid '{param}.type': unsupported item type {kind!r}.", f"{param}.type")
+
+
+def normalize_input(raw: Any) -> list[dict]:
+    if isinstance(raw, str):
+        return [
+            {
+                "type": "message",
+                "id": new_id("msg"),
+                "status": "completed",
+                "role": "user",
+                "content": [{"type": "input_text", "text": raw}],
+            }
+        ]
+    if not isinstance(raw, list):
+        raise _bad("Invalid 'input': expected a string or an array of items.", "input")
+    return [normalize_item(entry, f"input[{i}]") for i, entry in enumerate(raw)]
+
+
+def item_text(item: dict) -> str:
+    """The plain text of a message item (input_text / output_text / refusal parts)."""
+    pieces = []
+    for part in item.get("content") or []:
+        if part.get("type") in ("input_text", "output_text", "reasoning_text", "summary_text"):
+            pieces.append(part.get("text", ""))
+        elif part.get("type") == "refusal":
+            pieces.append(part.get("refusal", ""))
+    return "".join(pieces)

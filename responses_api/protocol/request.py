@@ -1,0 +1,290 @@
+"""Validate a `POST /v1/responses` body into a typed `CreateRequest`.
+
+Every error names the offending field in `param`, JSON-pointer style
+(`input[2].content`). Unknown top-level fields are ignored so that a newer SDK
+keeps working; `messages` (a Chat Completions field) is refused by name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidRequest
+from .items import normalize_input
+from .tools import Tool, normalize_tool_choice, normalize_tools
+
+KNOWN_INCLUDES = frozenset(
+    {
+        "reasoning.encrypted_content",
+        "message.output_text.logprobs",
+        "message.input_image.image_url",
+        "computer_call_output.output.image_url",
+        "file_search_call.results",
+        "web_search_call.results",
+        "web_search_call.action.sources",
+        "code_interpreter_call.outputs",
+    }
+)
+REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
+REASONING_SUMMARIES = frozenset({"auto", "concise", "detailed"})
+VERBOSITIES = frozenset({"low", "medium", "high"})
+SERVICE_TIERS = frozenset({"auto", "default", "flex", "priority", "scale"})
+
+
+@dataclass(slots=True)
+class CreateRequest:
+    model: str
+    input_items: list[dict[str, Any]]
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    store: bool = True
+    background: bool = False
+    stream: bool = False
+    tools: list[Tool] = field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
+    parallel_tool_calls: bool = True
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    top_logprobs: int | None = None
+    truncation: str = "disabled"
+    text: dict[str, Any] = field(
+        default_factory=lambda: {"format": {"type": "text"}, "verbosity": "medium"}
+    )
+    reasoning: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
+    include: list[str] = field(default_factory=list)
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def expect(value: Any, kind: type | tuple[type, ...], param: str, what: str) -> Any:
+    # bool is an int subclass; never accept it where a number is expected.
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise InvalidRequest(f"Invalid type for '{param}': expected {what}, got a boolean.", param=param)
+    if not isinstance(value, kind):
+        raise InvalidRequest(
+            f"Invalid type for '{param}': expected {what}, got {_type_name(value)}.", param=param
+        )
+    return value
+
+
+def _optional_number(
+    body: dict, name: str, lo: float, hi: float, *, integer: bool = False
+) -> Any:
+    value = body.get(name)
+    if value is None:
+        return None
+    kind = int if integer else (int, float)
+    expect(value, kind, name, "an integer" if integer else "a number")
+    if not lo <= value <= hi:
+        raise InvalidRequest(
+            f"Invalid '{name}': {value} is out of range; expected a value between {lo:g} and {hi:g}.",
+            param=name,
+        )
+    return value
+
+
+def _optional_str(body: dict, name: str, max_len: int = 512) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    expect(value, str, name, "a string")
+    if len(value) > max_len:
+        raise InvalidRequest(f"'{name}' is longer than {max_len} characters.", param=name)
+    return value
+
+
+def _bool(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name)
+    if value is None:
+        return default
+    return expect(value, bool, name, "a boolean")
+
+
+def _metadata(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    expect(value, dict, "metadata", "an object")
+    if len(value) > 16:
+        raise InvalidRequest("'metadata' may have at most 16 keys.", param="metadata")
+    for key, item in value.items():
+        if len(key) > 64:
+            raise InvalidRequest("metadata keys are at most 64 characters.", param=f"metadata.{key}")
+        expect(item, str, f"metadata.{key}", "a string")
+        if len(item) > 512:
+            raise InvalidRequest(
+                "metadata values are at most 512 characters.", param=f"metadata.{key}"
+            )
+    return dict(value)
+
+
+def _text(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {"format": {"type": "text"}, "verbosity": "medium"}
+    expect(value, dict, "text", "an object")
+    fmt = value.get("format") or {"type": "text"}
+    expect(fmt, dict, "text.format", "an object")
+    kind = fmt.get("type")
+    if kind in ("text", "json_object"):
+        out_format: dict[str, Any] = {"type": kind}
+    elif kind == "json_schema":
+        name = fmt.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest(
+                "Missing required parameter: 'text.format.name'.", param="text.format.name"
+            )
+        schema = fmt.get("schema")
+        if not isinstance(schema, dict):
+            raise InvalidRequest(
+                "Missing required parameter: 'text.format.schema' (an object).",
+                param="text.format.schema",
+            )
+        strict = fmt.get("strict")
+        if strict is not None:
+            expect(strict, bool, "text.format.strict", "a boolean")
+        description = fmt.get("description")
+        if description is not None:
+            expect(description, str, "text.format.description", "a string")
+        out_format = {
+            "type": "json_schema",
+            "name": name,
+            "schema": schema,
+            "strict": strict,
+            "description": description,
+        }
+    else:
+        raise InvalidRequest(
+            f"Invalid value for 'text.format.type': {kind!r}; expected 'text', 'json_object' or "
+            "'json_schema'.",
+            param="text.format.type",
+        )
+    verbosity = value.get("verbosity")
+    if verbosity is not None and verbosity not in VERBOSITIES:
+        raise InvalidRequest(
+            "Invalid value for 'text.verbosity'; expected 'low', 'medium' or 'high'.",
+            param="text.verbosity",
+        )
+    return {"format": out_format, "verbosity": verbosity or "medium"}
+
+
+def _reasoning(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    expect(value, dict, "reasoning", "an object")
+    effort = value.get("effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise InvalidRequest(
+            f"Invalid value for 'reasoning.effort': {effort!r}.", param="reasoning.effort"
+        )
+    summary = value.get("summary", value.get("generate_summary"))
+    if summary is not None and summary not in REASONING_SUMMARIES:
+        raise InvalidRequest(
+            f"Invalid value for 'reasoning.summary': {summary!r}.", param="reasoning.summary"
+        )
+    return {"effort": effort, "summary": summary}
+
+
+def _include(value: Any) -> list[str]:
+    if value is None:
+        return []
+    expect(value, list, "include", "an array")
+    for i, entry in enumerate(value):
+        if entry not in KNOWN_INCLUDES:
+            raise InvalidRequest(f"Invalid value for 'include[{i}]': {entry!r}.", param=f"include[{i}]")
+    return list(dict.fromkeys(value))
+
+
+def parse_create_request(body: Any) -> CreateRequest:
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", param=None)
+    if "messages" in body:
+        raise InvalidRequest(
+            "Unsupported parameter: 'messages'. The Responses API takes 'input' "
+            "(a string or a list of items), not Chat Completions 'messages'.",
+            param="messages",
+        )
+    if body.get("conversation") is not None:
+        raise InvalidRequest(
+            "'conversation' is not supported by this gateway; chain responses with "
+            "'previous_response_id'.",
+            param="conversation",
+        )
+    model = body.get("model")
+    if model is None or model == "":
+        raise InvalidRequest("Missing required parameter: 'model'.", param="model")
+    expect(model, str, "model", "a string")
+
+    previous_response_id = _optional_str(body, "previous_response_id", 128)
+    raw_input = body.get("input")
+    if raw_input is None and previous_response_id is None:
+        raise InvalidRequest("Missing required parameter: 'input'.", param="input")
+    input_items = normalize_input(raw_input if raw_input is not None else [])
+
+    store = _bool(body, "store", True)
+    background = _bool(body, "background", False)
+    if background and not store:
+        raise InvalidRequest(
+            "Background responses must be stored: 'background': true requires 'store': true.",
+            param="background",
+        )
+    if previous_response_id is not None and not previous_response_id:
+        raise InvalidRequest("'previous_response_id' must not be empty.", param="previous_response_id")
+
+    tools = normalize_tools(body.get("tools"))
+    tool_choice = normalize_tool_choice(body.get("tool_choice"), tools)
+
+    truncation = body.get("truncation") or "disabled"
+    if truncation not in ("auto", "disabled"):
+        raise InvalidRequest(
+            "Invalid value for 'truncation'; expected 'auto' or 'disabled'.", param="truncation"
+        )
+    service_tier = body.get("service_tier")
+    if service_tier is not None and service_tier not in SERVICE_TIERS:
+        raise InvalidRequest(f"Invalid value for 'service_tier': {service_tier!r}.", param="service_tier")
+    instructions = body.get("instructions")
+    if instructions is not None:
+        expect(instructions, str, "instructions", "a string")
+
+    max_output_tokens = _optional_number(body, "max_output_tokens", 1, 10_000_000, integer=True)
+    max_tool_calls = _optional_number(body, "max_tool_calls", 1, 10_000, integer=True)
+
+    return CreateRequest(
+        model=model,
+        input_items=input_items,
+        instructions=instructions,
+        previous_response_id=previous_response_id,
+        store=store,
+        background=background,
+        stream=_bool(body, "stream", False),
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=_bool(body, "parallel_tool_calls", True),
+        max_output_tokens=max_output_tokens,
+        max_tool_calls=max_tool_calls,
+        temperature=_optional_number(body, "temperature", 0, 2),
+        top_p=_optional_number(body, "top_p", 0, 1),
+        presence_penalty=_optional_number(body, "presence_penalty", -2, 2),
+        frequency_penalty=_optional_number(body, "frequency_penalty", -2, 2),
+        top_logprobs=_optional_number(body, "top_logprobs", 0, 20, integer=True),
+        truncation=truncation,
+        text=_text(body.get("text")),
+        reasoning=_reasoning(body.get("reasoning")),
+        metadata=_metadata(body.get("metadata")),
+        include=_include(body.get("include")),
+        user=_optional_str(body, "user", 512),
+        safety_identifier=_optional_str(body, "safety_identifier", 512),
+        prompt_cache_key=_optional_str(body, "prompt_cache_key", 1024),
+        service_tier=service_tier,
+    )

@@ -1,0 +1,141 @@
+"""Model routes: which upstream targets serve a public model name, weighted, with fallback.
+
+Routes are read from the database and cached in-process for
+GATEWAY_CACHE_SECONDS, so an admin edit takes effect within that time.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from .models import ModelRoute, Provider
+from .protocol.errors import NotFound, ServerError
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    name: str
+    kind: str
+    base_url: str
+    api_key: str | None
+    timeout: float
+    connect_timeout: float
+    options: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    provider: ProviderConfig
+    upstream_model: str
+    weight: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.provider.name}:{self.upstream_model}"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    name: str
+    targets: tuple[Target, ...]
+
+    def attempt_order(self, rng: random.Random | None = None) -> list[Target]:
+        """Weighted random order of the weighted targets, then the weight-0 fallbacks."""
+        rng = rng or random
+        weighted = [t for t in self.targets if t.weight > 0]
+        order: list[Target] = []
+        pool = list(weighted)
+        while pool:
+            pick = rng.choices(pool, weights=[t.weight for t in pool])[0]
+            order.append(pick)
+            pool.remove(pick)
+        return order + [t for t in self.targets if t.weight == 0]
+
+
+def _fernet():
+    from cryptography.fernet import Fernet
+
+    key = settings.GATEWAY_ENCRYPTION_KEY
+    if not key:
+        key = base64.urlsafe_b64encode(hashlib.sha256(settings.SECRET_KEY.encode()).digest()).decode()
+    return Fernet(key.encode())
+
+
+def encrypt_secret(value: str) -> str:
+    return _fernet().encrypt(value.encode()).decode()
+
+
+def provider_secret(provider: Provider) -> str | None:
+    if provider.api_key_env:
+        value = os.environ.get(provider.api_key_env)
+        if value is None:
+            raise ServerError(
+                f"Provider '{provider.name}' reads its key from ${provider.api_key_env}, which is not set.",
+                code="provider_misconfigured",
+            )
+        return value
+    if provider.api_key_encrypted:
+        return _fernet().decrypt(provider.api_key_encrypted.encode()).decode()
+    return None
+
+
+def provider_config(provider: Provider) -> ProviderConfig:
+    return ProviderConfig(
+        name=provider.name,
+        kind=provider.kind,
+        base_url=provider.base_url.rstrip("/"),
+        api_key=provider_secret(provider),
+        timeout=provider.timeout,
+        connect_timeout=provider.connect_timeout,
+        options=dict(provider.options or {}),
+        headers=dict(provider.headers or {}),
+    )
+
+
+_routes: dict[str, tuple[float, Route | None]] = {}
+
+
+def route_cached(model: str) -> Route | None:
+    """The cached route, without touching the database (None: look it up)."""
+    cached = _routes.get(model)
+    if cached is not None and cached[0] > time.monotonic() and cached[1] is not None:
+        return cached[1]
+    return None
+
+
+def route_get(model: str) -> Route:
+    """Sync: the route for a public model name (cached)."""
+    now = time.monotonic()
+    cached = _routes.get(model)
+    if cached is None or cached[0] <= now:
+        route = ModelRoute.objects.filter(name=model, enabled=True).prefetch_related(
+            "targets__provider"
+        ).first()
+        value = None
+        if route is not None:
+            targets = tuple(
+                Target(provider_config(t.provider), t.upstream_model, t.weight)
+                for t in route.targets.all()
+                if t.provider.enabled
+            )
+            value = Route(route.name, targets) if targets else None
+        cached = (now + settings.GATEWAY_CACHE_SECONDS, value)
+        _routes[model] = cached
+    if cached[1] is None:
+        raise NotFound(
+            f"The model '{model}' does not exist or you do not have access to it.",
+            param="model", code="model_not_found",
+        )
+    return cached[1]
+
+
+def clear_cache() -> None:
+    _routes.clear()

@@ -1,0 +1,170 @@
+"""Reads: responses, their items and chains, keys and routes. Plain sync ORM functions.
+
+Async callers go through `responses_api.db.run`, which runs them in a worker
+thread and releases the connection at once.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from .models import Item, Response, ResponseItem
+from .protocol.errors import InvalidRequest, NotFound
+from .protocol.response import response_object
+
+CHAIN_ITEMS_SQL = """
+WITH RECURSIVE chain(id, prev, depth) AS (
+    SELECT id, previous_response_id, 0 FROM {response} WHERE id = %s
+    UNION ALL
+    SELECT r.id, r.previous_response_id, chain.depth + 1
+    FROM {response} r JOIN chain ON r.id = chain.prev
+)
+SELECT i.data FROM chain
+JOIN {response_item} ri ON ri.response_id = chain.id
+JOIN {item} i ON i.id = ri.item_id
+ORDER BY chain.depth DESC, ri.role, ri.position
+"""
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def epoch(value: datetime | None) -> int | None:
+    return int(value.timestamp()) if value is not None else None
+
+
+@dataclass(slots=True)
+class ChainHead:
+    id: str
+    status: str
+
+
+def chain_head_get(*, tenant_id: int, response_id: str) -> ChainHead:
+    """The response a new one chains to; unknown, deleted, unstored or foreign ids are one error."""
+    row = (
+        Response.objects.filter(id=response_id, tenant_id=tenant_id, deleted_at__isnull=True, store=True)
+        .values_list("id", "status")
+        .first()
+    )
+    if row is None:
+        raise InvalidRequest(
+            f"Previous response with id '{response_id}' not found.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
+    if row[1] in ("queued", "in_progress"):
+        raise InvalidRequest(
+            f"Previous response '{response_id}' is still {row[1]}; wait until it ends.",
+            param="previous_response_id",
+            code="previous_response_in_progress",
+        )
+    return ChainHead(*row)
+
+
+def chain_items_list(*, response_id: str) -> list[dict[str, Any]]:
+    """Every item of a chain, oldest first: one query whatever its length."""
+    sql = CHAIN_ITEMS_SQL.format(
+        response=connection.ops.quote_name(Response._meta.db_table),
+        response_item=connection.ops.quote_name(ResponseItem._meta.db_table),
+        item=connection.ops.quote_name(Item._meta.db_table),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [response_id])
+        return [_loads(row[0]) for row in cursor.fetchall()]
+
+
+def items_by_public_id(*, tenant_id: int, public_ids: list[str]) -> dict[str, Item]:
+    """The newest stored item for each public id (for `item_reference`)."""
+    found: dict[str, Item] = {}
+    for item in Item.objects.filter(tenant_id=tenant_id, public_id__in=public_ids).order_by("id"):
+        found[item.public_id] = item
+    return found
+
+
+def _visible(tenant_id: int | None):
+    qs = Response.objects.filter(deleted_at__isnull=True, store=True)
+    return qs if tenant_id is None else qs.filter(tenant_id=tenant_id)
+
+
+def response_get_row(*, tenant_id: int | None, response_id: str) -> Response:
+    row = _visible(tenant_id).filter(id=response_id).first()
+    if row is None:
+        raise NotFound(f"No response found with id '{response_id}'.", param="response_id")
+    return row
+
+
+def response_output_list(*, response_id: str) -> list[dict[str, Any]]:
+    return [
+        _loads(data)
+        for data in ResponseItem.objects.filter(response_id=response_id, role=ResponseItem.Role.OUTPUT)
+        .order_by("position")
+        .values_list("item__data", flat=True)
+    ]
+
+
+def response_object_from_row(row: Response, output: list[dict[str, Any]]) -> dict[str, Any]:
+    usage = None
+    if row.input_tokens is not None:
+        usage = {
+            "input_tokens": row.input_tokens,
+            "output_tokens": row.output_tokens or 0,
+            "total_tokens": row.input_tokens + (row.output_tokens or 0),
+            "input_tokens_details": {"cached_tokens": row.cached_tokens or 0, "cache_write_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": row.reasoning_tokens or 0},
+        }
+    return response_object(
+        response_id=row.id,
+        created_at=epoch(row.created_at) or 0,
+        status=row.status,
+        model=row.model,
+        previous_response_id=row.previous_response_id,
+        params=row.params,
+        output=output,
+        usage=usage,
+        error=row.error,
+        incomplete_details=row.incomplete_details,
+        completed_at=epoch(row.completed_at),
+    )
+
+
+def response_retrieve(*, tenant_id: int | None, response_id: str) -> dict[str, Any]:
+    """The stored Response object: two queries (row, output items)."""
+    row = response_get_row(tenant_id=tenant_id, response_id=response_id)
+    return response_object_from_row(row, response_output_list(response_id=row.id))
+
+
+@dataclass(slots=True)
+class ItemPage:
+    data: list[dict[str, Any]]
+    has_more: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": self.data,
+            "first_id": self.data[0]["id"] if self.data else None,
+            "last_id": self.data[-1]["id"] if self.data else None,
+            "has_more": self.has_more,
+        }
+
+
+def input_items_page(
+    *, tenant_id: int | None, response_id: str, after: str | None, limit: int, order: str
+) -> ItemPage:
+    """A page of the response's input items; `after` is an item id from an earlier page."""
+    row = response_get_row(tenant_id=tenant_id, response_id=response_id)
+    qs = ResponseItem.objects.filter(response_id=row.id, role=ResponseItem.Role.INPUT)
+    descending = order == "desc"
+    if after is not None:
+        anchor = qs.filter(item__public_id=after).values_list("position", flat=True).first()
+        if anchor is None:
+            raise InvalidRequest(f"No input item with id '{after}' in this response.", param="after")
+        qs = qs.filter(position__lt=anchor) if descending else qs.filter(position__gt=anchor)
+    qs = qs.order_by("-position" if descending else "position")
+    rows = list(qs.values_list("item__data", flat=True)[: limit + 1])
+    return ItemPage([_loads(r) for r in rows[:limit]], len(rows) > limit)

@@ -1,0 +1,169 @@
+"""Writes: begin and finish a response, delete one, create API keys. Plain sync ORM functions."""
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone as dt_timezone
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from . import selectors
+from .models import ApiKey, Item, Response, ResponseItem, Tenant
+from .protocol.errors import InvalidRequest
+
+KEY_PREFIX = "sk-gw-"
+
+
+@dataclass(slots=True)
+class BeginResult:
+    context: list[dict[str, Any]]  # chain items + this request's input, in order
+    input_items: list[dict[str, Any]]  # this request's input, item references resolved
+
+
+def _resolve_references(tenant_id: int, items: list[dict]) -> tuple[list[dict], dict[str, Item]]:
+    refs = [i["id"] for i in items if i["type"] == "item_reference"]
+    if not refs:
+        return items, {}
+    found = selectors.items_by_public_id(tenant_id=tenant_id, public_ids=refs)
+    resolved = []
+    for index, item in enumerate(items):
+        if item["type"] == "item_reference":
+            stored = found.get(item["id"])
+            if stored is None:
+                raise InvalidRequest(
+                    f"Item with id '{item['id']}' not found.", param=f"input[{index}].id",
+                    code="item_not_found",
+                )
+            resolved.append(stored.data)
+        else:
+            resolved.append(item)
+    return resolved, found
+
+
+def response_begin(
+    *,
+    tenant_id: int,
+    api_key_id: int | None,
+    response_id: str,
+    created_at: datetime,
+    model: str,
+    previous_response_id: str | None,
+    input_items: list[dict],
+    params: dict[str, Any],
+    status: str,
+    store: bool,
+) -> BeginResult:
+    """Load the chain context and (when stored) insert the open response row.
+
+    One sync call, so the view pays one thread hop: chain head (1 query),
+    chain items (1 query, whatever the length), item references (1 query,
+    only if any), insert (1 query)."""
+    context: list[dict] = []
+    if previous_response_id is not None:
+        selectors.chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
+        context = selectors.chain_items_list(response_id=previous_response_id)
+    resolved, _ = _resolve_references(tenant_id, input_items)
+    if store:
+        Response.objects.create(
+            id=response_id,
+            tenant_id=tenant_id,
+            api_key_id=api_key_id,
+            previous_response_id=previous_response_id,
+            status=status,
+            model=model,
+            instructions=params.get("instructions"),
+            params=params,
+            metadata=params.get("metadata") or {},
+            store=True,
+            background=params.get("background", False),
+            created_at=created_at,
+        )
+    return BeginResult(context=context + resolved, input_items=input_items)
+
+
+def response_finish(
+    *,
+    tenant_id: int,
+    response: dict[str, Any],
+    input_items: list[dict],
+    upstream: str = "",
+    latency_ms: int | None = None,
+) -> bool:
+    """Persist the terminal state, input and output items in one transaction.
+
+    Returns False when the row had already reached a terminal state (for
+    example cancelled by another request): a terminal state is never left."""
+    usage = response.get("usage") or {}
+    completed_at = response.get("completed_at")
+    with transaction.atomic():
+        updated = Response.objects.filter(
+            id=response["id"], status__in=("queued", "in_progress")
+        ).update(
+            status=response["status"],
+            error=response.get("error"),
+            incomplete_details=response.get("incomplete_details"),
+            input_tokens=usage.get("input_tokens"),
+            output_tokens=usage.get("output_tokens"),
+            cached_tokens=(usage.get("input_tokens_details") or {}).get("cached_tokens"),
+            reasoning_tokens=(usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
+            completed_at=datetime.fromtimestamp(completed_at, dt_timezone.utc) if completed_at else None,
+            upstream=upstream,
+            latency_ms=latency_ms,
+        )
+        if not updated:
+            return False
+        _attach_items(tenant_id, response["id"], input_items, response["output"])
+    return True
+
+
+def _attach_items(tenant_id: int, response_id: str, input_items: list[dict], output: list[dict]) -> None:
+    # Referenced items are already stored: point at them instead of copying.
+    references = {
+        i["id"] for i in input_items if i["type"] == "item_reference"
+    }
+    existing = selectors.items_by_public_id(tenant_id=tenant_id, public_ids=list(references)) if references else {}
+    new_items = [
+        Item(tenant_id=tenant_id, public_id=i["id"], type=i["type"], data=i)
+        for i in [*input_items, *output]
+        if i["type"] != "item_reference"
+    ]
+    Item.objects.bulk_create(new_items)
+    fresh = iter(new_items)
+    links: list[ResponseItem] = []
+    for position, item in enumerate(input_items):
+        stored = existing[item["id"]] if item["type"] == "item_reference" else next(fresh)
+        links.append(ResponseItem(response_id=response_id, item_id=stored.id, role=0, position=position))
+    for position, _ in enumerate(output):
+        links.append(ResponseItem(response_id=response_id, item_id=next(fresh).id, role=1, position=position))
+    ResponseItem.objects.bulk_create(links)
+
+
+def response_delete(*, tenant_id: int, response_id: str) -> None:
+    """Hide a response from every read and from new chains.
+
+    Its items stay, because later responses that chained to it were built
+    on that context and must keep it."""
+    row = selectors.response_get_row(tenant_id=tenant_id, response_id=response_id)
+    Response.objects.filter(id=row.id).update(deleted_at=timezone.now())
+
+
+def hash_key(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def api_key_create(*, tenant_name: str, name: str, is_admin: bool = False) -> tuple[ApiKey, str]:
+    """Create a key; the secret is returned once and never stored."""
+    tenant, _ = Tenant.objects.get_or_create(name=tenant_name)
+    prefix = secrets.token_hex(6)
+    raw = f"{KEY_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+    key = ApiKey.objects.create(
+        tenant=tenant, name=name, prefix=prefix, secret_hash=hash_key(raw), is_admin=is_admin
+    )
+    return key, raw
+
+
+def api_key_revoke(*, key: ApiKey) -> None:
+    ApiKey.objects.filter(id=key.id, revoked_at__isnull=True).update(revoked_at=timezone.now())

@@ -1,0 +1,16 @@
+"""Upstream adapters: one small interface, one implementation per provider wire format."""
+from __future__ import annotations
+
+from ..routing import Target
+from .base import UpstreamCall, UpstreamRequest
+from .chat_completions import open_chat_completion
+
+
+async def open_call(target: Target, request: UpstreamRequest) -> UpstreamCall:
+    """Start a generation on `target`; raises a GatewayError before any byte is consumed."""
+    if target.provider.kind == "chat_completions":
+        return await open_chat_completion(target, request)
+    raise NotImplementedError(f"provider kind {target.provider.kind!r}")
+
+
+__all__ = ["UpstreamCall", "UpstreamRequest", "open_call"]

@@ -1,0 +1,27 @@
+"""The adapter interface: open a generation, then read neutral deltas from it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AsyncIterator, Protocol
+
+from ..protocol.deltas import Delta
+from ..protocol.request import CreateRequest
+from ..protocol.tools import Tool
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    request: CreateRequest
+    items: list[dict]  # the whole context, in order
+    tools: list[Tool]
+    stream: bool  # stream from the upstream (the client streams, or a tool loop wants early calls)
+
+
+class UpstreamCall(Protocol):
+    def deltas(self) -> AsyncIterator[Delta]:
+        """The generation as neutral deltas; raises UpstreamError/UpstreamTimeout mid-way."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the upstream request now (client gone, cancelled)."""
+        ...

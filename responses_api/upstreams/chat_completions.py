@@ -1,0 +1,156 @@
+"""OpenAI-compatible Chat Completions upstreams (OpenAI, vLLM, Ollama, llama.cpp, ...)."""
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator
+
+import httpx
+
+from ..protocol.chat import ChatOptions, ChunkDecoder, build_chat_request, completion_to_deltas
+from ..protocol.deltas import Delta
+from ..protocol.errors import (
+    GatewayError,
+    InvalidRequest,
+    RateLimited,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from ..routing import Target
+from .base import UpstreamRequest
+from .http import get_client
+
+
+def chat_options(options: dict[str, Any]) -> ChatOptions:
+    known = {k: v for k, v in options.items() if k in ChatOptions.__dataclass_fields__}
+    return ChatOptions(**known)
+
+
+def _upstream_message(response: httpx.Response, body: bytes) -> str:
+    try:
+        data = json.loads(body)
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+    except ValueError:
+        pass
+    return body[:300].decode("utf-8", "replace") or response.reason_phrase
+
+
+def error_for_status(target: Target, response: httpx.Response, body: bytes) -> GatewayError:
+    status = response.status_code
+    detail = _upstream_message(response, body)
+    if status == 400 or status == 422:
+        # The request itself was refused (context too long, unsupported value): the client's to fix.
+        return InvalidRequest(f"The upstream model rejected the request: {detail}", code="upstream_bad_request")
+    if status == 429:
+        headers = {"Retry-After": response.headers["retry-after"]} if "retry-after" in response.headers else {}
+        return RateLimited(f"The upstream is rate limiting: {detail}", headers=headers)
+    if status == 503:
+        return UpstreamUnavailable(f"Upstream '{target.label}' is unavailable: {detail}")
+    if status == 504:
+        return UpstreamTimeout(f"Upstream '{target.label}' timed out: {detail}")
+    return UpstreamError(f"Upstream '{target.label}' answered HTTP {status}: {detail}")
+
+
+def transport_error(target: Target, exc: Exception) -> GatewayError:
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout(f"Upstream '{target.label}' did not answer in time ({type(exc).__name__}).")
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamError(f"Cannot connect to upstream '{target.label}'.", code="upstream_unreachable")
+    return UpstreamError(
+        f"The connection to upstream '{target.label}' failed: {type(exc).__name__}.",
+        code="upstream_connection_error",
+    )
+
+
+class ChatCompletionCall:
+    def __init__(self, target: Target, response: httpx.Response | None, deltas: list[Delta] | None):
+        self._target = target
+        self._response = response  # streaming: open response whose body is still to read
+        self._ready = deltas  # non-streaming: the whole answer, already decoded
+
+    async def deltas(self) -> AsyncIterator[Delta]:
+        if self._ready is not None:
+            for delta in self._ready:
+                yield delta
+            return
+        assert self._response is not None
+        decoder = ChunkDecoder()
+        done = False
+        try:
+            async for line in self._response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue  # comments, event names, blank lines
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = json.loads(payload)
+                except ValueError:
+                    raise UpstreamError(
+                        f"Upstream '{self._target.label}' sent a malformed stream chunk.",
+                        code="upstream_malformed",
+                    ) from None
+                for delta in decoder.feed(chunk):
+                    yield delta
+        except httpx.HTTPError as exc:
+            raise transport_error(self._target, exc) from exc
+        finally:
+            await self._response.aclose()
+        if not done and decoder.finish is None:
+            raise UpstreamError(
+                f"Upstream '{self._target.label}' ended the stream before finishing.",
+                code="upstream_truncated",
+            )
+        for delta in decoder.close():
+            yield delta
+
+    async def aclose(self) -> None:
+        if self._response is not None:
+            await self._response.aclose()
+
+
+async def open_chat_completion(target: Target, request: UpstreamRequest) -> ChatCompletionCall:
+    provider = target.provider
+    options = chat_options(provider.options)
+    body = build_chat_request(
+        request.request, request.items, upstream_model=target.upstream_model,
+        stream=request.stream, tools=request.tools, options=options,
+    )
+    headers = {"content-type": "application/json", **provider.headers}
+    if provider.api_key:
+        headers["authorization"] = f"Bearer {provider.api_key}"
+    client = get_client()
+    timeout = httpx.Timeout(provider.timeout, connect=provider.connect_timeout)
+    http_request = client.build_request(
+        "POST", f"{provider.base_url}/chat/completions", content=json.dumps(body), headers=headers,
+        timeout=timeout,
+    )
+    try:
+        response = await client.send(http_request, stream=True)
+    except httpx.HTTPError as exc:
+        raise transport_error(target, exc) from exc
+    try:
+        if response.status_code != 200:
+            raise error_for_status(target, response, await response.aread())
+        if request.stream:
+            return ChatCompletionCall(target, response, None)
+        raw = await response.aread()
+    except httpx.HTTPError as exc:
+        await response.aclose()
+        raise transport_error(target, exc) from exc
+    except BaseException:
+        await response.aclose()
+        raise
+    await response.aclose()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise UpstreamError(
+            f"Upstream '{target.label}' answered with something that is not JSON.", code="upstream_malformed"
+        ) from None
+    return ChatCompletionCall(target, None, completion_to_deltas(data))

@@ -1,0 +1,13 @@
+from django.urls import path, re_path
+
+from . import views
+
+urlpatterns = [
+    path("responses", views.responses),
+    path("responses/<str:response_id>", views.response_detail),
+    path("responses/<str:response_id>/cancel", views.response_cancel),
+    path("responses/<str:response_id>/input_items", views.response_input_items),
+    path("models", views.models),
+    path("models/<path:model>", views.model_detail),
+    re_path(r"^.*$", views.not_found),
+]

@@ -1,0 +1,169 @@
+"""The /v1 HTTP views: thin (auth, parse, call, render). Async, served under ASGI."""
+from __future__ import annotations
+
+
+import json
+import logging
+from typing import Any, Awaitable, Callable
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from . import db, selectors, services
+from .auth import Principal, bearer_token
+from .exception_handlers import error_response, json_response
+from .gateway import prepare_run, principal_for
+from .models import ModelRoute
+from .protocol.errors import GatewayError, InvalidRequest, NotFound
+from .protocol.request import parse_create_request
+from .sse import sse_body
+
+log = logging.getLogger("gateway.views")
+
+View = Callable[..., Awaitable[HttpResponse]]
+
+
+def api_endpoint(methods: dict[str, View]) -> Callable[..., Awaitable[HttpResponse]]:
+    """Dispatch by method, authenticate, and map every GatewayError to the protocol body."""
+
+    @csrf_exempt
+    async def endpoint(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        handler = methods.get(request.method or "")
+        if handler is None:
+            return json_response(
+                {"error": {"message": f"Method {request.method} not allowed.", "type": "invalid_request_error",
+                           "param": None, "code": "method_not_allowed"}},
+                status=405, headers={"Allow": ", ".join(methods)},
+            )
+        try:
+            principal = await principal_for(bearer_token(request.headers.get("authorization")))
+            request.log_extra["tenant"] = principal.tenant_name  # type: ignore[attr-defined]
+            return await handler(request, principal, **kwargs)
+        except GatewayError as exc:
+            return error_response(exc)
+
+    endpoint.csrf_exempt = True  # type: ignore[attr-defined]
+    return endpoint
+
+
+def _json_body(request: HttpRequest) -> Any:
+    try:
+        return json.loads(request.body or b"null")
+    except ValueError as exc:
+        raise InvalidRequest(f"The request body is not valid JSON: {exc}.") from None
+
+
+async def create_response(request: HttpRequest, principal: Principal) -> HttpResponse:
+    req = parse_create_request(_json_body(request))
+    request.log_extra["model"] = req.model  # type: ignore[attr-defined]
+    if req.background:
+        raise InvalidRequest(
+            "'background': true is not available on this gateway yet.", param="background",
+            code="unsupported_parameter",
+        )
+    run = await prepare_run(principal, req)
+    await run.connect()  # every target failed: a clean HTTP error, nothing streamed
+    if req.stream:
+        response = StreamingHttpResponse(
+            sse_body(run.events(), settings.GATEWAY_SSE_KEEPALIVE_SECONDS),
+            content_type="text/event-stream",
+        )
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+    body = await run.run_to_end()
+    if run.error is not None:
+        raise run.error
+    usage = body.get("usage") or {}
+    request.log_extra.update(  # type: ignore[attr-defined]
+        response_id=body["id"], response_status=body["status"],
+        input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"),
+    )
+    return json_response(body)
+
+
+async def retrieve_response(request: HttpRequest, principal: Principal, response_id: str) -> HttpResponse:
+    if request.GET.get("stream") in ("true", "1"):
+        raise InvalidRequest(
+            "Streaming a stored response is available for background responses only.", param="stream"
+        )
+    body = await db.run(selectors.response_retrieve, tenant_id=principal.tenant_id, response_id=response_id)
+    return json_response(body)
+
+
+async def delete_response(request: HttpRequest, principal: Principal, response_id: str) -> HttpResponse:
+    await db.run(services.response_delete, tenant_id=principal.tenant_id, response_id=response_id)
+    return json_response({"id": response_id, "object": "response", "deleted": True})
+
+
+async def cancel_response(request: HttpRequest, principal: Principal, response_id: str) -> HttpResponse:
+    body = await db.run(selectors.response_retrieve, tenant_id=principal.tenant_id, response_id=response_id)
+    if not body["background"]:
+        raise InvalidRequest(
+            "Only background responses can be cancelled.", param="response_id", code="not_background"
+        )
+    return json_response(body)  # background responses are never open here yet; cancel is a no-op on terminal ones
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return 20
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest("'limit' must be an integer between 1 and 100.", param="limit") from None
+    if not 1 <= value <= 100:
+        raise InvalidRequest("'limit' must be an integer between 1 and 100.", param="limit")
+    return value
+
+
+async def list_input_items(request: HttpRequest, principal: Principal, response_id: str) -> HttpResponse:
+    order = request.GET.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
+    page = await db.run(
+        selectors.input_items_page,
+        tenant_id=principal.tenant_id,
+        response_id=response_id,
+        after=request.GET.get("after"),
+        limit=_limit(request.GET.get("limit")),
+        order=order,
+    )
+    return json_response(page.as_dict())
+
+
+def _models_visible(principal: Principal) -> list[dict[str, Any]]:
+    routes = ModelRoute.objects.filter(enabled=True).order_by("name").values_list("name", "created_at")
+    return [
+        {"id": name, "object": "model", "created": int(created.timestamp()), "owned_by": "gateway"}
+        for name, created in routes
+        if principal.may_use(name)
+    ]
+
+
+async def list_models(request: HttpRequest, principal: Principal) -> HttpResponse:
+    data = await db.run(_models_visible, principal)
+    return json_response({"object": "list", "data": data})
+
+
+async def retrieve_model(request: HttpRequest, principal: Principal, model: str) -> HttpResponse:
+    data = [m for m in await db.run(_models_visible, principal) if m["id"] == model]
+    if not data:
+        raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
+    return json_response(data[0])
+
+
+responses = api_endpoint({"POST": create_response})
+response_detail = api_endpoint({"GET": retrieve_response, "DELETE": delete_response})
+response_cancel = api_endpoint({"POST": cancel_response})
+response_input_items = api_endpoint({"GET": list_input_items})
+models = api_endpoint({"GET": list_models})
+model_detail = api_endpoint({"GET": retrieve_model})
+
+
+async def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    return error_response(NotFound(f"Unknown endpoint {request.method} {request.path}.", code="unknown_url"))
+
+
+

@@ -1,0 +1,1 @@
+"""Tool definitions managed in the admin, and the executors that run them."""
