@@ -1,0 +1,136 @@
+"""Shared fixtures: the real ASGI gateway on loopback, the scripted upstream, keys and routes.
+
+The gateway runs under uvicorn in a background thread, against the test
+database (Postgres by default, SQLite in the embedded run), and clients talk
+to it over real HTTP: the `openai` SDK and httpx.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.support.upstream import ScriptedUpstream
+
+MODEL = "test-model"
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[ScriptedUpstream]:
+    server = ScriptedUpstream()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def scripted(upstream: ScriptedUpstream) -> Iterator[ScriptedUpstream]:
+    upstream.reset()
+    yield upstream
+    upstream.reset()
+
+
+class _ThreadedUvicorn:
+    def __init__(self) -> None:
+        import uvicorn
+
+        from project.asgi import application
+
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()
+        config = uvicorn.Config(
+            application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
+            timeout_graceful_shutdown=2,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._serve, name="gateway-under-test", daemon=True)
+
+    def _serve(self) -> None:
+        asyncio.run(self.server.serve())
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the gateway under test did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@pytest.fixture(scope="session")
+def gateway_server(django_db_setup, django_db_blocker) -> Iterator[_ThreadedUvicorn]:
+    server = _ThreadedUvicorn()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches() -> Iterator[None]:
+    from responses_api import auth, routing
+
+    auth.clear_cache()
+    routing.clear_cache()
+    yield
+    auth.clear_cache()
+    routing.clear_cache()
+
+
+@dataclass
+class Gateway:
+    url: str
+    key: str
+    tenant_id: int
+
+    def http(self, key: str | None = None, timeout: float = 30.0) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {key or self.key}"}, timeout=timeout
+        )
+
+    def openai(self, key: str | None = None, **kwargs):  # type: ignore[no-untyped-def]
+        import openai
+
+        return openai.OpenAI(
+            base_url=f"{self.url}/v1", api_key=key or self.key, max_retries=0, timeout=30.0, **kwargs
+        )
+
+
+def make_key(tenant: str = "acme", name: str = "test", **kwargs) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    from responses_api.services import api_key_create
+
+    key, raw = api_key_create(tenant_name=tenant, name=name, **kwargs)
+    return raw, key.tenant_id
+
+
+def make_route(base_url: str, name: str = MODEL, upstream_model: str | None = None, **provider_kwargs) -> None:  # type: ignore[no-untyped-def]
+    from responses_api.models import ModelRoute, Provider, RouteTarget
+
+    provider, _ = Provider.objects.get_or_create(
+        name=provider_kwargs.pop("provider_name", "scripted"),
+        defaults={"base_url": base_url, **provider_kwargs},
+    )
+    route, _ = ModelRoute.objects.get_or_create(name=name)
+    RouteTarget.objects.create(route=route, provider=provider, upstream_model=upstream_model or name)
+
+
+@pytest.fixture
+def gateway(transactional_db, gateway_server: _ThreadedUvicorn, scripted: ScriptedUpstream) -> Gateway:
+    raw, tenant_id = make_key()
+    make_route(scripted.base_url)
+    return Gateway(url=gateway_server.url, key=raw, tenant_id=tenant_id)

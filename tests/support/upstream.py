@@ -1,0 +1,722 @@
+"""Scripted OpenAI-compatible Chat Completions server for tests and benchmarks.
+
+The gateway under test talks to an upstream LLM over HTTP using the Chat
+Completions protocol.  Mocking the HTTP client would hide exactly the bugs we
+care about (SSE framing, chunked transfer, disconnects, timeouts), so this
+module runs a *real* HTTP server on loopback:
+
+* a hand-written raw ASGI app (no framework: it must be cheap enough to serve
+  as the upstream in throughput benchmarks),
+* served by uvicorn in a daemon thread with its own event loop,
+* whose replies are scripted per upstream model name with :class:`Reply`.
+
+Typical use::
+
+    with ScriptedUpstream() as upstream:
+        upstream.enqueue("gpt-x", Reply(text="Hello!"))
+        ...point the gateway at upstream.base_url...
+        assert upstream.requests[0].body["model"] == "gpt-x"
+
+Benchmarks can run it standalone::
+
+    python -m tests.support.upstream --port 8091 --latency 0.05
+
+in which mode every model answers with an echo of the last user message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+import uvicorn
+
+__all__ = ["RecordedRequest", "Reply", "ScriptedUpstream", "main"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+ECHO_MODEL = "echo"
+_MALFORMED_EVENT = b"data: {not json\n\n"
+_DONE_EVENT = b"data: [DONE]\n\n"
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+]
+
+
+@dataclass
+class Reply:
+    """One scripted upstream answer.  See the module docstring for usage."""
+
+    text: str | None = None
+    reasoning: str | None = None
+    reasoning_field: str = "reasoning_content"  # or "reasoning" (vLLM/OpenRouter style)
+    refusal: str | None = None
+    # [{"id": "call_1", "name": "f", "arguments": "{\"a\":1}"}]; arguments may be a dict.
+    tool_calls: list[dict[str, Any]] | None = None
+    finish_reason: str | None = None  # default: "tool_calls" if tool_calls else "stop"
+    usage: dict[str, Any] | None = None  # default: computed, see _usage()
+    status: int = 200  # non-200: reply with this status and error_body instead
+    error_body: dict[str, Any] | None = None
+    delay: float = 0.0  # seconds before response headers
+    chunk_chars: int = 4  # streaming: chars of text/reasoning/arguments per chunk
+    interval: float = 0.0  # streaming: seconds between chunks
+    interleave_tool_calls: bool = False  # streaming: round-robin fragments of parallel calls
+    # N below counts `data:` events sent, including the initial role chunk.
+    disconnect_after: int | None = None  # streaming: abrupt close after N data events
+    malformed_after: int | None = None  # streaming: inject `data: {not json` after N events
+    raw_chunks: list[dict[str, Any] | str] | None = None  # streaming: exact SSE payloads
+    raw_done: bool = True  # append `data: [DONE]` after raw_chunks
+    raw_body: dict[str, Any] | str | None = None  # non-streaming: exact body (str = verbatim)
+    include_usage_chunk: bool | None = None  # default: request's stream_options.include_usage
+    echo: bool = False  # text = "echo: " + last user message text
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """A request as received by the upstream (headers have lower-case keys)."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    method: str = "POST"
+
+
+_ECHO_REPLY = Reply(echo=True)
+
+
+class _AbruptClose(Exception):
+    """Raised inside the ASGI app to make uvicorn drop the connection mid-body.
+
+    uvicorn closes the transport when an app raises after the response has
+    started, so the client sees an incomplete chunked body: a genuine protocol
+    error, unlike a clean end-of-stream without ``[DONE]``.
+    """
+
+
+class _SuppressAbruptCloseLog(logging.Filter):
+    """Hide uvicorn's "Exception in ASGI application" traceback for scripted closes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, _AbruptClose)
+
+
+_ABRUPT_CLOSE_FILTER = _SuppressAbruptCloseLog()
+
+
+class _DisconnectWatch:
+    """Background ``receive()`` loop that notices the client going away.
+
+    Once the request body has been read, the only message uvicorn can deliver
+    is ``http.disconnect``; listening for it concurrently is the only reliable
+    way to see aborts, because uvicorn's ``send`` silently no-ops afterwards.
+    """
+
+    def __init__(self, receive: Receive) -> None:
+        self.event = asyncio.Event()
+        # Set before the final send: uvicorn also reports "disconnect" once the
+        # response is complete, which must not count as a client abort.
+        self.finished = False
+        self._task = asyncio.ensure_future(self._run(receive))
+
+    async def _run(self, receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if not self.finished:
+                    self.event.set()
+                return
+
+    @property
+    def disconnected(self) -> bool:
+        return self.event.is_set()
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; return True if the client disconnected meanwhile."""
+        try:
+            await asyncio.wait_for(self.event.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self.finished = True
+        self._task.cancel()
+
+
+# Compact separators, as OpenAI emits them.  A shared encoder because
+# json.dumps() with non-default arguments builds a new encoder on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def _dumps(value: Any) -> str:
+    return _ENCODER.encode(value)
+
+
+def _message_text(content: Any) -> str:
+    """Text of a message ``content`` (plain string or list of text parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        # Accept both Chat Completions ("text") and Responses ("input_text") parts.
+        return "".join(
+            part["text"]
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def _echo_text(body: dict[str, Any]) -> str:
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for message in reversed(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                return "echo: " + _message_text(message.get("content"))
+    return "echo: "
+
+
+def _usage(body: dict[str, Any], text: str | None, reasoning: str | None) -> dict[str, Any]:
+    """Deterministic, cheap stand-in for token accounting."""
+    messages = body.get("messages")
+    chars = 0
+    if isinstance(messages, list):
+        chars = sum(len(_message_text(m.get("content"))) for m in messages if isinstance(m, dict))
+    prompt = max(1, chars // 4)
+    reasoning_tokens = len(reasoning.split()) if reasoning else 0
+    completion = max(1, len((text or "").split()) + reasoning_tokens)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+    }
+
+
+def _normalize_tool_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Accept the short {"id","name","arguments"} form (or OpenAI's nested form)."""
+    out: list[dict[str, Any]] = []
+    for i, call in enumerate(calls):
+        fn = call.get("function") or {}
+        name = call.get("name", fn.get("name", ""))
+        arguments = call.get("arguments", fn.get("arguments", ""))
+        if not isinstance(arguments, str):
+            arguments = _dumps(arguments)
+        out.append(
+            {
+                "id": call.get("id") or f"call_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+        )
+    return out
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    if size <= 0 or len(text) <= size:
+        return [text] if text else []
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _sse(payload: dict[str, Any] | str) -> bytes:
+    data = payload if isinstance(payload, str) else _dumps(payload)
+    return b"data: " + data.encode() + b"\n\n"
+
+
+def _error(message: str, type_: str, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+
+class ScriptedUpstream:
+    """Real loopback HTTP server speaking OpenAI Chat Completions, scripted per model.
+
+    The instance itself is the ASGI app.  All public methods are thread-safe:
+    tests call them from the main thread while uvicorn runs in its own thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency: float = 0.0,
+        default_echo: bool = False,
+    ) -> None:
+        self.host = host
+        self.latency = latency  # global extra delay before every reply (benchmarks)
+        self.default_echo = default_echo  # unknown models echo instead of 404 (CLI mode)
+        self._requested_port = port
+        self._port: int | None = None
+        self._lock = threading.Lock()
+        self._aborted_cond = threading.Condition(self._lock)
+        self._queues: dict[str, deque[Reply]] = {}
+        self._defaults: dict[str, Reply] = {}
+        self._requests: list[RecordedRequest] = []
+        self._aborted: list[tuple[float, int]] = []
+        self._active_streams = 0
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_error: BaseException | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("ScriptedUpstream is not started")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def _bind(self) -> socket.socket:
+        # Binding ourselves (rather than letting uvicorn do it) gives us the real
+        # port before the server thread even starts, even with port=0.
+        # proto must be IPPROTO_TCP explicitly: asyncio only sets TCP_NODELAY on
+        # accepted sockets whose proto says TCP, and without it Nagle + delayed
+        # ACK add ~40 ms to every response.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self._requested_port))
+        self._port = sock.getsockname()[1]
+        return sock
+
+    def _config(self, log_level: str, embedded: bool) -> uvicorn.Config:
+        logging.getLogger("uvicorn.error").addFilter(_ABRUPT_CLOSE_FILTER)
+        return uvicorn.Config(
+            self,
+            host=self.host,
+            port=self.port,
+            log_level=log_level,
+            lifespan="off",
+            interface="asgi3",
+            access_log=False,  # per-request logging would skew benchmarks
+            # Embedded in a test process, don't let uvicorn dictConfig() over the
+            # host's logging setup; records still propagate to the root logger.
+            log_config=None if embedded else uvicorn.config.LOGGING_CONFIG,
+        )
+
+    def start(self, timeout: float = 10.0) -> Self:
+        """Start serving in a daemon thread; returns once connections are accepted."""
+        if self._thread is not None:
+            raise RuntimeError("ScriptedUpstream already started")
+        sock = self._bind()
+        server = uvicorn.Server(self._config("warning", embedded=True))
+        self._thread_error = None
+
+        def serve() -> None:
+            try:
+                server.run(sockets=[sock])
+            # BaseException: uvicorn reports bind/startup failures via sys.exit().
+            except BaseException as exc:  # noqa: BLE001 - surfaced by start(), not lost
+                self._thread_error = exc
+            finally:
+                sock.close()
+
+        thread = threading.Thread(target=serve, name=f"scripted-upstream:{self._port}", daemon=True)
+        self._server, self._thread = server, thread
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"ScriptedUpstream failed to start: {self._thread_error!r}")
+            time.sleep(0.002)
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the server, cancelling in-flight responses.  Idempotent."""
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is None or thread is None:
+            return
+        # force_exit: don't wait for in-flight (possibly endless) streams to end.
+        server.should_exit = True
+        server.force_exit = True
+        thread.join(timeout)
+
+    def run(self, log_level: str = "info") -> None:
+        """Serve in the foreground (blocking, Ctrl-C to stop).  Used by the CLI."""
+        sock = self._bind()
+        server = uvicorn.Server(self._config(log_level, embedded=False))
+        print(f"ScriptedUpstream serving {self.base_url}", flush=True)
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ scripting
+
+    def enqueue(self, model: str, *replies: Reply) -> None:
+        """Queue replies (FIFO) for requests whose body ``model`` equals ``model``."""
+        with self._lock:
+            self._queues.setdefault(model, deque()).extend(replies)
+
+    def set_default(self, model: str, reply: Reply | None) -> None:
+        """Reply used when ``model``'s queue is empty (None removes it)."""
+        with self._lock:
+            if reply is None:
+                self._defaults.pop(model, None)
+            else:
+                self._defaults[model] = reply
+
+    def reset(self) -> None:
+        """Forget all scripts, recorded requests and recorded aborts."""
+        with self._lock:
+            self._queues.clear()
+            self._defaults.clear()
+            self._requests.clear()
+            self._aborted.clear()
+
+    def _pick(self, model: Any) -> Reply | None:
+        with self._lock:
+            queue = self._queues.get(model) if isinstance(model, str) else None
+            if queue:
+                return queue.popleft()
+            reply = self._defaults.get(model) if isinstance(model, str) else None
+        if reply is not None:
+            return reply
+        if model == ECHO_MODEL or self.default_echo:
+            return _ECHO_REPLY
+        return None
+
+    def _known_models(self) -> list[str]:
+        with self._lock:
+            names = set(self._queues) | set(self._defaults)
+        names.add(ECHO_MODEL)
+        return sorted(names)
+
+    # ------------------------------------------------------------------ observation
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Snapshot of every request received so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def aborted(self) -> list[tuple[float, int]]:
+        """``(time.monotonic(), request_index)`` for every client abort seen."""
+        with self._lock:
+            return list(self._aborted)
+
+    @property
+    def active_streams(self) -> int:
+        """Streaming responses currently in progress (including their pre-header delay)."""
+        with self._lock:
+            return self._active_streams
+
+    def wait_aborted(self, count: int = 1, timeout: float = 5.0) -> bool:
+        """Block until at least ``count`` aborts were recorded; False on timeout."""
+        with self._aborted_cond:
+            return self._aborted_cond.wait_for(lambda: len(self._aborted) >= count, timeout)
+
+    def _record(self, request: RecordedRequest) -> int:
+        with self._lock:
+            self._requests.append(request)
+            return len(self._requests) - 1
+
+    def _record_abort(self, index: int) -> None:
+        with self._aborted_cond:
+            self._aborted.append((time.monotonic(), index))
+            self._aborted_cond.notify_all()
+
+    def _add_active(self, delta: int) -> None:
+        with self._lock:
+            self._active_streams += delta
+
+    # ------------------------------------------------------------------ ASGI app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # lifespan is off; websockets are not part of the protocol
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        raw = b"".join(chunks)
+        method: str = scope["method"]
+        path: str = scope["path"]
+        headers: dict[str, str] = {}
+        for key, value in scope["headers"]:
+            name, val = key.decode("latin-1").lower(), value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {val}" if name in headers else val
+
+        body: dict[str, Any] = {}
+        bad_json = False
+        if raw:
+            try:
+                parsed = json.loads(raw)
+                body = parsed if isinstance(parsed, dict) else {}
+                bad_json = not isinstance(parsed, dict)
+            except ValueError:
+                bad_json = True
+        index = self._record(RecordedRequest(path=path, headers=headers, body=body, method=method))
+
+        if method == "POST" and path == "/v1/chat/completions":
+            if bad_json:
+                await self._send_json(
+                    send, 400, _error("request body is not a JSON object", "invalid_request_error")
+                )
+                return
+            await self._chat(body, index, receive, send)
+        elif method == "GET" and path == "/v1/models":
+            created = int(time.time())
+            data = [
+                {"id": name, "object": "model", "created": created, "owned_by": "scripted-upstream"}
+                for name in self._known_models()
+            ]
+            await self._send_json(send, 200, {"object": "list", "data": data})
+        else:
+            await self._send_json(
+                send,
+                404,
+                _error(f"no route for {method} {path}", "invalid_request_error", "not_found"),
+            )
+
+    @staticmethod
+    async def _send_json(send: Send, status: int, payload: dict[str, Any] | str) -> None:
+        data = payload.encode() if isinstance(payload, str) else _dumps(payload).encode()
+        headers = [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+    async def _chat(self, body: dict[str, Any], index: int, receive: Receive, send: Send) -> None:
+        model = body.get("model")
+        reply = self._pick(model)
+        if reply is None:
+            await self._send_json(
+                send,
+                404,
+                _error(f"model {model} not scripted", "invalid_request_error", "model_not_found"),
+            )
+            return
+        stream = bool(body.get("stream"))
+        delay = self.latency + reply.delay
+        # Only pay for a watcher task when there is time for the client to leave.
+        watch = _DisconnectWatch(receive) if (stream or delay > 0) else None
+        if stream:
+            self._add_active(1)
+        try:
+            if watch is not None and delay > 0 and await watch.sleep(delay):
+                self._record_abort(index)
+                return
+            if reply.status != 200:
+                error_body = reply.error_body or _error("scripted failure", "server_error")
+                if watch is not None:
+                    watch.finished = True
+                await self._send_json(send, reply.status, error_body)
+            elif stream:
+                assert watch is not None
+                await self._stream(body, reply, index, watch, send)
+            else:
+                if watch is not None:
+                    watch.finished = True
+                payload = (
+                    reply.raw_body if reply.raw_body is not None else self._completion(body, reply)
+                )
+                await self._send_json(send, 200, payload)
+        finally:
+            if watch is not None:
+                watch.close()
+            if stream:
+                self._add_active(-1)
+
+    @staticmethod
+    def _resolve(
+        body: dict[str, Any], reply: Reply
+    ) -> tuple[str | None, list[dict[str, Any]], str]:
+        text = _echo_text(body) if reply.echo else reply.text
+        calls = _normalize_tool_calls(reply.tool_calls) if reply.tool_calls else []
+        finish = reply.finish_reason or ("tool_calls" if calls else "stop")
+        return text, calls, finish
+
+    def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        text, calls, finish = self._resolve(body, reply)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reply.refusal is not None:
+            message["refusal"] = reply.refusal
+        if reply.reasoning is not None:
+            message[reply.reasoning_field] = reply.reasoning
+        if calls:
+            message["tool_calls"] = calls
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": reply.usage
+            if reply.usage is not None
+            else _usage(body, text, reply.reasoning),
+        }
+
+    def _stream_events(self, body: dict[str, Any], reply: Reply) -> tuple[list[bytes], bool]:
+        """All data events of a streamed reply (without [DONE]) and whether to send [DONE]."""
+        if reply.raw_chunks is not None:
+            return [_sse(c) for c in reply.raw_chunks], reply.raw_done
+
+        text, calls, finish = self._resolve(body, reply)
+        stream_options = body.get("stream_options")
+        requested_usage = isinstance(stream_options, dict) and bool(
+            stream_options.get("include_usage")
+        )
+        include_usage = (
+            requested_usage if reply.include_usage_chunk is None else reply.include_usage_chunk
+        )
+        base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model"),
+        }
+        # Serialize the constant envelope once and splice deltas in: keeps the
+        # per-chunk cost to one small json.dumps (this server is a benchmark upstream).
+        head = b"data: " + _dumps(base).encode()[:-1] + b',"choices":[{"index":0,"delta":'
+        # OpenAI sends "usage": null on every chunk when include_usage is on.
+        tail = b',"usage":null}\n\n' if include_usage else b"}\n\n"
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            return (
+                head
+                + _dumps(delta).encode()
+                + b',"finish_reason":'
+                + _dumps(finish_reason).encode()
+                + b"}]"
+                + tail
+            )
+
+        size = reply.chunk_chars
+        events = [chunk({"role": "assistant", "content": ""})]
+        if reply.reasoning:
+            events += [chunk({reply.reasoning_field: p}) for p in _pieces(reply.reasoning, size)]
+        if text:
+            events += [chunk({"content": p}) for p in _pieces(text, size)]
+        if reply.refusal:
+            events += [chunk({"refusal": p}) for p in _pieces(reply.refusal, size)]
+
+        per_call: list[list[bytes]] = []
+        for i, call in enumerate(calls):
+            fn = call["function"]
+            header = {
+                "index": i,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": fn["name"], "arguments": ""},
+            }
+            seq = [chunk({"tool_calls": [header]})]
+            seq += [
+                chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+                for p in _pieces(fn["arguments"], size)
+            ]
+            per_call.append(seq)
+        if reply.interleave_tool_calls:
+            longest = max((len(s) for s in per_call), default=0)
+            events += [s[k] for k in range(longest) for s in per_call if k < len(s)]
+        else:
+            events += [e for s in per_call for e in s]
+
+        events.append(chunk({}, finish))
+        if include_usage:
+            usage = reply.usage if reply.usage is not None else _usage(body, text, reply.reasoning)
+            events.append(_sse({**base, "choices": [], "usage": usage}))
+        return events, True
+
+    async def _stream(
+        self, body: dict[str, Any], reply: Reply, index: int, watch: _DisconnectWatch, send: Send
+    ) -> None:
+        events, send_done = self._stream_events(body, reply)
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+
+        async def emit(data: bytes) -> bool:
+            """Send one event; False if the client is gone (abort recorded)."""
+            try:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            except OSError:
+                watch.event.set()
+            if watch.disconnected:
+                self._record_abort(index)
+                return False
+            return True
+
+        malformed_pending = reply.malformed_after is not None
+        for sent, event in enumerate(events):
+            if reply.disconnect_after is not None and sent >= reply.disconnect_after:
+                raise _AbruptClose
+            if malformed_pending and sent >= (reply.malformed_after or 0):
+                malformed_pending = False
+                if not await emit(_MALFORMED_EVENT):
+                    return
+            if sent and reply.interval > 0:
+                if await watch.sleep(reply.interval):
+                    self._record_abort(index)
+                    return
+            elif watch.disconnected:
+                self._record_abort(index)
+                return
+            if not await emit(event):
+                return
+            if reply.interval <= 0 and sent % 8 == 7:
+                # Yield now and then so connection_lost / the watcher can run;
+                # not on every chunk, which costs ~30% of streaming throughput.
+                await asyncio.sleep(0)
+        # disconnect_after beyond the last chunk still means "never finish properly".
+        if reply.disconnect_after is not None:
+            raise _AbruptClose
+        if malformed_pending and not await emit(_MALFORMED_EVENT):
+            return
+        watch.finished = True
+        await send(
+            {
+                "type": "http.response.body",
+                "body": _DONE_EVENT if send_done else b"",
+                "more_body": False,
+            }
+        )
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    """CLI entry point: foreground echo server for benchmarks."""
+    parser = argparse.ArgumentParser(description="Scripted OpenAI-compatible upstream (echo mode).")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8091)
+    parser.add_argument(
+        "--latency", type=float, default=0.0, help="seconds of delay before every reply"
+    )
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    upstream = ScriptedUpstream(
+        host=args.host, port=args.port, latency=args.latency, default_echo=True
+    )
+    upstream.run(log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()
