@@ -93,6 +93,9 @@ elif _db["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": 20,
         }
     )
+    # Tests use a file too: Django's default in-memory shared-cache test
+    # database locks whole tables and ignores the busy timeout.
+    _db["TEST"] = {"NAME": env.str("GATEWAY_TEST_SQLITE_PATH", default=str(BASE_DIR / ".test-gateway.sqlite3"))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis, Celery, event log --------------------------------------------
@@ -148,6 +151,9 @@ SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+# Container/load-balancer health probes speak plain HTTP to the app directly: never redirect
+# them (docker-compose.yml sets SECURE_SSL_REDIRECT=true behind a TLS-terminating proxy).
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
@@ -169,4 +175,25 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+}
+
+# --- Tool registry ------------------------------------------------------------
+# Modules whose functions may be registered as python tools.
+GATEWAY_PYTHON_TOOL_MODULES = frozenset(env.list("GATEWAY_PYTHON_TOOL_MODULES", default=[]))
+# Egress exceptions for http tools (hostnames, *.domains, IPs, CIDRs); the admin adds more.
+GATEWAY_EGRESS_ALLOW = env.list("GATEWAY_EGRESS_ALLOW", default=[])
+# Upper bound on model calls in one server-side tool loop.
+GATEWAY_MAX_TOOL_ITERATIONS = env.int("GATEWAY_MAX_TOOL_ITERATIONS", default=10)
+
+# --- Background responses -------------------------------------------------------
+# How long a worker-run response's event log is kept after its terminal event.
+GATEWAY_EVENT_LOG_TTL_SECONDS = env.int("GATEWAY_EVENT_LOG_TTL_SECONDS", default=3600)
+# A running worker refreshes its heartbeat this often; the reaper fails runs silent for 4x as long.
+GATEWAY_HEARTBEAT_SECONDS = env.float("GATEWAY_HEARTBEAT_SECONDS", default=5.0)
+GATEWAY_REAPER_INTERVAL_SECONDS = env.float("GATEWAY_REAPER_INTERVAL_SECONDS", default=30.0)
+CELERY_BEAT_SCHEDULE = {
+    "reap-stale-responses": {
+        "task": "responses_api.reap_stale_responses",
+        "schedule": GATEWAY_REAPER_INTERVAL_SECONDS,
+    }
 }

@@ -41,7 +41,7 @@ def _require(entry: dict, key: str, where: str) -> Any:
 @transaction.atomic
 def sync_config(data: dict[str, Any]) -> dict[str, int]:
     """Upsert providers and routes; returns counts of what was written."""
-    counts = {"providers": 0, "models": 0}
+    counts = {"providers": 0, "models": 0, "tools": 0}
     providers: dict[str, Provider] = {}
     for i, entry in enumerate(data.get("providers") or []):
         where = f"providers[{i}]"
@@ -91,8 +91,40 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
                 RouteTarget(route=route, provider_id=p, upstream_model=m, weight=w) for p, m, w in wanted
             )
         counts["models"] += 1
+    counts["tools"] = _sync_tools(data.get("tools") or [])
     clear_cache()
     return counts
+
+
+def _sync_tools(entries: list[dict[str, Any]]) -> int:
+    from tool_registry.models import Tool
+
+    for i, entry in enumerate(entries):
+        where = f"tools[{i}]"
+        executor = _require(entry, "executor", where)
+        if not isinstance(executor, dict):
+            raise ConfigError(f"{where}.executor: expected a mapping with a 'type'")
+        kind = _require(executor, "type", f"{where}.executor")
+        tool = Tool.objects.filter(name=_require(entry, "name", where)).first() or Tool(name=entry["name"])
+        tool.description = entry.get("description", "")
+        tool.parameters = entry.get("parameters") or {"type": "object", "properties": {}}
+        tool.strict = bool(entry.get("strict", True))
+        tool.enabled = bool(entry.get("enabled", True))
+        tool.executor = kind
+        tool.timeout = float(executor.get("timeout", entry.get("timeout", 30.0)))
+        tool.url = executor.get("url", "")
+        tool.headers_env = executor.get("headers_env") or {}
+        tool.signing_secret_env = executor.get("signing_secret_env", "")
+        tool.python_callable = executor.get("callable", "")
+        tool.run_on_worker = bool(entry.get("run_on_worker", False))
+        try:
+            tool.full_clean()
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: {exc.message_dict}") from exc
+        tool.save()
+        if "routes" in entry:
+            tool.routes.set(ModelRoute.objects.filter(name__in=entry["routes"]))
+    return len(entries)
 
 
 def sync_config_file(path: str | Path) -> dict[str, int]:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Protocol
 
 from .protocol.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError
-from .protocol.events import Event, EventBuilder
+from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
+from .protocol.ids import new_id
 from .protocol.request import CreateRequest
 from .protocol.response import response_object
 from .protocol.tools import allowed_tool_names
@@ -41,15 +42,35 @@ class Persistence(Protocol):
     async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None: ...
 
 
+class ToolRunner(Protocol):
+    def is_server_tool(self, name: str) -> bool: ...
+
+    async def execute(self, call: dict[str, Any]) -> str:
+        """Run one function_call item; returns the output (errors become outputs)."""
+        ...
+
+
+class _Cancelled(Exception):
+    """Raised inside the engine once a cancel was requested and the running step stopped."""
+
+
 def _falls_back(error: GatewayError) -> bool:
     """Worth trying another target: the upstream failed, not the request."""
     return isinstance(error, (UpstreamError, RateLimited)) and not isinstance(error, InvalidRequest)
 
 
 class ResponseRun:
-    def __init__(self, job: ResponseJob, persistence: Persistence) -> None:
+    def __init__(
+        self, job: ResponseJob, persistence: Persistence, tools: ToolRunner, *, max_iterations: int = 10
+    ) -> None:
         self.job = job
         self.persistence = persistence
+        self.tools = tools
+        self.max_iterations = max_iterations
+        self.tool_calls_made = 0
+        # Stream from the upstream even when the client does not: workers do, so
+        # that a cancel stops generation and a poll sees the output so far.
+        self.stream_upstream = job.request.stream
         req = job.request
         self.response = response_object(
             response_id=job.response_id,
@@ -64,10 +85,13 @@ class ResponseRun:
             self.response, allowed_tools=allowed_tool_names(req.tool_choice, req.tools)
         )
         self.error: GatewayError | None = None
+        self.failure_events: list[Event] = []  # what connect() would have streamed on failure
         self._call: UpstreamCall | None = None
         self._target: Target | None = None
         self._started = time.monotonic()
         self._persisted = False
+        self._cancel_requested = False
+        self._tools_task: asyncio.Future | None = None
 
     # -- before the first byte -------------------------------------------------
     async def connect(self) -> None:
@@ -76,42 +100,61 @@ class ResponseRun:
         Raises the last GatewayError when every target fails; the response is
         then stored as failed, and the caller still owes the client an HTTP
         error (nothing has been sent yet)."""
+        try:
+            self._call = await self._open_with_fallback()
+        except GatewayError as exc:
+            self.error = exc
+            self.failure_events = self.builder.fail(exc)
+            await self._persist()
+            raise
+
+    async def _open_with_fallback(self) -> UpstreamCall:
         last: GatewayError | None = None
         for target in self.job.route.attempt_order():
             try:
-                self._call = await open_call(target, self._upstream_request())
+                call = await open_call(target, self._upstream_request())
                 self._target = target
-                return
+                return call
             except GatewayError as exc:
                 last = exc
                 log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
                 if not _falls_back(exc):
                     break
         assert last is not None
-        self.error = last
-        self.builder.fail(last)
-        await self._persist()
         raise last
 
     def _upstream_request(self) -> UpstreamRequest:
         req = self.job.request
-        return UpstreamRequest(request=req, items=self.job.context, tools=req.tools, stream=req.stream)
+        # Later steps of a tool loop see what this response produced so far.
+        items = self.job.context + self.response["output"]
+        return UpstreamRequest(request=req, items=items, tools=req.tools, stream=self.stream_upstream)
 
     # -- the stream --------------------------------------------------------------
-    async def events(self) -> AsyncIterator[Event]:
-        """All events of the response, from `response.created` to the terminal one."""
+    async def events(self, opening: str = "created") -> AsyncIterator[Event]:
+        """All events of the response, to the terminal one.
+
+        `opening`: "created" emits response.created + response.in_progress;
+        "in_progress" (a worker taking a queued response) only the latter;
+        "none" (a worker continuing a stream the web process opened) neither."""
         assert self._call is not None, "connect() first"
         try:
-            for event in self.builder.start():
+            opening_events = {"created": self.builder.start, "in_progress": self.builder.begin}
+            for event in opening_events.get(opening, list)():
                 yield event
             try:
-                async for delta in self._call.deltas():
-                    for event in self.builder.feed(delta):
-                        yield event
-                terminal = self.builder.finish()
+                terminal: list[Event] = []
+                async for event in self._steps(terminal):
+                    yield event
+            except _Cancelled:
+                self.builder.cancel()
+                terminal = [self.builder.cancelled_event()]
             except GatewayError as exc:
-                self.error = exc
-                terminal = self.builder.fail(exc)
+                if self._cancel_requested:
+                    self.builder.cancel()
+                    terminal = [self.builder.cancelled_event()]
+                else:
+                    self.error = exc
+                    terminal = self.builder.fail(exc)
             await self._persist()
             for event in terminal:
                 yield event
@@ -123,6 +166,73 @@ class ResponseRun:
         finally:
             if self._call is not None:
                 await self._call.aclose()
+
+    async def _steps(self, terminal: list[Event]) -> AsyncIterator[Event]:
+        """Model calls and server tool calls until an answer; fills `terminal` at the end."""
+        assert self._call is not None
+        iteration = 0
+        while True:
+            try:
+                async for delta in self._call.deltas():
+                    if self._cancel_requested:
+                        raise _Cancelled()
+                    for event in self.builder.feed(delta):
+                        yield event
+            except _Cancelled:
+                raise
+            except Exception:
+                if self._cancel_requested:
+                    raise _Cancelled() from None
+                raise
+            if self._cancel_requested:
+                raise _Cancelled()
+            for event in self.builder.end_step():
+                yield event
+            calls = self.builder.step_calls
+            server_calls = [c for c in calls if self.tools.is_server_tool(c["name"])]
+            if self.builder.finish_reason in INCOMPLETE_REASONS or not server_calls:
+                terminal += self.builder.finish()
+                return
+            budget = self.job.request.max_tool_calls
+            allowed = server_calls if budget is None else server_calls[: max(budget - self.tool_calls_made, 0)]
+            self._tools_task = asyncio.ensure_future(self._run_tools(allowed))
+            try:
+                outputs = await self._tools_task
+            except asyncio.CancelledError:
+                if self._cancel_requested and self._tools_task.cancelled():
+                    raise _Cancelled() from None
+                raise
+            finally:
+                self._tools_task = None
+            for item in outputs:
+                for event in self.builder.add_item(item):
+                    yield event
+            if len(allowed) < len(server_calls):
+                terminal += self.builder.finish(incomplete_reason="max_tool_calls")
+                return
+            if len(server_calls) < len(calls):
+                terminal += self.builder.finish()  # client tools remain: the client answers them
+                return
+            iteration += 1
+            if iteration >= self.max_iterations:
+                terminal += self.builder.finish(incomplete_reason="max_tool_calls")
+                return
+            if self._cancel_requested:
+                raise _Cancelled()
+            self.builder.new_step()
+            self._call = await self._open_with_fallback()
+
+    async def _run_tools(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.tool_calls_made += len(calls)
+        if self.job.request.parallel_tool_calls:
+            outputs = await asyncio.gather(*(self.tools.execute(c) for c in calls))
+        else:
+            outputs = [await self.tools.execute(c) for c in calls]
+        return [
+            {"id": new_id("fco"), "type": "function_call_output", "call_id": call["call_id"],
+             "output": output, "status": "completed"}
+            for call, output in zip(calls, outputs)
+        ]
 
     async def _cancel(self) -> None:
         if self._persisted:
@@ -140,6 +250,16 @@ class ResponseRun:
         await self.persistence.finish(
             self.response, upstream=self._target.label if self._target else "", latency_ms=latency_ms
         )
+
+    def request_cancel(self) -> None:
+        """Stop soon: close the upstream request, stop running tools; the run ends `cancelled`."""
+        if self._cancel_requested or self._persisted:
+            return
+        self._cancel_requested = True
+        if self._tools_task is not None:
+            self._tools_task.cancel()
+        if self._call is not None:
+            asyncio.ensure_future(self._call.aclose())
 
     async def run_to_end(self) -> dict[str, Any]:
         """The non-streaming path: the same machine, its final state."""

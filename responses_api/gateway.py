@@ -1,17 +1,23 @@
 """The async orchestration between views (or workers) and the engine: prepare a run."""
 from __future__ import annotations
 
+import copy
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone as dt_timezone
 from typing import Any
+
+from django.conf import settings
 
 from . import db, services
 from .auth import Principal, authenticate_key, cached_principal
 from .engine import ResponseJob, ResponseRun
-from .protocol.errors import NotFound
+from .protocol.errors import InvalidRequest, NotFound
+from .protocol.events import EventBuilder
 from .protocol.ids import new_id
 from .protocol.request import CreateRequest
-from .protocol.response import request_params
+from .protocol.response import request_params, response_object
+from .protocol.tools import Tool, make_tool
 from .routing import Route, route_cached, route_get
 
 
@@ -50,9 +56,51 @@ class DatabasePersistence:
         )
 
 
-async def prepare_run(principal: Principal, req: CreateRequest) -> ResponseRun:
+_tool_cache: dict[tuple[int, str, tuple[str, ...]], tuple[float, list[Any]]] = {}
+
+
+def clear_cache() -> None:
+    _tool_cache.clear()
+
+
+async def registry_specs(principal: Principal, req: CreateRequest) -> list[Any]:
+    """Registry tools named by the request or attached to its route (cached briefly)."""
+    from tool_registry.services import registry_tools_for
+
+    names = tuple(sorted(t.name for t in req.tools if t.bare))
+    key = (principal.tenant_id, req.model, names)
+    cached = _tool_cache.get(key)
+    now = time.monotonic()
+    if cached is None or cached[0] <= now:
+        specs = await db.run(registry_tools_for, tenant_id=principal.tenant_id, route_name=req.model, names=list(names))
+        cached = (now + settings.GATEWAY_CACHE_SECONDS, specs)
+        _tool_cache[key] = cached
+    return cached[1]
+
+
+def merge_registry_tools(req: CreateRequest, specs: list[Any]) -> None:
+    """Bare `{type, name}` tools become registry tools; route-attached tools are appended."""
+    by_name = {s.name: s for s in specs}
+    merged: list[Tool] = []
+    for tool in req.tools:
+        spec = by_name.pop(tool.name, None) if tool.bare else None
+        merged.append(tool if spec is None else _registry_tool(spec))
+    merged += [_registry_tool(s) for s in by_name.values() if s.name not in {t.name for t in merged}]
+    req.tools = merged
+
+
+def _registry_tool(spec: Any) -> Tool:
+    return make_tool(
+        name=spec.name, description=spec.description or None, parameters=spec.parameters,
+        strict=spec.strict, param=f"registry tool {spec.name}", source="registry",
+    )
+
+
+async def prepare_run(
+    principal: Principal, req: CreateRequest, *, route: Route, specs: list[Any]
+) -> ResponseRun:
     """Validate access, load the chain, insert the open row: one thread hop at most."""
-    route = await route_for(principal, req.model)
+    merge_registry_tools(req, specs)
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
@@ -89,4 +137,69 @@ async def prepare_run(principal: Principal, req: CreateRequest) -> ResponseRun:
     persistence = DatabasePersistence(
         tenant_id=principal.tenant_id, input_items=req.input_items, store=req.store
     )
-    return ResponseRun(job, persistence)
+    return ResponseRun(job, persistence, await tool_runner(response_id, specs),
+                       max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS)
+
+
+async def tool_runner(response_id: str, specs: list[Any]) -> Any:
+    from tool_registry.runner import NoTools, RegistryToolRunner
+    from tool_registry.services import egress_policy
+
+    if not specs:
+        return NoTools()
+    return RegistryToolRunner(response_id=response_id, specs=specs, policy=await db.run(egress_policy))
+
+
+@dataclass(slots=True)
+class WorkerStarted:
+    """A response handed to a worker: what the create call answers with."""
+
+    response: dict[str, Any]
+    response_id: str
+
+
+async def start_on_worker(principal: Principal, req: CreateRequest, body: dict[str, Any], route: Route,
+                          specs: list[Any]) -> WorkerStarted:
+    """Store the run as a job, write its opening events to the log, enqueue it."""
+    from .background import enqueue
+    from .eventlog import event_log
+
+    response_id = new_id("resp")
+    now = time.time()
+    params = request_params(req)
+    job = {
+        "body": {k: v for k, v in body.items() if k != "stream"},
+        "input_items": req.input_items,
+        # background: the worker announces in_progress; a relayed foreground stream already did.
+        "opening": "in_progress" if req.background else "none",
+    }
+    await db.run(
+        services.response_begin, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
+        response_id=response_id, created_at=datetime.fromtimestamp(now, dt_timezone.utc), model=req.model,
+        previous_response_id=req.previous_response_id, input_items=req.input_items, params=params,
+        status="queued" if req.background else "in_progress", store=True, job=job,
+    )
+    response = response_object(
+        response_id=response_id, created_at=int(now), status="in_progress", model=req.model,
+        previous_response_id=req.previous_response_id, params=params, output=[],
+    )
+    builder = EventBuilder(response)
+    for event in builder.start(queued=req.background):
+        await event_log().append(response_id, event)
+    await enqueue(response_id)
+    return WorkerStarted(response=copy.deepcopy(builder.response), response_id=response_id)
+
+
+async def start_response(principal: Principal, req: CreateRequest, body: dict[str, Any]) -> ResponseRun | WorkerStarted:
+    """Run here (a ResponseRun to drive) or on a worker (background, or a route/tool that asks for it)."""
+    route = await route_for(principal, req.model)
+    specs = await registry_specs(principal, req)
+    on_worker = req.background or route.run_on_worker or any(s.run_on_worker for s in specs)
+    if on_worker:
+        if not req.store:
+            raise InvalidRequest(
+                "This model runs on background workers, which requires 'store': true.", param="store"
+            )
+        merge_registry_tools(req, specs)
+        return await start_on_worker(principal, req, body, route, specs)
+    return await prepare_run(principal, req, route=route, specs=specs)

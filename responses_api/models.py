@@ -71,6 +71,9 @@ class ModelRoute(models.Model):
     name = models.CharField(max_length=200, unique=True, help_text="What clients send as `model`.")
     description = models.TextField(blank=True)
     enabled = models.BooleanField(default=True)
+    run_on_worker = models.BooleanField(
+        default=False, help_text="Run every response of this model on a background worker (long tool loops)."
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -125,6 +128,10 @@ class Response(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # Worker-run responses: the validated request, and the running worker's last sign of life.
+    job = models.JSONField(null=True, blank=True, editable=False)
+    on_worker = models.BooleanField(default=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "-created_at"], name="resp_tenant_created")]

@@ -46,6 +46,7 @@ class Target:
 class Route:
     name: str
     targets: tuple[Target, ...]
+    run_on_worker: bool = False
 
     def attempt_order(self, rng: random.Random | None = None) -> list[Target]:
         """Weighted random order of the weighted targets, then the weight-0 fallbacks."""
@@ -126,7 +127,7 @@ def route_get(model: str) -> Route:
                 for t in route.targets.all()
                 if t.provider.enabled
             )
-            value = Route(route.name, targets) if targets else None
+            value = Route(route.name, targets, route.run_on_worker) if targets else None
         cached = (now + settings.GATEWAY_CACHE_SECONDS, value)
         _routes[model] = cached
     if cached[1] is None:

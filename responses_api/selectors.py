@@ -109,11 +109,11 @@ def response_output_list(*, response_id: str) -> list[dict[str, Any]]:
 
 def response_object_from_row(row: Response, output: list[dict[str, Any]]) -> dict[str, Any]:
     usage = None
-    if row.input_tokens is not None:
+    if row.input_tokens is not None or row.status in ("completed", "failed", "cancelled", "incomplete"):
         usage = {
-            "input_tokens": row.input_tokens,
+            "input_tokens": row.input_tokens or 0,
             "output_tokens": row.output_tokens or 0,
-            "total_tokens": row.input_tokens + (row.output_tokens or 0),
+            "total_tokens": (row.input_tokens or 0) + (row.output_tokens or 0),
             "input_tokens_details": {"cached_tokens": row.cached_tokens or 0, "cache_write_tokens": 0},
             "output_tokens_details": {"reasoning_tokens": row.reasoning_tokens or 0},
         }

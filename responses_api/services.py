@@ -23,10 +23,11 @@ class BeginResult:
     input_items: list[dict[str, Any]]  # this request's input, item references resolved
 
 
-def _resolve_references(tenant_id: int, items: list[dict]) -> tuple[list[dict], dict[str, Item]]:
+def resolve_references(tenant_id: int, items: list[dict]) -> list[dict]:
+    """The items with every `item_reference` replaced by the stored item (one query, if any)."""
     refs = [i["id"] for i in items if i["type"] == "item_reference"]
     if not refs:
-        return items, {}
+        return items
     found = selectors.items_by_public_id(tenant_id=tenant_id, public_ids=refs)
     resolved = []
     for index, item in enumerate(items):
@@ -40,7 +41,7 @@ def _resolve_references(tenant_id: int, items: list[dict]) -> tuple[list[dict], 
             resolved.append(stored.data)
         else:
             resolved.append(item)
-    return resolved, found
+    return resolved
 
 
 def response_begin(
@@ -55,6 +56,7 @@ def response_begin(
     params: dict[str, Any],
     status: str,
     store: bool,
+    job: dict[str, Any] | None = None,
 ) -> BeginResult:
     """Load the chain context and (when stored) insert the open response row.
 
@@ -65,7 +67,7 @@ def response_begin(
     if previous_response_id is not None:
         selectors.chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
         context = selectors.chain_items_list(response_id=previous_response_id)
-    resolved, _ = _resolve_references(tenant_id, input_items)
+    resolved = resolve_references(tenant_id, input_items)
     if store:
         Response.objects.create(
             id=response_id,
@@ -80,6 +82,8 @@ def response_begin(
             store=True,
             background=params.get("background", False),
             created_at=created_at,
+            job=job,
+            on_worker=job is not None,
         )
     return BeginResult(context=context + resolved, input_items=input_items)
 
@@ -167,3 +171,13 @@ def api_key_create(*, tenant_name: str, name: str, is_admin: bool = False) -> tu
 
 def api_key_revoke(*, key: ApiKey) -> None:
     ApiKey.objects.filter(id=key.id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def response_cancel_queued(*, response_id: str) -> bool:
+    """queued -> cancelled (compare-and-swap); False if a worker took it or it ended."""
+    return bool(Response.objects.filter(id=response_id, status="queued").update(status="cancelled"))
+
+
+def response_force_cancel(*, response_id: str) -> bool:
+    """in_progress -> cancelled when its worker did not answer the cancel request."""
+    return bool(Response.objects.filter(id=response_id, status="in_progress").update(status="cancelled"))

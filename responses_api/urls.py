@@ -1,4 +1,4 @@
-from django.urls import path, re_path
+from django.urls import include, path, re_path
 
 from . import views
 
@@ -9,5 +9,6 @@ urlpatterns = [
     path("responses/<str:response_id>/input_items", views.response_input_items),
     path("models", views.models),
     path("models/<path:model>", views.model_detail),
+    path("", include("responses_api.history.urls")),
     re_path(r"^.*$", views.not_found),
 ]

@@ -13,9 +13,13 @@ from django.views.decorators.csrf import csrf_exempt
 from . import db, selectors, services
 from .auth import Principal, bearer_token
 from .exception_handlers import error_response, json_response
-from .gateway import prepare_run, principal_for
+from .background import cancel_background
+from .eventlog import event_log
+from .gateway import WorkerStarted, principal_for, start_response
+from .history.views import list_responses
 from .models import ModelRoute
-from .protocol.errors import GatewayError, InvalidRequest, NotFound
+from .protocol.errors import GatewayError, InvalidRequest, NotFound, ServerError
+from .protocol.events import output_from_events
 from .protocol.request import parse_create_request
 from .sse import sse_body
 
@@ -42,6 +46,10 @@ def api_endpoint(methods: dict[str, View]) -> Callable[..., Awaitable[HttpRespon
             return await handler(request, principal, **kwargs)
         except GatewayError as exc:
             return error_response(exc)
+        except Exception:
+            # Never an HTML 500: the protocol's error body, and the traceback in the log.
+            log.exception("unhandled error", extra={"request_id": getattr(request, "request_id", None)})
+            return error_response(ServerError("The gateway failed to handle this request."))
 
     endpoint.csrf_exempt = True  # type: ignore[attr-defined]
     return endpoint
@@ -54,42 +62,63 @@ def _json_body(request: HttpRequest) -> Any:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}.") from None
 
 
+def _sse_response(events) -> StreamingHttpResponse:  # type: ignore[no-untyped-def]
+    response = StreamingHttpResponse(
+        sse_body(events, settings.GATEWAY_SSE_KEEPALIVE_SECONDS), content_type="text/event-stream"
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
 async def create_response(request: HttpRequest, principal: Principal) -> HttpResponse:
-    req = parse_create_request(_json_body(request))
+    body = _json_body(request)
+    req = parse_create_request(body)
     request.log_extra["model"] = req.model  # type: ignore[attr-defined]
-    if req.background:
-        raise InvalidRequest(
-            "'background': true is not available on this gateway yet.", param="background",
-            code="unsupported_parameter",
-        )
-    run = await prepare_run(principal, req)
+    started = await start_response(principal, req, body)
+    if isinstance(started, WorkerStarted):
+        if req.stream:  # relay the worker's events live; the work survives a disconnect
+            return _sse_response(event_log().read(started.response_id))
+        return json_response(started.response)
+    run = started
     await run.connect()  # every target failed: a clean HTTP error, nothing streamed
     if req.stream:
-        response = StreamingHttpResponse(
-            sse_body(run.events(), settings.GATEWAY_SSE_KEEPALIVE_SECONDS),
-            content_type="text/event-stream",
-        )
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
-    body = await run.run_to_end()
+        return _sse_response(run.events())
+    result = await run.run_to_end()
     if run.error is not None:
         raise run.error
-    usage = body.get("usage") or {}
+    usage = result.get("usage") or {}
     request.log_extra.update(  # type: ignore[attr-defined]
-        response_id=body["id"], response_status=body["status"],
+        response_id=result["id"], response_status=result["status"],
         input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"),
     )
-    return json_response(body)
+    return json_response(result)
+
+
+async def _current(principal: Principal, response_id: str) -> dict:
+    """The stored response; for a running worker response, with its output so far."""
+    body = await db.run(selectors.response_retrieve, tenant_id=principal.tenant_id, response_id=response_id)
+    if body["status"] in ("queued", "in_progress") and not body["output"]:
+        body["output"] = output_from_events(await event_log().snapshot(response_id))
+    return body
 
 
 async def retrieve_response(request: HttpRequest, principal: Principal, response_id: str) -> HttpResponse:
-    if request.GET.get("stream") in ("true", "1"):
-        raise InvalidRequest(
-            "Streaming a stored response is available for background responses only.", param="stream"
-        )
-    body = await db.run(selectors.response_retrieve, tenant_id=principal.tenant_id, response_id=response_id)
-    return json_response(body)
+    if request.GET.get("stream") in ("true", "1", "True"):
+        row = await db.run(selectors.response_get_row, tenant_id=principal.tenant_id, response_id=response_id)
+        if not row.on_worker:
+            raise InvalidRequest(
+                "Only background (worker-run) responses can be streamed again.", param="stream"
+            )
+        raw_after = request.GET.get("starting_after")
+        try:
+            after = int(raw_after) if raw_after is not None else -1
+        except ValueError:
+            raise InvalidRequest("'starting_after' must be an integer.", param="starting_after") from None
+        if await event_log().last_sequence_number(response_id) < 0:
+            raise NotFound("The event log of this response has expired.", param="stream", code="event_log_expired")
+        return _sse_response(event_log().read(response_id, after))
+    return json_response(await _current(principal, response_id))
 
 
 async def delete_response(request: HttpRequest, principal: Principal, response_id: str) -> HttpResponse:
@@ -98,12 +127,14 @@ async def delete_response(request: HttpRequest, principal: Principal, response_i
 
 
 async def cancel_response(request: HttpRequest, principal: Principal, response_id: str) -> HttpResponse:
-    body = await db.run(selectors.response_retrieve, tenant_id=principal.tenant_id, response_id=response_id)
-    if not body["background"]:
+    row = await db.run(selectors.response_get_row, tenant_id=principal.tenant_id, response_id=response_id)
+    if not row.background:
         raise InvalidRequest(
-            "Only background responses can be cancelled.", param="response_id", code="not_background"
+            "Only background responses can be cancelled; this one was not created with 'background': true.",
+            param="response_id", code="not_background",
         )
-    return json_response(body)  # background responses are never open here yet; cancel is a no-op on terminal ones
+    await cancel_background(response_id)
+    return json_response(await _current(principal, response_id))
 
 
 def _limit(raw: str | None) -> int:
@@ -154,7 +185,7 @@ async def retrieve_model(request: HttpRequest, principal: Principal, model: str)
     return json_response(data[0])
 
 
-responses = api_endpoint({"POST": create_response})
+responses = api_endpoint({"POST": create_response, "GET": list_responses})
 response_detail = api_endpoint({"GET": retrieve_response, "DELETE": delete_response})
 response_cancel = api_endpoint({"POST": cancel_response})
 response_input_items = api_endpoint({"GET": list_input_items})

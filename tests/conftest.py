@@ -83,13 +83,15 @@ def gateway_server(django_db_setup, django_db_blocker) -> Iterator[_ThreadedUvic
 
 @pytest.fixture(autouse=True)
 def _fresh_caches() -> Iterator[None]:
-    from responses_api import auth, routing
+    from responses_api import auth, gateway, routing
+    from tool_registry import services as tool_services
 
-    auth.clear_cache()
-    routing.clear_cache()
+    clears = (auth.clear_cache, routing.clear_cache, gateway.clear_cache, tool_services.clear_cache)
+    for clear in clears:
+        clear()
     yield
-    auth.clear_cache()
-    routing.clear_cache()
+    for clear in clears:
+        clear()
 
 
 @dataclass
@@ -134,3 +136,78 @@ def gateway(transactional_db, gateway_server: _ThreadedUvicorn, scripted: Script
     raw, tenant_id = make_key()
     make_route(scripted.base_url)
     return Gateway(url=gateway_server.url, key=raw, tenant_id=tenant_id)
+
+
+class CeleryWorker:
+    """A real `celery worker` process (optionally with embedded beat) on the test database."""
+
+    def __init__(self, *, beat: bool = False, concurrency: int = 2, extra_env: dict[str, str] | None = None) -> None:
+        import os
+        import subprocess
+        import sys
+
+        from django.db import connection
+
+        db = connection.settings_dict
+        env = dict(os.environ)
+        env.update({
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+            "GATEWAY_HEARTBEAT_SECONDS": "0.5",
+            "GATEWAY_REAPER_INTERVAL_SECONDS": "1",
+            "GATEWAY_EGRESS_ALLOW": "127.0.0.1",
+            "GATEWAY_PYTHON_TOOL_MODULES": "tests.tool_registry.pytools",
+            "GATEWAY_CACHE_SECONDS": "0",
+            "LOG_LEVEL": "WARNING",
+            **(extra_env or {}),
+        })
+        cmd = [sys.executable, "-m", "celery", "-A", "project", "worker", "--loglevel=WARNING",
+               f"--concurrency={concurrency}", "--without-gossip", "--without-mingle", "--prefetch-multiplier=1"]
+        if beat:
+            cmd += ["--beat", "--schedule", f"/tmp/celerybeat-{os.getpid()}-{id(self)}"]
+        self.process = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        from project.celery import app
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError("the celery worker exited")
+            replies = app.control.ping(timeout=0.5)
+            if replies:
+                return
+        raise RuntimeError("the celery worker did not answer ping")
+
+    def kill(self) -> None:
+        import os
+        import signal
+
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        import os
+        import signal
+
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)  # warm shutdown: the main process stops its children
+            try:
+                self.process.wait(timeout=10)
+            except Exception:
+                self.kill()
+
+
+@pytest.fixture
+def worker(gateway: Gateway, settings) -> Iterator[CeleryWorker | None]:  # type: ignore[no-untyped-def]
+    """Real Celery worker with Redis; None in embedded mode, where the web process runs the work."""
+    settings.GATEWAY_HEARTBEAT_SECONDS = 0.5
+    if settings.EMBEDDED_WORKER:
+        yield None
+        return
+    proc = CeleryWorker()
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()

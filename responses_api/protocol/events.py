@@ -347,8 +347,32 @@ class EventBuilder:
             self._event("response.failed", response=self._snapshot()),
         ]
 
+    def cancelled_event(self) -> Event:
+        """Neither spec has a cancelled event: response.failed carries status `cancelled`."""
+        return self._event("response.failed", response=self._snapshot())
+
     def cancel(self) -> None:
         """The client went away or cancelled: no events, partial output kept."""
         self._abandon_open_items()
         self.response["status"] = "cancelled"
         self.response["usage"] = self.usage.as_dict()
+
+
+def output_from_events(events: list[Event]) -> list[dict[str, Any]]:
+    """The output so far of a response, folded from its events (for polling a running response)."""
+    output: list[dict[str, Any]] = []
+    for event in events:
+        kind = event["type"]
+        if kind == "response.output_item.added":
+            output.append(copy.deepcopy(event["item"]))
+        elif kind == "response.output_item.done":
+            output[event["output_index"]] = copy.deepcopy(event["item"])
+        elif kind == "response.content_part.added":
+            output[event["output_index"]]["content"].append(copy.deepcopy(event["part"]))
+        elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
+            output[event["output_index"]]["content"][event["content_index"]]["text"] += event["delta"]
+        elif kind == "response.refusal.delta":
+            output[event["output_index"]]["content"][event["content_index"]]["refusal"] += event["delta"]
+        elif kind == "response.function_call_arguments.delta":
+            output[event["output_index"]]["arguments"] += event["delta"]
+    return output

@@ -27,6 +27,7 @@ class Tool:
     parameters: dict[str, Any]
     strict: bool
     source: str = "client"  # "client": returned to the caller; "registry": run by the gateway
+    bare: bool = False  # given as just {type, name}: may name a registry tool
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -144,6 +145,7 @@ def normalize_tools(raw: Any) -> list[Tool]:
             strict=entry.get("strict"),
             param=param,
         )
+        tool.bare = all(entry.get(k) is None for k in ("parameters", "description", "strict"))
         if tool.name in seen:
             raise InvalidRequest(f"Duplicate tool name {tool.name!r}.", param=f"{param}.name")
         seen.add(tool.name)

@@ -131,7 +131,13 @@ async def open_chat_completion(target: Target, request: UpstreamRequest) -> Chat
         timeout=timeout,
     )
     try:
-        response = await client.send(http_request, stream=True)
+        try:
+            response = await client.send(http_request, stream=True)
+        except httpx.RemoteProtocolError:
+            # A pooled keep-alive connection the server had already closed
+            # (llama.cpp's server does this after a stream): it never saw the
+            # request, so sending it once more on a fresh connection is safe.
+            response = await client.send(http_request, stream=True)
     except httpx.HTTPError as exc:
         raise transport_error(target, exc) from exc
     try:

@@ -1,0 +1,234 @@
+"""Worker-run responses: enqueue, claim, run with heartbeat and cancellation, reap the stale.
+
+The same engine as the web path runs here; its events go to the event log
+(eventlog.py) instead of a socket. A Celery task calls `run_claimed` in
+production; in embedded mode (no REDIS_URL) an asyncio task in the web
+process does, so the one-command start keeps the same features.
+
+Crash policy: a run whose worker died (heartbeat silent for 4 x
+GATEWAY_HEARTBEAT_SECONDS) is ended `failed` with code `worker_lost`; it is
+never re-run, because events (and maybe tool calls) of the first run have
+already been seen. A redelivered task finds the response no longer queued
+and does nothing but this reaping.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime, timedelta, timezone as dt_timezone
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from . import db, selectors
+from .engine import ResponseJob, ResponseRun
+from .eventlog import event_log
+from .gateway import DatabasePersistence, merge_registry_tools, tool_runner
+from .models import Response
+from .protocol.errors import GatewayError, ServerError
+from .protocol.request import parse_create_request
+from .routing import route_get
+
+log = logging.getLogger("gateway.background")
+
+_embedded_tasks: set[asyncio.Task] = set()
+
+
+async def enqueue(response_id: str) -> None:
+    """Hand a stored (committed) response to a worker: Celery, or an in-process task when embedded."""
+    if settings.EMBEDDED_WORKER:
+        task = asyncio.get_running_loop().create_task(run_claimed(response_id))
+        _embedded_tasks.add(task)  # keep a reference: the loop holds tasks only weakly
+        task.add_done_callback(_embedded_tasks.discard)
+        return
+    from .tasks import run_response
+
+    await asyncio.to_thread(run_response.delay, response_id)
+
+
+# -- sync database steps --------------------------------------------------------
+
+def _claim(response_id: str) -> Response | None:
+    """Take an unclaimed run (heartbeat still null), compare-and-swap: exactly one worker wins."""
+    now = timezone.now()
+    won = Response.objects.filter(
+        id=response_id, status__in=("queued", "in_progress"), on_worker=True, heartbeat_at__isnull=True
+    ).update(status="in_progress", heartbeat_at=now)
+    return Response.objects.get(id=response_id) if won else None
+
+
+def _heartbeat(response_id: str) -> None:
+    Response.objects.filter(id=response_id, status="in_progress").update(heartbeat_at=timezone.now())
+
+
+def _load_job(row: Response) -> tuple[ResponseJob, list[Any], str]:
+    job = row.job or {}
+    req = parse_create_request(job["body"])
+    req.input_items = job["input_items"]
+    route = route_get(req.model)
+    from tool_registry.services import registry_tools_for
+
+    specs = registry_tools_for(
+        tenant_id=row.tenant_id, route_name=req.model, names=[t.name for t in req.tools if t.bare]
+    )
+    merge_registry_tools(req, specs)
+    context: list[dict] = []
+    if row.previous_response_id:
+        context = selectors.chain_items_list(response_id=row.previous_response_id)
+    from .services import resolve_references
+
+    resolved = resolve_references(row.tenant_id, req.input_items)
+    run_job = ResponseJob(
+        response_id=row.id, created_at=int(row.created_at.timestamp()), tenant_id=row.tenant_id,
+        request=req, params=row.params, route=route, context=context + resolved, input_items=req.input_items,
+    )
+    return run_job, specs, job.get("opening", "in_progress")
+
+
+def _mark_failed(response_id: str, code: str, message: str) -> bool:
+    return bool(
+        Response.objects.filter(id=response_id, status__in=("queued", "in_progress")).update(
+            status="failed", error={"code": code, "message": message}
+        )
+    )
+
+
+# -- the run ---------------------------------------------------------------------
+
+async def _append_all(response_id: str, events: list[dict[str, Any]]) -> None:
+    for event in events:
+        await event_log().append(response_id, event)
+
+
+async def _heartbeat_loop(response_id: str) -> None:
+    while True:
+        await asyncio.sleep(settings.GATEWAY_HEARTBEAT_SECONDS)
+        await db.run(_heartbeat, response_id)
+
+
+async def _cancel_watch(response_id: str, run: ResponseRun) -> None:
+    while not await event_log().cancel_requested(response_id):
+        await asyncio.sleep(0.2)
+    run.request_cancel()
+
+
+async def run_claimed(response_id: str) -> str:
+    """Claim and run one worker-run response to its end. Returns what happened."""
+    row = await db.run(_claim, response_id)
+    if row is None:
+        await reap_one(response_id)
+        return "not-claimed"
+    try:
+        job, specs, opening = await db.run(_load_job, row)
+    except GatewayError as exc:
+        await _fail_with_event(response_id, exc)
+        return "failed"
+    run = ResponseRun(
+        job,
+        DatabasePersistence(tenant_id=job.tenant_id, input_items=job.input_items, store=True),
+        await tool_runner(response_id, specs),
+        max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
+    )
+    run.stream_upstream = True
+    run.builder.sequence_number = await event_log().last_sequence_number(response_id) + 1
+    heart = asyncio.create_task(_heartbeat_loop(response_id))
+    watcher = asyncio.create_task(_cancel_watch(response_id, run))
+    try:
+        if opening == "in_progress":
+            await _append_all(response_id, run.builder.begin())
+        try:
+            await run.connect()
+        except GatewayError:
+            await _append_all(response_id, run.failure_events)
+            return "failed"
+        async for event in run.events(opening="none"):
+            await event_log().append(response_id, event)
+        return run.response["status"]
+    finally:
+        for task in (watcher, heart):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _fail_with_event(response_id: str, error: GatewayError) -> None:
+    if await db.run(_mark_failed, response_id, error.code or "server_error", error.message):
+        body = await db.run(selectors.response_retrieve, tenant_id=None, response_id=response_id)
+        sequence = await event_log().last_sequence_number(response_id) + 1
+        events = [
+            {"type": "error", "sequence_number": sequence, "code": error.code, "message": error.message,
+             "param": error.param, "error": {"type": error.error_type, "code": error.code,
+                                             "message": error.message, "param": error.param}},
+            {"type": "response.failed", "sequence_number": sequence + 1, "response": body},
+        ]
+        await _append_all(response_id, events)
+
+
+# -- reaping -----------------------------------------------------------------------
+
+def _stale_ids() -> list[str]:
+    cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
+    return list(
+        Response.objects.filter(status="in_progress", on_worker=True, heartbeat_at__lt=cutoff)
+        .values_list("id", flat=True)[:500]
+    )
+
+
+def _is_stale(response_id: str) -> bool:
+    cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
+    return Response.objects.filter(
+        id=response_id, status="in_progress", on_worker=True, heartbeat_at__lt=cutoff
+    ).exists()
+
+
+async def reap_one(response_id: str) -> bool:
+    if not await db.run(_is_stale, response_id):
+        return False
+    await _fail_with_event(
+        response_id, ServerError("The worker running this response stopped; it was not completed.", code="worker_lost")
+    )
+    return True
+
+
+async def reap_stale() -> int:
+    reaped = 0
+    for response_id in await db.run(_stale_ids):
+        reaped += await reap_one(response_id)
+    return reaped
+
+
+def utc(ts: int) -> datetime:
+    return datetime.fromtimestamp(ts, dt_timezone.utc)
+
+
+# -- cancelling --------------------------------------------------------------------
+
+async def cancel_background(response_id: str, wait: float = 3.0) -> None:
+    """Idempotent: a queued run is cancelled at once; a running one is asked to stop and waited for."""
+    from . import services
+
+    if await db.run(services.response_cancel_queued, response_id=response_id):
+        body = await db.run(selectors.response_retrieve, tenant_id=None, response_id=response_id)
+        sequence = await event_log().last_sequence_number(response_id) + 1
+        await event_log().append(response_id, {"type": "response.failed", "sequence_number": sequence, "response": body})
+        return
+    status = await db.run(_status, response_id)
+    if status != "in_progress":
+        return  # already terminal: a cancel changes nothing
+    await event_log().request_cancel(response_id)
+    deadline = asyncio.get_running_loop().time() + wait
+    while asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+        if await db.run(_status, response_id) != "in_progress":
+            return
+    # The worker did not answer (dead, or stuck outside the engine): end it here.
+    if await db.run(services.response_force_cancel, response_id=response_id):
+        body = await db.run(selectors.response_retrieve, tenant_id=None, response_id=response_id)
+        sequence = await event_log().last_sequence_number(response_id) + 1
+        await event_log().append(response_id, {"type": "response.failed", "sequence_number": sequence, "response": body})
+
+
+def _status(response_id: str) -> str:
+    return Response.objects.filter(id=response_id).values_list("status", flat=True).get()

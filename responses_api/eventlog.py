@@ -1,0 +1,174 @@
+"""The event log of worker-run responses: append as it happens, replay from any sequence number, follow live.
+
+Redis Streams when REDIS_URL is set (any web process can serve any
+response); an in-process log otherwise (embedded mode: durable only as long
+as the process lives). Entry ids are `<sequence_number + 1>-0`, so Redis
+itself refuses a duplicate or out-of-order append.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import weakref
+from collections import defaultdict
+from typing import Any, AsyncIterator
+
+from django.conf import settings
+
+TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
+CANCEL_PREFIX = "gw:cancel:"
+EVENTS_PREFIX = "gw:events:"
+
+
+class EventLog:
+    async def append(self, response_id: str, event: dict[str, Any]) -> bool:
+        """Append one event; False if its sequence number is already there (a duplicate)."""
+        raise NotImplementedError
+
+    def read(self, response_id: str, after: int = -1) -> AsyncIterator[dict[str, Any]]:
+        """Events with sequence_number > after, then live ones, until the terminal event."""
+        raise NotImplementedError
+
+    async def last_sequence_number(self, response_id: str) -> int:
+        raise NotImplementedError
+
+    async def snapshot(self, response_id: str) -> list[dict[str, Any]]:
+        """Every event logged so far (no waiting)."""
+        raise NotImplementedError
+
+    async def request_cancel(self, response_id: str) -> None:
+        raise NotImplementedError
+
+    async def cancel_requested(self, response_id: str) -> bool:
+        raise NotImplementedError
+
+
+class MemoryEventLog(EventLog):
+    def __init__(self) -> None:
+        self._events: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self._changed: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self._cancels: set[str] = set()
+        self._expiry: dict[str, float] = {}
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for rid in [r for r, t in self._expiry.items() if t <= now]:
+            self._events.pop(rid, None)
+            self._changed.pop(rid, None)
+            self._expiry.pop(rid, None)
+            self._cancels.discard(rid)
+
+    async def append(self, response_id: str, event: dict[str, Any]) -> bool:
+        events = self._events[response_id]
+        if event["sequence_number"] != len(events):
+            return False
+        events.append(event)
+        if event["type"] in TERMINAL_TYPES:
+            self._expiry[response_id] = time.monotonic() + settings.GATEWAY_EVENT_LOG_TTL_SECONDS
+        changed = self._changed[response_id]
+        changed.set()
+        self._changed[response_id] = asyncio.Event()
+        self._expire()
+        return True
+
+    async def read(self, response_id: str, after: int = -1) -> AsyncIterator[dict[str, Any]]:
+        position = after + 1
+        while True:
+            events = self._events.get(response_id, [])
+            waiter = self._changed[response_id]
+            while position < len(events):
+                event = events[position]
+                position += 1
+                yield event
+                if event["type"] in TERMINAL_TYPES:
+                    return
+            await waiter.wait()
+
+    async def last_sequence_number(self, response_id: str) -> int:
+        return len(self._events.get(response_id, [])) - 1
+
+    async def snapshot(self, response_id: str) -> list[dict[str, Any]]:
+        return list(self._events.get(response_id, []))
+
+    async def request_cancel(self, response_id: str) -> None:
+        self._cancels.add(response_id)
+
+    async def cancel_requested(self, response_id: str) -> bool:
+        return response_id in self._cancels
+
+
+class RedisEventLog(EventLog):
+    def __init__(self, url: str) -> None:
+        self.url = url
+        # One client per event loop: a Celery task runs its own loop.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+
+    def _client(self) -> Any:
+        import redis.asyncio as redis
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = redis.Redis.from_url(self.url, decode_responses=False)
+            self._clients[loop] = client
+        return client
+
+    async def append(self, response_id: str, event: dict[str, Any]) -> bool:
+        from redis.exceptions import ResponseError
+
+        key = EVENTS_PREFIX + response_id
+        client = self._client()
+        try:
+            await client.xadd(key, {"e": json.dumps(event, separators=(",", ":"))},
+                              id=f"{event['sequence_number'] + 1}-0")
+        except ResponseError as exc:
+            if "equal or smaller" in str(exc):
+                return False
+            raise
+        ttl = settings.GATEWAY_EVENT_LOG_TTL_SECONDS
+        # Until the end, keep the log for the longest job; after it, for the configured TTL.
+        await client.expire(key, ttl if event["type"] in TERMINAL_TYPES else settings.CELERY_TASK_TIME_LIMIT + ttl)
+        return True
+
+    async def read(self, response_id: str, after: int = -1) -> AsyncIterator[dict[str, Any]]:
+        key = EVENTS_PREFIX + response_id
+        client = self._client()
+        last_id = f"{after + 1}-0" if after >= 0 else "0-0"
+        while True:
+            batches = await client.xread({key: last_id}, block=5000, count=500)
+            for _, entries in batches or []:
+                for entry_id, fields in entries:
+                    last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+                    event = json.loads(fields[b"e"])
+                    yield event
+                    if event["type"] in TERMINAL_TYPES:
+                        return
+
+    async def last_sequence_number(self, response_id: str) -> int:
+        entries = await self._client().xrevrange(EVENTS_PREFIX + response_id, count=1)
+        if not entries:
+            return -1
+        entry_id = entries[0][0]
+        entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        return int(entry_id.split("-")[0]) - 1
+
+    async def snapshot(self, response_id: str) -> list[dict[str, Any]]:
+        entries = await self._client().xrange(EVENTS_PREFIX + response_id)
+        return [json.loads(fields[b"e"]) for _, fields in entries]
+
+    async def request_cancel(self, response_id: str) -> None:
+        await self._client().set(CANCEL_PREFIX + response_id, b"1", ex=settings.CELERY_TASK_TIME_LIMIT + 600)
+
+    async def cancel_requested(self, response_id: str) -> bool:
+        return bool(await self._client().exists(CANCEL_PREFIX + response_id))
+
+
+_log: EventLog | None = None
+
+
+def event_log() -> EventLog:
+    global _log
+    if _log is None:
+        _log = RedisEventLog(settings.REDIS_URL) if settings.REDIS_URL else MemoryEventLog()
+    return _log

@@ -1,0 +1,422 @@
+"""Reads for the history API and the admin: response lists, threads, usage. Plain sync ORM.
+
+Every function here costs a constant number of queries whatever the page,
+chain or table size: lists fetch the output items of a whole page in one
+query, and chains are walked by recursive CTEs in the database.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any, Iterable
+
+from django.db import connection
+from django.db.models import Count, Exists, F, OuterRef, QuerySet, Sum
+from django.db.models.expressions import RawSQL
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.lookups import Exact
+from django.db.models.functions import Coalesce, TruncDate
+
+from ..models import Item, Response, ResponseItem, Tenant
+from ..protocol.errors import InvalidRequest, NotFound
+from ..selectors import _loads, response_object_from_row
+
+# The Postgres text-search document of an item: every "text" string at any
+# depth (message parts, reasoning summaries), as a 'simple' (language-neutral,
+# unstemmed) tsvector. Migration 0002 indexes exactly this expression (GIN);
+# keep both in sync, or the search falls back to a sequential scan.
+ITEM_SEARCH_VECTOR_SQL = (
+    "jsonb_to_tsvector('simple'::regconfig, jsonb_path_query_array(data, 'strict $.**.text'::jsonpath), "
+    "'[\"string\"]'::jsonb)"
+)
+
+# Fields a Response object is built from; `job` (the full validated request of
+# worker-run responses) and the bookkeeping columns are never loaded for lists.
+RESPONSE_OBJECT_FIELDS = (
+    "id", "tenant_id", "previous_response_id", "status", "model", "params", "error",
+    "incomplete_details", "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens",
+    "created_at", "completed_at",
+)
+
+ROLE_NAMES = {ResponseItem.Role.INPUT: "input", ResponseItem.Role.OUTPUT: "output"}
+
+
+def _table(model: Any) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def responses_visible(*, tenant_id: int | None) -> QuerySet[Response]:
+    """Responses a caller may read: stored, not deleted, in its tenant (None: every tenant)."""
+    qs = Response.objects.filter(deleted_at__isnull=True, store=True)
+    return qs if tenant_id is None else qs.filter(tenant_id=tenant_id)
+
+
+# --------------------------------------------------------------------------- lists
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFilters:
+    model: str | None = None
+    status: tuple[str, ...] = ()
+    created_after: datetime | None = None  # created_at >= created_after
+    created_before: datetime | None = None  # created_at < created_before
+    metadata: tuple[tuple[str, str], ...] = ()
+    previous_response_id: str | None = None
+    root: str | None = None
+    q: str | None = None
+
+
+@dataclass(slots=True)
+class Page:
+    data: list[dict[str, Any]]
+    has_more: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": self.data,
+            "first_id": self.data[0]["id"] if self.data else None,
+            "last_id": self.data[-1]["id"] if self.data else None,
+            "has_more": self.has_more,
+            **self.extra,
+        }
+
+
+def _descendants_sql() -> str:
+    """The ids of a response and of every response chained after it, at any depth."""
+    response = _table(Response)
+    return f"""
+        WITH RECURSIVE down(id) AS (
+            SELECT id FROM {response} WHERE id = %s
+            UNION ALL
+            SELECT r.id FROM {response} r JOIN down ON r.previous_response_id = down.id
+        )
+        SELECT id FROM down
+    """
+
+
+def _text_match(q: str) -> Exists:
+    """Responses having an input or output item whose text matches `q`."""
+    items = ResponseItem.objects.filter(response_id=OuterRef("pk"))
+    if connection.vendor == "postgresql":
+        matching = RawSQL(
+            f"SELECT id FROM {_table(Item)} WHERE {ITEM_SEARCH_VECTOR_SQL} "
+            "@@ websearch_to_tsquery('simple'::regconfig, %s)",
+            [q],
+        )
+        return Exists(items.filter(item_id__in=matching))
+    # SQLite (embedded): a substring match over the stored item JSON.
+    return Exists(items.filter(item__data__icontains=q))
+
+
+def response_filter(qs: QuerySet[Response], filters: ResponseFilters) -> QuerySet[Response]:
+    if filters.model is not None:
+        qs = qs.filter(model=filters.model)
+    if filters.status:
+        qs = qs.filter(status__in=filters.status)
+    if filters.created_after is not None:
+        qs = qs.filter(created_at__gte=filters.created_after)
+    if filters.created_before is not None:
+        qs = qs.filter(created_at__lt=filters.created_before)
+    if filters.metadata:
+        if connection.vendor == "postgresql":
+            # jsonb containment: served by the GIN (jsonb_path_ops) index on metadata.
+            qs = qs.filter(metadata__contains=dict(filters.metadata))
+        else:
+            for key, value in filters.metadata:
+                # KeyTextTransform takes the key literally (no "__" path splitting).
+                qs = qs.filter(Exact(KeyTextTransform(key, "metadata"), value))
+    if filters.previous_response_id is not None:
+        qs = qs.filter(previous_response_id=filters.previous_response_id)
+    if filters.root is not None:
+        qs = qs.filter(id__in=RawSQL(_descendants_sql(), [filters.root]))
+    if filters.q:
+        qs = qs.filter(_text_match(filters.q))
+    return qs
+
+
+def _page_after(qs: QuerySet[Response], anchor: tuple[datetime, str], descending: bool) -> QuerySet[Response]:
+    created, rid = anchor
+    if descending:  # older than the anchor, ties broken by id
+        return qs.filter(created_at__lte=created).exclude(created_at=created, id__gte=rid)
+    return qs.filter(created_at__gte=created).exclude(created_at=created, id__lte=rid)
+
+
+def output_items_by_response(response_ids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    """The output items of many responses, in order: one query."""
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    rows = (
+        ResponseItem.objects.filter(response_id__in=list(response_ids), role=ResponseItem.Role.OUTPUT)
+        .order_by("response_id", "position")
+        .values_list("response_id", "item__data")
+    )
+    for response_id, data in rows:
+        grouped[response_id].append(_loads(data))
+    return grouped
+
+
+def response_list_page(
+    *,
+    tenant_id: int | None,
+    filters: ResponseFilters,
+    after: str | None,
+    limit: int,
+    order: str,
+) -> Page:
+    """A page of full Response objects, newest first by default.
+
+    Queries: the `after` anchor (only when given), the page rows, and the
+    output items of the whole page."""
+    descending = order == "desc"
+    visible = responses_visible(tenant_id=tenant_id)
+    qs = response_filter(visible, filters)
+    if after is not None:
+        anchor = visible.filter(id=after).values_list("created_at", "id").first()
+        if anchor is None:
+            raise InvalidRequest(f"'after': no response found with id '{after}'.", param="after")
+        qs = _page_after(qs, anchor, descending)
+    ordering = ("-created_at", "-id") if descending else ("created_at", "id")
+    rows = list(qs.only(*RESPONSE_OBJECT_FIELDS).order_by(*ordering)[: limit + 1])
+    rows, has_more = rows[:limit], len(rows) > limit
+    outputs = output_items_by_response(r.id for r in rows) if rows else {}
+    return Page([response_object_from_row(r, outputs.get(r.id, [])) for r in rows], has_more)
+
+
+# --------------------------------------------------------------------------- threads
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadCursor:
+    """Where an entry sits in a thread; its string form is the entry's `id`."""
+
+    response_id: str
+    role: int
+    position: int
+
+    def __str__(self) -> str:
+        return f"{self.response_id}:{ROLE_NAMES[self.role]}:{self.position}"  # type: ignore[index]
+
+    @classmethod
+    def parse(cls, raw: str) -> ThreadCursor:
+        try:
+            response_id, role, position = raw.rsplit(":", 2)
+            role_value = {"input": 0, "output": 1}[role]
+            pos = int(position)
+        except (ValueError, KeyError):
+            raise InvalidRequest(
+                f"'{raw}' is not a thread entry id (expected '<response id>:input|output:<n>').",
+                param="after",
+            ) from None
+        if pos < 0 or not response_id:
+            raise InvalidRequest(f"'{raw}' is not a thread entry id.", param="after")
+        return cls(response_id, role_value, pos)
+
+
+def _thread_sql(*, with_anchor: bool, descending: bool, limited: bool) -> str:
+    response, response_item, item = _table(Response), _table(ResponseItem), _table(Item)
+    # Oldest response first (highest depth), then its input, then its output.
+    comparison = "<" if descending else ">"
+    direction = "DESC" if descending else "ASC"
+    anchor_filter = (
+        f"WHERE seq {comparison} (SELECT seq FROM entries WHERE response_id = %s AND role = %s AND position = %s)"
+        if with_anchor else ""
+    )
+    anchor_row = (
+        "SELECT 'anchor' AS kind, NULL AS response_id, NULL AS role, NULL AS position, NULL AS data, seq "
+        "FROM entries WHERE response_id = %s AND role = %s AND position = %s UNION ALL "
+        if with_anchor else ""
+    )
+    limit = "LIMIT %s" if limited else ""
+    return f"""
+        WITH RECURSIVE chain(id, prev, depth) AS (
+            SELECT id, previous_response_id, 0 FROM {response} WHERE id = %s
+            UNION ALL
+            SELECT r.id, r.previous_response_id, chain.depth + 1
+            FROM {response} r JOIN chain ON r.id = chain.prev
+        ),
+        entries AS (
+            SELECT chain.id AS response_id, ri.role AS role, ri.position AS position, i.data AS data,
+                   ROW_NUMBER() OVER (ORDER BY chain.depth DESC, ri.role, ri.position) AS seq
+            FROM chain
+            JOIN {response_item} ri ON ri.response_id = chain.id
+            JOIN {item} i ON i.id = ri.item_id
+        )
+        {anchor_row}
+        SELECT * FROM (
+            SELECT 'entry' AS kind, response_id, role, position, data, seq FROM entries
+            {anchor_filter}
+            ORDER BY seq {direction}
+            {limit}
+        ) page
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadEntry:
+    response_id: str
+    role: int
+    position: int
+    item: dict[str, Any]
+
+    @property
+    def role_name(self) -> str:
+        return ROLE_NAMES[self.role]  # type: ignore[index]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": str(ThreadCursor(self.response_id, self.role, self.position)),
+            "object": "response.thread_item",
+            "response_id": self.response_id,
+            "role": self.role_name,
+            "item": self.item,
+        }
+
+
+def _thread_rows(
+    response_id: str, *, after: ThreadCursor | None, limit: int | None, descending: bool
+) -> tuple[list[ThreadEntry], bool]:
+    """(entries, anchor found) for the chain ending at `response_id`: one query."""
+    sql = _thread_sql(with_anchor=after is not None, descending=descending, limited=limit is not None)
+    params: list[Any] = [response_id]
+    if after is not None:
+        anchor = [after.response_id, after.role, after.position]
+        params += anchor + anchor
+    if limit is not None:
+        params.append(limit)
+    entries: list[ThreadEntry] = []
+    anchor_found = after is None
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for kind, rid, role, position, data, _seq in cursor.fetchall():
+            if kind == "anchor":
+                anchor_found = True
+            else:
+                entries.append(ThreadEntry(rid, int(role), int(position), _loads(data)))
+    return entries, anchor_found
+
+
+def thread_page(
+    *, tenant_id: int | None, response_id: str, after: str | None, limit: int, order: str
+) -> Page:
+    """A page of the items of the whole chain ending at `response_id`, oldest first by default.
+
+    Two queries: the visibility check of the head, and the page (recursive CTE)."""
+    if not responses_visible(tenant_id=tenant_id).filter(id=response_id).exists():
+        raise NotFound(f"No response found with id '{response_id}'.", param="response_id")
+    cursor = ThreadCursor.parse(after) if after is not None else None
+    entries, anchor_found = _thread_rows(
+        response_id, after=cursor, limit=limit + 1, descending=order == "desc"
+    )
+    if not anchor_found:
+        raise InvalidRequest(f"'after': no entry '{after}' in this thread.", param="after")
+    return Page([e.as_dict() for e in entries[:limit]], len(entries) > limit)
+
+
+def thread_entries(*, response_id: str) -> list[ThreadEntry]:
+    """Every entry of the chain ending at `response_id`, oldest first (the admin's conversation view)."""
+    return _thread_rows(response_id, after=None, limit=None, descending=False)[0]
+
+
+def chain_responses(*, response_id: str) -> list[Response]:
+    """The responses of the chain ending at `response_id`, oldest first, with their tenant: one query."""
+    response = _table(Response)
+    sql = f"""
+        WITH RECURSIVE chain(id, prev, depth) AS (
+            SELECT id, previous_response_id, 0 FROM {response} WHERE id = %s
+            UNION ALL
+            SELECT r.id, r.previous_response_id, chain.depth + 1
+            FROM {response} r JOIN chain ON r.id = chain.prev
+        )
+        SELECT id FROM chain
+    """
+    rows = Response.objects.filter(id__in=RawSQL(sql, [response_id])).defer("job").order_by("created_at", "id")
+    return list(rows)
+
+
+def response_items(*, response_id: str) -> list[ThreadEntry]:
+    """A response's own items: input then output, each in order. One query."""
+    rows = (
+        ResponseItem.objects.filter(response_id=response_id)
+        .order_by("role", "position")
+        .values_list("role", "position", "item__data")
+    )
+    return [ThreadEntry(response_id, role, position, _loads(data)) for role, position, data in rows]
+
+
+def response_next_ids(*, response_id: str) -> list[str]:
+    """Responses chained directly after this one (a chain may branch)."""
+    return list(
+        Response.objects.filter(previous_response_id=response_id)
+        .order_by("created_at", "id")
+        .values_list("id", flat=True)
+    )
+
+
+# --------------------------------------------------------------------------- usage
+
+USAGE_DIMENSIONS = ("model", "day", "tenant")
+
+
+def usage_summary(
+    *,
+    tenant_id: int | None,
+    group_by: tuple[str, ...],
+    start: datetime | None = None,
+    end: datetime | None = None,
+    model: str | None = None,
+) -> list[dict[str, Any]]:
+    """Token and request totals grouped by any of model, day (UTC) and tenant: one query.
+
+    Counts every response that reached the database, deleted ones included:
+    their tokens were spent."""
+    qs = Response.objects.all()
+    if tenant_id is not None:
+        qs = qs.filter(tenant_id=tenant_id)
+    if start is not None:
+        qs = qs.filter(created_at__gte=start)
+    if end is not None:
+        qs = qs.filter(created_at__lt=end)
+    if model is not None:
+        qs = qs.filter(model=model)
+    keys: list[str] = []
+    if "day" in group_by:
+        qs = qs.annotate(day=TruncDate("created_at"))
+        keys.append("day")
+    if "model" in group_by:
+        keys.append("model")
+    if "tenant" in group_by:
+        qs = qs.annotate(tenant_name=F("tenant__name"))
+        keys.append("tenant_name")
+    rows = (
+        qs.values(*keys)
+        .annotate(
+            requests=Count("id"),
+            input_tokens=Coalesce(Sum("input_tokens"), 0),
+            output_tokens=Coalesce(Sum("output_tokens"), 0),
+        )
+        .order_by(*keys)
+    )
+    data = []
+    for row in rows:
+        entry: dict[str, Any] = {"object": "usage.bucket"}
+        if "day" in row:
+            day = row["day"]
+            entry["day"] = day.isoformat() if isinstance(day, date) else str(day)
+        if "model" in row:
+            entry["model"] = row["model"]
+        if "tenant_name" in row:
+            entry["tenant"] = row["tenant_name"]
+        entry.update(
+            requests=row["requests"],
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            total_tokens=row["input_tokens"] + row["output_tokens"],
+        )
+        data.append(entry)
+    return data
+
+
+def tenant_names() -> list[tuple[int, str]]:
+    return list(Tenant.objects.order_by("name").values_list("id", "name"))

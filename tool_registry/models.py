@@ -1,0 +1,136 @@
+"""Admin-managed tools, the egress allowlist, and the record of every executed tool call."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+TOOL_NAME_VALIDATOR = RegexValidator(r"^[a-zA-Z0-9_-]{1,64}$", "1-64 letters, digits, '_' or '-'.")
+
+
+def validate_json_schema(value: object) -> None:
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    if not isinstance(value, dict):
+        raise ValidationError("Parameters must be a JSON Schema object.")
+    try:
+        Draft202012Validator.check_schema(value)
+    except SchemaError as exc:
+        raise ValidationError(f"Not a valid JSON Schema: {exc.message}") from None
+    if value.get("type", "object") != "object":
+        raise ValidationError("A tool's parameters schema must have type 'object'.")
+
+
+class Tool(models.Model):
+    class Executor(models.TextChoices):
+        HTTP = "http", "HTTP webhook"
+        PYTHON = "python", "Python function"
+
+    name = models.CharField(max_length=64, unique=True, validators=[TOOL_NAME_VALIDATOR])
+    description = models.TextField(blank=True)
+    parameters = models.JSONField(
+        default=dict, validators=[validate_json_schema],
+        help_text="JSON Schema of the arguments (type: object).",
+    )
+    strict = models.BooleanField(default=True, help_text="Send the schema in strict form.")
+    enabled = models.BooleanField(default=True)
+    timeout = models.FloatField(default=30.0, help_text="Seconds before the call counts as failed.")
+    executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.HTTP)
+    url = models.URLField(max_length=500, blank=True, help_text="http executor: where arguments are POSTed.")
+    headers_env = models.JSONField(
+        default=dict, blank=True,
+        help_text='http executor: header name -> environment variable holding its value, e.g. {"Authorization": "WEATHER_TOKEN"}.',
+    )
+    signing_secret_env = models.CharField(
+        max_length=200, blank=True,
+        help_text="http executor: environment variable holding the HMAC-SHA256 signing secret.",
+    )
+    python_callable = models.CharField(
+        max_length=300, blank=True,
+        help_text="python executor: 'module.path:function'; the module must be allowlisted in GATEWAY_PYTHON_TOOL_MODULES.",
+    )
+    tenants = models.ManyToManyField(
+        "responses_api.Tenant", blank=True, related_name="tools",
+        help_text="Tenants that may use this tool; none selected means every tenant.",
+    )
+    routes = models.ManyToManyField(
+        "responses_api.ModelRoute", blank=True, related_name="tools",
+        help_text="Model routes that get this tool automatically.",
+    )
+    run_on_worker = models.BooleanField(
+        default=False, help_text="Responses using this tool run on a background worker."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if self.executor == self.Executor.HTTP:
+            if not self.url:
+                raise ValidationError({"url": "An http tool needs a URL."})
+            from .egress import EgressDenied, check_url_sync
+            from .services import egress_policy
+
+            try:
+                check_url_sync(self.url, egress_policy())
+            except EgressDenied as exc:
+                raise ValidationError({"url": str(exc)}) from None
+            except ValueError as exc:
+                raise ValidationError({"url": str(exc)}) from None
+        elif self.executor == self.Executor.PYTHON:
+            module, _, function = self.python_callable.partition(":")
+            if not module or not function:
+                raise ValidationError({"python_callable": "Use 'module.path:function'."})
+            if module not in settings.GATEWAY_PYTHON_TOOL_MODULES:
+                raise ValidationError(
+                    {"python_callable": f"Module '{module}' is not in GATEWAY_PYTHON_TOOL_MODULES."}
+                )
+
+
+class EgressAllow(models.Model):
+    """An exception to the egress policy: a hostname (or *.domain), an IP or a CIDR."""
+
+    entry = models.CharField(max_length=255, unique=True)
+    note = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "egress allowlist entry"
+        verbose_name_plural = "egress allowlist"
+
+    def __str__(self) -> str:
+        return self.entry
+
+    def clean(self) -> None:
+        from .egress import EgressPolicy
+
+        try:
+            EgressPolicy.from_strings([self.entry])
+        except ValueError as exc:
+            raise ValidationError({"entry": str(exc)}) from None
+
+
+class ToolCallRecord(models.Model):
+    """One executed call per (response, call_id): a retried or redelivered run never repeats it."""
+
+    response_id = models.CharField(max_length=64)
+    call_id = models.CharField(max_length=128)
+    tool_name = models.CharField(max_length=64)
+    arguments = models.TextField()
+    output = models.TextField(null=True, blank=True)
+    succeeded = models.BooleanField(null=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["response_id", "call_id"], name="one_execution_per_call")
+        ]
