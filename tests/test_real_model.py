@@ -1,0 +1,139 @@
+"""The gateway in front of a real model: the bundled SmolLM2-135M on llama.cpp.
+
+One local model process serves the whole session (responses_api.local_model); each test
+routes a model to it through the ORM and talks to the gateway with the `openai` SDK and raw
+HTTP. Assertions are about structure (status, items, usage, event grammar), never wording.
+
+scripts/test installs the model and sets GATEWAY_REQUIRE_LOCAL_MODEL=1, so there a missing
+model fails the run; elsewhere these tests are skipped with the install hint.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from responses_api import local_model
+from tests.conftest import Gateway
+from tests.support.stream_validator import validate_sse
+
+pytestmark = pytest.mark.embedded
+
+REAL_MODEL = "real-smollm2"
+MAX_TOKENS = 24  # enough for a few words; keeps each request well under a second
+
+
+@pytest.fixture(scope="session")
+def local_model_url() -> Iterator[str]:
+    if not local_model.local_model_available():
+        message = f"local model not installed ({local_model.INSTALL_HINT})"
+        if os.environ.get("GATEWAY_REQUIRE_LOCAL_MODEL") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    port = local_model.free_port()
+    # One thread: the CPU is shared with the gateway and the test client (see local_model).
+    proc: subprocess.Popen[bytes] = local_model.start_local_model_process(port, wait=120, threads=1)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        local_model.stop_process(proc)
+
+
+@pytest.fixture
+def real(gateway: Gateway, local_model_url: str) -> Gateway:
+    """The gateway fixture with the model REAL_MODEL routed to the local model."""
+    from responses_api.models import ModelRoute, Provider, RouteTarget
+
+    provider = Provider.objects.create(name="local-real", base_url=local_model_url, timeout=120)
+    route = ModelRoute.objects.create(name=REAL_MODEL)
+    RouteTarget.objects.create(route=route, provider=provider, upstream_model=local_model.LOCAL_MODEL_NAME)
+    return gateway
+
+
+def assert_real_answer(response: dict) -> str:
+    """A finished response with one non-empty assistant message and token usage; returns its text."""
+    assert response["object"] == "response"
+    assert response["model"] == REAL_MODEL
+    assert response["status"] in ("completed", "incomplete"), response
+    if response["status"] == "incomplete":
+        assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+    messages = [item for item in response["output"] if item["type"] == "message"]
+    assert len(messages) == 1, response["output"]
+    assert messages[0]["role"] == "assistant"
+    text = "".join(part["text"] for part in messages[0]["content"] if part["type"] == "output_text")
+    assert text.strip(), response
+    usage = response["usage"]
+    assert usage["input_tokens"] > 0
+    assert 0 < usage["output_tokens"] <= MAX_TOKENS
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+    return text
+
+
+def test_non_streaming(real: Gateway) -> None:
+    client = real.openai()
+    response = client.responses.create(
+        model=REAL_MODEL,
+        instructions="You are a helpful assistant. Answer briefly.",
+        input="Name a colour.",
+        max_output_tokens=MAX_TOKENS,
+    )
+    body = response.model_dump(mode="json")
+    text = assert_real_answer(body)
+    assert response.output_text == text
+    # Stored: the same response comes back by id.
+    fetched = client.responses.retrieve(response.id).model_dump(mode="json")
+    assert fetched["output"] == body["output"] and fetched["status"] == body["status"]
+
+
+def test_streaming_with_the_sdk(real: Gateway) -> None:
+    client = real.openai()
+    events = list(
+        client.responses.create(
+            model=REAL_MODEL, input="Say hello to the world.", max_output_tokens=MAX_TOKENS, stream=True
+        )
+    )
+    types = [event.type for event in events]
+    assert types[0] == "response.created"
+    assert types[-1] in ("response.completed", "response.incomplete")
+    deltas = [event.delta for event in events if event.type == "response.output_text.delta"]
+    assert deltas and "".join(deltas).strip()
+    final = events[-1].response.model_dump(mode="json")
+    assert "".join(deltas) == assert_real_answer(final)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_streaming_raw_sse_is_strictly_valid(real: Gateway) -> None:
+    body = {"model": REAL_MODEL, "input": "Write three words about the sea.", "max_output_tokens": MAX_TOKENS, "stream": True}
+    with real.http(timeout=60) as http, http.stream("POST", "/v1/responses", json=body) as r:
+        raw = r.read()
+    assert r.status_code == 200, raw
+    assert r.headers["content-type"].startswith("text/event-stream")
+    terminal = validate_sse(raw)
+    assert_real_answer(terminal)
+    with real.http() as http:
+        stored = http.get(f"/v1/responses/{terminal['id']}").json()
+    validate_sse(raw, final_response=stored)
+
+
+def test_follow_up_with_previous_response_id(real: Gateway) -> None:
+    """A second turn on the first one's stored context, streamed then not."""
+    client = real.openai()
+    # Not client.responses.stream(): its get_final_response() insists on response.completed,
+    # and a 24-token answer may well end with response.incomplete.
+    events = list(client.responses.create(
+        model=REAL_MODEL, input="My name is Ada. Say hi.", max_output_tokens=MAX_TOKENS, stream=True
+    ))
+    first = events[-1].response
+    assert_real_answer(first.model_dump(mode="json"))
+    second = client.responses.create(
+        model=REAL_MODEL, input="What is my name?", previous_response_id=first.id,
+        max_output_tokens=MAX_TOKENS,
+    )
+    body = second.model_dump(mode="json")
+    assert_real_answer(body)
+    assert body["previous_response_id"] == first.id
+    # The second call's input items are its own message; the chain supplies the rest.
+    items = client.responses.input_items.list(second.id, order="asc").data
+    assert [i.type for i in items][-1] == "message"
