@@ -3,6 +3,8 @@
 With no DATABASE_URL and no REDIS_URL the gateway runs embedded: SQLite, an
 in-process worker and an in-memory event log. Production sets both.
 """
+import os
+import tempfile
 from pathlib import Path
 
 import environ
@@ -95,7 +97,9 @@ elif _db["ENGINE"] == "django.db.backends.sqlite3":
     )
     # Tests use a file too: Django's default in-memory shared-cache test
     # database locks whole tables and ignores the busy timeout.
-    _db["TEST"] = {"NAME": env.str("GATEWAY_TEST_SQLITE_PATH", default=str(BASE_DIR / ".test-gateway.sqlite3"))}
+    # One file per test process, so parallel runs never share it.
+    _test_db = Path(tempfile.gettempdir()) / f"gateway-test-{os.getpid()}.sqlite3"
+    _db["TEST"] = {"NAME": env.str("GATEWAY_TEST_SQLITE_PATH", default=str(_test_db))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis, Celery, event log --------------------------------------------
