@@ -195,6 +195,8 @@ GATEWAY_EVENT_LOG_TTL_SECONDS = env.int("GATEWAY_EVENT_LOG_TTL_SECONDS", default
 # A running worker refreshes its heartbeat this often; the reaper fails runs silent for 4x as long.
 GATEWAY_HEARTBEAT_SECONDS = env.float("GATEWAY_HEARTBEAT_SECONDS", default=5.0)
 GATEWAY_REAPER_INTERVAL_SECONDS = env.float("GATEWAY_REAPER_INTERVAL_SECONDS", default=30.0)
+# A foreground (web-served) response still open after this long lost its process: the reaper fails it.
+GATEWAY_FOREGROUND_MAX_SECONDS = env.int("GATEWAY_FOREGROUND_MAX_SECONDS", default=3600)
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-responses": {
         "task": "responses_api.reap_stale_responses",

@@ -200,8 +200,17 @@ async def reap_one(response_id: str) -> bool:
     return True
 
 
+def _reap_abandoned_foreground() -> int:
+    """Foreground responses whose web process died mid-stream: nothing will ever finish them."""
+    cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_FOREGROUND_MAX_SECONDS)
+    return Response.objects.filter(status="in_progress", on_worker=False, created_at__lt=cutoff).update(
+        status="failed",
+        error={"code": "interrupted", "message": "The gateway process serving this response stopped."},
+    )
+
+
 async def reap_stale() -> int:
-    reaped = 0
+    reaped = await db.run(_reap_abandoned_foreground)
     for response_id in await db.run(_stale_ids):
         reaped += await reap_one(response_id)
     return reaped

@@ -292,3 +292,25 @@ def test_sigkilled_worker_is_reaped_and_tools_never_rerun(tools_env, gateway: Ga
     finally:
         survivor.stop()
         doomed.kill()
+
+
+def test_reaper_fails_abandoned_foreground_responses(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:
+    import asyncio
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from responses_api import background
+    from responses_api.models import Response
+
+    scripted.enqueue(MODEL, Reply(text="fine"), Reply(text="ok"))
+    client = gateway.openai()
+    done = client.responses.create(model=MODEL, input="x")
+    fresh = client.responses.create(model=MODEL, input="y")
+    # as if the serving process had died: one long ago, one just now
+    Response.objects.filter(id=done.id).update(status="in_progress", created_at=timezone.now() - timedelta(hours=2))
+    Response.objects.filter(id=fresh.id).update(status="in_progress")
+    assert asyncio.run(background.reap_stale()) == 1
+    assert Response.objects.get(id=done.id).status == "failed"
+    assert Response.objects.get(id=done.id).error["code"] == "interrupted"
+    assert Response.objects.get(id=fresh.id).status == "in_progress"  # young: still being served
