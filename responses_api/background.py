@@ -227,9 +227,7 @@ async def cancel_background(response_id: str, wait: float = 3.0) -> None:
     from . import services
 
     if await db.run(services.response_cancel_queued, response_id=response_id):
-        body = await db.run(selectors.response_retrieve, tenant_id=None, response_id=response_id)
-        sequence = await event_log().last_sequence_number(response_id) + 1
-        await event_log().append(response_id, {"type": "response.failed", "sequence_number": sequence, "response": body})
+        await _log_cancelled(response_id)
         return
     status = await db.run(_status, response_id)
     if status != "in_progress":
@@ -242,9 +240,14 @@ async def cancel_background(response_id: str, wait: float = 3.0) -> None:
             return
     # The worker did not answer (dead, or stuck outside the engine): end it here.
     if await db.run(services.response_force_cancel, response_id=response_id):
-        body = await db.run(selectors.response_retrieve, tenant_id=None, response_id=response_id)
-        sequence = await event_log().last_sequence_number(response_id) + 1
-        await event_log().append(response_id, {"type": "response.failed", "sequence_number": sequence, "response": body})
+        await _log_cancelled(response_id)
+
+
+async def _log_cancelled(response_id: str) -> None:
+    """The log's terminal event for a response cancelled outside its worker."""
+    body = await db.run(selectors.response_retrieve, tenant_id=None, response_id=response_id)
+    sequence = await event_log().last_sequence_number(response_id) + 1
+    await event_log().append(response_id, {"type": "response.failed", "sequence_number": sequence, "response": body})
 
 
 def _status(response_id: str) -> str:
