@@ -20,6 +20,7 @@ inside the gateway. The rules here:
 
 Pure Python + httpx; the caller (Django settings/admin) supplies the allowlist.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,10 +29,10 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Union
+from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -52,8 +53,9 @@ __all__ = [
     "send_checked",
 ]
 
-IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
-IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+_T = TypeVar("_T")
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
@@ -123,9 +125,11 @@ _BAD_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 
 
 class EgressDenied(Exception):
-    """An outbound request was refused by the egress policy (the message says which host and why)."""
+    """An outbound request was refused by the egress policy; the message names host and reason."""
 
-    def __init__(self, message: str, *, host: str | None = None, address: IPAddress | None = None) -> None:
+    def __init__(
+        self, message: str, *, host: str | None = None, address: IPAddress | None = None
+    ) -> None:
         super().__init__(message)
         self.host = host
         self.address = address
@@ -209,6 +213,10 @@ def _normalise_entry(raw: str) -> str:
     if not entry:
         return ""
     bare = entry.strip("[]")
+    if "%" in entry:  # IPv6 zone ids: scoped addresses compare unequal to what we resolve
+        raise ValueError(
+            f"invalid egress allowlist entry {raw!r}: zone identifiers are not supported"
+        )
     if "/" in entry:
         try:
             return str(ipaddress.ip_network(bare, strict=False))
@@ -250,7 +258,7 @@ def _legacy_ipv4(host: str) -> ipaddress.IPv4Address | None:
     """
     if not _LEGACY_V4_CHARS.match(host) or host.endswith(".") or ".." in host:
         return None
-    if not host[0].isdigit():  # 'dead.beef' is a name; inet_aton needs a leading digit per part
+    if not host[0].isdigit():  # numeric forms start with a digit; 'dead.beef' is a name
         return None
     try:
         return ipaddress.IPv4Address(socket.inet_aton(host))
@@ -349,7 +357,9 @@ def check_address(host: str, address: IPAddress, policy: EgressPolicy, *, by_nam
     else:
         message = f"refusing {host!r}: {reason} address"
     raise EgressDenied(
-        message + " (add it to the egress allowlist if this is intended)", host=host, address=address
+        message + " (add it to the egress allowlist if this is intended)",
+        host=host,
+        address=address,
     )
 
 
@@ -365,7 +375,7 @@ def _ascii_hostname(host: str) -> str:
         name = name.encode("idna").decode("ascii") if not name.isascii() else name
     except UnicodeError:
         raise EgressDenied(f"refusing {host!r}: not a valid hostname", host=host) from None
-    bare = name[:-1] if name.endswith(".") else name
+    bare = name.removesuffix(".")
     if not bare or len(bare) > 253 or not all(_LABEL.match(label) for label in bare.split(".")):
         raise EgressDenied(f"refusing {host!r}: not a valid hostname", host=host)
     return name
@@ -488,9 +498,13 @@ async def resolve_checked(host: str, port: int, policy: EgressPolicy) -> list[IP
         return [literal]
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        infos = await loop.getaddrinfo(
+            name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )
     except (socket.gaierror, UnicodeError) as exc:
-        raise EgressResolutionError(f"refusing {host!r}: it cannot be resolved ({exc})", host=host) from None
+        raise EgressResolutionError(
+            f"refusing {host!r}: it cannot be resolved ({exc})", host=host
+        ) from None
     return _check_all(name, _addresses_from_infos(host, infos), policy)
 
 
@@ -507,7 +521,9 @@ def check_url_sync(url: str, policy: EgressPolicy) -> None:
     try:
         infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
-        raise EgressResolutionError(f"refusing {host!r}: it cannot be resolved ({exc})", host=host) from None
+        raise EgressResolutionError(
+            f"refusing {host!r}: it cannot be resolved ({exc})", host=host
+        ) from None
     _check_all(name, _addresses_from_infos(host, infos), policy)
 
 
@@ -518,8 +534,12 @@ def check_url_sync(url: str, policy: EgressPolicy) -> None:
 # Caller headers that are safe to carry to a different origin on a redirect. Everything else
 # (Authorization, API keys from headers_env, signatures, cookies) stays with the origin the
 # caller configured: a redirect must not leak a tool's credentials to wherever it points.
-_CROSS_ORIGIN_SAFE_HEADERS = frozenset({"accept", "accept-encoding", "accept-language", "user-agent", "content-type"})
-_BODY_HEADERS = frozenset({"content-type", "content-length", "content-encoding", "transfer-encoding"})
+_CROSS_ORIGIN_SAFE_HEADERS = frozenset(
+    {"accept", "accept-encoding", "accept-language", "user-agent", "content-type"}
+)
+_BODY_HEADERS = frozenset(
+    {"content-type", "content-length", "content-encoding", "transfer-encoding"}
+)
 
 
 def _host_header(scheme: str, host: str, port: int) -> str:
@@ -610,14 +630,26 @@ async def send_checked(
         if first_origin is None:
             first_origin = origin
         elif origin != first_origin:
-            current_headers = {k: v for k, v in current_headers.items() if k.lower() in _CROSS_ORIGIN_SAFE_HEADERS}
+            current_headers = {
+                k: v for k, v in current_headers.items() if k.lower() in _CROSS_ORIGIN_SAFE_HEADERS
+            }
         addresses = await _with_deadline(resolve_checked(host, port, policy), deadline, current_url)
         if scheme == "https" and ssl_context is None and transport is None:
             ssl_context = httpx.create_ssl_context(trust_env=False)
         response = await _with_deadline(
             _send_pinned(
-                method, scheme, host, port, path, addresses, headers=current_headers, json=json,
-                content=content, deadline=deadline, transport=transport, ssl_context=ssl_context,
+                method,
+                scheme,
+                host,
+                port,
+                path,
+                addresses,
+                headers=current_headers,
+                json=json,
+                content=content,
+                deadline=deadline,
+                transport=transport,
+                ssl_context=ssl_context,
             ),
             deadline,
             current_url,
@@ -627,25 +659,28 @@ async def send_checked(
             return response
         if hop == max_redirects:
             raise httpx.TooManyRedirects(
-                f"more than {max_redirects} redirects (last to {location!r})", request=response.request
+                f"more than {max_redirects} redirects (last to {location!r})",
+                request=response.request,
             )
         # Relative Locations resolve against the URL as the caller wrote it, not the pinned IP URL.
         current_url = urljoin(current_url, location)
         if response.status_code in (301, 302, 303):
             method = "HEAD" if method.upper() == "HEAD" else "GET"
             json = content = None
-            current_headers = {k: v for k, v in current_headers.items() if k.lower() not in _BODY_HEADERS}
+            current_headers = {
+                k: v for k, v in current_headers.items() if k.lower() not in _BODY_HEADERS
+            }
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
-async def _with_deadline(awaitable: Any, deadline: float, url: str) -> Any:
+async def _with_deadline(awaitable: Coroutine[Any, Any, _T], deadline: float, url: str) -> _T:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         awaitable.close()
         raise httpx.TimeoutException(f"timed out before reaching {url!r}")
     try:
         return await asyncio.wait_for(awaitable, remaining)
-    except asyncio.TimeoutError:
+    except TimeoutError:  # asyncio.wait_for's timeout (an alias since 3.11)
         raise httpx.TimeoutException(f"{url!r} did not answer within the timeout") from None
 
 
@@ -667,7 +702,11 @@ async def _send_pinned(
     last_error: Exception | None = None
     for address in addresses:
         remaining = max(deadline - time.monotonic(), 0.001)
-        client_kwargs: dict[str, Any] = {"trust_env": False, "follow_redirects": False, "timeout": remaining}
+        client_kwargs: dict[str, Any] = {
+            "trust_env": False,
+            "follow_redirects": False,
+            "timeout": remaining,
+        }
         if transport is not None:
             client_kwargs["transport"] = transport
         elif ssl_context is not None:
@@ -675,15 +714,23 @@ async def _send_pinned(
         client = httpx.AsyncClient(**client_kwargs)
         try:
             request = pinned_request(
-                client, method, scheme, host, port, path, address, headers=headers, json=json,
+                client,
+                method,
+                scheme,
+                host,
+                port,
+                path,
+                address,
+                headers=headers,
+                json=json,
                 content=content,
             )
-            response = await client.send(request)  # not streamed: the body is read here
-            return response
+            return await client.send(request)  # not streamed: the body is read here
         except httpx.ConnectError as exc:  # refused/unreachable: the next checked address may work
             last_error = exc
         finally:
             if transport is None:
                 await client.aclose()
-    assert last_error is not None
+    if last_error is None:  # resolve_checked never returns an empty list; belt and braces
+        raise EgressResolutionError(f"refusing {host!r}: no address to connect to", host=host)
     raise last_error

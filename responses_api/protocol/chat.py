@@ -48,17 +48,12 @@ def _user_content(parts: list[dict]) -> str | list[dict]:
             if p.get("image_url"):
                 out.append({"type": "image_url", "image_url": {"url": p["image_url"], "detail": p.get("detail", "auto")}})
         elif p["type"] == "input_file":
-            file: dict[str, Any] = {}
-            if p.get("file_data"):
-                file["file_data"] = p["file_data"]
-            if p.get("file_id"):
-                file["file_id"] = p["file_id"]
-            if p.get("filename"):
-                file["filename"] = p["filename"]
-            if p.get("file_url") and not file:
-                # Chat Completions has no file URL part; pass the URL as text context.
-                out.append({"type": "text", "text": f"[file: {p['file_url']}]"})
+            if not p.get("file_data") and not p.get("file_id"):
+                # Chat Completions has no file URL part; pass the URL on as text context.
+                name = f" ({p['filename']})" if p.get("filename") else ""
+                out.append({"type": "text", "text": f"[file{name}: {p.get('file_url', '')}]"})
                 continue
+            file: dict[str, Any] = {k: p[k] for k in ("file_data", "file_id", "filename") if p.get(k)}
             out.append({"type": "file", "file": file})
     return out
 
@@ -78,7 +73,13 @@ def items_to_messages(
                 text = "".join(
                     p.get("text") or p.get("refusal") or "" for p in item["content"]
                 )
-                messages.append({"role": "assistant", "content": text})
+                last = messages[-1] if messages else None
+                if last is not None and last["role"] == "assistant":
+                    # One assistant turn: text written around tool calls must not
+                    # come between the calls and their outputs (upstreams reject that).
+                    last["content"] = "\n".join(t for t in (last["content"], text) if t)
+                else:
+                    messages.append({"role": "assistant", "content": text})
             else:
                 if role == "developer":
                     role = options.developer_role
@@ -193,12 +194,18 @@ class ThinkSplitter:
     def __init__(self) -> None:
         self._state = "start"  # start | think | text
         self._buffer = ""
+        self._after_think = False  # newlines right after </think> are dropped, in whatever chunk
 
     def feed(self, text: str) -> list[Delta]:
         out: list[Delta] = []
         self._buffer += text
         while self._buffer:
             if self._state == "text":
+                if self._after_think:
+                    self._buffer = self._buffer.lstrip("\n")
+                    if not self._buffer:
+                        return out
+                    self._after_think = False
                 out.append(TextDelta(self._buffer))
                 self._buffer = ""
             elif self._state == "start":
@@ -217,10 +224,9 @@ class ThinkSplitter:
                 if end >= 0:
                     if end:
                         out.append(ReasoningDelta(self._buffer[:end]))
-                    self._buffer = self._buffer[end + len(self.CLOSE):].lstrip("\n")
+                    self._buffer = self._buffer[end + len(self.CLOSE):]
                     self._state = "text"
-                    if not self._buffer:
-                        return out
+                    self._after_think = True
                 else:
                     keep = 0
                     for k in range(min(len(self.CLOSE) - 1, len(self._buffer)), 0, -1):
@@ -287,6 +293,33 @@ class ChunkDecoder:
         self._think = ThinkSplitter()
         self.finish: str | None = None
         self.saw_usage = False
+        # Tool-call fragments are keyed by `index`, but Ollama sends calls with
+        # no index, or every call at index 0: a new call id is a new call.
+        self._call_by_id: dict[str, int] = {}
+        self._call_by_raw: dict[int | None, int] = {}
+        self._calls_seen = 0
+
+    def _call_index(self, call: dict) -> int:
+        raw = call.get("index")
+        raw = int(raw) if raw is not None else None
+        call_id = call.get("id")
+        if call_id:
+            if call_id in self._call_by_id:
+                return self._call_by_id[call_id]
+            index = self._calls_seen
+            self._calls_seen += 1
+            self._call_by_id[call_id] = index
+            self._call_by_raw[raw] = index
+            return index
+        if raw in self._call_by_raw:
+            return self._call_by_raw[raw]
+        if raw is None:  # a continuation without index: the latest call
+            return max(self._calls_seen - 1, 0)
+        # first fragment of a call without id (some servers send the id late)
+        index = self._calls_seen
+        self._calls_seen += 1
+        self._call_by_raw[raw] = index
+        return index
 
     def feed(self, chunk: Any) -> Iterator[Delta]:
         if not isinstance(chunk, dict):
@@ -308,12 +341,16 @@ class ChunkDecoder:
             refusal = delta.get("refusal")
             if isinstance(refusal, str) and refusal:
                 yield RefusalDelta(refusal)
-            for call in delta.get("tool_calls") or []:
+            calls = delta.get("tool_calls") or []
+            if calls:
+                # Text held back (leading whitespace, an unclosed tag) belongs before the calls.
+                yield from self._think.flush()
+            for call in calls:
                 function = call.get("function") or {}
-                yield ToolCallDelta(
-                    int(call.get("index", 0)), call.get("id"), function.get("name"),
-                    function.get("arguments") or "",
-                )
+                arguments = function.get("arguments") or ""
+                if not isinstance(arguments, str):
+                    arguments = json.dumps(arguments)
+                yield ToolCallDelta(self._call_index(call), call.get("id"), function.get("name"), arguments)
             if choice.get("finish_reason"):
                 yield from self._think.flush()
                 self.finish = FINISH_REASONS.get(choice["finish_reason"], "stop")

@@ -33,8 +33,14 @@ from responses_api.protocol.events import Event, EventBuilder
 from responses_api.protocol.request import CreateRequest, parse_create_request
 from responses_api.protocol.response import request_params, response_object
 from responses_api.protocol.tools import allowed_tool_names
-from tests.fixtures.chunks import FIXTURES, OPENAI_PARALLEL_TOOL_CALLS, OPENAI_TEXT, Fixture
-from tests.fixtures.chunks import THINK_TAGS_IN_CONTENT, VLLM_REASONING_CONTENT
+from tests.fixtures.chunks import (
+    FIXTURES,
+    OPENAI_PARALLEL_TOOL_CALLS,
+    OPENAI_TEXT,
+    THINK_TAGS_IN_CONTENT,
+    VLLM_REASONING_CONTENT,
+    Fixture,
+)
 from tests.support.stream_validator import validate_events
 
 pytestmark = pytest.mark.embedded
@@ -51,29 +57,6 @@ TOOLS = [
     {"type": "function", "name": "delete_file",
      "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
 ]
-
-# Fixtures whose stream exposes a bug in the protocol core (see the reasons).
-OLLAMA_INDEX_BUG = (
-    "BUG: ChunkDecoder.feed (responses_api/protocol/chat.py) keys tool-call fragments only by "
-    "`index`, defaulting a missing one to 0; EventBuilder._tool_call (events.py) then appends a "
-    "second call with a different id and name to the open call at that index. Ollama sends "
-    "several complete calls without `index` (< 0.4.7, ollama#7881) or all with index 0 "
-    "(0.20, ollama#15457/#15497): the first call's arguments become '{...}{...}' and the other "
-    "call is lost."
-)
-STREAM_BUGS: dict[str, str] = {
-    "ollama_two_tool_calls_no_index": OLLAMA_INDEX_BUG,
-    "ollama_two_tool_calls_index_zero": OLLAMA_INDEX_BUG,
-}
-
-
-def _params(names: Iterable[str], bugs: dict[str, str]) -> list[Any]:
-    return [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=bugs[name]))
-        if name in bugs else name
-        for name in names
-    ]
-
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -113,7 +96,9 @@ def feed_deltas(builder: EventBuilder, deltas: Iterable[Delta]) -> list[Event]:
     return events
 
 
-def run_stream(chunks: list[dict[str, Any]], req: CreateRequest | None = None) -> tuple[list[Event], EventBuilder]:
+def run_stream(
+    chunks: list[dict[str, Any]], req: CreateRequest | None = None
+) -> tuple[list[Event], EventBuilder]:
     builder = make_builder(req)
     events = builder.start()
     events += feed_chunks(builder, chunks)
@@ -121,7 +106,9 @@ def run_stream(chunks: list[dict[str, Any]], req: CreateRequest | None = None) -
     return events, builder
 
 
-def run_completion(body: dict[str, Any], req: CreateRequest | None = None) -> tuple[list[Event], EventBuilder]:
+def run_completion(
+    body: dict[str, Any], req: CreateRequest | None = None
+) -> tuple[list[Event], EventBuilder]:
     builder = make_builder(req)
     events = builder.start()
     events += feed_deltas(builder, completion_to_deltas(body))
@@ -169,7 +156,8 @@ def check_terminal(terminal: dict[str, Any], expect: dict[str, Any], usage: dict
 
 def llamacpp_content_chunks(pieces: Iterable[str]) -> list[dict[str, Any]]:
     """`content` pieces wrapped as llama-server chunks, ending with finish_reason stop."""
-    base = {"created": 1756166403, "id": "chatcmpl-x", "model": "m", "object": "chat.completion.chunk"}
+    base = {"created": 1756166403, "id": "chatcmpl-x", "model": "m",
+            "object": "chat.completion.chunk"}
     chunks = [{**base, "choices": [{"finish_reason": None, "index": 0, "delta": {"content": p}}]}
               for p in pieces]
     chunks.append({**base, "choices": [{"finish_reason": "stop", "index": 0, "delta": {}}]})
@@ -216,7 +204,7 @@ def every_split(text: str, cuts: int) -> Iterable[list[str]]:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", _params(FIXTURES, STREAM_BUGS))
+@pytest.mark.parametrize("name", list(FIXTURES))
 def test_fixture_stream(name: str) -> None:
     fixture: Fixture = FIXTURES[name]
     events, builder = run_stream(fixture["chunks"])
@@ -235,13 +223,14 @@ def test_fixture_completion(name: str) -> None:
     check_terminal(terminal, fixture["expect"], usage)
 
 
-@pytest.mark.parametrize("name", _params(FIXTURES, STREAM_BUGS))
+@pytest.mark.parametrize("name", list(FIXTURES))
 def test_same_machine(name: str) -> None:
     """Streamed and non-streamed, one answer ends in one output: same items, same statuses."""
     fixture = FIXTURES[name]
     stream_events, stream_builder = run_stream(fixture["chunks"])
     body_events, body_builder = run_completion(fixture["completion"])
-    assert summarize(stream_builder.response["output"]) == summarize(body_builder.response["output"])
+    assert (summarize(stream_builder.response["output"])
+            == summarize(body_builder.response["output"]))
     assert stream_builder.response["status"] == body_builder.response["status"]
     assert (stream_builder.response["incomplete_details"]
             == body_builder.response["incomplete_details"])
@@ -366,12 +355,6 @@ def test_think_fixture_chunking_as_recorded() -> None:
     assert decoder_result(pieces) == ("\nOkay, 2+2 is 4.\n", "The answer is 4.")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: ThinkSplitter.feed (responses_api/protocol/chat.py, the `think` branch) strips the "
-    "newlines after </think> only from the chunk that holds the tag; when '\\n\\n' arrives in a "
-    "later chunk (the usual tokenisation: '</think>' and '\\n\\n' are separate tokens) the text "
-    "starts with '\\n\\n', so the output depends on the chunking and differs from the "
-    "non-streaming path."))
 def test_think_fixture_text_every_split() -> None:
     """The fixture's whole content re-chunked at every position: same reasoning/text."""
     text = THINK_TAGS_IN_CONTENT["content"]
@@ -381,19 +364,19 @@ def test_think_fixture_text_every_split() -> None:
     assert failures == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: same as test_think_fixture_text_every_split: '</think>' then '\\n\\n' as separate "
-    "chunks gives text '\\n\\nThe answer is 4.' instead of 'The answer is 4.'"))
 def test_think_blank_line_in_its_own_chunk() -> None:
     pieces = ["<think>", "\nOkay, 2+2 is 4.\n", "</think>", "\n\n", "The answer is 4."]
     assert decoder_result(pieces) == ("\nOkay, 2+2 is 4.\n", "The answer is 4.")
 
 
-def test_think_stream_events_are_valid_under_every_split() -> None:
-    """A sample of chunkings through the whole machine: always one reasoning item then one message."""
+def test_think_stream_events_are_valid_at_every_tag_boundary_cut() -> None:
+    """Chunkings through the whole machine: always one reasoning item then one message."""
     text = THINK_NO_BLANK_LINE
-    for pieces in every_split(text, 1):
-        events, builder = run_stream(llamacpp_content_chunks(pieces))
+    close = text.index("</think>")
+    # Cuts inside and next to both tags (the interesting ones); the validator is the slow part.
+    cuts = sorted({*range(9), *range(close - 1, close + 10), len(text)})
+    for pieces in ([text[:n], text[n:]] for n in cuts):
+        events, _ = run_stream(llamacpp_content_chunks(pieces))
         terminal = validate_events(events)
         assert summarize(terminal["output"]) == [
             {"type": "reasoning", "status": "completed",
@@ -454,10 +437,11 @@ def test_fail_mid_reasoning_keeps_partial_reasoning() -> None:
 def test_fail_mid_tool_call_keeps_partial_arguments() -> None:
     _, terminal = _fail_after(OPENAI_PARALLEL_TOOL_CALLS["chunks"], 10)
     assert summarize(terminal["output"]) == [
-        {"type": "function_call", "status": "incomplete", "call_id": "call_Rb4pZ1XqGm0Q7eYt3vKc8wNs",
-         "name": "get_weather", "arguments": '{"location":"Paris, France","unit":"celsius"}'},
-        {"type": "function_call", "status": "incomplete", "call_id": "call_7hJ2mWq9XcV4tLp0sDf6Gy1B",
-         "name": "get_weather", "arguments": '{"lo'},
+        {"type": "function_call", "status": "incomplete",
+         "call_id": "call_Rb4pZ1XqGm0Q7eYt3vKc8wNs", "name": "get_weather",
+         "arguments": '{"location":"Paris, France","unit":"celsius"}'},
+        {"type": "function_call", "status": "incomplete",
+         "call_id": "call_7hJ2mWq9XcV4tLp0sDf6Gy1B", "name": "get_weather", "arguments": '{"lo'},
     ]
 
 
@@ -696,7 +680,7 @@ def test_tool_call_name_in_a_later_fragment() -> None:
         _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}),
         _chunk({}, "tool_calls"),
     ]
-    events, builder = run_stream(chunks)
+    events, _ = run_stream(chunks)
     terminal = validate_events(events)
     assert summarize(terminal["output"]) == [
         {"type": "function_call", "status": "completed", "call_id": "call_1",
@@ -768,11 +752,6 @@ WHITESPACE_BEFORE_CALL = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: ThinkSplitter (chat.py) holds whitespace-only content in its `start` state (it could "
-    "still precede <think>), and ChunkDecoder.feed yields tool calls without flushing it first; "
-    "the held text is flushed at finish_reason, so the stream gives [function_call, message "
-    "'\\n\\n'] while completion_to_deltas gives [message '\\n\\n', function_call]."))
 def test_whitespace_content_before_tool_call_keeps_its_place() -> None:
     _, stream_builder = run_stream(WHITESPACE_BEFORE_CALL)
     body = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
@@ -780,7 +759,8 @@ def test_whitespace_content_before_tool_call_keeps_its_place() -> None:
             {"id": "call_1", "type": "function",
              "function": {"name": "get_weather", "arguments": "{}"}}]}}]}
     _, body_builder = run_completion(body)
-    assert summarize(stream_builder.response["output"]) == summarize(body_builder.response["output"])
+    assert (summarize(stream_builder.response["output"])
+            == summarize(body_builder.response["output"]))
 
 
 def test_whitespace_content_before_tool_call_is_a_valid_stream() -> None:
@@ -790,10 +770,6 @@ def test_whitespace_content_before_tool_call_is_a_valid_stream() -> None:
     assert "function_call" in [i["type"] for i in terminal["output"]]
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "BUG: completion_to_deltas (chat.py) JSON-encodes non-string `function.arguments`, but "
-    "ChunkDecoder.feed passes an object through as ToolCallDelta.arguments, and "
-    "EventBuilder._tool_call crashes with TypeError in ''.join (not even an UpstreamError)."))
 def test_streamed_object_arguments_are_serialised_like_the_non_stream_path() -> None:
     chunks = [
         _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
