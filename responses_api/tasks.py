@@ -1,27 +1,50 @@
-"""Celery tasks: thin, take ids, call the background service."""
+"""Celery tasks: thin, take ids, call the background service.
+
+Each worker process keeps one event loop in a thread (created lazily, after
+the prefork fork), so that a task reuses warm DB threads, the upstream HTTP
+client and the Redis client instead of building them per task.
+"""
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import Future
+from typing import Any, Coroutine
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_lock = threading.Lock()
+
+
+def _worker_loop() -> asyncio.AbstractEventLoop:
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="gateway-worker-loop", daemon=True).start()
+        return _loop
+
+
+def run_on_worker_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+    future: Future = asyncio.run_coroutine_threadsafe(coro, _worker_loop())
+    try:
+        return future.result()
+    except SoftTimeLimitExceeded:
+        future.cancel()  # stop the coroutine too, not just this thread's wait
+        raise
 
 
 @shared_task(name="responses_api.run_response", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_response(response_id: str) -> str:
     from .background import run_claimed
-    from .upstreams.http import close_client
 
-    async def main() -> str:
-        try:
-            return await run_claimed(response_id)
-        finally:
-            await close_client()
-
-    return asyncio.run(main())
+    return run_on_worker_loop(run_claimed(response_id))
 
 
 @shared_task(name="responses_api.reap_stale_responses", ignore_result=True)
 def reap_stale_responses() -> int:
     from .background import reap_stale
 
-    return asyncio.run(reap_stale())
+    return run_on_worker_loop(reap_stale())

@@ -27,9 +27,3 @@ def get_client() -> httpx.AsyncClient:
         _clients[loop] = client
     return client
 
-
-async def close_client() -> None:
-    """Close this loop's client (a Celery task's loop ends with the task)."""
-    client = _clients.pop(asyncio.get_running_loop(), None)
-    if client is not None:
-        await client.aclose()
