@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Protocol
 
-from .protocol.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError
+from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError, UpstreamError
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from .protocol.ids import new_id
 from .protocol.request import CreateRequest
@@ -155,6 +155,11 @@ class ResponseRun:
                 else:
                     self.error = exc
                     terminal = self.builder.fail(exc)
+            except Exception:
+                # A bug must still end the response cleanly: stored failed, stream terminated.
+                log.exception("response %s failed unexpectedly", self.job.response_id)
+                self.error = ServerError("The gateway failed while generating this response.")
+                terminal = self.builder.fail(self.error)
             await self._persist()
             for event in terminal:
                 yield event

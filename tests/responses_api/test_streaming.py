@@ -218,3 +218,22 @@ def test_store_false_stream(gateway: Gateway, scripted: ScriptedUpstream) -> Non
     terminal = stream_and_validate(gateway, {"model": MODEL, "input": "q", "store": False})
     with gateway.http() as http:
         assert http.get(f"/v1/responses/{terminal['id']}").status_code == 404
+
+
+def test_an_internal_bug_mid_stream_still_ends_the_response(gateway: Gateway, scripted: ScriptedUpstream, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from responses_api.models import Response
+    from responses_api.protocol import events
+
+    original = events.EventBuilder._content
+
+    def broken(self, text, item_type, part_kind):  # type: ignore[no-untyped-def]
+        if "boom" in text:
+            raise KeyError("a bug")
+        return original(self, text, item_type, part_kind)
+
+    monkeypatch.setattr(events.EventBuilder, "_content", broken)
+    scripted.enqueue(MODEL, Reply(text="fine then boom", chunk_chars=5))
+    r, raw = stream_raw(gateway, {"model": MODEL, "input": "hi"})
+    terminal = validate_sse(raw)
+    assert terminal["status"] == "failed" and terminal["error"]["code"] == "server_error"
+    assert Response.objects.get(id=terminal["id"]).status == "failed"
