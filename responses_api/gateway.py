@@ -5,7 +5,7 @@ import copy
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone as dt_timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -19,6 +19,9 @@ from .protocol.request import CreateRequest
 from .protocol.response import request_params, response_object
 from .protocol.tools import Tool, make_tool
 from .routing import Route, route_cached, route_get
+
+if TYPE_CHECKING:
+    from tool_registry.executors import ToolSpec
 
 
 async def principal_for(raw_key: str) -> Principal:
@@ -56,14 +59,14 @@ class DatabasePersistence:
         )
 
 
-_tool_cache: dict[tuple[int, str, tuple[str, ...]], tuple[float, list[Any]]] = {}
+_tool_cache: dict[tuple[int, str, tuple[str, ...]], tuple[float, "list[ToolSpec]"]] = {}
 
 
 def clear_cache() -> None:
     _tool_cache.clear()
 
 
-async def registry_specs(principal: Principal, req: CreateRequest) -> list[Any]:
+async def registry_specs(principal: Principal, req: CreateRequest) -> list[ToolSpec]:
     """Registry tools named by the request or attached to its route (cached briefly)."""
     from tool_registry.services import registry_tools_for
 
@@ -78,7 +81,7 @@ async def registry_specs(principal: Principal, req: CreateRequest) -> list[Any]:
     return cached[1]
 
 
-def merge_registry_tools(req: CreateRequest, specs: list[Any]) -> None:
+def merge_registry_tools(req: CreateRequest, specs: list[ToolSpec]) -> None:
     """Bare `{type, name}` tools become registry tools; route-attached tools are appended."""
     by_name = {s.name: s for s in specs}
     merged: list[Tool] = []
@@ -89,7 +92,7 @@ def merge_registry_tools(req: CreateRequest, specs: list[Any]) -> None:
     req.tools = merged
 
 
-def _registry_tool(spec: Any) -> Tool:
+def _registry_tool(spec: ToolSpec) -> Tool:
     return make_tool(
         name=spec.name, description=spec.description or None, parameters=spec.parameters,
         strict=spec.strict, param=f"registry tool {spec.name}", source="registry",
@@ -97,7 +100,7 @@ def _registry_tool(spec: Any) -> Tool:
 
 
 async def prepare_run(
-    principal: Principal, req: CreateRequest, *, route: Route, specs: list[Any]
+    principal: Principal, req: CreateRequest, *, route: Route, specs: list[ToolSpec]
 ) -> ResponseRun:
     """Validate access, load the chain, insert the open row: one thread hop at most."""
     merge_registry_tools(req, specs)
@@ -141,7 +144,7 @@ async def prepare_run(
                        max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS)
 
 
-async def tool_runner(response_id: str, specs: list[Any]) -> Any:
+async def tool_runner(response_id: str, specs: list[ToolSpec]) -> Any:
     from tool_registry.runner import NoTools, RegistryToolRunner
     from tool_registry.services import egress_policy
 
@@ -158,8 +161,7 @@ class WorkerStarted:
     response_id: str
 
 
-async def start_on_worker(principal: Principal, req: CreateRequest, body: dict[str, Any], route: Route,
-                          specs: list[Any]) -> WorkerStarted:
+async def start_on_worker(principal: Principal, req: CreateRequest, body: dict[str, Any]) -> WorkerStarted:
     """Store the run as a job, write its opening events to the log, enqueue it."""
     from .background import enqueue
     from .eventlog import event_log
@@ -201,5 +203,5 @@ async def start_response(principal: Principal, req: CreateRequest, body: dict[st
                 "This model runs on background workers, which requires 'store': true.", param="store"
             )
         merge_registry_tools(req, specs)
-        return await start_on_worker(principal, req, body, route, specs)
+        return await start_on_worker(principal, req, body)
     return await prepare_run(principal, req, route=route, specs=specs)
