@@ -4,6 +4,7 @@ When GATEWAY_CONFIG names a file, its providers, routes and tools are synced
 into the database here, once per process start, before any request.
 """
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from django.core.asgi import get_asgi_application
 
@@ -11,9 +12,26 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 application = get_asgi_application()
 
-from django.conf import settings  # noqa: E402  (after setup)
 
-if settings.GATEWAY_CONFIG:
+def _sync_config_at_startup() -> None:
+    from django.conf import settings
+    from django.db import connections
+
     from responses_api.config_sync import sync_config_file
 
-    sync_config_file(settings.GATEWAY_CONFIG)
+    if not settings.GATEWAY_CONFIG:
+        return
+
+    def sync() -> None:
+        try:
+            sync_config_file(settings.GATEWAY_CONFIG)
+        finally:
+            connections.close_all()
+
+    # uvicorn imports the app inside its running event loop, where Django
+    # refuses synchronous ORM calls: do the (one-off) sync in its own thread.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(sync).result()
+
+
+_sync_config_at_startup()

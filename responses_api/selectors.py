@@ -139,7 +139,9 @@ def response_retrieve(*, tenant_id: int | None, response_id: str) -> dict[str, A
 
 
 @dataclass(slots=True)
-class ItemPage:
+class ListPage:
+    """One page of an OpenAI-style list: data, first_id, last_id, has_more."""
+
     data: list[dict[str, Any]]
     has_more: bool
 
@@ -155,7 +157,7 @@ class ItemPage:
 
 def input_items_page(
     *, tenant_id: int | None, response_id: str, after: str | None, limit: int, order: str
-) -> ItemPage:
+) -> ListPage:
     """A page of the response's input items; `after` is an item id from an earlier page."""
     row = response_get_row(tenant_id=tenant_id, response_id=response_id)
     qs = ResponseItem.objects.filter(response_id=row.id, role=ResponseItem.Role.INPUT)
@@ -167,4 +169,4 @@ def input_items_page(
         qs = qs.filter(position__lt=anchor) if descending else qs.filter(position__gt=anchor)
     qs = qs.order_by("-position" if descending else "position")
     rows = list(qs.values_list("item__data", flat=True)[: limit + 1])
-    return ItemPage([_loads(r) for r in rows[:limit]], len(rows) > limit)
+    return ListPage([_loads(r) for r in rows[:limit]], len(rows) > limit)

@@ -16,6 +16,7 @@ import shlex
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,19 +179,12 @@ def test_healthchecks_and_start_order() -> None:
 
 def test_compose_environment_passes_check_deploy() -> None:
     """`manage.py check --deploy` with exactly the environment compose gives the web service."""
-    host_env = {
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "POSTGRES_PASSWORD": secrets.token_hex(16),
-        "ALLOWED_HOSTS": "gateway.example.com",
-    }
-    env = {k: v for k, v in os.environ.items() if k not in settings_env_names()}
-    env.update({k: interpolate(str(v), host_env) for k, v in SERVICES["web"]["environment"].items()})
     # The mounted file is not at /etc/gateway here; check --deploy does not read it anyway.
-    env["GATEWAY_CONFIG"] = str(ROOT / "deploy" / "gateway.yaml")
+    env = compose_env(GATEWAY_CONFIG=str(ROOT / "deploy" / "gateway.yaml"))
     assert len(env["SECRET_KEY"]) >= 50
     proc = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
@@ -203,10 +197,138 @@ def test_production_settings_refuse_to_start_without_secret_key() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
         cwd=ROOT, env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, check=False,
     )
     assert proc.returncode != 0
     assert "SECRET_KEY must be set" in proc.stderr
+
+
+def compose_env(**overrides: str) -> dict[str, str]:
+    """The app services' environment as compose would give it, plus this process's PATH etc."""
+    host_env = {
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "POSTGRES_PASSWORD": secrets.token_hex(16),
+        "ALLOWED_HOSTS": "gateway.example.com",
+    }
+    env = {k: v for k, v in os.environ.items() if k not in settings_env_names()}
+    env.update({k: interpolate(str(v), host_env) for k, v in SERVICES["web"]["environment"].items()})
+    env.update(overrides)
+    # `python`, `celery`, `uvicorn` in the commands are this interpreter's, as in the image.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_migrate_then_web_start_with_the_example_config(tmp_path: Path) -> None:
+    """The `migrate` and `web` commands as compose runs them (SQLite standing in for Postgres).
+
+    Several uvicorn workers each import project.asgi inside their event loop, which syncs
+    GATEWAY_CONFIG (deploy/gateway.yaml) there: the start must survive that.
+    """
+    port = free_port()
+    env = compose_env(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'gateway.sqlite3'}",
+        REDIS_URL="",
+        GATEWAY_CONFIG=str(ROOT / "deploy" / "gateway.yaml"),
+    )
+    migrate = subprocess.run(
+        command_words("migrate"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+        check=False,
+    )
+    assert migrate.returncode == 0, migrate.stdout + migrate.stderr
+    assert "Synced 2 providers and 2 models" in migrate.stdout
+
+    words = shlex.split(interpolate(SERVICES["web"]["command"], {}))
+    words[words.index("--host") + 1] = "127.0.0.1"
+    words[words.index("--port") + 1] = str(port)
+    assert words[words.index("--workers") + 1] == "2"
+    log = (tmp_path / "web.log").open("w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *words], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        def output() -> str:
+            log.seek(0)
+            return log.read()
+
+        def get(path: str, host: str = "localhost") -> httpx.Response | None:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}{path}", headers={"Host": host}, timeout=5)
+            except httpx.TransportError:
+                return None
+
+        deadline = time.monotonic() + 45
+        while (ready := get("/readyz")) is None or ready.status_code != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, f"web did not start:\n{output()}"
+            assert "Traceback" not in output(), f"web failed to start:\n{output()}"
+            time.sleep(0.3)
+        assert ready.json()["checks"]["database"] == "ok"
+        # Give every worker time to import the app (and crash, if it does).
+        time.sleep(2)
+        health = [get("/healthz") for _ in range(6)]
+        assert all(r is not None and r.status_code == 200 for r in health), output()
+        assert "Traceback" not in output(), output()
+        # Logs are JSON lines, uvicorn's own included (deploy/uvicorn-logging.json). (Python
+        # warnings are not: here WhiteNoise warns that no collectstatic ran, unlike the image.)
+        records = [json.loads(line) for line in output().splitlines() if line.startswith("{")]
+        assert any(r["logger"] == "uvicorn.error" and "Started server process" in r["msg"] for r in records)
+        # Plain HTTP to the API is redirected to HTTPS, health probes are not.
+        api = get("/v1/models", host="gateway.example.com")
+        assert api is not None and api.status_code == 301
+        assert api.headers["location"].startswith("https://gateway.example.com/")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs the test run's Redis")
+def test_worker_starts_and_answers_its_healthcheck() -> None:
+    """`celery -A project worker` as compose runs it, then the compose healthcheck's ping."""
+    # Its own Redis database: this worker must not take tasks meant for other tests.
+    redis_url = re.sub(r"/\d*$", "", os.environ["REDIS_URL"]) + "/14"
+    env = compose_env(REDIS_URL=redis_url, DATABASE_URL=os.environ.get("DATABASE_URL", ""))
+    words = shlex.split(interpolate(SERVICES["worker"]["command"], {}))
+    nodename = f"deploytest{os.getpid()}@%h"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *words, "-n", nodename, "--concurrency", "1"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        check = SERVICES["worker"]["healthcheck"]["test"]
+        assert check[0] == "CMD-SHELL"
+        import socket
+
+        script = check[1].replace("$$HOSTNAME", "$HOSTNAME").replace("celery@", f"deploytest{os.getpid()}@")
+        deadline = time.monotonic() + 60
+        while True:
+            ping = subprocess.run(
+                ["sh", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
+                env=env | {"HOSTNAME": socket.gethostname()},
+            )
+            if ping.returncode == 0 or time.monotonic() > deadline or proc.poll() is not None:
+                break
+            time.sleep(1)
+        assert ping.returncode == 0, ping.stderr
+    finally:
+        proc.terminate()
+        try:
+            output, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+    assert "Traceback" not in output, output
 
 
 # --- Dockerfile ---------------------------------------------------------------------------

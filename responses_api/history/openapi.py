@@ -16,8 +16,9 @@ import functools
 import inspect
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from django.urls import URLPattern, URLResolver, get_resolver
 
@@ -339,7 +340,7 @@ def build_document(server_url: str = "/") -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {
             "title": "Open Responses gateway",
-            "version": "1",
+            "version": "v1",
             "description": "The Open Responses / OpenAI Responses API, with stored history, "
                            "served in front of any LLM upstream. Authenticate with "
                            "`Authorization: Bearer <API key>`.",

@@ -5,9 +5,10 @@ A bad value is a 400 whose `param` names the parameter, in the protocol's error 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from django.http import QueryDict
 
@@ -24,7 +25,7 @@ class Param:
     name: str
     schema: dict[str, Any]
     description: str
-    parse: Callable[[list[str]], Any]
+    parse: Callable[[Any], Any]  # list[str] of values; dict[str, list[str]] for deepObject
     default: Any = None
     # deepObject parameters (`metadata[key]=value`) collect every `name[...]` key.
     style: str | None = None
@@ -117,7 +118,7 @@ def _unix_seconds(values: list[str]) -> datetime:
     raw = _single(values)
     try:
         value = int(raw)
-        return datetime.fromtimestamp(value, timezone.utc)
+        return datetime.fromtimestamp(value, UTC)
     except (ValueError, OverflowError, OSError):
         raise BadValue("must be a Unix timestamp in seconds.") from None
 

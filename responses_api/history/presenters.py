@@ -6,9 +6,10 @@ the templates only display.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
-from typing import Any, Iterable
+from typing import Any
 
 TERMINAL_BAD = {"failed", "cancelled", "incomplete"}
 
@@ -67,7 +68,7 @@ class Block:
 
 def item_block(item: dict[str, Any], io: str = "", tool_names: dict[str, str] | None = None) -> Block:
     kind = item.get("type")
-    common = {"item_id": item.get("id") or "", "status": item.get("status") or "", "io": io,
+    common: dict[str, Any] = {"item_id": item.get("id") or "", "status": item.get("status") or "", "io": io,
               "raw": pretty_json(item)}
     if kind == "message" or (kind is None and "role" in item):
         role = item.get("role") or "user"
@@ -89,7 +90,7 @@ def item_block(item: dict[str, Any], io: str = "", tool_names: dict[str, str] | 
         output = item.get("output")
         text = pretty_json(output) if not isinstance(output, list) else "\n".join(
             t for _, t in (_part_text(p) for p in output))
-        return Block("tool_output", title=(tool_names or {}).get(call_id, "tool"), call_id=call_id,
+        return Block("tool_output", title=(tool_names or {}).get(call_id, ""), call_id=call_id,
                      output=text, **common)
     if kind == "mcp_call":
         error = item.get("error")
@@ -198,7 +199,7 @@ def usage_chart(rows: list[dict[str, Any]], start: date, end: date, width: int =
     days = [start + timedelta(days=i) for i in range((end - start).days + 1)]
     models = sorted({r["model"] for r in rows}, key=lambda m: -sum(r["total_tokens"] for r in rows if r["model"] == m))
     colour = {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(models)}
-    totals: dict[str, dict[str, dict[str, int]]] = {}
+    totals: dict[str, dict[str, dict[str, Any]]] = {}
     for r in rows:
         totals.setdefault(r["day"], {})[r["model"]] = r
     day_total = {d.isoformat(): sum(v["total_tokens"] for v in totals.get(d.isoformat(), {}).values()) for d in days}
@@ -212,16 +213,17 @@ def usage_chart(rows: list[dict[str, Any]], start: date, end: date, width: int =
         key = d.isoformat()
         y = top_pad + plot_h
         for m in models:
-            r = totals.get(key, {}).get(m)
-            if not r or not r["total_tokens"]:
+            cell = totals.get(key, {}).get(m)
+            if not cell or not cell["total_tokens"]:
                 continue
-            h = r["total_tokens"] / top * plot_h
+            h = cell["total_tokens"] / top * plot_h
             y -= h
             bars.append({
                 "x": round(left + i * slot + (slot - bar_w) / 2, 2), "y": round(y, 2),
                 "w": round(bar_w, 2), "h": round(max(h, 0.5), 2), "colour": colour[m],
-                "title": f"{key} · {m}: {r['total_tokens']:,} tokens "
-                         f"({r['input_tokens']:,} in, {r['output_tokens']:,} out) in {r['requests']:,} requests",
+                "title": f"{key} · {m}: {cell['total_tokens']:,} tokens "
+                         f"({cell['input_tokens']:,} in, {cell['output_tokens']:,} out) "
+                         f"in {cell['requests']:,} requests",
             })
     y_ticks = [
         {"y": round(top_pad + plot_h - plot_h * k / 4, 2), "label": human(int(top * k / 4))} for k in range(5)

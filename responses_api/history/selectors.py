@@ -7,20 +7,21 @@ query, and chains are walked by recursive CTEs in the database.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, Iterable
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Exists, F, OuterRef, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.lookups import Exact
 from django.db.models.functions import Coalesce, TruncDate
+from django.db.models.lookups import Exact
 
 from ..models import Item, Response, ResponseItem, Tenant
 from ..protocol.errors import InvalidRequest, NotFound
-from ..selectors import _loads, response_object_from_row
+from ..selectors import ListPage, _loads, response_object_from_row
 
 # The Postgres text-search document of an item: every "text" string at any
 # depth (message parts, reasoning summaries), as a 'simple' (language-neutral,
@@ -67,23 +68,6 @@ class ResponseFilters:
     q: str | None = None
 
 
-@dataclass(slots=True)
-class Page:
-    data: list[dict[str, Any]]
-    has_more: bool
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": self.data,
-            "first_id": self.data[0]["id"] if self.data else None,
-            "last_id": self.data[-1]["id"] if self.data else None,
-            "has_more": self.has_more,
-            **self.extra,
-        }
-
-
 def _descendants_sql() -> str:
     """The ids of a response and of every response chained after it, at any depth."""
     response = _table(Response)
@@ -95,6 +79,28 @@ def _descendants_sql() -> str:
         )
         SELECT id FROM down
     """
+
+
+# Below this many matching responses, `q` is answered from the GIN index first
+# (the matching ids, then the page among them); above it matches are dense and
+# the newest-first scan meets 20 of them quickly. Either way the cost is bounded.
+SEARCH_PROBE_LIMIT = 1000
+
+
+def search_hits(*, tenant_id: int | None, q: str) -> list[str] | None:
+    """PostgreSQL: the ids of responses with an item matching `q` when there are at most
+    SEARCH_PROBE_LIMIT of them, else None (too many to list). One query, on the GIN index."""
+    tenant = "i.tenant_id = %s AND " if tenant_id is not None else ""
+    sql = (
+        f"SELECT DISTINCT ri.response_id FROM {_table(Item)} i "
+        f"JOIN {_table(ResponseItem)} ri ON ri.item_id = i.id "
+        f"WHERE {tenant}{ITEM_SEARCH_VECTOR_SQL} @@ websearch_to_tsquery('simple'::regconfig, %s) "
+        f"LIMIT {SEARCH_PROBE_LIMIT + 1}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [tenant_id, q] if tenant_id is not None else [q])
+        ids = [row[0] for row in cursor.fetchall()]
+    return ids if len(ids) <= SEARCH_PROBE_LIMIT else None
 
 
 def _text_match(q: str) -> Exists:
@@ -111,7 +117,10 @@ def _text_match(q: str) -> Exists:
     return Exists(items.filter(item__data__icontains=q))
 
 
-def response_filter(qs: QuerySet[Response], filters: ResponseFilters) -> QuerySet[Response]:
+def response_filter(
+    qs: QuerySet[Response], filters: ResponseFilters, *, search_ids: list[str] | None = None
+) -> QuerySet[Response]:
+    """Apply the filters; `search_ids` (from `search_hits`) answers `q` when given."""
     if filters.model is not None:
         qs = qs.filter(model=filters.model)
     if filters.status:
@@ -133,7 +142,7 @@ def response_filter(qs: QuerySet[Response], filters: ResponseFilters) -> QuerySe
     if filters.root is not None:
         qs = qs.filter(id__in=RawSQL(_descendants_sql(), [filters.root]))
     if filters.q:
-        qs = qs.filter(_text_match(filters.q))
+        qs = qs.filter(id__in=search_ids) if search_ids is not None else qs.filter(_text_match(filters.q))
     return qs
 
 
@@ -164,14 +173,17 @@ def response_list_page(
     after: str | None,
     limit: int,
     order: str,
-) -> Page:
+) -> ListPage:
     """A page of full Response objects, newest first by default.
 
-    Queries: the `after` anchor (only when given), the page rows, and the
-    output items of the whole page."""
+    Queries: the `after` anchor (only when given), the `q` probe (only with
+    `q`, on PostgreSQL), the page rows, and the output items of the whole page."""
     descending = order == "desc"
     visible = responses_visible(tenant_id=tenant_id)
-    qs = response_filter(visible, filters)
+    search_ids = None
+    if filters.q and connection.vendor == "postgresql":
+        search_ids = search_hits(tenant_id=tenant_id, q=filters.q)
+    qs = response_filter(visible, filters, search_ids=search_ids)
     if after is not None:
         anchor = visible.filter(id=after).values_list("created_at", "id").first()
         if anchor is None:
@@ -181,7 +193,7 @@ def response_list_page(
     rows = list(qs.only(*RESPONSE_OBJECT_FIELDS).order_by(*ordering)[: limit + 1])
     rows, has_more = rows[:limit], len(rows) > limit
     outputs = output_items_by_response(r.id for r in rows) if rows else {}
-    return Page([response_object_from_row(r, outputs.get(r.id, [])) for r in rows], has_more)
+    return ListPage([response_object_from_row(r, outputs.get(r.id, [])) for r in rows], has_more)
 
 
 # --------------------------------------------------------------------------- threads
@@ -285,21 +297,23 @@ def _thread_rows(
         params += anchor + anchor
     if limit is not None:
         params.append(limit)
-    entries: list[ThreadEntry] = []
+    rows: list[tuple[int, ThreadEntry]] = []
     anchor_found = after is None
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        for kind, rid, role, position, data, _seq in cursor.fetchall():
+        for kind, rid, role, position, data, seq in cursor.fetchall():
             if kind == "anchor":
                 anchor_found = True
             else:
-                entries.append(ThreadEntry(rid, int(role), int(position), _loads(data)))
-    return entries, anchor_found
+                rows.append((seq, ThreadEntry(rid, int(role), int(position), _loads(data))))
+    # UNION ALL promises no order: put the page back in thread order.
+    rows.sort(key=lambda row: row[0], reverse=descending)
+    return [entry for _, entry in rows], anchor_found
 
 
 def thread_page(
     *, tenant_id: int | None, response_id: str, after: str | None, limit: int, order: str
-) -> Page:
+) -> ListPage:
     """A page of the items of the whole chain ending at `response_id`, oldest first by default.
 
     Two queries: the visibility check of the head, and the page (recursive CTE)."""
@@ -311,7 +325,7 @@ def thread_page(
     )
     if not anchor_found:
         raise InvalidRequest(f"'after': no entry '{after}' in this thread.", param="after")
-    return Page([e.as_dict() for e in entries[:limit]], len(entries) > limit)
+    return ListPage([e.as_dict() for e in entries[:limit]], len(entries) > limit)
 
 
 def thread_entries(*, response_id: str) -> list[ThreadEntry]:

@@ -17,8 +17,10 @@ POSTGRES_ONLY = [
     # `q`: must be exactly responses_api.history.selectors.ITEM_SEARCH_VECTOR_SQL.
     (
         "item_hist_text_search",
-        "responses_api_item USING gin ((jsonb_to_tsvector('simple'::regconfig, "
-        "jsonb_path_query_array(data, 'strict $.**.text'::jsonpath), '[\"string\"]'::jsonb)))",
+        (
+            "responses_api_item USING gin ((jsonb_to_tsvector('simple'::regconfig, "
+            "jsonb_path_query_array(data, 'strict $.**.text'::jsonpath), '[\"string\"]'::jsonb)))"
+        ),
     ),
 ]
 

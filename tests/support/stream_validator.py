@@ -31,10 +31,8 @@ __all__ = [
     "validate_sse",
 ]
 
-SPEC_PATH = (Path(__file__).resolve().parents[3]  # /work/main/tests/support -> /work
-             / "shared" / "spec" / "openresponses-2026-04-24.openapi.json")
-# OpenAI's description is consulted only where PROTOCOL.md demands the OpenAI shape on top of
-# the Open Responses one (the flat `error` event, `response.reasoning_text.*` event names).
+# A copy of ../shared/spec lives in tests/spec, so a bare clone can run the suite.
+SPEC_PATH = Path(__file__).resolve().parents[1] / "spec" / "openresponses-2026-04-24.openapi.json"
 OPENAI_SPEC_PATH = SPEC_PATH.with_name("openai-responses.openapi.json")
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,560 @@
+"""The operator's admin: stored responses and their conversations, usage, keys, providers, routes.
+
+Reads go through responses_api.history.selectors and writes through
+responses_api.services; lists join what they show (`list_select_related`)
+and never load the large JSON columns.
+"""
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from cryptography.fernet import InvalidToken
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.db.models import Count, Prefetch, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+
+from . import routing, services
+from .history import presenters
+from .history import selectors as history
+from .models import ApiKey, ModelRoute, Provider, Response, RouteTarget, Tenant
+from .protocol.errors import GatewayError
+
+STATUS_COLOURS = {
+    "completed": "ok", "in_progress": "busy", "queued": "busy",
+    "failed": "bad", "cancelled": "muted", "incomplete": "warn",
+}
+
+
+def status_badge(status: str) -> str:
+    return format_html('<span class="gw-badge gw-{}">{}</span>', STATUS_COLOURS.get(status, "muted"),
+                       status.replace("_", " "))
+
+
+def _change_url(obj: Any) -> str:
+    opts = obj._meta
+    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(obj.pk)])
+
+
+# --------------------------------------------------------------------------- tenants
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ("name", "key_count", "created_at")
+    search_fields = ("name",)
+    ordering = ("name",)
+    fields = ("name", "created_at")
+    readonly_fields = ("created_at",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
+        return super().get_queryset(request).annotate(_keys=Count("api_keys"))
+
+    @admin.display(description="API keys", ordering="_keys")
+    def key_count(self, obj: Tenant) -> int:
+        return obj._keys  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- API keys
+
+
+class AllowedModelsField(forms.CharField):
+    """A list of model names, typed comma-separated."""
+
+    def prepare_value(self, value: Any) -> str:
+        if isinstance(value, (list, tuple)):
+            return ", ".join(value)
+        return value or ""
+
+    def to_python(self, value: Any) -> list[str]:
+        if isinstance(value, list):
+            return value
+        return list(dict.fromkeys(p.strip() for p in (value or "").split(",") if p.strip()))
+
+
+class ApiKeyForm(forms.ModelForm):
+    allowed_models = AllowedModelsField(
+        required=False,
+        help_text="Comma-separated model names this key may use; leave empty to allow every model.",
+        widget=forms.TextInput(attrs={"size": 60, "list": "gw-model-names"}),
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ("tenant", "name", "is_admin", "allowed_models")
+
+
+class RevokedFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("active", "Active"), ("revoked", "Revoked")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "active":
+            return queryset.filter(revoked_at__isnull=True)
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return queryset
+
+
+def _secret_session_key(key_id: int) -> str:
+    return f"gateway:new-api-key:{key_id}"
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    form = ApiKeyForm
+    list_display = ("name", "tenant", "key_prefix", "is_admin", "models_display", "state", "created_at",
+                    "last_used_at")
+    list_filter = (RevokedFilter, "is_admin", "tenant")
+    list_select_related = ("tenant",)
+    search_fields = ("name", "prefix", "tenant__name")
+    ordering = ("-created_at",)
+    actions = ("revoke_keys",)
+
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        if obj is None:
+            return ["tenant", "name", "is_admin", "allowed_models"]
+        return ["tenant", "key_prefix", "name", "is_admin", "allowed_models", "created_at", "last_used_at",
+                "revoked_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        if obj is None:
+            return []
+        return ["tenant", "key_prefix", "created_at", "last_used_at", "revoked_at"]
+
+    @admin.display(description="Key", ordering="prefix")
+    def key_prefix(self, obj: ApiKey) -> str:
+        return format_html("<code>{}{}_…</code>", services.KEY_PREFIX, obj.prefix)
+
+    @admin.display(description="Models")
+    def models_display(self, obj: ApiKey) -> str:
+        return ", ".join(obj.allowed_models) if obj.allowed_models else "all"
+
+    @admin.display(description="State", ordering="revoked_at")
+    def state(self, obj: ApiKey) -> str:
+        if obj.revoked_at:
+            return mark_safe('<span class="gw-badge gw-bad">revoked</span>')
+        return mark_safe('<span class="gw-badge gw-ok">active</span>')
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: forms.ModelForm, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        key, raw = services.api_key_create(tenant_name=obj.tenant.name, name=obj.name, is_admin=obj.is_admin)
+        if obj.allowed_models:
+            ApiKey.objects.filter(pk=key.pk).update(allowed_models=obj.allowed_models)
+            key.allowed_models = obj.allowed_models
+        # The admin goes on with `obj` (log entry, redirect): make it the created key.
+        obj.__dict__.update({k: v for k, v in key.__dict__.items() if k != "_state"})
+        obj._state.adding = False
+        # Shown once, on the next page, then dropped from the (server-side) session.
+        request.session[_secret_session_key(key.pk)] = raw
+
+    def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None) -> HttpResponse:
+        messages.success(request, f"The API key “{obj.name}” was created. Copy its secret now: "
+                                  "it is shown only once.")
+        return HttpResponseRedirect(_change_url(obj))
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra_context = dict(extra_context or {})
+        try:
+            key_id = int(unquote(object_id))
+        except ValueError:
+            key_id = -1
+        secret = request.session.pop(_secret_session_key(key_id), None)
+        if secret is not None:
+            extra_context["new_secret"] = secret
+        extra_context["model_names"] = list(ModelRoute.objects.order_by("name").values_list("name", flat=True))
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def add_view(self, request: HttpRequest, form_url: str = "",
+                 extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra_context = dict(extra_context or {})
+        extra_context["model_names"] = list(ModelRoute.objects.order_by("name").values_list("name", flat=True))
+        return super().add_view(request, form_url, extra_context)
+
+    @admin.action(description="Revoke selected API keys")
+    def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        keys = list(queryset.filter(revoked_at__isnull=True))
+        for key in keys:
+            services.api_key_revoke(key=key)
+        self.message_user(request, f"Revoked {len(keys)} key(s). Clients using them are refused "
+                                   "within the key cache time.", messages.SUCCESS)
+
+
+# --------------------------------------------------------------------------- providers and routes
+
+
+class ProviderForm(forms.ModelForm):
+    base_url = forms.URLField(max_length=500, assume_scheme="http",
+                              help_text="e.g. http://127.0.0.1:8000/v1 (the gateway appends /chat/completions).")
+    new_api_key = forms.CharField(
+        required=False, label="API key",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password", "size": 60}),
+        help_text="Stored encrypted and never shown again. Leave empty to keep the current key; "
+                  "or name an environment variable above instead.",
+    )
+    clear_api_key = forms.BooleanField(required=False, label="Remove the stored API key")
+
+    class Meta:
+        model = Provider
+        fields = ("name", "kind", "base_url", "api_key_env", "timeout", "connect_timeout", "options",
+                  "headers", "enabled")
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
+    list_display = ("name", "kind", "base_url", "key_source", "enabled", "updated_at")
+    list_filter = ("enabled", "kind")
+    search_fields = ("name", "base_url")
+    actions = ("check_connection",)
+    fieldsets = (
+        (None, {"fields": ("name", "kind", "base_url", "enabled")}),
+        ("Credentials", {"fields": ("api_key_env", "new_api_key", "clear_api_key")}),
+        ("Connection", {"fields": ("timeout", "connect_timeout", "options", "headers")}),
+    )
+
+    @admin.display(description="Key")
+    def key_source(self, obj: Provider) -> str:
+        if obj.api_key_env:
+            return format_html("env <code>${}</code>", obj.api_key_env)
+        if obj.api_key_encrypted:
+            return "stored (encrypted)"
+        return "none"
+
+    def save_model(self, request: HttpRequest, obj: Provider, form: forms.ModelForm, change: bool) -> None:
+        if form.cleaned_data.get("new_api_key"):
+            obj.api_key_encrypted = routing.encrypt_secret(form.cleaned_data["new_api_key"])
+        elif form.cleaned_data.get("clear_api_key"):
+            obj.api_key_encrypted = ""
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Check connection (GET /models)")
+    def check_connection(self, request: HttpRequest, queryset: QuerySet[Provider]) -> None:
+        for provider in queryset:
+            level, text = provider_check(provider)
+            self.message_user(request, text, level)
+
+
+def provider_check(provider: Provider, timeout: float = 5.0) -> tuple[int, str]:
+    """Ask the provider for its model list: (message level, message)."""
+    url = provider.base_url.rstrip("/") + "/models"
+    try:
+        secret = routing.provider_secret(provider)
+    except (GatewayError, InvalidToken) as exc:  # a missing env var, a key from another SECRET_KEY
+        return messages.ERROR, f"{provider.name}: {exc}"
+    headers = {str(k): str(v) for k, v in (provider.headers or {}).items()}
+    if secret:
+        headers["Authorization"] = f"Bearer {secret}"
+    started = time.monotonic()
+    try:
+        reply = httpx.get(url, headers=headers,
+                          timeout=httpx.Timeout(timeout, connect=min(provider.connect_timeout, timeout)))
+    except httpx.HTTPError as exc:
+        return messages.ERROR, f"{provider.name}: cannot reach {url}: {exc.__class__.__name__}: {exc}"
+    elapsed = (time.monotonic() - started) * 1000
+    if reply.status_code != 200:
+        return messages.ERROR, (f"{provider.name}: {url} answered HTTP {reply.status_code} "
+                                f"in {elapsed:.0f} ms: {reply.text[:300]}")
+    try:
+        names = [m.get("id", "?") for m in reply.json().get("data", [])]
+    except (ValueError, AttributeError):
+        return messages.WARNING, f"{provider.name}: {url} answered 200 but not a model list."
+    shown = ", ".join(names[:30]) + (f" … (+{len(names) - 30} more)" if len(names) > 30 else "")
+    return messages.SUCCESS, f"{provider.name}: OK in {elapsed:.0f} ms, {len(names)} model(s): {shown}"
+
+
+class RouteTargetInline(admin.TabularInline):
+    model = RouteTarget
+    extra = 1
+    fields = ("provider", "upstream_model", "weight")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RouteTarget]:
+        return super().get_queryset(request).select_related("provider")
+
+
+@admin.register(ModelRoute)
+class ModelRouteAdmin(admin.ModelAdmin):
+    inlines = (RouteTargetInline,)
+    list_display = ("name", "targets_display", "enabled", "run_on_worker", "updated_at")
+    list_filter = ("enabled", "run_on_worker")
+    search_fields = ("name", "description", "targets__upstream_model")
+    fields = ("name", "description", "enabled", "run_on_worker", "created_at", "updated_at")
+    readonly_fields = ("created_at", "updated_at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ModelRoute]:
+        targets = RouteTarget.objects.select_related("provider").order_by("id")
+        return super().get_queryset(request).prefetch_related(Prefetch("targets", queryset=targets))
+
+    @admin.display(description="Targets (weight)")
+    def targets_display(self, obj: ModelRoute) -> str:
+        return format_html_join(
+            ", ", "<code>{}:{}</code> ({})",
+            ((t.provider.name, t.upstream_model, t.weight or "fallback") for t in obj.targets.all()),
+        ) or "—"
+
+
+# --------------------------------------------------------------------------- responses
+
+
+class ModelFilter(admin.SimpleListFilter):
+    title = "model"
+    parameter_name = "model"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = Response.objects.order_by("model").values_list("model", flat=True).distinct()
+        return [(n, n) for n in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(model=self.value()) if self.value() else queryset
+
+
+class DeletedFilter(admin.SimpleListFilter):
+    title = "visibility"
+    parameter_name = "visibility"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("live", "Live"), ("deleted", "Deleted")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "live":
+            return queryset.filter(deleted_at__isnull=True)
+        if self.value() == "deleted":
+            return queryset.filter(deleted_at__isnull=False)
+        return queryset
+
+
+# Columns a changelist row never needs: the big JSON and text.
+LIST_DEFERRED = ("params", "error", "incomplete_details", "job", "instructions", "metadata")
+
+
+@admin.register(Response)
+class ResponseAdmin(admin.ModelAdmin):
+    list_display = ("short_id", "status_display", "model", "tenant", "tokens", "latency", "created",
+                    "conversation_link")
+    list_filter = ("status", ModelFilter, "tenant", ("created_at", admin.DateFieldListFilter), DeletedFilter)
+    list_select_related = ("tenant",)
+    search_fields = ("id", "model", "metadata")
+    search_help_text = "Search by response id, model name or metadata text."
+    ordering = ("-created_at",)
+    list_per_page = 50
+    show_full_result_count = False
+    actions = ("soft_delete",)
+    fieldsets = (
+        (None, {"fields": ("id", "status_display", "model", "upstream", "tenant", "api_key_display")}),
+        ("Timing and usage", {"fields": ("created_at", "completed_at", "latency", "usage_display")}),
+        ("Request", {"fields": ("instructions", "metadata_display", "params_display"),
+                     "classes": ("collapse",)}),
+        ("Outcome", {"fields": ("error_display", "incomplete_display", "background", "on_worker",
+                                "deleted_at")}),
+    )
+    readonly_fields = ("id", "status_display", "model", "upstream", "tenant", "api_key_display", "created_at",
+                       "completed_at", "latency", "usage_display", "instructions", "metadata_display",
+                       "params_display", "error_display", "incomplete_display", "background", "on_worker",
+                       "deleted_at")
+
+    # Stored history is evidence: read-only, hidden (not removed) by the soft-delete action.
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Response]:
+        qs = super().get_queryset(request)
+        if request.resolver_match and request.resolver_match.url_name == "responses_api_response_changelist":
+            return qs.defer(*LIST_DEFERRED)  # list_select_related joins the tenant
+        return qs.select_related("tenant", "api_key")
+
+    def has_hide_permission(self, request: HttpRequest) -> bool:
+        """Soft delete needs the model's delete permission (hard delete itself is never offered)."""
+        return request.user.has_perm("responses_api.delete_response")
+
+    # -- columns
+
+    @admin.display(description="Response", ordering="id")
+    def short_id(self, obj: Response) -> str:
+        return format_html('<code title="{}">{}…{}</code>', obj.id, obj.id[:11], obj.id[-4:])
+
+    @admin.display(description="Status", ordering="status")
+    def status_display(self, obj: Response) -> str:
+        badge = status_badge(obj.status)
+        if obj.deleted_at:
+            badge += mark_safe(' <span class="gw-badge gw-muted">deleted</span>')
+        return badge
+
+    @admin.display(description="Tokens in/out")
+    def tokens(self, obj: Response) -> str:
+        if obj.input_tokens is None:
+            return "—"
+        return format_html('<span title="{} total">{} / {}</span>', f"{obj.total_tokens:,}",
+                           f"{obj.input_tokens:,}", f"{obj.output_tokens or 0:,}")
+
+    @admin.display(description="Latency", ordering="latency_ms")
+    def latency(self, obj: Response) -> str:
+        if obj.latency_ms is None:
+            return "—"
+        return f"{obj.latency_ms / 1000:.2f} s" if obj.latency_ms >= 1000 else f"{obj.latency_ms} ms"
+
+    @admin.display(description="Created", ordering="created_at")
+    def created(self, obj: Response) -> str:
+        local = timezone.localtime(obj.created_at)
+        return format_html('<span title="{}">{}</span>', local.isoformat(), local.strftime("%b %-d, %H:%M:%S"))
+
+    @admin.display(description="")
+    def conversation_link(self, obj: Response) -> str:
+        url = reverse("admin:responses_api_response_conversation", args=[quote(obj.pk)])
+        return format_html('<a class="gw-link" href="{}" title="Conversation">chat →</a>', url)
+
+    # -- detail fields
+
+    @admin.display(description="API key")
+    def api_key_display(self, obj: Response) -> str:
+        if obj.api_key is None:
+            return "—"
+        return format_html('<a href="{}">{}</a>', _change_url(obj.api_key), str(obj.api_key))
+
+    @admin.display(description="Usage")
+    def usage_display(self, obj: Response) -> str:
+        if obj.input_tokens is None:
+            return "—"
+        return format_html(
+            "{} input ({} cached) + {} output ({} reasoning) = <strong>{}</strong> tokens",
+            f"{obj.input_tokens:,}", f"{obj.cached_tokens or 0:,}", f"{obj.output_tokens or 0:,}",
+            f"{obj.reasoning_tokens or 0:,}", f"{obj.total_tokens:,}",
+        )
+
+    @admin.display(description="Metadata")
+    def metadata_display(self, obj: Response) -> str:
+        return format_html("<pre class=\"gw-json\">{}</pre>", presenters.pretty_json(obj.metadata or {}))
+
+    @admin.display(description="Parameters")
+    def params_display(self, obj: Response) -> str:
+        return format_html("<pre class=\"gw-json\">{}</pre>", presenters.pretty_json(obj.params or {}))
+
+    @admin.display(description="Error")
+    def error_display(self, obj: Response) -> str:
+        if not obj.error:
+            return "—"
+        return format_html('<pre class="gw-json gw-error-text">{}</pre>', presenters.pretty_json(obj.error))
+
+    @admin.display(description="Incomplete details")
+    def incomplete_display(self, obj: Response) -> str:
+        if not obj.incomplete_details:
+            return "—"
+        return format_html('<pre class="gw-json">{}</pre>', presenters.pretty_json(obj.incomplete_details))
+
+    # -- views
+
+    def get_urls(self) -> list[Any]:
+        view = self.admin_site.admin_view
+        return [
+            path("usage/", view(self.usage_view), name="responses_api_response_usage"),
+            path("<path:object_id>/conversation/", view(self.conversation_view),
+                 name="responses_api_response_conversation"),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        response_id = unquote(object_id)
+        extra_context = dict(extra_context or {})
+        row = Response.objects.filter(pk=response_id).values_list("previous_response_id", flat=True).first()
+        extra_context.update(
+            previous_url=reverse("admin:responses_api_response_change", args=[quote(row)]) if row else None,
+            items=[presenters.item_block(e.item, e.role_name) for e in history.response_items(response_id=response_id)],
+            next_ids=[(rid, reverse("admin:responses_api_response_change", args=[quote(rid)]))
+                      for rid in history.response_next_ids(response_id=response_id)],
+            conversation_url=reverse("admin:responses_api_response_conversation", args=[quote(response_id)]),
+        )
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra_context = dict(extra_context or {})
+        extra_context["usage_url"] = reverse("admin:responses_api_response_usage")
+        return super().changelist_view(request, extra_context)
+
+    def conversation_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        response_id = unquote(object_id)
+        head = Response.objects.filter(pk=response_id).defer("job").select_related("tenant").first()
+        if head is None or not self.has_view_permission(request, head):
+            raise Http404("No such response.")
+        chain = history.chain_responses(response_id=head.id)
+        entries = history.thread_entries(response_id=head.id)
+        turns = presenters.conversation_turns(chain, entries, head.id)
+        for turn in turns:
+            turn.change_url = reverse("admin:responses_api_response_change", args=[quote(turn.response.id)])
+            turn.conversation_url = reverse("admin:responses_api_response_conversation",
+                                            args=[quote(turn.response.id)])
+        next_ids = history.response_next_ids(response_id=head.id)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Conversation up to {head.id}",
+            "subtitle": None,
+            "head": head,
+            "turns": turns,
+            "chain_root": chain[0] if chain else head,
+            "next_links": [(rid, reverse("admin:responses_api_response_conversation", args=[quote(rid)]))
+                           for rid in next_ids],
+            "change_url": reverse("admin:responses_api_response_change", args=[quote(head.id)]),
+            "total_tokens": sum((r.input_tokens or 0) + (r.output_tokens or 0) for r in chain),
+        }
+        return TemplateResponse(request, "admin/responses_api/response/conversation.html", context)
+
+    def usage_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise Http404
+        try:
+            days = max(1, min(int(request.GET.get("days", 30)), 366))
+        except ValueError:
+            days = 30
+        tenant_id: int | None
+        try:
+            tenant_id = int(request.GET["tenant"]) if request.GET.get("tenant") else None
+        except ValueError:
+            tenant_id = None
+        today = timezone.now().astimezone(UTC).date()
+        start_day = today - timedelta(days=days - 1)
+        start = datetime(start_day.year, start_day.month, start_day.day, tzinfo=UTC)
+        rows = history.usage_summary(tenant_id=tenant_id, group_by=("day", "model"), start=start)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Token usage",
+            "subtitle": None,
+            "chart": presenters.usage_chart(rows, start_day, today),
+            "days": days,
+            "day_choices": (7, 30, 90),
+            "tenants": history.tenant_names(),
+            "tenant_id": tenant_id,
+            "by_model": presenters.usage_by_model(rows),
+            "totals_display": presenters.usage_totals(rows),
+            "changelist_url": reverse("admin:responses_api_response_changelist"),
+        }
+        return TemplateResponse(request, "admin/responses_api/response/usage.html", context)
+
+    @admin.action(description="Delete selected responses (hide from the API; chains keep their context)",
+                  permissions=["hide"])
+    def soft_delete(self, request: HttpRequest, queryset: QuerySet[Response]) -> None:
+        rows = list(queryset.filter(deleted_at__isnull=True).values_list("id", "tenant_id"))
+        for response_id, tenant_id in rows:
+            services.response_delete(tenant_id=tenant_id, response_id=response_id)
+        self.message_user(request, f"Deleted {len(rows)} response(s).", messages.SUCCESS)

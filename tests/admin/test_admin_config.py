@@ -1,0 +1,116 @@
+"""API keys (secret shown once), providers (encrypted keys, connection check) and routes in the admin."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+from django.urls import reverse
+
+from responses_api import routing
+from responses_api.auth import authenticate_key
+from responses_api.models import ApiKey, ModelRoute, Provider, Tenant
+from responses_api.protocol.errors import AuthenticationFailed
+from responses_api.services import KEY_PREFIX, hash_key
+from tests.support.upstream import ScriptedUpstream
+
+pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
+
+
+def _messages(reply) -> list[str]:  # type: ignore[no-untyped-def]
+    return [str(m) for m in reply.context["messages"]]
+
+
+def test_create_api_key_shows_the_secret_once(admin_client) -> None:  # type: ignore[no-untyped-def]
+    tenant = Tenant.objects.create(name="acme")
+    ModelRoute.objects.create(name="gpt-small")
+    add_url = reverse("admin:responses_api_apikey_add")
+    form = admin_client.get(add_url).content.decode()
+    for field in ("tenant", "name", "is_admin", "allowed_models"):
+        assert f'name="{field}"' in form
+    assert 'name="prefix"' not in form and 'name="secret_hash"' not in form
+    assert '<option value="gpt-small">' in form  # model name suggestions
+
+    reply = admin_client.post(add_url, {"tenant": tenant.id, "name": "ci-bot", "allowed_models": "gpt-small, gpt-large"})
+    key = ApiKey.objects.get(name="ci-bot")
+    assert reply.status_code == 302
+    assert reply["location"] == reverse("admin:responses_api_apikey_change", args=[key.pk])
+
+    shown = admin_client.get(reply["location"])
+    page = shown.content.decode()
+    secret = shown.context["new_secret"]
+    assert secret.startswith(f"{KEY_PREFIX}{key.prefix}_") and secret in page
+    assert any("shown only once" in m for m in _messages(shown))
+    assert key.secret_hash == hash_key(secret) and key.allowed_models == ["gpt-small", "gpt-large"]
+    assert authenticate_key(secret).tenant_id == tenant.id
+
+    again = admin_client.get(reply["location"]).content.decode()
+    assert secret not in again and "gw-new-secret" not in again
+    listing = admin_client.get(reverse("admin:responses_api_apikey_changelist")).content.decode()
+    assert f"{KEY_PREFIX}{key.prefix}_…" in listing and secret not in listing
+
+
+def test_revoke_action(admin_client) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import make_key
+
+    raw, _ = make_key(name="leaked")
+    key = ApiKey.objects.get(name="leaked")
+    reply = admin_client.post(reverse("admin:responses_api_apikey_changelist"),
+                              {"action": "revoke_keys", "_selected_action": [key.pk]}, follow=True)
+    assert any("Revoked 1 key" in m for m in _messages(reply))
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    listing = admin_client.get(reverse("admin:responses_api_apikey_changelist"), {"state": "revoked"})
+    assert listing.context["cl"].result_count == 1
+    with pytest.raises(AuthenticationFailed):
+        authenticate_key(raw)
+
+
+def test_provider_key_is_stored_encrypted_and_never_shown(admin_client) -> None:  # type: ignore[no-untyped-def]
+    reply = admin_client.post(reverse("admin:responses_api_provider_add"), {
+        "name": "openai", "kind": "chat_completions", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "",
+        "new_api_key": "sk-upstream-very-secret", "timeout": 60, "connect_timeout": 5, "options": "{}",
+        "headers": "{}", "enabled": "on",
+    })
+    assert reply.status_code == 302, reply.content[:2000]
+    provider = Provider.objects.get(name="openai")
+    assert provider.api_key_encrypted and "very-secret" not in provider.api_key_encrypted
+    assert routing.provider_secret(provider) == "sk-upstream-very-secret"
+    change = admin_client.get(reverse("admin:responses_api_provider_change", args=[provider.pk])).content.decode()
+    assert "very-secret" not in change and provider.api_key_encrypted not in change
+    assert "stored (encrypted)" in admin_client.get(reverse("admin:responses_api_provider_changelist")).content.decode()
+
+
+def test_check_connection_lists_the_upstream_models(admin_client, upstream: ScriptedUpstream) -> None:  # type: ignore[no-untyped-def]
+    upstream.reset()
+    upstream.set_default("gpt-upstream-1", None)
+    ok = Provider.objects.create(name="scripted", base_url=upstream.base_url)
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead_port = sock.getsockname()[1]
+    dead = Provider.objects.create(name="dead", base_url=f"http://127.0.0.1:{dead_port}/v1", connect_timeout=1)
+    missing_env = Provider.objects.create(name="noenv", base_url=upstream.base_url, api_key_env="NOPE_NOT_SET_KEY")
+    reply = admin_client.post(reverse("admin:responses_api_provider_changelist"), {
+        "action": "check_connection", "_selected_action": [ok.pk, dead.pk, missing_env.pk],
+    }, follow=True)
+    messages = _messages(reply)
+    assert any(m.startswith("scripted: OK") and "model(s)" in m for m in messages), messages
+    assert any(m.startswith("dead: cannot reach") for m in messages), messages
+    assert any(m.startswith("noenv:") and "NOPE_NOT_SET_KEY" in m for m in messages), messages
+    sent = [r for r in upstream.requests if r.path == "/v1/models"]
+    assert sent and sent[-1].method == "GET"
+
+
+def test_model_route_with_targets_inline(admin_client) -> None:  # type: ignore[no-untyped-def]
+    provider = Provider.objects.create(name="local", base_url="http://127.0.0.1:9/v1")
+    reply = admin_client.post(reverse("admin:responses_api_modelroute_add"), {
+        "name": "gpt-house", "description": "", "enabled": "on",
+        "targets-TOTAL_FORMS": "2", "targets-INITIAL_FORMS": "0", "targets-MIN_NUM_FORMS": "0",
+        "targets-MAX_NUM_FORMS": "1000",
+        "targets-0-provider": provider.pk, "targets-0-upstream_model": "llama-3", "targets-0-weight": "3",
+        "targets-1-provider": provider.pk, "targets-1-upstream_model": "llama-fallback", "targets-1-weight": "0",
+    })
+    assert reply.status_code == 302, [reply.context["adminform"].form.errors, reply.context["inline_admin_formsets"][0].formset.errors] if reply.context else reply
+    route = ModelRoute.objects.get(name="gpt-house")
+    assert [(t.upstream_model, t.weight) for t in route.targets.all()] == [("llama-3", 3), ("llama-fallback", 0)]
+    listing = admin_client.get(reverse("admin:responses_api_modelroute_changelist")).content.decode()
+    assert "local:llama-3" in listing and "fallback" in listing

@@ -1,0 +1,48 @@
+"""GATEWAY_CONFIG sync: idempotent, validated, single-label hosts accepted."""
+from __future__ import annotations
+
+import pytest
+
+from responses_api.config_sync import ConfigError, sync_config
+from responses_api.models import ModelRoute, Provider, RouteTarget
+
+pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
+
+CONFIG = {
+    "providers": [
+        {"name": "ollama", "kind": "chat_completions", "base_url": "http://ollama:11434/v1"},
+        {"name": "openai", "base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY",
+         "options": {"max_tokens_param": "max_completion_tokens"}},
+    ],
+    "models": [
+        {"name": "small", "targets": [{"provider": "ollama", "model": "llama3.2", "weight": 3},
+                                      {"provider": "openai", "model": "gpt-4.1-mini", "weight": 0}]},
+    ],
+}
+
+
+def test_sync_is_idempotent_and_accepts_single_label_hosts() -> None:
+    first = sync_config(CONFIG)
+    ids = list(RouteTarget.objects.order_by("id").values_list("id", flat=True))
+    second = sync_config(CONFIG)
+    assert first == second == {"providers": 2, "models": 1, "tools": 0}
+    assert list(RouteTarget.objects.order_by("id").values_list("id", flat=True)) == ids  # untouched
+    assert Provider.objects.get(name="ollama").base_url == "http://ollama:11434/v1"
+    route = ModelRoute.objects.get(name="small")
+    assert [(t.provider.name, t.upstream_model, t.weight) for t in route.targets.order_by("id")] == [
+        ("ollama", "llama3.2", 3), ("openai", "gpt-4.1-mini", 0)]
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"providers": [{"name": "x", "base_url": "ftp://x/v1"}]}, "base_url"),
+        ({"providers": [{"name": "x"}]}, "'base_url' is required"),
+        ({"models": [{"name": "m", "targets": [{"provider": "nope", "model": "x"}]}]}, "unknown provider"),
+        ({"providers": [{"name": "x", "base_url": "http://x/v1", "kind": "soap"}]}, "unknown kind"),
+    ],
+)
+def test_bad_config_is_refused_with_its_place(config: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        sync_config(config)
+    assert Provider.objects.count() == 0  # nothing half-written
