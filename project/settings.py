@@ -130,6 +130,8 @@ GATEWAY_UPSTREAM_MAX_CONNECTIONS = env.int("GATEWAY_UPSTREAM_MAX_CONNECTIONS", d
 # How long authenticated keys and model routes are cached in-process; an
 # admin change or a revoked key takes effect within this many seconds.
 GATEWAY_CACHE_SECONDS = env.float("GATEWAY_CACHE_SECONDS", default=5.0)
+# Garbage-collector thresholds for the web process (see project/asgi.py).
+GATEWAY_GC_THRESHOLDS = tuple(int(v) for v in env.list("GATEWAY_GC_THRESHOLDS", default=["50000", "20", "100"]))
 GATEWAY_MAX_REQUEST_BYTES = env.int("GATEWAY_MAX_REQUEST_BYTES", default=32 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_REQUEST_BYTES
 

@@ -20,14 +20,29 @@ CHAIN_ITEMS_SQL = """
 WITH RECURSIVE chain(id, prev, depth) AS (
     SELECT id, previous_response_id, 0 FROM {response} WHERE id = %s
     UNION ALL
-    SELECT r.id, r.previous_response_id, chain.depth + 1
-    FROM {response} r JOIN chain ON r.id = chain.prev
+    {step}
 )
 SELECT i.data FROM chain
 JOIN {response_item} ri ON ri.response_id = chain.id
 JOIN {item} i ON i.id = ri.item_id
 ORDER BY chain.depth DESC, ri.role, ri.position
 """
+# The recursive step. On Postgres a LATERAL primary-key lookup: with a plain
+# join the planner may scan the whole table at every step while the table is
+# small (88 ms for a 500-turn chain, 2.3 ms with this; bench/chain.py).
+CHAIN_STEP_SQL = {
+    "postgresql": """SELECT r.id, r.previous_response_id, chain.depth + 1 FROM chain
+    CROSS JOIN LATERAL (
+        SELECT id, previous_response_id FROM {response} WHERE id = chain.prev LIMIT 1
+    ) r""",
+    "default": """SELECT r.id, r.previous_response_id, chain.depth + 1
+    FROM {response} r JOIN chain ON r.id = chain.prev""",
+}
+
+
+def chain_step_sql(response_table: str) -> str:
+    """The recursive step of a `chain(id, prev, depth)` CTE walking back to the root."""
+    return CHAIN_STEP_SQL.get(connection.vendor, CHAIN_STEP_SQL["default"]).format(response=response_table)
 
 
 def _loads(value: Any) -> Any:
@@ -68,8 +83,10 @@ def chain_head_get(*, tenant_id: int, response_id: str) -> ChainHead:
 
 def chain_items_list(*, response_id: str) -> list[dict[str, Any]]:
     """Every item of a chain, oldest first: one query whatever its length."""
+    response = connection.ops.quote_name(Response._meta.db_table)
     sql = CHAIN_ITEMS_SQL.format(
-        response=connection.ops.quote_name(Response._meta.db_table),
+        step=chain_step_sql(response),
+        response=response,
         response_item=connection.ops.quote_name(ResponseItem._meta.db_table),
         item=connection.ops.quote_name(Item._meta.db_table),
     )

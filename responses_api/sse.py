@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator, TypeVar
+from typing import Any, AsyncIterator, TypeVar
 
 from .exception_handlers import dumps
 from .protocol.events import Event
@@ -17,36 +17,57 @@ def encode_event(event: Event) -> bytes:
     return f"event: {event['type']}\ndata: {dumps(event)}\n\n".encode()
 
 
+_END = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
 async def with_keepalive(source: AsyncIterator[T], interval: float) -> AsyncIterator[T | None]:
     """Yield the source's items, and None whenever it stays silent for `interval` seconds.
 
-    Cancellation of the consumer is passed on to the source (its pending step
-    is cancelled, then it is closed), so the engine sees the disconnect."""
-    iterator = source.__aiter__()
-    pending: asyncio.Future | None = None
+    A pump task reads the source into a bounded queue; a timer handle (not a
+    task per event) drops a keep-alive marker in when nothing came. When the
+    consumer is cancelled (client gone) the pump is cancelled, so the engine
+    sees the disconnect inside its own await."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
+
+    async def pump() -> None:
+        try:
+            async for item in source:
+                await queue.put(item)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # handed to the consumer, raised there
+            await queue.put(_Failure(exc))
+            return
+        await queue.put(_END)
+
+    def keepalive() -> None:
+        if queue.empty():
+            queue.put_nowait(None)
+
+    producer = asyncio.ensure_future(pump())
     try:
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(iterator.__anext__())
-            done, _ = await asyncio.wait({pending}, timeout=interval)
-            if not done:
-                yield None
-                continue
-            finished, pending = pending, None
+            timer = loop.call_later(interval, keepalive)
             try:
-                item = finished.result()
-            except StopAsyncIteration:
+                item = await queue.get()
+            finally:
+                timer.cancel()
+            if item is _END:
                 return
+            if isinstance(item, _Failure):
+                raise item.error
             yield item
     finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(BaseException):
-                await aclose()
+        if not producer.done():
+            producer.cancel()
+        with contextlib.suppress(BaseException):
+            await producer
 
 
 async def sse_body(events: AsyncIterator[Event], keepalive: float) -> AsyncIterator[bytes]:

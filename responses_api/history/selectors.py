@@ -21,7 +21,7 @@ from django.db.models.lookups import Exact
 
 from ..models import Item, Response, ResponseItem, Tenant
 from ..protocol.errors import InvalidRequest, NotFound
-from ..selectors import ListPage, _loads, response_object_from_row
+from ..selectors import ListPage, _loads, chain_step_sql, response_object_from_row
 
 # The Postgres text-search document of an item: every "text" string at any
 # depth (message parts, reasoning summaries), as a 'simple' (language-neutral,
@@ -241,12 +241,12 @@ def _thread_sql(*, with_anchor: bool, descending: bool, limited: bool) -> str:
         if with_anchor else ""
     )
     limit = "LIMIT %s" if limited else ""
+    step = chain_step_sql(response)
     return f"""
         WITH RECURSIVE chain(id, prev, depth) AS (
             SELECT id, previous_response_id, 0 FROM {response} WHERE id = %s
             UNION ALL
-            SELECT r.id, r.previous_response_id, chain.depth + 1
-            FROM {response} r JOIN chain ON r.id = chain.prev
+            {step}
         ),
         entries AS (
             SELECT chain.id AS response_id, ri.role AS role, ri.position AS position, i.data AS data,
@@ -336,12 +336,12 @@ def thread_entries(*, response_id: str) -> list[ThreadEntry]:
 def chain_responses(*, response_id: str) -> list[Response]:
     """The responses of the chain ending at `response_id`, oldest first, with their tenant: one query."""
     response = _table(Response)
+    step = chain_step_sql(response)
     sql = f"""
         WITH RECURSIVE chain(id, prev, depth) AS (
             SELECT id, previous_response_id, 0 FROM {response} WHERE id = %s
             UNION ALL
-            SELECT r.id, r.previous_response_id, chain.depth + 1
-            FROM {response} r JOIN chain ON r.id = chain.prev
+            {step}
         )
         SELECT id FROM chain
     """
