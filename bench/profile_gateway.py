@@ -1,0 +1,179 @@
+"""Profile the gateway under load with py-spy: where does a request's CPU time go?
+
+Starts Postgres, the scripted upstream and the gateway (as overhead.py does),
+drives non-streaming (or streaming, --stream) creates at --concurrency for
+--seconds, and records the gateway process with py-spy (on-CPU samples only:
+--gil, so threads waiting on I/O or locks don't count). Prints and writes
+bench/results/profile-<label>.txt with the top functions by self and
+inclusive share, plus a speedscope JSON you can open at speedscope.app.
+
+--settings MODULE runs the gateway with another DJANGO_SETTINGS_MODULE (for
+diagnostics only, e.g. bench/diag_settings_async_mw.py: the project settings
+without the sync-only WhiteNoise middleware), so that the effect of a fix can
+be measured before it is made.
+
+    /tmp/venv/bin/python bench/profile_gateway.py --concurrency 16 --seconds 10
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common as c
+
+
+def py_spy() -> str | None:
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return exe if Path(exe).exists() else None
+
+
+async def drive(url: str, headers: dict[str, str], body: bytes, stream: bool, conc: int, seconds: float) -> dict:
+    done = 0
+    errors = 0
+    lat: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done, errors
+        cl = c.RawHttp(url, headers)
+        for _ in range(1_000_000):  # bounded; ends at the deadline
+            if time.perf_counter() >= deadline:
+                break
+            res = await cl.request("POST", "/responses", body, sse=stream, timeout=60)
+            if res.ok:
+                done += 1
+                lat.append(res.total)
+            else:
+                errors += 1
+        cl.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(conc)))
+    wall = time.perf_counter() - t0
+    return {"requests": done, "errors": errors, "rps": round(done / wall, 1), "latency_ms": c.summary(lat, 1000)}
+
+
+# Where a sample's CPU goes: the first of these found walking the stack from the leaf up.
+CATEGORIES = [
+    ("json encode/decode", ("json/",)),
+    ("ORM + psycopg (SQL build, execute, rows)", ("django/db/", "psycopg")),
+    ("upstream HTTP client (httpx, httpcore, h11, anyio)", ("httpx/", "httpcore/", "h11/", "anyio/")),
+    ("asgiref sync/async hops, thread pools, locks", ("asgiref/", "concurrent/futures", "threading.py", "queue.py")),
+    ("Django request handling and middleware", ("django/",)),
+    ("uvicorn HTTP protocol", ("uvicorn/protocols",)),
+    ("gateway code (responses_api, tool_registry)", ("responses_api/", "tool_registry/")),
+    ("asyncio event loop", ("asyncio/",)),
+]
+
+
+def categorize(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        where = frame[frame.rfind("(") + 1:] if "(" in frame else frame
+        for name, needles in CATEGORIES:
+            if any(n in where for n in needles):
+                return name
+    return "other"
+
+
+def aggregate(raw: Path, top: int) -> tuple[str, dict]:
+    cats: collections.Counter = collections.Counter()
+    self_c: collections.Counter = collections.Counter()
+    incl: collections.Counter = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        k = int(n)
+        total += k
+        frames = stack.split(";")
+        cats[categorize(frames)] += k
+        self_c[frames[-1]] += k
+        for f in set(frames):
+            incl[f] += k
+    lines = [f"on-CPU samples: {total}", "", "by category (leaf-most library on the stack):"]
+    lines += [f"  {n / total * 100:5.1f}%  {name}" for name, n in cats.most_common()]
+    lines += ["", "top self (leaf) functions:"]
+    lines += [f"  {n / total * 100:5.1f}%  {f}" for f, n in self_c.most_common(top)]
+    lines += ["", "top inclusive functions:"]
+    lines += [f"  {n / total * 100:5.1f}%  {f}" for f, n in incl.most_common(top * 3)]
+    data = {"samples": total, "categories": {k: round(v / total * 100, 2) for k, v in cats.most_common()},
+            "self": [[f, round(n / total * 100, 2)] for f, n in self_c.most_common(top)],
+            "inclusive": [[f, round(n / total * 100, 2)] for f, n in incl.most_common(top * 3)]}
+    return "\n".join(lines), data
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--latency", type=float, default=0.02)
+    ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
+    ap.add_argument("--settings", default="", help="DJANGO_SETTINGS_MODULE for the gateway (diagnostics)")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--no-profile", action="store_true", help="only measure (no py-spy)")
+    args = ap.parse_args()
+    c.raise_nofile()
+    c.use_uvloop()
+    label = args.label or f"c{args.concurrency}{'-stream' if args.stream else ''}"
+    spy = None if args.no_profile else py_spy()
+    if not args.no_profile and spy is None:
+        c.log("py-spy not found (pip install py-spy into the venv); measuring only")
+
+    d = c.run_dir("profile")
+    pg = c.start_postgres(d)
+    up = c.Upstream(latency=args.latency, log_dir=d)
+    extra = {"DJANGO_SETTINGS_MODULE": args.settings, "PYTHONPATH": str(c.BENCH)} if args.settings else {}
+    gw = c.Gateway(db_url=pg.url, providers={"local": up.base_url}, models={"bench-model": ("local", "echo")},
+                   log_dir=d, extra_env=extra)
+    body = json.dumps({"model": "bench-model", "input": "Say hello to the benchmark.", "stream": args.stream}).encode()
+    url = f"{gw.url}/v1"
+    asyncio.run(drive(url, gw.headers, body, args.stream, min(args.concurrency, 8), 2.0))  # warm-up
+
+    raw = d / "gateway.raw"
+    proc = None
+    if spy:
+        proc = subprocess.Popen([spy, "record", "-p", str(gw.proc.pid), "--gil", "-r", str(args.rate),
+                                 "-d", str(int(args.seconds)), "-f", "raw", "-o", str(raw), "--nonblocking"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+    meter = c.CpuMeter({"gateway": gw.proc.pid, "upstream": up.proc.pid, "postgres": pg.pid}).start()
+    stats = asyncio.run(drive(url, gw.headers, body, args.stream, args.concurrency, args.seconds))
+    stats["cpu_cores"] = meter.stop()
+    stats["gateway_cpu_ms_per_request"] = round(
+        stats["cpu_cores"]["gateway_cores"] * stats["cpu_cores"]["wall_s"] / max(stats["requests"], 1) * 1000, 3)
+    c.log(f"{label}: {stats['rps']} req/s, p50 {stats['latency_ms'].get('median')} ms, "
+          f"gateway {stats['cpu_cores']['gateway_cores']} cores = {stats['gateway_cpu_ms_per_request']} ms CPU/request")
+    result: dict = {"args": vars(args), "load": stats}
+    if proc is not None:
+        try:
+            proc.wait(timeout=args.seconds + 60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if raw.exists():
+            text, data = aggregate(raw, args.top)
+            print(text)
+            c.RESULTS.mkdir(parents=True, exist_ok=True)
+            (c.RESULTS / f"profile-{label}.txt").write_text(
+                f"{label}: {json.dumps(stats)}\n\n{text}\n")
+            shutil.copy(raw, c.RESULTS / f"profile-{label}.folded")
+            result["profile"] = data
+    c.write_result(f"profile-{label}", result)
+    gw.stop()
+    up.stop()
+    pg.stop()
+
+
+if __name__ == "__main__":
+    main()
