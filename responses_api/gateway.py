@@ -41,10 +41,14 @@ async def route_for(principal: Principal, model: str) -> Route:
 class DatabasePersistence:
     """Stores the terminal state (store: true) or nothing at all (store: false)."""
 
-    def __init__(self, *, tenant_id: int, input_items: list[dict[str, Any]], store: bool) -> None:
+    def __init__(
+        self, *, tenant_id: int, input_items: list[dict[str, Any]], store: bool,
+        create_row: dict[str, Any] | None = None,
+    ) -> None:
         self.tenant_id = tenant_id
         self.input_items = input_items
         self.store = store
+        self.create_row = create_row  # the row is written at the end, not at the start
 
     async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
         if not self.store:
@@ -56,6 +60,7 @@ class DatabasePersistence:
             input_items=self.input_items,
             upstream=upstream,
             latency_ms=latency_ms,
+            create_row=self.create_row,
         )
 
 
@@ -107,7 +112,11 @@ async def prepare_run(
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
-    needs_db = req.store or req.previous_response_id or any(
+    created_at = datetime.fromtimestamp(now, dt_timezone.utc)
+    # A stream's row is inserted now (visible while it streams, cancelled on
+    # disconnect); a non-streaming create writes its row once, at the end.
+    insert_now = req.store and req.stream
+    needs_db = insert_now or req.previous_response_id or any(
         i["type"] == "item_reference" for i in req.input_items
     )
     if needs_db:
@@ -116,17 +125,24 @@ async def prepare_run(
             tenant_id=principal.tenant_id,
             api_key_id=principal.key_id,
             response_id=response_id,
-            created_at=datetime.fromtimestamp(now, dt_timezone.utc),
+            created_at=created_at,
             model=req.model,
             previous_response_id=req.previous_response_id,
             input_items=req.input_items,
             params=params,
             status="in_progress",
-            store=req.store,
+            store=insert_now,
         )
         context = begin.context
     else:
         context = list(req.input_items)
+    create_row = None
+    if req.store and not insert_now:
+        create_row = services.response_row(
+            response_id=response_id, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
+            previous_response_id=req.previous_response_id, model=req.model, params=params,
+            created_at=created_at,
+        )
     job = ResponseJob(
         response_id=response_id,
         created_at=int(now),
@@ -138,7 +154,8 @@ async def prepare_run(
         input_items=req.input_items,
     )
     persistence = DatabasePersistence(
-        tenant_id=principal.tenant_id, input_items=req.input_items, store=req.store
+        tenant_id=principal.tenant_id, input_items=req.input_items, store=req.store,
+        create_row=create_row,
     )
     return ResponseRun(job, persistence, await tool_runner(response_id, specs),
                        max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS)

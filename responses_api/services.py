@@ -44,6 +44,21 @@ def resolve_references(tenant_id: int, items: list[dict]) -> list[dict]:
     return resolved
 
 
+def response_row(
+    *, response_id: str, tenant_id: int, api_key_id: int | None, previous_response_id: str | None,
+    model: str, params: dict[str, Any], created_at: datetime, job: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The request-time fields of a stored response row."""
+    return {
+        "id": response_id, "tenant_id": tenant_id, "api_key_id": api_key_id,
+        "previous_response_id": previous_response_id, "model": model,
+        "instructions": params.get("instructions"), "params": params,
+        "metadata": params.get("metadata") or {}, "store": True,
+        "background": params.get("background", False), "created_at": created_at,
+        "job": job, "on_worker": job is not None,
+    }
+
+
 def response_begin(
     *,
     tenant_id: int,
@@ -70,20 +85,12 @@ def response_begin(
     resolved = resolve_references(tenant_id, input_items)
     if store:
         Response.objects.create(
-            id=response_id,
-            tenant_id=tenant_id,
-            api_key_id=api_key_id,
-            previous_response_id=previous_response_id,
+            **response_row(
+                response_id=response_id, tenant_id=tenant_id, api_key_id=api_key_id,
+                previous_response_id=previous_response_id, model=model, params=params,
+                created_at=created_at, job=job,
+            ),
             status=status,
-            model=model,
-            instructions=params.get("instructions"),
-            params=params,
-            metadata=params.get("metadata") or {},
-            store=True,
-            background=params.get("background", False),
-            created_at=created_at,
-            job=job,
-            on_worker=job is not None,
         )
     return BeginResult(context=context + resolved, input_items=input_items)
 
@@ -95,29 +102,34 @@ def response_finish(
     input_items: list[dict],
     upstream: str = "",
     latency_ms: int | None = None,
+    create_row: dict[str, Any] | None = None,
 ) -> bool:
     """Persist the terminal state, input and output items in one transaction.
+
+    `create_row`: the row was not inserted at the start (non-streaming
+    creates); these are its fields, and it is created here.
 
     Returns False when the row had already reached a terminal state (for
     example cancelled by another request): a terminal state is never left."""
     usage = response.get("usage") or {}
     completed_at = response.get("completed_at")
+    final = {
+        "status": response["status"],
+        "error": response.get("error"),
+        "incomplete_details": response.get("incomplete_details"),
+        "input_tokens": usage.get("input_tokens"),
+        "output_tokens": usage.get("output_tokens"),
+        "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens"),
+        "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
+        "completed_at": datetime.fromtimestamp(completed_at, dt_timezone.utc) if completed_at else None,
+        "upstream": upstream,
+        "latency_ms": latency_ms,
+    }
     with transaction.atomic():
-        updated = Response.objects.filter(
-            id=response["id"], status__in=("queued", "in_progress")
-        ).update(
-            status=response["status"],
-            error=response.get("error"),
-            incomplete_details=response.get("incomplete_details"),
-            input_tokens=usage.get("input_tokens"),
-            output_tokens=usage.get("output_tokens"),
-            cached_tokens=(usage.get("input_tokens_details") or {}).get("cached_tokens"),
-            reasoning_tokens=(usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
-            completed_at=datetime.fromtimestamp(completed_at, dt_timezone.utc) if completed_at else None,
-            upstream=upstream,
-            latency_ms=latency_ms,
-        )
-        if not updated:
+        if create_row is not None:
+            # A non-streaming create writes its row once, here, with its items.
+            Response.objects.create(**create_row, **final)
+        elif not Response.objects.filter(id=response["id"], status__in=("queued", "in_progress")).update(**final):
             return False
         _attach_items(tenant_id, response["id"], input_items, response["output"])
     return True
