@@ -190,6 +190,11 @@ GATEWAY_PYTHON_TOOL_MODULES = frozenset(env.list("GATEWAY_PYTHON_TOOL_MODULES", 
 GATEWAY_EGRESS_ALLOW = env.list("GATEWAY_EGRESS_ALLOW", default=[])
 # Upper bound on model calls in one server-side tool loop.
 GATEWAY_MAX_TOOL_ITERATIONS = env.int("GATEWAY_MAX_TOOL_ITERATIONS", default=10)
+# Ad-hoc MCP servers (`{"type": "mcp", "server_url": ...}` in a request): off means only
+# servers registered in the admin (or GATEWAY_CONFIG mcp_servers:) can be used.
+GATEWAY_MCP_ADHOC = env.bool("GATEWAY_MCP_ADHOC", default=True)
+# Seconds one ad-hoc MCP call or listing may take.
+GATEWAY_MCP_TIMEOUT = env.float("GATEWAY_MCP_TIMEOUT", default=30.0)
 
 # --- Background responses -------------------------------------------------------
 # How long a worker-run response's event log is kept after its terminal event.

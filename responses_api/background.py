@@ -65,7 +65,7 @@ def _heartbeat(response_id: str) -> None:
     Response.objects.filter(id=response_id, status="in_progress").update(heartbeat_at=timezone.now())
 
 
-def _load_job(row: Response) -> tuple[ResponseJob, list[Any], str]:
+def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
     job = row.job or {}
     req = parse_create_request(job["body"])
     req.input_items = job["input_items"]
@@ -76,6 +76,13 @@ def _load_job(row: Response) -> tuple[ResponseJob, list[Any], str]:
         tenant_id=row.tenant_id, route_name=req.model, names=[t.name for t in req.tools if t.bare]
     )
     merge_registry_tools(req, specs)
+    from tool_registry.services import egress_policy, mcp_servers_for
+
+    from .gateway import mcp_plan, mcp_toolset
+
+    labels = [m.server_label for m in req.mcp_tools if m.server_url is None]
+    plan = mcp_plan(req, mcp_servers_for(tenant_id=row.tenant_id, route_name=req.model, labels=labels))
+    toolset = mcp_toolset(row.id, plan, egress_policy())
     context: list[dict] = []
     if row.previous_response_id:
         context = selectors.chain_items_list(response_id=row.previous_response_id)
@@ -86,7 +93,7 @@ def _load_job(row: Response) -> tuple[ResponseJob, list[Any], str]:
         response_id=row.id, created_at=int(row.created_at.timestamp()), tenant_id=row.tenant_id,
         request=req, params=row.params, route=route, context=context + resolved, input_items=req.input_items,
     )
-    return run_job, specs, job.get("opening", "in_progress")
+    return run_job, (specs, toolset), job.get("opening", "in_progress")
 
 
 # -- the run ---------------------------------------------------------------------
@@ -115,7 +122,7 @@ async def run_claimed(response_id: str) -> str:
         await reap_one(response_id)
         return "not-claimed"
     try:
-        job, specs, opening = await db.run(_load_job, row)
+        job, (specs, toolset), opening = await db.run(_load_job, row)
     except GatewayError as exc:
         await _fail_with_event(response_id, exc)
         return "failed"
@@ -124,6 +131,7 @@ async def run_claimed(response_id: str) -> str:
         DatabasePersistence(tenant_id=job.tenant_id, input_items=job.input_items, store=True),
         await tool_runner(response_id, specs),
         max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
+        mcp=toolset,
     )
     run.stream_upstream = True
     run.builder.sequence_number = await event_log().last_sequence_number(response_id) + 1

@@ -41,7 +41,7 @@ def _require(entry: dict, key: str, where: str) -> Any:
 @transaction.atomic
 def sync_config(data: dict[str, Any]) -> dict[str, int]:
     """Upsert providers and routes; returns counts of what was written."""
-    counts = {"providers": 0, "models": 0, "tools": 0}
+    counts = {"providers": 0, "models": 0, "tools": 0, "mcp_servers": 0}
     providers: dict[str, Provider] = {}
     for i, entry in enumerate(data.get("providers") or []):
         where = f"providers[{i}]"
@@ -92,6 +92,7 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
             )
         counts["models"] += 1
     counts["tools"] = _sync_tools(data.get("tools") or [])
+    counts["mcp_servers"] = _sync_mcp_servers(data.get("mcp_servers") or [])
     clear_cache()
     return counts
 
@@ -124,6 +125,42 @@ def _sync_tools(entries: list[dict[str, Any]]) -> int:
         tool.save()
         if "routes" in entry:
             tool.routes.set(ModelRoute.objects.filter(name__in=entry["routes"]))
+    return len(entries)
+
+
+def _sync_mcp_servers(entries: list[dict[str, Any]]) -> int:
+    """`mcp_servers:` entries: label, url, headers_env, allowed_tools, require_approval
+    (always | never | a list of the tools that need it), timeout, cache_seconds, routes, tenants."""
+    from tool_registry.models import McpServer
+    from responses_api.models import Tenant
+
+    for i, entry in enumerate(entries):
+        where = f"mcp_servers[{i}]"
+        label = _require(entry, "label", where)
+        server = McpServer.objects.filter(label=label).first() or McpServer(label=label)
+        server.url = _require(entry, "url", where)
+        server.description = entry.get("description", "")
+        server.headers_env = entry.get("headers_env") or {}
+        server.allowed_tools = entry.get("allowed_tools") or []
+        approval = entry.get("require_approval", "always")
+        if isinstance(approval, list):
+            server.approval, server.approval_tools = McpServer.Approval.PER_TOOL, approval
+        elif approval in ("always", "never"):
+            server.approval, server.approval_tools = approval, []
+        else:
+            raise ConfigError(f"{where}.require_approval: 'always', 'never' or a list of tool names")
+        server.timeout = float(entry.get("timeout", 30.0))
+        server.cache_seconds = int(entry.get("cache_seconds", 300))
+        server.enabled = bool(entry.get("enabled", True))
+        try:
+            server.full_clean()
+        except ValidationError as exc:
+            raise ConfigError(f"{where}: {exc.message_dict}") from exc
+        server.save()
+        if "routes" in entry:
+            server.routes.set(ModelRoute.objects.filter(name__in=entry["routes"]))
+        if "tenants" in entry:
+            server.tenants.set(Tenant.objects.filter(name__in=entry["tenants"]))
     return len(entries)
 
 

@@ -15,9 +15,10 @@ from typing import Any, AsyncIterator, Protocol
 from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError, UpstreamError
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from .protocol.ids import new_id
+from .protocol.mcp import McpBinding, as_model_items, model_names, pending_approvals
 from .protocol.request import CreateRequest
 from .protocol.response import response_object
-from .protocol.tools import allowed_tool_names
+from .protocol.tools import Tool, allowed_tool_names, make_tool
 from .routing import Route, Target
 from .upstreams import UpstreamCall, UpstreamRequest, open_call
 
@@ -50,6 +51,24 @@ class ToolRunner(Protocol):
         ...
 
 
+class McpRunner(Protocol):
+    """The response's MCP servers (tool_registry.runner.McpToolset)."""
+
+    labels: list[str]
+
+    async def listing(self, label: str) -> list[dict[str, Any]]:
+        """The server's tools; raises an exception with `message` when it cannot be listed."""
+        ...
+
+    def allows(self, label: str, name: str, annotations: dict | None) -> bool: ...
+
+    def requires_approval(self, label: str, name: str, annotations: dict | None) -> bool: ...
+
+    async def call(self, label: str, name: str, arguments: str, *, key: tuple[str, str]) -> Any:
+        """Run one call once; returns an outcome with `output` and `error` (never raises)."""
+        ...
+
+
 class _Cancelled(Exception):
     """Raised inside the engine once a cancel was requested and the running step stopped."""
 
@@ -61,11 +80,20 @@ def _falls_back(error: GatewayError) -> bool:
 
 class ResponseRun:
     def __init__(
-        self, job: ResponseJob, persistence: Persistence, tools: ToolRunner, *, max_iterations: int = 10
+        self, job: ResponseJob, persistence: Persistence, tools: ToolRunner, *, max_iterations: int = 10,
+        mcp: McpRunner | None = None,
     ) -> None:
         self.job = job
         self.persistence = persistence
         self.tools = tools
+        self.mcp = mcp
+        self.mcp_tools: list[Tool] = []  # the MCP tools the model sees, once listed
+        self._mcp_names: dict[tuple[str, str], str] = {}
+        self._approved, unknown = pending_approvals(job.context, job.input_items)
+        self._unknown_approvals = unknown
+        # Listing servers and running approved calls come before the first model call; then
+        # the upstream is opened inside the stream instead of before it.
+        self._prelude = bool(mcp and mcp.labels) or bool(self._approved)
         self.max_iterations = max_iterations
         self.tool_calls_made = 0
         # Stream from the upstream even when the client does not: workers do, so
@@ -101,7 +129,19 @@ class ResponseRun:
         then stored as failed, and the caller still owes the client an HTTP
         error (nothing has been sent yet)."""
         try:
-            self._call = await self._open_with_fallback()
+            if self._unknown_approvals:
+                raise InvalidRequest(
+                    f"'mcp_approval_response' answers {self._unknown_approvals[0]!r}, which is not an "
+                    "mcp_approval_request of the previous response chain.",
+                    param="input.approval_request_id",
+                )
+            if self._approved and self.mcp is None:
+                raise InvalidRequest(
+                    "An approved MCP call needs its server: send the 'mcp' tool again in 'tools'.",
+                    param="tools",
+                )
+            if not self._prelude:
+                self._call = await self._open_with_fallback()
         except GatewayError as exc:
             self.error = exc
             self.failure_events = self.builder.fail(exc)
@@ -126,8 +166,9 @@ class ResponseRun:
     def _upstream_request(self) -> UpstreamRequest:
         req = self.job.request
         # Later steps of a tool loop see what this response produced so far.
-        items = self.job.context + self.response["output"]
-        return UpstreamRequest(request=req, items=items, tools=req.tools, stream=self.stream_upstream)
+        items = as_model_items(self.job.context + self.response["output"], self._mcp_names)
+        return UpstreamRequest(request=req, items=items, tools=req.tools + self.mcp_tools,
+                               stream=self.stream_upstream)
 
     # -- the stream --------------------------------------------------------------
     async def events(self, opening: str = "created") -> AsyncIterator[Event]:
@@ -136,7 +177,7 @@ class ResponseRun:
         `opening`: "created" emits response.created + response.in_progress;
         "in_progress" (a worker taking a queued response) only the latter;
         "none" (a worker continuing a stream the web process opened) neither."""
-        assert self._call is not None, "connect() first"
+        assert self._call is not None or self._prelude, "connect() first"
         try:
             opening_events = {"created": self.builder.start, "in_progress": self.builder.begin}
             for event in opening_events.get(opening, list)():
@@ -174,6 +215,12 @@ class ResponseRun:
 
     async def _steps(self, terminal: list[Event]) -> AsyncIterator[Event]:
         """Model calls and server tool calls until an answer; fills `terminal` at the end."""
+        if self._prelude:
+            async for event in self._mcp_prelude():
+                yield event
+            if self._cancel_requested:
+                raise _Cancelled()
+            self._call = await self._open_with_fallback()
         assert self._call is not None
         iteration = 0
         while True:
@@ -195,28 +242,40 @@ class ResponseRun:
                 yield event
             calls = self.builder.step_calls
             server_calls = [c for c in calls if self.tools.is_server_tool(c["name"])]
-            if self.builder.finish_reason in INCOMPLETE_REASONS or not server_calls:
+            mcp_calls = self.builder.step_mcp_calls
+            if self.builder.finish_reason in INCOMPLETE_REASONS or not (server_calls or mcp_calls):
+                for event in self.builder.skip_mcp_calls("not run: the model's output was cut short"):
+                    yield event
                 terminal += self.builder.finish()
                 return
             budget = self.job.request.max_tool_calls
-            allowed = server_calls if budget is None else server_calls[: max(budget - self.tool_calls_made, 0)]
-            self._tools_task = asyncio.ensure_future(self._run_tools(allowed))
+            wanted = len(server_calls) + len(mcp_calls)
+            room = wanted if budget is None else max(budget - self.tool_calls_made, 0)
+            run_mcp = mcp_calls[:room]
+            run_server = server_calls[: max(room - len(run_mcp), 0)]
+            self._tools_task = asyncio.ensure_future(self._run_tools(run_server, run_mcp))
             try:
-                outputs = await self._tools_task
+                outputs, outcomes = await self._tools_task
             except asyncio.CancelledError:
                 if self._cancel_requested and self._tools_task.cancelled():
                     raise _Cancelled() from None
                 raise
             finally:
                 self._tools_task = None
+            for item, outcome in zip(run_mcp, outcomes):
+                for event in self.builder.finish_mcp_call(item, output=outcome.output, error=outcome.error):
+                    yield event
+            for event in self.builder.skip_mcp_calls("not run: max_tool_calls was reached"):
+                yield event
             for item in outputs:
                 for event in self.builder.add_item(item):
                     yield event
-            if len(allowed) < len(server_calls):
+            if len(run_server) + len(run_mcp) < wanted:
                 terminal += self.builder.finish(incomplete_reason="max_tool_calls")
                 return
-            if len(server_calls) < len(calls):
-                terminal += self.builder.finish()  # client tools remain: the client answers them
+            if len(server_calls) < len(calls) or self.builder.step_approvals:
+                # Client tools or approval requests remain: the client answers them.
+                terminal += self.builder.finish()
                 return
             iteration += 1
             if iteration >= self.max_iterations:
@@ -227,17 +286,81 @@ class ResponseRun:
             self.builder.new_step()
             self._call = await self._open_with_fallback()
 
-    async def _run_tools(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        self.tool_calls_made += len(calls)
+    async def _run_tools(
+        self, calls: list[dict[str, Any]], mcp_calls: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[Any]]:
+        """Registry calls and MCP calls of one step; concurrently when parallel_tool_calls."""
+        self.tool_calls_made += len(calls) + len(mcp_calls)
+        jobs = [self.tools.execute(c) for c in calls] + [self._mcp_call(i) for i in mcp_calls]
         if self.job.request.parallel_tool_calls:
-            outputs = await asyncio.gather(*(self.tools.execute(c) for c in calls))
+            results = await asyncio.gather(*jobs)
         else:
-            outputs = [await self.tools.execute(c) for c in calls]
-        return [
+            results = [await job for job in jobs]
+        outputs = results[: len(calls)]
+        fco = [
             {"id": new_id("fco"), "type": "function_call_output", "call_id": call["call_id"],
              "output": output, "status": "completed"}
             for call, output in zip(calls, outputs)
         ]
+        return fco, list(results[len(calls):])
+
+    def _mcp_call(self, item: dict[str, Any]) -> Any:
+        assert self.mcp is not None
+        return self.mcp.call(item["server_label"], item["name"], item["arguments"],
+                             key=(self.job.response_id, item["id"]))
+
+    async def _mcp_prelude(self) -> AsyncIterator[Event]:
+        """List the servers' tools (unless the chain already did), bind them to function names
+        for the model, then run the calls the client approved."""
+        listed_before = {
+            i["server_label"]: i["tools"] for i in self.job.context
+            if i["type"] == "mcp_list_tools" and not i.get("error")
+        }
+        listed: list[tuple[str, dict[str, Any]]] = []
+        for label in self.mcp.labels if self.mcp else []:
+            tools = listed_before.get(label)
+            if tools is None:
+                item, events = self.builder.open_list_tools(label)
+                for event in events:
+                    yield event
+                try:
+                    tools = await self.mcp.listing(label)
+                    error = None
+                except Exception as exc:  # the server is down or refused: answer without its tools
+                    tools, error = [], getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+                for event in self.builder.close_list_tools(item, tools, error):
+                    yield event
+            listed += [(label, t) for t in tools if self.mcp.allows(label, t["name"], t.get("annotations"))]
+        req = self.job.request
+        self._mcp_names = model_names([(label, t["name"]) for label, t in listed], {t.name for t in req.tools})
+        bindings: dict[str, McpBinding] = {}
+        for label, tool in listed:
+            name = self._mcp_names[(label, tool["name"])]
+            schema = tool.get("input_schema") if isinstance(tool.get("input_schema"), dict) else None
+            self.mcp_tools.append(make_tool(
+                name=name, description=tool.get("description") or None, parameters=schema,
+                strict=False, param=f"MCP tool {label}/{tool['name']}", source="mcp",
+            ))
+            bindings[name] = McpBinding(
+                label, tool["name"], self.mcp.requires_approval(label, tool["name"], tool.get("annotations"))
+            )
+        self.builder.mcp_bindings = bindings
+        self.builder.allowed_tools = allowed_tool_names(req.tool_choice, req.tools + self.mcp_tools)
+        for request, _answer in self._approved:
+            if self._cancel_requested:
+                raise _Cancelled()
+            item, events = self.builder.open_mcp_call(
+                request["server_label"], request["name"], request["arguments"],
+                approval_request_id=request["id"],
+            )
+            for event in events:
+                yield event
+            self.tool_calls_made += 1
+            assert self.mcp is not None
+            outcome = await self.mcp.call(request["server_label"], request["name"], request["arguments"],
+                                          key=(request["id"], "approved"))
+            for event in self.builder.finish_mcp_call(item, output=outcome.output, error=outcome.error):
+                yield event
 
     async def _cancel(self) -> None:
         if self._persisted:

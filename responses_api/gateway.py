@@ -69,6 +69,7 @@ _tool_cache: dict[tuple[int, str, tuple[str, ...]], tuple[float, "list[ToolSpec]
 
 def clear_cache() -> None:
     _tool_cache.clear()
+    _mcp_cache.clear()
 
 
 async def registry_specs(principal: Principal, req: CreateRequest) -> list[ToolSpec]:
@@ -105,7 +106,8 @@ def _registry_tool(spec: ToolSpec) -> Tool:
 
 
 async def prepare_run(
-    principal: Principal, req: CreateRequest, *, route: Route, specs: list[ToolSpec]
+    principal: Principal, req: CreateRequest, *, route: Route, specs: list[ToolSpec],
+    mcp: tuple[list, dict, dict] | None = None,
 ) -> ResponseRun:
     """Validate access, load the chain, insert the open row: one thread hop at most."""
     merge_registry_tools(req, specs)
@@ -157,8 +159,13 @@ async def prepare_run(
         tenant_id=principal.tenant_id, input_items=req.input_items, store=req.store,
         create_row=create_row,
     )
+    toolset = None
+    if mcp is not None and mcp[0]:
+        from tool_registry.services import egress_policy
+
+        toolset = mcp_toolset(response_id, mcp, await db.run(egress_policy))
     return ResponseRun(job, persistence, await tool_runner(response_id, specs),
-                       max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS)
+                       max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS, mcp=toolset)
 
 
 async def tool_runner(response_id: str, specs: list[ToolSpec]) -> Any:
@@ -213,6 +220,8 @@ async def start_response(principal: Principal, req: CreateRequest, body: dict[st
     """Run here (a ResponseRun to drive) or on a worker (background, or a route/tool that asks for it)."""
     route = await route_for(principal, req.model)
     specs = await registry_specs(principal, req)
+    plan = mcp_plan(req, await registry_mcp(principal, req))
+    await check_adhoc_urls(req)
     on_worker = req.background or route.run_on_worker or any(s.run_on_worker for s in specs)
     if on_worker:
         if not req.store:
@@ -221,4 +230,114 @@ async def start_response(principal: Principal, req: CreateRequest, body: dict[st
             )
         merge_registry_tools(req, specs)
         return await start_on_worker(principal, req, body)
-    return await prepare_run(principal, req, route=route, specs=specs)
+    return await prepare_run(principal, req, route=route, specs=specs, mcp=plan)
+
+
+# -- MCP -------------------------------------------------------------------------
+
+_mcp_cache: dict[tuple[int, str, tuple[str, ...]], tuple[float, list]] = {}
+
+
+async def registry_mcp(principal: Principal, req: CreateRequest) -> list:
+    """Registered MCP servers the request names by label or its route attaches (cached briefly)."""
+    from tool_registry.services import mcp_servers_for
+
+    labels = tuple(sorted(m.server_label for m in req.mcp_tools if m.server_url is None))
+    key = (principal.tenant_id, req.model, labels)
+    cached = _mcp_cache.get(key)
+    now = time.monotonic()
+    if cached is None or cached[0] <= now:
+        servers = await db.run(mcp_servers_for, tenant_id=principal.tenant_id, route_name=req.model,
+                               labels=list(labels))
+        cached = (now + settings.GATEWAY_CACHE_SECONDS, servers)
+        _mcp_cache[key] = cached
+    return cached[1]
+
+
+def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:
+    """The servers of one response: (specs, fresh cached listings, request approval policies).
+
+    A declaration with `server_url` is ad hoc; without, it names a registered server (which the
+    request may narrow with `allowed_tools` and make stricter with `require_approval`)."""
+    import dataclasses
+
+    from tool_registry.mcp import McpServerSpec
+    from responses_api.protocol.mcp import ToolFilter
+
+    by_label = {spec.label: (spec, listing) for spec, listing in registry}
+    specs: list[McpServerSpec] = []
+    cached: dict[str, list] = {}
+    approvals: dict = {}
+    for decl in req.mcp_tools:
+        if decl.server_url is None:
+            entry = by_label.pop(decl.server_label, None)
+            if entry is None:
+                raise InvalidRequest(
+                    f"No registered MCP server is labelled {decl.server_label!r} for this key; give "
+                    "'server_url' for an ad-hoc server.",
+                    param=f"{decl.param}.server_label",
+                )
+            spec, listing = entry
+            if decl.allowed is not None:
+                names = decl.allowed.tool_names
+                if spec.allowed is not None and spec.allowed.tool_names is not None:
+                    names = spec.allowed.tool_names if names is None else names & spec.allowed.tool_names
+                spec = dataclasses.replace(spec, allowed=ToolFilter(names, decl.allowed.read_only))
+            if decl.approval_given:
+                approvals[decl.server_label] = decl.approval
+        else:
+            if not settings.GATEWAY_MCP_ADHOC:
+                raise InvalidRequest(
+                    "Ad-hoc MCP servers are switched off on this gateway; use a registered server's "
+                    "label without 'server_url'.",
+                    param=f"{decl.param}.server_url",
+                )
+            if decl.server_label in by_label:
+                raise InvalidRequest(
+                    f"{decl.server_label!r} is a registered MCP server's label; omit 'server_url' to use "
+                    "it, or choose another label.",
+                    param=f"{decl.param}.server_label",
+                )
+            spec, listing = McpServerSpec(
+                label=decl.server_label, url=decl.server_url, headers=dict(decl.headers),
+                allowed=decl.allowed, approval=decl.approval, timeout=settings.GATEWAY_MCP_TIMEOUT,
+                description=decl.server_description,
+            ), None
+        specs.append(spec)
+        if listing is not None and listing["fresh"]:
+            cached[spec.label] = listing["tools"]
+    for spec, listing in by_label.values():  # attached by the route
+        specs.append(spec)
+        if listing["fresh"]:
+            cached[spec.label] = listing["tools"]
+    return specs, cached, approvals
+
+
+async def check_adhoc_urls(req: CreateRequest) -> None:
+    """Ad-hoc server URLs pass the egress policy now, so a refusal is a 400 naming the field.
+    (Each connection checks again and pins the address it checked.)"""
+    from tool_registry.egress import EgressDenied, parse_url, resolve_checked
+    from tool_registry.services import egress_policy
+
+    adhoc = [d for d in req.mcp_tools if d.server_url is not None]
+    if not adhoc:
+        return
+    policy = await db.run(egress_policy)
+    for decl in adhoc:
+        try:
+            _, host, port, _ = parse_url(decl.server_url)
+            await resolve_checked(host, port, policy)
+        except EgressDenied as exc:
+            raise InvalidRequest(f"Refused 'server_url': {exc}", param=f"{decl.param}.server_url") from None
+        except ValueError as exc:
+            raise InvalidRequest(f"Invalid 'server_url': {exc}", param=f"{decl.param}.server_url") from None
+
+
+def mcp_toolset(response_id: str, plan: tuple[list, dict, dict], policy: Any) -> Any:
+    from tool_registry.runner import McpToolset
+
+    specs, cached, approvals = plan
+    if not specs:
+        return None
+    return McpToolset(response_id=response_id, servers=specs, policy=policy, cached=cached,
+                      request_approval=approvals)

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 import httpx
@@ -256,3 +257,61 @@ def tools_env(gateway: Gateway, webhook: "WebhookServer", settings, monkeypatch)
     return http_tool
 
 
+
+
+class McpServerProcess:
+    """tests/support/mcp_server.py in a subprocess: a real streamable-HTTP MCP server."""
+
+    def __init__(self, token: str = "") -> None:
+        import socket
+        import subprocess
+        import sys
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.token = token
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        args = [sys.executable, "-m", "tests.support.mcp_server", str(self.port)] + ([token] if token else [])
+        self.process = subprocess.Popen(args, cwd=str(Path(__file__).resolve().parents[1]))
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{self.port}/counts", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("the MCP test server did not start")
+                time.sleep(0.1)
+
+    def counts(self) -> dict[str, int]:
+        return httpx.get(f"http://127.0.0.1:{self.port}/counts", timeout=5).json()
+
+    def reset(self) -> None:
+        httpx.post(f"http://127.0.0.1:{self.port}/counts/reset", timeout=5).raise_for_status()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except Exception:
+            self.process.kill()
+
+
+@pytest.fixture(scope="session")
+def mcp_process() -> Iterator[McpServerProcess]:
+    server = McpServerProcess(token="mcp-secret")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def mcp_server(mcp_process: McpServerProcess, settings) -> McpServerProcess:  # type: ignore[no-untyped-def]
+    """The MCP server with fresh counters, reachable under the egress policy (loopback allowed)."""
+    from tool_registry import runner
+
+    settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]
+    mcp_process.reset()
+    runner._adhoc_listings.clear()
+    return mcp_process

@@ -6,16 +6,17 @@ import json
 
 from django import forms
 from django.conf import settings
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from .executors import execute
-from .models import EgressAllow, Tool, ToolCallRecord
-from .services import egress_policy, spec_of
+from .mcp import McpUnavailable, list_tools
+from .models import EgressAllow, McpServer, Tool, ToolCallRecord
+from .services import egress_policy, mcp_listing_store, mcp_spec_of, spec_of
 
 
 class TestCallForm(forms.Form):
@@ -74,6 +75,45 @@ class ToolAdmin(admin.ModelAdmin):
             "title": f"Test call: {tool.name}", "form": form, "result": result,
         }
         return TemplateResponse(request, "admin/tool_registry/tool/test_call.html", context)
+
+
+@admin.register(McpServer)
+class McpServerAdmin(admin.ModelAdmin):
+    list_display = ("label", "url", "approval", "enabled", "tool_count", "tools_fetched_at", "last_error")
+    list_filter = ("enabled", "approval")
+    search_fields = ("label", "url", "description")
+    filter_horizontal = ("tenants", "routes")
+    readonly_fields = ("listed_tools", "tools_fetched_at", "last_error")
+    actions = ("refresh_tools",)
+    fieldsets = (
+        (None, {"fields": ("label", "description", "url", "headers_env", "enabled", "timeout")}),
+        ("Tools", {"fields": ("allowed_tools", "approval", "approval_tools", "cache_seconds",
+                              "listed_tools", "tools_fetched_at", "last_error")}),
+        ("Access", {"fields": ("tenants", "routes")}),
+    )
+
+    @admin.display(description="tools")
+    def tool_count(self, server: McpServer) -> int:
+        return len(server.tools_cache or [])
+
+    @admin.display(description="listed tools")
+    def listed_tools(self, server: McpServer) -> str:
+        if not server.tools_cache:
+            return "(not listed yet: use the 'Refresh tool listing' action)"
+        rows = ((t["name"], t.get("description") or "") for t in server.tools_cache)
+        return format_html("<ul>{}</ul>", format_html_join("", "<li><code>{}</code>: {}</li>", rows))
+
+    @admin.action(description="Refresh tool listing from the server")
+    def refresh_tools(self, request: HttpRequest, queryset) -> None:  # type: ignore[no-untyped-def]
+        for server in queryset:
+            try:
+                tools = asyncio.run(list_tools(mcp_spec_of(server), egress_policy()))
+            except McpUnavailable as exc:
+                mcp_listing_store(server_id=server.pk, tools=None, error=exc.message)
+                self.message_user(request, f"{server.label}: {exc.message}", messages.ERROR)
+                continue
+            mcp_listing_store(server_id=server.pk, tools=tools)
+            self.message_user(request, f"{server.label}: {len(tools)} tools listed.", messages.SUCCESS)
 
 
 @admin.register(EgressAllow)

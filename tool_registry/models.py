@@ -134,3 +134,79 @@ class ToolCallRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["response_id", "call_id"], name="one_execution_per_call")
         ]
+
+
+def validate_name_list(value: object) -> None:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValidationError("Expected a list of tool names.")
+
+
+def validate_headers_env(value: object) -> None:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and k and v for k, v in value.items()
+    ):
+        raise ValidationError('Expected {"Header-Name": "ENV_VAR_NAME", ...}.')
+
+
+class McpServer(models.Model):
+    """A remote MCP server (streamable HTTP) whose tools requests can use by its label."""
+
+    class Approval(models.TextChoices):
+        ALWAYS = "always", "Always: every call waits for the user's approval"
+        NEVER = "never", "Never: calls run at once"
+        PER_TOOL = "per_tool", "Per tool: only the tools listed under 'approval tools'"
+
+    label = models.CharField(
+        max_length=64, unique=True, validators=[TOOL_NAME_VALIDATOR],
+        help_text="The server_label clients use, and that mcp_call items carry.",
+    )
+    description = models.TextField(blank=True)
+    url = models.URLField(max_length=500, help_text="The streamable-HTTP endpoint, e.g. https://mcp.example.com/mcp.")
+    headers_env = models.JSONField(
+        default=dict, blank=True, validators=[validate_headers_env],
+        help_text='Header name -> environment variable holding its value, e.g. {"Authorization": "DOCS_MCP_TOKEN"}.',
+    )
+    allowed_tools = models.JSONField(
+        default=list, blank=True, validators=[validate_name_list],
+        help_text="Tool names requests may use; empty means every tool the server lists.",
+    )
+    approval = models.CharField(max_length=16, choices=Approval.choices, default=Approval.ALWAYS)
+    approval_tools = models.JSONField(
+        default=list, blank=True, validators=[validate_name_list],
+        help_text="Per-tool approval: the tools whose calls wait for approval.",
+    )
+    timeout = models.FloatField(default=30.0, help_text="Seconds for one list or call before it counts as failed.")
+    cache_seconds = models.PositiveIntegerField(default=300, help_text="How long a tool listing is reused.")
+    enabled = models.BooleanField(default=True)
+    tenants = models.ManyToManyField(
+        "responses_api.Tenant", blank=True, related_name="mcp_servers",
+        help_text="Tenants that may use this server; none selected means every tenant.",
+    )
+    routes = models.ManyToManyField(
+        "responses_api.ModelRoute", blank=True, related_name="mcp_servers",
+        help_text="Model routes that get this server's tools automatically.",
+    )
+    tools_cache = models.JSONField(default=list, blank=True, editable=False)
+    tools_fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_error = models.TextField(blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["label"]
+        verbose_name = "MCP server"
+
+    def __str__(self) -> str:
+        return self.label
+
+    def clean(self) -> None:
+        from .egress import EgressDenied, check_url_sync
+        from .services import egress_policy
+
+        if self.url:
+            try:
+                check_url_sync(self.url, egress_policy())
+            except (EgressDenied, ValueError) as exc:
+                raise ValidationError({"url": str(exc)}) from None
+        if self.approval == self.Approval.PER_TOOL and not self.approval_tools:
+            raise ValidationError({"approval_tools": "Per-tool approval needs at least one tool name."})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from django.conf import settings
 
@@ -10,6 +11,8 @@ from responses_api import db
 from . import services
 from .egress import EgressPolicy
 from .executors import ToolSpec, execute
+from .mcp import CallOutcome, McpServerSpec, McpUnavailable, call_tool, list_tools
+from responses_api.protocol.mcp import ApprovalPolicy
 
 
 class RegistryToolRunner:
@@ -51,3 +54,82 @@ class NoTools:
 
     async def execute(self, call: dict) -> str:  # pragma: no cover - never called
         raise AssertionError("no server tools")
+
+
+class McpToolset:
+    """The MCP servers of one response: their listings (cached), the rules, and calls made once."""
+
+    def __init__(
+        self, *, response_id: str, servers: list[McpServerSpec], policy: EgressPolicy,
+        cached: dict[str, list[dict]] | None = None, request_approval: dict[str, ApprovalPolicy] | None = None,
+    ) -> None:
+        self.response_id = response_id
+        self.servers = {s.label: s for s in servers}
+        self.policy = policy
+        self.cached = cached or {}  # label -> a fresh listing from the registry's cache
+        # A request may ask for approval of more calls than a registered server demands, never fewer.
+        self.request_approval = request_approval or {}
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.servers)
+
+    async def listing(self, label: str) -> list[dict]:
+        spec = self.servers[label]
+        if label in self.cached:
+            return self.cached[label]
+        if spec.registry_id is None:
+            key = (spec.url, tuple(sorted(spec.headers.items())))
+            hit = _adhoc_listings.get(key)
+            if hit is not None and hit[0] > time.monotonic():
+                return hit[1]
+        try:
+            tools = await list_tools(spec, self.policy)
+        except McpUnavailable as exc:
+            if spec.registry_id is not None:
+                await db.run(services.mcp_listing_store, server_id=spec.registry_id, tools=None, error=exc.message)
+            raise
+        if spec.registry_id is not None:
+            await db.run(services.mcp_listing_store, server_id=spec.registry_id, tools=tools)
+        else:
+            _adhoc_listings[key] = (time.monotonic() + spec.cache_seconds, tools)
+        return tools
+
+    def allows(self, label: str, name: str, annotations: dict | None) -> bool:
+        return self.servers[label].allows(name, annotations)
+
+    def requires_approval(self, label: str, name: str, annotations: dict | None) -> bool:
+        if self.servers[label].approval.requires(name, annotations):
+            return True
+        extra = self.request_approval.get(label)
+        return extra is not None and extra.requires(name, annotations)
+
+    async def call(self, label: str, name: str, arguments: str, *, key: tuple[str, str]) -> CallOutcome:
+        """Run one call once: a call claimed before (a redelivered run, a repeated approval)
+        answers with its recorded outcome instead of running again."""
+        response_key, call_key = key
+        previous = await db.run(
+            services.tool_call_claim, response_id=response_key, call_id=call_key,
+            tool_name=f"{label}/{name}"[:64], arguments=arguments,
+        )
+        if previous is not None:
+            if previous.output is not None:
+                recorded = json.loads(previous.output)
+                return CallOutcome(recorded.get("output"), recorded.get("error"))
+            return CallOutcome(None, {"type": "mcp_protocol_error", "code": -32000,
+                                      "message": "this call was interrupted and is not run again"})
+        spec = self.servers.get(label)
+        if spec is None:
+            outcome = CallOutcome(None, {"type": "mcp_protocol_error", "code": -32000,
+                                         "message": f"MCP server '{label}' is not available to this request"})
+        else:
+            outcome = await call_tool(spec, self.policy, name, arguments)
+        await db.run(
+            services.tool_call_finish, response_id=response_key, call_id=call_key,
+            output=json.dumps({"output": outcome.output, "error": outcome.error}), succeeded=outcome.error is None,
+        )
+        return outcome
+
+
+# Ad-hoc servers' listings, by (url, headers), for their TTL: one process's memory.
+_adhoc_listings: dict[tuple, tuple[float, list[dict]]] = {}

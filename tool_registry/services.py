@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from .egress import EgressPolicy
 from .executors import ToolSpec
-from .models import EgressAllow, Tool, ToolCallRecord
+from .mcp import McpServerSpec
+from .models import EgressAllow, McpServer, Tool, ToolCallRecord
 
 _policy_cache: tuple[float, EgressPolicy] | None = None
 
@@ -63,3 +64,44 @@ def tool_call_finish(*, response_id: str, call_id: str, output: str, succeeded: 
     ToolCallRecord.objects.filter(response_id=response_id, call_id=call_id).update(
         output=output, succeeded=succeeded, finished_at=timezone.now()
     )
+
+
+def mcp_spec_of(server: McpServer) -> McpServerSpec:
+    import os
+
+    from responses_api.protocol.mcp import ApprovalPolicy, ToolFilter
+
+    headers = {name: os.environ[env] for name, env in (server.headers_env or {}).items() if env in os.environ}
+    if server.approval == McpServer.Approval.PER_TOOL:
+        approval = ApprovalPolicy("filter", always=ToolFilter(frozenset(server.approval_tools)))
+    else:
+        approval = ApprovalPolicy(server.approval)
+    allowed = ToolFilter(frozenset(server.allowed_tools)) if server.allowed_tools else None
+    return McpServerSpec(
+        label=server.label, url=server.url, headers=headers, allowed=allowed, approval=approval,
+        timeout=server.timeout, registry_id=server.pk, description=server.description or None,
+        cache_seconds=float(server.cache_seconds),
+    )
+
+
+def mcp_servers_for(*, tenant_id: int, route_name: str, labels: list[str]) -> list[tuple[McpServerSpec, dict]]:
+    """Enabled MCP servers this tenant may use that the request names or its route attaches,
+    each with its cached listing: {"tools": [...], "fresh": bool} (one query)."""
+    wanted = Q(label__in=labels) | Q(routes__name=route_name)
+    visible = Q(tenants__isnull=True) | Q(tenants__id=tenant_id)
+    now = timezone.now()
+    out = []
+    for server in McpServer.objects.filter(wanted, visible, enabled=True).distinct().order_by("label"):
+        fresh = server.tools_fetched_at is not None and (
+            (now - server.tools_fetched_at).total_seconds() < server.cache_seconds
+        )
+        out.append((mcp_spec_of(server), {"tools": list(server.tools_cache or []), "fresh": fresh}))
+    return out
+
+
+def mcp_listing_store(*, server_id: int, tools: list[dict] | None, error: str = "") -> None:
+    """Remember a listing (or why it failed) for the TTL; the admin shows both."""
+    fields: dict = {"last_error": error}
+    if tools is not None:
+        fields.update(tools_cache=tools, tools_fetched_at=timezone.now())
+    McpServer.objects.filter(pk=server_id).update(**fields)

@@ -17,6 +17,7 @@ from typing import Any
 from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .errors import GatewayError
 from .ids import new_id
+from .mcp import McpBinding
 
 Event = dict[str, Any]
 
@@ -54,6 +55,7 @@ class EventBuilder:
         *,
         allowed_tools: frozenset[str] | None = None,
         sequence_number: int = 0,
+        mcp_bindings: dict[str, McpBinding] | None = None,
     ) -> None:
         self.response = response
         self.output: list[dict[str, Any]] = response["output"]
@@ -67,6 +69,12 @@ class EventBuilder:
         self._suppressed: set[int] = set()  # calls to tools outside the allowed set
         self.step_calls: list[dict[str, Any]] = []  # function_call items of the current step
         self.dropped_calls = 0
+        # Function names the model sees that are MCP tools: their calls become mcp_call items
+        # (or mcp_approval_request items when the policy wants a human first).
+        self.mcp_bindings: dict[str, McpBinding] = dict(mcp_bindings or {})
+        self.step_mcp_calls: list[dict[str, Any]] = []  # open mcp_call items awaiting execution
+        self.step_approvals: list[dict[str, Any]] = []  # mcp_approval_request items of this step
+        self._running: dict[str, _OpenItem] = {}  # mcp_call items open while they execute
 
     # -- low level -------------------------------------------------------------
     def _event(self, type_: str, **fields: Any) -> Event:
@@ -216,10 +224,7 @@ class EventBuilder:
             if not delta.arguments:
                 return []
             open_call.arguments.append(delta.arguments)
-            return [self._event(
-                "response.function_call_arguments.delta", item_id=open_call.item["id"],
-                output_index=open_call.output_index, delta=delta.arguments,
-            )]
+            return self._arguments_delta(open_call, delta.arguments)
         pending = self._pending.setdefault(index, _PendingCall())
         pending.call_id = pending.call_id or delta.call_id
         pending.name = pending.name or delta.name
@@ -233,21 +238,39 @@ class EventBuilder:
             self.dropped_calls += 1
             return []
         events = self._close_content_item()
-        item = {
-            "id": new_id("fc"), "type": "function_call", "status": "in_progress",
-            "call_id": pending.call_id or new_id("call"), "name": pending.name, "arguments": "",
-        }
+        binding = self.mcp_bindings.get(pending.name)
+        if binding is None:
+            item = {
+                "id": new_id("fc"), "type": "function_call", "status": "in_progress",
+                "call_id": pending.call_id or new_id("call"), "name": pending.name, "arguments": "",
+            }
+        elif binding.requires_approval:
+            item = {"id": new_id("mcpr"), "type": "mcp_approval_request",
+                    "server_label": binding.server_label, "name": binding.tool_name, "arguments": ""}
+        else:
+            item = {"id": new_id("mcp"), "type": "mcp_call", "status": "in_progress",
+                    "server_label": binding.server_label, "name": binding.tool_name, "arguments": "",
+                    "output": None, "error": None, "approval_request_id": None}
         open_call, added = self._open_item(item)
         events.append(added)
+        if item["type"] == "mcp_call":
+            events.append(self._event("response.mcp_call.in_progress", item_id=item["id"],
+                                      output_index=open_call.output_index))
         self._calls[index] = open_call
         if pending.arguments:
             joined = "".join(pending.arguments)
             open_call.arguments.append(joined)
-            events.append(self._event(
-                "response.function_call_arguments.delta", item_id=item["id"],
-                output_index=open_call.output_index, delta=joined,
-            ))
+            events += self._arguments_delta(open_call, joined)
         return events
+
+    def _arguments_delta(self, open_call: _OpenItem, delta: str) -> list[Event]:
+        kind = open_call.item["type"]
+        if kind == "mcp_approval_request":
+            return []  # no event streams an approval request's arguments: it arrives whole
+        name = ("response.mcp_call_arguments.delta" if kind == "mcp_call"
+                else "response.function_call_arguments.delta")
+        return [self._event(name, item_id=open_call.item["id"], output_index=open_call.output_index,
+                            delta=delta)]
 
     def _close_calls(self, last_status: str = "completed") -> list[Event]:
         events: list[Event] = []
@@ -259,6 +282,23 @@ class EventBuilder:
         for n, call in enumerate(calls):
             arguments = "".join(call.arguments)
             call.item["arguments"] = arguments
+            kind = call.item["type"]
+            if kind == "mcp_call":
+                # Stays open while it runs: closed by finish_mcp_call (or skip_mcp_calls).
+                events.append(self._event(
+                    "response.mcp_call_arguments.done", item_id=call.item["id"],
+                    output_index=call.output_index, arguments=arguments,
+                ))
+                self._running[call.item["id"]] = call
+                self.step_mcp_calls.append(call.item)
+                continue
+            if kind == "mcp_approval_request":
+                events.append(self._event(
+                    "response.output_item.done", output_index=call.output_index,
+                    item=copy.deepcopy(call.item),
+                ))
+                self.step_approvals.append(call.item)
+                continue
             call.item["status"] = last_status if n == len(calls) - 1 else "completed"
             events.append(self._event(
                 "response.function_call_arguments.done", item_id=call.item["id"],
@@ -287,7 +327,67 @@ class EventBuilder:
         """Prepare for the next upstream call of a tool loop."""
         self.finish_reason = None
         self.step_calls = []
+        self.step_mcp_calls = []
+        self.step_approvals = []
         self._suppressed.clear()
+
+    # -- MCP ---------------------------------------------------------------------
+    def open_list_tools(self, server_label: str) -> tuple[dict[str, Any], list[Event]]:
+        """An mcp_list_tools item, open while the server is asked for its tools."""
+        item = {"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": server_label,
+                "tools": [], "error": None}
+        open_item, added = self._open_item(item)
+        self._running[item["id"]] = open_item
+        return item, [added, self._event("response.mcp_list_tools.in_progress", item_id=item["id"],
+                                         output_index=open_item.output_index)]
+
+    def close_list_tools(
+        self, item: dict[str, Any], tools: list[dict[str, Any]], error: str | None = None
+    ) -> list[Event]:
+        open_item = self._running.pop(item["id"])
+        item["tools"] = tools
+        item["error"] = error
+        kind = "failed" if error else "completed"
+        return [
+            self._event(f"response.mcp_list_tools.{kind}", item_id=item["id"],
+                        output_index=open_item.output_index),
+            self._event("response.output_item.done", output_index=open_item.output_index,
+                        item=copy.deepcopy(item)),
+        ]
+
+    def open_mcp_call(
+        self, server_label: str, name: str, arguments: str, *, approval_request_id: str | None = None
+    ) -> tuple[dict[str, Any], list[Event]]:
+        """An mcp_call the gateway makes on its own (an approved request): streamed whole."""
+        events = self._close_content_item()
+        item = {"id": new_id("mcp"), "type": "mcp_call", "status": "in_progress",
+                "server_label": server_label, "name": name, "arguments": "", "output": None,
+                "error": None, "approval_request_id": approval_request_id}
+        open_item, added = self._open_item(item)
+        self._running[item["id"]] = open_item
+        base = {"item_id": item["id"], "output_index": open_item.output_index}
+        events += [added, self._event("response.mcp_call.in_progress", **base)]
+        if arguments:
+            events.append(self._event("response.mcp_call_arguments.delta", **base, delta=arguments))
+        events.append(self._event("response.mcp_call_arguments.done", **base, arguments=arguments))
+        item["arguments"] = arguments
+        return item, events
+
+    def finish_mcp_call(
+        self, item: dict[str, Any], *, output: str | None, error: dict[str, Any] | None
+    ) -> list[Event]:
+        """The call returned: completed with its output, or failed with its error."""
+        open_item = self._running.pop(item["id"])
+        item["output"] = output
+        item["error"] = error
+        item["status"] = "failed" if error else "completed"
+        kind = "failed" if error else "completed"
+        return [
+            self._event(f"response.mcp_call.{kind}", item_id=item["id"],
+                        output_index=open_item.output_index),
+            self._event("response.output_item.done", output_index=open_item.output_index,
+                        item=copy.deepcopy(item)),
+        ]
 
     def add_item(self, item: dict[str, Any]) -> list[Event]:
         """Append an item produced by the gateway itself (e.g. a tool's output)."""
@@ -315,8 +415,17 @@ class EventBuilder:
             events.append(self._event("response.completed", response=self._snapshot()))
         return events
 
+    def skip_mcp_calls(self, message: str) -> list[Event]:
+        """Close every mcp_call still open without running it (the budget ran out)."""
+        events: list[Event] = []
+        for open_item in sorted(self._running.values(), key=lambda o: o.output_index):
+            if open_item.item["type"] == "mcp_call":
+                events += self.finish_mcp_call(open_item.item, output=None, error={
+                    "type": "mcp_protocol_error", "code": -32000, "message": message})
+        return events
+
     def _abandon_open_items(self) -> None:
-        for open_item in [self._content_item, *self._calls.values()]:
+        for open_item in [self._content_item, *self._calls.values(), *self._running.values()]:
             if open_item is None:
                 continue
             if open_item.part is not None:
@@ -325,11 +434,13 @@ class EventBuilder:
                 final["refusal" if part.kind == "refusal" else "text"] = "".join(part.chunks)
                 open_item.item["content"][part.index] = final
                 open_item.part = None
-            if open_item.item["type"] == "function_call":
+            if open_item.item["type"] in ("function_call", "mcp_call", "mcp_approval_request") and open_item.arguments:
                 open_item.item["arguments"] = "".join(open_item.arguments)
-            open_item.item["status"] = "incomplete"
+            if "status" in open_item.item or open_item.item["type"] == "mcp_call":
+                open_item.item["status"] = "incomplete"
         self._content_item = None
         self._calls.clear()
+        self._running.clear()
         self._pending.clear()
 
     def fail(self, error: GatewayError) -> list[Event]:

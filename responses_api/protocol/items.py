@@ -20,6 +20,10 @@ ITEM_ID_PREFIX = {
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "mcp_call": "mcp",
+    "mcp_list_tools": "mcpl",
+    "mcp_approval_request": "mcpr",
+    "mcp_approval_response": "mcpa",
 }
 
 
@@ -210,6 +214,76 @@ def _reasoning(raw: dict, param: str) -> dict:
     return item
 
 
+def _optional_str(raw: dict, key: str, param: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _bad(f"Invalid '{param}.{key}': expected a string.", f"{param}.{key}")
+    return value
+
+
+def _mcp_approval_response(raw: dict, param: str) -> dict:
+    approve = raw.get("approve")
+    if not isinstance(approve, bool):
+        raise _bad(f"Missing or invalid '{param}.approve': expected a boolean.", f"{param}.approve")
+    return {
+        "type": "mcp_approval_response",
+        "id": raw.get("id") or new_id("mcpa"),
+        "approval_request_id": _require_str(raw, "approval_request_id", param, allow_empty=False),
+        "approve": approve,
+        "reason": _optional_str(raw, "reason", param),
+    }
+
+
+def _mcp_approval_request(raw: dict, param: str) -> dict:
+    return {
+        "type": "mcp_approval_request",
+        "id": _require_str(raw, "id", param, allow_empty=False),
+        "server_label": _require_str(raw, "server_label", param, allow_empty=False),
+        "name": _require_str(raw, "name", param, allow_empty=False),
+        "arguments": _require_str(raw, "arguments", param),
+    }
+
+
+def _mcp_call(raw: dict, param: str) -> dict:
+    error = raw.get("error")
+    if error is not None and not isinstance(error, (str, dict)):
+        raise _bad(f"Invalid '{param}.error': expected an object or a string.", f"{param}.error")
+    return {
+        "type": "mcp_call",
+        "id": raw.get("id") or new_id("mcp"),
+        "server_label": _require_str(raw, "server_label", param, allow_empty=False),
+        "name": _require_str(raw, "name", param, allow_empty=False),
+        "arguments": _require_str(raw, "arguments", param),
+        "output": _optional_str(raw, "output", param),
+        "error": error,
+        "status": raw.get("status") or "completed",
+        "approval_request_id": _optional_str(raw, "approval_request_id", param),
+    }
+
+
+def _mcp_list_tools(raw: dict, param: str) -> dict:
+    tools = raw.get("tools")
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools
+    ):
+        raise _bad(f"Invalid '{param}.tools': expected an array of tools with names.", f"{param}.tools")
+    return {
+        "type": "mcp_list_tools",
+        "id": raw.get("id") or new_id("mcpl"),
+        "server_label": _require_str(raw, "server_label", param, allow_empty=False),
+        "tools": tools,
+        "error": _optional_str(raw, "error", param),
+    }
+
+
+_MCP_ITEMS = {
+    "mcp_approval_response": _mcp_approval_response,
+    "mcp_approval_request": _mcp_approval_request,
+    "mcp_call": _mcp_call,
+    "mcp_list_tools": _mcp_list_tools,
+}
+
+
 def _item_reference(raw: dict, param: str) -> dict:
     return {"type": "item_reference", "id": _require_str(raw, "id", param, allow_empty=False)}
 
@@ -235,6 +309,8 @@ def normalize_item(raw: Any, param: str) -> dict:
         return _reasoning(raw, param)
     if kind == "item_reference":
         return _item_reference(raw, param)
+    if kind in _MCP_ITEMS:
+        return _MCP_ITEMS[kind](raw, param)
     raise _bad(f"Invalid '{param}.type': unsupported item type {kind!r}.", f"{param}.type")
 
 

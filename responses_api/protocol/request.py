@@ -11,6 +11,7 @@ from typing import Any
 
 from .errors import InvalidRequest
 from .items import normalize_input
+from .mcp import McpTool, normalize_mcp_tools
 from .tools import Tool, normalize_tool_choice, normalize_tools
 
 KNOWN_INCLUDES = frozenset(
@@ -41,6 +42,7 @@ class CreateRequest:
     background: bool = False
     stream: bool = False
     tools: list[Tool] = field(default_factory=list)
+    mcp_tools: list[McpTool] = field(default_factory=list)
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = None
@@ -269,6 +271,7 @@ def parse_create_request(body: Any) -> CreateRequest:
         background=background,
         stream=_bool(body, "stream", False),
         tools=tools,
+        mcp_tools=normalize_mcp_tools(body.get("tools")),
         tool_choice=tool_choice,
         parallel_tool_calls=_bool(body, "parallel_tool_calls", True),
         max_output_tokens=max_output_tokens,

@@ -126,10 +126,12 @@ def normalize_tools(raw: Any) -> list[Tool]:
         if not isinstance(entry, dict):
             raise InvalidRequest(f"Invalid '{param}': expected an object.", param=param)
         kind = entry.get("type")
+        if kind == "mcp":
+            continue  # parsed by protocol.mcp.normalize_mcp_tools
         if kind != "function":
             raise InvalidRequest(
                 f"Unsupported tool type {kind!r} in '{param}.type'; this gateway supports "
-                "'function' tools.",
+                "'function' and 'mcp' tools.",
                 param=f"{param}.type",
             )
         if "function" in entry and "name" not in entry:

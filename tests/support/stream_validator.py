@@ -69,7 +69,19 @@ _RESPONSE_EVENTS = frozenset(LIFECYCLE_HEAD) | TERMINAL_EVENT_STATUSES.keys()
 OPENAI_ONLY_EVENTS: dict[str, str] = {
     "response.reasoning_text.delta": "ResponseReasoningTextDeltaEvent",
     "response.reasoning_text.done": "ResponseReasoningTextDoneEvent",
+    # MCP tools: OpenAI defines them, Open Responses does not (yet); OpenAI's schemas apply.
+    "response.mcp_list_tools.in_progress": "ResponseMCPListToolsInProgressEvent",
+    "response.mcp_list_tools.completed": "ResponseMCPListToolsCompletedEvent",
+    "response.mcp_list_tools.failed": "ResponseMCPListToolsFailedEvent",
+    "response.mcp_call.in_progress": "ResponseMCPCallInProgressEvent",
+    "response.mcp_call_arguments.delta": "ResponseMCPCallArgumentsDeltaEvent",
+    "response.mcp_call_arguments.done": "ResponseMCPCallArgumentsDoneEvent",
+    "response.mcp_call.completed": "ResponseMCPCallCompletedEvent",
+    "response.mcp_call.failed": "ResponseMCPCallFailedEvent",
 }
+# OpenAI's MCP items and the `mcp` tool join the Open Responses unions (see _patch_openresponses).
+OPENAI_ITEM_SCHEMAS = ("MCPListTools", "MCPToolCall", "MCPApprovalRequest")
+OPENAI_TOOL_SCHEMAS = ("MCPTool",)
 # "Serve the superset": events that embed no Response are also checked against OpenAI's schema
 # for the same type. That is what demands the flat code/message/param on `error` (beside the
 # Open Responses nested `error`), `logprobs` on output_text deltas/done/parts, and `name` on
@@ -97,8 +109,9 @@ _PART_TEXT_FIELD = {"output_text": "text", "refusal": "refusal", "reasoning_text
 # Content part types each item type may stream.
 _ITEM_PART_TYPES = {"message": frozenset({"output_text", "refusal"}),
                     "reasoning": frozenset({"reasoning_text"})}
-# Item types without a status field (the compaction item is emitted whole).
-_STATUSLESS_ITEMS = frozenset({"compaction"})
+# Item types without a status field (the compaction item is emitted whole; OpenAI's
+# mcp_list_tools and mcp_approval_request items have none).
+_STATUSLESS_ITEMS = frozenset({"compaction", "mcp_list_tools", "mcp_approval_request"})
 
 
 class StreamViolation(AssertionError):
@@ -140,11 +153,40 @@ def _patch_openresponses(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _add_openai_mcp(doc: dict[str, Any]) -> dict[str, Any]:
+    """Open Responses has no MCP items or tool; take OpenAI's definitions into its unions."""
+    comps = doc.setdefault("components", {}).setdefault("schemas", {})
+    openai = _load(str(_openai_spec_path()), False)["components"]["schemas"]
+
+    def copy_refs(node: Any) -> None:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
+                name = ref.rsplit("/", 1)[-1]
+                if name not in comps:
+                    comps[name] = copy.deepcopy(openai[name])
+                    copy_refs(comps[name])
+            for v in node.values():
+                copy_refs(v)
+        elif isinstance(node, list):
+            for v in node:
+                copy_refs(v)
+
+    for union, names in (("ItemField", OPENAI_ITEM_SCHEMAS), ("Tool", OPENAI_TOOL_SCHEMAS)):
+        branches = comps[union]["oneOf"]
+        for name in names:
+            ref = {"$ref": f"#/components/schemas/{name}"}
+            if ref not in branches:
+                branches.append(ref)
+                copy_refs(ref)
+    return doc
+
+
 @lru_cache(maxsize=4)
 def _load(path: str, openresponses: bool) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         doc = json.load(fh)
-    return _patch_openresponses(doc) if openresponses else doc
+    return _add_openai_mcp(_patch_openresponses(doc)) if openresponses else doc
 
 
 class _Cycle(Exception):
@@ -460,6 +502,8 @@ def validate_response_object(resp: dict[str, Any]) -> None:
                               f"summary: {_short(reasoning)}")
     tools = resp["tools"] if isinstance(resp["tools"], list) else []  # non-list: schema reports
     for n, tool in enumerate(tools):
+        if isinstance(tool, dict) and tool.get("type") == "mcp":
+            continue  # OpenAI's MCPTool shape, checked by the schema
         absent = [f for f in TOOL_FIELDS if not isinstance(tool, dict) or f not in tool]
         if absent:
             raise StreamViolation("response-field", f"tools[{n}] lacks {absent}")
@@ -569,6 +613,8 @@ class _Item:
     args_deltas: list[str] = field(default_factory=list)
     args_done: str | None = None
     done_item: dict[str, Any] | None = None
+    mcp_started: bool = False
+    mcp_end: str | None = None  # response.mcp_call.completed / .failed, mcp_list_tools.*
 
     @property
     def closed(self) -> bool:
@@ -825,6 +871,13 @@ class _Checker:
             if item.get("arguments") != "":
                 raise self.fail("item-added", "added function_call must have arguments \"\" (they "
                                 f"stream as deltas), got {_short(item.get('arguments'))}")
+        elif itype == "mcp_call" and (item.get("arguments") != "" or item.get("output") is not None
+                                      or item.get("error") is not None):
+            raise self.fail("item-added", "added mcp_call must have arguments \"\" and no output or "
+                            "error yet")
+        elif itype == "mcp_list_tools" and item.get("tools") != []:
+            raise self.fail("item-added", "added mcp_list_tools must have tools [] (they arrive "
+                            "with output_item.done)")
         elif itype == "reasoning" and (item.get("summary") != [] or item.get("content", []) != []):
                 raise self.fail("item-added", "added reasoning item must have summary [] and no "
                                 "content (they stream as parts)")
@@ -840,11 +893,15 @@ class _Checker:
         if st.type is not None and itype != st.type:
             raise self.fail("item-done", f"item type changed from {st.type!r} to {itype!r}")
         status = item.get("status")
-        if itype not in _STATUSLESS_ITEMS and status not in ("completed", "incomplete"):
-            raise self.fail("item-done", f"done item status {status!r}, expected 'completed' or "
-                            "'incomplete'")
+        final_statuses = ("completed", "incomplete", "failed") if itype == "mcp_call" else (
+            "completed", "incomplete")
+        if itype not in _STATUSLESS_ITEMS and status not in final_statuses:
+            raise self.fail("item-done", f"done item status {status!r}, expected one of "
+                            f"{list(final_statuses)}")
         if st.added is not None:
-            keep = {"message": ("role",), "function_call": ("name", "call_id")}.get(itype or "", ())
+            keep = {"message": ("role",), "function_call": ("name", "call_id"),
+                    "mcp_call": ("name", "server_label"), "mcp_list_tools": ("server_label",),
+                    "mcp_approval_request": ("name", "server_label")}.get(itype or "", ())
             for key in keep:
                 if item.get(key) != st.added.get(key):
                     raise self.fail("item-done", f"{itype}.{key} changed from "
@@ -868,6 +925,28 @@ class _Checker:
             if st.args_done is not None and item.get("arguments") != st.args_done:
                 raise self.fail("function-args", f"final arguments {_short(item.get('arguments'))} "
                                 f"!= function_call_arguments.done {_short(st.args_done)}")
+        if itype == "mcp_call" and st.known:
+            if st.args_done is None:
+                raise self.fail("mcp-call", "output_item.done for an mcp_call before "
+                                "response.mcp_call_arguments.done")
+            if item.get("arguments") != st.args_done:
+                raise self.fail("mcp-call", f"final arguments {_short(item.get('arguments'))} "
+                                f"!= mcp_call_arguments.done {_short(st.args_done)}")
+            want = {"completed": "response.mcp_call.completed",
+                    "failed": "response.mcp_call.failed"}.get(status or "")
+            if want is not None and st.mcp_end != want:
+                raise self.fail("mcp-call", f"mcp_call done with status {status!r} after "
+                                f"{st.mcp_end!r}, expected {want}")
+            if status == "completed" and (item.get("output") is None or item.get("error")):
+                raise self.fail("mcp-call", "completed mcp_call needs output and no error")
+            if status == "failed" and not item.get("error"):
+                raise self.fail("mcp-call", "failed mcp_call needs an error")
+        if itype == "mcp_list_tools" and st.known:
+            want = "response.mcp_list_tools.failed" if item.get("error") else (
+                "response.mcp_list_tools.completed")
+            if st.mcp_end != want:
+                raise self.fail("mcp-list", f"mcp_list_tools done after {st.mcp_end!r}, "
+                                f"expected {want}")
         if status == "incomplete":
             top = max(self.items)
             if st.index != top:
@@ -1020,6 +1099,48 @@ class _Checker:
                             f"{_short(joined)}")
         st.args_done = args
 
+    # -- MCP ---------------------------------------------------------------------------------
+
+    def mcp_item(self, ev: dict[str, Any], itype: str) -> _Item:
+        st = self.item_for(ev)
+        if st.type not in (None, itype):
+            raise self.fail("mcp-event", f"{ev['type']} on a {st.type!r} item")
+        if st.mcp_end is not None:
+            raise self.fail("mcp-event", f"{ev['type']} after {st.mcp_end}")
+        return st
+
+    def on_mcp_in_progress(self, ev: dict[str, Any]) -> None:
+        itype = "mcp_list_tools" if "mcp_list_tools" in ev["type"] else "mcp_call"
+        st = self.mcp_item(ev, itype)
+        if st.mcp_started:
+            raise self.fail("mcp-event", f"second {ev['type']}")
+        st.mcp_started = True
+
+    def on_mcp_end(self, ev: dict[str, Any]) -> None:
+        itype = "mcp_list_tools" if "mcp_list_tools" in ev["type"] else "mcp_call"
+        st = self.mcp_item(ev, itype)
+        if st.known and not st.mcp_started:
+            raise self.fail("mcp-event", f"{ev['type']} before its .in_progress")
+        if itype == "mcp_call" and st.known and st.args_done is None:
+            raise self.fail("mcp-event", f"{ev['type']} before response.mcp_call_arguments.done")
+        st.mcp_end = ev["type"]
+
+    def on_mcp_args_delta(self, ev: dict[str, Any]) -> None:
+        st = self.mcp_item(ev, "mcp_call")
+        if st.args_done is not None:
+            raise self.fail("mcp-call", "arguments delta after mcp_call_arguments.done")
+        st.args_deltas.append(ev["delta"])
+
+    def on_mcp_args_done(self, ev: dict[str, Any]) -> None:
+        st = self.mcp_item(ev, "mcp_call")
+        if st.args_done is not None:
+            raise self.fail("mcp-call", "second mcp_call_arguments.done")
+        joined = "".join(st.args_deltas)
+        if not (ev["arguments"] == joined if st.known else ev["arguments"].endswith(joined)):
+            raise self.fail("mcp-call", f"arguments {_short(ev['arguments'])} != concatenated "
+                            f"deltas {_short(joined)}")
+        st.args_done = ev["arguments"]
+
     # -- end -------------------------------------------------------------------------------
 
     def finish(self, final_response: dict[str, Any] | None) -> dict[str, Any]:
@@ -1066,6 +1187,14 @@ _HANDLERS: dict[str, Any] = {
     "response.output_text.annotation.added": _Checker.on_annotation,
     "response.function_call_arguments.delta": _Checker.on_args_delta,
     "response.function_call_arguments.done": _Checker.on_args_done,
+    "response.mcp_list_tools.in_progress": _Checker.on_mcp_in_progress,
+    "response.mcp_list_tools.completed": _Checker.on_mcp_end,
+    "response.mcp_list_tools.failed": _Checker.on_mcp_end,
+    "response.mcp_call.in_progress": _Checker.on_mcp_in_progress,
+    "response.mcp_call_arguments.delta": _Checker.on_mcp_args_delta,
+    "response.mcp_call_arguments.done": _Checker.on_mcp_args_done,
+    "response.mcp_call.completed": _Checker.on_mcp_end,
+    "response.mcp_call.failed": _Checker.on_mcp_end,
     **{t: _Checker.on_text_delta for t in _TEXT_DELTAS},
     **{t: _Checker.on_text_done for t in _TEXT_DONES},
 }
