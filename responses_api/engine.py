@@ -324,7 +324,9 @@ class ResponseRun:
                 for event in events:
                     yield event
                 try:
-                    tools = await self.mcp.listing(label)
+                    # The item shows what this response may use: allowed_tools applied.
+                    tools = [t for t in await self.mcp.listing(label)
+                             if self.mcp.allows(label, t["name"], t.get("annotations"))]
                     error = None
                 except Exception as exc:  # the server is down or refused: answer without its tools
                     tools, error = [], getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"

@@ -25,7 +25,7 @@ def test_sync_is_idempotent_and_accepts_single_label_hosts() -> None:
     first = sync_config(CONFIG)
     ids = list(RouteTarget.objects.order_by("id").values_list("id", flat=True))
     second = sync_config(CONFIG)
-    assert first == second == {"providers": 2, "models": 1, "tools": 0}
+    assert first == second == {"providers": 2, "models": 1, "tools": 0, "mcp_servers": 0}
     assert list(RouteTarget.objects.order_by("id").values_list("id", flat=True)) == ids  # untouched
     assert Provider.objects.get(name="ollama").base_url == "http://ollama:11434/v1"
     route = ModelRoute.objects.get(name="small")
@@ -46,3 +46,23 @@ def test_bad_config_is_refused_with_its_place(config: dict, message: str) -> Non
     with pytest.raises(ConfigError, match=message):
         sync_config(config)
     assert Provider.objects.count() == 0  # nothing half-written
+
+
+def test_mcp_servers_are_declared_in_config(settings) -> None:  # type: ignore[no-untyped-def]
+    from tool_registry.models import McpServer
+
+    settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal"]
+    config = {**CONFIG, "mcp_servers": [
+        {"label": "docs", "url": "http://mcp.internal:8000/mcp", "headers_env": {"Authorization": "DOCS_TOKEN"},
+         "allowed_tools": ["search"], "require_approval": ["delete_page"], "timeout": 10, "routes": ["small"]},
+        {"label": "calc", "url": "http://mcp.internal:9000/mcp", "require_approval": "never"},
+    ]}
+    assert sync_config(config)["mcp_servers"] == 2
+    assert sync_config(config)["mcp_servers"] == 2  # idempotent
+    docs = McpServer.objects.get(label="docs")
+    assert (docs.approval, docs.approval_tools, docs.allowed_tools) == ("per_tool", ["delete_page"], ["search"])
+    assert docs.headers_env == {"Authorization": "DOCS_TOKEN"} and docs.timeout == 10
+    assert [r.name for r in docs.routes.all()] == ["small"]
+    assert McpServer.objects.get(label="calc").approval == "never"
+    with pytest.raises(ConfigError, match=r"mcp_servers\[0\]"):
+        sync_config({"mcp_servers": [{"label": "x", "url": "http://169.254.169.254/mcp"}]})

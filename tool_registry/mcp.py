@@ -79,6 +79,7 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         self.host_header = host if port == (443 if scheme == "https" else 80) else f"{host}:{port}"
         self.sni = host.rstrip(".") if scheme == "https" and literal_address(host) is None else None
         self.inner = httpx2.AsyncHTTPTransport(retries=0, trust_env=False)
+        self.error_status: int | None = None  # the SDK turns HTTP errors into JSON-RPC ones
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url
@@ -89,7 +90,10 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         request.headers["Host"] = self.host_header
         if self.sni:
             request.extensions = {**request.extensions, "sni_hostname": self.sni}
-        return await self.inner.handle_async_request(request)
+        response = await self.inner.handle_async_request(request)
+        if response.status_code >= 400 and request.method != "DELETE":
+            self.error_status = response.status_code
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -119,38 +123,33 @@ def _failure(exc: BaseException, spec: McpServerSpec) -> McpUnavailable:
     if isinstance(exc, (TimeoutError, httpx2.TimeoutException)):
         message = f"MCP server '{spec.label}' did not answer within {spec.timeout:g} s"
         return McpUnavailable(message, {"type": "http_error", "code": 504, "message": message})
-    text = str(exc) or type(exc).__name__
-    status = _status_in(text)
-    if status is not None:
-        message = f"MCP server '{spec.label}' answered HTTP {status}"
-        return McpUnavailable(message, {"type": "http_error", "code": status, "message": message})
     message = f"MCP server '{spec.label}' could not be reached: {type(exc).__name__}"
     return McpUnavailable(message, {"type": "http_error", "code": 502, "message": message})
-
-
-def _status_in(text: str) -> int | None:
-    # The transport reports a refused POST as an error message, not an HTTPStatusError.
-    for code in (401, 403, 404, 405, 500, 502, 503, 504):
-        if f"{code}" in text and ("status" in text.lower() or "http" in text.lower()):
-            return code
-    return None
 
 
 @asynccontextmanager
 async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[Client]:
     scheme, host, port, _ = parse_url(spec.url)
     addresses = await resolve_checked(host, port, policy)
+    transport = _PinnedTransport(scheme, host, port, addresses[0])
     http = httpx2.AsyncClient(
-        transport=_PinnedTransport(scheme, host, port, addresses[0]),
+        transport=transport,
         headers={"user-agent": "open-responses-gateway", **spec.headers},
         timeout=httpx2.Timeout(spec.timeout),
         follow_redirects=False,
     )
-    async with http:
-        client = Client(streamable_http_client(spec.url, http_client=http), cache=None,
-                        read_timeout_seconds=spec.timeout)
-        async with client:
-            yield client
+    try:
+        async with http:
+            client = Client(streamable_http_client(spec.url, http_client=http), cache=None,
+                            read_timeout_seconds=spec.timeout)
+            async with client:
+                yield client
+    except Exception as exc:
+        code = transport.error_status
+        if code is None or isinstance(_leaf(exc), (McpUnavailable, TimeoutError)):
+            raise
+        message = f"MCP server '{spec.label}' answered HTTP {code}"
+        raise McpUnavailable(message, {"type": "http_error", "code": code, "message": message}) from None
 
 
 def _tool_dict(tool: Any) -> dict[str, Any]:

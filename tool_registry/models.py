@@ -200,12 +200,18 @@ class McpServer(models.Model):
         return self.label
 
     def clean(self) -> None:
-        from .egress import EgressDenied, check_url_sync
+        from .egress import EgressDenied, EgressResolutionError, check_url_sync, parse_url
         from .services import egress_policy
 
         if self.url:
+            policy = egress_policy()
             try:
-                check_url_sync(self.url, egress_policy())
+                check_url_sync(self.url, policy)
+            except EgressResolutionError as exc:
+                # An allowlisted name (a compose service, say) may not resolve where config is
+                # synced; every connection resolves and checks it again anyway.
+                if not policy.host_allowed(parse_url(self.url)[1]):
+                    raise ValidationError({"url": str(exc)}) from None
             except (EgressDenied, ValueError) as exc:
                 raise ValidationError({"url": str(exc)}) from None
         if self.approval == self.Approval.PER_TOOL and not self.approval_tools:

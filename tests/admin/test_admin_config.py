@@ -114,3 +114,35 @@ def test_model_route_with_targets_inline(admin_client) -> None:  # type: ignore[
     assert [(t.upstream_model, t.weight) for t in route.targets.all()] == [("llama-3", 3), ("llama-fallback", 0)]
     listing = admin_client.get(reverse("admin:responses_api_modelroute_changelist")).content.decode()
     assert "local:llama-3" in listing and "fallback" in listing
+
+
+def test_mcp_server_admin_refreshes_the_tool_listing(admin_client, mcp_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tool_registry.models import McpServer
+
+    monkeypatch.setenv("SHOP_MCP_TOKEN", f"Bearer {mcp_server.token}")
+    add = admin_client.post(reverse("admin:tool_registry_mcpserver_add"), {
+        "label": "shop", "url": mcp_server.url, "headers_env": '{"Authorization": "SHOP_MCP_TOKEN"}',
+        "allowed_tools": "[]", "approval": "per_tool", "approval_tools": '["lookup_order"]',
+        "timeout": "5", "cache_seconds": "300", "enabled": "on",
+    })
+    assert add.status_code == 302, add.content.decode()[:2000]
+    ok = McpServer.objects.get(label="shop")
+    without_token = McpServer.objects.create(label="locked", url=mcp_server.url)
+    reply = admin_client.post(reverse("admin:tool_registry_mcpserver_changelist"), {
+        "action": "refresh_tools", "_selected_action": [ok.pk, without_token.pk]}, follow=True)
+    messages = _messages(reply)
+    assert "shop: 3 tools listed." in messages, messages
+    assert any(m.startswith("locked:") and "401" in m for m in messages), messages
+    ok.refresh_from_db()
+    without_token.refresh_from_db()
+    assert [t["name"] for t in ok.tools_cache] == ["add", "lookup_order", "slow"] and ok.tools_fetched_at
+    assert "401" in without_token.last_error and without_token.tools_cache == []
+    page = admin_client.get(reverse("admin:tool_registry_mcpserver_change", args=[ok.pk])).content.decode()
+    assert "lookup_order" in page and "Look up an order by its id." in page
+    # Per-tool approval without tools, and a URL the egress policy refuses, are form errors.
+    bad = admin_client.post(reverse("admin:tool_registry_mcpserver_add"), {
+        "label": "bad", "url": "http://169.254.169.254/mcp", "headers_env": "{}", "allowed_tools": "[]",
+        "approval": "per_tool", "approval_tools": "[]", "timeout": "5", "cache_seconds": "300"})
+    assert bad.status_code == 200
+    errors = bad.context["adminform"].form.errors
+    assert "url" in errors

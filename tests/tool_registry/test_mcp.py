@@ -187,7 +187,7 @@ def test_allowed_tools_filter_what_the_model_sees(gateway: Gateway, scripted: Sc
     sent = scripted.requests[0].body
     assert [t["function"]["name"] for t in sent["tools"]] == ["add"]
     # The listing item reports what the model could use; a call outside it never runs.
-    assert [t.name for t in resp.output[0].tools] == ["add", "lookup_order", "slow"]
+    assert [t.name for t in resp.output[0].tools] == ["add"]
     assert all(o.type != "mcp_call" for o in resp.output)
     assert mcp_server.counts() == {}
 
@@ -300,16 +300,20 @@ def test_registered_server_by_label_and_by_route(gateway: Gateway, scripted: Scr
     assert [o.type for o in resp.output] == ["mcp_list_tools", "mcp_call", "mcp_approval_request"]
     assert resp.output[1].output == "10"
     assert mcp_server.counts() == {"add": 1}
+    assert [t.name for t in resp.output[0].tools] == ["add", "lookup_order"]  # the admin's allowed_tools
     server.refresh_from_db()
     assert {t["name"] for t in server.tools_cache} == {"add", "lookup_order", "slow"}
-    # The listing is cached: a second response lists from the registry's cache, not the server.
-    # By route: every request to the model gets the server, without naming it.
+    fetched_at = server.tools_fetched_at
+    # By route: every request to the model gets the server, without naming it; the listing
+    # comes from the registry's cache (fresh for cache_seconds), not from the server.
     server.routes.add(ModelRoute.objects.get(name=MODEL))
     gateway_module_clear()
     scripted.enqueue(MODEL, Reply(text="hello"))
     plain = client.responses.create(model=MODEL, input="hi")
     assert plain.output[0].type == "mcp_list_tools" and plain.output[0].server_label == "shop"
     assert {t["function"]["name"] for t in scripted.requests[-1].body["tools"]} == {"add", "lookup_order"}
+    server.refresh_from_db()
+    assert server.tools_fetched_at == fetched_at
     # Another tenant's key does not see a server restricted to acme.
     server.tenants.add(Tenant.objects.get(name="acme"))
     from tests.conftest import make_key
@@ -343,3 +347,14 @@ def test_mcp_on_a_background_worker(gateway: Gateway, scripted: ScriptedUpstream
     assert [o.type for o in resp.output] == ["mcp_list_tools", "mcp_call", "message"]
     assert resp.output[1].output == "7"
     assert mcp_server.counts() == {"add": 1}
+
+
+def test_openai_sdk_stream_helper_accumulates_mcp_items(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 6, "b": 7}, "c1")]), Reply(text="13"))
+    client = gateway.openai()
+    with client.responses.stream(model=MODEL, input="6+7", tools=[adhoc(mcp_server)]) as stream_:
+        seen = [event.type for event in stream_]
+        final = stream_.get_final_response()
+    assert "response.mcp_call.completed" in seen
+    assert [o.type for o in final.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert final.output[1].output == "13" and final.output_text == "13"
