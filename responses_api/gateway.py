@@ -262,7 +262,7 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:
     import dataclasses
 
     from tool_registry.mcp import McpServerSpec
-    from responses_api.protocol.mcp import ToolFilter
+    from responses_api.protocol.mcp import McpTool, ToolFilter
 
     by_label = {spec.label: (spec, listing) for spec, listing in registry}
     specs: list[McpServerSpec] = []
@@ -310,6 +310,9 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:
         specs.append(spec)
         if listing["fresh"]:
             cached[spec.label] = listing["tools"]
+        # Reported in the Response's `tools` like the route's registry function tools.
+        req.mcp_tools.append(McpTool(server_label=spec.label, server_url=None, allowed=spec.allowed,
+                                     approval=spec.approval, server_description=spec.description))
     return specs, cached, approvals
 
 

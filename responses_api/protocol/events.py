@@ -344,16 +344,9 @@ class EventBuilder:
     def close_list_tools(
         self, item: dict[str, Any], tools: list[dict[str, Any]], error: str | None = None
     ) -> list[Event]:
-        open_item = self._running.pop(item["id"])
         item["tools"] = tools
         item["error"] = error
-        kind = "failed" if error else "completed"
-        return [
-            self._event(f"response.mcp_list_tools.{kind}", item_id=item["id"],
-                        output_index=open_item.output_index),
-            self._event("response.output_item.done", output_index=open_item.output_index,
-                        item=copy.deepcopy(item)),
-        ]
+        return self._close_running(item, "response.mcp_list_tools." + ("failed" if error else "completed"))
 
     def open_mcp_call(
         self, server_label: str, name: str, arguments: str, *, approval_request_id: str | None = None
@@ -377,14 +370,16 @@ class EventBuilder:
         self, item: dict[str, Any], *, output: str | None, error: dict[str, Any] | None
     ) -> list[Event]:
         """The call returned: completed with its output, or failed with its error."""
-        open_item = self._running.pop(item["id"])
         item["output"] = output
         item["error"] = error
         item["status"] = "failed" if error else "completed"
-        kind = "failed" if error else "completed"
+        return self._close_running(item, f"response.mcp_call.{item['status']}")
+
+    def _close_running(self, item: dict[str, Any], event_type: str) -> list[Event]:
+        """The MCP item's own end event, then output_item.done with its final state."""
+        open_item = self._running.pop(item["id"])
         return [
-            self._event(f"response.mcp_call.{kind}", item_id=item["id"],
-                        output_index=open_item.output_index),
+            self._event(event_type, item_id=item["id"], output_index=open_item.output_index),
             self._event("response.output_item.done", output_index=open_item.output_index,
                         item=copy.deepcopy(item)),
         ]

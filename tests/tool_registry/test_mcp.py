@@ -311,6 +311,7 @@ def test_registered_server_by_label_and_by_route(gateway: Gateway, scripted: Scr
     scripted.enqueue(MODEL, Reply(text="hello"))
     plain = client.responses.create(model=MODEL, input="hi")
     assert plain.output[0].type == "mcp_list_tools" and plain.output[0].server_label == "shop"
+    assert [(t.type, t.server_label) for t in plain.tools] == [("mcp", "shop")]
     assert {t["function"]["name"] for t in scripted.requests[-1].body["tools"]} == {"add", "lookup_order"}
     server.refresh_from_db()
     assert server.tools_fetched_at == fetched_at
