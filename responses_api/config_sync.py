@@ -63,11 +63,7 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
             setattr(provider, key, value)
         if entry.get("api_key"):
             provider.api_key_encrypted = encrypt_secret(str(entry["api_key"]))
-        try:
-            provider.full_clean()
-        except ValidationError as exc:
-            raise ConfigError(f"{where}: {exc.message_dict}") from exc
-        provider.save()
+        _save_valid(provider, where)
         providers[name] = provider
         counts["providers"] += 1
     for i, entry in enumerate(data.get("models") or []):
@@ -97,6 +93,15 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
+def _save_valid(obj: Any, where: str) -> None:
+    """Model validation first: a bad entry is a ConfigError naming its place, nothing saved."""
+    try:
+        obj.full_clean()
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {exc.message_dict}") from exc
+    obj.save()
+
+
 def _sync_tools(entries: list[dict[str, Any]]) -> int:
     from tool_registry.models import Tool
 
@@ -118,11 +123,7 @@ def _sync_tools(entries: list[dict[str, Any]]) -> int:
         tool.signing_secret_env = executor.get("signing_secret_env", "")
         tool.python_callable = executor.get("callable", "")
         tool.run_on_worker = bool(entry.get("run_on_worker", False))
-        try:
-            tool.full_clean()
-        except ValidationError as exc:
-            raise ConfigError(f"{where}: {exc.message_dict}") from exc
-        tool.save()
+        _save_valid(tool, where)
         if "routes" in entry:
             tool.routes.set(ModelRoute.objects.filter(name__in=entry["routes"]))
     return len(entries)
@@ -152,11 +153,7 @@ def _sync_mcp_servers(entries: list[dict[str, Any]]) -> int:
         server.timeout = float(entry.get("timeout", 30.0))
         server.cache_seconds = int(entry.get("cache_seconds", 300))
         server.enabled = bool(entry.get("enabled", True))
-        try:
-            server.full_clean()
-        except ValidationError as exc:
-            raise ConfigError(f"{where}: {exc.message_dict}") from exc
-        server.save()
+        _save_valid(server, where)
         if "routes" in entry:
             server.routes.set(ModelRoute.objects.filter(name__in=entry["routes"]))
         if "tenants" in entry:

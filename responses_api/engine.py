@@ -317,22 +317,25 @@ class ResponseRun:
             if i["type"] == "mcp_list_tools" and not i.get("error")
         }
         listed: list[tuple[str, dict[str, Any]]] = []
-        for label in self.mcp.labels if self.mcp else []:
-            tools = listed_before.get(label)
-            if tools is None:
+        mcp = self.mcp
+        for label in mcp.labels if mcp else []:
+            def allowed(tools: list[dict[str, Any]], label: str = label) -> list[dict[str, Any]]:
+                return [t for t in tools if mcp.allows(label, t["name"], t.get("annotations"))]
+
+            if label in listed_before:
+                tools = allowed(listed_before[label])
+            else:
                 item, events = self.builder.open_list_tools(label)
                 for event in events:
                     yield event
                 try:
                     # The item shows what this response may use: allowed_tools applied.
-                    tools = [t for t in await self.mcp.listing(label)
-                             if self.mcp.allows(label, t["name"], t.get("annotations"))]
-                    error = None
+                    tools, error = allowed(await mcp.listing(label)), None
                 except Exception as exc:  # the server is down or refused: answer without its tools
                     tools, error = [], getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
                 for event in self.builder.close_list_tools(item, tools, error):
                     yield event
-            listed += [(label, t) for t in tools if self.mcp.allows(label, t["name"], t.get("annotations"))]
+            listed += [(label, t) for t in tools]
         req = self.job.request
         self._mcp_names = model_names([(label, t["name"]) for label, t in listed], {t.name for t in req.tools})
         bindings: dict[str, McpBinding] = {}

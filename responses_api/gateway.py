@@ -77,13 +77,19 @@ async def registry_specs(principal: Principal, req: CreateRequest) -> list[ToolS
     from tool_registry.services import registry_tools_for
 
     names = tuple(sorted(t.name for t in req.tools if t.bare))
-    key = (principal.tenant_id, req.model, names)
-    cached = _tool_cache.get(key)
+    return await _cached_lookup(
+        _tool_cache, (principal.tenant_id, req.model, names), registry_tools_for,
+        tenant_id=principal.tenant_id, route_name=req.model, names=list(names),
+    )
+
+
+async def _cached_lookup(cache: dict, key: tuple, lookup: Any, **kwargs: Any) -> Any:
+    """`lookup(**kwargs)` in a thread, remembered under `key` for GATEWAY_CACHE_SECONDS."""
+    cached = cache.get(key)
     now = time.monotonic()
     if cached is None or cached[0] <= now:
-        specs = await db.run(registry_tools_for, tenant_id=principal.tenant_id, route_name=req.model, names=list(names))
-        cached = (now + settings.GATEWAY_CACHE_SECONDS, specs)
-        _tool_cache[key] = cached
+        cached = (now + settings.GATEWAY_CACHE_SECONDS, await db.run(lookup, **kwargs))
+        cache[key] = cached
     return cached[1]
 
 
@@ -243,15 +249,10 @@ async def registry_mcp(principal: Principal, req: CreateRequest) -> list:
     from tool_registry.services import mcp_servers_for
 
     labels = tuple(sorted(m.server_label for m in req.mcp_tools if m.server_url is None))
-    key = (principal.tenant_id, req.model, labels)
-    cached = _mcp_cache.get(key)
-    now = time.monotonic()
-    if cached is None or cached[0] <= now:
-        servers = await db.run(mcp_servers_for, tenant_id=principal.tenant_id, route_name=req.model,
-                               labels=list(labels))
-        cached = (now + settings.GATEWAY_CACHE_SECONDS, servers)
-        _mcp_cache[key] = cached
-    return cached[1]
+    return await _cached_lookup(
+        _mcp_cache, (principal.tenant_id, req.model, labels), mcp_servers_for,
+        tenant_id=principal.tenant_id, route_name=req.model, labels=list(labels),
+    )
 
 
 def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:

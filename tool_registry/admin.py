@@ -14,9 +14,9 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from .executors import execute
-from .mcp import McpUnavailable, list_tools
+from .mcp import McpUnavailable
 from .models import EgressAllow, McpServer, Tool, ToolCallRecord
-from .services import egress_policy, mcp_listing_store, mcp_spec_of, spec_of
+from .services import egress_policy, mcp_listing_refresh, spec_of
 
 
 class TestCallForm(forms.Form):
@@ -107,12 +107,10 @@ class McpServerAdmin(admin.ModelAdmin):
     def refresh_tools(self, request: HttpRequest, queryset) -> None:  # type: ignore[no-untyped-def]
         for server in queryset:
             try:
-                tools = asyncio.run(list_tools(mcp_spec_of(server), egress_policy()))
+                tools = mcp_listing_refresh(server)
             except McpUnavailable as exc:
-                mcp_listing_store(server_id=server.pk, tools=None, error=exc.message)
                 self.message_user(request, f"{server.label}: {exc.message}", messages.ERROR)
                 continue
-            mcp_listing_store(server_id=server.pk, tools=tools)
             self.message_user(request, f"{server.label}: {len(tools)} tools listed.", messages.SUCCESS)
 
 

@@ -46,13 +46,7 @@ class McpServerSpec:
     cache_seconds: float = 300.0
 
     def allows(self, name: str, annotations: dict[str, Any] | None) -> bool:
-        if self.allowed is None:
-            return True
-        if self.allowed.tool_names is not None and name not in self.allowed.tool_names:
-            return False
-        if self.allowed.read_only is not None:
-            return bool((annotations or {}).get("readOnlyHint", False)) == self.allowed.read_only
-        return True
+        return self.allowed is None or self.allowed.admits(name, annotations)
 
 
 class McpUnavailable(Exception):

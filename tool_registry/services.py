@@ -99,6 +99,22 @@ def mcp_servers_for(*, tenant_id: int, route_name: str, labels: list[str]) -> li
     return out
 
 
+def mcp_listing_refresh(server: McpServer) -> list[dict]:
+    """List a registered server now (blocking, for the admin) and remember the outcome.
+    Raises McpUnavailable, whose message is also stored as the server's last error."""
+    import asyncio
+
+    from .mcp import McpUnavailable, list_tools
+
+    try:
+        tools = asyncio.run(list_tools(mcp_spec_of(server), egress_policy()))
+    except McpUnavailable as exc:
+        mcp_listing_store(server_id=server.pk, tools=None, error=exc.message)
+        raise
+    mcp_listing_store(server_id=server.pk, tools=tools)
+    return tools
+
+
 def mcp_listing_store(*, server_id: int, tools: list[dict] | None, error: str = "") -> None:
     """Remember a listing (or why it failed) for the TTL; the admin shows both."""
     fields: dict = {"last_error": error}

@@ -431,7 +431,7 @@ class EventBuilder:
                 open_item.part = None
             if open_item.item["type"] in ("function_call", "mcp_call", "mcp_approval_request") and open_item.arguments:
                 open_item.item["arguments"] = "".join(open_item.arguments)
-            if "status" in open_item.item or open_item.item["type"] == "mcp_call":
+            if "status" in open_item.item:  # mcp_list_tools / approval requests have none
                 open_item.item["status"] = "incomplete"
         self._content_item = None
         self._calls.clear()

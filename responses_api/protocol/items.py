@@ -234,13 +234,20 @@ def _mcp_approval_response(raw: dict, param: str) -> dict:
     }
 
 
+def _mcp_tool_fields(raw: dict, param: str) -> dict:
+    """What an MCP call and an approval request both name: server, tool, arguments."""
+    return {
+        "server_label": _require_str(raw, "server_label", param, allow_empty=False),
+        "name": _require_str(raw, "name", param, allow_empty=False),
+        "arguments": _require_str(raw, "arguments", param),
+    }
+
+
 def _mcp_approval_request(raw: dict, param: str) -> dict:
     return {
         "type": "mcp_approval_request",
         "id": _require_str(raw, "id", param, allow_empty=False),
-        "server_label": _require_str(raw, "server_label", param, allow_empty=False),
-        "name": _require_str(raw, "name", param, allow_empty=False),
-        "arguments": _require_str(raw, "arguments", param),
+        **_mcp_tool_fields(raw, param),
     }
 
 
@@ -251,9 +258,7 @@ def _mcp_call(raw: dict, param: str) -> dict:
     return {
         "type": "mcp_call",
         "id": raw.get("id") or new_id("mcp"),
-        "server_label": _require_str(raw, "server_label", param, allow_empty=False),
-        "name": _require_str(raw, "name", param, allow_empty=False),
-        "arguments": _require_str(raw, "arguments", param),
+        **_mcp_tool_fields(raw, param),
         "output": _optional_str(raw, "output", param),
         "error": error,
         "status": raw.get("status") or "completed",

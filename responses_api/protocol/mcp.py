@@ -33,6 +33,14 @@ class ToolFilter:
             return hint == self.read_only
         return False
 
+    def admits(self, name: str, annotations: dict[str, Any] | None) -> bool:
+        """As `allowed_tools`: every condition given must hold (names and read-only hint)."""
+        if self.tool_names is not None and name not in self.tool_names:
+            return False
+        if self.read_only is not None:
+            return bool((annotations or {}).get("readOnlyHint", False)) == self.read_only
+        return True
+
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.tool_names is not None:

@@ -352,10 +352,38 @@ def test_mcp_on_a_background_worker(gateway: Gateway, scripted: ScriptedUpstream
 
 def test_openai_sdk_stream_helper_accumulates_mcp_items(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
     scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 6, "b": 7}, "c1")]), Reply(text="13"))
-    client = gateway.openai()
+    wire: list[bytes] = []
+    client = gateway.openai(http_client=httpx.Client(transport=_TeeTransport(wire)))
     with client.responses.stream(model=MODEL, input="6+7", tools=[adhoc(mcp_server)]) as stream_:
         seen = [event.type for event in stream_]
         final = stream_.get_final_response()
+    validate_sse(b"".join(wire))  # the bytes the SDK read, through the strict validator
     assert "response.mcp_call.completed" in seen
     assert [o.type for o in final.output] == ["mcp_list_tools", "mcp_call", "message"]
     assert final.output[1].output == "13" and final.output_text == "13"
+
+
+class _TeeStream(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, sink: list[bytes]) -> None:
+        self.inner, self.sink = inner, sink
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for chunk in self.inner:
+            self.sink.append(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _TeeTransport(httpx.HTTPTransport):
+    """Keeps a copy of every response body the client reads (to validate the SDK's stream)."""
+
+    def __init__(self, sink: list[bytes]) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        return httpx.Response(response.status_code, headers=response.headers,
+                              stream=_TeeStream(response.stream, self.sink), extensions=response.extensions)
