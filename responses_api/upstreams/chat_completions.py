@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator
 
-import httpx
+import aiohttp
 
 from ..protocol.chat import ChatOptions, ChunkDecoder, build_chat_request, completion_to_deltas
 from ..protocol.deltas import Delta
@@ -18,7 +18,7 @@ from ..protocol.errors import (
 )
 from ..routing import Target
 from .base import UpstreamRequest
-from .http import get_client
+from .http import get_session, proxy_for
 
 
 def chat_options(options: dict[str, Any]) -> ChatOptions:
@@ -26,7 +26,7 @@ def chat_options(options: dict[str, Any]) -> ChatOptions:
     return ChatOptions(**known)
 
 
-def _upstream_message(response: httpx.Response, body: bytes) -> str:
+def _upstream_message(response: aiohttp.ClientResponse, body: bytes) -> str:
     try:
         data = json.loads(body)
         error = data.get("error") if isinstance(data, dict) else None
@@ -36,11 +36,11 @@ def _upstream_message(response: httpx.Response, body: bytes) -> str:
             return error
     except ValueError:
         pass
-    return body[:300].decode("utf-8", "replace") or response.reason_phrase
+    return body[:300].decode("utf-8", "replace") or response.reason or ""
 
 
-def error_for_status(target: Target, response: httpx.Response, body: bytes) -> GatewayError:
-    status = response.status_code
+def error_for_status(target: Target, response: aiohttp.ClientResponse, body: bytes) -> GatewayError:
+    status = response.status
     detail = _upstream_message(response, body)
     if status == 400 or status == 422:
         # The request itself was refused (context too long, unsupported value): the client's to fix.
@@ -55,10 +55,14 @@ def error_for_status(target: Target, response: httpx.Response, body: bytes) -> G
     return UpstreamError(f"Upstream '{target.label}' answered HTTP {status}: {detail}")
 
 
+# What a failed exchange with an upstream can raise (timeouts are TimeoutError).
+TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
+
+
 def transport_error(target: Target, exc: Exception) -> GatewayError:
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, TimeoutError):
         return UpstreamTimeout(f"Upstream '{target.label}' did not answer in time ({type(exc).__name__}).")
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, aiohttp.ClientConnectorError):
         return UpstreamError(f"Cannot connect to upstream '{target.label}'.", code="upstream_unreachable")
     return UpstreamError(
         f"The connection to upstream '{target.label}' failed: {type(exc).__name__}.",
@@ -67,7 +71,7 @@ def transport_error(target: Target, exc: Exception) -> GatewayError:
 
 
 class ChatCompletionCall:
-    def __init__(self, target: Target, response: httpx.Response | None, deltas: list[Delta] | None):
+    def __init__(self, target: Target, response: aiohttp.ClientResponse | None, deltas: list[Delta] | None):
         self._target = target
         self._response = response  # streaming: open response whose body is still to read
         self._ready = deltas  # non-streaming: the whole answer, already decoded
@@ -81,7 +85,7 @@ class ChatCompletionCall:
         decoder = ChunkDecoder()
         done = False
         try:
-            async for line in self._response.aiter_lines():
+            async for line in _lines(self._response):
                 if not line.startswith("data:"):
                     continue  # comments, event names, blank lines
                 payload = line[5:].strip()
@@ -97,10 +101,10 @@ class ChatCompletionCall:
                     ) from None
                 for delta in decoder.feed(chunk):
                     yield delta
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise transport_error(self._target, exc) from exc
         finally:
-            await self._response.aclose()
+            self._response.release()
         if not done and decoder.finish is None:
             raise UpstreamError(
                 f"Upstream '{self._target.label}' ended the stream before finishing.",
@@ -111,7 +115,37 @@ class ChatCompletionCall:
 
     async def aclose(self) -> None:
         if self._response is not None:
-            await self._response.aclose()
+            self._response.close()  # mid-stream: drop the connection, the upstream stops generating
+
+
+async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    while True:
+        try:
+            chunk = await content.readany()
+        except TRANSPORT_ERRORS:
+            # aiohttp raises a lost connection before handing out the bytes that came with
+            # it; they are the upstream's last words (a partial answer is kept): them first.
+            buffered = getattr(content, "_buffer", None)
+            if buffered:
+                rest = b"".join(buffered)
+                buffered.clear()
+                yield rest
+            raise
+        if not chunk:
+            return
+        yield chunk
+
+
+async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
+    """The body's lines as they arrive (SSE), whatever their length."""
+    pending = b""
+    async for chunk in _chunks(response.content):
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            yield line.rstrip(b"\r").decode("utf-8", "replace")
+    if pending:
+        yield pending.rstrip(b"\r").decode("utf-8", "replace")
 
 
 async def open_chat_completion(target: Target, request: UpstreamRequest) -> ChatCompletionCall:
@@ -124,35 +158,38 @@ async def open_chat_completion(target: Target, request: UpstreamRequest) -> Chat
     headers = {"content-type": "application/json", **provider.headers}
     if provider.api_key:
         headers["authorization"] = f"Bearer {provider.api_key}"
-    client = get_client()
-    timeout = httpx.Timeout(provider.timeout, connect=provider.connect_timeout)
-    http_request = client.build_request(
-        "POST", f"{provider.base_url}/chat/completions", content=json.dumps(body), headers=headers,
-        timeout=timeout,
+    session = get_session()
+    timeout = aiohttp.ClientTimeout(
+        total=None, connect=provider.timeout, sock_connect=provider.connect_timeout, sock_read=provider.timeout
     )
+    url = f"{provider.base_url}/chat/completions"
+    payload = json.dumps(body).encode()
+    proxy = proxy_for(provider.base_url)
     try:
         try:
-            response = await client.send(http_request, stream=True)
-        except httpx.RemoteProtocolError:
+            response = await session.post(url, data=payload, headers=headers, timeout=timeout,
+                                          proxy=proxy, allow_redirects=False)
+        except aiohttp.ServerDisconnectedError:
             # A pooled keep-alive connection the server had already closed
             # (llama.cpp's server does this after a stream): it never saw the
             # request, so sending it once more on a fresh connection is safe.
-            response = await client.send(http_request, stream=True)
-    except httpx.HTTPError as exc:
+            response = await session.post(url, data=payload, headers=headers, timeout=timeout,
+                                          proxy=proxy, allow_redirects=False)
+    except TRANSPORT_ERRORS as exc:
         raise transport_error(target, exc) from exc
     try:
-        if response.status_code != 200:
-            raise error_for_status(target, response, await response.aread())
+        if response.status != 200:
+            raise error_for_status(target, response, await response.read())
         if request.stream:
             return ChatCompletionCall(target, response, None)
-        raw = await response.aread()
-    except httpx.HTTPError as exc:
-        await response.aclose()
+        raw = await response.read()
+    except TRANSPORT_ERRORS as exc:
+        response.close()
         raise transport_error(target, exc) from exc
     except BaseException:
-        await response.aclose()
+        response.close()
         raise
-    await response.aclose()
+    response.release()
     try:
         data = json.loads(raw)
     except ValueError:

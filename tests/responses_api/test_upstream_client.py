@@ -1,0 +1,76 @@
+"""The upstream HTTP client (aiohttp): stale keep-alive connections, proxies from the environment."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from responses_api.protocol.request import parse_create_request
+from responses_api.routing import ProviderConfig, Target
+from responses_api.upstreams import UpstreamRequest, open_call
+from responses_api.upstreams.http import close_session, proxy_for
+
+pytestmark = pytest.mark.embedded
+
+COMPLETION = {
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
+
+
+async def test_a_pooled_connection_the_server_drops_is_retried_once_on_a_fresh_one() -> None:
+    """Like llama.cpp's server: a kept-alive connection is closed as the next request arrives.
+    That request was never answered, so it is sent again on a new connection."""
+    answered: list[int] = []  # per request: the connection it was answered on
+    body = json.dumps(COMPLETION).encode()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = id(writer)
+        for turn in range(2):
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length"))
+            await reader.readexactly(length)
+            if turn == 1:
+                break  # drop the connection without an answer
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: keep-alive\r\n"
+                         b"content-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+            answered.append(connection)
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    target = Target(ProviderConfig(name="p", kind="chat_completions", base_url=f"http://127.0.0.1:{port}/v1",
+                                   api_key=None, timeout=5, connect_timeout=5), "m", 1)
+    request = UpstreamRequest(request=parse_create_request({"model": "m", "input": "hi"}),
+                              items=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}], tools=[], stream=False)
+    try:
+        for _ in range(2):
+            call = await open_call(target, request)
+            assert [d async for d in call.deltas()]
+        assert len(answered) == 2 and answered[0] != answered[1]
+    finally:
+        await close_session()
+        server.close()
+        await server.wait_closed()
+
+
+def test_proxies_come_from_the_environment_once_per_origin(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "ALL_PROXY",
+                 "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "models.internal,localhost")
+    proxy_for.cache_clear()
+    try:
+        assert proxy_for("https://api.openai.com/v1") == "http://proxy.internal:3128"
+        assert proxy_for("https://models.internal/v1") is None
+        assert proxy_for("http://vllm:8000/v1") is None  # no HTTP_PROXY
+    finally:
+        proxy_for.cache_clear()
