@@ -40,6 +40,10 @@ class ResponseJob:
 
 
 class Persistence(Protocol):
+    async def open(self) -> None:
+        """Make the running response visible (where it is stored at all)."""
+        ...
+
     async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None: ...
 
 
@@ -140,8 +144,18 @@ class ResponseRun:
                     "An approved MCP call needs its server: send the 'mcp' tool again in 'tools'.",
                     param="tools",
                 )
-            if not self._prelude:
-                self._call = await self._open_with_fallback()
+            # The row is written while the upstream is being asked, not before.
+            opening = asyncio.ensure_future(self.persistence.open())
+            try:
+                if not self._prelude:
+                    self._call = await self._open_with_fallback()
+            finally:
+                try:
+                    await opening
+                except BaseException:
+                    if self._call is not None:
+                        await self._call.aclose()
+                    raise
         except GatewayError as exc:
             self.error = exc
             self.failure_events = self.builder.fail(exc)

@@ -39,16 +39,28 @@ async def route_for(principal: Principal, model: str) -> Route:
 
 
 class DatabasePersistence:
-    """Stores the terminal state (store: true) or nothing at all (store: false)."""
+    """Stores the response (store: true) or nothing at all (store: false).
+
+    `create_row`: the request-time fields of a row not yet written. A stream's
+    row is inserted by `open()`, while the upstream call is being opened, so it
+    is visible (in_progress) from the first event on and can be cancelled; a
+    non-streaming create writes its row once, in `finish()`."""
 
     def __init__(
         self, *, tenant_id: int, input_items: list[dict[str, Any]], store: bool,
-        create_row: dict[str, Any] | None = None,
+        create_row: dict[str, Any] | None = None, insert_at_open: bool = False,
     ) -> None:
         self.tenant_id = tenant_id
         self.input_items = input_items
         self.store = store
-        self.create_row = create_row  # the row is written at the end, not at the start
+        self.create_row = create_row
+        self.insert_at_open = insert_at_open
+
+    async def open(self) -> None:
+        if not (self.store and self.insert_at_open and self.create_row is not None):
+            return
+        await db.run(services.response_insert, row=self.create_row, status="in_progress")
+        self.create_row = None  # finish() updates the row from now on
 
     async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
         if not self.store:
@@ -115,19 +127,13 @@ async def prepare_run(
     principal: Principal, req: CreateRequest, *, route: Route, specs: list[ToolSpec],
     mcp: tuple[list, dict, dict] | None = None,
 ) -> ResponseRun:
-    """Validate access, load the chain, insert the open row: one thread hop at most."""
+    """Validate access and load the chain: one thread hop, and only for a chain or item references."""
     merge_registry_tools(req, specs)
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
     created_at = datetime.fromtimestamp(now, dt_timezone.utc)
-    # A stream's row is inserted now (visible while it streams, cancelled on
-    # disconnect); a non-streaming create writes its row once, at the end.
-    insert_now = req.store and req.stream
-    needs_db = insert_now or req.previous_response_id or any(
-        i["type"] == "item_reference" for i in req.input_items
-    )
-    if needs_db:
+    if req.previous_response_id or any(i["type"] == "item_reference" for i in req.input_items):
         begin = await db.run(
             services.response_begin,
             tenant_id=principal.tenant_id,
@@ -139,13 +145,13 @@ async def prepare_run(
             input_items=req.input_items,
             params=params,
             status="in_progress",
-            store=insert_now,
+            store=False,
         )
         context = begin.context
     else:
         context = list(req.input_items)
     create_row = None
-    if req.store and not insert_now:
+    if req.store:
         create_row = services.response_row(
             response_id=response_id, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
             previous_response_id=req.previous_response_id, model=req.model, params=params,
@@ -163,7 +169,7 @@ async def prepare_run(
     )
     persistence = DatabasePersistence(
         tenant_id=principal.tenant_id, input_items=req.input_items, store=req.store,
-        create_row=create_row,
+        create_row=create_row, insert_at_open=req.stream,
     )
     toolset = None
     if mcp is not None and mcp[0]:
