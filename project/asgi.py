@@ -1,5 +1,8 @@
 """ASGI entry point (`project.asgi:application`), served by uvicorn.
 
+`responses_api.asgi.ApiApplication` serves the /v1 API and hands every other
+request to Django's handler.
+
 When GATEWAY_CONFIG names a file, its providers, routes and tools are synced
 into the database here, once per process start, before any request.
 """
@@ -10,7 +13,12 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
-application = get_asgi_application()
+_django = get_asgi_application()  # sets Django up first
+
+from responses_api.asgi import ApiApplication  # noqa: E402
+
+# The /v1 API's views directly (no per-request thread hops), the rest through Django.
+application = ApiApplication(_django)
 
 
 def _sync_config_at_startup() -> None:

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from . import db, selectors, services
+from .asgi import fast_lane
 from .auth import Principal, bearer_token
 from .exception_handlers import error_response, json_response
 from .background import cancel_background
@@ -52,7 +53,7 @@ def api_endpoint(methods: dict[str, View]) -> Callable[..., Awaitable[HttpRespon
             return error_response(ServerError("The gateway failed to handle this request."))
 
     endpoint.csrf_exempt = True  # type: ignore[attr-defined]
-    return endpoint
+    return fast_lane(endpoint)
 
 
 def _json_body(request: HttpRequest) -> Any:
@@ -193,6 +194,7 @@ models = api_endpoint({"GET": list_models})
 model_detail = api_endpoint({"GET": retrieve_model})
 
 
+@fast_lane
 async def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
     return error_response(NotFound(f"Unknown endpoint {request.method} {request.path}.", code="unknown_url"))
 

@@ -48,7 +48,7 @@ class _ThreadedUvicorn:
         self.port = sock.getsockname()[1]
         sock.close()
         config = uvicorn.Config(
-            application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off",
+            application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
             timeout_graceful_shutdown=2,
         )
         self.server = uvicorn.Server(config)

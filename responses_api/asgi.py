@@ -1,0 +1,182 @@
+"""The ASGI entry: the /v1 API's async views served directly, everything else by Django.
+
+Under ASGI, Django's handler runs every `MiddlewareMixin` middleware's hooks
+and the request_started/request_finished signals through
+`sync_to_async(thread_sensitive=True)`: a dozen thread hops and a new OS
+thread per request, most of the CPU a stored create used to cost
+(bench/README.md). The /v1 endpoints are async views that authenticate with
+bearer keys, set no cookies and are CSRF-exempt, so this lane calls them
+without that machinery. What the API still needs from the chain is applied
+here, inline and without hops: the request id and access log
+(RequestIdMiddleware), Host validation, and the response headers of the
+security, common and X-Frame-Options middleware. The admin, static files,
+health checks and the API docs go through Django's full handler as before.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+from typing import Any, Awaitable, Callable
+
+from django.conf import settings
+from django.core.exceptions import DisallowedHost
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
+from django.http import HttpRequest, HttpResponseBase
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.common import CommonMiddleware
+from django.middleware.security import SecurityMiddleware
+from django.urls import Resolver404, get_resolver, set_script_prefix
+
+from .exception_handlers import error_response
+from .middleware import RequestIdMiddleware
+from .protocol.errors import GatewayError, InvalidRequest, ServerError
+
+log = logging.getLogger("gateway.asgi")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class RequestTooLarge(GatewayError):
+    status = 413
+    default_code = "request_too_large"
+
+
+def fast_lane(view: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark an async API view as served by ApiApplication (it must not need sessions, CSRF or users)."""
+    view.fast_lane = True  # type: ignore[attr-defined]
+    return view
+
+
+class ApiApplication:
+    def __init__(self, django: ASGIHandler, prefix: str = "/v1/") -> None:
+        self.django = django
+        self.prefix = prefix
+        # Only their plain sync hooks are called: header work, no I/O.
+        self.security = SecurityMiddleware(_never)
+        self.common = CommonMiddleware(_never)
+        self.xframe = XFrameOptionsMiddleware(_never)
+        self.handle = RequestIdMiddleware(self._respond)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return await _lifespan(receive, send)
+        if scope["type"] != "http":
+            return await self.django(scope, receive, send)
+        path, root = scope["path"], scope.get("root_path", "")
+        path_info = path[len(root):] if root and path.startswith(root) else path
+        if not path_info.startswith(self.prefix):
+            return await self.django(scope, receive, send)
+        try:
+            match = get_resolver().resolve(path_info)
+        except Resolver404:
+            match = None
+        if match is None or not getattr(match.func, "fast_lane", False):
+            return await self.django(scope, receive, send)
+        try:
+            body = await self._read_body(scope, receive)
+        except _Disconnected:
+            return
+        except GatewayError as exc:
+            return await self.django.send_response(error_response(exc), send)
+        set_script_prefix(get_script_prefix(scope))
+        request = ASGIRequest(scope, io.BytesIO(body))
+        request.resolver_match = match
+
+        # As Django's handler does: stop the view when the client goes away (a stream's
+        # engine then cancels the upstream call and stores what it had).
+        listener = asyncio.ensure_future(_wait_for_disconnect(receive))
+        process = asyncio.ensure_future(self._process(request, send))
+        await asyncio.wait((listener, process), return_when=asyncio.FIRST_COMPLETED)
+        if not process.done():
+            process.cancel()
+            try:
+                await process
+            except asyncio.CancelledError:
+                pass
+        else:
+            listener.cancel()
+            process.result()
+
+    async def _process(self, request: HttpRequest, send: Send) -> None:
+        response = await self.handle(request)
+        try:
+            await self.django.send_response(response, send)
+        except asyncio.CancelledError:
+            pass  # the client disconnected while the body was being sent
+
+    async def _respond(self, request: HttpRequest) -> HttpResponseBase:
+        try:
+            request.get_host()  # ALLOWED_HOSTS
+        except DisallowedHost:
+            return error_response(InvalidRequest("Invalid Host header.", param=None, code="invalid_host"))
+        try:
+            response = self.security.process_request(request) or self.common.process_request(request)
+            if response is None:
+                match = request.resolver_match
+                response = await match.func(request, *match.args, **match.kwargs)
+            response = self.security.process_response(request, response)
+            response = self.common.process_response(request, response)
+            return self.xframe.process_response(request, response)
+        except Exception:
+            log.exception("unhandled error", extra={"request_id": getattr(request, "request_id", None)})
+            return error_response(ServerError("The gateway failed to handle this request."))
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        limit = settings.GATEWAY_MAX_REQUEST_BYTES
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise InvalidRequest("Invalid Content-Length header.") from None
+                if declared > limit:
+                    raise _too_large(limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected()
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """Django has no lifespan support; at shutdown the upstream connections are closed cleanly."""
+    from .upstreams.http import close_session
+
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await close_session()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def _too_large(limit: int) -> RequestTooLarge:
+    return RequestTooLarge(f"The request body is larger than this gateway accepts ({limit} bytes).")
+
+
+class _Disconnected(Exception):
+    pass
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _never(request: HttpRequest) -> HttpResponseBase:
+    raise AssertionError("only the middleware's hooks are called")
