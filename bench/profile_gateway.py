@@ -123,6 +123,7 @@ def main() -> None:
     ap.add_argument("--label", default="")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--no-profile", action="store_true", help="only measure (no py-spy)")
+    ap.add_argument("--no-store", action="store_true", help="store: false (what the database write costs)")
     args = ap.parse_args()
     c.raise_nofile()
     c.use_uvloop()
@@ -137,7 +138,8 @@ def main() -> None:
     extra = {"DJANGO_SETTINGS_MODULE": args.settings, "PYTHONPATH": str(c.BENCH)} if args.settings else {}
     gw = c.Gateway(db_url=pg.url, providers={"local": up.base_url}, models={"bench-model": ("local", "echo")},
                    log_dir=d, extra_env=extra)
-    body = json.dumps({"model": "bench-model", "input": "Say hello to the benchmark.", "stream": args.stream}).encode()
+    body = json.dumps({"model": "bench-model", "input": "Say hello to the benchmark.", "stream": args.stream,
+                       **({"store": False} if args.no_store else {})}).encode()
     url = f"{gw.url}/v1"
     asyncio.run(drive(url, gw.headers, body, args.stream, min(args.concurrency, 8), 2.0))  # warm-up
 

@@ -152,7 +152,9 @@ class ApiApplication:
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
-    """Django has no lifespan support; at shutdown the upstream connections are closed cleanly."""
+    """Django has no lifespan support; at shutdown the upstream and async database connections
+    are closed cleanly."""
+    from .db import close_pool
     from .upstreams.http import close_session
 
     while True:
@@ -161,6 +163,7 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             await close_session()
+            await close_pool()
             await send({"type": "lifespan.shutdown.complete"})
             return
 

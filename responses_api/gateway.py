@@ -65,15 +65,12 @@ class DatabasePersistence:
     async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
         if not self.store:
             return
-        await db.run(
-            services.response_finish,
-            tenant_id=self.tenant_id,
-            response=response,
-            input_items=self.input_items,
-            upstream=upstream,
-            latency_ms=latency_ms,
-            create_row=self.create_row,
-        )
+        fields = dict(tenant_id=self.tenant_id, response=response, input_items=self.input_items,
+                      upstream=upstream, latency_ms=latency_ms, create_row=self.create_row)
+        if db.native_async() and services.item_sequence_known():
+            await db.fetch_one(*services.finish_statement(**fields))
+        else:  # SQLite, or the first write of this process (it looks up the item sequence)
+            await db.run(services.response_finish, **fields)
 
 
 _tool_cache: dict[tuple[int, str, tuple[str, ...]], tuple[float, "list[ToolSpec]"]] = {}

@@ -1,6 +1,7 @@
 """Writes: begin and finish a response, delete one, create API keys. Plain sync ORM functions."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import secrets
@@ -101,6 +102,24 @@ def response_insert(*, row: dict[str, Any], status: str) -> None:
     Response.objects.create(**row, status=status)
 
 
+def _final_fields(response: dict[str, Any], upstream: str, latency_ms: int | None) -> dict[str, Any]:
+    """The end-time fields of a stored response row."""
+    usage = response.get("usage") or {}
+    completed_at = response.get("completed_at")
+    return {
+        "status": response["status"],
+        "error": response.get("error"),
+        "incomplete_details": response.get("incomplete_details"),
+        "input_tokens": usage.get("input_tokens"),
+        "output_tokens": usage.get("output_tokens"),
+        "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens"),
+        "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
+        "completed_at": datetime.fromtimestamp(completed_at, dt_timezone.utc) if completed_at else None,
+        "upstream": upstream,
+        "latency_ms": latency_ms,
+    }
+
+
 def response_finish(
     *,
     tenant_id: int,
@@ -117,22 +136,16 @@ def response_finish(
 
     Returns False when the row had already reached a terminal state (for
     example cancelled by another request): a terminal state is never left."""
-    usage = response.get("usage") or {}
-    completed_at = response.get("completed_at")
-    final = {
-        "status": response["status"],
-        "error": response.get("error"),
-        "incomplete_details": response.get("incomplete_details"),
-        "input_tokens": usage.get("input_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-        "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens"),
-        "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
-        "completed_at": datetime.fromtimestamp(completed_at, dt_timezone.utc) if completed_at else None,
-        "upstream": upstream,
-        "latency_ms": latency_ms,
-    }
     if connection.vendor == "postgresql":
-        return _finish_in_one_statement(tenant_id, response, input_items, final, create_row)
+        item_sequence_lookup()
+        sql, params = finish_statement(
+            tenant_id=tenant_id, response=response, input_items=input_items, upstream=upstream,
+            latency_ms=latency_ms, create_row=create_row,
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return bool(cursor.fetchone()[0])
+    final = _final_fields(response, upstream, latency_ms)
     with transaction.atomic():
         if create_row is not None:
             # A non-streaming create writes its row once, here, with its items.
@@ -146,19 +159,24 @@ def response_finish(
 # The terminal state, the new items and their links in one statement (one round trip,
 # atomic without a transaction block): the hot path of every stored response
 # (bench/README.md). Item ids come from the sequence in a materialized CTE, so each
-# link knows its item; a referenced input item links to the stored one. The
-# items are written only when the response row was inserted, or updated from an
-# open state.
+# link knows its item; an `item_reference` input links to the newest stored item with
+# that id (as `selectors.items_by_public_id`). The items are written only when the
+# response row was inserted, or updated from an open state.
 _FINISH_SQL = """
 WITH resp AS ({head} RETURNING id),
 src AS MATERIALIZED (
-    SELECT COALESCE(ref, nextval(%(seq)s::regclass)) AS id, ref IS NULL AS fresh, data, role, position
+    SELECT COALESCE(ref, nextval(%(seq)s::regclass)) AS id, fresh, data, role, position
     FROM (
-        SELECT (e.value ->> 'ref')::bigint AS ref, e.value -> 'item' AS data, 0 AS role,
+        SELECT found.id AS ref, e.value ? 'item' AS fresh, e.value -> 'item' AS data, 0 AS role,
                (e.ordinality - 1)::int AS position
         FROM jsonb_array_elements(%(inputs)s::jsonb) WITH ORDINALITY AS e(value, ordinality)
+        LEFT JOIN LATERAL (
+            SELECT id FROM {item}
+            WHERE e.value ? 'ref' AND tenant_id = %(tenant_id)s AND public_id = e.value ->> 'ref'
+            ORDER BY id DESC LIMIT 1
+        ) found ON true
         UNION ALL
-        SELECT NULL, e.value, 1, (e.ordinality - 1)::int
+        SELECT NULL, true, e.value, 1, (e.ordinality - 1)::int
         FROM jsonb_array_elements(%(outputs)s::jsonb) WITH ORDINALITY AS e(value, ordinality)
     ) entries
     WHERE EXISTS (SELECT 1 FROM resp)
@@ -176,48 +194,65 @@ SELECT count(*) FROM resp
 _item_sequence: dict[str, str] = {}
 
 
-def _finish_in_one_statement(
-    tenant_id: int, response: dict[str, Any], input_items: list[dict], final: dict[str, Any],
-    create_row: dict[str, Any] | None,
-) -> bool:
-    quote = connection.ops.quote_name
+def finish_statement(
+    *, tenant_id: int, response: dict[str, Any], input_items: list[dict], upstream: str = "",
+    latency_ms: int | None = None, create_row: dict[str, Any] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """PostgreSQL: `response_finish` as one statement and its parameters. Its one row is
+    `(1,)` when the response was stored, `(0,)` when it had already ended.
+
+    Needs no database access (the item id sequence's name is looked up once per process,
+    see `item_sequence_lookup`), so that the web process can run it on its event loop."""
+    final = _final_fields(response, upstream, latency_ms)
     fields = {**create_row, **final} if create_row is not None else final
-    values = {
-        f"f_{name}": Response._meta.get_field(name).get_db_prep_save(value, connection)
-        for name, value in fields.items()
+    values = {f"f_{name}": _JSON_FIELDS[name](value) if name in _JSON_FIELDS and value is not None else value
+              for name, value in fields.items()}
+    inputs = [{"ref": i["id"]} if i["type"] == "item_reference" else {"item": i} for i in input_items]
+    return _finish_sql(create_row is not None, tuple(fields)), {
+        **values, "seq": _item_sequence[Item._meta.db_table], "inputs": json.dumps(inputs),
+        "outputs": json.dumps(response["output"]), "tenant_id": tenant_id, "now": timezone.now(),
+        "response_id": response["id"],
     }
-    if create_row is not None:
+
+
+def _json_adapter(field: str) -> Any:
+    model_field = Response._meta.get_field(field)
+    return lambda value: model_field.get_db_prep_save(value, connection)
+
+
+# Response's JSON columns go through the field's own adapter (psycopg's Jsonb); the rest as is.
+_JSON_FIELDS = {f.attname: _json_adapter(f.attname) for f in Response._meta.concrete_fields
+                if f.get_internal_type() == "JSONField"}
+
+
+@functools.lru_cache(maxsize=16)
+def _finish_sql(insert: bool, fields: tuple[str, ...]) -> str:
+    quote = connection.ops.quote_name
+    table = quote(Response._meta.db_table)
+    if insert:
         head = "INSERT INTO {} ({}) VALUES ({})".format(
-            quote(Response._meta.db_table), ", ".join(quote(n) for n in fields),
-            ", ".join(f"%(f_{n})s" for n in fields),
+            table, ", ".join(quote(n) for n in fields), ", ".join(f"%(f_{n})s" for n in fields),
         )
     else:
         head = "UPDATE {} SET {} WHERE id = %(response_id)s AND status IN ('queued', 'in_progress')".format(
-            quote(Response._meta.db_table), ", ".join(f"{quote(n)} = %(f_{n})s" for n in fields),
+            table, ", ".join(f"{quote(n)} = %(f_{n})s" for n in fields),
         )
-    references = [i["id"] for i in input_items if i["type"] == "item_reference"]
-    existing = selectors.items_by_public_id(tenant_id=tenant_id, public_ids=references) if references else {}
-    inputs = [
-        {"ref": existing[i["id"]].id} if i["type"] == "item_reference" else {"item": i} for i in input_items
-    ]
-    sql = _FINISH_SQL.format(
+    return _FINISH_SQL.format(
         head=head, item=quote(Item._meta.db_table), response_item=quote(ResponseItem._meta.db_table)
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, {
-            **values, "seq": _item_id_sequence(cursor), "inputs": json.dumps(inputs),
-            "outputs": json.dumps(response["output"]), "tenant_id": tenant_id, "now": timezone.now(),
-            "response_id": response["id"],
-        })
-        return bool(cursor.fetchone()[0])
 
 
-def _item_id_sequence(cursor: Any) -> str:
+def item_sequence_lookup() -> None:
+    """Remember the name of the item id sequence (once per process; `finish_statement` needs it)."""
     table = Item._meta.db_table
     if table not in _item_sequence:
-        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
-        _item_sequence[table] = cursor.fetchone()[0]
-    return _item_sequence[table]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
+            _item_sequence[table] = cursor.fetchone()[0]
+
+
+def item_sequence_known() -> bool:
+    return Item._meta.db_table in _item_sequence
 
 
 def _attach_items(tenant_id: int, response_id: str, input_items: list[dict], output: list[dict]) -> None:

@@ -83,11 +83,16 @@ def test_a_client_gone_before_its_body_arrived_costs_nothing(gateway: Gateway, s
     assert len(scripted.requests) == 1
 
 
-async def test_lifespan_shutdown_closes_the_upstream_session() -> None:
+@pytest.mark.django_db(transaction=True)
+async def test_lifespan_shutdown_closes_the_upstream_session_and_the_async_pool() -> None:
     from project.asgi import application
+    from responses_api import db
     from responses_api.upstreams.http import get_session
 
     session = get_session()
+    if db.native_async():
+        assert await db.fetch_one("SELECT 1", {}) == (1,)
+        pool = db._pools[asyncio.get_running_loop()]
     inbox = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
     sent: list[dict] = []
 
@@ -100,3 +105,5 @@ async def test_lifespan_shutdown_closes_the_upstream_session() -> None:
     await asyncio.wait_for(application({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send), 5)
     assert sent == [{"type": "lifespan.startup.complete"}, {"type": "lifespan.shutdown.complete"}]
     assert session.closed
+    if db.native_async():
+        assert pool.closed and asyncio.get_running_loop() not in db._pools
