@@ -65,11 +65,11 @@ async def _pool() -> Any:
 
 
 async def fetch_one(sql: str, params: dict[str, Any]) -> tuple | None:
-    """Run one statement (autocommit: atomic by itself) and return its first row."""
+    """Run one statement (autocommit: atomic by itself); its first row, if it returns rows."""
     pool = await _pool()
     async with pool.connection() as conn:
         cursor = await conn.execute(sql, params)
-        return await cursor.fetchone()
+        return await cursor.fetchone() if cursor.description is not None else None
 
 
 async def close_pool() -> None:

@@ -59,7 +59,10 @@ class DatabasePersistence:
     async def open(self) -> None:
         if not (self.store and self.insert_at_open and self.create_row is not None):
             return
-        await db.run(services.response_insert, row=self.create_row, status="in_progress")
+        if db.native_async():
+            await db.fetch_one(*services.insert_statement(row=self.create_row, status="in_progress"))
+        else:
+            await db.run(services.response_insert, row=self.create_row, status="in_progress")
         self.create_row = None  # finish() updates the row from now on
 
     async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:

@@ -228,17 +228,35 @@ _JSON_FIELDS = {f.attname: _json_adapter(f.attname) for f in Response._meta.conc
 @functools.lru_cache(maxsize=16)
 def _finish_sql(insert: bool, fields: tuple[str, ...]) -> str:
     quote = connection.ops.quote_name
-    table = quote(Response._meta.db_table)
     if insert:
-        head = "INSERT INTO {} ({}) VALUES ({})".format(
-            table, ", ".join(quote(n) for n in fields), ", ".join(f"%(f_{n})s" for n in fields),
-        )
+        head = _insert_sql(fields)
     else:
         head = "UPDATE {} SET {} WHERE id = %(response_id)s AND status IN ('queued', 'in_progress')".format(
-            table, ", ".join(f"{quote(n)} = %(f_{n})s" for n in fields),
+            quote(Response._meta.db_table), ", ".join(f"{quote(n)} = %(f_{n})s" for n in fields),
         )
     return _FINISH_SQL.format(
         head=head, item=quote(Item._meta.db_table), response_item=quote(ResponseItem._meta.db_table)
+    )
+
+
+def insert_statement(*, row: dict[str, Any], status: str) -> tuple[str, dict[str, Any]]:
+    """PostgreSQL: `response_insert` as one statement and its parameters (no database access)."""
+    defaults = {f.attname: f.get_default() for f in _DEFAULTED if f.attname not in row}  # as the ORM would
+    fields = {**defaults, **row, "status": status}
+    values = {f"f_{name}": _JSON_FIELDS[name](value) if name in _JSON_FIELDS and value is not None else value
+              for name, value in fields.items()}
+    return _insert_sql(tuple(fields)), values
+
+
+# Columns that are NOT NULL but filled in by Django (model defaults, "" for text).
+_DEFAULTED = [f for f in Response._meta.concrete_fields if not f.null and (f.has_default() or f.empty_strings_allowed)]
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_sql(fields: tuple[str, ...]) -> str:
+    quote = connection.ops.quote_name
+    return "INSERT INTO {} ({}) VALUES ({})".format(
+        quote(Response._meta.db_table), ", ".join(quote(n) for n in fields), ", ".join(f"%(f_{n})s" for n in fields),
     )
 
 
