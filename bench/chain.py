@@ -256,11 +256,12 @@ def explain_chain(db_url: str, head: str) -> str:
     """EXPLAIN ANALYZE of the chain query (selectors.CHAIN_ITEMS_SQL) for one head."""
     import psycopg
 
-    from responses_api.selectors import CHAIN_ITEMS_SQL, CHAIN_STEP_SQL
+    from responses_api.selectors import CHAIN_ITEMS_SQL, CHAIN_SELECT, CHAIN_STEP_SQL
 
     response = '"responses_api_response"'
     sql = CHAIN_ITEMS_SQL.format(step=CHAIN_STEP_SQL["postgresql"].format(response=response), response=response,
-                                 response_item='"responses_api_responseitem"', item='"responses_api_item"')
+                                 response_item='"responses_api_responseitem"', item='"responses_api_item"',
+                                 select=CHAIN_SELECT["postgresql"])
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("EXPLAIN ANALYZE " + sql, (head,))
         return "\n".join(r[0] for r in conn.execute("EXPLAIN ANALYZE " + sql, (head,)).fetchall())
