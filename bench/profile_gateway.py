@@ -66,7 +66,8 @@ async def drive(url: str, headers: dict[str, str], body: bytes, stream: bool, co
 CATEGORIES = [
     ("json encode/decode", ("json/",)),
     ("ORM + psycopg (SQL build, execute, rows)", ("django/db/", "psycopg")),
-    ("upstream HTTP client (httpx, httpcore, h11, anyio)", ("httpx/", "httpcore/", "h11/", "anyio/")),
+    ("upstream HTTP client (aiohttp; httpx, httpcore, h11, anyio for tools)",
+     ("aiohttp/", "yarl/", "multidict/", "httpx/", "httpcore/", "h11/", "anyio/")),
     ("asgiref sync/async hops, thread pools, locks", ("asgiref/", "concurrent/futures", "threading.py", "queue.py")),
     ("Django request handling and middleware", ("django/",)),
     ("uvicorn HTTP protocol", ("uvicorn/protocols",)),
