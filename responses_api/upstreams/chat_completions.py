@@ -1,6 +1,7 @@
 """OpenAI-compatible Chat Completions upstreams (OpenAI, vLLM, Ollama, llama.cpp, ...)."""
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, AsyncIterator
 
@@ -101,6 +102,8 @@ class ChatCompletionCall:
                     ) from None
                 for delta in decoder.feed(chunk):
                     yield delta
+            if done:
+                await _drain(self._response)
         except TRANSPORT_ERRORS as exc:
             raise transport_error(self._target, exc) from exc
         finally:
@@ -116,6 +119,18 @@ class ChatCompletionCall:
     async def aclose(self) -> None:
         if self._response is not None:
             self._response.close()  # mid-stream: drop the connection, the upstream stops generating
+
+
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    """Read what follows `[DONE]` (normally only the end of the chunked body), so that the
+    connection goes back to the pool instead of being closed: a TLS upstream would otherwise
+    pay a new handshake per stream. A server that lingers after `[DONE]` is not waited for."""
+    try:
+        async with asyncio.timeout(0.2):
+            while await response.content.readany():
+                pass
+    except (TimeoutError, *TRANSPORT_ERRORS):
+        response.close()
 
 
 async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:

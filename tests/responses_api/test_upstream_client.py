@@ -74,3 +74,47 @@ def test_proxies_come_from_the_environment_once_per_origin(monkeypatch: pytest.M
         assert proxy_for("http://vllm:8000/v1") is None  # no HTTP_PROXY
     finally:
         proxy_for.cache_clear()
+
+
+async def test_a_finished_stream_leaves_its_connection_in_the_pool() -> None:
+    """After `[DONE]` the rest of the body is read, so the next call reuses the connection."""
+    connections: list[int] = []
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    events = [f"data: {json.dumps(chunk)}\n\n".encode(), b"data: [DONE]\n\n"]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length"))
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+            for event in events:
+                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                await writer.drain()
+                await asyncio.sleep(0.01)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    target = Target(ProviderConfig(name="p", kind="chat_completions", base_url=f"http://127.0.0.1:{port}/v1",
+                                   api_key=None, timeout=5, connect_timeout=5), "m", 1)
+    request = UpstreamRequest(request=parse_create_request({"model": "m", "input": "hi", "stream": True}),
+                              items=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+                              tools=[], stream=True)
+    try:
+        for _ in range(3):
+            call = await open_call(target, request)
+            assert [d async for d in call.deltas()]
+        assert len(connections) == 1
+    finally:
+        await close_session()
+        server.close()
+        await server.wait_closed()
