@@ -75,15 +75,17 @@ class ApiApplication:
             match = None
         if match is None or not getattr(match.func, "fast_lane", False):
             return await self.django(scope, receive, send)
+        rejected: GatewayError | None = None
         try:
             body = await self._read_body(scope, receive)
         except _Disconnected:
             return
-        except GatewayError as exc:
-            return await self.django.send_response(error_response(exc), send)
+        except GatewayError as exc:  # answered like any request: request id, access log, headers
+            body, rejected = b"", exc
         set_script_prefix(get_script_prefix(scope))
         request = ASGIRequest(scope, io.BytesIO(body))
         request.resolver_match = match
+        request.rejected = rejected  # type: ignore[attr-defined]
 
         # As Django's handler does: stop the view when the client goes away (a stream's
         # engine then cancels the upstream call and stores what it had).
@@ -112,6 +114,8 @@ class ApiApplication:
             request.get_host()  # ALLOWED_HOSTS
         except DisallowedHost:
             return error_response(InvalidRequest("Invalid Host header.", param=None, code="invalid_host"))
+        if request.rejected is not None:  # type: ignore[attr-defined]
+            return error_response(request.rejected)  # type: ignore[attr-defined]
         try:
             response = self.security.process_request(request) or self.common.process_request(request)
             if response is None:

@@ -61,7 +61,7 @@ def test_a_body_over_the_limit_is_413_and_nothing_is_stored(gateway: Gateway, se
 
         streamed = http.post("/v1/responses", content=chunked(), headers={"content-type": "application/json"})
     for r in (declared, streamed):
-        assert r.status_code == 413
+        assert r.status_code == 413 and r.headers["x-request-id"].startswith("req_")
         error = r.json()["error"]
         assert error["code"] == "request_too_large" and "2000 bytes" in error["message"]
     assert not Response.objects.exists()
