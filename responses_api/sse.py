@@ -38,7 +38,13 @@ async def with_keepalive(source: AsyncIterator[T], interval: float) -> AsyncIter
     async def pump() -> None:
         try:
             async for item in source:
+                idle = queue.empty()  # the consumer is waiting for this one
                 await queue.put(item)
+                if idle:
+                    # Let it be sent now: the source may have more ready (an upstream burst, the
+                    # whole tail of a response) and would otherwise run on until its next real
+                    # wait, the first event's send held behind all of it (bench: TTFE).
+                    await asyncio.sleep(0)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # handed to the consumer, raised there
