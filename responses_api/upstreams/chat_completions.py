@@ -184,10 +184,13 @@ async def open_chat_completion(target: Target, request: UpstreamRequest) -> Chat
         try:
             response = await session.post(url, data=payload, headers=headers, timeout=timeout,
                                           proxy=proxy, allow_redirects=False)
-        except aiohttp.ServerDisconnectedError:
-            # A pooled keep-alive connection the server had already closed
-            # (llama.cpp's server does this after a stream): it never saw the
-            # request, so sending it once more on a fresh connection is safe.
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                raise  # not a pooled connection: no new connection to try
+            # A pooled keep-alive connection the server had already closed or reset
+            # (llama.cpp's server closes after a stream; uvicorn-based servers such as
+            # vLLM after 5 s idle): it never saw the request, so sending it once more
+            # on a fresh connection is safe.
             response = await session.post(url, data=payload, headers=headers, timeout=timeout,
                                           proxy=proxy, allow_redirects=False)
     except TRANSPORT_ERRORS as exc:

@@ -34,7 +34,9 @@ def get_session() -> aiohttp.ClientSession:
             _ssl_context = httpx.create_ssl_context(trust_env=True)
         connector = aiohttp.TCPConnector(
             limit=settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS, limit_per_host=0, ssl=_ssl_context,
-            keepalive_timeout=5.0,
+            # Under the 5 s of uvicorn-based servers (vLLM, ...), so that an idle connection
+            # is dropped here before the server closes it under a request.
+            keepalive_timeout=4.0,
         )
         session = aiohttp.ClientSession(
             # trust_env would re-read the environment (and ~/.netrc) on every request: proxy_for().

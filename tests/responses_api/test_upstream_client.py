@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 
 import pytest
 
@@ -20,9 +22,10 @@ COMPLETION = {
 }
 
 
-async def test_a_pooled_connection_the_server_drops_is_retried_once_on_a_fresh_one() -> None:
-    """Like llama.cpp's server: a kept-alive connection is closed as the next request arrives.
-    That request was never answered, so it is sent again on a new connection."""
+@pytest.mark.parametrize("drop", ["close", "reset"])
+async def test_a_pooled_connection_the_server_drops_is_retried_once_on_a_fresh_one(drop: str) -> None:
+    """Like llama.cpp's server: a kept-alive connection is closed (or reset) as the next request
+    arrives. That request was never answered, so it is sent again on a new connection."""
     answered: list[int] = []  # per request: the connection it was answered on
     body = json.dumps(COMPLETION).encode()
 
@@ -37,6 +40,9 @@ async def test_a_pooled_connection_the_server_drops_is_retried_once_on_a_fresh_o
                           if line.lower().startswith(b"content-length"))
             await reader.readexactly(length)
             if turn == 1:
+                if drop == "reset":  # RST instead of FIN
+                    writer.get_extra_info("socket").setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 break  # drop the connection without an answer
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: keep-alive\r\n"
                          b"content-length: %d\r\n\r\n%s" % (len(body), body))
