@@ -1,4 +1,8 @@
-"""Writes: begin and finish a response, delete one, create API keys. Plain sync ORM functions."""
+"""Writes: begin and finish a response, delete one, create API keys.
+
+Plain sync ORM functions, plus, for PostgreSQL, the hot writes as single statements
+(`finish_statement`, `insert_statement`) that the web process awaits on its event loop
+(`db.fetch_one`) and `response_finish` runs synchronously."""
 from __future__ import annotations
 
 import functools
@@ -205,8 +209,7 @@ def finish_statement(
     see `item_sequence_lookup`), so that the web process can run it on its event loop."""
     final = _final_fields(response, upstream, latency_ms)
     fields = {**create_row, **final} if create_row is not None else final
-    values = {f"f_{name}": _JSON_FIELDS[name](value) if name in _JSON_FIELDS and value is not None else value
-              for name, value in fields.items()}
+    values = _column_values(fields)
     inputs = [{"ref": i["id"]} if i["type"] == "item_reference" else {"item": i} for i in input_items]
     return _finish_sql(create_row is not None, tuple(fields)), {
         **values, "seq": _item_sequence[Item._meta.db_table], "inputs": json.dumps(inputs),
@@ -223,6 +226,12 @@ def _json_adapter(field: str) -> Any:
 # Response's JSON columns go through the field's own adapter (psycopg's Jsonb); the rest as is.
 _JSON_FIELDS = {f.attname: _json_adapter(f.attname) for f in Response._meta.concrete_fields
                 if f.get_internal_type() == "JSONField"}
+
+
+def _column_values(fields: dict[str, Any]) -> dict[str, Any]:
+    """Statement parameters `f_<column>` for Response columns."""
+    return {f"f_{name}": _JSON_FIELDS[name](value) if name in _JSON_FIELDS and value is not None else value
+            for name, value in fields.items()}
 
 
 @functools.lru_cache(maxsize=16)
@@ -243,9 +252,7 @@ def insert_statement(*, row: dict[str, Any], status: str) -> tuple[str, dict[str
     """PostgreSQL: `response_insert` as one statement and its parameters (no database access)."""
     defaults = {f.attname: f.get_default() for f in _DEFAULTED if f.attname not in row}  # as the ORM would
     fields = {**defaults, **row, "status": status}
-    values = {f"f_{name}": _JSON_FIELDS[name](value) if name in _JSON_FIELDS and value is not None else value
-              for name, value in fields.items()}
-    return _insert_sql(tuple(fields)), values
+    return _insert_sql(tuple(fields)), _column_values(fields)
 
 
 # Columns that are NOT NULL but filled in by Django (model defaults, "" for text).
