@@ -30,18 +30,13 @@ from django.urls import Resolver404, get_resolver, set_script_prefix
 
 from .exception_handlers import error_response
 from .middleware import RequestIdMiddleware
-from .protocol.errors import GatewayError, InvalidRequest, ServerError
+from .protocol.errors import GatewayError, InvalidRequest, RequestTooLarge, ServerError
 
 log = logging.getLogger("gateway.asgi")
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-class RequestTooLarge(GatewayError):
-    status = 413
-    default_code = "request_too_large"
 
 
 def fast_lane(view: Callable[..., Any]) -> Callable[..., Any]:

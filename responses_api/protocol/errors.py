@@ -68,6 +68,11 @@ class Conflict(GatewayError):
     default_code = "conflict"
 
 
+class RequestTooLarge(GatewayError):
+    status = 413
+    default_code = "request_too_large"
+
+
 class RateLimited(GatewayError):
     status = 429
     error_type = "rate_limit_error"

@@ -8,14 +8,9 @@ import pytest
 from responses_api import services
 from responses_api.protocol.ids import new_id
 from tests.conftest import make_key
+from tests.support.items import message_item
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
-
-
-def _message(role: str, text: str) -> dict:
-    kind = "output_text" if role == "assistant" else "input_text"
-    part = {"type": kind, "text": text} | ({"annotations": [], "logprobs": []} if role == "assistant" else {})
-    return {"type": "message", "id": new_id("msg"), "status": "completed", "role": role, "content": [part]}
 
 
 def build_chain(tenant_id: int, length: int) -> str:
@@ -23,7 +18,7 @@ def build_chain(tenant_id: int, length: int) -> str:
     previous = None
     for turn in range(length):
         rid = new_id("resp")
-        user = _message("user", f"question {turn}")
+        user = message_item("user", f"question {turn}")
         services.response_begin(
             tenant_id=tenant_id, api_key_id=None, response_id=rid, created_at=datetime.now(timezone.utc),
             model="m", previous_response_id=None, input_items=[user], params={}, status="in_progress",
@@ -34,7 +29,7 @@ def build_chain(tenant_id: int, length: int) -> str:
         Response.objects.filter(id=rid).update(previous_response_id=previous)
         services.response_finish(
             tenant_id=tenant_id,
-            response={"id": rid, "status": "completed", "output": [_message("assistant", f"answer {turn}")],
+            response={"id": rid, "status": "completed", "output": [message_item("assistant", f"answer {turn}")],
                       "usage": None, "completed_at": None},
             input_items=[user],
         )
@@ -47,7 +42,7 @@ def build_chain(tenant_id: int, length: int) -> str:
 def test_chain_context_query_count_is_constant(length: int, django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
     _, tenant_id = make_key()
     head = build_chain(tenant_id, length)
-    new_input = [_message("user", "next")]
+    new_input = [message_item("user", "next")]
     # chain head check + chain items (recursive CTE) + insert of the new open row
     with django_assert_num_queries(3):
         begin = services.response_begin(

@@ -11,14 +11,9 @@ from responses_api import selectors, services
 from responses_api.models import Item, Response, ResponseItem
 from responses_api.protocol.ids import new_id
 from tests.conftest import make_key
+from tests.support.items import message_item
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
-
-
-def _message(role: str, text: str) -> dict:
-    kind = "output_text" if role == "assistant" else "input_text"
-    part = {"type": kind, "text": text} | ({"annotations": [], "logprobs": []} if role == "assistant" else {})
-    return {"type": "message", "id": new_id("msg"), "status": "completed", "role": role, "content": [part]}
 
 
 def _row(tenant_id: int, rid: str) -> dict:
@@ -38,8 +33,8 @@ def _final(rid: str, output: list[dict], status: str = "completed") -> dict:
 def test_a_new_row_is_written_with_its_items_in_order(django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
     _, tenant_id = make_key()
     rid = new_id("resp")
-    inputs = [_message("user", "one"), _message("user", "two")]
-    outputs = [_message("assistant", "three"), {"type": "function_call", "id": new_id("fc"), "call_id": "c1",
+    inputs = [message_item("user", "one"), message_item("user", "two")]
+    outputs = [message_item("assistant", "three"), {"type": "function_call", "id": new_id("fc"), "call_id": "c1",
                                                 "name": "f", "arguments": "{\"a\": \"\\u00e9\\n\"}",
                                                 "status": "completed"}]
     warm_up = new_id("resp")  # the first write of a process also looks up the item id sequence
@@ -65,8 +60,8 @@ def test_an_open_row_is_finished_once_and_a_terminal_state_is_never_left() -> No
     _, tenant_id = make_key()
     rid = new_id("resp")
     services.response_insert(row=_row(tenant_id, rid), status="in_progress")
-    user = [_message("user", "q")]
-    assert services.response_finish(tenant_id=tenant_id, response=_final(rid, [_message("assistant", "a")]),
+    user = [message_item("user", "q")]
+    assert services.response_finish(tenant_id=tenant_id, response=_final(rid, [message_item("assistant", "a")]),
                                     input_items=user)
     links = ResponseItem.objects.filter(response_id=rid).count()
     # A late writer (a cancel racing the end) changes nothing, and adds no items.
@@ -80,7 +75,7 @@ def test_a_failure_without_output_is_stored() -> None:
     _, tenant_id = make_key()
     rid = new_id("resp")
     final = _final(rid, [], status="failed") | {"error": {"code": "upstream_error", "message": "boom"}}
-    assert services.response_finish(tenant_id=tenant_id, response=final, input_items=[_message("user", "q")],
+    assert services.response_finish(tenant_id=tenant_id, response=final, input_items=[message_item("user", "q")],
                                     create_row=_row(tenant_id, rid))
     row = Response.objects.get(id=rid)
     assert row.status == "failed" and row.error == {"code": "upstream_error", "message": "boom"}
@@ -90,13 +85,13 @@ def test_a_failure_without_output_is_stored() -> None:
 def test_an_item_reference_links_the_stored_item_instead_of_copying_it() -> None:
     _, tenant_id = make_key()
     first, second = new_id("resp"), new_id("resp")
-    answer = _message("assistant", "stored once")
+    answer = message_item("assistant", "stored once")
     services.response_finish(tenant_id=tenant_id, response=_final(first, [answer]),
-                             input_items=[_message("user", "q")], create_row=_row(tenant_id, first))
+                             input_items=[message_item("user", "q")], create_row=_row(tenant_id, first))
     stored = Item.objects.get(public_id=answer["id"])
     items_before = Item.objects.count()
-    inputs = [{"type": "item_reference", "id": answer["id"]}, _message("user", "follow-up")]
-    services.response_finish(tenant_id=tenant_id, response=_final(second, [_message("assistant", "ok")]),
+    inputs = [{"type": "item_reference", "id": answer["id"]}, message_item("user", "follow-up")]
+    services.response_finish(tenant_id=tenant_id, response=_final(second, [message_item("assistant", "ok")]),
                              input_items=inputs, create_row=_row(tenant_id, second))
     assert Item.objects.count() == items_before + 2  # the follow-up and the answer, not the reference
     first_link = ResponseItem.objects.get(response_id=second, role=0, position=0)

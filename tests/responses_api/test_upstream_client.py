@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import struct
+from typing import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -20,6 +22,39 @@ COMPLETION = {
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
 }
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bool:
+    """One request (head and body) from a kept-alive connection; False once the client closed it."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError:
+        return False
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
+    await reader.readexactly(length)
+    return True
+
+
+@contextlib.asynccontextmanager
+async def _upstream(serve: Handler, *, stream: bool) -> AsyncIterator[tuple[Target, UpstreamRequest]]:
+    """A raw HTTP server on loopback, a target pointing at it and a request to send it."""
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    target = Target(ProviderConfig(name="p", kind="chat_completions", base_url=f"http://127.0.0.1:{port}/v1",
+                                   api_key=None, timeout=5, connect_timeout=5), "m", 1)
+    request = UpstreamRequest(
+        request=parse_create_request({"model": "m", "input": "hi", "stream": stream}),
+        items=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+        tools=[], stream=stream,
+    )
+    try:
+        yield target, request
+    finally:
+        await close_session()
+        server.close()
+        await server.wait_closed()
 
 
 @pytest.mark.parametrize("drop", ["close", "reset"])
@@ -32,13 +67,8 @@ async def test_a_pooled_connection_the_server_drops_is_retried_once_on_a_fresh_o
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = id(writer)
         for turn in range(2):
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
+            if not await _read_request(reader):
                 break
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length"))
-            await reader.readexactly(length)
             if turn == 1:
                 if drop == "reset":  # RST instead of FIN
                     writer.get_extra_info("socket").setsockopt(
@@ -50,21 +80,11 @@ async def test_a_pooled_connection_the_server_drops_is_retried_once_on_a_fresh_o
             answered.append(connection)
         writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    target = Target(ProviderConfig(name="p", kind="chat_completions", base_url=f"http://127.0.0.1:{port}/v1",
-                                   api_key=None, timeout=5, connect_timeout=5), "m", 1)
-    request = UpstreamRequest(request=parse_create_request({"model": "m", "input": "hi"}),
-                              items=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}], tools=[], stream=False)
-    try:
+    async with _upstream(serve, stream=False) as (target, request):
         for _ in range(2):
             call = await open_call(target, request)
             assert [d async for d in call.deltas()]
         assert len(answered) == 2 and answered[0] != answered[1]
-    finally:
-        await close_session()
-        server.close()
-        await server.wait_closed()
 
 
 def test_proxies_come_from_the_environment_once_per_origin(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,14 +111,7 @@ async def test_a_finished_stream_leaves_its_connection_in_the_pool() -> None:
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections.append(1)
-        while True:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                break
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length"))
-            await reader.readexactly(length)
+        while await _read_request(reader):
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
             for event in events:
                 writer.write(b"%x\r\n%s\r\n" % (len(event), event))
@@ -108,19 +121,8 @@ async def test_a_finished_stream_leaves_its_connection_in_the_pool() -> None:
             await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    target = Target(ProviderConfig(name="p", kind="chat_completions", base_url=f"http://127.0.0.1:{port}/v1",
-                                   api_key=None, timeout=5, connect_timeout=5), "m", 1)
-    request = UpstreamRequest(request=parse_create_request({"model": "m", "input": "hi", "stream": True}),
-                              items=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
-                              tools=[], stream=True)
-    try:
+    async with _upstream(serve, stream=True) as (target, request):
         for _ in range(3):
             call = await open_call(target, request)
             assert [d async for d in call.deltas()]
         assert len(connections) == 1
-    finally:
-        await close_session()
-        server.close()
-        await server.wait_closed()
