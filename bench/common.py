@@ -257,8 +257,8 @@ def write_gateway_config(path: Path, providers: dict[str, str], models: dict[str
     return path
 
 
-def manage(args: list[str], env: dict[str, str], timeout: float = 300) -> str:
-    res = subprocess.run([PYTHON, "manage.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
+def manage(args: list[str], env: dict[str, str], timeout: float = 300, cwd: Path | None = None) -> str:
+    res = subprocess.run([PYTHON, "manage.py", *args], cwd=cwd or REPO, env=env, capture_output=True, text=True,
                          timeout=timeout, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{res.stdout}\n{res.stderr}")
@@ -271,17 +271,20 @@ class Gateway:
     def __init__(self, *, db_url: str, providers: dict[str, str], models: dict[str, tuple[str, str]],
                  log_dir: Path, extra_env: dict[str, str] | None = None, name: str = "gateway",
                  migrate: bool = True, key: str | None = None, config: dict | None = None,
-                 uvicorn_args: list[str] | None = None) -> None:
+                 uvicorn_args: list[str] | None = None, tree: Path | None = None) -> None:
+        """`tree`: run the gateway from another source tree (e.g. an earlier commit, see
+        `source_tree`) with this interpreter; it needs a database of its own."""
         self.config = write_gateway_config(log_dir / f"{name}-config.yaml", providers, models, config)
         self.env = _gateway_env(db_url, self.config, extra_env)
         if migrate:
-            manage(["migrate", "--noinput", "-v", "0"], self.env)
-        self.key = key or manage(["create_api_key", "bench", "--tenant", "bench"], self.env).strip().splitlines()[-1]
+            manage(["migrate", "--noinput", "-v", "0"], self.env, cwd=tree)
+        self.key = key or manage(["create_api_key", "bench", "--tenant", "bench"], self.env,
+                                 cwd=tree).strip().splitlines()[-1]
         self.port = free_port()
         cmd = [PYTHON, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port",
                str(self.port), "--no-access-log", "--log-level", "warning", "--loop", "auto", "--http", "auto",
                "--backlog", "4096", "--timeout-keep-alive", "60", *(uvicorn_args or [])]
-        self.proc = Proc(name, cmd, env=self.env, log_dir=log_dir)
+        self.proc = Proc(name, cmd, env=self.env, log_dir=log_dir, cwd=tree)
         wait_http(f"{self.url}/healthz", self.proc)
         log(f"{name} at {self.url} (pid {self.proc.pid})")
 
@@ -295,6 +298,24 @@ class Gateway:
 
     def stop(self) -> None:
         self.proc.stop()
+
+
+def source_tree(rev: str, dest: Path) -> Path:
+    """The files of commit `rev` (git archive) in `dest`: a gateway to compare against in one run."""
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=REPO, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def create_database(server_url: str, name: str) -> str:
+    """A second database on the throwaway server (another tree's migrations); its URL."""
+    import psycopg
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return server_url.rsplit("/", 1)[0] + "/" + name
 
 
 def litellm_venv() -> Path:

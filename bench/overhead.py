@@ -148,6 +148,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="throughput rounds (target order reversed each round)")
     ap.add_argument("--cap", type=int, default=20000, help="max requests per throughput cell")
     ap.add_argument("--no-litellm", action="store_true")
+    ap.add_argument("--baseline", metavar="REV", default="",
+                    help="also run the gateway of git commit REV (target 'baseline'): before/after in one run")
     ap.add_argument("--py-spy", action="store_true",
                     help="record a py-spy profile of the gateway during its concurrency-64 cell")
     args = ap.parse_args()
@@ -168,6 +170,13 @@ def main() -> None:
         Target("direct", up.base_url, {}, direct=True, pid=up.proc.pid),
         Target("gateway", f"{gw.url}/v1", gw.headers, direct=False, pid=gw.proc.pid),
     ]
+    base_gw = None
+    if args.baseline:
+        tree = c.source_tree(args.baseline, d / "baseline-tree")
+        base_gw = c.Gateway(db_url=c.create_database(pg.url, "baseline"), providers={"local": up.base_url},
+                            models={"bench-model": ("local", "echo")}, log_dir=d, name="baseline", tree=tree)
+        targets.append(Target("baseline", f"{base_gw.url}/v1", base_gw.headers, direct=False,
+                              pid=base_gw.proc.pid))
     litellm_note = ""
     ll = None
     if not args.no_litellm:
@@ -188,7 +197,7 @@ def main() -> None:
     proxies = [n for n in names if n != "direct"]
 
     all_pids = {"upstream": up.proc.pid, "gateway": gw.proc.pid, "postgres": pg.pid} | (
-        {"litellm": ll.proc.pid} if ll else {})
+        {"litellm": ll.proc.pid} if ll else {}) | ({"baseline": base_gw.proc.pid} if base_gw else {})
     c.log(f"non-streaming: {args.requests} sequential requests per target, alternating {names}")
     meter = c.CpuMeter(all_pids).start()
     seq = asyncio.run(sequential(targets, args.requests, stream=False, warmup=args.warmup))
@@ -288,6 +297,13 @@ def main() -> None:
         ll_st = results["streaming"]["litellm"]["added_ttfe_ms"]
         print(f"  (LiteLLM: added latency median {ll_ns['median']:.2f} ms, p99 {ll_ns['p99']:.2f} ms; "
               f"added TTFE median {ll_st['median']:.2f} ms, p99 {ll_st['p99']:.2f} ms)")
+    if "baseline" in results["non_streaming"]:
+        b_ns = results["non_streaming"]["baseline"]["added_ms"]
+        b_st = results["streaming"]["baseline"]["added_ttfe_ms"]
+        print(f"  (baseline {args.baseline}: added latency median {b_ns['median']:.2f} ms, p99 {b_ns['p99']:.2f} ms;"
+              f" added TTFE median {b_st['median']:.2f} ms, p99 {b_st['p99']:.2f} ms; "
+              + ", ".join(f"c={k} {row['baseline']['rps']} vs {row['gateway']['rps']} req/s"
+                          for k, row in results["throughput"].items()) + ")")
     for k, v in targets_check.items():
         print(f"  target {k}: {'met' if v else 'MISSED'}")
     print()
@@ -308,7 +324,7 @@ def main() -> None:
     }
     c.write_result("overhead", data)
     plot(results, names, proxies, seq, st)
-    for srv in (ll, gw, up):
+    for srv in (ll, gw, base_gw, up):
         if srv is not None:
             srv.stop()
     pg.stop()
