@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import socket
 import struct
@@ -62,10 +63,12 @@ async def test_a_pooled_connection_the_server_drops_is_retried_once_on_a_fresh_o
     """Like llama.cpp's server: a kept-alive connection is closed (or reset) as the next request
     arrives. That request was never answered, so it is sent again on a new connection."""
     answered: list[int] = []  # per request: the connection it was answered on
+    connections = itertools.count()
     body = json.dumps(COMPLETION).encode()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        connection = id(writer)
+        # A counter, not id(writer): a closed connection's writer may be freed and its id reused.
+        connection = next(connections)
         for turn in range(2):
             if not await _read_request(reader):
                 break
