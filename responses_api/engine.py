@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncIterator, Callable, Protocol
 
 from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError, UpstreamError
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
@@ -73,6 +73,14 @@ class McpRunner(Protocol):
         ...
 
 
+def _reasoning_sealer(tenant_id: int) -> Callable[[str], str]:
+    """Reasoning text -> `encrypted_content` only this gateway can open, for this tenant."""
+    from .sealing import sealer
+
+    seal = sealer().seal
+    return lambda text: seal({"text": text}, tenant_id=tenant_id, purpose="reasoning")
+
+
 class _Cancelled(Exception):
     """Raised inside the engine once a cancel was requested and the running step stopped."""
 
@@ -114,7 +122,10 @@ class ResponseRun:
             output=[],
         )
         self.builder = EventBuilder(
-            self.response, allowed_tools=allowed_tool_names(req.tool_choice, req.tools)
+            self.response, allowed_tools=allowed_tool_names(req.tool_choice, req.tools), tools=req.tools,
+            reasoning_summary=bool(req.reasoning and req.reasoning.get("summary")),
+            seal_reasoning=_reasoning_sealer(job.tenant_id) if "reasoning.encrypted_content" in req.include
+            else None,
         )
         self.error: GatewayError | None = None
         self.failure_events: list[Event] = []  # what connect() would have streamed on failure
@@ -255,7 +266,8 @@ class ResponseRun:
             for event in self.builder.end_step():
                 yield event
             calls = self.builder.step_calls
-            server_calls = [c for c in calls if self.tools.is_server_tool(c["name"])]
+            server_calls = [c for c in calls if c["type"] == "function_call" and "namespace" not in c
+                            and self.tools.is_server_tool(c["name"])]
             mcp_calls = self.builder.step_mcp_calls
             if self.builder.finish_reason in INCOMPLETE_REASONS or not (server_calls or mcp_calls):
                 for event in self.builder.skip_mcp_calls("not run: the model's output was cut short"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone as dt_timezone
@@ -22,6 +23,8 @@ from .routing import Route, route_cached, route_get
 
 if TYPE_CHECKING:
     from tool_registry.executors import ToolSpec
+
+log = logging.getLogger("gateway.tools")
 
 
 async def principal_for(raw_key: str) -> Principal:
@@ -228,9 +231,40 @@ async def start_on_worker(principal: Principal, req: CreateRequest, body: dict[s
     return WorkerStarted(response=copy.deepcopy(builder.response), response_id=response_id)
 
 
+def open_sealed_reasoning(items: list[dict[str, Any]], tenant_id: int) -> None:
+    """Reasoning items a client carries back (store: false) get their text again from
+    `encrypted_content`, which this gateway sealed for this tenant; anything else there is a 400."""
+    from .sealing import SealBroken, sealer
+
+    for i, item in enumerate(items):
+        if item["type"] != "reasoning" or "encrypted_content" not in item:
+            continue
+        try:
+            payload = sealer().unseal(item["encrypted_content"], tenant_id=tenant_id, purpose="reasoning")
+        except SealBroken:
+            raise InvalidRequest(
+                "This reasoning item's 'encrypted_content' was not produced by this gateway for this "
+                "key's tenant, or was altered.", param=f"input[{i}].encrypted_content",
+                code="invalid_encrypted_content",
+            ) from None
+        if not item.get("content") and isinstance(payload, dict) and payload.get("text"):
+            item["content"] = [{"type": "reasoning_text", "text": payload["text"]}]
+
+
+def dropped_hosted_tools(req: CreateRequest) -> list[str]:
+    """Hosted tools (web_search, ...) nobody here runs: dropped, and said so in the log.
+
+    The model answers without them; the view reports them in `x-gateway-dropped-tools`."""
+    dropped = list(dict.fromkeys(t.type for t in req.hosted_tools))
+    if dropped:
+        log.info("hosted tools dropped for model %s: %s", req.model, ", ".join(dropped))
+    return dropped
+
+
 async def start_response(principal: Principal, req: CreateRequest, body: dict[str, Any]) -> ResponseRun | WorkerStarted:
     """Run here (a ResponseRun to drive) or on a worker (background, or a route/tool that asks for it)."""
     route = await route_for(principal, req.model)
+    open_sealed_reasoning(req.input_items, principal.tenant_id)
     specs = await registry_specs(principal, req)
     plan = mcp_plan(req, await registry_mcp(principal, req))
     await check_adhoc_urls(req)

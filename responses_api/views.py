@@ -16,12 +16,13 @@ from .auth import Principal, bearer_token
 from .exception_handlers import error_response, json_response
 from .background import cancel_background
 from .eventlog import event_log
-from .gateway import WorkerStarted, principal_for, start_response
+from .gateway import WorkerStarted, dropped_hosted_tools, principal_for, start_response
 from .history.views import list_responses
 from .models import ModelRoute
 from .protocol.errors import GatewayError, InvalidRequest, NotFound, ServerError
 from .protocol.events import output_from_events
-from .protocol.request import parse_create_request
+from .engine import ResponseRun
+from .protocol.request import CreateRequest, parse_create_request
 from .sse import sse_body
 
 log = logging.getLogger("gateway.views")
@@ -77,6 +78,14 @@ async def create_response(request: HttpRequest, principal: Principal) -> HttpRes
     req = parse_create_request(body)
     request.log_extra["model"] = req.model  # type: ignore[attr-defined]
     started = await start_response(principal, req, body)
+    dropped = dropped_hosted_tools(req)
+    response = await _answer(request, req, started)
+    if dropped:
+        response["x-gateway-dropped-tools"] = ",".join(dropped)
+    return response
+
+
+async def _answer(request: HttpRequest, req: CreateRequest, started: ResponseRun | WorkerStarted) -> HttpResponse:
     if isinstance(started, WorkerStarted):
         if req.stream:  # relay the worker's events live; the work survives a disconnect
             return _sse_response(event_log().read(started.response_id))

@@ -7,8 +7,9 @@ from typing import Any, Iterator
 
 from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .errors import UpstreamError
+from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text, screenshot_url
 from .request import CreateRequest
-from .tools import Tool
+from .tools import Tool, chosen_upstream_name, namespaced_name
 
 FINISH_REASONS = {
     "stop": "stop",
@@ -28,6 +29,9 @@ class ChatOptions:
     developer_role: str = "system"  # how `developer` messages (and instructions) are sent
     object_tool_choice: bool = True  # False: the upstream rejects {"type": "function", ...}
     send_strict: bool = True
+    # Give the upstream its earlier reasoning back as `reasoning_content` on the assistant
+    # message (llama.cpp, vLLM and SGLang read it; DeepSeek's own API refuses it).
+    send_reasoning: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
@@ -63,6 +67,7 @@ def items_to_messages(
 ) -> list[dict]:
     options = options or ChatOptions()
     messages: list[dict] = []
+    pending_reasoning: list[str] = []  # reasoning waits for the assistant turn it belongs to
     if instructions:
         messages.append({"role": options.developer_role, "content": instructions})
     for item in items:
@@ -84,25 +89,48 @@ def items_to_messages(
                 if role == "developer":
                     role = options.developer_role
                 messages.append({"role": role, "content": _user_content(item["content"])})
-        elif kind == "function_call":
-            call = {
-                "id": item["call_id"],
-                "type": "function",
-                "function": {"name": item["name"], "arguments": item["arguments"] or "{}"},
-            }
-            last = messages[-1] if messages else None
-            # Consecutive calls (and the text just before them) form one assistant turn.
-            if last is not None and last["role"] == "assistant":
-                last.setdefault("tool_calls", []).append(call)
+        elif kind == "function_call" or kind in CALL_ITEM_KIND:
+            if kind == "function_call":
+                name = item["name"]
+                if item.get("namespace"):
+                    name = namespaced_name(item["namespace"], name)
+                call = {"id": item["call_id"], "type": "function",
+                        "function": {"name": name, "arguments": item["arguments"] or "{}"}}
             else:
-                # Some upstreams reject `content: null` on assistant messages.
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+                call = call_as_chat(item)
+            _assistant_turn(messages).setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output":
             messages.append(
                 {"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item["output"])}
             )
-        # reasoning items are not sent back: most Chat Completions servers reject them.
+        elif kind in OUTPUT_ITEM_TYPES:
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output_as_text(item)})
+            image = screenshot_url(item)
+            if image:  # tool messages carry text only: the screenshot follows as the user's image
+                messages.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]})
+        elif kind == "reasoning" and options.send_reasoning:
+            text = "".join(p.get("text", "") for p in item.get("content") or [] if p.get("type") == "reasoning_text") \
+                or "".join(p.get("text", "") for p in item.get("summary") or [])
+            if text:
+                pending_reasoning.append(text)
+                continue
+        if pending_reasoning and messages and messages[-1]["role"] == "assistant":
+            messages[-1]["reasoning_content"] = "\n".join(pending_reasoning)
+            pending_reasoning.clear()
+        # Otherwise reasoning items are not sent back (most Chat Completions servers reject them),
+        # nor are hosted tools' items (web_search_call, ...): no upstream call produced them.
     return messages
+
+
+def _assistant_turn(messages: list[dict]) -> dict:
+    """The assistant message tool calls join: consecutive calls (and the text just before them)
+    form one assistant turn."""
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant":
+        return last
+    # Some upstreams reject `content: null` on assistant messages.
+    messages.append({"role": "assistant", "content": ""})
+    return messages[-1]
 
 
 def _tool_param(tool: Tool, options: ChatOptions) -> dict:
@@ -136,12 +164,15 @@ def build_chat_request(
         body["tools"] = [_tool_param(t, options) for t in tools]
         choice = req.tool_choice
         if isinstance(choice, dict):
-            if choice["type"] == "function" and options.object_tool_choice:
-                choice = {"type": "function", "function": {"name": choice["name"]}}
-            elif choice["type"] == "function":
+            forced = None if choice["type"] == "allowed_tools" else chosen_upstream_name(choice, tools)
+            if forced is not None and options.object_tool_choice:
+                choice = {"type": "function", "function": {"name": forced}}
+            elif forced is not None:
                 choice = "required"
-            else:  # allowed_tools: every tool stays visible; the gateway filters calls
+            elif choice["type"] == "allowed_tools":  # every tool stays visible; the gateway filters calls
                 choice = choice["mode"]
+            else:  # a hosted or MCP tool: nothing the upstream can be forced to
+                choice = "auto"
         body["tool_choice"] = choice
         body["parallel_tool_calls"] = req.parallel_tool_calls
     if req.max_output_tokens is not None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+from .client_tools import call_item
 from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .errors import GatewayError
 from .ids import new_id
 from .mcp import McpBinding
+from .tools import Tool
 
 Event = dict[str, Any]
 
@@ -26,7 +28,7 @@ INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_
 
 @dataclass(slots=True)
 class _OpenPart:
-    kind: str  # output_text | refusal | reasoning_text
+    kind: str  # output_text | refusal | reasoning_text | summary_text
     index: int
     chunks: list[str] = field(default_factory=list)
 
@@ -37,6 +39,7 @@ class _OpenItem:
     item: dict[str, Any]  # the live item inside response["output"]
     part: _OpenPart | None = None
     arguments: list[str] = field(default_factory=list)  # function calls only
+    upstream_name: str | None = None  # tool calls: the function name the upstream called
 
 
 @dataclass(slots=True)
@@ -56,7 +59,15 @@ class EventBuilder:
         allowed_tools: frozenset[str] | None = None,
         sequence_number: int = 0,
         mcp_bindings: dict[str, McpBinding] | None = None,
+        tools: list[Tool] | None = None,
+        reasoning_summary: bool = False,
+        seal_reasoning: Callable[[str], str] | None = None,
     ) -> None:
+        """`tools`: the function-offered tools whose calls become other items (namespace members,
+        custom tools, client built-ins). `reasoning_summary`: the client asked for reasoning
+        summaries; an upstream's reasoning text is then streamed as the summary (the only text
+        an open model gives; see README). `seal_reasoning`: turns a reasoning item's text into
+        its `encrypted_content` (include: reasoning.encrypted_content)."""
         self.response = response
         self.output: list[dict[str, Any]] = response["output"]
         self.sequence_number = sequence_number
@@ -75,6 +86,9 @@ class EventBuilder:
         self.step_mcp_calls: list[dict[str, Any]] = []  # open mcp_call items awaiting execution
         self.step_approvals: list[dict[str, Any]] = []  # mcp_approval_request items of this step
         self._running: dict[str, _OpenItem] = {}  # mcp_call items open while they execute
+        self.tool_kinds: dict[str, Tool] = {t.name: t for t in tools or [] if t.kind != "function" or t.namespace}
+        self.reasoning_summary = reasoning_summary
+        self.seal_reasoning = seal_reasoning
 
     # -- low level -------------------------------------------------------------
     def _event(self, type_: str, **fields: Any) -> Event:
@@ -111,7 +125,10 @@ class EventBuilder:
         if isinstance(delta, RefusalDelta):
             return self._content(delta.text, "message", "refusal") if delta.text else []
         if isinstance(delta, ReasoningDelta):
-            return self._content(delta.text, "reasoning", "reasoning_text") if delta.text else []
+            if not delta.text:
+                return []
+            return self._content(delta.text, "reasoning",
+                                 "summary_text" if self.reasoning_summary else "reasoning_text")
         if isinstance(delta, ToolCallDelta):
             return self._tool_call(delta)
         if isinstance(delta, Usage):
@@ -154,6 +171,11 @@ class EventBuilder:
         part = open_item.part
         assert part is not None
         part.chunks.append(text)
+        if part_kind == "summary_text":
+            events.append(self._event("response.reasoning_summary_text.delta", item_id=open_item.item["id"],
+                                      output_index=open_item.output_index, summary_index=part.index,
+                                      delta=text))
+            return events
         base = {"item_id": open_item.item["id"], "output_index": open_item.output_index,
                 "content_index": part.index}
         if part_kind == "output_text":
@@ -170,9 +192,18 @@ class EventBuilder:
             return {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         if kind == "refusal":
             return {"type": "refusal", "refusal": ""}
-        return {"type": "reasoning_text", "text": ""}
+        return {"type": kind, "text": ""}  # reasoning_text | summary_text
 
     def _open_part(self, open_item: _OpenItem, kind: str) -> list[Event]:
+        if kind == "summary_text":
+            summary = open_item.item["summary"]
+            open_item.part = _OpenPart(kind, len(summary))
+            summary.append(self._empty_part(kind))
+            return [self._event(
+                "response.reasoning_summary_part.added", item_id=open_item.item["id"],
+                output_index=open_item.output_index, summary_index=open_item.part.index,
+                part=self._empty_part(kind),
+            )]
         content = open_item.item["content"]
         open_item.part = _OpenPart(kind, len(content))
         part = self._empty_part(kind)
@@ -190,6 +221,12 @@ class EventBuilder:
         text = "".join(part.chunks)
         final = self._empty_part(part.kind)
         final["refusal" if part.kind == "refusal" else "text"] = text
+        if part.kind == "summary_text":
+            open_item.item["summary"][part.index] = final
+            base = {"item_id": open_item.item["id"], "output_index": open_item.output_index,
+                    "summary_index": part.index}
+            return [self._event("response.reasoning_summary_text.done", **base, text=text),
+                    self._event("response.reasoning_summary_part.done", **base, part=copy.deepcopy(final))]
         open_item.item["content"][part.index] = final
         base = {"item_id": open_item.item["id"], "output_index": open_item.output_index,
                 "content_index": part.index}
@@ -208,6 +245,8 @@ class EventBuilder:
         self._content_item = None
         events = self._close_part(open_item) if open_item.part is not None else []
         open_item.item["status"] = status
+        if open_item.item["type"] == "reasoning" and self.seal_reasoning is not None:
+            open_item.item["encrypted_content"] = self.seal_reasoning(reasoning_text(open_item.item))
         events.append(self._event(
             "response.output_item.done", output_index=open_item.output_index,
             item=copy.deepcopy(open_item.item),
@@ -239,11 +278,18 @@ class EventBuilder:
             return []
         events = self._close_content_item()
         binding = self.mcp_bindings.get(pending.name)
-        if binding is None:
+        tool = self.tool_kinds.get(pending.name)
+        call_id = pending.call_id or new_id("call")
+        if binding is None and tool is not None and tool.kind != "function":
+            item = call_item(tool.kind, name=tool.item_name, namespace=tool.namespace, call_id=call_id,
+                             arguments="", status="in_progress")
+        elif binding is None:
             item = {
                 "id": new_id("fc"), "type": "function_call", "status": "in_progress",
-                "call_id": pending.call_id or new_id("call"), "name": pending.name, "arguments": "",
+                "call_id": call_id, "name": pending.name, "arguments": "",
             }
+            if tool is not None:  # a namespace member: named as the client declared it
+                item["name"], item["namespace"] = tool.item_name, tool.namespace
         elif binding.requires_approval:
             item = {"id": new_id("mcpr"), "type": "mcp_approval_request",
                     "server_label": binding.server_label, "name": binding.tool_name, "arguments": ""}
@@ -252,6 +298,7 @@ class EventBuilder:
                     "server_label": binding.server_label, "name": binding.tool_name, "arguments": "",
                     "output": None, "error": None, "approval_request_id": None}
         open_call, added = self._open_item(item)
+        open_call.upstream_name = pending.name
         events.append(added)
         if item["type"] == "mcp_call":
             events.append(self._event("response.mcp_call.in_progress", item_id=item["id"],
@@ -265,8 +312,10 @@ class EventBuilder:
 
     def _arguments_delta(self, open_call: _OpenItem, delta: str) -> list[Event]:
         kind = open_call.item["type"]
-        if kind == "mcp_approval_request":
-            return []  # no event streams an approval request's arguments: it arrives whole
+        if kind not in ("function_call", "mcp_call"):
+            # Approval requests arrive whole; a client tool's item is built from the complete
+            # arguments (its JSON cannot be split into the item's fields before it ends).
+            return []
         name = ("response.mcp_call_arguments.delta" if kind == "mcp_call"
                 else "response.function_call_arguments.delta")
         return [self._event(name, item_id=open_call.item["id"], output_index=open_call.output_index,
@@ -299,7 +348,11 @@ class EventBuilder:
                 ))
                 self.step_approvals.append(call.item)
                 continue
-            call.item["status"] = last_status if n == len(calls) - 1 else "completed"
+            status = last_status if n == len(calls) - 1 else "completed"
+            if kind != "function_call":
+                events += self._close_client_tool_call(call, arguments, status)
+                continue
+            call.item["status"] = status
             events.append(self._event(
                 "response.function_call_arguments.done", item_id=call.item["id"],
                 output_index=call.output_index, name=call.item["name"], arguments=arguments,
@@ -309,6 +362,26 @@ class EventBuilder:
                 item=copy.deepcopy(call.item),
             ))
             self.step_calls.append(call.item)
+        return events
+
+    def _close_client_tool_call(self, call: _OpenItem, arguments: str, status: str) -> list[Event]:
+        """A custom tool's or client built-in's call, complete: its item from the arguments."""
+        opened = call.item
+        tool = self.tool_kinds[call.upstream_name or ""]
+        final = call_item(tool.kind, name=tool.item_name, namespace=tool.namespace,
+                          call_id=opened["call_id"], arguments=arguments, status=status)
+        final["id"] = opened["id"]
+        opened.clear()
+        opened.update(final)
+        events: list[Event] = []
+        if final["type"] == "custom_tool_call":
+            base = {"item_id": final["id"], "output_index": call.output_index}
+            if final["input"]:
+                events.append(self._event("response.custom_tool_call_input.delta", **base, delta=final["input"]))
+            events.append(self._event("response.custom_tool_call_input.done", **base, input=final["input"]))
+        events.append(self._event("response.output_item.done", output_index=call.output_index,
+                                  item=copy.deepcopy(final)))
+        self.step_calls.append(final)
         return events
 
     def end_step(self) -> list[Event]:
@@ -464,6 +537,12 @@ class EventBuilder:
         self.response["usage"] = self.usage.as_dict()
 
 
+def reasoning_text(item: dict[str, Any]) -> str:
+    """The text of a reasoning item: its reasoning_text content, else its summary."""
+    text = "".join(p.get("text", "") for p in item.get("content") or [] if p.get("type") == "reasoning_text")
+    return text or "".join(p.get("text", "") for p in item.get("summary") or [])
+
+
 def output_from_events(events: list[Event]) -> list[dict[str, Any]]:
     """The output so far of a response, folded from its events (for polling a running response)."""
     output: list[dict[str, Any]] = []
@@ -481,4 +560,8 @@ def output_from_events(events: list[Event]) -> list[dict[str, Any]]:
             output[event["output_index"]]["content"][event["content_index"]]["refusal"] += event["delta"]
         elif kind == "response.function_call_arguments.delta":
             output[event["output_index"]]["arguments"] += event["delta"]
+        elif kind == "response.reasoning_summary_part.added":
+            output[event["output_index"]]["summary"].append(copy.deepcopy(event["part"]))
+        elif kind == "response.reasoning_summary_text.delta":
+            output[event["output_index"]]["summary"][event["summary_index"]]["text"] += event["delta"]
     return output

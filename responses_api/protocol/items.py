@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .client_tools import HOSTED_ITEM_TYPES
+from .client_tools import ITEM_ID_PREFIX as CLIENT_TOOL_ITEM_PREFIX
 from .errors import InvalidRequest
 from .ids import new_id
 
@@ -24,6 +26,7 @@ ITEM_ID_PREFIX = {
     "mcp_list_tools": "mcpl",
     "mcp_approval_request": "mcpr",
     "mcp_approval_response": "mcpa",
+    **CLIENT_TOOL_ITEM_PREFIX,
 }
 
 
@@ -158,7 +161,7 @@ def _function_call(raw: dict, param: str) -> dict:
     arguments = raw.get("arguments", "")
     if not isinstance(arguments, str):
         raise _bad(f"Invalid '{param}.arguments': expected a JSON string.", f"{param}.arguments")
-    return {
+    item = {
         "type": "function_call",
         "id": raw.get("id") or new_id("fc"),
         "call_id": _require_str(raw, "call_id", param, allow_empty=False),
@@ -166,6 +169,10 @@ def _function_call(raw: dict, param: str) -> dict:
         "arguments": arguments,
         "status": raw.get("status") or "completed",
     }
+    namespace = _optional_str(raw, "namespace", param)
+    if namespace:
+        item["namespace"] = namespace
+    return item
 
 
 def _function_call_output(raw: dict, param: str) -> dict:
@@ -289,6 +296,43 @@ _MCP_ITEMS = {
 }
 
 
+def _client_tool_item(raw: dict, param: str, required: dict[str, type | tuple[type, ...]]) -> dict:
+    """A call or output item of a client-run tool, kept as sent once its required fields check out."""
+    kind = raw["type"]
+    item = dict(raw)
+    if kind == "local_shell_call_output" and not isinstance(item.get("call_id"), str):
+        # The SDK's LocalShellCallOutput names the call by `id` alone.
+        item["call_id"] = _require_str(raw, "id", param, allow_empty=False)
+    for key, expected in required.items():
+        if not isinstance(item.get(key), expected) or isinstance(item.get(key), bool):
+            what = {str: "a string", dict: "an object", list: "an array"}.get(expected, "a string or an array")  # type: ignore[call-overload]
+            raise _bad(f"Missing or invalid '{param}.{key}': expected {what}.", f"{param}.{key}")
+    item["id"] = item.get("id") or new_id(CLIENT_TOOL_ITEM_PREFIX[kind])
+    if kind.endswith("_call") or kind == "local_shell_call_output":
+        item.setdefault("status", "completed")
+    return item
+
+
+_CLIENT_TOOL_ITEMS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "custom_tool_call": {"call_id": str, "name": str, "input": str},
+    "custom_tool_call_output": {"call_id": str, "output": (str, list)},
+    "local_shell_call": {"call_id": str, "action": dict},
+    "local_shell_call_output": {"output": str},
+    "shell_call": {"call_id": str, "action": dict},
+    "shell_call_output": {"call_id": str, "output": list},
+    "apply_patch_call": {"call_id": str, "operation": dict},
+    "apply_patch_call_output": {"call_id": str},
+    "computer_call": {"call_id": str},
+    "computer_call_output": {"call_id": str, "output": dict},
+}
+
+
+def _hosted_tool_item(raw: dict, param: str) -> dict:
+    """An item a hosted tool produced (web_search_call, ...): history the gateway keeps, not runs."""
+    _require_str(raw, "id", param, allow_empty=False)
+    return dict(raw)
+
+
 def _item_reference(raw: dict, param: str) -> dict:
     return {"type": "item_reference", "id": _require_str(raw, "id", param, allow_empty=False)}
 
@@ -316,6 +360,10 @@ def normalize_item(raw: Any, param: str) -> dict:
         return _item_reference(raw, param)
     if kind in _MCP_ITEMS:
         return _MCP_ITEMS[kind](raw, param)
+    if kind in _CLIENT_TOOL_ITEMS:
+        return _client_tool_item(raw, param, _CLIENT_TOOL_ITEMS[kind])
+    if kind in HOSTED_ITEM_TYPES:
+        return _hosted_tool_item(raw, param)
     raise _bad(f"Invalid '{param}.type': unsupported item type {kind!r}.", f"{param}.type")
 
 

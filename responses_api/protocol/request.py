@@ -12,7 +12,7 @@ from typing import Any
 from .errors import InvalidRequest
 from .items import normalize_input
 from .mcp import McpTool, normalize_mcp_tools
-from .tools import Tool, normalize_tool_choice, normalize_tools
+from .tools import HostedTool, Tool, hosted_tools, normalize_tool_choice, normalize_tools
 
 KNOWN_INCLUDES = frozenset(
     {
@@ -43,6 +43,7 @@ class CreateRequest:
     stream: bool = False
     tools: list[Tool] = field(default_factory=list)
     mcp_tools: list[McpTool] = field(default_factory=list)
+    hosted_tools: list[HostedTool] = field(default_factory=list)  # web_search, ...: the route decides
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = None
@@ -272,6 +273,7 @@ def parse_create_request(body: Any) -> CreateRequest:
         stream=_bool(body, "stream", False),
         tools=tools,
         mcp_tools=normalize_mcp_tools(body.get("tools")),
+        hosted_tools=hosted_tools(body.get("tools")),
         tool_choice=tool_choice,
         parallel_tool_calls=_bool(body, "parallel_tool_calls", True),
         max_output_tokens=max_output_tokens,

@@ -78,10 +78,19 @@ OPENAI_ONLY_EVENTS: dict[str, str] = {
     "response.mcp_call_arguments.done": "ResponseMCPCallArgumentsDoneEvent",
     "response.mcp_call.completed": "ResponseMCPCallCompletedEvent",
     "response.mcp_call.failed": "ResponseMCPCallFailedEvent",
+    # Custom tools' freeform input.
+    "response.custom_tool_call_input.delta": "ResponseCustomToolCallInputDeltaEvent",
+    "response.custom_tool_call_input.done": "ResponseCustomToolCallInputDoneEvent",
 }
-# OpenAI's MCP items and the `mcp` tool join the Open Responses unions (see _patch_openresponses).
-OPENAI_ITEM_SCHEMAS = ("MCPListTools", "MCPToolCall", "MCPApprovalRequest")
-OPENAI_TOOL_SCHEMAS = ("MCPTool",)
+# OpenAI's MCP and client-tool items, and its tool types, join the Open Responses unions (see
+# _add_openai_mcp): Open Responses has only functions; the gateway serves OpenAI's superset.
+OPENAI_ITEM_SCHEMAS = ("MCPListTools", "MCPToolCall", "MCPApprovalRequest", "CustomToolCall",
+                       "LocalShellToolCall", "FunctionShellCall", "ApplyPatchToolCall", "ComputerToolCall")
+OPENAI_TOOL_SCHEMAS = ("MCPTool", "NamespaceToolParam", "CustomToolParam", "LocalShellToolParam",
+                       "FunctionShellToolParam", "ApplyPatchToolParam", "ComputerUsePreviewTool")
+# Client-tool calls arrive whole in output_item.done (a custom tool's input also streams).
+_CLIENT_CALL_ITEMS = frozenset({"custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call",
+                                "computer_call"})
 # "Serve the superset": events that embed no Response are also checked against OpenAI's schema
 # for the same type. That is what demands the flat code/message/param on `error` (beside the
 # Open Responses nested `error`), `logprobs` on output_text deltas/done/parts, and `name` on
@@ -502,8 +511,8 @@ def validate_response_object(resp: dict[str, Any]) -> None:
                               f"summary: {_short(reasoning)}")
     tools = resp["tools"] if isinstance(resp["tools"], list) else []  # non-list: schema reports
     for n, tool in enumerate(tools):
-        if isinstance(tool, dict) and tool.get("type") == "mcp":
-            continue  # OpenAI's MCPTool shape, checked by the schema
+        if isinstance(tool, dict) and tool.get("type") != "function":
+            continue  # OpenAI's MCP/namespace/custom/built-in tool shapes, checked by the schema
         absent = [f for f in TOOL_FIELDS if not isinstance(tool, dict) or f not in tool]
         if absent:
             raise StreamViolation("response-field", f"tools[{n}] lacks {absent}")
@@ -878,6 +887,9 @@ class _Checker:
         elif itype == "mcp_list_tools" and item.get("tools") != []:
             raise self.fail("item-added", "added mcp_list_tools must have tools [] (they arrive "
                             "with output_item.done)")
+        elif itype == "custom_tool_call" and item.get("input") != "":
+            raise self.fail("item-added", "added custom_tool_call must have input \"\" (it streams "
+                            "as custom_tool_call_input deltas)")
         elif itype == "reasoning" and (item.get("summary") != [] or item.get("content", []) != []):
                 raise self.fail("item-added", "added reasoning item must have summary [] and no "
                                 "content (they stream as parts)")
@@ -925,6 +937,15 @@ class _Checker:
             if st.args_done is not None and item.get("arguments") != st.args_done:
                 raise self.fail("function-args", f"final arguments {_short(item.get('arguments'))} "
                                 f"!= function_call_arguments.done {_short(st.args_done)}")
+        if itype == "custom_tool_call" and st.known:
+            if st.args_done is None:
+                raise self.fail("custom-input", "output_item.done for a custom_tool_call before "
+                                "response.custom_tool_call_input.done")
+            if item.get("input") != st.args_done:
+                raise self.fail("custom-input", f"final input {_short(item.get('input'))} != "
+                                f"custom_tool_call_input.done {_short(st.args_done)}")
+        if itype in _CLIENT_CALL_ITEMS and st.added is not None and item.get("call_id") != st.added.get("call_id"):
+            raise self.fail("item-done", f"{itype}.call_id changed")
         if itype == "mcp_call" and st.known:
             if st.args_done is None:
                 raise self.fail("mcp-call", "output_item.done for an mcp_call before "
@@ -1099,6 +1120,26 @@ class _Checker:
                             f"{_short(joined)}")
         st.args_done = args
 
+    def on_custom_input_delta(self, ev: dict[str, Any]) -> None:
+        st = self.item_for(ev)
+        if st.type not in (None, "custom_tool_call"):
+            raise self.fail("custom-input", f"custom input delta on a {st.type!r} item")
+        if st.args_done is not None:
+            raise self.fail("custom-input", "input delta after custom_tool_call_input.done")
+        st.args_deltas.append(ev["delta"])
+
+    def on_custom_input_done(self, ev: dict[str, Any]) -> None:
+        st = self.item_for(ev)
+        if st.type not in (None, "custom_tool_call"):
+            raise self.fail("custom-input", f"custom input done on a {st.type!r} item")
+        if st.args_done is not None:
+            raise self.fail("custom-input", "second custom_tool_call_input.done")
+        joined = "".join(st.args_deltas)
+        if not (ev["input"] == joined if st.known else ev["input"].endswith(joined)):
+            raise self.fail("custom-input", f"input {_short(ev['input'])} != concatenated deltas "
+                            f"{_short(joined)}")
+        st.args_done = ev["input"]
+
     # -- MCP ---------------------------------------------------------------------------------
 
     def mcp_item(self, ev: dict[str, Any], itype: str) -> _Item:
@@ -1195,6 +1236,8 @@ _HANDLERS: dict[str, Any] = {
     "response.mcp_call_arguments.done": _Checker.on_mcp_args_done,
     "response.mcp_call.completed": _Checker.on_mcp_end,
     "response.mcp_call.failed": _Checker.on_mcp_end,
+    "response.custom_tool_call_input.delta": _Checker.on_custom_input_delta,
+    "response.custom_tool_call_input.done": _Checker.on_custom_input_done,
     **{t: _Checker.on_text_delta for t in _TEXT_DELTAS},
     **{t: _Checker.on_text_done for t in _TEXT_DONES},
 }
