@@ -25,7 +25,7 @@ from django.utils import timezone
 from . import db, selectors
 from .engine import ResponseJob, ResponseRun
 from .eventlog import event_log
-from .gateway import DatabasePersistence, merge_registry_tools, tool_runner
+from .gateway import DatabasePersistence, merge_registry_tools, serve_hosted_tools, served_hosted_tools, tool_runner
 from .models import Response
 from .protocol.deltas import Usage
 from .protocol.errors import GatewayError, ServerError
@@ -72,9 +72,12 @@ def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
     route = route_get(req.model)
     from tool_registry.services import registry_tools_for
 
+    served = [name for _, name in served_hosted_tools(req, route)]
     specs = registry_tools_for(
-        tenant_id=row.tenant_id, route_name=req.model, names=[t.name for t in req.tools if t.bare]
+        tenant_id=row.tenant_id, route_name=req.model,
+        names=sorted({t.name for t in req.tools if t.bare} | set(served)),
     )
+    serve_hosted_tools(req, route, specs)
     merge_registry_tools(req, specs)
     from tool_registry.services import egress_policy, mcp_servers_for
 

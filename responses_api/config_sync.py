@@ -70,8 +70,10 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
         where = f"models[{i}]"
         route, _ = ModelRoute.objects.update_or_create(
             name=_require(entry, "name", where),
-            defaults={"description": entry.get("description", ""), "enabled": bool(entry.get("enabled", True))},
+            defaults={"description": entry.get("description", ""), "enabled": bool(entry.get("enabled", True)),
+                      "hosted_tools": entry.get("hosted_tools") or {}},
         )
+        _save_valid(route, where)
         targets = _require(entry, "targets", where)
         wanted = []
         for j, target in enumerate(targets):

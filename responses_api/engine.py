@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 
 from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError, UpstreamError
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
@@ -190,8 +190,20 @@ class ResponseRun:
 
     def _upstream_request(self) -> UpstreamRequest:
         req = self.job.request
-        # Later steps of a tool loop see what this response produced so far.
-        items = as_model_items(self.job.context + self.response["output"], self._mcp_names)
+        # Later steps of a tool loop see what this response produced so far; a served hosted
+        # tool's call is shown to the model as the function call it made, with its output.
+        output: list[dict[str, Any]] = []
+        for item in self.response["output"]:
+            served = self.builder.hosted_outputs.get(item["id"])
+            if served is not None and "output" in served:
+                output += [
+                    {"type": "function_call", "id": item["id"], "call_id": served["call_id"],
+                     "name": served["name"], "arguments": served.get("arguments") or "{}"},
+                    {"type": "function_call_output", "call_id": served["call_id"], "output": served["output"]},
+                ]
+            else:
+                output.append(item)
+        items = as_model_items(self.job.context + output, self._mcp_names)
         return UpstreamRequest(request=req, items=items, tools=req.tools + self.mcp_tools,
                                stream=self.stream_upstream)
 
@@ -269,17 +281,22 @@ class ResponseRun:
             server_calls = [c for c in calls if c["type"] == "function_call" and "namespace" not in c
                             and self.tools.is_server_tool(c["name"])]
             mcp_calls = self.builder.step_mcp_calls
-            if self.builder.finish_reason in INCOMPLETE_REASONS or not (server_calls or mcp_calls):
+            hosted_calls = self.builder.step_hosted_calls
+            if self.builder.finish_reason in INCOMPLETE_REASONS or not (server_calls or mcp_calls or hosted_calls):
                 for event in self.builder.skip_mcp_calls("not run: the model's output was cut short"):
                     yield event
+                for item in hosted_calls:
+                    for event in self.builder.finish_hosted_call(item, None):
+                        yield event
                 terminal += self.builder.finish()
                 return
             budget = self.job.request.max_tool_calls
-            wanted = len(server_calls) + len(mcp_calls)
+            wanted = len(server_calls) + len(mcp_calls) + len(hosted_calls)
             room = wanted if budget is None else max(budget - self.tool_calls_made, 0)
-            run_mcp = mcp_calls[:room]
-            run_server = server_calls[: max(room - len(run_mcp), 0)]
-            self._tools_task = asyncio.ensure_future(self._run_tools(run_server, run_mcp))
+            run_hosted = hosted_calls[:room]
+            run_mcp = mcp_calls[: max(room - len(run_hosted), 0)]
+            run_server = server_calls[: max(room - len(run_hosted) - len(run_mcp), 0)]
+            self._tools_task = asyncio.ensure_future(self._run_tools(run_server, run_mcp, run_hosted))
             try:
                 outputs, outcomes = await self._tools_task
             except asyncio.CancelledError:
@@ -288,15 +305,18 @@ class ResponseRun:
                 raise
             finally:
                 self._tools_task = None
-            for item, outcome in zip(run_mcp, outcomes):
+            for item, outcome in zip(run_mcp, outcomes[: len(run_mcp)]):
                 for event in self.builder.finish_mcp_call(item, output=outcome.output, error=outcome.error):
+                    yield event
+            for item, output in zip(hosted_calls, [*outcomes[len(run_mcp):], *[None] * len(hosted_calls)]):
+                for event in self.builder.finish_hosted_call(item, output):
                     yield event
             for event in self.builder.skip_mcp_calls("not run: max_tool_calls was reached"):
                 yield event
             for item in outputs:
                 for event in self.builder.add_item(item):
                     yield event
-            if len(run_server) + len(run_mcp) < wanted:
+            if len(run_server) + len(run_mcp) + len(run_hosted) < wanted:
                 terminal += self.builder.finish(incomplete_reason="max_tool_calls")
                 return
             if len(server_calls) < len(calls) or self.builder.step_approvals:
@@ -313,11 +333,18 @@ class ResponseRun:
             self._call = await self._open_with_fallback()
 
     async def _run_tools(
-        self, calls: list[dict[str, Any]], mcp_calls: list[dict[str, Any]]
+        self, calls: list[dict[str, Any]], mcp_calls: list[dict[str, Any]], hosted: Sequence[dict[str, Any]] = ()
     ) -> tuple[list[dict[str, Any]], list[Any]]:
-        """Registry calls and MCP calls of one step; concurrently when parallel_tool_calls."""
-        self.tool_calls_made += len(calls) + len(mcp_calls)
-        jobs = [self.tools.execute(c) for c in calls] + [self._mcp_call(i) for i in mcp_calls]
+        """Registry calls, MCP calls and served hosted calls of one step; concurrently when
+        parallel_tool_calls. Returns the registry calls' output items, then the MCP outcomes
+        followed by the hosted calls' outputs."""
+        self.tool_calls_made += len(calls) + len(mcp_calls) + len(hosted)
+        served = [self.builder.hosted_outputs[item["id"]] for item in hosted]
+        jobs = [self.tools.execute(c) for c in calls] + [self._mcp_call(i) for i in mcp_calls] + [
+            self.tools.execute({"name": s["name"], "call_id": s["call_id"], "arguments": s.get("arguments") or "{}",
+                                "type": "function_call", "id": item["id"]})
+            for s, item in zip(served, hosted)
+        ]
         if self.job.request.parallel_tool_calls:
             results = await asyncio.gather(*jobs)
         else:

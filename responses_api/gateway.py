@@ -18,7 +18,7 @@ from .protocol.events import EventBuilder
 from .protocol.ids import new_id
 from .protocol.request import CreateRequest
 from .protocol.response import request_params, response_object
-from .protocol.tools import Tool, make_tool
+from .protocol.tools import HostedTool, Tool, make_tool
 from .routing import Route, route_cached, route_get
 
 if TYPE_CHECKING:
@@ -87,11 +87,13 @@ def clear_cache() -> None:
     _mcp_cache.clear()
 
 
-async def registry_specs(principal: Principal, req: CreateRequest) -> list[ToolSpec]:
-    """Registry tools named by the request or attached to its route (cached briefly)."""
+async def registry_specs(principal: Principal, req: CreateRequest, route: Route | None = None) -> list[ToolSpec]:
+    """Registry tools named by the request, serving its hosted tools, or attached to its route
+    (cached briefly)."""
     from tool_registry.services import registry_tools_for
 
-    names = tuple(sorted(t.name for t in req.tools if t.bare))
+    served = [name for _, name in served_hosted_tools(req, route)] if route is not None else []
+    names = tuple(sorted({t.name for t in req.tools if t.bare} | set(served)))
     return await _cached_lookup(
         _tool_cache, (principal.tenant_id, req.model, names), registry_tools_for,
         tenant_id=principal.tenant_id, route_name=req.model, names=list(names),
@@ -251,11 +253,36 @@ def open_sealed_reasoning(items: list[dict[str, Any]], tenant_id: int) -> None:
             item["content"] = [{"type": "reasoning_text", "text": payload["text"]}]
 
 
-def dropped_hosted_tools(req: CreateRequest) -> list[str]:
-    """Hosted tools (web_search, ...) nobody here runs: dropped, and said so in the log.
+def served_hosted_tools(req: CreateRequest, route: Route) -> list[tuple[HostedTool, str]]:
+    """The request's hosted tools the route serves, each with the registry tool serving it."""
+    from .protocol.client_tools import HOSTED_ALIASES
 
-    The model answers without them; the view reports them in `x-gateway-dropped-tools`."""
-    dropped = list(dict.fromkeys(t.type for t in req.hosted_tools))
+    policy = dict(route.hosted_tools)
+    out = []
+    for hosted in req.hosted_tools:
+        name = policy.get(HOSTED_ALIASES.get(hosted.type, hosted.type))
+        if name is not None:
+            out.append((hosted, name))
+    return out
+
+
+def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) -> list[str]:
+    """Hosted tools (web_search, ...) become the route's registry tools that serve them; the
+    rest are dropped, and said so in the log. Returns the dropped types, which the view also
+    names in `x-gateway-dropped-tools`: the model answers without them."""
+    from .protocol.client_tools import HOSTED_ALIASES
+
+    by_name = {s.name: s for s in specs}
+    served: set[int] = set()
+    for hosted, name in served_hosted_tools(req, route):
+        spec = by_name.get(name)
+        if spec is None or any(t.name == name and t.kind != "function" for t in req.tools):
+            continue  # the registry has no such tool for this tenant (or it already serves another type)
+        tool = _registry_tool(spec)
+        tool.kind, tool.report = HOSTED_ALIASES.get(hosted.type, hosted.type), hosted.spec
+        req.tools = [t for t in req.tools if t.name != name] + [tool]
+        served.add(id(hosted))
+    dropped = list(dict.fromkeys(h.type for h in req.hosted_tools if id(h) not in served))
     if dropped:
         log.info("hosted tools dropped for model %s: %s", req.model, ", ".join(dropped))
     return dropped
@@ -265,7 +292,8 @@ async def start_response(principal: Principal, req: CreateRequest, body: dict[st
     """Run here (a ResponseRun to drive) or on a worker (background, or a route/tool that asks for it)."""
     route = await route_for(principal, req.model)
     open_sealed_reasoning(req.input_items, principal.tenant_id)
-    specs = await registry_specs(principal, req)
+    specs = await registry_specs(principal, req, route)
+    req.dropped_tools = serve_hosted_tools(req, route, specs)
     plan = mcp_plan(req, await registry_mcp(principal, req))
     await check_adhoc_urls(req)
     on_worker = req.background or route.run_on_worker or any(s.run_on_worker for s in specs)

@@ -90,11 +90,28 @@ class ModelRoute(models.Model):
     run_on_worker = models.BooleanField(
         default=False, help_text="Run every response of this model on a background worker (long tool loops)."
     )
+    hosted_tools = models.JSONField(
+        default=dict, blank=True,
+        help_text='Hosted tools this model serves with a registry tool, e.g. {"web_search": "corp_search", '
+                  '"file_search": "kb_search"}. A hosted tool not named here is dropped (logged, and '
+                  "named in the x-gateway-dropped-tools response header).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from .protocol.client_tools import SERVABLE_HOSTED_TOOLS
+
+        if not isinstance(self.hosted_tools, dict) or not all(
+            k in SERVABLE_HOSTED_TOOLS and isinstance(v, str) and v for k, v in self.hosted_tools.items()
+        ):
+            raise ValidationError({"hosted_tools": "An object mapping "
+                                   + " or ".join(sorted(SERVABLE_HOSTED_TOOLS)) + " to a registry tool's name."})
 
 
 class RouteTarget(models.Model):

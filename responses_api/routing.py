@@ -47,6 +47,7 @@ class Route:
     name: str
     targets: tuple[Target, ...]
     run_on_worker: bool = False
+    hosted_tools: tuple[tuple[str, str], ...] = ()  # (hosted tool type, registry tool serving it)
 
     def attempt_order(self, rng: random.Random | None = None) -> list[Target]:
         """Weighted random order of the weighted targets, then the weight-0 fallbacks."""
@@ -127,7 +128,8 @@ def route_get(model: str) -> Route:
                 for t in route.targets.all()
                 if t.provider.enabled
             )
-            value = Route(route.name, targets, route.run_on_worker) if targets else None
+            value = Route(route.name, targets, route.run_on_worker,
+                          tuple(sorted((route.hosted_tools or {}).items()))) if targets else None
         cached = (now + settings.GATEWAY_CACHE_SECONDS, value)
         _routes[model] = cached
     if cached[1] is None:

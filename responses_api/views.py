@@ -16,7 +16,7 @@ from .auth import Principal, bearer_token
 from .exception_handlers import error_response, json_response
 from .background import cancel_background
 from .eventlog import event_log
-from .gateway import WorkerStarted, dropped_hosted_tools, principal_for, start_response
+from .gateway import WorkerStarted, principal_for, start_response
 from .history.views import list_responses
 from .models import ModelRoute
 from .protocol.errors import GatewayError, InvalidRequest, NotFound, ServerError
@@ -78,10 +78,9 @@ async def create_response(request: HttpRequest, principal: Principal) -> HttpRes
     req = parse_create_request(body)
     request.log_extra["model"] = req.model  # type: ignore[attr-defined]
     started = await start_response(principal, req, body)
-    dropped = dropped_hosted_tools(req)
     response = await _answer(request, req, started)
-    if dropped:
-        response["x-gateway-dropped-tools"] = ",".join(dropped)
+    if req.dropped_tools:
+        response["x-gateway-dropped-tools"] = ",".join(req.dropped_tools)
     return response
 
 

@@ -66,3 +66,14 @@ def test_mcp_servers_are_declared_in_config(settings) -> None:  # type: ignore[n
     assert McpServer.objects.get(label="calc").approval == "never"
     with pytest.raises(ConfigError, match=r"mcp_servers\[0\]"):
         sync_config({"mcp_servers": [{"label": "x", "url": "http://169.254.169.254/mcp"}]})
+
+
+def test_a_route_serves_hosted_tools_as_configured() -> None:
+    config = {**CONFIG, "models": [{**CONFIG["models"][0], "hosted_tools": {"web_search": "corp_search"}}]}
+    sync_config(config)
+    assert ModelRoute.objects.get(name="small").hosted_tools == {"web_search": "corp_search"}
+    for bad in ({"code_interpreter": "x"}, {"web_search": ""}, ["web_search"]):
+        wrong = {**CONFIG, "models": [{**CONFIG["models"][0], "hosted_tools": bad}]}
+        with pytest.raises(ConfigError, match="hosted_tools"):
+            sync_config(wrong)
+    assert ModelRoute.objects.get(name="small").hosted_tools == {"web_search": "corp_search"}  # rolled back

@@ -36,6 +36,10 @@ HOSTED_TOOL_TYPES = frozenset({
     "web_search", "web_search_2025_08_26", "web_search_preview", "web_search_preview_2025_03_11",
     "file_search", "code_interpreter", "image_generation", "tool_search", "programmatic_tool_calling",
 })
+# Hosted tools a route may serve with one of its registry tools, and the item a call becomes.
+SERVABLE_HOSTED_TOOLS = {"web_search": "web_search_call", "file_search": "file_search_call"}
+HOSTED_ALIASES = {"web_search_2025_08_26": "web_search", "web_search_preview": "web_search",
+                  "web_search_preview_2025_03_11": "web_search"}
 # The item types a hosted tool produces: kept in history, never sent to a Chat upstream.
 HOSTED_ITEM_TYPES = frozenset({
     "web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call",
@@ -195,6 +199,19 @@ def call_item(kind: str, *, name: str, namespace: str | None, call_id: str, argu
         return {"type": "computer_call", "id": new_id("cu"), "call_id": call_id, "status": status,
                 "action": action, "pending_safety_checks": []}
     raise ValueError(f"not a client tool kind: {kind!r}")
+
+
+def hosted_call_item(kind: str, arguments: str, status: str, item_id: str | None = None) -> dict[str, Any]:
+    """A served hosted tool's call item (web_search_call, file_search_call) from the registry
+    tool's arguments: the query is its `query` argument, or the whole arguments text."""
+    args = _arguments(arguments)
+    query = args.get("query") if isinstance(args.get("query"), str) else (
+        next((v for v in args.values() if isinstance(v, str)), arguments))
+    if kind == "web_search":
+        return {"type": "web_search_call", "id": item_id or new_id("ws"), "status": status,
+                "action": {"type": "search", "query": query, "queries": [query] if query else []}}
+    return {"type": "file_search_call", "id": item_id or new_id("fs"), "status": status,
+            "queries": [query] if query else [], "results": None}
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .client_tools import call_item
+from .client_tools import SERVABLE_HOSTED_TOOLS, call_item, hosted_call_item
 from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .errors import GatewayError
 from .ids import new_id
@@ -87,6 +87,10 @@ class EventBuilder:
         self.step_approvals: list[dict[str, Any]] = []  # mcp_approval_request items of this step
         self._running: dict[str, _OpenItem] = {}  # mcp_call items open while they execute
         self.tool_kinds: dict[str, Tool] = {t.name: t for t in tools or [] if t.kind != "function" or t.namespace}
+        # Hosted tools served by a registry tool: open while the gateway runs them.
+        self.step_hosted_calls: list[dict[str, Any]] = []
+        # item id -> the call as the model made it, and its output: what the model sees next.
+        self.hosted_outputs: dict[str, dict[str, Any]] = {}
         self.reasoning_summary = reasoning_summary
         self.seal_reasoning = seal_reasoning
 
@@ -280,7 +284,10 @@ class EventBuilder:
         binding = self.mcp_bindings.get(pending.name)
         tool = self.tool_kinds.get(pending.name)
         call_id = pending.call_id or new_id("call")
-        if binding is None and tool is not None and tool.kind != "function":
+        if binding is None and tool is not None and tool.kind in SERVABLE_HOSTED_TOOLS:
+            item = hosted_call_item(tool.kind, "", "in_progress")
+            self.hosted_outputs[item["id"]] = {"name": pending.name, "call_id": call_id}
+        elif binding is None and tool is not None and tool.kind != "function":
             item = call_item(tool.kind, name=tool.item_name, namespace=tool.namespace, call_id=call_id,
                              arguments="", status="in_progress")
         elif binding is None:
@@ -300,8 +307,8 @@ class EventBuilder:
         open_call, added = self._open_item(item)
         open_call.upstream_name = pending.name
         events.append(added)
-        if item["type"] == "mcp_call":
-            events.append(self._event("response.mcp_call.in_progress", item_id=item["id"],
+        if item["type"] in ("mcp_call", "web_search_call", "file_search_call"):
+            events.append(self._event(f"response.{item['type']}.in_progress", item_id=item["id"],
                                       output_index=open_call.output_index))
         self._calls[index] = open_call
         if pending.arguments:
@@ -347,6 +354,16 @@ class EventBuilder:
                     item=copy.deepcopy(call.item),
                 ))
                 self.step_approvals.append(call.item)
+                continue
+            if kind in ("web_search_call", "file_search_call"):
+                # Stays open while the registry tool runs: closed by finish_hosted_call.
+                tool = self.tool_kinds[call.upstream_name or ""]
+                call.item.update(hosted_call_item(tool.kind, arguments, "searching", call.item["id"]))
+                self.hosted_outputs[call.item["id"]]["arguments"] = arguments
+                events.append(self._event(f"response.{kind}.searching", item_id=call.item["id"],
+                                          output_index=call.output_index))
+                self._running[call.item["id"]] = call
+                self.step_hosted_calls.append(call.item)
                 continue
             status = last_status if n == len(calls) - 1 else "completed"
             if kind != "function_call":
@@ -402,6 +419,7 @@ class EventBuilder:
         self.step_calls = []
         self.step_mcp_calls = []
         self.step_approvals = []
+        self.step_hosted_calls = []
         self._suppressed.clear()
 
     # -- MCP ---------------------------------------------------------------------
@@ -447,6 +465,17 @@ class EventBuilder:
         item["error"] = error
         item["status"] = "failed" if error else "completed"
         return self._close_running(item, f"response.mcp_call.{item['status']}")
+
+    def finish_hosted_call(self, item: dict[str, Any], output: str | None) -> list[Event]:
+        """A served hosted tool returned (`output`), or did not run (None: failed)."""
+        self.hosted_outputs[item["id"]]["output"] = output if output is not None else "The tool did not run."
+        if output is None:
+            item["status"] = "failed"
+            open_item = self._running.pop(item["id"])
+            return [self._event("response.output_item.done", output_index=open_item.output_index,
+                                item=copy.deepcopy(item))]
+        item["status"] = "completed"
+        return self._close_running(item, f"response.{item['type']}.completed")
 
     def _close_running(self, item: dict[str, Any], event_type: str) -> list[Event]:
         """The MCP item's own end event, then output_item.done with its final state."""

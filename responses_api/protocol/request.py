@@ -44,6 +44,7 @@ class CreateRequest:
     tools: list[Tool] = field(default_factory=list)
     mcp_tools: list[McpTool] = field(default_factory=list)
     hosted_tools: list[HostedTool] = field(default_factory=list)  # web_search, ...: the route decides
+    dropped_tools: list[str] = field(default_factory=list)  # hosted tool types the route did not serve
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = None

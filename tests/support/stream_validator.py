@@ -81,13 +81,24 @@ OPENAI_ONLY_EVENTS: dict[str, str] = {
     # Custom tools' freeform input.
     "response.custom_tool_call_input.delta": "ResponseCustomToolCallInputDeltaEvent",
     "response.custom_tool_call_input.done": "ResponseCustomToolCallInputDoneEvent",
+    # Hosted tools a route serves with a registry tool.
+    "response.web_search_call.in_progress": "ResponseWebSearchCallInProgressEvent",
+    "response.web_search_call.searching": "ResponseWebSearchCallSearchingEvent",
+    "response.web_search_call.completed": "ResponseWebSearchCallCompletedEvent",
+    "response.file_search_call.in_progress": "ResponseFileSearchCallInProgressEvent",
+    "response.file_search_call.searching": "ResponseFileSearchCallSearchingEvent",
+    "response.file_search_call.completed": "ResponseFileSearchCallCompletedEvent",
 }
 # OpenAI's MCP and client-tool items, and its tool types, join the Open Responses unions (see
 # _add_openai_mcp): Open Responses has only functions; the gateway serves OpenAI's superset.
 OPENAI_ITEM_SCHEMAS = ("MCPListTools", "MCPToolCall", "MCPApprovalRequest", "CustomToolCall",
-                       "LocalShellToolCall", "FunctionShellCall", "ApplyPatchToolCall", "ComputerToolCall")
+                       "LocalShellToolCall", "FunctionShellCall", "ApplyPatchToolCall", "ComputerToolCall",
+                       "WebSearchToolCall", "FileSearchToolCall")
 OPENAI_TOOL_SCHEMAS = ("MCPTool", "NamespaceToolParam", "CustomToolParam", "LocalShellToolParam",
-                       "FunctionShellToolParam", "ApplyPatchToolParam", "ComputerUsePreviewTool")
+                       "FunctionShellToolParam", "ApplyPatchToolParam", "ComputerUsePreviewTool",
+                       "WebSearchTool", "WebSearchPreviewTool", "FileSearchTool")
+# Hosted-tool call items: in_progress -> searching -> completed, each an event of its own.
+_HOSTED_CALL_STAGES = ("in_progress", "searching", "completed")
 # Client-tool calls arrive whole in output_item.done (a custom tool's input also streams).
 _CLIENT_CALL_ITEMS = frozenset({"custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call",
                                 "computer_call"})
@@ -905,8 +916,8 @@ class _Checker:
         if st.type is not None and itype != st.type:
             raise self.fail("item-done", f"item type changed from {st.type!r} to {itype!r}")
         status = item.get("status")
-        final_statuses = ("completed", "incomplete", "failed") if itype == "mcp_call" else (
-            "completed", "incomplete")
+        final_statuses = ("completed", "incomplete", "failed") if itype in (
+            "mcp_call", "web_search_call", "file_search_call") else ("completed", "incomplete")
         if itype not in _STATUSLESS_ITEMS and status not in final_statuses:
             raise self.fail("item-done", f"done item status {status!r}, expected one of "
                             f"{list(final_statuses)}")
@@ -946,6 +957,10 @@ class _Checker:
                                 f"custom_tool_call_input.done {_short(st.args_done)}")
         if itype in _CLIENT_CALL_ITEMS and st.added is not None and item.get("call_id") != st.added.get("call_id"):
             raise self.fail("item-done", f"{itype}.call_id changed")
+        if itype in ("web_search_call", "file_search_call") and st.known and status == "completed" \
+                and st.mcp_end != f"response.{itype}.completed":
+            raise self.fail("hosted-call", f"{itype} done completed after {st.mcp_end!r}, expected "
+                            f"response.{itype}.completed")
         if itype == "mcp_call" and st.known:
             if st.args_done is None:
                 raise self.fail("mcp-call", "output_item.done for an mcp_call before "
@@ -1140,6 +1155,19 @@ class _Checker:
                             f"{_short(joined)}")
         st.args_done = ev["input"]
 
+    def on_hosted_stage(self, ev: dict[str, Any]) -> None:
+        itype, stage = ev["type"].removeprefix("response.").rsplit(".", 1)
+        st = self.item_for(ev)
+        if st.type not in (None, itype):
+            raise self.fail("hosted-call", f"{ev['type']} on a {st.type!r} item")
+        if st.closed:
+            raise self.fail("hosted-call", f"{ev['type']} after the item's output_item.done")
+        order = _HOSTED_CALL_STAGES
+        last = st.mcp_end.rsplit(".", 1)[1] if st.mcp_end else None
+        if st.known and order.index(stage) != (order.index(last) + 1 if last else 0):
+            raise self.fail("hosted-call", f"{ev['type']} after {st.mcp_end!r}")
+        st.mcp_end = ev["type"]
+
     # -- MCP ---------------------------------------------------------------------------------
 
     def mcp_item(self, ev: dict[str, Any], itype: str) -> _Item:
@@ -1236,6 +1264,8 @@ _HANDLERS: dict[str, Any] = {
     "response.mcp_call_arguments.done": _Checker.on_mcp_args_done,
     "response.mcp_call.completed": _Checker.on_mcp_end,
     "response.mcp_call.failed": _Checker.on_mcp_end,
+    **{f"response.{kind}.{stage}": _Checker.on_hosted_stage
+       for kind in ("web_search_call", "file_search_call") for stage in _HOSTED_CALL_STAGES},
     "response.custom_tool_call_input.delta": _Checker.on_custom_input_delta,
     "response.custom_tool_call_input.done": _Checker.on_custom_input_done,
     **{t: _Checker.on_text_delta for t in _TEXT_DELTAS},

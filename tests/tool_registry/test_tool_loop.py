@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.conftest import MODEL, Gateway, call
-from tests.support.stream_validator import validate_sse
+from tests.support.stream_validator import parse_sse, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.support.webhook import Route, WebhookServer
 from tool_registry.executors import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
@@ -180,3 +180,49 @@ def test_a_call_is_never_executed_twice_for_the_same_call_id(tools_env, webhook:
     second = asyncio.run(runner.execute(item))
     assert first == second
     assert len(webhook.calls_to("/weather")) == 1
+
+
+def _search_route(tools_env) -> None:  # type: ignore[no-untyped-def]
+    from responses_api.models import ModelRoute
+    from tests.support.webhook import Route
+
+    tools_env("corp_search", "/search", parameters={
+        "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
+    ModelRoute.objects.filter(name=MODEL).update(hosted_tools={"web_search": "corp_search"})
+
+
+def test_web_search_served_by_a_registry_tool(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
+    _search_route(tools_env)
+    webhook.routes["/search"] = Route(handler=lambda call: {"results": [f"{call.json['query']}: 42 is the answer"]})
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("corp_search", {"query": "meaning of life"}, "c1")]),
+                     Reply(text="It is 42."))
+    with gateway.http() as http:
+        raw = http.post("/v1/responses", json={"model": MODEL, "input": "Search it", "stream": True,
+                                               "tools": [{"type": "web_search_preview"}]})
+    assert "x-gateway-dropped-tools" not in raw.headers
+    terminal = validate_sse(raw.text)
+    search, message = terminal["output"]
+    assert search["type"] == "web_search_call" and search["status"] == "completed"
+    assert search["action"]["query"] == "meaning of life"
+    assert message["content"][0]["text"] == "It is 42."
+    assert terminal["tools"] == [{"type": "web_search_preview"}]
+    kinds = [e["type"] for e in parse_sse(raw.text)]
+    assert kinds.index("response.web_search_call.searching") < kinds.index("response.web_search_call.completed")
+    # The model saw its search as a function call with the registry tool's output.
+    offered = [t["function"]["name"] for t in scripted.requests[0].body["tools"]]
+    assert offered == ["corp_search"]
+    tool_message = scripted.requests[-1].body["messages"][-1]
+    assert tool_message["role"] == "tool" and "42 is the answer" in tool_message["content"]
+    assert json.loads(webhook.calls_to("/search")[0].body) == {"query": "meaning of life"}
+
+
+def test_hosted_tools_a_route_does_not_serve_are_dropped_visibly(tools_env, gateway: Gateway, scripted: ScriptedUpstream) -> None:  # type: ignore[no-untyped-def]
+    _search_route(tools_env)
+    scripted.enqueue(MODEL, Reply(text="no tools for that"))
+    with gateway.http() as http:
+        raw = http.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": [
+            {"type": "code_interpreter", "container": {"type": "auto"}}, {"type": "file_search", "vector_store_ids": ["vs_1"]}]})
+    assert raw.status_code == 200, raw.text
+    assert raw.headers["x-gateway-dropped-tools"] == "code_interpreter,file_search"
+    assert "tools" not in scripted.requests[-1].body
+    assert raw.json()["tools"] == []
