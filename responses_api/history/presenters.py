@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
 
+from ..protocol.client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, output_as_text
+
 TERMINAL_BAD = {"failed", "cancelled", "incomplete"}
 
 
@@ -100,6 +102,18 @@ def item_block(item: dict[str, Any], io: str = "", tool_names: dict[str, str] | 
             output=pretty_json(item["output"]) if item.get("output") is not None else "",
             error=pretty_json(error) if error else "", **common,
         )
+    if kind in CALL_ITEM_KIND or kind in ("web_search_call", "file_search_call"):
+        # A client tool's call (custom, shell, apply_patch, ...) or a served hosted tool's.
+        detail = next((item[k] for k in ("input", "action", "operation", "queries") if k in item), "")
+        name = item.get("name") or str(kind).removesuffix("_call")
+        if item.get("namespace"):
+            name = f"{item['namespace']} · {name}"
+        return Block("tool_call", title=name, call_id=item.get("call_id") or "",
+                     arguments=detail if isinstance(detail, str) else pretty_json(detail), **common)
+    if kind in OUTPUT_ITEM_TYPES:
+        call_id = item.get("call_id") or ""
+        return Block("tool_output", title=(tool_names or {}).get(call_id, ""), call_id=call_id,
+                     output=output_as_text(item), **common)
     return Block("other", title=str(kind or "item"), **common)
 
 
