@@ -186,8 +186,12 @@ LOGGING = {
 # --- Tool registry ------------------------------------------------------------
 # Modules whose functions may be registered as python tools.
 GATEWAY_PYTHON_TOOL_MODULES = frozenset(env.list("GATEWAY_PYTHON_TOOL_MODULES", default=[]))
-# Egress exceptions for http tools (hostnames, *.domains, IPs, CIDRs); the admin adds more.
+# Egress exceptions for the tools and MCP servers an operator registers (hostnames, *.domains,
+# IPs, CIDRs, each optionally :port); the admin adds more. Never applied to a URL a client sends.
 GATEWAY_EGRESS_ALLOW = env.list("GATEWAY_EGRESS_ALLOW", default=[])
+# The separate, explicit exceptions for ad-hoc MCP server URLs that API clients send (same
+# syntax; each tenant may have more in the admin). Empty: public addresses only.
+GATEWAY_MCP_ADHOC_EGRESS_ALLOW = env.list("GATEWAY_MCP_ADHOC_EGRESS_ALLOW", default=[])
 # Upper bound on model calls in one server-side tool loop.
 GATEWAY_MAX_TOOL_ITERATIONS = env.int("GATEWAY_MAX_TOOL_ITERATIONS", default=10)
 # Ad-hoc MCP servers (`{"type": "mcp", "server_url": ...}` in a request): off means only

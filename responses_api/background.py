@@ -79,13 +79,13 @@ def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
     )
     serve_hosted_tools(req, route, specs)
     merge_registry_tools(req, specs)
-    from tool_registry.services import egress_policy, mcp_servers_for
+    from tool_registry.services import adhoc_egress_policy, egress_policy, mcp_servers_for
 
     from .gateway import mcp_plan, mcp_toolset
 
     labels = [m.server_label for m in req.mcp_tools if m.server_url is None]
     plan = mcp_plan(req, mcp_servers_for(tenant_id=row.tenant_id, route_name=req.model, labels=labels))
-    toolset = mcp_toolset(row.id, plan, egress_policy())
+    toolset = mcp_toolset(row.id, plan, egress_policy(), adhoc_egress_policy(row.tenant_id))
     context: list[dict] = []
     if row.previous_response_id:
         context = selectors.chain_items_list(response_id=row.previous_response_id)

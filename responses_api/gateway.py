@@ -178,9 +178,10 @@ async def prepare_run(
     )
     toolset = None
     if mcp is not None and mcp[0]:
-        from tool_registry.services import egress_policy
+        from tool_registry.services import adhoc_egress_policy, egress_policy
 
-        toolset = mcp_toolset(response_id, mcp, await db.run(egress_policy))
+        toolset = mcp_toolset(response_id, mcp, await db.run(egress_policy),
+                              await db.run(adhoc_egress_policy, principal.tenant_id))
     return ResponseRun(job, persistence, await tool_runner(response_id, specs),
                        max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS, mcp=toolset)
 
@@ -295,7 +296,7 @@ async def start_response(principal: Principal, req: CreateRequest, body: dict[st
     specs = await registry_specs(principal, req, route)
     req.dropped_tools = serve_hosted_tools(req, route, specs)
     plan = mcp_plan(req, await registry_mcp(principal, req))
-    await check_adhoc_urls(req)
+    await check_adhoc_urls(req, principal.tenant_id)
     on_worker = req.background or route.run_on_worker or any(s.run_on_worker for s in specs)
     if on_worker:
         if not req.store:
@@ -385,16 +386,18 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:
     return specs, cached, approvals
 
 
-async def check_adhoc_urls(req: CreateRequest) -> None:
-    """Ad-hoc server URLs pass the egress policy now, so a refusal is a 400 naming the field.
-    (Each connection checks again and pins the address it checked.)"""
+async def check_adhoc_urls(req: CreateRequest, tenant_id: int) -> None:
+    """Ad-hoc server URLs pass the ad-hoc egress policy now, so a refusal is a 400 naming the
+    field. (Each connection checks again and pins the address it checked.) A URL a client sends
+    never gets the operator's allowlist for registered tools: public addresses only, unless
+    GATEWAY_MCP_ADHOC_EGRESS_ALLOW or the tenant's own allowance names it."""
     from tool_registry.egress import EgressDenied, parse_url, resolve_checked
-    from tool_registry.services import egress_policy
+    from tool_registry.services import adhoc_egress_policy
 
     adhoc = [d for d in req.mcp_tools if d.server_url is not None]
     if not adhoc:
         return
-    policy = await db.run(egress_policy)
+    policy = await db.run(adhoc_egress_policy, tenant_id)
     for decl in adhoc:
         try:
             _, host, port, _ = parse_url(decl.server_url)
@@ -405,11 +408,11 @@ async def check_adhoc_urls(req: CreateRequest) -> None:
             raise InvalidRequest(f"Invalid 'server_url': {exc}", param=f"{decl.param}.server_url") from None
 
 
-def mcp_toolset(response_id: str, plan: tuple[list, dict, dict], policy: Any) -> Any:
+def mcp_toolset(response_id: str, plan: tuple[list, dict, dict], policy: Any, adhoc_policy: Any) -> Any:
     from tool_registry.runner import McpToolset
 
     specs, cached, approvals = plan
     if not specs:
         return None
-    return McpToolset(response_id=response_id, servers=specs, policy=policy, cached=cached,
-                      request_approval=approvals)
+    return McpToolset(response_id=response_id, servers=specs, policy=policy, adhoc_policy=adhoc_policy,
+                      cached=cached, request_approval=approvals)

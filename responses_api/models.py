@@ -21,10 +21,30 @@ def validate_base_url(value: str) -> None:
 
 class Tenant(models.Model):
     name = models.CharField(max_length=200, unique=True)
+    mcp_adhoc_egress_allow = models.JSONField(
+        "ad-hoc MCP egress allowlist", default=list, blank=True,
+        help_text='Private hosts this tenant\'s API keys may name as an ad-hoc MCP server_url, e.g. '
+                  '["mcp.team.internal:8443", "10.2.0.0/16:443"] (host, *.domain, IP or CIDR, each '
+                  "optionally :port). Empty: public addresses only. The operator's egress allowlist "
+                  "for registered tools never applies to URLs clients send.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from tool_registry.egress import EgressPolicy
+
+        entries = self.mcp_adhoc_egress_allow
+        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+            raise ValidationError({"mcp_adhoc_egress_allow": "A list of strings."})
+        try:
+            EgressPolicy.from_strings(entries)
+        except ValueError as exc:
+            raise ValidationError({"mcp_adhoc_egress_allow": str(exc)}) from None
 
 
 class ApiKey(models.Model):

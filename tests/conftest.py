@@ -308,10 +308,12 @@ def mcp_process() -> Iterator[McpServerProcess]:
 
 @pytest.fixture
 def mcp_server(mcp_process: McpServerProcess, settings) -> McpServerProcess:  # type: ignore[no-untyped-def]
-    """The MCP server with fresh counters, reachable under the egress policy (loopback allowed)."""
+    """The MCP server with fresh counters, reachable under the egress policies: the operator's
+    (loopback, for registered servers) and the ad-hoc one (only this server's port)."""
     from tool_registry import runner
 
     settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]
+    settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{mcp_process.port}"]
     mcp_process.reset()
     runner._adhoc_listings.clear()
     return mcp_process

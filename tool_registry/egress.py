@@ -149,9 +149,11 @@ class EgressPolicy:
     """Exceptions to the deny rules.
 
     Entries: exact hostnames (case-insensitive, trailing dot ignored), ``*.example.com``
-    wildcards (any depth of subdomain, not ``example.com`` itself), IP addresses and CIDRs.
-    A hostname entry allows whatever the name resolves to; an IP/CIDR entry allows that address
-    whatever name led to it. Use :meth:`from_strings` to validate and normalise entries.
+    wildcards (any depth of subdomain, not ``example.com`` itself), IP addresses and CIDRs,
+    each optionally with a port (``mcp.internal:8443``, ``10.0.0.5:8080``, ``10.0.0.0/8:443``,
+    ``[fd00::5]:8080``), which then allows that port only. A hostname entry allows whatever the
+    name resolves to; an IP/CIDR entry allows that address whatever name led to it. Use
+    :meth:`from_strings` to validate and normalise entries.
     """
 
     allow: tuple[str, ...] = ()
@@ -169,33 +171,40 @@ class EgressPolicy:
         return cls(tuple(clean))
 
     @cached_property
-    def _compiled(self) -> tuple[tuple[IPNetwork, ...], frozenset[str], tuple[str, ...]]:
+    def _compiled(
+        self,
+    ) -> tuple[tuple[tuple[IPNetwork, int | None], ...], tuple[tuple[str, int | None], ...],
+               tuple[tuple[str, int | None], ...]]:
         # Lenient on purpose: a policy built directly (not via from_strings) still works; an entry
         # that is not a network is compared as a hostname and can only ever match that name.
-        networks: list[IPNetwork] = []
-        exact: set[str] = set()
-        suffixes: list[str] = []
+        networks: list[tuple[IPNetwork, int | None]] = []
+        exact: list[tuple[str, int | None]] = []
+        suffixes: list[tuple[str, int | None]] = []
         for entry in self.allow:
-            value = entry.strip().lower().rstrip(".")
+            value, port = _split_port(entry.strip().lower())
+            value = value.rstrip(".")
             try:
-                networks.append(ipaddress.ip_network(value.strip("[]"), strict=False))
+                networks.append((ipaddress.ip_network(value.strip("[]"), strict=False), port))
                 continue
             except ValueError:
                 pass
             if value.startswith("*."):
-                suffixes.append(value[1:])  # ".example.com"
+                suffixes.append((value[1:], port))  # ".example.com"
             elif value:
-                exact.add(value)
-        return tuple(networks), frozenset(exact), tuple(suffixes)
+                exact.append((value, port))
+        return tuple(networks), tuple(exact), tuple(suffixes)
 
-    def host_allowed(self, host: str) -> bool:
-        """Is this hostname (not an IP literal) allowlisted by name?"""
+    def host_allowed(self, host: str, port: int | None = None) -> bool:
+        """Is this hostname (not an IP literal) allowlisted by name, on this port?
+
+        ``port`` None (not known) matches only entries without a port."""
         name = host.strip().lower().rstrip(".")
         _, exact, suffixes = self._compiled
-        return name in exact or any(name.endswith(suffix) for suffix in suffixes)
+        return any(name == entry and _port_ok(p, port) for entry, p in exact) or any(
+            name.endswith(suffix) and _port_ok(p, port) for suffix, p in suffixes)
 
-    def address_allowed(self, address: IPAddress) -> bool:
-        """Is this address inside an allowlisted IP/CIDR?
+    def address_allowed(self, address: IPAddress, port: int | None = None) -> bool:
+        """Is this address inside an allowlisted IP/CIDR (on this port)?
 
         An IPv4-mapped IPv6 address (``::ffff:a.b.c.d``) *is* ``a.b.c.d`` on the wire, so it also
         matches IPv4 entries. Other embeddings (NAT64, 6to4, Teredo) go via a translator, a
@@ -205,11 +214,42 @@ class EgressPolicy:
         candidates: list[IPAddress] = [address]
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             candidates.append(address.ipv4_mapped)
-        return any(c in net for c in candidates for net in networks if net.version == c.version)
+        return any(c in net and _port_ok(p, port) for c in candidates for net, p in networks
+                   if net.version == c.version)
+
+
+STRICT = EgressPolicy()  # public addresses only: what a value an API client supplied gets
+
+
+def _port_ok(entry_port: int | None, port: int | None) -> bool:
+    return entry_port is None or entry_port == port
+
+
+_PORT_SUFFIX = re.compile(r"^(?P<rest>.+?):(?P<port>[0-9]{1,5})$")
+
+
+def _split_port(entry: str) -> tuple[str, int | None]:
+    """``host:port``, ``[v6]:port``, ``cidr:port`` -> (entry, port); a bare IPv6 has no port."""
+    match = _PORT_SUFFIX.match(entry)
+    if match is None:
+        return entry, None
+    rest = match["rest"]
+    if ":" in rest and not (rest.startswith("[") and rest.endswith("]")):
+        return entry, None  # an IPv6 address (or CIDR) without brackets: its last group is no port
+    return rest, int(match["port"])
 
 
 def _normalise_entry(raw: str) -> str:
-    entry = str(raw).strip().lower()
+    entry, port = _split_port(str(raw).strip().lower())
+    if port is not None:
+        if not 1 <= port <= 65535:
+            raise ValueError(f"invalid egress allowlist entry {raw!r}: port out of range")
+        base = _normalise_entry_base(entry, raw)
+        return f"[{base}]:{port}" if ":" in base else f"{base}:{port}"
+    return _normalise_entry_base(entry, raw)
+
+
+def _normalise_entry_base(entry: str, raw: str) -> str:
     if not entry:
         return ""
     bare = entry.strip("[]")
@@ -340,12 +380,14 @@ def denial_reason(address: IPAddress) -> str | None:
     return None
 
 
-def check_address(host: str, address: IPAddress, policy: EgressPolicy, *, by_name: bool) -> None:
-    """Raise EgressDenied unless the address is allowlisted or ordinary public.
+def check_address(
+    host: str, address: IPAddress, policy: EgressPolicy, *, by_name: bool, port: int | None = None
+) -> None:
+    """Raise EgressDenied unless the address is allowlisted (on ``port``) or ordinary public.
 
     ``by_name``: the host is a hostname (not a literal), so a hostname allowlist entry applies.
     """
-    if (by_name and policy.host_allowed(host)) or policy.address_allowed(address):
+    if (by_name and policy.host_allowed(host, port)) or policy.address_allowed(address, port):
         return
     reason = denial_reason(address)
     if reason is None:
@@ -479,10 +521,10 @@ def _literal_or_name(host: str) -> tuple[str, IPAddress | None]:
     return value, literal
 
 
-def _check_all(host: str, addresses: list[IPAddress], policy: EgressPolicy) -> list[IPAddress]:
+def _check_all(host: str, addresses: list[IPAddress], policy: EgressPolicy, port: int) -> list[IPAddress]:
     # Every address must pass: connectors (ours, or the OS's happy eyeballs) may use any of them.
     for address in addresses:
-        check_address(host, address, policy, by_name=True)
+        check_address(host, address, policy, by_name=True, port=port)
     return addresses
 
 
@@ -494,7 +536,7 @@ async def resolve_checked(host: str, port: int, policy: EgressPolicy) -> list[IP
     """
     name, literal = _literal_or_name(host)
     if literal is not None:
-        check_address(host, literal, policy, by_name=False)
+        check_address(host, literal, policy, by_name=False, port=port)
         return [literal]
     loop = asyncio.get_running_loop()
     try:
@@ -505,7 +547,7 @@ async def resolve_checked(host: str, port: int, policy: EgressPolicy) -> list[IP
         raise EgressResolutionError(
             f"refusing {host!r}: it cannot be resolved ({exc})", host=host
         ) from None
-    return _check_all(name, _addresses_from_infos(host, infos), policy)
+    return _check_all(name, _addresses_from_infos(host, infos), policy, port)
 
 
 def check_url_sync(url: str, policy: EgressPolicy) -> None:
@@ -516,7 +558,7 @@ def check_url_sync(url: str, policy: EgressPolicy) -> None:
     _, host, port, _ = parse_url(url)
     name, literal = _literal_or_name(host)
     if literal is not None:
-        check_address(host, literal, policy, by_name=False)
+        check_address(host, literal, policy, by_name=False, port=port)
         return
     try:
         infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
@@ -524,7 +566,7 @@ def check_url_sync(url: str, policy: EgressPolicy) -> None:
         raise EgressResolutionError(
             f"refusing {host!r}: it cannot be resolved ({exc})", host=host
         ) from None
-    _check_all(name, _addresses_from_infos(host, infos), policy)
+    _check_all(name, _addresses_from_infos(host, infos), policy, port)
 
 
 # --------------------------------------------------------------------------------------------

@@ -108,7 +108,9 @@ def _failure(exc: BaseException, spec: McpServerSpec) -> McpUnavailable:
         message = f"egress refused for MCP server '{spec.label}': {exc}"
         return McpUnavailable(message, {"type": "http_error", "code": 403, "message": message})
     if isinstance(exc, MCPError):
-        message = f"MCP server '{spec.label}' answered an error: {exc.error.message}"
+        # The server's own words stay in the log: what a client sees never echoes a remote body.
+        log.warning("MCP server %r answered JSON-RPC error %s: %.300s", spec.label, exc.code, exc.error.message)
+        message = f"MCP server '{spec.label}' answered JSON-RPC error {exc.code}"
         return McpUnavailable(message, {"type": "mcp_protocol_error", "code": exc.code, "message": message})
     if isinstance(exc, httpx2.HTTPStatusError):
         code = exc.response.status_code
@@ -117,7 +119,8 @@ def _failure(exc: BaseException, spec: McpServerSpec) -> McpUnavailable:
     if isinstance(exc, (TimeoutError, httpx2.TimeoutException)):
         message = f"MCP server '{spec.label}' did not answer within {spec.timeout:g} s"
         return McpUnavailable(message, {"type": "http_error", "code": 504, "message": message})
-    message = f"MCP server '{spec.label}' could not be reached: {type(exc).__name__}"
+    log.warning("MCP server %r failed: %s: %.300s", spec.label, type(exc).__name__, exc)
+    message = f"MCP server '{spec.label}' could not be reached or did not speak MCP"
     return McpUnavailable(message, {"type": "http_error", "code": 502, "message": message})
 
 

@@ -210,7 +210,8 @@ class McpServer(models.Model):
             except EgressResolutionError as exc:
                 # An allowlisted name (a compose service, say) may not resolve where config is
                 # synced; every connection resolves and checks it again anyway.
-                if not policy.host_allowed(parse_url(self.url)[1]):
+                _, host, port, _ = parse_url(self.url)
+                if not policy.host_allowed(host, port):
                     raise ValidationError({"url": str(exc)}) from None
             except (EgressDenied, ValueError) as exc:
                 raise ValidationError({"url": str(exc)}) from None

@@ -9,7 +9,7 @@ from django.conf import settings
 from responses_api import db
 
 from . import services
-from .egress import EgressPolicy
+from .egress import STRICT, EgressPolicy
 from .executors import ToolSpec, execute
 from .mcp import CallOutcome, McpServerSpec, McpUnavailable, call_tool, list_tools
 from responses_api.protocol.mcp import ApprovalPolicy
@@ -61,11 +61,15 @@ class McpToolset:
 
     def __init__(
         self, *, response_id: str, servers: list[McpServerSpec], policy: EgressPolicy,
+        adhoc_policy: EgressPolicy = STRICT,
         cached: dict[str, list[dict]] | None = None, request_approval: dict[str, ApprovalPolicy] | None = None,
     ) -> None:
+        """`policy`: the operator's egress allowlist, for registered servers; `adhoc_policy`:
+        for servers whose URL the client sent (public only, unless explicitly allowed)."""
         self.response_id = response_id
         self.servers = {s.label: s for s in servers}
         self.policy = policy
+        self.adhoc_policy = adhoc_policy
         self.cached = cached or {}  # label -> a fresh listing from the registry's cache
         # A request may ask for approval of more calls than a registered server demands, never fewer.
         self.request_approval = request_approval or {}
@@ -84,7 +88,7 @@ class McpToolset:
             if hit is not None and hit[0] > time.monotonic():
                 return hit[1]
         try:
-            tools = await list_tools(spec, self.policy)
+            tools = await list_tools(spec, self._policy_for(spec))
         except McpUnavailable as exc:
             if spec.registry_id is not None:
                 await db.run(services.mcp_listing_store, server_id=spec.registry_id, tools=None, error=exc.message)
@@ -94,6 +98,9 @@ class McpToolset:
         else:
             _adhoc_listings[key] = (time.monotonic() + spec.cache_seconds, tools)
         return tools
+
+    def _policy_for(self, spec: McpServerSpec) -> EgressPolicy:
+        return self.policy if spec.registry_id is not None else self.adhoc_policy
 
     def allows(self, label: str, name: str, annotations: dict | None) -> bool:
         return self.servers[label].allows(name, annotations)
@@ -123,7 +130,7 @@ class McpToolset:
             outcome = CallOutcome(None, {"type": "mcp_protocol_error", "code": -32000,
                                          "message": f"MCP server '{label}' is not available to this request"})
         else:
-            outcome = await call_tool(spec, self.policy, name, arguments)
+            outcome = await call_tool(spec, self._policy_for(spec), name, arguments)
         await db.run(
             services.tool_call_finish, response_id=response_key, call_id=call_key,
             output=json.dumps({"output": outcome.output, "error": outcome.error}), succeeded=outcome.error is None,

@@ -26,9 +26,29 @@ def egress_policy() -> EgressPolicy:
     return _policy_cache[1]
 
 
+_adhoc_policies: dict[int, tuple[float, EgressPolicy]] = {}
+
+
+def adhoc_egress_policy(tenant_id: int) -> EgressPolicy:
+    """The policy for MCP server URLs an API client sends: public addresses only, plus the
+    explicit ad-hoc allowances (GATEWAY_MCP_ADHOC_EGRESS_ALLOW and the tenant's own), never the
+    operator's allowlist for registered tools (cached briefly)."""
+    from responses_api.models import Tenant
+
+    now = time.monotonic()
+    cached = _adhoc_policies.get(tenant_id)
+    if cached is None or cached[0] <= now:
+        tenant_entries = Tenant.objects.filter(pk=tenant_id).values_list("mcp_adhoc_egress_allow", flat=True).first()
+        entries = [*settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW, *(tenant_entries or [])]
+        cached = (now + settings.GATEWAY_CACHE_SECONDS, EgressPolicy.from_strings(entries))
+        _adhoc_policies[tenant_id] = cached
+    return cached[1]
+
+
 def clear_cache() -> None:
     global _policy_cache
     _policy_cache = None
+    _adhoc_policies.clear()
 
 
 def spec_of(tool: Tool) -> ToolSpec:

@@ -603,8 +603,10 @@ def test_policy_validation() -> None:
         "a.*.example",
         "foo*.example",
         "exa mple.com",
-        "host:8080",
+        "host:0",
+        "host:70000",
         "10.0.0.0/33",
+        "127.1:80",
         "127.1",
         "0x7f000001",
         "300.1.1.1",
@@ -628,6 +630,28 @@ def test_policy_matching() -> None:
     assert not policy.address_allowed(ipaddress.ip_address("64:ff9b::a09:807"))  # via a translator
     assert policy.address_allowed(ipaddress.ip_address("fd12::1"))
     assert not policy.address_allowed(ipaddress.ip_address("11.0.0.1"))
+
+
+def test_policy_entries_with_a_port_allow_that_port_only() -> None:
+    policy = EgressPolicy.from_strings(
+        ["MCP.Internal:8443", "*.svc.example:80", "10.0.0.5:8080", "10.1.0.0/16:443", "[FD00::5]:8080", "fd00::6"])
+    assert policy.allow == ("mcp.internal:8443", "*.svc.example:80", "10.0.0.5:8080", "10.1.0.0/16:443",
+                            "[fd00::5]:8080", "fd00::6")
+    assert policy.host_allowed("mcp.internal", 8443)
+    assert not policy.host_allowed("mcp.internal", 8444) and not policy.host_allowed("mcp.internal")
+    assert policy.host_allowed("a.svc.example", 80) and not policy.host_allowed("a.svc.example", 6379)
+    ip = ipaddress.ip_address
+    assert policy.address_allowed(ip("10.0.0.5"), 8080) and not policy.address_allowed(ip("10.0.0.5"), 22)
+    assert policy.address_allowed(ip("10.1.2.3"), 443) and not policy.address_allowed(ip("10.1.2.3"), 5432)
+    assert policy.address_allowed(ip("fd00::5"), 8080) and not policy.address_allowed(ip("fd00::5"), 80)
+    assert policy.address_allowed(ip("fd00::6"), 1) and policy.address_allowed(ip("fd00::6"))  # no port: any
+
+
+async def test_a_port_entry_refuses_other_ports_of_the_host() -> None:
+    policy = EgressPolicy.from_strings(["127.0.0.1:8080"])
+    assert await resolve_checked("127.0.0.1", 8080, policy) == [ipaddress.ip_address("127.0.0.1")]
+    with pytest.raises(EgressDenied):
+        await resolve_checked("127.0.0.1", 6379, policy)
 
 
 # --------------------------------------------------------------------------------------------

@@ -192,7 +192,8 @@ def test_allowed_tools_filter_what_the_model_sees(gateway: Gateway, scripted: Sc
     assert mcp_server.counts() == {}
 
 
-def test_server_down_and_tool_errors_are_clean_outputs(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
+def test_server_down_and_tool_errors_are_clean_outputs(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW += ["127.0.0.1:9"]
     down = {"type": "mcp", "server_label": "down", "server_url": "http://127.0.0.1:9/mcp", "require_approval": "never"}
     scripted.enqueue(MODEL, Reply(tool_calls=[call("lookup_order", {"order_id": "missing"}, "c1")]),
                      Reply(text="That order does not exist."))
@@ -213,8 +214,8 @@ def test_server_down_and_tool_errors_are_clean_outputs(gateway: Gateway, scripte
 
 
 def test_server_dying_mid_response_fails_the_call_not_the_response(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
-    settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]
     server = McpServerProcess(token="t")
+    settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{server.port}"]
     try:
         tools = [adhoc(server)]
         scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 1, "b": 1}, "c1")], delay=1.5),
@@ -231,7 +232,7 @@ def test_server_dying_mid_response_fails_the_call_not_the_response(gateway: Gate
 
 
 def test_adhoc_server_url_passes_the_egress_policy(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings) -> None:  # type: ignore[no-untyped-def]
-    settings.GATEWAY_EGRESS_ALLOW = []
+    settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = []
     with gateway.http() as http:
         for url in (mcp_server.url, "http://169.254.169.254/mcp", "http://[::ffff:127.0.0.1]:80/mcp",
                     "http://2130706433/mcp", "http://10.0.0.8/mcp"):
