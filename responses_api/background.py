@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from . import db, selectors
+from . import db, selectors, services
 from .engine import ResponseJob, ResponseRun
 from .eventlog import event_log
 from .gateway import DatabasePersistence, merge_registry_tools, serve_hosted_tools, served_hosted_tools, tool_runner
@@ -67,7 +67,14 @@ def _heartbeat(response_id: str) -> None:
 
 def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
     job = row.job or {}
-    req = parse_create_request(job["body"])
+    body = job["body"]
+    if job.get("mcp_credentials"):
+        from .protocol.mcp import restore_mcp_credentials
+        from .sealing import sealer
+
+        body = restore_mcp_credentials(
+            body, sealer().unseal(job["mcp_credentials"], tenant_id=row.tenant_id, purpose="mcp-credentials"))
+    req = parse_create_request(body)
     req.input_items = job["input_items"]
     route = route_get(req.model)
     from tool_registry.services import registry_tools_for
@@ -156,6 +163,7 @@ async def run_claimed(response_id: str) -> str:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
 
 
 async def _fail_with_event(response_id: str, error: GatewayError) -> None:
@@ -174,6 +182,7 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
         services.response_finish, tenant_id=row.tenant_id, response=response,
         input_items=(row.job or {}).get("input_items", []),
     )
+    await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
     if not stored:
         return  # it reached a terminal state meanwhile
     sequence = (logged[-1]["sequence_number"] + 1) if logged else 0
@@ -256,6 +265,9 @@ async def cancel_background(response_id: str, wait: float = 3.0) -> None:
 
 async def _log_cancelled(response_id: str) -> None:
     """The log's terminal event for a response cancelled outside its worker."""
+    from . import services
+
+    await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
     body = await db.run(selectors.response_retrieve, tenant_id=None, response_id=response_id)
     sequence = await event_log().last_sequence_number(response_id) + 1
     await event_log().append(response_id, {"type": "response.failed", "sequence_number": sequence, "response": body})

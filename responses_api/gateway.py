@@ -211,12 +211,20 @@ async def start_on_worker(principal: Principal, req: CreateRequest, body: dict[s
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
-    job = {
-        "body": {k: v for k, v in body.items() if k != "stream"},
+    from .protocol.mcp import split_mcp_credentials
+
+    job_body, credentials = split_mcp_credentials({k: v for k, v in body.items() if k != "stream"})
+    job: dict[str, Any] = {
+        "body": job_body,
         "input_items": req.input_items,
         # background: the worker announces in_progress; a relayed foreground stream already did.
         "opening": "in_progress" if req.background else "none",
     }
+    if credentials:
+        # MCP tokens never sit in the database in plain text; they are dropped when the run ends.
+        from .sealing import sealer
+
+        job["mcp_credentials"] = sealer().seal(credentials, tenant_id=principal.tenant_id, purpose="mcp-credentials")
     await db.run(
         services.response_begin, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
         response_id=response_id, created_at=datetime.fromtimestamp(now, dt_timezone.utc), model=req.model,

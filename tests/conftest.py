@@ -156,6 +156,7 @@ class CeleryWorker:
             "GATEWAY_HEARTBEAT_SECONDS": "0.5",
             "GATEWAY_REAPER_INTERVAL_SECONDS": "1",
             "GATEWAY_EGRESS_ALLOW": "127.0.0.1",
+            "GATEWAY_MCP_ADHOC_EGRESS_ALLOW": "127.0.0.1",  # the tests' own loopback MCP servers
             "GATEWAY_PYTHON_TOOL_MODULES": "tests.tool_registry.pytools",
             "GATEWAY_CACHE_SECONDS": "0",
             "LOG_LEVEL": "WARNING",

@@ -339,3 +339,31 @@ def pending_approvals(
             to_run.append((request, answer))
             done.add(request["id"])
     return to_run, unknown
+
+
+# The credentials a request's MCP tools carry, kept apart from a stored copy of the request.
+_CREDENTIAL_FIELDS = ("headers", "authorization")
+
+
+def split_mcp_credentials(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A copy of a create body without its MCP tools' `headers`/`authorization`, and those
+    (by tool index), so that a stored job can keep them sealed instead of in plain text."""
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return body, {}
+    credentials: dict[str, dict[str, Any]] = {}
+    stripped: list[Any] = []
+    for i, tool in enumerate(tools):
+        if isinstance(tool, dict) and tool.get("type") == "mcp" and any(k in tool for k in _CREDENTIAL_FIELDS):
+            credentials[str(i)] = {k: tool[k] for k in _CREDENTIAL_FIELDS if k in tool}
+            tool = {k: v for k, v in tool.items() if k not in _CREDENTIAL_FIELDS}
+        stripped.append(tool)
+    return ({**body, "tools": stripped}, credentials) if credentials else (body, {})
+
+
+def restore_mcp_credentials(body: dict[str, Any], credentials: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`split_mcp_credentials` undone."""
+    tools = list(body.get("tools") or [])
+    for index, fields in credentials.items():
+        tools[int(index)] = {**tools[int(index)], **fields}
+    return {**body, "tools": tools}
