@@ -111,6 +111,10 @@ class ApiApplication:
             return error_response(InvalidRequest("Invalid Host header.", param=None, code="invalid_host"))
         if request.rejected is not None:  # type: ignore[attr-defined]
             return error_response(request.rejected)  # type: ignore[attr-defined]
+        nul = _nul_parameter(request)
+        if nul is not None:
+            # No database stores NUL in text, and no id or filter of ours contains one.
+            return error_response(InvalidRequest(f"'{nul}' must not contain a NUL character.", param=nul))
         try:
             response = self.security.process_request(request) or self.common.process_request(request)
             if response is None:
@@ -165,6 +169,19 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             await close_pool()
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def _nul_parameter(request: HttpRequest) -> str | None:
+    """The path or query parameter holding a NUL character, if any."""
+    if "\x00" in request.path_info:
+        match = request.resolver_match
+        return next((name for name, value in match.kwargs.items() if "\x00" in str(value)), "path")
+    query = request.META.get("QUERY_STRING", "")
+    if "%00" in query or "\x00" in query:
+        for name, values in request.GET.lists():
+            if "\x00" in name or any("\x00" in value for value in values):
+                return name.replace("\x00", "")
+    return None
 
 
 def _too_large(limit: int) -> RequestTooLarge:

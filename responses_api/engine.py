@@ -46,6 +46,10 @@ class Persistence(Protocol):
 
     async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None: ...
 
+    async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
+        """Store a response that failed while being stored: its terminal state, no items."""
+        ...
+
 
 class ToolRunner(Protocol):
     def is_server_tool(self, name: str) -> bool: ...
@@ -238,7 +242,15 @@ class ResponseRun:
                 log.exception("response %s failed unexpectedly", self.job.response_id)
                 self.error = ServerError("The gateway failed while generating this response.")
                 terminal = self.builder.fail(self.error)
-            await self._persist()
+            try:
+                await self._persist()
+            except Exception:
+                # Whatever the store refused, the response still ends: failed, for the
+                # client and (with its output left out, the likeliest cause) in the row.
+                log.exception("response %s could not be stored", self.job.response_id)
+                self.error = ServerError("The gateway could not store this response.")
+                terminal = self.builder.fail(self.error)
+                await self._persist_failure()
             for event in terminal:
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
@@ -436,6 +448,15 @@ class ResponseRun:
         await self.persistence.finish(
             self.response, upstream=self._target.label if self._target else "", latency_ms=latency_ms
         )
+
+    async def _persist_failure(self) -> None:
+        try:
+            await self.persistence.finish_failed(
+                self.response, upstream=self._target.label if self._target else "",
+                latency_ms=int((time.monotonic() - self._started) * 1000),
+            )
+        except Exception:  # the database itself is down: the reaper ends the row later
+            log.exception("response %s: its failure could not be stored either", self.job.response_id)
 
     def request_cancel(self) -> None:
         """Stop soon: close the upstream request, stop running tools; the run ends `cancelled`."""

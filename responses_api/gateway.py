@@ -68,15 +68,23 @@ class DatabasePersistence:
             await db.run(services.response_insert, row=self.create_row, status="in_progress")
         self.create_row = None  # finish() updates the row from now on
 
-    async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
+    async def finish(
+        self, response: dict[str, Any], *, upstream: str, latency_ms: int,
+        input_items: list[dict[str, Any]] | None = None,
+    ) -> None:
         if not self.store:
             return
-        fields = dict(tenant_id=self.tenant_id, response=response, input_items=self.input_items,
+        input_items = self.input_items if input_items is None else input_items
+        fields = dict(tenant_id=self.tenant_id, response=response, input_items=input_items,
                       upstream=upstream, latency_ms=latency_ms, create_row=self.create_row)
         if db.native_async() and services.item_sequence_known():
             await db.fetch_one(*services.finish_statement(**fields))
         else:  # SQLite, or the first write of this process (it looks up the item sequence)
             await db.run(services.response_finish, **fields)
+
+
+    async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
+        await self.finish({**response, "output": []}, upstream=upstream, latency_ms=latency_ms, input_items=[])
 
 
 _tool_cache: dict[tuple[int, str, tuple[str, ...]], tuple[float, "list[ToolSpec]"]] = {}

@@ -19,6 +19,7 @@ from .eventlog import event_log
 from .gateway import WorkerStarted, principal_for, start_response
 from .history.views import list_responses
 from .models import ModelRoute
+from .protocol import jsonlimits
 from .protocol.errors import GatewayError, InvalidRequest, NotFound, ServerError
 from .protocol.events import output_from_events
 from .engine import ResponseRun
@@ -59,7 +60,9 @@ def api_endpoint(methods: dict[str, View]) -> Callable[..., Awaitable[HttpRespon
 
 def _json_body(request: HttpRequest) -> Any:
     try:
-        return json.loads(request.body or b"null")
+        return jsonlimits.loads(request.body or b"null")
+    except jsonlimits.JsonTooDeep as exc:
+        raise InvalidRequest(f"The request body {exc}; this gateway accepts at most {exc.limit}.") from None
     except ValueError as exc:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}.") from None
 

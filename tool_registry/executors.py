@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from responses_api.protocol import jsonlimits
+
 from .egress import EgressDenied, EgressPolicy, send_checked
 
 SIGNATURE_HEADER = "X-Gateway-Signature"
@@ -55,7 +57,7 @@ def _error(message: str) -> ToolResult:
 
 
 def _as_output(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = jsonlimits.storable_text(value) if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= MAX_OUTPUT_CHARS else text[:MAX_OUTPUT_CHARS] + "…[truncated]"
 
 
@@ -82,11 +84,12 @@ async def _run_http(spec: ToolSpec, arguments: dict[str, Any], policy: EgressPol
     except Exception as exc:  # any transport failure is the model's to hear about
         return _error(f"tool '{spec.name}' could not be reached: {type(exc).__name__}")
     if response.status_code >= 400:
-        return _error(f"tool '{spec.name}' answered HTTP {response.status_code}: {response.text[:500]}")
+        return _error(f"tool '{spec.name}' answered HTTP {response.status_code}: "
+                      f"{jsonlimits.storable_text(response.text[:500])}")
     content_type = response.headers.get("content-type", "")
     if "json" in content_type:
         try:
-            return ToolResult(_as_output(response.json()), ok=True)
+            return ToolResult(_as_output(jsonlimits.loads(response.content, max_depth=None)), ok=True)
         except ValueError:
             return _error(f"tool '{spec.name}' answered invalid JSON")
     return ToolResult(_as_output(response.text), ok=True)
@@ -123,7 +126,7 @@ async def execute(
     spec: ToolSpec, arguments: str, *, policy: EgressPolicy, allowed_modules: frozenset[str]
 ) -> ToolResult:
     try:
-        parsed = json.loads(arguments or "{}")
+        parsed = jsonlimits.loads(arguments or "{}")
     except ValueError:
         return _error(f"the arguments for '{spec.name}' are not valid JSON")
     if not isinstance(parsed, dict):

@@ -23,6 +23,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from responses_api.protocol import jsonlimits
 from responses_api.protocol.mcp import ApprovalPolicy, ToolFilter
 
 from .egress import EgressDenied, EgressPolicy, IPAddress, literal_address, parse_url, resolve_checked
@@ -151,8 +152,8 @@ async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[C
 
 def _tool_dict(tool: Any) -> dict[str, Any]:
     annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
-    return {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema,
-            "annotations": annotations}
+    return jsonlimits.storable({"name": tool.name, "description": tool.description,
+                                "input_schema": tool.input_schema, "annotations": annotations})
 
 
 async def list_tools(spec: McpServerSpec, policy: EgressPolicy) -> list[dict[str, Any]]:
@@ -182,13 +183,14 @@ def _content_text(block: Any) -> str:
 
 
 def _clip(text: str) -> str:
+    text = jsonlimits.storable_text(text)
     return text if len(text) <= MAX_OUTPUT_CHARS else text[:MAX_OUTPUT_CHARS] + "…[truncated]"
 
 
 async def call_tool(spec: McpServerSpec, policy: EgressPolicy, name: str, arguments: str) -> CallOutcome:
     """Run one call; every failure becomes the item's error, never an exception."""
     try:
-        parsed = json.loads(arguments or "{}")
+        parsed = jsonlimits.loads(arguments or "{}")
     except ValueError:
         parsed = None
     if not isinstance(parsed, dict):
@@ -208,7 +210,7 @@ async def call_tool(spec: McpServerSpec, policy: EgressPolicy, name: str, argume
                  (time.monotonic() - started) * 1000, failure.message)
         return CallOutcome(None, failure.error)
     if result.is_error:
-        content = [block.model_dump(by_alias=True, exclude_none=True) for block in result.content]
+        content = jsonlimits.storable([block.model_dump(by_alias=True, exclude_none=True) for block in result.content])
         return CallOutcome(None, {"type": "mcp_tool_execution_error", "content": content})
     if result.content:
         text = "\n".join(_content_text(b) for b in result.content)

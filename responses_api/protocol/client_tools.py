@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from . import jsonlimits
 from .ids import new_id
 
 # Built-in tools the client runs: the item type a call becomes, and the output item type.
@@ -148,7 +149,7 @@ def upstream_name(kind: str, name: str | None, namespace: str | None = None) -> 
 # -- calls from the model -> items ------------------------------------------------------
 def _arguments(raw: str) -> dict[str, Any]:
     try:
-        value = json.loads(raw) if raw else {}
+        value = jsonlimits.loads(raw) if raw else {}
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

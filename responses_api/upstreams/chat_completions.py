@@ -7,6 +7,7 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 
+from ..protocol import jsonlimits
 from ..protocol.chat import ChatOptions, ChunkDecoder, build_chat_request, completion_to_deltas
 from ..protocol.deltas import Delta
 from ..protocol.errors import (
@@ -29,7 +30,7 @@ def chat_options(options: dict[str, Any]) -> ChatOptions:
 
 def _upstream_message(response: aiohttp.ClientResponse, body: bytes) -> str:
     try:
-        data = json.loads(body)
+        data = jsonlimits.loads(body, max_depth=None)
         error = data.get("error") if isinstance(data, dict) else None
         if isinstance(error, dict) and error.get("message"):
             return str(error["message"])
@@ -94,7 +95,7 @@ class ChatCompletionCall:
                     done = True
                     break
                 try:
-                    chunk = json.loads(payload)
+                    chunk = jsonlimits.loads(payload, max_depth=None)
                 except ValueError:
                     raise UpstreamError(
                         f"Upstream '{self._target.label}' sent a malformed stream chunk.",
@@ -209,7 +210,7 @@ async def open_chat_completion(target: Target, request: UpstreamRequest) -> Chat
         raise
     response.release()
     try:
-        data = json.loads(raw)
+        data = jsonlimits.loads(raw, max_depth=None)
     except ValueError:
         raise UpstreamError(
             f"Upstream '{target.label}' answered with something that is not JSON.", code="upstream_malformed"
