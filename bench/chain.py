@@ -75,7 +75,8 @@ def build_chain(tenant_id: int, length: int, heads_at: set[int]) -> dict[int, st
 
 
 def in_process(db_url: str, lengths: list[int], repeats: int) -> dict:
-    os.environ.update({"DATABASE_URL": db_url, "SECRET_KEY": "bench", "DEBUG": "0", "LOG_LEVEL": "WARNING",
+    os.environ.update({"DATABASE_URL": db_url, "SECRET_KEY": c.BENCH_SECRET_KEY, "DEBUG": "0",
+                       "LOG_LEVEL": "WARNING",
                        "DJANGO_SETTINGS_MODULE": "project.settings"})
     os.environ.pop("REDIS_URL", None)
     os.environ.pop("GATEWAY_CONFIG", None)

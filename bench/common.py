@@ -52,6 +52,9 @@ if str(REPO) not in sys.path:
 # Upper bound on any server start, in seconds.
 START_TIMEOUT = 60.0
 
+# 50+ characters: production settings (DEBUG off) refuse a weaker key.
+BENCH_SECRET_KEY = "bench-only-secret-key-not-for-production-0123456789abcdefghij"
+
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -231,7 +234,7 @@ def _gateway_env(db_url: str, config: Path, extra: dict[str, str] | None = None)
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
     env.update({
         "DATABASE_URL": db_url,
-        "SECRET_KEY": "bench",
+        "SECRET_KEY": BENCH_SECRET_KEY,
         "DEBUG": "0",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "LOG_LEVEL": "WARNING",

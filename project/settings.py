@@ -23,6 +23,16 @@ _DEV_SECRET = "dev-insecure-secret-key-do-not-use-in-production-0123456789abcdef
 SECRET_KEY = env.str("SECRET_KEY", default=_DEV_SECRET if DEBUG else "")
 if not SECRET_KEY:
     raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+if not DEBUG and (
+    len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5 or SECRET_KEY == _DEV_SECRET
+    or SECRET_KEY.startswith("django-insecure-")
+):
+    # Sessions, signed values and (by default) the sealing of stored secrets rest on it: a
+    # weak production key is a startup error, not check --deploy's warning (security.W009).
+    raise ImproperlyConfigured(
+        "SECRET_KEY is too weak for DEBUG off: use 50+ random characters, e.g. "
+        "python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost", "127.0.0.1"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])

@@ -203,6 +203,31 @@ def test_production_settings_refuse_to_start_without_secret_key() -> None:
     assert "SECRET_KEY must be set" in proc.stderr
 
 
+@pytest.mark.parametrize("weak", [
+    "short-secret",
+    "dev-insecure-secret-key-do-not-use-in-production-0123456789abcdef",  # the DEBUG default
+    "django-insecure-" + "x1y2z3" * 10,
+    "ab" * 40,
+])
+def test_production_settings_refuse_to_start_with_a_weak_secret_key(weak: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in settings_env_names()}
+    env.update(DEBUG="false", ALLOWED_HOSTS="gateway.example.com", SECRET_KEY=weak)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT, env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode != 0
+    assert "SECRET_KEY is too weak" in proc.stderr
+    env["SECRET_KEY"] = secrets.token_urlsafe(50)
+    ok = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=ROOT, env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+
+
 def compose_env(**overrides: str) -> dict[str, str]:
     """The app services' environment as compose would give it, plus this process's PATH etc."""
     host_env = {

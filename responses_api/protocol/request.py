@@ -210,6 +210,38 @@ def _include(value: Any) -> list[str]:
     return list(dict.fromkeys(value))
 
 
+# Known fields the gateway accepts without acting on them: their shape is still checked, so
+# a wrong value is the client's 400 (as OpenAI answers it), not silently nothing.
+_SHAPES: dict[str, tuple[type, str]] = {
+    "prompt": (dict, "an object"),
+    "stream_options": (dict, "an object"),
+    "prompt_cache_options": (dict, "an object"),
+    "prompt_cache_retention": (str, "a string"),
+    "moderation": (dict, "an object"),
+    "context_management": (list, "an array"),
+}
+_NESTED_SHAPES: dict[tuple[str, str], tuple[type | tuple[type, ...], str]] = {
+    ("prompt", "id"): (str, "a string"),
+    ("prompt", "version"): (str, "a string"),
+    ("prompt", "variables"): (dict, "an object"),
+    ("stream_options", "include_obfuscation"): (bool, "a boolean"),
+}
+
+
+def _check_shapes(body: dict) -> None:
+    for name, (kind, what) in _SHAPES.items():
+        value = body.get(name)
+        if value is not None:
+            expect(value, kind, name, what)
+    for (outer, inner), (kind, what) in _NESTED_SHAPES.items():
+        value = (body.get(outer) or {}).get(inner)
+        if value is not None:
+            expect(value, kind, f"{outer}.{inner}", what)
+    prompt = body.get("prompt")
+    if prompt is not None and "id" not in prompt:
+        raise InvalidRequest("Missing required parameter: 'prompt.id'.", param="prompt.id")
+
+
 def parse_create_request(body: Any) -> CreateRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
@@ -225,6 +257,7 @@ def parse_create_request(body: Any) -> CreateRequest:
             "'previous_response_id'.",
             param="conversation",
         )
+    _check_shapes(body)
     model = body.get("model")
     if model is None or model == "":
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")

@@ -229,7 +229,25 @@ TOP_LEVEL_ERRORS: list[tuple[dict[str, Any], str | None]] = [
     (base(parallel_tool_calls="no"), "parallel_tool_calls"),
     (base(user=5), "user"),
     (base(safety_identifier="x" * 513), "safety_identifier"),
+    # Known fields the gateway does not act on are still type-checked.
+    (base(prompt=5), "prompt"),
+    (base(prompt={"version": "1"}), "prompt.id"),
+    (base(prompt={"id": 7}), "prompt.id"),
+    (base(prompt={"id": "pmpt_1", "variables": []}), "prompt.variables"),
+    (base(stream_options=5), "stream_options"),
+    (base(stream_options={"include_obfuscation": "no"}), "stream_options.include_obfuscation"),
+    (base(prompt_cache_options="24h"), "prompt_cache_options"),
+    (base(prompt_cache_retention=24), "prompt_cache_retention"),
+    (base(moderation=True), "moderation"),
+    (base(context_management={"type": "compaction"}), "context_management"),
 ]
+
+
+def test_known_unacted_fields_of_the_right_shape_are_accepted() -> None:
+    parse_create_request(base(prompt={"id": "pmpt_1", "version": None, "variables": {"a": "b"}},
+                              stream_options={"include_obfuscation": False}, prompt_cache_retention="24h",
+                              prompt_cache_options={"ttl": "24h"}, moderation=None,
+                              context_management=[{"type": "compaction", "compact_threshold": 1000}]))
 
 
 @pytest.mark.parametrize(("body", "param"), TOP_LEVEL_ERRORS,

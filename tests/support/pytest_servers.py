@@ -100,7 +100,7 @@ def pytest_load_initial_conftests(
 ) -> None:
     # Settings refuse to start without a SECRET_KEY when DEBUG is off; tests
     # get a throwaway one (never a production default).
-    os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production")
+    os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production-0123456789abcdefghij")
     state = _ServerState()
     early_config.stash[_STATE_KEY] = state
     ns = early_config.known_args_namespace
