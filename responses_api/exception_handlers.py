@@ -26,7 +26,9 @@ def error_response(error: GatewayError) -> HttpResponse:
         headers.setdefault("Retry-After", "1")
     if error.status in (400, 401, 403, 404, 409):
         headers.setdefault("x-should-retry", "false")
-    return json_response(error.body(), status=error.status, headers=headers)
+    response = json_response(error.body(), status=error.status, headers=headers)
+    response.log_fields = {"error_code": error.code, "error_param": error.param}  # type: ignore[attr-defined]
+    return response
 
 
 def drf_exception_handler(exc: Exception, context: dict) -> HttpResponse | None:

@@ -31,17 +31,18 @@ class RequestIdMiddleware:
     def _after(self, request, response, started: float):  # type: ignore[no-untyped-def]
         response["x-request-id"] = request.request_id
         if request.path.startswith("/v1/"):
-            log.info(
-                "request",
-                extra={
-                    "request_id": request.request_id,
-                    "method": request.method,
-                    "path": request.path,
-                    "status": response.status_code,
-                    "latency_ms": round((time.monotonic() - started) * 1000, 2),
-                    **request.log_extra,
-                },
-            )
+            match = getattr(request, "resolver_match", None)
+            if match is not None and "response_id" in match.kwargs:
+                request.log_extra.setdefault("response_id", match.kwargs["response_id"])
+            fields = getattr(response, "log_fields", None)
+            if fields:
+                request.log_extra.update(fields)
+            if response.streaming and response.is_async:
+                # A stream's line is written when it ends: by then its events have told
+                # the request's log fields the response id, final status and tokens.
+                response.streaming_content = _log_at_end(response.streaming_content, request, response, started)
+            else:
+                _access_line(request, response, started)
         return response
 
     def __call__(self, request):  # type: ignore[no-untyped-def]
@@ -54,3 +55,34 @@ class RequestIdMiddleware:
         started = self._before(request)
         response = await self.get_response(request)
         return self._after(request, response, started)
+
+
+def _access_line(request, response, started: float, **more) -> None:  # type: ignore[no-untyped-def]
+    log.info(
+        "request",
+        extra={
+            "request_id": request.request_id,
+            "method": request.method,
+            "path": request.path,
+            "status": response.status_code,
+            "latency_ms": round((time.monotonic() - started) * 1000, 2),
+            **request.log_extra,
+            **more,
+        },
+    )
+
+
+async def _log_at_end(content, request, response, started: float):  # type: ignore[no-untyped-def]
+    first_byte: float | None = None
+    ended = False
+    try:
+        async for chunk in content:
+            if first_byte is None:
+                first_byte = time.monotonic()
+            yield chunk
+        ended = True
+    finally:
+        more = {"first_byte_ms": round((first_byte - started) * 1000, 2) if first_byte else None}
+        if not ended:
+            more["stream_end"] = "client_disconnected"
+        _access_line(request, response, started, **more)

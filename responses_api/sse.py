@@ -76,7 +76,41 @@ async def with_keepalive(source: AsyncIterator[T], interval: float) -> AsyncIter
             await producer
 
 
-async def sse_body(events: AsyncIterator[Event], keepalive: float) -> AsyncIterator[bytes]:
+# The events that tell the access log about the response: its id, its end, its error.
+_NOTED = frozenset({"response.created", "response.queued", "response.in_progress", "response.completed",
+                    "response.failed", "response.incomplete", "error"})
+
+
+def note_response(extra: dict[str, Any], response: dict[str, Any]) -> None:
+    """Access-log fields of a response object (the final one, or what is known so far)."""
+    extra["response_id"] = response.get("id")
+    extra["response_status"] = response.get("status")
+    usage = response.get("usage")
+    if usage:
+        extra["input_tokens"] = usage.get("input_tokens")
+        extra["output_tokens"] = usage.get("output_tokens")
+    error = response.get("error")
+    if error:
+        extra.setdefault("error_code", error.get("code"))
+
+
+def note_event(extra: dict[str, Any], event: Event) -> None:
+    if event["type"] == "error":
+        extra["error_code"] = event.get("code")
+        extra["error_param"] = event.get("param")
+    else:
+        note_response(extra, event["response"])
+
+
+async def sse_body(
+    events: AsyncIterator[Event], keepalive: float, log_extra: dict[str, Any] | None = None,
+) -> AsyncIterator[bytes]:
+    """`log_extra`: the request's access-log fields, filled in from the events as they pass."""
     async for event in with_keepalive(events, keepalive):
-        yield KEEPALIVE if event is None else encode_event(event)
+        if event is None:
+            yield KEEPALIVE
+            continue
+        if log_extra is not None and event["type"] in _NOTED:
+            note_event(log_extra, event)
+        yield encode_event(event)
     yield DONE

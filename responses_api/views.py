@@ -24,7 +24,7 @@ from .protocol.errors import GatewayError, InvalidRequest, NotFound, ServerError
 from .protocol.events import output_from_events
 from .engine import ResponseRun
 from .protocol.request import CreateRequest, parse_create_request
-from .sse import sse_body
+from .sse import note_response, sse_body
 
 log = logging.getLogger("gateway.views")
 
@@ -67,9 +67,10 @@ def _json_body(request: HttpRequest) -> Any:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}.") from None
 
 
-def _sse_response(events) -> StreamingHttpResponse:  # type: ignore[no-untyped-def]
+def _sse_response(request: HttpRequest, events) -> StreamingHttpResponse:  # type: ignore[no-untyped-def]
     response = StreamingHttpResponse(
-        sse_body(events, settings.GATEWAY_SSE_KEEPALIVE_SECONDS), content_type="text/event-stream"
+        sse_body(events, settings.GATEWAY_SSE_KEEPALIVE_SECONDS, request.log_extra),  # type: ignore[attr-defined]
+        content_type="text/event-stream",
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
@@ -90,20 +91,17 @@ async def create_response(request: HttpRequest, principal: Principal) -> HttpRes
 async def _answer(request: HttpRequest, req: CreateRequest, started: ResponseRun | WorkerStarted) -> HttpResponse:
     if isinstance(started, WorkerStarted):
         if req.stream:  # relay the worker's events live; the work survives a disconnect
-            return _sse_response(event_log().read(started.response_id))
+            return _sse_response(request, event_log().read(started.response_id))
+        note_response(request.log_extra, started.response)  # type: ignore[attr-defined]
         return json_response(started.response)
     run = started
     await run.connect()  # every target failed: a clean HTTP error, nothing streamed
     if req.stream:
-        return _sse_response(run.events())
+        return _sse_response(request, run.events())
     result = await run.run_to_end()
+    note_response(request.log_extra, result)  # type: ignore[attr-defined]
     if run.error is not None:
         raise run.error
-    usage = result.get("usage") or {}
-    request.log_extra.update(  # type: ignore[attr-defined]
-        response_id=result["id"], response_status=result["status"],
-        input_tokens=usage.get("input_tokens"), output_tokens=usage.get("output_tokens"),
-    )
     return json_response(result)
 
 
@@ -129,7 +127,7 @@ async def retrieve_response(request: HttpRequest, principal: Principal, response
             raise InvalidRequest("'starting_after' must be an integer.", param="starting_after") from None
         if await event_log().last_sequence_number(response_id) < 0:
             raise NotFound("The event log of this response has expired.", param="stream", code="event_log_expired")
-        return _sse_response(event_log().read(response_id, after))
+        return _sse_response(request, event_log().read(response_id, after))
     return json_response(await _current(principal, response_id))
 
 

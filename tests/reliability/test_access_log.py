@@ -1,0 +1,101 @@
+"""Every /v1/responses access-log line says which response, how it ended, and why it failed."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterator
+
+import pytest
+
+from tests.conftest import MODEL, Gateway
+from tests.support.upstream import Reply, ScriptedUpstream
+
+pytestmark = pytest.mark.embedded
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def for_request(self, request_id: str, timeout: float = 5.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [vars(r) for r in self.records if getattr(r, "request_id", None) == request_id]
+            if found:
+                return found
+            time.sleep(0.02)
+        return []
+
+
+@pytest.fixture
+def access_log() -> Iterator[Lines]:
+    handler = Lines()
+    logger = logging.getLogger("gateway.access")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_a_400_line_names_the_error_code_and_param(gateway: Gateway, access_log: Lines) -> None:
+    resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "hi", "stream_options": 5})
+    assert resp.status_code == 400
+    (line,) = access_log.for_request(resp.headers["x-request-id"])
+    assert (line["status"], line["error_code"], line["error_param"]) == (400, resp.json()["error"]["code"], "stream_options")
+
+
+def test_a_stored_create_line_has_the_response_and_its_tokens(gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines) -> None:
+    scripted.enqueue(MODEL, Reply(text="hello there"))
+    resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "hi"})
+    body = resp.json()
+    (line,) = access_log.for_request(resp.headers["x-request-id"])
+    assert line["response_id"] == body["id"] and line["response_status"] == "completed"
+    assert line["model"] == MODEL
+    assert (line["input_tokens"], line["output_tokens"]) == (body["usage"]["input_tokens"], body["usage"]["output_tokens"])
+    assert line["latency_ms"] > 0
+
+
+def test_a_streamed_line_is_written_at_the_end_with_the_final_state(gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines) -> None:
+    scripted.enqueue(MODEL, Reply(text="a slow answer", chunk_chars=2, interval=0.05))
+    with gateway.http().stream("POST", "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}) as resp:
+        request_id = resp.headers["x-request-id"]
+        lines = resp.iter_lines()
+        assert next(lines).startswith("event: response.created")
+        early = access_log.for_request(request_id, timeout=0.2)
+        assert early == [], {k: v for k, v in early[0].items() if k in ("response_status", "latency_ms", "first_byte_ms", "stream_end")}
+        raw = "\n".join(lines)
+    (line,) = access_log.for_request(request_id)
+    assert "stream_end" not in line
+    assert line["response_status"] == "completed" and line["response_id"].startswith("resp_")
+    assert line["response_id"] in raw
+    assert line["output_tokens"] > 0 and line["input_tokens"] > 0
+    assert 0 < line["first_byte_ms"] < line["latency_ms"]
+    assert line["latency_ms"] >= 250  # the whole stream, not the time to its headers
+
+
+def test_a_stream_that_fails_logs_the_error(gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines) -> None:
+    scripted.enqueue(MODEL, Reply(text="partial answer", disconnect_after=3))
+    with gateway.http().stream("POST", "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}) as resp:
+        request_id = resp.headers["x-request-id"]
+        raw = "".join(resp.iter_text())
+    assert "response.failed" in raw
+    (line,) = access_log.for_request(request_id)
+    assert line["status"] == 200 and line["response_status"] == "failed"
+    assert line["error_code"] and line["error_code"] in raw
+
+
+def test_reads_of_a_response_name_it(gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines) -> None:
+    scripted.enqueue(MODEL, Reply(text="x"))
+    created = gateway.openai().responses.create(model=MODEL, input="hi")
+    resp = gateway.http().get(f"/v1/responses/{created.id}")
+    (line,) = access_log.for_request(resp.headers["x-request-id"])
+    assert line["response_id"] == created.id
+    missing = gateway.http().get("/v1/responses/resp_missing")
+    (line,) = access_log.for_request(missing.headers["x-request-id"])
+    assert (line["status"], line["response_id"], line["error_param"]) == (404, "resp_missing", missing.json()["error"]["param"])
