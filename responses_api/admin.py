@@ -211,8 +211,8 @@ class ProviderForm(forms.ModelForm):
 
     class Meta:
         model = Provider
-        fields = ("name", "kind", "base_url", "api_key_env", "timeout", "connect_timeout", "options",
-                  "headers", "enabled")
+        fields = ("name", "kind", "base_url", "api_key_env", "connect_timeout", "first_byte_timeout",
+                  "idle_timeout", "timeout", "options", "headers", "enabled")
 
 
 @admin.register(Provider)
@@ -225,7 +225,8 @@ class ProviderAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "kind", "base_url", "enabled")}),
         ("Credentials", {"fields": ("api_key_env", "new_api_key", "clear_api_key")}),
-        ("Connection", {"fields": ("timeout", "connect_timeout", "options", "headers")}),
+        ("Connection", {"fields": ("connect_timeout", "first_byte_timeout", "idle_timeout", "timeout",
+                                   "options", "headers")}),
     )
 
     @admin.display(description="Key")

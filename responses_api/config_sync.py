@@ -52,6 +52,8 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
             "api_key_env": entry.get("api_key_env", ""),
             "timeout": float(entry.get("timeout", 120.0)),
             "connect_timeout": float(entry.get("connect_timeout", 5.0)),
+            "first_byte_timeout": float(entry.get("first_byte_timeout", 60.0)),
+            "idle_timeout": float(entry.get("idle_timeout", 30.0)),
             "options": entry.get("options") or {},
             "headers": entry.get("headers") or {},
             "enabled": bool(entry.get("enabled", True)),

@@ -86,8 +86,16 @@ class Provider(models.Model):
     api_key_encrypted = models.TextField(
         blank=True, editable=False, help_text="The key, encrypted with GATEWAY_ENCRYPTION_KEY."
     )
-    timeout = models.FloatField(default=120.0, help_text="Seconds to wait for the upstream.")
-    connect_timeout = models.FloatField(default=5.0)
+    timeout = models.FloatField(
+        default=120.0, help_text="Seconds a whole answer may take when it is not streamed from the upstream."
+    )
+    connect_timeout = models.FloatField(default=5.0, help_text="Seconds to open a connection.")
+    first_byte_timeout = models.FloatField(
+        default=60.0, help_text="Streamed answers: seconds from the request to the upstream's first chunk.",
+    )
+    idle_timeout = models.FloatField(
+        default=30.0, help_text="Streamed answers: the longest silence between two chunks, in seconds.",
+    )
     options = models.JSONField(
         default=dict, blank=True,
         help_text='Upstream quirks, e.g. {"max_tokens_param": "max_completion_tokens"}.',

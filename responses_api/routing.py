@@ -25,8 +25,10 @@ class ProviderConfig:
     kind: str
     base_url: str
     api_key: str | None
-    timeout: float
+    timeout: float  # a whole non-streamed answer
     connect_timeout: float
+    first_byte_timeout: float = 60.0  # streamed: request -> first chunk
+    idle_timeout: float = 30.0  # streamed: between chunks
     options: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -97,6 +99,8 @@ def provider_config(provider: Provider) -> ProviderConfig:
         api_key=provider_secret(provider),
         timeout=provider.timeout,
         connect_timeout=provider.connect_timeout,
+        first_byte_timeout=provider.first_byte_timeout,
+        idle_timeout=provider.idle_timeout,
         options=dict(provider.options or {}),
         headers=dict(provider.headers or {}),
     )

@@ -77,3 +77,14 @@ def test_a_route_serves_hosted_tools_as_configured() -> None:
         with pytest.raises(ConfigError, match="hosted_tools"):
             sync_config(wrong)
     assert ModelRoute.objects.get(name="small").hosted_tools == {"web_search": "corp_search"}  # rolled back
+
+
+def test_provider_timeouts_come_from_the_file_with_documented_defaults() -> None:
+    sync_config({"providers": [
+        {"name": "slow", "base_url": "http://slow:8000/v1", "connect_timeout": 2, "first_byte_timeout": 300,
+         "idle_timeout": 45, "timeout": 600},
+        {"name": "plain", "base_url": "http://plain:8000/v1"},
+    ]})
+    slow, plain = Provider.objects.get(name="slow"), Provider.objects.get(name="plain")
+    assert (slow.connect_timeout, slow.first_byte_timeout, slow.idle_timeout, slow.timeout) == (2, 300, 45, 600)
+    assert (plain.connect_timeout, plain.first_byte_timeout, plain.idle_timeout, plain.timeout) == (5, 60, 30, 120)

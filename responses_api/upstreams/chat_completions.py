@@ -72,11 +72,58 @@ def transport_error(target: Target, exc: Exception) -> GatewayError:
     )
 
 
+class StallGuard:
+    """Ends a stream whose upstream falls silent: no first chunk by `first_deadline`, or
+    `idle` seconds without one after that. One timer per stream, re-armed only when it
+    fires (a chunk just notes the time), so relaying a chunk costs no timer work."""
+
+    def __init__(self, response: aiohttp.ClientResponse, first_deadline: float, idle: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._response = response
+        self._idle = idle
+        self.last_chunk: float | None = None
+        self.stalled: str | None = None  # "first_byte" or "idle" once it fired
+        self._timer = self._loop.call_at(first_deadline, self._check)
+
+    def chunk(self) -> None:
+        now = self._loop.time()
+        if self.last_chunk is None:  # the first chunk: from now on the idle limit applies
+            self._timer.cancel()
+            self._timer = self._loop.call_at(now + self._idle, self._check)
+        self.last_chunk = now
+
+    def _check(self) -> None:
+        if self.last_chunk is None:
+            self.stalled = "first_byte"
+        else:
+            due = self.last_chunk + self._idle
+            if due > self._loop.time():
+                self._timer = self._loop.call_at(due, self._check)
+                return
+            self.stalled = "idle"
+        self._response.close()  # the pending read ends; the reader reports the timeout
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def error(self, target: Target) -> UpstreamTimeout:
+        provider = target.provider
+        if self.stalled == "first_byte":
+            return UpstreamTimeout(f"Upstream '{target.label}' sent nothing within "
+                                   f"{provider.first_byte_timeout:g} s (first_byte_timeout).")
+        return UpstreamTimeout(f"Upstream '{target.label}' fell silent for {provider.idle_timeout:g} s "
+                               f"mid-stream (idle_timeout).")
+
+
 class ChatCompletionCall:
-    def __init__(self, target: Target, response: aiohttp.ClientResponse | None, deltas: list[Delta] | None):
+    def __init__(
+        self, target: Target, response: aiohttp.ClientResponse | None, deltas: list[Delta] | None,
+        guard: StallGuard | None = None,
+    ):
         self._target = target
         self._response = response  # streaming: open response whose body is still to read
         self._ready = deltas  # non-streaming: the whole answer, already decoded
+        self._guard = guard
 
     async def deltas(self) -> AsyncIterator[Delta]:
         if self._ready is not None:
@@ -86,8 +133,9 @@ class ChatCompletionCall:
         assert self._response is not None
         decoder = ChunkDecoder()
         done = False
+        guard = self._guard
         try:
-            async for line in _lines(self._response):
+            async for line in _lines(self._response, guard):
                 if not line.startswith("data:"):
                     continue  # comments, event names, blank lines
                 payload = line[5:].strip()
@@ -104,11 +152,19 @@ class ChatCompletionCall:
                 for delta in decoder.feed(chunk):
                     yield delta
             if done:
+                if guard is not None:
+                    guard.cancel()
                 await _drain(self._response)
         except TRANSPORT_ERRORS as exc:
+            if guard is not None and guard.stalled:
+                raise guard.error(self._target) from None
             raise transport_error(self._target, exc) from exc
         finally:
+            if guard is not None:
+                guard.cancel()
             self._response.release()
+        if guard is not None and guard.stalled:
+            raise guard.error(self._target)
         if not done and decoder.finish is None:
             raise UpstreamError(
                 f"Upstream '{self._target.label}' ended the stream before finishing.",
@@ -152,10 +208,12 @@ async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
         yield chunk
 
 
-async def _lines(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
+async def _lines(response: aiohttp.ClientResponse, guard: StallGuard | None = None) -> AsyncIterator[str]:
     """The body's lines as they arrive (SSE), whatever their length."""
     pending = b""
     async for chunk in _chunks(response.content):
+        if guard is not None:
+            guard.chunk()
         lines = (pending + chunk).split(b"\n")
         pending = lines.pop()
         for line in lines:
@@ -175,33 +233,36 @@ async def open_chat_completion(target: Target, request: UpstreamRequest) -> Chat
     if provider.api_key:
         headers["authorization"] = f"Bearer {provider.api_key}"
     session = get_session()
+    # Streamed: the response headers and then the first chunk within first_byte_timeout, then
+    # chunks at most idle_timeout apart (StallGuard). Not streamed: the whole answer within
+    # `timeout`. aiohttp's per-read limit only backs these up.
+    wait = max(provider.first_byte_timeout, provider.idle_timeout) if request.stream else provider.timeout
+    first_byte = provider.first_byte_timeout if request.stream else provider.timeout
     timeout = aiohttp.ClientTimeout(
-        total=None, connect=provider.timeout, sock_connect=provider.connect_timeout, sock_read=provider.timeout
+        total=None, connect=first_byte, sock_connect=provider.connect_timeout, sock_read=wait
     )
     url = f"{provider.base_url}/chat/completions"
     payload = json.dumps(body).encode()
     proxy = proxy_for(provider.base_url)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + first_byte
     try:
-        try:
-            response = await session.post(url, data=payload, headers=headers, timeout=timeout,
-                                          proxy=proxy, allow_redirects=False)
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-            if isinstance(exc, aiohttp.ClientConnectorError):
-                raise  # not a pooled connection: no new connection to try
-            # A pooled keep-alive connection the server had already closed or reset
-            # (llama.cpp's server closes after a stream; uvicorn-based servers such as
-            # vLLM after 5 s idle): it never saw the request, so sending it once more
-            # on a fresh connection is safe.
-            response = await session.post(url, data=payload, headers=headers, timeout=timeout,
-                                          proxy=proxy, allow_redirects=False)
+        async with asyncio.timeout_at(deadline):
+            response = await _post(session, url, payload, headers, timeout, proxy)
+    except TimeoutError:
+        raise _first_byte_timeout(target, first_byte, request.stream) from None
     except TRANSPORT_ERRORS as exc:
         raise transport_error(target, exc) from exc
     try:
         if response.status != 200:
             raise error_for_status(target, response, await response.read())
         if request.stream:
-            return ChatCompletionCall(target, response, None)
-        raw = await response.read()
+            return ChatCompletionCall(target, response, None, StallGuard(response, deadline, provider.idle_timeout))
+        async with asyncio.timeout_at(deadline):
+            raw = await response.read()
+    except TimeoutError:
+        response.close()
+        raise _first_byte_timeout(target, first_byte, request.stream) from None
     except TRANSPORT_ERRORS as exc:
         response.close()
         raise transport_error(target, exc) from exc
@@ -216,3 +277,26 @@ async def open_chat_completion(target: Target, request: UpstreamRequest) -> Chat
             f"Upstream '{target.label}' answered with something that is not JSON.", code="upstream_malformed"
         ) from None
     return ChatCompletionCall(target, None, completion_to_deltas(data))
+
+
+def _first_byte_timeout(target: Target, seconds: float, stream: bool) -> UpstreamTimeout:
+    limit = "first_byte_timeout" if stream else "timeout"
+    return UpstreamTimeout(f"Upstream '{target.label}' did not answer within {seconds:g} s ({limit}).")
+
+
+async def _post(
+    session: aiohttp.ClientSession, url: str, payload: bytes, headers: dict[str, str],
+    timeout: aiohttp.ClientTimeout, proxy: str | None,
+) -> aiohttp.ClientResponse:
+    try:
+        return await session.post(url, data=payload, headers=headers, timeout=timeout,
+                                  proxy=proxy, allow_redirects=False)
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        if isinstance(exc, aiohttp.ClientConnectorError):
+            raise  # not a pooled connection: no new connection to try
+        # A pooled keep-alive connection the server had already closed or reset
+        # (llama.cpp's server closes after a stream; uvicorn-based servers such as
+        # vLLM after 5 s idle): it never saw the request, so sending it once more
+        # on a fresh connection is safe.
+        return await session.post(url, data=payload, headers=headers, timeout=timeout,
+                                  proxy=proxy, allow_redirects=False)

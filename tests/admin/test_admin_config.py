@@ -68,7 +68,7 @@ def test_revoke_action(admin_client) -> None:  # type: ignore[no-untyped-def]
 def test_provider_key_is_stored_encrypted_and_never_shown(admin_client) -> None:  # type: ignore[no-untyped-def]
     reply = admin_client.post(reverse("admin:responses_api_provider_add"), {
         "name": "openai", "kind": "chat_completions", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "",
-        "new_api_key": "sk-upstream-very-secret", "timeout": 60, "connect_timeout": 5, "options": "{}",
+        "new_api_key": "sk-upstream-very-secret", "timeout": 60, "connect_timeout": 5, "first_byte_timeout": 60, "idle_timeout": 30, "options": "{}",
         "headers": "{}", "enabled": "on",
     })
     assert reply.status_code == 302, reply.content[:2000]

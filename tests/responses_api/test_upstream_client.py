@@ -39,12 +39,15 @@ async def _read_request(reader: asyncio.StreamReader) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _upstream(serve: Handler, *, stream: bool) -> AsyncIterator[tuple[Target, UpstreamRequest]]:
+async def _upstream(
+    serve: Handler, *, stream: bool, **timeouts: float,
+) -> AsyncIterator[tuple[Target, UpstreamRequest]]:
     """A raw HTTP server on loopback, a target pointing at it and a request to send it."""
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
+    limits = {"timeout": 5.0, "connect_timeout": 5.0, **timeouts}
     target = Target(ProviderConfig(name="p", kind="chat_completions", base_url=f"http://127.0.0.1:{port}/v1",
-                                   api_key=None, timeout=5, connect_timeout=5), "m", 1)
+                                   api_key=None, **limits), "m", 1)
     request = UpstreamRequest(
         request=parse_create_request({"model": "m", "input": "hi", "stream": stream}),
         items=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
