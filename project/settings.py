@@ -88,11 +88,17 @@ _db = DATABASES["default"]
 if _db["ENGINE"] == "django.db.backends.postgresql":
     # psycopg 3's pool: connections are reused across requests without
     # CONN_MAX_AGE (which must stay 0 with a pool).
+    # During an outage a request waits at most DB_POOL_TIMEOUT for a connection, then gets a
+    # 503 (responses_api/outages.py). A pool that cannot reconnect gives up after
+    # DB_RECONNECT_TIMEOUT and the next request starts a fresh attempt, so the pool's
+    # doubling backoff never leaves a recovered database unused for long.
     _db.setdefault("OPTIONS", {})["pool"] = {
         "min_size": env.int("DB_POOL_MIN_SIZE", default=2),
         "max_size": env.int("DB_POOL_MAX_SIZE", default=20),
-        "timeout": env.float("DB_POOL_TIMEOUT", default=10.0),
+        "timeout": env.float("DB_POOL_TIMEOUT", default=5.0),
+        "reconnect_timeout": env.float("DB_RECONNECT_TIMEOUT", default=5.0),
     }
+    _db["OPTIONS"].setdefault("connect_timeout", env.int("DB_CONNECT_TIMEOUT", default=3))
     _db["CONN_MAX_AGE"] = 0
     _db["CONN_HEALTH_CHECKS"] = False
 elif _db["ENGINE"] == "django.db.backends.sqlite3":
@@ -218,6 +224,8 @@ GATEWAY_HEARTBEAT_SECONDS = env.float("GATEWAY_HEARTBEAT_SECONDS", default=5.0)
 GATEWAY_REAPER_INTERVAL_SECONDS = env.float("GATEWAY_REAPER_INTERVAL_SECONDS", default=30.0)
 # A foreground (web-served) response still open after this long lost its process: the reaper fails it.
 GATEWAY_FOREGROUND_MAX_SECONDS = env.int("GATEWAY_FOREGROUND_MAX_SECONDS", default=3600)
+# A background response no worker has started after this long lost its task: the reaper fails it.
+GATEWAY_QUEUED_MAX_SECONDS = env.float("GATEWAY_QUEUED_MAX_SECONDS", default=3600.0)
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-responses": {
         "task": "responses_api.reap_stale_responses",

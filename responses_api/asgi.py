@@ -30,6 +30,7 @@ from django.urls import Resolver404, get_resolver, set_script_prefix
 
 from .exception_handlers import error_response
 from .middleware import RequestIdMiddleware
+from .outages import unavailable
 from .protocol.errors import GatewayError, InvalidRequest, RequestTooLarge, ServerError
 
 log = logging.getLogger("gateway.asgi")
@@ -123,7 +124,10 @@ class ApiApplication:
             response = self.security.process_response(request, response)
             response = self.common.process_response(request, response)
             return self.xframe.process_response(request, response)
-        except Exception:
+        except Exception as exc:
+            outage = unavailable(exc)
+            if outage is not None:
+                return error_response(outage)
             log.exception("unhandled error", extra={"request_id": getattr(request, "request_id", None)})
             return error_response(ServerError("The gateway failed to handle this request."))
 

@@ -229,10 +229,25 @@ def _reap_abandoned_foreground() -> int:
     )
 
 
+def _stuck_queued_ids() -> list[str]:
+    """Background responses no worker took within GATEWAY_QUEUED_MAX_SECONDS: their task was
+    lost (a broker restarted without persistence) or never sent."""
+    cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_QUEUED_MAX_SECONDS)
+    return list(
+        Response.objects.filter(status="queued", on_worker=True, heartbeat_at__isnull=True, created_at__lt=cutoff)
+        .values_list("id", flat=True)[:500]
+    )
+
+
 async def reap_stale() -> int:
     reaped = await db.run(_reap_abandoned_foreground)
     for response_id in await db.run(_stale_ids):
         reaped += await reap_one(response_id)
+    for response_id in await db.run(_stuck_queued_ids):
+        await _fail_with_event(response_id, ServerError(
+            f"No worker started this response within {settings.GATEWAY_QUEUED_MAX_SECONDS:g} s; "
+            "it was not run.", code="queue_timeout"))
+        reaped += 1
     return reaped
 
 

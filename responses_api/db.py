@@ -57,7 +57,8 @@ async def _pool() -> Any:
         sizing = settings.DATABASES["default"].get("OPTIONS", {}).get("pool") or {}
         pool = AsyncConnectionPool(
             kwargs={**params, "autocommit": True}, min_size=1, max_size=sizing.get("max_size", 20),
-            timeout=sizing.get("timeout", 10.0), open=False, name="gateway-async",
+            timeout=sizing.get("timeout", 5.0), reconnect_timeout=sizing.get("reconnect_timeout", 5.0),
+            open=False, name="gateway-async",
         )
         _pools[loop] = pool
         await pool.open()

@@ -77,6 +77,10 @@ class McpRunner(Protocol):
         ...
 
 
+# Pending retries of storing a failure: the loop holds tasks only weakly.
+_retries: set[asyncio.Task] = set()
+
+
 def _reasoning_sealer(tenant_id: int) -> Callable[[str], str]:
     """Reasoning text -> `encrypted_content` only this gateway can open, for this tenant."""
     from .sealing import sealer
@@ -244,6 +248,13 @@ class ResponseRun:
                 terminal = self.builder.fail(self.error)
             try:
                 await self._persist()
+            except GatewayError as exc:  # the store is unreachable (an outage)
+                self.error = exc
+                terminal = self.builder.fail(exc)
+                # Store the failure once the database is back, so the row does not stay open.
+                task = asyncio.ensure_future(self._persist_failure_when_back())
+                _retries.add(task)
+                task.add_done_callback(_retries.discard)
             except Exception:
                 # Whatever the store refused, the response still ends: failed, for the
                 # client and (with its output left out, the likeliest cause) in the row.
@@ -448,6 +459,20 @@ class ResponseRun:
         await self.persistence.finish(
             self.response, upstream=self._target.label if self._target else "", latency_ms=latency_ms
         )
+
+    async def _persist_failure_when_back(self, attempts: int = 8) -> None:
+        delay = 0.5
+        for _ in range(attempts):  # about a minute in all; after that the reaper ends the row
+            await asyncio.sleep(delay)
+            try:
+                await self.persistence.finish_failed(
+                    self.response, upstream=self._target.label if self._target else "",
+                    latency_ms=int((time.monotonic() - self._started) * 1000),
+                )
+                return
+            except Exception:
+                delay = min(delay * 2, 15.0)
+        log.warning("response %s: its failure could not be stored; the reaper will end it", self.job.response_id)
 
     async def _persist_failure(self) -> None:
         try:

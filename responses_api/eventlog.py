@@ -110,7 +110,17 @@ class RedisEventLog(EventLog):
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = redis.Redis.from_url(self.url, decode_responses=False)
+            from redis.asyncio.retry import Retry
+            from redis.backoff import ExponentialWithJitterBackoff
+
+            client = redis.Redis.from_url(
+                self.url, decode_responses=False,
+                # Redis gone: fail within seconds (a 503), not after the default backoff; a
+                # connection that died while idle (Redis restarted) is replaced by a retry.
+                socket_connect_timeout=2.0, socket_timeout=15.0,  # > the 5 s XREAD block
+                retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=3),
+                health_check_interval=30,
+            )
             self._clients[loop] = client
         return client
 

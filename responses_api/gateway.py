@@ -13,6 +13,7 @@ from django.conf import settings
 from . import db, services
 from .auth import Principal, authenticate_key, cached_principal
 from .engine import ResponseJob, ResponseRun
+from .outages import unavailable
 from .protocol.errors import InvalidRequest, NotFound
 from .protocol.events import EventBuilder
 from .protocol.ids import new_id
@@ -77,10 +78,16 @@ class DatabasePersistence:
         input_items = self.input_items if input_items is None else input_items
         fields = dict(tenant_id=self.tenant_id, response=response, input_items=input_items,
                       upstream=upstream, latency_ms=latency_ms, create_row=self.create_row)
-        if db.native_async() and services.item_sequence_known():
-            await db.fetch_one(*services.finish_statement(**fields))
-        else:  # SQLite, or the first write of this process (it looks up the item sequence)
-            await db.run(services.response_finish, **fields)
+        try:
+            if db.native_async() and services.item_sequence_known():
+                await db.fetch_one(*services.finish_statement(**fields))
+            else:  # SQLite, or the first write of this process (it looks up the item sequence)
+                await db.run(services.response_finish, **fields)
+        except Exception as exc:
+            outage = unavailable(exc)
+            if outage is not None:
+                raise outage from exc
+            raise
 
 
     async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
@@ -244,9 +251,21 @@ async def start_on_worker(principal: Principal, req: CreateRequest, body: dict[s
         previous_response_id=req.previous_response_id, params=params, output=[],
     )
     builder = EventBuilder(response)
-    for event in builder.start(queued=req.background):
-        await event_log().append(response_id, event)
-    await enqueue(response_id)
+    try:
+        for event in builder.start(queued=req.background):
+            await event_log().append(response_id, event)
+        await enqueue(response_id)
+    except Exception as exc:
+        outage = unavailable(exc)
+        if outage is None:
+            raise
+        # The row is committed but no worker will ever hear of it: end it now, with the
+        # reason, instead of leaving it queued forever; the client gets a 503 to retry.
+        builder.response.update(status="failed", error=outage.as_response_error())
+        await db.run(services.response_finish, tenant_id=principal.tenant_id, response=builder.response,
+                     input_items=req.input_items)
+        await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
+        raise outage from exc
     return WorkerStarted(response=copy.deepcopy(builder.response), response_id=response_id)
 
 

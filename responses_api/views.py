@@ -19,6 +19,7 @@ from .eventlog import event_log
 from .gateway import WorkerStarted, principal_for, start_response
 from .history.views import list_responses
 from .models import ModelRoute
+from .outages import unavailable
 from .protocol import jsonlimits
 from .protocol.errors import GatewayError, InvalidRequest, NotFound, ServerError
 from .protocol.events import output_from_events
@@ -49,7 +50,10 @@ def api_endpoint(methods: dict[str, View]) -> Callable[..., Awaitable[HttpRespon
             return await handler(request, principal, **kwargs)
         except GatewayError as exc:
             return error_response(exc)
-        except Exception:
+        except Exception as exc:
+            outage = unavailable(exc)
+            if outage is not None:
+                return error_response(outage)
             # Never an HTML 500: the protocol's error body, and the traceback in the log.
             log.exception("unhandled error", extra={"request_id": getattr(request, "request_id", None)})
             return error_response(ServerError("The gateway failed to handle this request."))

@@ -143,7 +143,7 @@ def test_mid_stream_failure_is_error_then_failed(
 def test_upstream_timeout_mid_stream(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     from responses_api.models import Provider
 
-    Provider.objects.update(timeout=0.5)
+    Provider.objects.update(idle_timeout=0.5)  # streamed: the silence between chunks
     scripted.enqueue(MODEL, Reply(text="slow words here", chunk_chars=5, interval=1.5))
     r, raw = stream_raw(gateway, {"model": MODEL, "input": "hi"})
     terminal = validate_sse(raw)

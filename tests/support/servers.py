@@ -153,6 +153,25 @@ class _ManagedServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    # -- outages: stop the process, keep its data and port, start it again ---------
+    def _respawn_as(self, command: list[str], **popen_kwargs: Any) -> None:
+        self._respawn = (command, popen_kwargs)
+
+    def halt(self) -> None:
+        """Stop the server's process (as a crash or an operator would), keeping its data
+        directory and port for `resume()`."""
+        _terminate(self._proc, self.stop_signal, 10.0)
+
+    def resume(self, timeout: float = 30.0) -> None:
+        command, popen_kwargs = self._respawn
+        self._log_file.close()
+        self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed by stop()
+        self._proc = subprocess.Popen(command, **popen_kwargs, stdout=self._log_file, stderr=subprocess.STDOUT)
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        raise NotImplementedError
+
 
 def _terminate(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
     if proc.poll() is None:
@@ -254,6 +273,9 @@ class PostgresServer(_ManagedServer):
 
     def __repr__(self) -> str:
         return f"<PostgresServer {self.url} pid={self.pid}>"
+
+    def _wait_ready(self, timeout: float) -> None:
+        _wait_postgres_ready(self, self.data_dir, self.log_path, timeout)
 
 
 def find_postgres_bindir() -> Path:
@@ -517,18 +539,16 @@ def start_postgres(
             "-c",
             "logging_collector=off",
         ]
-        proc = subprocess.Popen(
-            command,
+        popen_kwargs = dict(
             cwd=root,
             env=env,
             stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
             # Own session: a Ctrl-C in the terminal reaches pytest, which then
             # stops the server in order, instead of the server directly.
             start_new_session=True,
             **identity,
         )
+        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, **popen_kwargs)
         server = PostgresServer(
             proc=proc,
             log_file=log_file,
@@ -553,6 +573,7 @@ def start_postgres(
                 shutil.rmtree(cleanup_dir, ignore_errors=True)
             raise
         server._cleanup_dir = cleanup_dir
+        server._respawn_as(command, **popen_kwargs)
         return server
     if cleanup_dir is not None:
         shutil.rmtree(cleanup_dir, ignore_errors=True)
@@ -643,6 +664,9 @@ class RedisServer(_ManagedServer):
         """``redis://127.0.0.1:PORT/0``."""
         return f"redis://{self.host}:{self.port}/0"
 
+    def _wait_ready(self, timeout: float) -> None:
+        _wait_redis_ready(self, timeout)
+
     def __repr__(self) -> str:
         return f"<RedisServer {self.url} pid={self.pid}>"
 
@@ -677,31 +701,26 @@ def start_redis(base_dir: Path, *, timeout: float = 30.0) -> RedisServer:
         port = _free_port()
         # "wb": a retry's log must not show the previous attempt's bind error.
         log_file = open(log_path, "wb")  # noqa: SIM115 - closed by stop()
-        proc = subprocess.Popen(
-            [
-                *_pdeathsig_prefix("SIGKILL"),
-                str(binary),
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(data_dir),
-                "--daemonize",
-                "no",
-                "--logfile",
-                "",  # log to stdout, i.e. our log file
-            ],
-            cwd=data_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # see start_postgres
-        )
+        command = [
+            *_pdeathsig_prefix("SIGKILL"),
+            str(binary),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(data_dir),
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",  # log to stdout, i.e. our log file
+        ]
+        popen_kwargs = dict(cwd=data_dir, stdin=subprocess.DEVNULL, start_new_session=True)  # see start_postgres
+        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, **popen_kwargs)
         server = RedisServer(
             proc=proc,
             log_file=log_file,
@@ -718,6 +737,7 @@ def start_redis(base_dir: Path, *, timeout: float = 30.0) -> RedisServer:
         except BaseException:
             server.stop()
             raise
+        server._respawn_as(command, **popen_kwargs)
         return server
     raise ServerStartError(f"Redis found no free port in {_PORT_ATTEMPTS} attempts")
 

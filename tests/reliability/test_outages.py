@@ -1,0 +1,171 @@
+"""PostgreSQL and Redis stopped and started again under a deployed gateway (real processes):
+503 with Retry-After within a bounded time, never a 500, no response left open, and
+recovery by itself."""
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.reliability.deployment import Deployment
+from tests.support.servers import find_postgres_bindir, find_redis_server
+from tests.support.upstream import Reply, ScriptedUpstream
+
+try:
+    find_postgres_bindir(), find_redis_server()
+except Exception:  # the embedded suite on a machine without servers: nothing to stop
+    pytest.skip("PostgreSQL and Redis binaries are needed", allow_module_level=True)
+
+POOL_TIMEOUT = 2.0  # DB_POOL_TIMEOUT for this deployment: the bound on a request's wait
+BOUND = POOL_TIMEOUT + 3.0  # plus connect and scheduling slack on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[ScriptedUpstream]:
+    with ScriptedUpstream() as server:
+        server.set_default("m", Reply(echo=True))
+        yield server
+
+
+@pytest.fixture(scope="module")
+def deployment(upstream: ScriptedUpstream) -> Iterator[Deployment]:
+    base = Path(tempfile.mkdtemp(prefix="gateway-outage-"))
+    deployed = Deployment(base, upstream.base_url, env={
+        "DB_POOL_TIMEOUT": str(POOL_TIMEOUT), "DB_RECONNECT_TIMEOUT": "2", "GATEWAY_QUEUED_MAX_SECONDS": "3",
+    })
+    try:
+        deployed.start_web(workers=2)
+        deployed.start_worker()
+        yield deployed
+    finally:
+        deployed.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def settled(client: httpx.Client, response_id: str) -> dict | None:
+    body = client.get(f"/v1/responses/{response_id}").json()
+    return body if body.get("status") not in ("queued", "in_progress") else None
+
+
+def test_postgres_restarted_under_load(deployment: Deployment) -> None:
+    outcomes: list[tuple[int, float, str | None, str]] = []
+    stop = threading.Event()
+
+    def load(worker: int) -> None:
+        with deployment.client(timeout=30) as client:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                body = {"model": "m", "input": f"load {worker}-{n}", "stream": n % 3 == 0}
+                started = time.monotonic()
+                try:
+                    resp = client.post("/v1/responses", json=body)
+                    text = resp.text
+                except httpx.HTTPError as exc:
+                    outcomes.append((-1, time.monotonic() - started, None, repr(exc)))
+                    continue
+                outcomes.append((resp.status_code, time.monotonic() - started, resp.headers.get("retry-after"), text))
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(load, i) for i in range(6)]
+        time.sleep(1.0)
+        deployment.postgres.halt()
+        time.sleep(4.0)
+        deployment.postgres.resume()
+        time.sleep(1.0)
+        recovered_at = time.monotonic()
+        # Recovery by itself: requests succeed again soon after the database is back.
+        with deployment.client() as probe:
+            wait_for(lambda: probe.post("/v1/responses", json={"model": "m", "input": "back?"}).status_code == 200,
+                     15, "the gateway to answer 200 again")
+        recovery = time.monotonic() - recovered_at
+        stop.set()
+        for future in futures:
+            future.result()
+
+    statuses = {code for code, *_ in outcomes}
+    assert statuses <= {200, 503}, [(c, t[:200]) for c, _, _, t in outcomes if c not in (200, 503)]
+    unavailable = [o for o in outcomes if o[0] == 503]
+    assert unavailable, "the outage was not seen"
+    assert all(retry == "2" for _, _, retry, _ in unavailable)
+    assert all('"service_unavailable"' in text for *_, text in unavailable)
+    assert max(elapsed for _, elapsed, _, _ in unavailable) < BOUND
+    assert recovery < 15
+    # A stream that began before the outage and could not be stored ended, with a terminal event.
+    for code, _, _, text in outcomes:
+        if code == 200 and text.startswith("event:"):
+            assert "event: response.completed" in text or "event: response.failed" in text, text[-300:]
+    # Nothing is left open: a stream whose end could not be stored during the outage is
+    # stored failed once the database is back.
+    wait_for(lambda: deployment.rows(
+        "SELECT count(*) FROM responses_api_response WHERE status IN ('queued', 'in_progress') AND NOT on_worker"
+    ) == [(0,)], 20, "no open rows")
+
+
+def test_redis_stopped_and_restarted_around_background_creates(deployment: Deployment) -> None:
+    with deployment.client() as client:
+        warm = client.post("/v1/responses", json={"model": "m", "input": "warm", "background": True})
+        assert warm.status_code == 200
+        wait_for(lambda: settled(client, warm.json()["id"]), 30, "the warm-up run")
+
+        deployment.redis.halt()
+        try:
+            started = time.monotonic()
+            refused = client.post("/v1/responses", json={"model": "m", "input": "during", "background": True})
+            assert time.monotonic() - started < BOUND
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["retry-after"] == "2"
+            assert refused.json()["error"]["code"] == "service_unavailable"
+            # No orphan: the row the create had written is failed with the reason, not queued.
+            rows = deployment.rows("SELECT status, error->>'code' FROM responses_api_response "
+                                   "WHERE background AND created_at > now() - interval '1 minute' "
+                                   "AND status IN ('queued', 'failed')")
+            assert ("queued", None) not in rows and ("failed", "service_unavailable") in rows
+            # Foreground requests do not need Redis.
+            plain = client.post("/v1/responses", json={"model": "m", "input": "plain"})
+            assert plain.status_code == 200, plain.text
+        finally:
+            deployment.redis.resume()
+
+        # After Redis returns, the very first background creates work in every web process
+        # and every worker child (pooled connections to the old server are replaced).
+        ids = []
+        for i in range(6):
+            resp = client.post("/v1/responses", json={"model": "m", "input": f"after {i}", "background": True})
+            assert resp.status_code == 200, resp.text
+            ids.append(resp.json()["id"])
+        for response_id in ids:
+            final = wait_for(lambda: settled(client, response_id), 45, f"{response_id} to finish")
+            assert final["status"] == "completed", final
+
+
+def test_a_queued_response_whose_task_was_lost_is_failed_by_the_reaper(deployment: Deployment) -> None:
+    """A Redis restart without persistence loses the broker's queue: the reaper ends the row."""
+    with deployment.client() as client:
+        deployment.stop_workers()
+        try:
+            resp = client.post("/v1/responses", json={"model": "m", "input": "lost", "background": True})
+            assert resp.status_code == 200 and resp.json()["status"] == "queued"
+            deployment.redis.halt()
+            deployment.redis.resume()  # no persistence: the task is gone
+        finally:
+            deployment.start_worker()
+        final = wait_for(lambda: settled(client, resp.json()["id"]), 45, "the reaper")
+        assert final["status"] == "failed" and final["error"]["code"] == "queue_timeout", final
