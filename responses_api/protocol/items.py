@@ -67,7 +67,7 @@ def _input_part(part: Any, param: str) -> dict:
                 f"{param}.image_url",
             )
         detail = part.get("detail") or "auto"
-        if detail not in IMAGE_DETAILS:
+        if not isinstance(detail, str) or detail not in IMAGE_DETAILS:
             raise _bad(f"Invalid '{param}.detail': {detail!r}.", f"{param}.detail")
         return {"type": "input_image", "image_url": image_url, "file_id": file_id, "detail": detail}
     if kind == "input_file":
@@ -130,14 +130,14 @@ def _message(raw: dict, param: str) -> dict:
         }
         phase = raw.get("phase")
         if phase is not None:
-            if phase not in PHASES:
+            if not isinstance(phase, str) or phase not in PHASES:
                 raise _bad(
                     f"Invalid '{param}.phase': expected 'commentary' or 'final_answer'.",
                     f"{param}.phase",
                 )
             item["phase"] = phase
         return item
-    if role not in INPUT_ROLES:
+    if not isinstance(role, str) or role not in INPUT_ROLES:
         raise _bad(
             f"Invalid '{param}.role': {role!r}; expected 'user', 'system', 'developer' or 'assistant'.",
             f"{param}.role",
@@ -348,6 +348,8 @@ def normalize_item(raw: Any, param: str) -> dict:
             kind = "item_reference"
         else:
             raise _bad(f"Missing required parameter: '{param}.type'.", f"{param}.type")
+    if not isinstance(kind, str):
+        raise _bad(f"Invalid type for '{param}.type': expected a string.", f"{param}.type")
     if kind == "message":
         return _message(raw, param)
     if kind == "function_call":

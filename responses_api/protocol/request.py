@@ -175,7 +175,7 @@ def _text(value: Any) -> dict[str, Any]:
             param="text.format.type",
         )
     verbosity = value.get("verbosity")
-    if verbosity is not None and verbosity not in VERBOSITIES:
+    if verbosity is not None and (not isinstance(verbosity, str) or verbosity not in VERBOSITIES):
         raise InvalidRequest(
             "Invalid value for 'text.verbosity'; expected 'low', 'medium' or 'high'.",
             param="text.verbosity",
@@ -188,12 +188,12 @@ def _reasoning(value: Any) -> dict[str, Any] | None:
         return None
     expect(value, dict, "reasoning", "an object")
     effort = value.get("effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
+    if effort is not None and (not isinstance(effort, str) or effort not in REASONING_EFFORTS):
         raise InvalidRequest(
             f"Invalid value for 'reasoning.effort': {effort!r}.", param="reasoning.effort"
         )
     summary = value.get("summary", value.get("generate_summary"))
-    if summary is not None and summary not in REASONING_SUMMARIES:
+    if summary is not None and (not isinstance(summary, str) or summary not in REASONING_SUMMARIES):
         raise InvalidRequest(
             f"Invalid value for 'reasoning.summary': {summary!r}.", param="reasoning.summary"
         )
@@ -205,7 +205,7 @@ def _include(value: Any) -> list[str]:
         return []
     expect(value, list, "include", "an array")
     for i, entry in enumerate(value):
-        if entry not in KNOWN_INCLUDES:
+        if not isinstance(entry, str) or entry not in KNOWN_INCLUDES:
             raise InvalidRequest(f"Invalid value for 'include[{i}]': {entry!r}.", param=f"include[{i}]")
     return list(dict.fromkeys(value))
 
@@ -288,7 +288,7 @@ def parse_create_request(body: Any) -> CreateRequest:
             "Invalid value for 'truncation'; expected 'auto' or 'disabled'.", param="truncation"
         )
     service_tier = body.get("service_tier")
-    if service_tier is not None and service_tier not in SERVICE_TIERS:
+    if service_tier is not None and (not isinstance(service_tier, str) or service_tier not in SERVICE_TIERS):
         raise InvalidRequest(f"Invalid value for 'service_tier': {service_tier!r}.", param="service_tier")
     instructions = body.get("instructions")
     if instructions is not None:

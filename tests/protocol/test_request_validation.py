@@ -240,6 +240,14 @@ TOP_LEVEL_ERRORS: list[tuple[dict[str, Any], str | None]] = [
     (base(prompt_cache_retention=24), "prompt_cache_retention"),
     (base(moderation=True), "moderation"),
     (base(context_management={"type": "compaction"}), "context_management"),
+    # Found by the fuzz (tests/reliability/test_openapi_fuzz.py): unhashable where a word goes.
+    (base(include=[["reasoning.encrypted_content"]]), "include[0]"),
+    (base(text={"verbosity": ["low"]}), "text.verbosity"),
+    (base(reasoning={"effort": {}}), "reasoning.effort"),
+    (base(reasoning={"summary": []}), "reasoning.summary"),
+    (base(service_tier=["auto"]), "service_tier"),
+    (base(input=[{"type": ["message"], "role": "user", "content": "x"}]), "input[0].type"),
+    (base(input=[{"role": ["user"], "content": "x"}]), "input[0].role"),
 ]
 
 
