@@ -59,10 +59,16 @@ class ApiApplication:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             return await _lifespan(receive, send)
+        path, root = scope.get("path", ""), scope.get("root_path", "")
+        path_info = path[len(root):] if root and path.startswith(root) else path
+        if scope["type"] == "websocket":
+            if path_info.rstrip("/") == self.prefix + "responses":
+                from .websocket import serve
+
+                return await serve(scope, receive, send)
+            return await _refuse_websocket(receive, send)
         if scope["type"] != "http":
             return await self.django(scope, receive, send)
-        path, root = scope["path"], scope.get("root_path", "")
-        path_info = path[len(root):] if root and path.startswith(root) else path
         if not path_info.startswith(self.prefix):
             return await self.django(scope, receive, send)
         try:
@@ -186,6 +192,12 @@ def _nul_parameter(request: HttpRequest) -> str | None:
             if "\x00" in name or any("\x00" in value for value in values):
                 return name.replace("\x00", "")
     return None
+
+
+async def _refuse_websocket(receive: Receive, send: Send) -> None:
+    """Only /v1/responses speaks WebSocket (Django's handler cannot take one)."""
+    if (await receive())["type"] == "websocket.connect":
+        await send({"type": "websocket.close", "code": 1008})
 
 
 def _too_large(limit: int) -> RequestTooLarge:

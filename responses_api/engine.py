@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError, UpstreamError
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from .protocol.ids import new_id
+from .protocol.compaction import expand_compactions
 from .protocol.mcp import McpBinding, as_model_items, model_names, pending_approvals
 from .protocol.request import CreateRequest
 from .protocol.response import response_object
@@ -196,6 +197,12 @@ class ResponseRun:
         assert last is not None
         raise last
 
+    def _open_summary(self, sealed: str) -> str:
+        """A compaction item's summary (its seal was checked when the request came in)."""
+        from .sealing import sealer
+
+        return sealer().unseal(sealed, tenant_id=self.job.tenant_id, purpose="compaction")["summary"]
+
     def _upstream_request(self) -> UpstreamRequest:
         req = self.job.request
         # Later steps of a tool loop see what this response produced so far; a served hosted
@@ -211,7 +218,8 @@ class ResponseRun:
                 ]
             else:
                 output.append(item)
-        items = as_model_items(self.job.context + output, self._mcp_names)
+        items = expand_compactions(as_model_items(self.job.context + output, self._mcp_names),
+                                   self._open_summary)
         return UpstreamRequest(request=req, items=items, tools=req.tools + self.mcp_tools,
                                stream=self.stream_upstream)
 

@@ -14,7 +14,7 @@ from . import db, services
 from .auth import Principal, authenticate_key, cached_principal
 from .engine import ResponseJob, ResponseRun
 from .outages import unavailable
-from .protocol.errors import InvalidRequest, NotFound
+from .protocol.errors import InvalidRequest, NotFound, UpstreamError
 from .protocol.events import EventBuilder
 from .protocol.ids import new_id
 from .protocol.request import CreateRequest
@@ -57,6 +57,7 @@ class DatabasePersistence:
         self.tenant_id = tenant_id
         self.input_items = input_items
         self.store = store
+        self.keep_items = True  # False: the row records the response (status, usage), not its items
         self.create_row = create_row
         self.insert_at_open = insert_at_open
 
@@ -76,6 +77,8 @@ class DatabasePersistence:
         if not self.store:
             return
         input_items = self.input_items if input_items is None else input_items
+        if not self.keep_items:
+            response, input_items = {**response, "output": []}, []
         fields = dict(tenant_id=self.tenant_id, response=response, input_items=input_items,
                       upstream=upstream, latency_ms=latency_ms, create_row=self.create_row)
         try:
@@ -143,9 +146,19 @@ def _registry_tool(spec: ToolSpec) -> Tool:
     )
 
 
+@dataclass(slots=True)
+class PriorContext:
+    """A WebSocket connection's most recent response, kept in memory: a continuation from it
+    needs no chain read, and works for `store: false` responses too."""
+
+    response_id: str
+    items: list[dict[str, Any]]  # its whole context: input (with what it continued) and output
+    stored: bool
+
+
 async def prepare_run(
     principal: Principal, req: CreateRequest, *, route: Route, specs: list[ToolSpec],
-    mcp: tuple[list, dict, dict] | None = None,
+    mcp: tuple[list, dict, dict] | None = None, prior: PriorContext | None = None,
 ) -> ResponseRun:
     """Validate access and load the chain: one thread hop, and only for a chain or item references."""
     merge_registry_tools(req, specs)
@@ -153,7 +166,15 @@ async def prepare_run(
     now = time.time()
     params = request_params(req)
     created_at = datetime.fromtimestamp(now, dt_timezone.utc)
-    if req.previous_response_id or any(i["type"] == "item_reference" for i in req.input_items):
+    references = any(i["type"] == "item_reference" for i in req.input_items)
+    stored_input, stored_previous = req.input_items, req.previous_response_id
+    if prior is not None and req.previous_response_id == prior.response_id and not references:
+        context = prior.items + req.input_items
+        if not prior.stored:
+            # Continuing an unstored response: a stored one keeps its whole context as input,
+            # so its chain never points at a response the database does not have.
+            stored_input, stored_previous = context, None
+    elif req.previous_response_id or references:
         begin = await db.run(
             services.response_begin,
             tenant_id=principal.tenant_id,
@@ -174,7 +195,7 @@ async def prepare_run(
     if req.store:
         create_row = services.response_row(
             response_id=response_id, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
-            previous_response_id=req.previous_response_id, model=req.model, params=params,
+            previous_response_id=stored_previous, model=req.model, params=params,
             created_at=created_at,
         )
     job = ResponseJob(
@@ -188,7 +209,7 @@ async def prepare_run(
         input_items=req.input_items,
     )
     persistence = DatabasePersistence(
-        tenant_id=principal.tenant_id, input_items=req.input_items, store=req.store,
+        tenant_id=principal.tenant_id, input_items=stored_input, store=req.store,
         create_row=create_row, insert_at_open=req.stream,
     )
     toolset = None
@@ -275,6 +296,16 @@ def open_sealed_reasoning(items: list[dict[str, Any]], tenant_id: int) -> None:
     from .sealing import SealBroken, sealer
 
     for i, item in enumerate(items):
+        if item["type"] == "compaction":
+            try:  # checked here so a bad one is a 400 before any work; the engine opens it again
+                sealer().unseal(item["encrypted_content"], tenant_id=tenant_id, purpose="compaction")
+            except SealBroken:
+                raise InvalidRequest(
+                    "This compaction item's 'encrypted_content' was not produced by this gateway's "
+                    "/v1/responses/compact for this key's tenant, or was altered.",
+                    param=f"input[{i}].encrypted_content", code="invalid_encrypted_content",
+                ) from None
+            continue
         if item["type"] != "reasoning" or "encrypted_content" not in item:
             continue
         try:
@@ -324,8 +355,12 @@ def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) 
     return dropped
 
 
-async def start_response(principal: Principal, req: CreateRequest, body: dict[str, Any]) -> ResponseRun | WorkerStarted:
-    """Run here (a ResponseRun to drive) or on a worker (background, or a route/tool that asks for it)."""
+async def start_response(
+    principal: Principal, req: CreateRequest, body: dict[str, Any], prior: PriorContext | None = None,
+) -> ResponseRun | WorkerStarted:
+    """Run here (a ResponseRun to drive) or on a worker (background, or a route/tool that asks for it).
+
+    `prior`: a WebSocket connection's most recent response, which `req` may continue."""
     route = await route_for(principal, req.model)
     open_sealed_reasoning(req.input_items, principal.tenant_id)
     specs = await registry_specs(principal, req, route)
@@ -340,7 +375,7 @@ async def start_response(principal: Principal, req: CreateRequest, body: dict[st
             )
         merge_registry_tools(req, specs)
         return await start_on_worker(principal, req, body)
-    return await prepare_run(principal, req, route=route, specs=specs, mcp=plan)
+    return await prepare_run(principal, req, route=route, specs=specs, mcp=plan, prior=prior)
 
 
 # -- MCP -------------------------------------------------------------------------
@@ -451,3 +486,45 @@ def mcp_toolset(response_id: str, plan: tuple[list, dict, dict], policy: Any, ad
         return None
     return McpToolset(response_id=response_id, servers=specs, policy=policy, adhoc_policy=adhoc_policy,
                       cached=cached, request_approval=approvals)
+
+
+# -- /v1/responses/compact -----------------------------------------------------------
+
+async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any]:
+    """Summarise a conversation with its routed model; the `response.compaction` object."""
+    from .protocol.compaction import COMPACTION_INSTRUCTIONS, compacted_output, summary_request_item
+    from .protocol.request import parse_create_request
+    from .sealing import sealer
+
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", param=None)
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise InvalidRequest("Invalid type for 'instructions': expected a string.", param="instructions")
+    req = parse_create_request({
+        "model": body.get("model"), "input": body.get("input"),
+        "previous_response_id": body.get("previous_response_id"),
+        "prompt_cache_key": body.get("prompt_cache_key"),
+        "instructions": f"{instructions}\n\n{COMPACTION_INSTRUCTIONS}" if instructions else COMPACTION_INSTRUCTIONS,
+        "store": True,
+    })
+    route = await route_for(principal, req.model)
+    open_sealed_reasoning(req.input_items, principal.tenant_id)
+    req.input_items.append(summary_request_item())
+    run = await prepare_run(principal, req, route=route, specs=[])
+    # Usage and history record the compaction like any response; the conversation itself is
+    # not stored again (the client may have sent it with store: false).
+    run.persistence.keep_items = False  # type: ignore[attr-defined]
+    await run.connect()
+    result = await run.run_to_end()
+    if run.error is not None:
+        raise run.error
+    summary = "".join(part.get("text", "") for item in result["output"] if item["type"] == "message"
+                      for part in item.get("content") or [] if part.get("type") == "output_text").strip()
+    if not summary:
+        raise UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
+    sealed = sealer().seal({"summary": summary}, tenant_id=principal.tenant_id, purpose="compaction")
+    return {
+        "id": result["id"], "object": "response.compaction", "created_at": result["created_at"],
+        "output": compacted_output(run.job.context[:-1], sealed), "usage": result["usage"],
+    }

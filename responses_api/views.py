@@ -16,7 +16,7 @@ from .auth import Principal, bearer_token
 from .exception_handlers import error_response, json_response
 from .background import cancel_background
 from .eventlog import event_log
-from .gateway import WorkerStarted, principal_for, start_response
+from .gateway import WorkerStarted, compact_conversation, principal_for, start_response
 from .history.views import list_responses
 from .models import ModelRoute
 from .outages import unavailable
@@ -199,7 +199,14 @@ async def retrieve_model(request: HttpRequest, principal: Principal, model: str)
     return json_response(data[0])
 
 
+async def compact_response(request: HttpRequest, principal: Principal) -> HttpResponse:
+    compacted = await compact_conversation(principal, _json_body(request))
+    request.log_extra.update(response_id=compacted["id"], response_status="completed")  # type: ignore[attr-defined]
+    return json_response(compacted)
+
+
 responses = api_endpoint({"POST": create_response, "GET": list_responses})
+response_compact = api_endpoint({"POST": compact_response})
 response_detail = api_endpoint({"GET": retrieve_response, "DELETE": delete_response})
 response_cancel = api_endpoint({"POST": cancel_response})
 response_input_items = api_endpoint({"GET": list_input_items})

@@ -170,6 +170,31 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             "text/event-stream": _stream_events(),
         }}},
     },
+    "responses_api.views.compact_response": {
+        "operationId": "compactResponse",
+        "tags": ["Responses"],
+        "summary": "Compact a conversation",
+        "description": "The routed model summarises the conversation (`input` and/or `previous_response_id`); "
+                       "the answer keeps the user messages verbatim and adds a `compaction` item whose "
+                       "`encrypted_content` (sealed by this gateway for the key's tenant) stands for the rest "
+                       "in a later request's `input`.",
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["model"],
+            "properties": {
+                "model": {"type": "string"},
+                "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": ref("ItemParam")}, {"type": "null"}]},
+                "previous_response_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "instructions": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "prompt_cache_key": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            }}}}},
+        "responses": {"200": _json({
+            "type": "object", "required": ["id", "object", "output", "created_at", "usage"],
+            "properties": {
+                "id": {"type": "string"}, "object": {"type": "string", "enum": ["response.compaction"]},
+                "output": {"type": "array", "items": {"anyOf": [ref("ItemField"), ref("CompactionBody")]}},
+                "created_at": {"type": "integer"}, "usage": ref("Usage"),
+            }})},
+    },
     "responses_api.history.views.list_responses": {
         "operationId": "listResponses",
         "tags": ["History"],

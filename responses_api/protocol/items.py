@@ -333,6 +333,14 @@ def _hosted_tool_item(raw: dict, param: str) -> dict:
     return dict(raw)
 
 
+def _compaction(raw: dict, param: str) -> dict:
+    item_id = raw.get("id")
+    if item_id is not None and not isinstance(item_id, str):
+        raise _bad(f"Invalid type for '{param}.id': expected a string.", f"{param}.id")
+    return {"type": "compaction", "id": item_id or new_id("cmp"),
+            "encrypted_content": _require_str(raw, "encrypted_content", param, allow_empty=False)}
+
+
 def _item_reference(raw: dict, param: str) -> dict:
     return {"type": "item_reference", "id": _require_str(raw, "id", param, allow_empty=False)}
 
@@ -360,6 +368,8 @@ def normalize_item(raw: Any, param: str) -> dict:
         return _reasoning(raw, param)
     if kind == "item_reference":
         return _item_reference(raw, param)
+    if kind == "compaction":
+        return _compaction(raw, param)
     if kind in _MCP_ITEMS:
         return _MCP_ITEMS[kind](raw, param)
     if kind in _CLIENT_TOOL_ITEMS:

@@ -1,0 +1,186 @@
+"""WebSocket mode of /v1/responses with a real WebSocket client (the `websockets` library)
+through uvicorn: every message sequence checked by the strict stream validator."""
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
+
+from tests.conftest import MODEL, Gateway, call
+from tests.support.stream_validator import validate_events
+from tests.support.upstream import Reply, ScriptedUpstream
+
+pytestmark = pytest.mark.embedded
+
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
+@contextmanager
+def socket(gateway: Gateway, key: str | None = None) -> Iterator[ClientConnection]:
+    url = gateway.url.replace("http://", "ws://") + "/v1/responses"
+    with connect(url, additional_headers={"Authorization": f"Bearer {key or gateway.key}"},
+                 open_timeout=10, max_size=None) as ws:
+        yield ws
+
+
+def turn(ws: ClientConnection, **body: Any) -> list[dict[str, Any]]:
+    """Send one response.create; the messages up to the terminal event or an error envelope."""
+    ws.send(json.dumps({"type": "response.create", **body}))
+    events = []
+    while True:
+        event = json.loads(ws.recv(timeout=30))
+        events.append(event)
+        if event["type"] in TERMINAL or (event["type"] == "error" and "status" in event):
+            return events
+
+
+def completed(ws: ClientConnection, **body: Any) -> dict[str, Any]:
+    events = turn(ws, model=MODEL, **body)
+    final = validate_events(events)
+    assert final["status"] == "completed", final
+    return final
+
+
+def test_sequential_responses_on_one_socket_carry_the_sse_events(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.enqueue(MODEL, Reply(text="first answer"), Reply(text="second answer"))
+    with socket(gateway) as ws:
+        first = completed(ws, input="one")
+        second = completed(ws, input="two", previous_response_id=first["id"])
+    assert first["output"][0]["content"][0]["text"] == "first answer"
+    assert second["previous_response_id"] == first["id"]
+    # The continuation sent the upstream the whole context, read from the socket's memory.
+    messages = scripted.requests[-1].body["messages"]
+    assert [m["content"] for m in messages if m["role"] in ("user", "assistant")] == ["one", "first answer", "two"]
+    # Both stored like HTTP ones, chain included.
+    again = gateway.openai().responses.retrieve(second["id"])
+    assert again.output_text == "second answer" and again.previous_response_id == first["id"]
+
+
+def test_messages_sent_while_a_response_runs_wait_their_turn(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.enqueue(MODEL, Reply(text="slow one", chunk_chars=2, interval=0.05), Reply(text="next"))
+    with socket(gateway) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "a"}))
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "b"}))
+        events: list[dict[str, Any]] = []
+        while sum(e["type"] in TERMINAL for e in events) < 2:
+            events.append(json.loads(ws.recv(timeout=30)))
+    split = next(i for i, e in enumerate(events) if e["type"] in TERMINAL) + 1
+    first, second = validate_events(events[:split]), validate_events(events[split:])  # never interleaved
+    assert (first["output"][0]["content"][0]["text"], second["output"][0]["content"][0]["text"]) == ("slow one", "next")
+
+
+def test_store_false_chains_continue_on_the_socket_only(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("lookup", {"q": "x"}, "c1")]), Reply(text="found it"))
+    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+    with socket(gateway) as ws:
+        first = completed(ws, input="find x", store=False, tools=[tool])
+        assert first["output"][-1]["type"] == "function_call"
+        second = completed(ws, previous_response_id=first["id"], store=False, tools=[tool],
+                           input=[{"type": "function_call_output", "call_id": "c1", "output": "x=1"}])
+        assert second["output"][0]["content"][0]["text"] == "found it"
+    messages = scripted.requests[-1].body["messages"]
+    assert messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": "x=1"}
+    # Nothing was stored, and a new connection (or HTTP) cannot continue it.
+    with socket(gateway) as ws:
+        events = turn(ws, model=MODEL, input="more", previous_response_id=second["id"])
+    assert events == [{"type": "error", "status": 400, "error": {
+        "type": "invalid_request_error", "code": "previous_response_not_found",
+        "message": events[0]["error"]["message"], "param": "previous_response_id"}}]
+
+
+def test_an_older_stored_response_is_hydrated_from_the_database(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.enqueue(MODEL, Reply(text="stored answer"), Reply(text="other"), Reply(text="resumed"))
+    with socket(gateway) as ws:
+        stored = completed(ws, input="remember me")
+    with socket(gateway) as ws:  # a reconnect: the new socket knows nothing yet
+        completed(ws, input="unrelated")
+        resumed = completed(ws, input="and now?", previous_response_id=stored["id"])
+    assert resumed["output"][0]["content"][0]["text"] == "resumed"
+    contents = [m["content"] for m in scripted.requests[-1].body["messages"]]
+    assert contents == ["remember me", "stored answer", "and now?"]
+
+
+def test_a_failed_continuation_evicts_the_id_and_the_connection_stays_open(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.enqueue(MODEL, Reply(text="base"), Reply(status=500), Reply(text="fresh"))
+    with socket(gateway) as ws:
+        base = completed(ws, input="start", store=False)
+        failed = turn(ws, model=MODEL, input="next", previous_response_id=base["id"], store=False)
+        assert failed[-1]["type"] == "error" and failed[-1]["status"] == 502
+        again = turn(ws, model=MODEL, input="retry", previous_response_id=base["id"], store=False)
+        assert again[-1]["error"]["code"] == "previous_response_not_found"
+        fresh = completed(ws, input="new start")  # still open, still serving
+    assert fresh["output"][0]["content"][0]["text"] == "fresh"
+
+
+@pytest.mark.parametrize("field", ["stream", "background", "stream_options"])
+def test_http_only_fields_are_refused_naming_the_field(gateway: Gateway, field: str) -> None:
+    with socket(gateway) as ws:
+        events = turn(ws, model=MODEL, input="x", **{field: True if field != "stream_options" else {}})
+        assert events[-1]["status"] == 400 and events[-1]["error"]["param"] == field
+        ws.send("{not json")
+        bad = json.loads(ws.recv(timeout=10))
+        assert bad["type"] == "error" and bad["status"] == 400 and "not valid JSON" in bad["error"]["message"]
+        ws.send(json.dumps({"type": "response.cancel"}))
+        assert json.loads(ws.recv(timeout=10))["error"]["param"] == "type"
+
+
+def test_authentication_happens_at_the_handshake(gateway: Gateway) -> None:
+    url = gateway.url.replace("http://", "ws://") + "/v1/responses"
+    for headers in ({}, {"Authorization": "Bearer sk-gw-wrong"}):
+        with pytest.raises(InvalidStatus) as info:
+            connect(url, additional_headers=headers, open_timeout=10)
+        assert info.value.response.status_code == 401
+        assert json.loads(info.value.response.body)["error"]["code"] == "invalid_api_key"
+    with pytest.raises(InvalidStatus):
+        connect(gateway.url.replace("http://", "ws://") + "/v1/models", open_timeout=10,
+                additional_headers={"Authorization": f"Bearer {gateway.key}"})
+
+
+def test_a_client_that_closes_mid_response_cancels_it(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import Response
+
+    scripted.enqueue(MODEL, Reply(text="word " * 200, chunk_chars=5, interval=0.05))
+    with socket(gateway) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "talk"}))
+        seen = []
+        while sum(e["type"] == "response.output_text.delta" for e in seen) < 3:
+            seen.append(json.loads(ws.recv(timeout=30)))
+    response_id = seen[0]["response"]["id"]
+    deadline = time.monotonic() + 10
+    while Response.objects.get(id=response_id).status == "in_progress" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    row = Response.objects.get(id=response_id)
+    assert row.status == "cancelled"
+    aborted = scripted.aborted
+    assert aborted, "the upstream request was not closed"
+
+
+def test_the_connection_limit_and_idle_time(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.GATEWAY_WS_MAX_SECONDS = 1.5
+    scripted.enqueue(MODEL, Reply(text="in time"))
+    with socket(gateway) as ws:
+        completed(ws, input="quick")
+        envelope = json.loads(ws.recv(timeout=10))
+        assert envelope["type"] == "error" and envelope["error"]["code"] == "websocket_connection_limit_reached"
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+    settings.GATEWAY_WS_MAX_SECONDS = 3600
+    settings.GATEWAY_WS_IDLE_SECONDS = 0.5
+    with socket(gateway) as ws:
+        assert json.loads(ws.recv(timeout=10))["error"]["code"] == "websocket_idle_timeout"
+
+
+def test_connections_per_key_are_limited(gateway: Gateway, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.GATEWAY_WS_MAX_CONNECTIONS_PER_KEY = 2
+    with socket(gateway), socket(gateway):
+        with pytest.raises(InvalidStatus) as info:
+            with socket(gateway):
+                pass
+        assert info.value.response.status_code == 429
+    with socket(gateway):  # released when closed
+        pass
