@@ -10,7 +10,7 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -c 'import matplotlib' 2>/dev/null || echo "note: matplotlib missing in $PY: no PNG plots (pip install matplotlib)"
 "$PY" -c 'import uvloop, httptools' 2>/dev/null || echo "note: uvloop/httptools missing: the gateway runs without uvicorn[standard]'s fast loop"
 scripts=("$@")
-[ ${#scripts[@]} -eq 0 ] && scripts=(overhead chain payload streams)
+[ ${#scripts[@]} -eq 0 ] && scripts=(overhead chain payload streams websocket)
 mkdir -p bench/results
 for s in "${scripts[@]}"; do
   echo "=== bench/$s.py ==="

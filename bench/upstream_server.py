@@ -65,6 +65,8 @@ def main() -> None:
                              slow_interval=args.slow_interval, slow_chunk_chars=args.slow_chunk_chars)
     upstream.set_default("echo", Reply(echo=True, chunk_chars=args.echo_chunk_chars))
     upstream.set_default("slow", upstream.slow_reply(args.slow_tokens))
+    # A tool loop that never ends by itself: every turn calls `step` (bench/websocket.py).
+    upstream.set_default("toolcall", Reply(tool_calls=[{"id": "call_step", "name": "step", "arguments": {"n": 1}}]))
 
     stop = threading.Event()
 
