@@ -96,6 +96,10 @@ def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
     context: list[dict] = []
     if row.previous_response_id:
         context = selectors.chain_items_list(response_id=row.previous_response_id)
+    elif row.conversation_id:  # the conversation as it is when the run starts
+        from .conversations.selectors import conversation_context
+
+        context = conversation_context(tenant_id=row.tenant_id, conversation_id=row.conversation_id)
     from .services import resolve_references
 
     resolved = resolve_references(row.tenant_id, req.input_items)
@@ -138,7 +142,8 @@ async def run_claimed(response_id: str) -> str:
         return "failed"
     run = ResponseRun(
         job,
-        DatabasePersistence(tenant_id=job.tenant_id, input_items=job.input_items, store=True),
+        DatabasePersistence(tenant_id=job.tenant_id, input_items=job.input_items, store=True,
+                            conversation_id=job.request.conversation),
         await tool_runner(response_id, specs),
         max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
         mcp=toolset,

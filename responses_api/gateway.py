@@ -53,7 +53,9 @@ class DatabasePersistence:
     def __init__(
         self, *, tenant_id: int, input_items: list[dict[str, Any]], store: bool,
         create_row: dict[str, Any] | None = None, insert_at_open: bool = False,
+        conversation_id: str | None = None,
     ) -> None:
+        self.conversation_id = conversation_id
         self.tenant_id = tenant_id
         self.input_items = input_items
         self.store = store
@@ -74,7 +76,7 @@ class DatabasePersistence:
         self, response: dict[str, Any], *, upstream: str, latency_ms: int,
         input_items: list[dict[str, Any]] | None = None,
     ) -> None:
-        if not self.store:
+        if not self.store and self.conversation_id is None:
             return
         input_items = self.input_items if input_items is None else input_items
         if not self.keep_items:
@@ -82,7 +84,10 @@ class DatabasePersistence:
         fields = dict(tenant_id=self.tenant_id, response=response, input_items=input_items,
                       upstream=upstream, latency_ms=latency_ms, create_row=self.create_row)
         try:
-            if db.native_async() and services.item_sequence_known():
+            if self.conversation_id is not None:  # with the conversation's append, one transaction
+                await db.run(services.response_finish_in_conversation, **fields,
+                             conversation_id=self.conversation_id, store=self.store)
+            elif db.native_async() and services.item_sequence_known():
                 await db.fetch_one(*services.finish_statement(**fields))
             else:  # SQLite, or the first write of this process (it looks up the item sequence)
                 await db.run(services.response_finish, **fields)
@@ -174,7 +179,7 @@ async def prepare_run(
             # Continuing an unstored response: a stored one keeps its whole context as input,
             # so its chain never points at a response the database does not have.
             stored_input, stored_previous = context, None
-    elif req.previous_response_id or references:
+    elif req.previous_response_id or references or req.conversation:
         begin = await db.run(
             services.response_begin,
             tenant_id=principal.tenant_id,
@@ -187,6 +192,7 @@ async def prepare_run(
             params=params,
             status="in_progress",
             store=False,
+            conversation_id=req.conversation,
         )
         context = begin.context
     else:
@@ -210,7 +216,7 @@ async def prepare_run(
     )
     persistence = DatabasePersistence(
         tenant_id=principal.tenant_id, input_items=stored_input, store=req.store,
-        create_row=create_row, insert_at_open=req.stream,
+        create_row=create_row, insert_at_open=req.stream, conversation_id=req.conversation,
     )
     toolset = None
     if mcp is not None and mcp[0]:
@@ -266,6 +272,7 @@ async def start_on_worker(principal: Principal, req: CreateRequest, body: dict[s
         response_id=response_id, created_at=datetime.fromtimestamp(now, dt_timezone.utc), model=req.model,
         previous_response_id=req.previous_response_id, input_items=req.input_items, params=params,
         status="queued" if req.background else "in_progress", store=True, job=job,
+        conversation_id=req.conversation,
     )
     response = response_object(
         response_id=response_id, created_at=int(now), status="in_progress", model=req.model,

@@ -155,6 +155,39 @@ class RouteTarget(models.Model):
         return f"{self.provider.name}:{self.upstream_model}"
 
 
+class Conversation(models.Model):
+    """A durable conversation: an ordered list of items (stored once, in Item) that responses
+    read as their context and append to when they finish."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="conversations")
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # Appends take positions from here while holding this row's lock: concurrent responses on
+    # one conversation append whole (their input, then their output) in the order they finish.
+    next_position = models.PositiveBigIntegerField(default=0, editable=False)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="conv_tenant_created")]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class ConversationItem(models.Model):
+    """An item's place in a conversation."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="conversation_items")
+    item = models.ForeignKey("Item", on_delete=models.CASCADE, related_name="+")
+    position = models.PositiveBigIntegerField()
+
+    class Meta:
+        ordering = ["conversation", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "position"], name="conversation_item_slot")
+        ]
+
+
 class Response(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -170,6 +203,9 @@ class Response(models.Model):
     previous_response = models.ForeignKey(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="next_responses",
         db_constraint=True,
+    )
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.SET_NULL, null=True, blank=True, related_name="responses",
     )
     status = models.CharField(max_length=16, choices=Status.choices, db_index=True)
     model = models.CharField(max_length=200, db_index=True)

@@ -60,6 +60,7 @@ def response_row(
         "previous_response_id": previous_response_id, "model": model,
         "instructions": params.get("instructions"), "params": params,
         "metadata": params.get("metadata") or {}, "store": True,
+        "conversation_id": (params.get("conversation") or {}).get("id"),
         "background": params.get("background", False), "created_at": created_at,
         "job": job, "on_worker": job is not None,
     }
@@ -78,6 +79,7 @@ def response_begin(
     status: str,
     store: bool,
     job: dict[str, Any] | None = None,
+    conversation_id: str | None = None,
 ) -> BeginResult:
     """Load the chain context and (when stored) insert the open response row.
 
@@ -88,6 +90,10 @@ def response_begin(
     if previous_response_id is not None:
         selectors.chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
         context = selectors.chain_items_list(response_id=previous_response_id)
+    elif conversation_id is not None:
+        from .conversations.selectors import conversation_context
+
+        context = conversation_context(tenant_id=tenant_id, conversation_id=conversation_id)
     resolved = resolve_references(tenant_id, input_items)
     if store:
         Response.objects.create(
@@ -280,7 +286,9 @@ def item_sequence_known() -> bool:
     return Item._meta.db_table in _item_sequence
 
 
-def _attach_items(tenant_id: int, response_id: str, input_items: list[dict], output: list[dict]) -> None:
+def _attach_items(tenant_id: int, response_id: str | None, input_items: list[dict], output: list[dict]) -> list[Item]:
+    """Store the new items and (with `response_id`) link them to the response; the items of
+    the turn in order, input then output (referenced ones are the stored items they name)."""
     # Referenced items are already stored: point at them instead of copying.
     references = {
         i["id"] for i in input_items if i["type"] == "item_reference"
@@ -294,12 +302,44 @@ def _attach_items(tenant_id: int, response_id: str, input_items: list[dict], out
     Item.objects.bulk_create(new_items)
     fresh = iter(new_items)
     links: list[ResponseItem] = []
+    ordered: list[Item] = []
     for position, item in enumerate(input_items):
         stored = existing[item["id"]] if item["type"] == "item_reference" else next(fresh)
+        ordered.append(stored)
         links.append(ResponseItem(response_id=response_id, item_id=stored.id, role=0, position=position))
     for position, _ in enumerate(output):
-        links.append(ResponseItem(response_id=response_id, item_id=next(fresh).id, role=1, position=position))
-    ResponseItem.objects.bulk_create(links)
+        stored = next(fresh)
+        ordered.append(stored)
+        links.append(ResponseItem(response_id=response_id, item_id=stored.id, role=1, position=position))
+    if response_id is not None:
+        ResponseItem.objects.bulk_create(links)
+    return ordered
+
+
+def response_finish_in_conversation(
+    *, tenant_id: int, response: dict[str, Any], input_items: list[dict], conversation_id: str, store: bool,
+    upstream: str = "", latency_ms: int | None = None, create_row: dict[str, Any] | None = None,
+) -> bool:
+    """Finish a response that belongs to a conversation, in one transaction: the conversation
+    row is locked first, so responses finishing at once append one after the other, each its
+    input then its output. A response that did not complete (failed, cancelled) appends nothing."""
+    from .conversations.services import conversation_append_items, conversation_lock
+
+    with transaction.atomic():
+        conversation_lock(tenant_id, conversation_id)
+        appended = response["status"] in ("completed", "incomplete")
+        if store:
+            final = _final_fields(response, upstream, latency_ms)
+            if create_row is not None:
+                Response.objects.create(**create_row, **final)
+            elif not Response.objects.filter(id=response["id"], status__in=("queued", "in_progress")).update(**final):
+                return False
+            items = _attach_items(tenant_id, response["id"], input_items, response["output"])
+        else:
+            items = _attach_items(tenant_id, None, input_items, response["output"]) if appended else []
+        if appended:
+            conversation_append_items(tenant_id=tenant_id, conversation_id=conversation_id, items=items)
+    return True
 
 
 def response_delete(*, tenant_id: int, response_id: str) -> None:

@@ -10,6 +10,7 @@ urlpatterns = [
     path("responses/<str:response_id>/input_items", views.response_input_items),
     path("models", views.models),
     path("models/<path:model>", views.model_detail),
+    path("", include("responses_api.conversations.urls")),
     path("", include("responses_api.history.urls")),
     re_path(r"^.*$", views.not_found),
 ]

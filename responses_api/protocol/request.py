@@ -38,6 +38,7 @@ class CreateRequest:
     input_items: list[dict[str, Any]]
     instructions: str | None = None
     previous_response_id: str | None = None
+    conversation: str | None = None  # a conversation id: its items are the context, its end is appended
     store: bool = True
     background: bool = False
     stream: bool = False
@@ -242,6 +243,20 @@ def _check_shapes(body: dict) -> None:
         raise InvalidRequest("Missing required parameter: 'prompt.id'.", param="prompt.id")
 
 
+def _conversation(value: Any) -> str | None:
+    """`conversation`: an id, or `{"id": ...}`."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = value.get("id")
+        param = "conversation.id"
+    else:
+        param = "conversation"
+    if not isinstance(value, str) or not value or len(value) > 64:
+        raise InvalidRequest(f"Invalid '{param}': expected a conversation id.", param=param)
+    return value
+
+
 def parse_create_request(body: Any) -> CreateRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
@@ -251,12 +266,7 @@ def parse_create_request(body: Any) -> CreateRequest:
             "(a string or a list of items), not Chat Completions 'messages'.",
             param="messages",
         )
-    if body.get("conversation") is not None:
-        raise InvalidRequest(
-            "'conversation' is not supported by this gateway; chain responses with "
-            "'previous_response_id'.",
-            param="conversation",
-        )
+    conversation = _conversation(body.get("conversation"))
     _check_shapes(body)
     model = body.get("model")
     if model is None or model == "":
@@ -264,8 +274,12 @@ def parse_create_request(body: Any) -> CreateRequest:
     expect(model, str, "model", "a string")
 
     previous_response_id = _optional_str(body, "previous_response_id", 128)
+    if conversation is not None and previous_response_id is not None:
+        raise InvalidRequest(
+            "Mutually exclusive parameters: 'conversation' and 'previous_response_id'; use one.",
+            param="conversation", code="invalid_request")
     raw_input = body.get("input")
-    if raw_input is None and previous_response_id is None:
+    if raw_input is None and previous_response_id is None and conversation is None:
         raise InvalidRequest("Missing required parameter: 'input'.", param="input")
     input_items = normalize_input(raw_input if raw_input is not None else [])
 
@@ -302,6 +316,7 @@ def parse_create_request(body: Any) -> CreateRequest:
         input_items=input_items,
         instructions=instructions,
         previous_response_id=previous_response_id,
+        conversation=conversation,
         store=store,
         background=background,
         stream=_bool(body, "stream", False),

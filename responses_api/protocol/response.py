@@ -33,6 +33,7 @@ def request_params(req: CreateRequest) -> dict[str, Any]:
         "safety_identifier": req.safety_identifier,
         "prompt_cache_key": req.prompt_cache_key,
         "user": req.user,
+        "conversation": {"id": req.conversation} if req.conversation else None,
     }
 
 
@@ -83,6 +84,6 @@ def response_object(
         "metadata": params.get("metadata") or {},
         "safety_identifier": params.get("safety_identifier"),
         "prompt_cache_key": params.get("prompt_cache_key"),
-        "conversation": None,
+        "conversation": params.get("conversation"),
         "user": params.get("user"),
     }

@@ -1,0 +1,61 @@
+"""Reads of conversations and their items (sync ORM; async callers use `db.run`)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..models import Conversation, ConversationItem
+from ..protocol.errors import InvalidRequest, NotFound
+from ..selectors import ListPage, epoch
+
+
+def _loads(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+def conversation_get(*, tenant_id: int, conversation_id: str, param: str = "conversation_id") -> Conversation:
+    conversation = Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).first()
+    if conversation is None:  # another tenant's id is exactly an unknown one
+        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param=param)
+    return conversation
+
+
+def conversation_object(conversation: Conversation) -> dict[str, Any]:
+    return {"id": conversation.id, "object": "conversation", "created_at": epoch(conversation.created_at),
+            "metadata": conversation.metadata or {}}
+
+
+def conversation_context(*, tenant_id: int, conversation_id: str) -> list[dict[str, Any]]:
+    """Every item of the conversation, oldest first, for a response's context: one query,
+    whatever the length (the tenant check is part of it)."""
+    rows = list(
+        ConversationItem.objects.filter(conversation_id=conversation_id, conversation__tenant_id=tenant_id)
+        .order_by("position").values_list("item__data", flat=True)
+    )
+    if not rows and not Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).exists():
+        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation")
+    return [_loads(r) for r in rows]
+
+
+def conversation_items_page(
+    *, tenant_id: int, conversation_id: str, after: str | None, limit: int, order: str,
+) -> ListPage:
+    conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
+    qs = ConversationItem.objects.filter(conversation=conversation)
+    descending = order == "desc"
+    if after is not None:
+        anchor = qs.filter(item__public_id=after).values_list("position", flat=True).first()
+        if anchor is None:
+            raise InvalidRequest(f"No item with id '{after}' in this conversation.", param="after")
+        qs = qs.filter(position__lt=anchor) if descending else qs.filter(position__gt=anchor)
+    rows = list(qs.order_by("-position" if descending else "position").values_list("item__data", flat=True)[: limit + 1])
+    return ListPage([_loads(r) for r in rows[:limit]], len(rows) > limit)
+
+
+def conversation_item_get(*, tenant_id: int, conversation_id: str, item_id: str) -> dict[str, Any]:
+    conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
+    data = (ConversationItem.objects.filter(conversation=conversation, item__public_id=item_id)
+            .order_by("position").values_list("item__data", flat=True).first())
+    if data is None:
+        raise NotFound(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="item_id")
+    return _loads(data)

@@ -1,0 +1,83 @@
+"""Writes of conversations: create, update, delete, add and remove items, and the append a
+response makes when it finishes. Appends lock the conversation row, so concurrent writers
+take consecutive positions and a response's items stay together."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from django.db import transaction
+
+from ..models import Conversation, ConversationItem, Item
+from ..protocol.ids import new_id
+from .selectors import conversation_get
+
+
+def conversation_create(*, tenant_id: int, items: list[dict[str, Any]], metadata: dict[str, str]) -> Conversation:
+    with transaction.atomic():
+        conversation = Conversation.objects.create(id=new_id("conv"), tenant_id=tenant_id, metadata=metadata)
+        _append(conversation, _new_items(tenant_id, items))
+    return conversation
+
+
+def conversation_update(*, tenant_id: int, conversation_id: str, metadata: dict[str, str]) -> Conversation:
+    conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
+    conversation.metadata = metadata
+    conversation.save(update_fields=["metadata"])
+    return conversation
+
+
+def conversation_delete(*, tenant_id: int, conversation_id: str) -> None:
+    """The conversation and its item links go; the items stay where responses use them."""
+    conversation_get(tenant_id=tenant_id, conversation_id=conversation_id).delete()
+
+
+def conversation_items_add(*, tenant_id: int, conversation_id: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    with transaction.atomic():
+        conversation = conversation_lock(tenant_id, conversation_id)
+        _append(conversation, _new_items(tenant_id, items))
+    return items
+
+
+def conversation_item_delete(*, tenant_id: int, conversation_id: str, item_id: str) -> Conversation:
+    from ..protocol.errors import NotFound
+
+    conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
+    link = (ConversationItem.objects.filter(conversation=conversation, item__public_id=item_id)
+            .order_by("position").first())
+    if link is None:
+        raise NotFound(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="item_id")
+    link.delete()
+    return conversation
+
+
+def conversation_append_items(*, tenant_id: int, conversation_id: str, items: Iterable[Item]) -> None:
+    """Link already stored items (a finished response's) at the end, inside the caller's transaction."""
+    _append(conversation_lock(tenant_id, conversation_id), list(items))
+
+
+def conversation_lock(tenant_id: int, conversation_id: str) -> Conversation:
+    from ..protocol.errors import NotFound
+
+    conversation = (Conversation.objects.select_for_update()
+                    .filter(id=conversation_id, tenant_id=tenant_id).first())
+    if conversation is None:
+        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation_id")
+    return conversation
+
+
+def _new_items(tenant_id: int, items: list[dict[str, Any]]) -> list[Item]:
+    return Item.objects.bulk_create(
+        [Item(tenant_id=tenant_id, public_id=i["id"], type=i["type"], data=i) for i in items]
+    )
+
+
+def _append(conversation: Conversation, items: list[Item]) -> None:
+    """Called with the conversation row locked (or just created in this transaction)."""
+    if not items:
+        return
+    start = conversation.next_position
+    ConversationItem.objects.bulk_create(
+        [ConversationItem(conversation=conversation, item=item, position=start + n) for n, item in enumerate(items)]
+    )
+    conversation.next_position = start + len(items)
+    conversation.save(update_fields=["next_position"])
