@@ -294,7 +294,8 @@ class ModelRouteAdmin(admin.ModelAdmin):
     list_display = ("name", "targets_display", "enabled", "run_on_worker", "updated_at")
     list_filter = ("enabled", "run_on_worker")
     search_fields = ("name", "description", "targets__upstream_model")
-    fields = ("name", "description", "enabled", "run_on_worker", "hosted_tools", "created_at", "updated_at")
+    fields = ("name", "description", "enabled", "run_on_worker", "hosted_tools", "context_window", "created_at",
+              "updated_at")
     readonly_fields = ("created_at", "updated_at")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ModelRoute]:

@@ -73,7 +73,8 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
         route, _ = ModelRoute.objects.update_or_create(
             name=_require(entry, "name", where),
             defaults={"description": entry.get("description", ""), "enabled": bool(entry.get("enabled", True)),
-                      "hosted_tools": entry.get("hosted_tools") or {}},
+                      "hosted_tools": entry.get("hosted_tools") or {},
+                      "context_window": int(entry["context_window"]) if entry.get("context_window") else None},
         )
         _save_valid(route, where)
         targets = _require(entry, "targets", where)

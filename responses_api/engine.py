@@ -16,6 +16,7 @@ from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerEr
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from .protocol.ids import new_id
 from .protocol.compaction import expand_compactions
+from .protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
 from .protocol.mcp import McpBinding, as_model_items, model_names, pending_approvals
 from .protocol.request import CreateRequest
 from .protocol.response import response_object
@@ -142,6 +143,7 @@ class ResponseRun:
         self._target: Target | None = None
         self._started = time.monotonic()
         self._persisted = False
+        self.truncated_items = 0  # the most items truncation "auto" dropped at one step
         self._cancel_requested = False
         self._tools_task: asyncio.Future | None = None
 
@@ -220,8 +222,34 @@ class ResponseRun:
                 output.append(item)
         items = expand_compactions(as_model_items(self.job.context + output, self._mcp_names),
                                    self._open_summary)
-        return UpstreamRequest(request=req, items=items, tools=req.tools + self.mcp_tools,
-                               stream=self.stream_upstream)
+        tools = req.tools + self.mcp_tools
+        if self.job.route.context_window:
+            items = self._fit(items, tools, self.job.route.context_window)
+        return UpstreamRequest(request=req, items=items, tools=tools, stream=self.stream_upstream)
+
+    def _fit(self, items: list[dict[str, Any]], tools: list[Any], window: int) -> list[dict[str, Any]]:
+        """The context within the model's window: with truncation "auto" the oldest items are
+        dropped; with "disabled" an over-long context is a 400 before the upstream is called."""
+        req = self.job.request
+        budget = window - (req.max_output_tokens or min(DEFAULT_OUTPUT_RESERVE, window // 4))
+        tool_dicts = [t.as_dict() for t in tools]
+        if req.truncation == "auto":
+            fitted = truncate(items, budget=budget, instructions=req.instructions, tools=tool_dicts)
+            if fitted is not None:
+                kept, dropped = fitted
+                if dropped > self.truncated_items:
+                    self.truncated_items = dropped
+                    log.info("response %s: truncation dropped the %d oldest items to fit %d tokens",
+                             self.job.response_id, dropped, budget)
+                return kept
+        elif estimate_request(items, req.instructions, tool_dicts) <= budget:
+            return items
+        raise InvalidRequest(
+            f"The input is longer than the model's context window ({window} tokens, {budget} for the input "
+            "after room for the answer)" + ("; even its newest item alone does not fit." if req.truncation == "auto"
+                                            else "; send 'truncation': 'auto' to drop the oldest items."),
+            param="input", code="context_length_exceeded",
+        )
 
     # -- the stream --------------------------------------------------------------
     async def events(self, opening: str = "created") -> AsyncIterator[Event]:

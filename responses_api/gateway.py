@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -167,6 +168,7 @@ async def prepare_run(
 ) -> ResponseRun:
     """Validate access and load the chain: one thread hop, and only for a chain or item references."""
     merge_registry_tools(req, specs)
+    route = await with_context_window(route)
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
@@ -535,3 +537,54 @@ async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any
         "id": result["id"], "object": "response.compaction", "created_at": result["created_at"],
         "output": compacted_output(run.job.context[:-1], sealed), "usage": result["usage"],
     }
+
+
+async def with_context_window(route: Route) -> Route:
+    """The route, with the context window its first target's upstream reports when the
+    operator set none (cached; see upstreams/tokenize.py)."""
+    if route.context_window or not route.targets:
+        return route
+    from .upstreams.tokenize import context_window
+
+    learned = await context_window(route.targets[0])
+    return dataclasses.replace(route, context_window=learned) if learned else route
+
+
+# -- /v1/responses/input_tokens --------------------------------------------------------
+
+async def count_input_tokens(principal: Principal, body: Any) -> tuple[int, bool]:
+    """The input tokens a create request with this body would send its routed model, and
+    whether the count is exact (the upstream tokenized it) or the gateway's estimate."""
+    from .protocol.chat import build_chat_request
+    from .protocol.compaction import expand_compactions
+    from .protocol.request import parse_create_request
+    from .protocol.tokens import estimate_request
+    from .sealing import sealer
+    from .upstreams.chat_completions import chat_options
+    from .upstreams.tokenize import count_tokens
+
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", param=None)
+    req = parse_create_request({k: v for k, v in body.items() if k not in ("stream", "background", "store")})
+    route = await route_for(principal, req.model)
+    open_sealed_reasoning(req.input_items, principal.tenant_id)
+    context = list(req.input_items)
+    if req.previous_response_id or req.conversation or any(i["type"] == "item_reference" for i in context):
+        begin = await db.run(
+            services.response_begin, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
+            response_id=new_id("resp"), created_at=datetime.now(dt_timezone.utc), model=req.model,
+            previous_response_id=req.previous_response_id, input_items=req.input_items,
+            params=request_params(req), status="in_progress", store=False, conversation_id=req.conversation,
+        )
+        context = begin.context
+    unseal = sealer().unseal
+    items = expand_compactions(context, lambda sealed: unseal(
+        sealed, tenant_id=principal.tenant_id, purpose="compaction")["summary"])
+    if route.targets:
+        target = route.targets[0]
+        chat = build_chat_request(req, items, upstream_model=target.upstream_model, stream=False,
+                                  tools=req.tools, options=chat_options(target.provider.options))
+        exact = await count_tokens(target, chat)
+        if exact is not None:
+            return exact, True
+    return estimate_request(items, req.instructions, [t.as_dict() for t in req.tools]), False

@@ -124,6 +124,12 @@ class ModelRoute(models.Model):
                   '"file_search": "kb_search"}. A hosted tool not named here is dropped (logged, and '
                   "named in the x-gateway-dropped-tools response header).",
     )
+    context_window = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="The model's context window in tokens. Empty: learned from the upstream where its "
+                  "/v1/models says (vLLM and SGLang report max_model_len), else unknown (no truncation "
+                  "and no length check).",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -50,6 +50,7 @@ class Route:
     targets: tuple[Target, ...]
     run_on_worker: bool = False
     hosted_tools: tuple[tuple[str, str], ...] = ()  # (hosted tool type, registry tool serving it)
+    context_window: int | None = None  # tokens; None: learned from the upstream, or unknown
 
     def attempt_order(self, rng: random.Random | None = None) -> list[Target]:
         """Weighted random order of the weighted targets, then the weight-0 fallbacks."""
@@ -133,7 +134,8 @@ def route_get(model: str) -> Route:
                 if t.provider.enabled
             )
             value = Route(route.name, targets, route.run_on_worker,
-                          tuple(sorted((route.hosted_tools or {}).items()))) if targets else None
+                          tuple(sorted((route.hosted_tools or {}).items())),
+                          route.context_window) if targets else None
         cached = (now + settings.GATEWAY_CACHE_SECONDS, value)
         _routes[model] = cached
     if cached[1] is None:

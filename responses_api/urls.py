@@ -5,6 +5,7 @@ from . import views
 urlpatterns = [
     path("responses", views.responses),
     path("responses/compact", views.response_compact),
+    path("responses/input_tokens", views.response_input_tokens),
     path("responses/<str:response_id>", views.response_detail),
     path("responses/<str:response_id>/cancel", views.response_cancel),
     path("responses/<str:response_id>/input_items", views.response_input_items),

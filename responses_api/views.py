@@ -16,7 +16,7 @@ from .auth import Principal, bearer_token
 from .exception_handlers import error_response, json_response
 from .background import cancel_background
 from .eventlog import event_log
-from .gateway import WorkerStarted, compact_conversation, principal_for, start_response
+from .gateway import WorkerStarted, compact_conversation, count_input_tokens, principal_for, start_response
 from .history.views import list_responses
 from .models import ModelRoute
 from .outages import unavailable
@@ -101,12 +101,19 @@ async def _answer(request: HttpRequest, req: CreateRequest, started: ResponseRun
     run = started
     await run.connect()  # every target failed: a clean HTTP error, nothing streamed
     if req.stream:
-        return _sse_response(request, run.events())
+        response = _sse_response(request, run.events())
+        if run.truncated_items:  # known for the first step; later steps are in the log
+            response["x-gateway-truncated-items"] = str(run.truncated_items)
+        return response
     result = await run.run_to_end()
     note_response(request.log_extra, result)  # type: ignore[attr-defined]
     if run.error is not None:
         raise run.error
-    return json_response(result)
+    response = json_response(result)
+    if run.truncated_items:  # truncation "auto" dropped the oldest items to fit the window
+        response["x-gateway-truncated-items"] = str(run.truncated_items)
+        request.log_extra["truncated_items"] = run.truncated_items  # type: ignore[attr-defined]
+    return response
 
 
 async def _current(principal: Principal, response_id: str) -> dict:
@@ -207,6 +214,15 @@ async def compact_response(request: HttpRequest, principal: Principal) -> HttpRe
 
 responses = api_endpoint({"POST": create_response, "GET": list_responses})
 response_compact = api_endpoint({"POST": compact_response})
+
+
+async def input_tokens(request: HttpRequest, principal: Principal) -> HttpResponse:
+    count, exact = await count_input_tokens(principal, _json_body(request))
+    return json_response({"object": "response.input_tokens", "input_tokens": count},
+                         headers={"x-gateway-token-count": "exact" if exact else "estimate"})
+
+
+response_input_tokens = api_endpoint({"POST": input_tokens})
 response_detail = api_endpoint({"GET": retrieve_response, "DELETE": delete_response})
 response_cancel = api_endpoint({"POST": cancel_response})
 response_input_items = api_endpoint({"GET": list_input_items})

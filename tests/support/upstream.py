@@ -267,6 +267,8 @@ class ScriptedUpstream:
         self._aborted_cond = threading.Condition(self._lock)
         self._queues: dict[str, deque[Reply]] = {}
         self._defaults: dict[str, Reply] = {}
+        self.model_info: dict[str, dict[str, Any]] = {}  # extra /v1/models fields, e.g. max_model_len
+        self.tokenizer = False  # answer vLLM's POST /tokenize (count = characters // 3 + 3 per message)
         self._requests: list[RecordedRequest] = []
         self._aborted: list[tuple[float, int]] = []
         self._active_streams = 0
@@ -490,10 +492,15 @@ class ScriptedUpstream:
         elif method == "GET" and path == "/v1/models":
             created = int(time.time())
             data = [
-                {"id": name, "object": "model", "created": created, "owned_by": "scripted-upstream"}
+                {"id": name, "object": "model", "created": created, "owned_by": "scripted-upstream",
+                 **self.model_info.get(name, {})}
                 for name in self._known_models()
             ]
             await self._send_json(send, 200, {"object": "list", "data": data})
+        elif method == "POST" and path == "/tokenize" and self.tokenizer:
+            messages = body.get("messages") or []
+            chars = sum(len(json.dumps(m.get("content"))) for m in messages if isinstance(m, dict))
+            await self._send_json(send, 200, {"count": chars // 3 + 3 * len(messages), "max_model_len": 4096})
         else:
             await self._send_json(
                 send,

@@ -1,0 +1,117 @@
+"""truncation: "auto" against a route's context window, and POST /v1/responses/input_tokens."""
+from __future__ import annotations
+
+import pytest
+
+from responses_api.protocol.tokens import estimate_item, truncate
+from tests.conftest import MODEL, Gateway
+from tests.support.upstream import Reply, ScriptedUpstream
+
+pytestmark = pytest.mark.embedded
+
+
+def message(role: str, text: str) -> dict:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "id": f"msg_{text[:8]}", "role": role, "content": [{"type": kind, "text": text}]}
+
+
+def call(call_id: str) -> list[dict]:
+    return [{"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "id": f"fo_{call_id}", "call_id": call_id, "output": "x" * 400}]
+
+
+def test_truncate_drops_oldest_whole_turns_and_keeps_instructions() -> None:
+    items = [message("system", "be brief"), message("user", "a" * 400), *call("c1"), message("user", "b" * 400),
+             message("user", "newest question")]
+    size = sum(estimate_item(i) for i in items)
+    oldest = estimate_item(items[1])
+    kept, dropped = truncate(items, budget=size - oldest, instructions=None, tools=[])
+    assert kept[0]["role"] == "system" and dropped == 1 and items[1] not in kept  # only the oldest user message
+    kept, dropped = truncate(items, budget=size - oldest - 1, instructions=None, tools=[])
+    assert dropped == 3
+    types = [i["type"] for i in kept]
+    assert "function_call" not in types and "function_call_output" not in types  # the call went with its output
+    assert kept[0]["role"] == "system" and kept[-1] is items[-1]
+    assert truncate(items, budget=10, instructions=None, tools=[]) is None  # not even the newest fits
+    assert truncate(items, budget=10**6, instructions=None, tools=[]) == (items, 0)
+
+
+@pytest.fixture
+def small_window(gateway: Gateway) -> None:
+    from responses_api.models import ModelRoute
+    from responses_api.routing import clear_cache as clear_route_cache
+
+    ModelRoute.objects.filter(name=MODEL).update(context_window=700)
+    clear_route_cache()
+
+
+def test_a_long_conversation_keeps_answering_past_the_window(gateway: Gateway, scripted: ScriptedUpstream, small_window) -> None:  # type: ignore[no-untyped-def]
+    client = gateway.openai()
+    conv = client.conversations.create()
+    scripted.set_default(MODEL, Reply(text="ok " * 20))
+    for turn in range(12):
+        resp = client.responses.with_raw_response.create(
+            model=MODEL, input=f"turn {turn}: " + "words " * 30, conversation=conv.id,
+            truncation="auto", max_output_tokens=100)
+        assert resp.http_response.status_code == 200
+    sent = scripted.requests[-1].body["messages"]
+    assert sent[-1]["content"].startswith("turn 11:")  # the newest turn went through
+    assert not any(m["content"].startswith("turn 0:") for m in sent if m["role"] == "user")  # the oldest did not
+    assert int(resp.http_response.headers["x-gateway-truncated-items"]) > 0
+    assert len(client.conversations.items.list(conv.id, limit=100).data) == 24  # the conversation keeps all
+
+
+def test_without_auto_an_over_long_context_is_a_400_before_the_upstream(gateway: Gateway, scripted: ScriptedUpstream, small_window) -> None:  # type: ignore[no-untyped-def]
+    before = len(scripted.requests)
+    resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "long " * 2000})
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "input")
+    assert len([r for r in scripted.requests[before:] if r.path == "/v1/chat/completions"]) == 0
+
+
+def test_the_window_is_learned_from_the_upstream(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.routing import clear_cache as clear_route_cache
+    from responses_api.upstreams import tokenize
+
+    scripted.set_default(MODEL, Reply(text="never sent"))  # listed by the upstream's /v1/models
+    scripted.model_info[MODEL] = {"max_model_len": 600}
+    tokenize._windows.clear()
+    clear_route_cache()
+    try:
+        resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "long " * 2000})
+        assert resp.status_code == 400 and resp.json()["error"]["code"] == "context_length_exceeded"
+    finally:
+        scripted.model_info.clear()
+        tokenize._windows.clear()
+
+
+def test_input_tokens_estimate_and_exact(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.upstreams import tokenize
+
+    client = gateway.openai()
+    body = {"model": MODEL, "input": "How many tokens is this question?", "instructions": "Answer briefly."}
+    estimated = gateway.http().post("/v1/responses/input_tokens", json=body)
+    assert estimated.status_code == 200 and estimated.headers["x-gateway-token-count"] == "estimate"
+    assert estimated.json()["object"] == "response.input_tokens" and estimated.json()["input_tokens"] > 5
+    scripted.tokenizer = True
+    tokenize._no_tokenizer.clear()
+    try:
+        exact = client.responses.input_tokens.count(**body)
+        raw = gateway.http().post("/v1/responses/input_tokens", json=body)
+    finally:
+        scripted.tokenizer = False
+        tokenize._no_tokenizer.clear()
+    assert raw.headers["x-gateway-token-count"] == "exact"
+    tokenized = [r for r in scripted.requests if r.path == "/tokenize"][-1].body
+    assert [m["content"] for m in tokenized["messages"]] == ["Answer briefly.", "How many tokens is this question?"]
+    assert exact.input_tokens == raw.json()["input_tokens"] == (len('"Answer briefly."') + len('"How many tokens is this question?"')) // 3 + 6
+    # With a chain or a conversation, the stored context counts too.
+    scripted.enqueue(MODEL, Reply(text="An answer of some length."))
+    first = client.responses.create(model=MODEL, input="First question.")
+    chained = gateway.http().post("/v1/responses/input_tokens", json={
+        "model": MODEL, "input": "Second.", "previous_response_id": first.id}).json()["input_tokens"]
+    alone = gateway.http().post("/v1/responses/input_tokens", json={"model": MODEL, "input": "Second."}).json()["input_tokens"]
+    assert chained > alone
+    missing = gateway.http().post("/v1/responses/input_tokens", json={"input": "x"})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
