@@ -560,3 +560,6 @@ class ResponseAdmin(admin.ModelAdmin):
         for response_id, tenant_id in rows:
             services.response_delete(tenant_id=tenant_id, response_id=response_id)
         self.message_user(request, f"Deleted {len(rows)} response(s).", messages.SUCCESS)
+
+
+from .conversations import admin as conversations_admin  # noqa: E402,F401 - registers ConversationAdmin

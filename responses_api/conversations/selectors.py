@@ -59,3 +59,19 @@ def conversation_item_get(*, tenant_id: int, conversation_id: str, item_id: str)
     if data is None:
         raise NotFound(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="item_id")
     return _loads(data)
+
+
+def conversations_page(*, tenant_id: int | None, after: str | None, limit: int, order: str) -> ListPage:
+    """Conversations for the history API, newest first by default; `tenant_id` None: every
+    tenant's (admin keys). `after` is a conversation id from an earlier page."""
+    qs = Conversation.objects.all() if tenant_id is None else Conversation.objects.filter(tenant_id=tenant_id)
+    descending = order == "desc"
+    if after is not None:
+        anchor = qs.filter(id=after).values_list("created_at", flat=True).first()
+        if anchor is None:
+            raise InvalidRequest(f"No conversation with id '{after}'.", param="after")
+        qs = (qs.filter(created_at__lt=anchor) | qs.filter(created_at=anchor, id__lt=after)) if descending else \
+            (qs.filter(created_at__gt=anchor) | qs.filter(created_at=anchor, id__gt=after))
+    ordering = ("-created_at", "-id") if descending else ("created_at", "id")
+    rows = list(qs.order_by(*ordering)[: limit + 1])
+    return ListPage([conversation_object(c) for c in rows[:limit]], len(rows) > limit)

@@ -98,7 +98,17 @@ async def delete_item(request: HttpRequest, principal: Principal, conversation_i
     return json_response(selectors.conversation_object(conversation))
 
 
-conversations = api_endpoint({"POST": create_conversation})
+async def list_conversations(request: HttpRequest, principal: Principal) -> HttpResponse:
+    """History: the key's tenant's conversations (every tenant's for an admin key), newest first."""
+    order = request.GET.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
+    page = await db.run(selectors.conversations_page, tenant_id=None if principal.is_admin else principal.tenant_id,
+                        after=request.GET.get("after"), limit=_limit(request.GET.get("limit")), order=order)
+    return json_response(page.as_dict())
+
+
+conversations = api_endpoint({"POST": create_conversation, "GET": list_conversations})
 conversation_detail = api_endpoint({"GET": retrieve_conversation, "POST": update_conversation,
                                     "DELETE": delete_conversation})
 conversation_items = api_endpoint({"GET": list_items, "POST": add_items})

@@ -141,3 +141,15 @@ def test_a_conversation_over_a_websocket(gateway: Gateway, scripted: ScriptedUps
         validate_events(turn(ws, model=MODEL, input="a", conversation=conv.id))
         validate_events(turn(ws, model=MODEL, input="b", conversation=conv.id))
     assert texts(client.conversations.items.list(conv.id, order="asc").data) == ["a", "one", "b", "two"]
+
+
+
+def test_history_lists_the_tenants_conversations(gateway: Gateway) -> None:
+    http = gateway.http()
+    made = [http.post("/v1/conversations", json={"metadata": {"n": str(i)}}).json()["id"] for i in range(3)]
+    other_key, _ = make_key(tenant="other-co", name="other")
+    gateway.http(other_key).post("/v1/conversations", json={})
+    first = http.get("/v1/conversations", params={"limit": 2}).json()
+    assert [c["id"] for c in first["data"]] == made[::-1][:2] and first["has_more"]
+    rest = http.get("/v1/conversations", params={"limit": 2, "after": first["last_id"]}).json()
+    assert [c["id"] for c in rest["data"]] == [made[0]] and not rest["has_more"]

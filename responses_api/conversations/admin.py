@@ -1,0 +1,66 @@
+"""Conversations in the admin: the list, and a conversation's items in order (read-only:
+they change through the API)."""
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+
+from ..models import Conversation, ConversationItem
+from ..protocol.items import item_text
+
+ITEMS_SHOWN = 500
+
+
+@admin.register(Conversation)
+class ConversationAdmin(admin.ModelAdmin):
+    list_display = ("id", "tenant", "item_count", "created_at")
+    list_filter = ("tenant", ("created_at", admin.DateFieldListFilter))
+    list_select_related = ("tenant",)
+    search_fields = ("id", "metadata")
+    search_help_text = "Search by conversation id or metadata text."
+    ordering = ("-created_at",)
+    fields = ("id", "tenant", "created_at", "metadata_display", "items_display")
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).annotate(_items=Count("conversation_items"))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Conversation | None = None) -> bool:
+        return False
+
+    @admin.display(description="Items", ordering="_items")
+    def item_count(self, obj: Conversation) -> int:
+        return getattr(obj, "_items", 0)
+
+    @admin.display(description="Metadata")
+    def metadata_display(self, obj: Conversation) -> str:
+        return json.dumps(obj.metadata or {}, ensure_ascii=False)
+
+    @admin.display(description="Items, oldest first")
+    def items_display(self, obj: Conversation) -> str:
+        rows = (ConversationItem.objects.filter(conversation=obj).order_by("position")
+                .values_list("position", "item__public_id", "item__data")[:ITEMS_SHOWN])
+        body = format_html_join(
+            "", "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((position, public_id, data.get("type"), data.get("role", ""), _excerpt(data))
+             for position, public_id, data in rows),
+        )
+        return format_html(
+            '<table><thead><tr><th>#</th><th>Item</th><th>Type</th><th>Role</th><th>Text</th></tr></thead>'
+            "<tbody>{}</tbody></table>", body)
+
+
+def _excerpt(data: dict) -> str:
+    if data.get("type") == "message":
+        text = item_text(data)
+    else:
+        text = data.get("arguments") or data.get("output") or data.get("name") or ""
+        text = text if isinstance(text, str) else json.dumps(text)
+    return text if len(text) <= 300 else text[:300] + "…"
