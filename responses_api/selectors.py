@@ -190,12 +190,19 @@ def input_items_page(
     """A page of the response's input items; `after` is an item id from an earlier page."""
     row = response_get_row(tenant_id=tenant_id, response_id=response_id)
     qs = ResponseItem.objects.filter(response_id=row.id, role=ResponseItem.Role.INPUT)
+    return items_page(qs, after=after, limit=limit, order=order, unknown_after="No input item with id "
+                      f"'{after}' in this response.")
+
+
+def items_page(links: Any, *, after: str | None, limit: int, order: str, unknown_after: str) -> ListPage:
+    """A page of items through their links (`position` + `item`): ResponseItem or ConversationItem
+    rows; `after` is an item id from an earlier page."""
     descending = order == "desc"
     if after is not None:
-        anchor = qs.filter(item__public_id=after).values_list("position", flat=True).first()
+        anchor = links.filter(item__public_id=after).values_list("position", flat=True).first()
         if anchor is None:
-            raise InvalidRequest(f"No input item with id '{after}' in this response.", param="after")
-        qs = qs.filter(position__lt=anchor) if descending else qs.filter(position__gt=anchor)
-    qs = qs.order_by("-position" if descending else "position")
-    rows = list(qs.values_list("item__data", flat=True)[: limit + 1])
+            raise InvalidRequest(unknown_after, param="after")
+        links = links.filter(position__lt=anchor) if descending else links.filter(position__gt=anchor)
+    rows = list(links.order_by("-position" if descending else "position")
+                .values_list("item__data", flat=True)[: limit + 1])
     return ListPage([_loads(r) for r in rows[:limit]], len(rows) > limit)

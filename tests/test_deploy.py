@@ -194,11 +194,7 @@ def test_compose_environment_passes_check_deploy() -> None:
 def test_production_settings_refuse_to_start_without_secret_key() -> None:
     env = {k: v for k, v in os.environ.items() if k not in settings_env_names()}
     env.update(DEBUG="false", ALLOWED_HOSTS="gateway.example.com")
-    proc = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        cwd=ROOT, env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
-        capture_output=True, text=True, timeout=60, check=False,
-    )
+    proc = _load_settings(env)
     assert proc.returncode != 0
     assert "SECRET_KEY must be set" in proc.stderr
 
@@ -212,20 +208,19 @@ def test_production_settings_refuse_to_start_without_secret_key() -> None:
 def test_production_settings_refuse_to_start_with_a_weak_secret_key(weak: str) -> None:
     env = {k: v for k, v in os.environ.items() if k not in settings_env_names()}
     env.update(DEBUG="false", ALLOWED_HOSTS="gateway.example.com", SECRET_KEY=weak)
-    proc = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        cwd=ROOT, env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
-        capture_output=True, text=True, timeout=60, check=False,
-    )
+    proc = _load_settings(env)
     assert proc.returncode != 0
     assert "SECRET_KEY is too weak" in proc.stderr
-    env["SECRET_KEY"] = secrets.token_urlsafe(50)
-    ok = subprocess.run(
+    ok = _load_settings(env | {"SECRET_KEY": secrets.token_urlsafe(50)})
+    assert ok.returncode == 0, ok.stderr
+
+
+def _load_settings(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
         cwd=ROOT, env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
         capture_output=True, text=True, timeout=60, check=False,
     )
-    assert ok.returncode == 0, ok.stderr
 
 
 def compose_env(**overrides: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..models import Conversation, ConversationItem
 from ..protocol.errors import InvalidRequest, NotFound
-from ..selectors import ListPage, epoch
+from ..selectors import ListPage, epoch, items_page
 
 
 def _loads(value: Any) -> Any:
@@ -41,15 +41,8 @@ def conversation_items_page(
     *, tenant_id: int, conversation_id: str, after: str | None, limit: int, order: str,
 ) -> ListPage:
     conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
-    qs = ConversationItem.objects.filter(conversation=conversation)
-    descending = order == "desc"
-    if after is not None:
-        anchor = qs.filter(item__public_id=after).values_list("position", flat=True).first()
-        if anchor is None:
-            raise InvalidRequest(f"No item with id '{after}' in this conversation.", param="after")
-        qs = qs.filter(position__lt=anchor) if descending else qs.filter(position__gt=anchor)
-    rows = list(qs.order_by("-position" if descending else "position").values_list("item__data", flat=True)[: limit + 1])
-    return ListPage([_loads(r) for r in rows[:limit]], len(rows) > limit)
+    return items_page(ConversationItem.objects.filter(conversation=conversation), after=after, limit=limit,
+                      order=order, unknown_after=f"No item with id '{after}' in this conversation.")
 
 
 def conversation_item_get(*, tenant_id: int, conversation_id: str, item_id: str) -> dict[str, Any]:
