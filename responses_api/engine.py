@@ -287,10 +287,7 @@ class ResponseRun:
             except GatewayError as exc:  # the store is unreachable (an outage)
                 self.error = exc
                 terminal = self.builder.fail(exc)
-                # Store the failure once the database is back, so the row does not stay open.
-                task = asyncio.ensure_future(self._persist_failure_when_back())
-                _retries.add(task)
-                task.add_done_callback(_retries.discard)
+                self._retry_when_back()  # store the failure once the database is back
             except Exception:
                 # Whatever the store refused, the response still ends: failed, for the
                 # client and (with its output left out, the likeliest cause) in the row.
@@ -485,7 +482,15 @@ class ResponseRun:
         if self._call is not None:
             await asyncio.shield(self._call.aclose())
         self.builder.cancel()
-        await asyncio.shield(self._persist())
+        try:
+            await asyncio.shield(self._persist())
+        except GatewayError:  # the store is unreachable: store the cancellation once it is back
+            self._retry_when_back()
+
+    def _retry_when_back(self) -> None:
+        task = asyncio.ensure_future(self._persist_failure_when_back())
+        _retries.add(task)
+        task.add_done_callback(_retries.discard)
 
     async def _persist(self) -> None:
         if self._persisted:
@@ -496,9 +501,11 @@ class ResponseRun:
             self.response, upstream=self._target.label if self._target else "", latency_ms=latency_ms
         )
 
-    async def _persist_failure_when_back(self, attempts: int = 8) -> None:
+    async def _persist_failure_when_back(self, attempts: int = 20) -> None:
+        """Store the response's end (failed or cancelled, without its items) once the database
+        answers again, so that its row does not stay open."""
         delay = 0.5
-        for _ in range(attempts):  # about a minute in all; after that the reaper ends the row
+        for _ in range(attempts):  # about 90 s in all; after that the reaper ends the row
             await asyncio.sleep(delay)
             try:
                 await self.persistence.finish_failed(
@@ -507,7 +514,7 @@ class ResponseRun:
                 )
                 return
             except Exception:
-                delay = min(delay * 2, 15.0)
+                delay = min(delay * 2, 5.0)
         log.warning("response %s: its failure could not be stored; the reaper will end it", self.job.response_id)
 
     async def _persist_failure(self) -> None:

@@ -114,9 +114,12 @@ def test_postgres_restarted_under_load(deployment: Deployment) -> None:
             assert "event: response.completed" in text or "event: response.failed" in text, text[-300:]
     # Nothing is left open: a stream whose end could not be stored during the outage is
     # stored failed once the database is back.
-    wait_for(lambda: deployment.rows(
-        "SELECT count(*) FROM responses_api_response WHERE status IN ('queued', 'in_progress') AND NOT on_worker"
-    ) == [(0,)], 20, "no open rows")
+    open_rows = "SELECT id, status, created_at, now() FROM responses_api_response " \
+                "WHERE status IN ('queued', 'in_progress') AND NOT on_worker"
+    try:
+        wait_for(lambda: deployment.rows(open_rows) == [], 45, "no open rows")
+    except AssertionError:
+        raise AssertionError(f"open rows: {deployment.rows(open_rows)}\n{deployment.log('web.log')}") from None
 
 
 def test_redis_stopped_and_restarted_around_background_creates(deployment: Deployment) -> None:
