@@ -280,3 +280,26 @@ class ResponseItem(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["response", "role", "position"], name="response_item_slot")
         ]
+
+
+class UsageRecord(models.Model):
+    """The tokens of a call that is not a response: /v1/chat/completions and /v1/embeddings
+    passed through to an upstream. The usage API and the admin chart add them to responses'."""
+
+    class Endpoint(models.TextChoices):
+        CHAT_COMPLETIONS = "chat.completions"
+        EMBEDDINGS = "embeddings"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    endpoint = models.CharField(max_length=32, choices=Endpoint.choices)
+    model = models.CharField(max_length=200)
+    upstream = models.CharField(max_length=300, blank=True)
+    status = models.PositiveSmallIntegerField(help_text="The HTTP status the client got.")
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="usage_tenant_created")]

@@ -393,3 +393,16 @@ def response_cancel_queued(*, response_id: str) -> bool:
 def response_force_cancel(*, response_id: str) -> bool:
     """in_progress -> cancelled when its worker did not answer the cancel request."""
     return bool(Response.objects.filter(id=response_id, status="in_progress").update(status="cancelled"))
+
+
+def usage_record(
+    *, tenant_id: int, api_key_id: int | None, endpoint: str, model: str, upstream: str, status: int,
+    input_tokens: int | None, output_tokens: int | None, latency_ms: int,
+) -> None:
+    """The usage of a passed-through call (/v1/chat/completions, /v1/embeddings)."""
+    from .models import UsageRecord
+
+    UsageRecord.objects.create(
+        tenant_id=tenant_id, api_key_id=api_key_id, endpoint=endpoint, model=model, upstream=upstream,
+        status=status, input_tokens=input_tokens, output_tokens=output_tokens, latency_ms=latency_ms,
+    )

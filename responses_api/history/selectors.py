@@ -381,11 +381,30 @@ def usage_summary(
     end: datetime | None = None,
     model: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Token and request totals grouped by any of model, day (UTC) and tenant: one query.
+    """Token and request totals grouped by any of model, day (UTC) and tenant: one query for
+    responses, one for passed-through calls (/v1/chat/completions, /v1/embeddings).
 
     Counts every response that reached the database, deleted ones included:
     their tokens were spent."""
-    qs = Response.objects.all()
+    from ..models import UsageRecord
+
+    merged: dict[tuple, dict[str, Any]] = {}
+    for source in (Response.objects.all(), UsageRecord.objects.all()):
+        for bucket in _usage_buckets(source, tenant_id=tenant_id, group_by=group_by, start=start, end=end,
+                                     model=model):
+            key = tuple(bucket.get(k) for k in ("day", "model", "tenant"))
+            if key in merged:
+                for field in ("requests", "input_tokens", "output_tokens", "total_tokens"):
+                    merged[key][field] += bucket[field]
+            else:
+                merged[key] = bucket
+    return [merged[key] for key in sorted(merged, key=lambda k: tuple("" if v is None else str(v) for v in k))]
+
+
+def _usage_buckets(
+    qs: Any, *, tenant_id: int | None, group_by: tuple[str, ...], start: datetime | None, end: datetime | None,
+    model: str | None,
+) -> list[dict[str, Any]]:
     if tenant_id is not None:
         qs = qs.filter(tenant_id=tenant_id)
     if start is not None:

@@ -497,6 +497,16 @@ class ScriptedUpstream:
                 for name in self._known_models()
             ]
             await self._send_json(send, 200, {"object": "list", "data": data})
+        elif method == "POST" and path == "/v1/embeddings":
+            # Deterministic 4-dimensional vectors; 1 token per word.
+            texts = body.get("input")
+            texts = [texts] if isinstance(texts, str) else texts if isinstance(texts, list) else []
+            data = [{"object": "embedding", "index": i,
+                     "embedding": [len(str(t)) / 10, i / 10, 0.5, float(str(t).count(" "))]}
+                    for i, t in enumerate(texts)]
+            tokens = sum(len(str(t).split()) for t in texts)
+            await self._send_json(send, 200, {"object": "list", "data": data, "model": body.get("model"),
+                                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
         elif method == "POST" and path == "/tokenize" and self.tokenizer:
             messages = body.get("messages") or []
             chars = sum(len(json.dumps(m.get("content"))) for m in messages if isinstance(m, dict))
