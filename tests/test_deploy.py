@@ -488,3 +488,32 @@ def test_gateway_up_rejects_a_revoked_key(transactional_db, tmp_path: Path) -> N
     key = setup_only(tmp_path)
     ApiKey.objects.update(revoked_at=timezone.now())
     assert setup_only(tmp_path) != key
+
+
+def test_manage_py_commands_work_as_written_in_a_development_checkout() -> None:
+    """No SECRET_KEY, no DEBUG, no .env: the development setup, as scripts/run makes it."""
+    env = {k: v for k, v in os.environ.items() if k not in settings_env_names()}
+    assert not (ROOT / ".env").exists()
+    proc = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    # A deployment's explicit settings are never overridden.
+    strict = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env | {"DEBUG": "false"},
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert strict.returncode != 0 and "SECRET_KEY must be set" in strict.stderr
+
+
+def test_the_development_admin_login_is_offered_and_reused(tmp_path, db) -> None:  # type: ignore[no-untyped-def]
+    from django.contrib.auth import authenticate, get_user_model
+
+    from responses_api.management.commands.gateway_up import dev_admin
+
+    login_file = tmp_path / "dev-admin"
+    login = dev_admin(login_file)
+    username, _, password = login.partition(" / ")
+    assert authenticate(username=username, password=password) is not None
+    assert oct(login_file.stat().st_mode & 0o777) == "0o600"
+    assert dev_admin(login_file) == login  # reused while it still works
+    get_user_model().objects.create_superuser("ops", password="x" * 12)
+    (tmp_path / "other").write_text("")
+    assert "exists already" in dev_admin(tmp_path / "fresh")

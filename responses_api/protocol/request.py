@@ -243,6 +243,16 @@ def _check_shapes(body: dict) -> None:
         raise InvalidRequest("Missing required parameter: 'prompt.id'.", param="prompt.id")
 
 
+# Chat Completions names sent to /v1/responses, and what this API calls them.
+CHAT_COMPLETIONS_NAMES = {
+    "max_tokens": "'max_output_tokens'",
+    "max_completion_tokens": "'max_output_tokens'",
+    "response_format": "'text': {'format': ...}",
+    "functions": "'tools' (each {'type': 'function', 'name', 'parameters'})",
+    "function_call": "'tool_choice'",
+}
+
+
 def _conversation(value: Any) -> str | None:
     """`conversation`: an id, or `{"id": ...}`."""
     if value is None:
@@ -266,6 +276,13 @@ def parse_create_request(body: Any) -> CreateRequest:
             "(a string or a list of items), not Chat Completions 'messages'.",
             param="messages",
         )
+    for name, instead in CHAT_COMPLETIONS_NAMES.items():
+        if name in body:
+            # Ignoring them would silently change the answer (a length limit not applied, a
+            # format not enforced): say what this API calls them.
+            raise InvalidRequest(
+                f"Unsupported parameter: '{name}' is a Chat Completions parameter; the Responses API "
+                f"uses {instead}.", param=name)
     conversation = _conversation(body.get("conversation"))
     _check_shapes(body)
     model = body.get("model")

@@ -242,6 +242,12 @@ TOP_LEVEL_ERRORS: list[tuple[dict[str, Any], str | None]] = [
     (base(prompt_cache_retention=24), "prompt_cache_retention"),
     (base(moderation=True), "moderation"),
     (base(context_management={"type": "compaction"}), "context_management"),
+    # Chat Completions names get a 400 with what to use instead.
+    (base(max_tokens=100), "max_tokens"),
+    (base(max_completion_tokens=100), "max_completion_tokens"),
+    (base(response_format={"type": "json_object"}), "response_format"),
+    (base(functions=[]), "functions"),
+    (base(function_call="auto"), "function_call"),
     # Found by the fuzz (tests/reliability/test_openapi_fuzz.py): unhashable where a word goes.
     (base(include=[["reasoning.encrypted_content"]]), "include[0]"),
     (base(text={"verbosity": ["low"]}), "text.verbosity"),

@@ -13,6 +13,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -40,6 +41,7 @@ LOCAL_PROVIDER = "local"
 LOCAL_ROUTES = ("local", "smollm2")
 DEV_TENANT = "default"
 DEV_KEY_NAME = "development key (scripts/run)"
+DEV_ADMIN = "admin"
 DEFAULT_STATE_DIR = Path(settings.BASE_DIR) / ".gateway"
 
 
@@ -102,6 +104,36 @@ def dev_key(key_file: Path) -> tuple[str, bool]:
         fh.write(raw + "\n")
     os.replace(tmp, key_file)
     return raw, True
+
+
+def dev_admin(login_file: Path) -> str:
+    """A development superuser, as the development key is offered: `admin` with a random
+    password kept in ``login_file`` (0600). Reused while it still logs in; never created when
+    another superuser already exists (the operator has chosen their own)."""
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    try:
+        saved = login_file.read_text().strip()
+    except FileNotFoundError:
+        saved = ""
+    if saved:
+        username, _, password = saved.partition(" / ")
+        user = User.objects.filter(username=username, is_superuser=True).first()
+        if user is not None and user.check_password(password):
+            return saved
+    if User.objects.filter(is_superuser=True).exclude(username=DEV_ADMIN).exists():
+        return "(an administrator exists already: use your own login)"
+    password = secrets.token_urlsafe(12)
+    user = User.objects.filter(username=DEV_ADMIN).first() or User(username=DEV_ADMIN)
+    user.is_staff = user.is_superuser = True
+    user.set_password(password)
+    user.save()
+    login = f"{DEV_ADMIN} / {password}"
+    fd = os.open(login_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(login + "\n")
+    return login
 
 
 def port_is_free(host: str, port: int) -> bool:
@@ -175,6 +207,8 @@ class Command(BaseCommand):
 
         key, created = dev_key(self.key_file)
         self.say(f"API key: {'created' if created else 'reused'} ({self.key_file}, mode 0600)")
+        self.admin_file = state_dir / "dev-admin"
+        self.admin_login = dev_admin(self.admin_file)
 
         config_path = state_dir / "local-model.yaml"
         config = local_config(options["local_model_port"])
@@ -332,6 +366,9 @@ class Command(BaseCommand):
             "",
             f"API key (saved in {self.key_file}):",
             f"  {key}",
+            "",
+            f"Admin login {base}/admin/ (saved in {self.admin_file}):",
+            f"  {self.admin_login}",
             "",
             "Try it (non-streaming):",
             "",
