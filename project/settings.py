@@ -149,6 +149,8 @@ GATEWAY_CACHE_SECONDS = env.float("GATEWAY_CACHE_SECONDS", default=5.0)
 # Garbage-collector thresholds for the web process (see project/asgi.py).
 GATEWAY_GC_THRESHOLDS = tuple(int(v) for v in env.list("GATEWAY_GC_THRESHOLDS", default=["50000", "20", "100"]))
 GATEWAY_MAX_REQUEST_BYTES = env.int("GATEWAY_MAX_REQUEST_BYTES", default=32 * 1024 * 1024)
+# Prometheus /metrics: served only to this bearer token (empty: no /metrics at all).
+GATEWAY_METRICS_TOKEN = env.str("GATEWAY_METRICS_TOKEN", default="")
 # WebSocket mode (responses_api/websocket.py).
 GATEWAY_WS_MAX_SECONDS = env.float("GATEWAY_WS_MAX_SECONDS", default=3600.0)
 GATEWAY_WS_IDLE_SECONDS = env.float("GATEWAY_WS_IDLE_SECONDS", default=600.0)
@@ -179,7 +181,7 @@ CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
 # Container/load-balancer health probes speak plain HTTP to the app directly: never redirect
 # them (docker-compose.yml sets SECURE_SSL_REDIRECT=true behind a TLS-terminating proxy).
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)

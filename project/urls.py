@@ -8,5 +8,6 @@ urlpatterns = [
     path("v1/", include("responses_api.urls")),
     path("healthz", health.healthz),
     path("readyz", health.readyz),
+    path("metrics", health.metrics),
     path("admin/", admin.site.urls),
 ]

@@ -175,8 +175,11 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         if message["type"] == "lifespan.startup":
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            from .metrics import process_exit
+
             await close_session()
             await close_pool()
+            process_exit()
             await send({"type": "lifespan.shutdown.complete"})
             return
 

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError, UpstreamError
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from .protocol.ids import new_id
+from .metrics import upstream_error
 from .protocol.compaction import expand_compactions
 from .protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
 from .protocol.mcp import McpBinding, as_model_items, model_names, pending_approvals
@@ -194,6 +195,8 @@ class ResponseRun:
             except GatewayError as exc:
                 last = exc
                 log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
+                if isinstance(exc, UpstreamError):
+                    upstream_error(target.label, exc.code)
                 if not _falls_back(exc):
                     break
         assert last is not None
@@ -277,6 +280,8 @@ class ResponseRun:
                 else:
                     self.error = exc
                     terminal = self.builder.fail(exc)
+                    if isinstance(exc, UpstreamError) and self._target is not None:
+                        upstream_error(self._target.label, exc.code)
             except Exception:
                 # A bug must still end the response cleanly: stored failed, stream terminated.
                 log.exception("response %s failed unexpectedly", self.job.response_id)

@@ -42,3 +42,21 @@ async def readyz(request: HttpRequest) -> HttpResponse:
             checks[name] = f"error: {type(exc).__name__}"
             healthy = False
     return json_response({"status": "ok" if healthy else "unavailable", "checks": checks}, status=200 if healthy else 503)
+
+
+async def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus exposition for holders of GATEWAY_METRICS_TOKEN; a 404 when none is set."""
+    import hmac
+
+    from .metrics import exposition
+
+    token = settings.GATEWAY_METRICS_TOKEN
+    if not token:
+        return json_response({"error": {"message": "Not found.", "type": "invalid_request_error",
+                                        "param": None, "code": "not_found"}}, status=404)
+    if not hmac.compare_digest(request.headers.get("authorization", "").encode(), f"Bearer {token}".encode()):
+        return json_response({"error": {"message": "Send the metrics token as 'Authorization: Bearer <token>'.",
+                                        "type": "invalid_request_error", "param": None,
+                                        "code": "invalid_api_key"}}, status=401)
+    body, content_type = await db.run(exposition)
+    return HttpResponse(body, content_type=content_type)

@@ -58,6 +58,8 @@ class RequestIdMiddleware:
 
 
 def _access_line(request, response, started: float, **more) -> None:  # type: ignore[no-untyped-def]
+    elapsed = time.monotonic() - started
+    _observe(request, response.status_code, elapsed, more.get("first_byte_ms"))
     log.info(
         "request",
         extra={
@@ -65,7 +67,7 @@ def _access_line(request, response, started: float, **more) -> None:  # type: ig
             "method": request.method,
             "path": request.path,
             "status": response.status_code,
-            "latency_ms": round((time.monotonic() - started) * 1000, 2),
+            "latency_ms": round(elapsed * 1000, 2),
             **request.log_extra,
             **more,
         },
@@ -73,8 +75,11 @@ def _access_line(request, response, started: float, **more) -> None:  # type: ig
 
 
 async def _log_at_end(content, request, response, started: float):  # type: ignore[no-untyped-def]
+    from .metrics import OPEN_STREAMS
+
     first_byte: float | None = None
     ended = False
+    OPEN_STREAMS.inc()
     try:
         async for chunk in content:
             if first_byte is None:
@@ -82,7 +87,21 @@ async def _log_at_end(content, request, response, started: float):  # type: igno
             yield chunk
         ended = True
     finally:
+        OPEN_STREAMS.dec()
         more = {"first_byte_ms": round((first_byte - started) * 1000, 2) if first_byte else None}
         if not ended:
             more["stream_end"] = "client_disconnected"
         _access_line(request, response, started, **more)
+
+
+def _observe(request, status: int, seconds: float, first_byte_ms: float | None) -> None:  # type: ignore[no-untyped-def]
+    from . import metrics
+
+    match = getattr(request, "resolver_match", None)
+    route = match.route if match is not None and match.route else "unmatched"
+    extra = request.log_extra
+    # A model label only for requests that reached a route: client-typed names stay out.
+    model = extra.get("model", "") if extra.get("routed") else ""
+    metrics.observe_request(route, model, status, seconds,
+                            first_byte_ms / 1000 if first_byte_ms is not None else None,
+                            (extra.get("input_tokens"), extra.get("output_tokens")))

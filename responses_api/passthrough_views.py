@@ -15,6 +15,7 @@ from . import db, services
 from .auth import Principal
 from .engine import _falls_back
 from .gateway import route_for
+from .metrics import upstream_error
 from .models import UsageRecord
 from .protocol.errors import GatewayError, InvalidRequest
 from .upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
@@ -34,6 +35,7 @@ async def _relay(request: HttpRequest, principal: Principal, *, path: str, endpo
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
     request.log_extra["model"] = model  # type: ignore[attr-defined]
     route = await route_for(principal, model)
+    request.log_extra["routed"] = True  # type: ignore[attr-defined]
     stream = endpoint == UsageRecord.Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
     started = time.monotonic()
     forwarded: Forwarded | None = None
@@ -45,6 +47,7 @@ async def _relay(request: HttpRequest, principal: Principal, *, path: str, endpo
         except GatewayError as exc:
             last = exc
             log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
+            upstream_error(target.label, exc.code)
             if not _falls_back(exc):
                 break
     if forwarded is None:
@@ -60,6 +63,7 @@ async def _relay(request: HttpRequest, principal: Principal, *, path: str, endpo
                 async for chunk in body_chunks(forwarded, usage):
                     yield chunk
             finally:
+                _note_tokens(request, usage)
                 _record(principal, endpoint, model, forwarded.target.label, 200, usage, started)
 
         response = StreamingHttpResponse(chunks(), content_type=content_type)
@@ -74,9 +78,16 @@ async def _relay(request: HttpRequest, principal: Principal, *, path: str, endpo
         answer = json.loads(raw)
     except ValueError:
         answer = None
-    _record(principal, endpoint, model, forwarded.target.label, 200,
-            answer.get("usage") if isinstance(answer, dict) else None, started)
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    _note_tokens(request, usage)
+    _record(principal, endpoint, model, forwarded.target.label, 200, usage, started)
     return HttpResponse(raw, content_type=content_type)
+
+
+def _note_tokens(request: HttpRequest, usage: dict[str, Any] | None) -> None:
+    """For the access log and the metrics."""
+    input_tokens, output_tokens = usage_tokens(usage)
+    request.log_extra.update(input_tokens=input_tokens, output_tokens=output_tokens)  # type: ignore[attr-defined]
 
 
 def _record(principal: Principal, endpoint: str, model: str, upstream: str, status: int,

@@ -86,6 +86,7 @@ async def create_response(request: HttpRequest, principal: Principal) -> HttpRes
     req = parse_create_request(body)
     request.log_extra["model"] = req.model  # type: ignore[attr-defined]
     started = await start_response(principal, req, body)
+    request.log_extra["routed"] = True  # type: ignore[attr-defined]
     response = await _answer(request, req, started)
     if req.dropped_tools:
         response["x-gateway-dropped-tools"] = ",".join(req.dropped_tools)
