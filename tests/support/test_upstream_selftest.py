@@ -368,11 +368,16 @@ def test_models_and_unknown_routes(upstream: ScriptedUpstream, client: httpx.Cli
 
     for method, path in [
         ("GET", "/responses"),
-        ("POST", "/embeddings"),
+        ("POST", "/audio/speech"),
         ("GET", "/chat/completions"),
+        ("GET", "/embeddings"),
     ]:
         r = client.request(method, path)
         assert r.status_code == 404 and "error" in r.json()
+    # Embeddings: deterministic vectors, a token per word.
+    r = client.post("/embeddings", json={"model": "alpha", "input": ["two words", "three more words"]})
+    assert r.status_code == 200 and [len(d["embedding"]) for d in r.json()["data"]] == [4, 4]
+    assert r.json()["usage"] == {"prompt_tokens": 5, "total_tokens": 5}
     r = client.post("/chat/completions", content=b"{broken")
     assert r.status_code == 400
 
