@@ -232,9 +232,17 @@ GATEWAY_REAPER_INTERVAL_SECONDS = env.float("GATEWAY_REAPER_INTERVAL_SECONDS", d
 GATEWAY_FOREGROUND_MAX_SECONDS = env.int("GATEWAY_FOREGROUND_MAX_SECONDS", default=3600)
 # A background response no worker has started after this long lost its task: the reaper fails it.
 GATEWAY_QUEUED_MAX_SECONDS = env.float("GATEWAY_QUEUED_MAX_SECONDS", default=3600.0)
+# Retention: responses older than this many days are deleted (0: keep forever); a tenant's
+# own retention_days (admin) overrides it. Runs every GATEWAY_RETENTION_INTERVAL_SECONDS on beat.
+GATEWAY_RETENTION_DAYS = env.int("GATEWAY_RETENTION_DAYS", default=0)
+GATEWAY_RETENTION_INTERVAL_SECONDS = env.float("GATEWAY_RETENTION_INTERVAL_SECONDS", default=3600.0)
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-responses": {
         "task": "responses_api.reap_stale_responses",
         "schedule": GATEWAY_REAPER_INTERVAL_SECONDS,
-    }
+    },
+    "expire-responses": {
+        "task": "responses_api.expire_responses",
+        "schedule": GATEWAY_RETENTION_INTERVAL_SECONDS,
+    },
 }

@@ -53,7 +53,7 @@ class TenantAdmin(admin.ModelAdmin):
     list_display = ("name", "key_count", "created_at")
     search_fields = ("name",)
     ordering = ("name",)
-    fields = ("name", "mcp_adhoc_egress_allow", "created_at")
+    fields = ("name", "mcp_adhoc_egress_allow", "retention_days", "created_at")
     readonly_fields = ("created_at",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:

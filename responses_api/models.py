@@ -28,6 +28,12 @@ class Tenant(models.Model):
                   "optionally :port). Empty: public addresses only. The operator's egress allowlist "
                   "for registered tools never applies to URLs clients send.",
     )
+    retention_days = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Delete this tenant's responses (and their items) older than this many days. 0: keep "
+                  "forever. Empty: GATEWAY_RETENTION_DAYS (0 there too: keep forever). A response a newer one still "
+                  "continues is kept until that chain expires as a whole.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:

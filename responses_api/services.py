@@ -10,7 +10,7 @@ import hashlib
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime, timedelta, timezone as dt_timezone
 from typing import Any
 
 from django.db import connection, transaction
@@ -406,3 +406,42 @@ def usage_record(
         tenant_id=tenant_id, api_key_id=api_key_id, endpoint=endpoint, model=model, upstream=upstream,
         status=status, input_tokens=input_tokens, output_tokens=output_tokens, latency_ms=latency_ms,
     )
+
+
+RETENTION_BATCH = 1000
+
+
+def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
+    """Delete responses older than their tenant's retention, with their items.
+
+    A chain is deleted from its newest end: a response goes only when nothing newer continues
+    it (children first, level by level), so a live chain keeps its whole context until its tail
+    expires too. Items no response and no conversation links any more go with them. Open
+    responses are never touched."""
+    from django.conf import settings as django_settings
+    from django.db.models import Exists, OuterRef, Q
+
+    from .models import ConversationItem, Tenant
+
+    now = now or timezone.now()
+    default_days = django_settings.GATEWAY_RETENTION_DAYS
+    counts = {"responses": 0, "items": 0}
+    tenants = Tenant.objects.filter(Q(retention_days__gt=0) | Q(retention_days__isnull=True)) if default_days \
+        else Tenant.objects.filter(retention_days__gt=0)
+    for tenant_id, days in tenants.values_list("id", "retention_days"):
+        cutoff = now - timedelta(days=days or default_days)
+        expired = Response.objects.filter(tenant_id=tenant_id, created_at__lt=cutoff).exclude(
+            status__in=(Response.Status.QUEUED, Response.Status.IN_PROGRESS))
+        while True:
+            leaves = list(expired.filter(~Exists(Response.objects.filter(previous_response_id=OuterRef("pk"))))
+                          .values_list("id", flat=True)[:RETENTION_BATCH])
+            if not leaves:
+                break
+            with transaction.atomic():
+                Response.objects.filter(id__in=leaves).delete()  # their ResponseItem links cascade
+            counts["responses"] += len(leaves)
+        orphans = Item.objects.filter(tenant_id=tenant_id).exclude(
+            Exists(ResponseItem.objects.filter(item_id=OuterRef("pk")))).exclude(
+            Exists(ConversationItem.objects.filter(item_id=OuterRef("pk"))))
+        counts["items"] += orphans.delete()[0]
+    return counts

@@ -48,3 +48,10 @@ def reap_stale_responses() -> int:
     from .background import reap_stale
 
     return run_on_worker_loop(reap_stale())
+
+
+@shared_task(name="responses_api.expire_responses", ignore_result=True)
+def expire_responses() -> dict:
+    from .services import retention_expire
+
+    return retention_expire()
