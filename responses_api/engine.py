@@ -182,7 +182,19 @@ class ResponseRun:
         except GatewayError as exc:
             self.error = exc
             self.failure_events = self.builder.fail(exc)
-            await self._persist()
+            try:
+                await self._persist()
+            except GatewayError:  # the store is unreachable: end the row once it is back
+                log.warning("response %s: its failure could not be stored; retrying in the background",
+                            self.job.response_id)
+                self._retry_when_back()
+            raise
+        except asyncio.CancelledError:
+            # The client left while the upstream was being asked: the row may exist already.
+            if not self._persisted:
+                self._persisted = True
+                self.builder.cancel()
+                self._retry_when_back()
             raise
 
     async def _open_with_fallback(self) -> UpstreamCall:
@@ -290,6 +302,8 @@ class ResponseRun:
             try:
                 await self._persist()
             except GatewayError as exc:  # the store is unreachable (an outage)
+                log.warning("response %s: its end could not be stored (%s); retrying in the background",
+                            self.job.response_id, exc.code)
                 self.error = exc
                 terminal = self.builder.fail(exc)
                 self._retry_when_back()  # store the failure once the database is back
@@ -490,6 +504,8 @@ class ResponseRun:
         try:
             await asyncio.shield(self._persist())
         except GatewayError:  # the store is unreachable: store the cancellation once it is back
+            log.warning("response %s: its cancellation could not be stored; retrying in the background",
+                        self.job.response_id)
             self._retry_when_back()
 
     def _retry_when_back(self) -> None:
@@ -517,6 +533,7 @@ class ResponseRun:
                     self.response, upstream=self._target.label if self._target else "",
                     latency_ms=int((time.monotonic() - self._started) * 1000),
                 )
+                log.warning("response %s: its end is stored now", self.job.response_id)
                 return
             except Exception:
                 delay = min(delay * 2, 5.0)

@@ -1,6 +1,7 @@
 """The async orchestration between views (or workers) and the engine: prepare a run."""
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import logging
@@ -15,7 +16,7 @@ from . import db, services
 from .auth import Principal, authenticate_key, cached_principal
 from .engine import ResponseJob, ResponseRun
 from .outages import unavailable
-from .protocol.errors import InvalidRequest, NotFound, UpstreamError
+from .protocol.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
 from .protocol.events import EventBuilder
 from .protocol.ids import new_id
 from .protocol.request import CreateRequest
@@ -67,10 +68,23 @@ class DatabasePersistence:
     async def open(self) -> None:
         if not (self.store and self.insert_at_open and self.create_row is not None):
             return
-        if db.native_async():
-            await db.fetch_one(*services.insert_statement(row=self.create_row, status="in_progress"))
-        else:
-            await db.run(services.response_insert, row=self.create_row, status="in_progress")
+        try:
+            if db.native_async():
+                await db.fetch_one(*services.insert_statement(row=self.create_row, status="in_progress"))
+            else:
+                await db.run(services.response_insert, row=self.create_row, status="in_progress")
+        except Exception as exc:
+            outage = unavailable(exc)
+            if outage is None:
+                raise
+            # The insert may have committed before the connection broke (the client gets a
+            # 503 either way): end that row, if it exists, once the database answers again.
+            log.warning("response %s: its row may be half-written; it is ended once the database is back",
+                        self.create_row["id"])
+            task = asyncio.ensure_future(_fail_if_written(self.create_row["id"], outage))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+            raise outage from exc
         self.create_row = None  # finish() updates the row from now on
 
     async def finish(
@@ -101,6 +115,21 @@ class DatabasePersistence:
 
     async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
         await self.finish({**response, "output": []}, upstream=upstream, latency_ms=latency_ms, input_items=[])
+
+
+_background: set[asyncio.Task] = set()  # the loop holds tasks only weakly
+
+
+async def _fail_if_written(response_id: str, error: GatewayError, attempts: int = 20) -> None:
+    delay = 0.5
+    for _ in range(attempts):
+        await asyncio.sleep(delay)
+        try:
+            await db.run(services.response_end_open, response_id=response_id, error=error.as_response_error())
+            return
+        except Exception:  # noqa: BLE001 - still down: wait and try again
+            delay = min(delay * 2, 5.0)
+    log.warning("response %s: could not check for a half-written row; the reaper will end it", response_id)
 
 
 _tool_cache: dict[tuple[int, str, tuple[str, ...]], tuple[float, "list[ToolSpec]"]] = {}

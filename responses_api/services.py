@@ -445,3 +445,9 @@ def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
             Exists(ConversationItem.objects.filter(item_id=OuterRef("pk"))))
         counts["items"] += orphans.delete()[0]
     return counts
+
+
+def response_end_open(*, response_id: str, error: dict[str, Any]) -> bool:
+    """Fail a response row left open by a request that could not go on (if there is one)."""
+    return bool(Response.objects.filter(id=response_id, status__in=(Response.Status.QUEUED, Response.Status.IN_PROGRESS))
+                .update(status=Response.Status.FAILED, error=error, completed_at=timezone.now()))
