@@ -115,3 +115,18 @@ def test_input_tokens_estimate_and_exact(gateway: Gateway, scripted: ScriptedUps
     assert chained > alone
     missing = gateway.http().post("/v1/responses/input_tokens", json={"input": "x"})
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
+
+
+def test_input_tokens_never_reads_another_tenants_context(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from tests.conftest import make_key
+
+    scripted.enqueue(MODEL, Reply(text="private answer"))
+    mine = gateway.openai().responses.create(model=MODEL, input="private question")
+    conv = gateway.http().post("/v1/conversations", json={}).json()["id"]
+    other_key, _ = make_key(tenant="other-co", name="other")
+    other = gateway.http(other_key)
+    chained = other.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "x",
+                                                             "previous_response_id": mine.id})
+    assert chained.status_code == 400 and chained.json()["error"]["code"] == "previous_response_not_found"
+    in_conv = other.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "x", "conversation": conv})
+    assert in_conv.status_code == 404 and in_conv.json()["error"]["param"] == "conversation"
