@@ -233,6 +233,11 @@ GATEWAY_FOREGROUND_MAX_SECONDS = env.int("GATEWAY_FOREGROUND_MAX_SECONDS", defau
 # A background response no worker has started after this long lost its task: the reaper fails it.
 GATEWAY_QUEUED_MAX_SECONDS = env.float("GATEWAY_QUEUED_MAX_SECONDS", default=3600.0)
 # Retention: responses older than this many days are deleted (0: keep forever); a tenant's
+# Rate limits and budgets (limits.py; set per tenant and key in the admin or the config file):
+# with Redis unreachable, a request is let through unchecked (True, logged) or refused with a
+# 503 (False).
+GATEWAY_RATE_LIMIT_FAIL_OPEN = env.bool("GATEWAY_RATE_LIMIT_FAIL_OPEN", default=True)
+
 # own retention_days (admin) overrides it. Runs every GATEWAY_RETENTION_INTERVAL_SECONDS on beat.
 GATEWAY_RETENTION_DAYS = env.int("GATEWAY_RETENTION_DAYS", default=0)
 GATEWAY_RETENTION_INTERVAL_SECONDS = env.float("GATEWAY_RETENTION_INTERVAL_SECONDS", default=3600.0)

@@ -24,6 +24,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from . import routing, services
+from .limits import current_use
 from .history import presenters
 from .history import selectors as history
 from .models import ApiKey, ModelRoute, Provider, Response, RouteTarget, Tenant
@@ -48,13 +49,55 @@ def _change_url(obj: Any) -> str:
 # --------------------------------------------------------------------------- tenants
 
 
+_NO_KEY = ApiKey(id=0, name="")
+_NO_TENANT = Tenant(id=0, name="")
+
+
+def _use_table(rows: list[dict[str, Any]]) -> str:
+    """A tenant's or key's limits with their current use (the counters every process shares)."""
+    if not rows:
+        return "No limits."
+
+    def used(row: dict[str, Any]) -> str:
+        if row.get("used") is None:
+            return "not counted yet"
+        text = f"{row['used']:,}"
+        if row.get("used_usd") is not None:
+            text += f" (${row['used_usd']:,.2f})"
+        return text
+
+    def limit(row: dict[str, Any]) -> str:
+        parts = [f"{row['value']:,} tokens"] if row.get("value") is not None and "usd" in row else (
+            [f"{row['value']:,}"] if row.get("value") is not None else [])
+        if row.get("usd") is not None:
+            parts.append(f"${row['usd']:,.2f}")
+        return " or ".join(parts)
+
+    return format_html("<table><tr><th>limit</th><th>value</th><th>in use</th></tr>{}</table>", format_html_join(
+        "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", ((r["limit"], limit(r), used(r)) for r in rows)))
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = ("name", "key_count", "created_at")
     search_fields = ("name",)
     ordering = ("name",)
-    fields = ("name", "mcp_adhoc_egress_allow", "retention_days", "created_at")
-    readonly_fields = ("created_at",)
+    fieldsets = (
+        (None, {"fields": ("name", "mcp_adhoc_egress_allow", "retention_days", "created_at")}),
+        ("Rate limits (all of the tenant's keys together)", {
+            "fields": ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "current_use")}),
+        ("Budget", {"fields": ("budget_period", "budget_tokens", "budget_usd")}),
+    )
+    readonly_fields = ("created_at", "current_use")
+
+    @admin.display(description="Current use")
+    def current_use(self, obj: Tenant) -> str:
+        from .auth import budget_of, limits_of
+
+        if obj.pk is None:
+            return "—"
+        quotas = tuple(q for q in limits_of(_NO_KEY, obj) if q.scope.startswith("tenant:"))
+        return _use_table(current_use(quotas, budget_of(obj)))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
         return super().get_queryset(request).annotate(_keys=Count("api_keys"))
@@ -126,13 +169,21 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
             return ["tenant", "name", "is_admin", "allowed_models"]
-        return ["tenant", "key_prefix", "name", "is_admin", "allowed_models", "created_at", "last_used_at",
+        return ["tenant", "key_prefix", "name", "is_admin", "allowed_models", "requests_per_minute",
+                "tokens_per_minute", "max_concurrent_requests", "current_use", "created_at", "last_used_at",
                 "revoked_at"]
+
+    @admin.display(description="Current use")
+    def current_use(self, obj: ApiKey) -> str:
+        from .auth import limits_of
+
+        quotas = tuple(q for q in limits_of(obj, _NO_TENANT) if q.scope.startswith("key:"))
+        return _use_table(current_use(quotas, None))
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
             return []
-        return ["tenant", "key_prefix", "created_at", "last_used_at", "revoked_at"]
+        return ["tenant", "key_prefix", "current_use", "created_at", "last_used_at", "revoked_at"]
 
     @admin.display(description="Key", ordering="prefix")
     def key_prefix(self, obj: ApiKey) -> str:
@@ -294,8 +345,8 @@ class ModelRouteAdmin(admin.ModelAdmin):
     list_display = ("name", "targets_display", "enabled", "run_on_worker", "updated_at")
     list_filter = ("enabled", "run_on_worker")
     search_fields = ("name", "description", "targets__upstream_model")
-    fields = ("name", "description", "enabled", "run_on_worker", "hosted_tools", "context_window", "created_at",
-              "updated_at")
+    fields = ("name", "description", "enabled", "run_on_worker", "hosted_tools", "context_window",
+              "input_usd_per_million", "output_usd_per_million", "created_at", "updated_at")
     readonly_fields = ("created_at", "updated_at")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ModelRoute]:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
-from .models import ApiKey
+from .limits import Budget, Quota
+from .models import ApiKey, Tenant
 from .protocol.errors import AuthenticationFailed
 from .services import KEY_PREFIX, hash_key
 
@@ -26,6 +27,8 @@ class Principal:
     key_name: str
     is_admin: bool
     allowed_models: tuple[str, ...]
+    quotas: tuple[Quota, ...] = ()  # the key's and the tenant's rate limits (limits.py)
+    budget: Budget | None = None
 
     # DRF treats the authenticated "user" as truthy and asks is_authenticated.
     is_authenticated = True
@@ -82,11 +85,29 @@ def authenticate_key(raw_key: str) -> Principal:
         key_name=key.name,
         is_admin=key.is_admin,
         allowed_models=tuple(key.allowed_models or ()),
+        quotas=limits_of(key, key.tenant),
+        budget=budget_of(key.tenant),
     )
     if len(_cache) > 10_000:
         _cache.clear()
     _cache[digest] = (now + settings.GATEWAY_CACHE_SECONDS, principal)
     return principal
+
+
+def limits_of(key: ApiKey, tenant: Tenant) -> tuple[Quota, ...]:
+    quotas = []
+    for scope, label, owner in ((f"key:{key.id}", f"API key '{key.name}'", key),
+                                (f"tenant:{tenant.id}", f"tenant '{tenant.name}'", tenant)):
+        if owner.requests_per_minute or owner.tokens_per_minute or owner.max_concurrent_requests:
+            quotas.append(Quota(scope, label, owner.requests_per_minute, owner.tokens_per_minute,
+                                owner.max_concurrent_requests))
+    return tuple(quotas)
+
+
+def budget_of(tenant: Tenant) -> Budget | None:
+    if tenant.budget_tokens is None and tenant.budget_usd is None:
+        return None
+    return Budget(tenant.id, tenant.budget_period, tenant.budget_tokens, tenant.budget_usd)
 
 
 def clear_cache() -> None:

@@ -25,6 +25,7 @@ from django.utils import timezone
 from . import db, selectors, services
 from .engine import ResponseJob, ResponseRun
 from .eventlog import event_log
+from .limits import Grant
 from .gateway import DatabasePersistence, merge_registry_tools, serve_hosted_tools, served_hosted_tools, tool_runner
 from .models import Response
 from .protocol.deltas import Usage
@@ -143,7 +144,8 @@ async def run_claimed(response_id: str) -> str:
     run = ResponseRun(
         job,
         DatabasePersistence(tenant_id=job.tenant_id, input_items=job.input_items, store=True,
-                            conversation_id=job.request.conversation),
+                            conversation_id=job.request.conversation,
+                            grant=Grant.from_job((row.job or {}).get("limits"))),
         await tool_runner(response_id, specs),
         max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
         mcp=toolset,
@@ -190,6 +192,9 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
     await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
     if not stored:
         return  # it reached a terminal state meanwhile
+    grant = Grant.from_job((row.job or {}).get("limits"))
+    if grant is not None:  # the run never reached its end: its reservation and lease go back
+        await grant.end(None)
     sequence = (logged[-1]["sequence_number"] + 1) if logged else 0
     payload = {"type": error.error_type, "code": error.code, "message": error.message, "param": error.param}
     await _append_all(response_id, [

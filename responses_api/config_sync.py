@@ -41,7 +41,8 @@ def _require(entry: dict, key: str, where: str) -> Any:
 @transaction.atomic
 def sync_config(data: dict[str, Any]) -> dict[str, int]:
     """Upsert providers and routes; returns counts of what was written."""
-    counts = {"providers": 0, "models": 0, "tools": 0, "mcp_servers": 0}
+    counts = {"providers": 0, "models": 0, "tools": 0, "mcp_servers": 0,
+              "tenants": _sync_tenants(data.get("tenants") or [])}
     providers: dict[str, Provider] = {}
     for i, entry in enumerate(data.get("providers") or []):
         where = f"providers[{i}]"
@@ -74,7 +75,8 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
             name=_require(entry, "name", where),
             defaults={"description": entry.get("description", ""), "enabled": bool(entry.get("enabled", True)),
                       "hosted_tools": entry.get("hosted_tools") or {},
-                      "context_window": int(entry["context_window"]) if entry.get("context_window") else None},
+                      "context_window": int(entry["context_window"]) if entry.get("context_window") else None,
+                      **_price(entry.get("price"), f"{where}.price")},
         )
         _save_valid(route, where)
         targets = _require(entry, "targets", where)
@@ -95,7 +97,60 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
     counts["tools"] = _sync_tools(data.get("tools") or [])
     counts["mcp_servers"] = _sync_mcp_servers(data.get("mcp_servers") or [])
     clear_cache()
+    from .auth import clear_cache as clear_key_cache  # tenants' limits are cached with the keys
+
+    clear_key_cache()
     return counts
+
+
+_TENANT_LIMITS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "retention_days")
+
+
+def _sync_tenants(entries: list[dict[str, Any]]) -> int:
+    """Tenants with their rate limits, budget and retention (keys are made with create_api_key;
+    their own limits are set in the admin). A field left out of an entry is left as it is."""
+    from decimal import Decimal, InvalidOperation
+
+    from .models import Tenant
+
+    for i, entry in enumerate(entries):
+        where = f"tenants[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a mapping")
+        unknown = set(entry) - {"name", "budget", *_TENANT_LIMITS}
+        if unknown:
+            raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        tenant = Tenant.objects.filter(name=_require(entry, "name", where)).first() or Tenant(name=entry["name"])
+        for field in _TENANT_LIMITS:
+            if field in entry:
+                setattr(tenant, field, entry[field])
+        if "budget" in entry:
+            budget = entry["budget"] or {}
+            if not isinstance(budget, dict) or set(budget) - {"period", "tokens", "usd"}:
+                raise ConfigError(f"{where}.budget: expected a mapping of period, tokens and usd")
+            tenant.budget_period = budget.get("period", "month")
+            tenant.budget_tokens = budget.get("tokens")
+            try:
+                tenant.budget_usd = Decimal(str(budget["usd"])) if budget.get("usd") is not None else None
+            except InvalidOperation:
+                raise ConfigError(f"{where}.budget.usd: not a number") from None
+        _save_valid(tenant, where)
+    return len(entries)
+
+
+def _price(price: Any, where: str) -> dict[str, Any]:
+    """A route's price table: {input_usd_per_million, output_usd_per_million}."""
+    from decimal import Decimal, InvalidOperation
+
+    if price is None:
+        return {"input_usd_per_million": None, "output_usd_per_million": None}
+    if not isinstance(price, dict) or set(price) - {"input_usd_per_million", "output_usd_per_million"}:
+        raise ConfigError(f"{where}: expected a mapping of input_usd_per_million and output_usd_per_million")
+    try:
+        return {k: Decimal(str(price[k])) if price.get(k) is not None else None
+                for k in ("input_usd_per_million", "output_usd_per_million")}
+    except InvalidOperation:
+        raise ConfigError(f"{where}: prices must be numbers") from None
 
 
 def _save_valid(obj: Any, where: str) -> None:

@@ -15,6 +15,7 @@ from django.conf import settings
 from . import db, services
 from .auth import Principal, authenticate_key, cached_principal
 from .engine import ResponseJob, ResponseRun
+from .limits import Grant, admit
 from .outages import unavailable
 from .protocol.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
 from .protocol.events import EventBuilder
@@ -55,9 +56,10 @@ class DatabasePersistence:
     def __init__(
         self, *, tenant_id: int, input_items: list[dict[str, Any]], store: bool,
         create_row: dict[str, Any] | None = None, insert_at_open: bool = False,
-        conversation_id: str | None = None,
+        conversation_id: str | None = None, grant: Grant | None = None,
     ) -> None:
         self.conversation_id = conversation_id
+        self.grant = grant  # the rate limits this run holds: settled and released at its end
         self.tenant_id = tenant_id
         self.input_items = input_items
         self.store = store
@@ -90,6 +92,16 @@ class DatabasePersistence:
     async def finish(
         self, response: dict[str, Any], *, upstream: str, latency_ms: int,
         input_items: list[dict[str, Any]] | None = None,
+    ) -> None:
+        try:
+            await self._write(response, upstream=upstream, latency_ms=latency_ms, input_items=input_items)
+        finally:
+            if self.grant is not None:  # after the write: a budget seeded from the store then counts it
+                await self.grant.end(response.get("usage"))
+
+    async def _write(
+        self, response: dict[str, Any], *, upstream: str, latency_ms: int,
+        input_items: list[dict[str, Any]] | None,
     ) -> None:
         if not self.store and self.conversation_id is None:
             return
@@ -193,7 +205,7 @@ class PriorContext:
 
 async def prepare_run(
     principal: Principal, req: CreateRequest, *, route: Route, specs: list[ToolSpec],
-    mcp: tuple[list, dict, dict] | None = None, prior: PriorContext | None = None,
+    mcp: tuple[list, dict, dict] | None = None, prior: PriorContext | None = None, grant: Grant | None = None,
 ) -> ResponseRun:
     """Validate access and load the chain: one thread hop, and only for a chain or item references."""
     merge_registry_tools(req, specs)
@@ -247,7 +259,7 @@ async def prepare_run(
     )
     persistence = DatabasePersistence(
         tenant_id=principal.tenant_id, input_items=stored_input, store=req.store,
-        create_row=create_row, insert_at_open=req.stream, conversation_id=req.conversation,
+        create_row=create_row, insert_at_open=req.stream, conversation_id=req.conversation, grant=grant,
     )
     toolset = None
     if mcp is not None and mcp[0]:
@@ -274,9 +286,12 @@ class WorkerStarted:
 
     response: dict[str, Any]
     response_id: str
+    rate_limit_headers: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-async def start_on_worker(principal: Principal, req: CreateRequest, body: dict[str, Any]) -> WorkerStarted:
+async def start_on_worker(
+    principal: Principal, req: CreateRequest, body: dict[str, Any], grant: Grant | None = None,
+) -> WorkerStarted:
     """Store the run as a job, write its opening events to the log, enqueue it."""
     from .background import enqueue
     from .eventlog import event_log
@@ -293,6 +308,8 @@ async def start_on_worker(principal: Principal, req: CreateRequest, body: dict[s
         # background: the worker announces in_progress; a relayed foreground stream already did.
         "opening": "in_progress" if req.background else "none",
     }
+    if grant is not None:  # the worker settles and releases it when the run ends
+        job["limits"] = grant.as_job()
     if credentials:
         # MCP tokens never sit in the database in plain text; they are dropped when the run ends.
         from .sealing import sealer
@@ -325,7 +342,8 @@ async def start_on_worker(principal: Principal, req: CreateRequest, body: dict[s
                      input_items=req.input_items)
         await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
         raise outage from exc
-    return WorkerStarted(response=copy.deepcopy(builder.response), response_id=response_id)
+    return WorkerStarted(response=copy.deepcopy(builder.response), response_id=response_id,
+                         rate_limit_headers=grant.headers if grant is not None else {})
 
 
 def open_sealed_reasoning(items: list[dict[str, Any]], tenant_id: int) -> None:
@@ -406,14 +424,35 @@ async def start_response(
     plan = mcp_plan(req, await registry_mcp(principal, req))
     await check_adhoc_urls(req, principal.tenant_id)
     on_worker = req.background or route.run_on_worker or any(s.run_on_worker for s in specs)
-    if on_worker:
-        if not req.store:
-            raise InvalidRequest(
-                "This model runs on background workers, which requires 'store': true.", param="store"
-            )
-        merge_registry_tools(req, specs)
-        return await start_on_worker(principal, req, body)
-    return await prepare_run(principal, req, route=route, specs=specs, mcp=plan, prior=prior)
+    if on_worker and not req.store:
+        raise InvalidRequest(
+            "This model runs on background workers, which requires 'store': true.", param="store"
+        )
+    # Before any upstream call; a worker run holds its lease until the worker ends it.
+    grant = await admit_request(principal, req, route, on_worker=on_worker)
+    try:
+        if on_worker:
+            merge_registry_tools(req, specs)
+            return await start_on_worker(principal, req, body, grant)
+        return await prepare_run(principal, req, route=route, specs=specs, mcp=plan, prior=prior, grant=grant)
+    except BaseException:
+        if grant is not None:
+            await grant.end(None)
+        raise
+
+
+async def admit_request(principal: Principal, req: CreateRequest, route: Route, *, on_worker: bool = False) -> Grant | None:
+    """The rate limits and budget of the principal, for one create (None: it has none)."""
+    if not principal.quotas and principal.budget is None:
+        return None
+    from .protocol.tokens import estimate_request
+
+    def estimate() -> int:  # the new input only: a chain's context is settled at the end
+        tools = [t.as_dict() for t in req.tools]
+        return estimate_request(req.input_items, req.instructions, tools) + (req.max_output_tokens or 0)
+
+    lease = settings.GATEWAY_QUEUED_MAX_SECONDS + settings.CELERY_TASK_TIME_LIMIT if on_worker else None
+    return await admit(principal, price=route.price, estimate=estimate, lease_seconds=lease)
 
 
 # -- MCP -------------------------------------------------------------------------
@@ -549,7 +588,13 @@ async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any
     route = await route_for(principal, req.model)
     open_sealed_reasoning(req.input_items, principal.tenant_id)
     req.input_items.append(summary_request_item())
-    run = await prepare_run(principal, req, route=route, specs=[])
+    grant = await admit_request(principal, req, route)
+    try:
+        run = await prepare_run(principal, req, route=route, specs=[], grant=grant)
+    except BaseException:
+        if grant is not None:
+            await grant.end(None)
+        raise
     # Usage and history record the compaction like any response; the conversation itself is
     # not stored again (the client may have sent it with store: false).
     run.persistence.keep_items = False  # type: ignore[attr-defined]

@@ -30,6 +30,7 @@ FIRST_BYTE = Histogram("gateway_time_to_first_byte_seconds", "Streams: time to t
 TOKENS = Counter("gateway_tokens", "Tokens of finished responses and passed-through calls.", ["model", "kind"])
 UPSTREAM_ERRORS = Counter("gateway_upstream_errors", "Upstream failures, by target and error code.",
                           ["target", "code"])
+RATE_LIMITED = Counter("gateway_rate_limited", "Requests refused by a rate limit or budget, by limit.", ["limit"])
 OPEN_STREAMS = Gauge("gateway_open_streams", "Streams being answered now.", multiprocess_mode="livesum")
 
 
@@ -42,6 +43,10 @@ def observe_request(route: str, model: str, status: int, seconds: float, first_b
     for kind, value in zip(("input", "output"), tokens):
         if isinstance(value, int) and value > 0:
             TOKENS.labels(model, kind).inc(value)
+
+
+def rate_limited(limit: str) -> None:
+    RATE_LIMITED.labels(limit).inc()
 
 
 def upstream_error(target: str, code: str | None) -> None:

@@ -34,6 +34,29 @@ class Tenant(models.Model):
                   "forever. Empty: GATEWAY_RETENTION_DAYS (0 there too: keep forever). A response a newer one still "
                   "continues is kept until that chain expires as a whole.",
     )
+    requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="This tenant's requests per minute (all its keys together) (a burst up to this, then this pace). Empty: no limit.",
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Tokens (input + output) per minute: reserved from an estimate when a request starts, "
+                  "settled with its real usage at its end. Empty: no limit.",
+    )
+    max_concurrent_requests = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Requests running at once (a stream or background run counts until it ends). Empty: no limit.",
+    )
+    budget_period = models.CharField(
+        max_length=8, choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")], default="month",
+    )
+    budget_tokens = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens this tenant may spend per budget period. Empty: no budget.",
+    )
+    budget_usd = models.DecimalField(
+        "budget (USD)", max_digits=12, decimal_places=2, null=True, blank=True,
+        help_text="Cost this tenant may spend per budget period, priced by each model route's price table. "
+                  "Empty: no budget.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -65,6 +88,18 @@ class ApiKey(models.Model):
     )
     allowed_models = models.JSONField(
         default=list, blank=True, help_text="Model names this key may use; empty means all."
+    )
+    requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="This key's requests per minute (a burst up to this, then this pace). Empty: no limit.",
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Tokens (input + output) per minute: reserved from an estimate when a request starts, "
+                  "settled with its real usage at its end. Empty: no limit.",
+    )
+    max_concurrent_requests = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Requests running at once (a stream or background run counts until it ends). Empty: no limit.",
     )
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -135,6 +170,13 @@ class ModelRoute(models.Model):
         help_text="The model's context window in tokens. Empty: learned from the upstream where its "
                   "/v1/models says (vLLM and SGLang report max_model_len), else unknown (no truncation "
                   "and no length check).",
+    )
+    input_usd_per_million = models.DecimalField(
+        "input price (USD per 1M tokens)", max_digits=12, decimal_places=6, null=True, blank=True,
+        help_text="For budgets in USD. Empty: this model's tokens cost nothing.",
+    )
+    output_usd_per_million = models.DecimalField(
+        "output price (USD per 1M tokens)", max_digits=12, decimal_places=6, null=True, blank=True,
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)

@@ -15,6 +15,7 @@ from . import db, services
 from .auth import Principal
 from .engine import _falls_back
 from .gateway import route_for
+from .limits import Grant, admit
 from .metrics import upstream_error
 from .models import UsageRecord
 from .protocol.errors import GatewayError, InvalidRequest
@@ -37,6 +38,27 @@ async def _relay(request: HttpRequest, principal: Principal, *, path: str, endpo
     route = await route_for(principal, model)
     request.log_extra["routed"] = True  # type: ignore[attr-defined]
     stream = endpoint == UsageRecord.Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
+    grant = await admit(principal, price=route.price, estimate=lambda: _estimate(request.body, body))
+    try:
+        response = await _forward(request, principal, route, body, path=path, endpoint=endpoint,
+                                  model=model, stream=stream, grant=grant)
+    except BaseException:
+        if grant is not None:
+            await grant.end(None)
+        raise
+    for name, value in (grant.headers if grant is not None else {}).items():
+        response[name] = value
+    return response
+
+
+def _estimate(raw: bytes, body: dict[str, Any]) -> int:
+    """Tokens to reserve: about four bytes of the request a token, and the answer's cap."""
+    cap = body.get("max_completion_tokens") or body.get("max_tokens") or 0
+    return len(raw) // 4 + (cap if isinstance(cap, int) else 0)
+
+
+async def _forward(request: HttpRequest, principal: Principal, route: Any, body: dict[str, Any], *, path: str,
+                   endpoint: str, model: str, stream: bool, grant: Grant | None) -> HttpResponse:
     started = time.monotonic()
     forwarded: Forwarded | None = None
     last: GatewayError | None = None
@@ -65,6 +87,8 @@ async def _relay(request: HttpRequest, principal: Principal, *, path: str, endpo
             finally:
                 _note_tokens(request, usage)
                 _record(principal, endpoint, model, forwarded.target.label, 200, usage, started)
+                if grant is not None:
+                    await grant.end(usage)
 
         response = StreamingHttpResponse(chunks(), content_type=content_type)
         response["Cache-Control"] = "no-cache"
@@ -81,6 +105,8 @@ async def _relay(request: HttpRequest, principal: Principal, *, path: str, endpo
     usage = answer.get("usage") if isinstance(answer, dict) else None
     _note_tokens(request, usage)
     _record(principal, endpoint, model, forwarded.target.label, 200, usage, started)
+    if grant is not None:
+        await grant.end(usage)
     return HttpResponse(raw, content_type=content_type)
 
 

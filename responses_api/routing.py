@@ -11,10 +11,12 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 
+from .limits import Price
 from .models import ModelRoute, Provider
 from .protocol.errors import NotFound, ServerError
 
@@ -51,6 +53,7 @@ class Route:
     run_on_worker: bool = False
     hosted_tools: tuple[tuple[str, str], ...] = ()  # (hosted tool type, registry tool serving it)
     context_window: int | None = None  # tokens; None: learned from the upstream, or unknown
+    price: Price = Price()  # for budgets in USD
 
     def attempt_order(self, rng: random.Random | None = None) -> list[Target]:
         """Weighted random order of the weighted targets, then the weight-0 fallbacks."""
@@ -135,7 +138,9 @@ def route_get(model: str) -> Route:
             )
             value = Route(route.name, targets, route.run_on_worker,
                           tuple(sorted((route.hosted_tools or {}).items())),
-                          route.context_window) if targets else None
+                          route.context_window,
+                          Price(route.input_usd_per_million or Decimal(0),
+                                route.output_usd_per_million or Decimal(0))) if targets else None
         cached = (now + settings.GATEWAY_CACHE_SECONDS, value)
         _routes[model] = cached
     if cached[1] is None:

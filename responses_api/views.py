@@ -88,9 +88,18 @@ async def create_response(request: HttpRequest, principal: Principal) -> HttpRes
     started = await start_response(principal, req, body)
     request.log_extra["routed"] = True  # type: ignore[attr-defined]
     response = await _answer(request, req, started)
+    for name, value in _rate_limit_headers(started).items():
+        response[name] = value
     if req.dropped_tools:
         response["x-gateway-dropped-tools"] = ",".join(req.dropped_tools)
     return response
+
+
+def _rate_limit_headers(started: ResponseRun | WorkerStarted) -> dict[str, str]:
+    if isinstance(started, WorkerStarted):
+        return started.rate_limit_headers
+    grant = getattr(started.persistence, "grant", None)
+    return grant.headers if grant is not None else {}
 
 
 async def _answer(request: HttpRequest, req: CreateRequest, started: ResponseRun | WorkerStarted) -> HttpResponse:

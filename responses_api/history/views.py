@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 
 from .. import db
 from ..auth import Principal
+from ..limits import current_use
 from ..exception_handlers import json_response
 from ..protocol.errors import InvalidRequest
 from . import selectors
@@ -80,4 +81,6 @@ async def usage(request: HttpRequest, principal: Principal) -> HttpResponse:
         "start": int(args["start"].timestamp()) if args["start"] else None,
         "end": int(args["end"].timestamp()) if args["end"] else None,
         "data": data,
+        # Each rate limit and budget of this key and its tenant, with its use now.
+        "limits": await db.run(current_use, principal.quotas, principal.budget),
     })

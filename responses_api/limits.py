@@ -1,0 +1,575 @@
+"""Rate limits and budgets: requests, tokens and concurrent runs per minute per key and per
+tenant, and a tenant's token or cost budget per day or month.
+
+The counters live in Redis when REDIS_URL is set (one Lua script checks every limit of a
+request and takes them all or none, so web processes and workers share them exactly) and
+in this process otherwise (the embedded mode has one process). Nothing is counted for a
+principal without limits: that path costs one attribute test.
+
+- Requests and tokens per minute are token buckets (capacity = the limit, refilled
+  continuously): a burst up to the limit, then the limit's pace. A request reserves its
+  estimated tokens (input estimate plus max_output_tokens) when it starts; its end settles
+  the difference with the real usage, so a bucket may go into debt, which later requests
+  wait out. A request estimated above the whole limit needs a full bucket.
+- Concurrent requests are leases (a sorted set with expiry in Redis): a stream or
+  background run holds one until it ends; a process that dies lets it expire.
+- Budgets count spent tokens and cost (micro-USD from the route's price table) per period.
+  The count is seeded from the database when its period starts (or Redis lost it), so
+  Redis is a cache of what the store already knows.
+"""
+from __future__ import annotations
+
+import asyncio
+import calendar
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone as dt_timezone
+from decimal import Decimal
+from typing import Any, Callable
+
+from django.conf import settings
+
+from .outages import ServiceUnavailable
+from .protocol.errors import RateLimited
+
+log = logging.getLogger("gateway.limits")
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One scope's per-minute and concurrency limits (None: unlimited)."""
+
+    scope: str  # "key:12", "tenant:3": the counters' names
+    label: str  # "API key 'ci'", for messages
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    concurrent: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    tenant_id: int
+    period: str  # "day" | "month" (UTC)
+    tokens: int | None = None
+    usd: Decimal | None = None
+
+    def window(self, now: float) -> tuple[str, float, float]:
+        """(period id, its start, seconds left) at `now` (epoch seconds)."""
+        moment = datetime.fromtimestamp(now, dt_timezone.utc)
+        if self.period == "day":
+            start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+            ident, length = start.strftime("%Y-%m-%d"), 86400.0
+        else:
+            start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+            ident = start.strftime("%Y-%m")
+            length = calendar.monthrange(start.year, start.month)[1] * 86400.0
+        return ident, start.timestamp(), start.timestamp() + length - now
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """USD per million tokens, which is micro-USD per token."""
+
+    input: Decimal = Decimal(0)
+    output: Decimal = Decimal(0)
+
+    def micro_usd(self, input_tokens: int, output_tokens: int) -> int:
+        return int(self.input * input_tokens + self.output * output_tokens)
+
+
+# -- what one request asks of the store -------------------------------------------------
+
+@dataclass(slots=True)
+class Check:
+    kind: str  # "bucket" | "lease" | "budget"
+    key: str
+    what: str  # for the message: "requests per minute", "tokens per minute", ...
+    label: str
+    limit: int
+    cost: int = 0  # bucket: what is taken
+    micro_usd_limit: int = -1  # budget: -1 unlimited
+    reset_in: float = 0.0  # budget: seconds to the period's end
+
+
+@dataclass(slots=True)
+class Decision:
+    allowed: bool
+    failed: int = -1  # index of the check that refused
+    retry_after: float = 0.0
+    remaining: dict[int, tuple[float, float]] = field(default_factory=dict)  # bucket -> (left, to full)
+    seed: int = -1  # a budget whose period count is not known yet
+
+
+class LimitStore:
+    async def acquire(self, checks: list[Check], lease_id: str, lease_seconds: float) -> Decision:
+        raise NotImplementedError
+
+    async def settle(self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]],
+                     leases: list[str], lease_id: str) -> None:
+        """buckets: (key, limit, tokens to take back (+) or give back (-)); budgets: (key, tokens,
+        micro_usd) spent; leases: keys to release `lease_id` from."""
+        raise NotImplementedError
+
+    async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
+        raise NotImplementedError
+
+    def snapshot(self, checks: list[Check]) -> list[dict[str, Any]]:
+        """Current use, synchronously (the admin): one entry per check."""
+        raise NotImplementedError
+
+
+class MemoryLimitStore(LimitStore):
+    """The embedded mode's store: the same arithmetic as the Redis script, in this process."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
+        self.leases: dict[str, dict[str, float]] = {}  # key -> {lease id: until}
+        self.spent: dict[str, tuple[int, int, float]] = {}  # key -> (tokens, micro_usd, until)
+
+    def _level(self, key: str, limit: int, now: float) -> float:
+        tokens, at = self.buckets.get(key, (float(limit), now))
+        return min(float(limit), tokens + max(0.0, now - at) * limit / 60.0)
+
+    def _spent(self, key: str, now: float) -> tuple[int, int] | None:
+        entry = self.spent.get(key)
+        if entry is None or entry[2] <= now:
+            return None
+        return entry[0], entry[1]
+
+    async def acquire(self, checks: list[Check], lease_id: str, lease_seconds: float) -> Decision:
+        now = self.clock()
+        levels: dict[int, float] = {}
+        for i, check in enumerate(checks):
+            if check.kind == "bucket":
+                level, cost = self._level(check.key, check.limit, now), min(check.cost, check.limit)
+                if level < cost:
+                    return Decision(False, i, (cost - level) * 60.0 / check.limit)
+                levels[i] = level - cost
+            elif check.kind == "lease":
+                held = {k: v for k, v in self.leases.get(check.key, {}).items() if v > now}
+                self.leases[check.key] = held
+                if len(held) >= check.limit:
+                    return Decision(False, i, 1.0)
+            else:
+                spent = self._spent(check.key, now)
+                if spent is None:
+                    return Decision(False, seed=i)
+                if _over_budget(check, *spent):
+                    return Decision(False, i, check.reset_in)
+        decision = Decision(True)
+        for i, check in enumerate(checks):
+            if check.kind == "bucket":
+                self.buckets[check.key] = (levels[i], now)
+                decision.remaining[i] = (levels[i], (check.limit - levels[i]) * 60.0 / check.limit)
+            elif check.kind == "lease":
+                self.leases[check.key][lease_id] = now + lease_seconds
+        return decision
+
+    async def settle(self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]],
+                     leases: list[str], lease_id: str) -> None:
+        now = self.clock()
+        for key, limit, delta in buckets:
+            self.buckets[key] = (min(float(limit), self._level(key, limit, now) - delta), now)
+        for key, tokens, micro_usd in budgets:
+            entry = self.spent.get(key)
+            if entry is not None and entry[2] > now:
+                self.spent[key] = (entry[0] + tokens, entry[1] + micro_usd, entry[2])
+        for key in leases:
+            self.leases.get(key, {}).pop(lease_id, None)
+
+    async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
+        if self._spent(key, self.clock()) is None:
+            self.spent[key] = (tokens, micro_usd, self.clock() + ttl)
+
+    def snapshot(self, checks: list[Check]) -> list[dict[str, Any]]:
+        now = self.clock()
+        out = []
+        for check in checks:
+            if check.kind == "bucket":
+                out.append({"used": max(0, round(check.limit - self._level(check.key, check.limit, now)))})
+            elif check.kind == "lease":
+                out.append({"used": sum(1 for v in self.leases.get(check.key, {}).values() if v > now)})
+            else:
+                spent = self._spent(check.key, now)
+                out.append({"used": None} if spent is None else {"used": spent[0], "micro_usd": spent[1]})
+        return out
+
+
+def _over_budget(check: Check, tokens: int, micro_usd: int) -> bool:
+    return (check.limit >= 0 and tokens >= check.limit) or (
+        check.micro_usd_limit >= 0 and micro_usd >= check.micro_usd_limit)
+
+
+# Every check of a request in one atomic step: evaluate all, then take all (or nothing).
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local lease_id = ARGV[1]
+local lease_until = now + tonumber(ARGV[2])
+local n = #KEYS
+local level = {}
+for i = 1, n do
+  local kind = ARGV[2 + (i - 1) * 4 + 1]
+  local a = tonumber(ARGV[2 + (i - 1) * 4 + 2])
+  local b = tonumber(ARGV[2 + (i - 1) * 4 + 3])
+  local c = tonumber(ARGV[2 + (i - 1) * 4 + 4])
+  local key = KEYS[i]
+  if kind == 'bucket' then
+    local v = redis.call('HMGET', key, 'level', 'at')
+    local lv = tonumber(v[1]) or a
+    local at = tonumber(v[2]) or now
+    lv = math.min(a, lv + math.max(0, now - at) * a / 60)
+    local cost = math.min(b, a)
+    if lv < cost then return {'deny', i, tostring((cost - lv) * 60 / a)} end
+    level[i] = lv - cost
+  elseif kind == 'lease' then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+    if redis.call('ZCARD', key) >= a then return {'deny', i, '1'} end
+  else
+    local v = redis.call('HMGET', key, 'tokens', 'micro_usd')
+    if not v[1] then return {'seed', i, '0'} end
+    if (a >= 0 and tonumber(v[1]) >= a) or (b >= 0 and tonumber(v[2]) >= b) then
+      return {'deny', i, tostring(c)}
+    end
+  end
+end
+local out = {'ok'}
+for i = 1, n do
+  local kind = ARGV[2 + (i - 1) * 4 + 1]
+  local a = tonumber(ARGV[2 + (i - 1) * 4 + 2])
+  local key = KEYS[i]
+  if kind == 'bucket' then
+    local to_full = (a - level[i]) * 60 / a
+    redis.call('HSET', key, 'level', tostring(level[i]), 'at', tostring(now))
+    redis.call('EXPIRE', key, math.ceil(to_full) + 1)
+    table.insert(out, tostring(level[i]))
+    table.insert(out, tostring(to_full))
+  elseif kind == 'lease' then
+    redis.call('ZADD', key, lease_until, lease_id)
+    redis.call('EXPIRE', key, math.ceil(lease_until - now) + 1)
+  end
+end
+return out
+"""
+
+_SETTLE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local lease_id = ARGV[1]
+local nb, ns = tonumber(ARGV[2]), tonumber(ARGV[3])
+local arg = 4
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  if i <= nb then
+    local a, delta = tonumber(ARGV[arg]), tonumber(ARGV[arg + 1])
+    arg = arg + 2
+    local v = redis.call('HMGET', key, 'level', 'at')
+    local lv = tonumber(v[1]) or a
+    local at = tonumber(v[2]) or now
+    lv = math.min(a, math.min(a, lv + math.max(0, now - at) * a / 60) - delta)
+    redis.call('HSET', key, 'level', tostring(lv), 'at', tostring(now))
+    redis.call('EXPIRE', key, math.ceil((a - lv) * 60 / a) + 1)
+  elseif i <= nb + ns then
+    if redis.call('EXISTS', key) == 1 then
+      redis.call('HINCRBY', key, 'tokens', ARGV[arg])
+      redis.call('HINCRBY', key, 'micro_usd', ARGV[arg + 1])
+    end
+    arg = arg + 2
+  else
+    redis.call('ZREM', key, lease_id)
+  end
+end
+return 1
+"""
+
+_SEED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'tokens', ARGV[1], 'micro_usd', ARGV[2])
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+"""
+
+
+class RedisLimitStore(LimitStore):
+    PREFIX = "gw:rl:"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._scripts: dict[int, dict[str, Any]] = {}  # per event loop (workers run several loops)
+        self._sync: Any = None
+
+    def _script(self, name: str) -> Any:
+        """A registered script (sent by its SHA; the text only when Redis lacks it)."""
+        import redis.asyncio as redis
+
+        loop = id(asyncio.get_running_loop())
+        scripts = self._scripts.get(loop)
+        if scripts is None:
+            client = redis.Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=2,
+                                          health_check_interval=30)
+            scripts = {key: client.register_script(text)
+                       for key, text in (("acquire", _ACQUIRE), ("settle", _SETTLE), ("seed", _SEED))}
+            self._scripts = {loop: scripts}
+        return scripts[name]
+
+    async def acquire(self, checks: list[Check], lease_id: str, lease_seconds: float) -> Decision:
+        args: list[Any] = [lease_id, lease_seconds]
+        for check in checks:
+            args += [check.kind, check.limit, check.cost if check.kind == "bucket" else check.micro_usd_limit,
+                     check.reset_in]
+        reply = await self._script("acquire")(keys=[self.PREFIX + c.key for c in checks], args=args)
+        verdict = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
+        if verdict == "seed":
+            return Decision(False, seed=int(reply[1]) - 1)
+        if verdict == "deny":
+            return Decision(False, int(reply[1]) - 1, float(reply[2]))
+        decision = Decision(True)
+        values = iter(reply[1:])
+        for i, check in enumerate(checks):
+            if check.kind == "bucket":
+                decision.remaining[i] = (float(next(values)), float(next(values)))
+        return decision
+
+    async def settle(self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]],
+                     leases: list[str], lease_id: str) -> None:
+        keys = [self.PREFIX + k for k, _, _ in buckets] + [self.PREFIX + k for k, _, _ in budgets] + [
+            self.PREFIX + k for k in leases]
+        if not keys:
+            return
+        args: list[Any] = [lease_id, len(buckets), len(budgets)]
+        for _, limit, delta in buckets:
+            args += [limit, delta]
+        for _, tokens, micro_usd in budgets:
+            args += [tokens, micro_usd]
+        await self._script("settle")(keys=keys, args=args)
+
+    async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
+        await self._script("seed")(keys=[self.PREFIX + key], args=[tokens, micro_usd, math.ceil(ttl)])
+
+    def snapshot(self, checks: list[Check]) -> list[dict[str, Any]]:
+        import redis
+
+        if self._sync is None:
+            self._sync = redis.Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=2)
+        now = time.time()
+        out = []
+        for check in checks:
+            key = self.PREFIX + check.key
+            if check.kind == "bucket":
+                level, at = self._sync.hmget(key, "level", "at")
+                if level is None:
+                    out.append({"used": 0})
+                    continue
+                current = min(check.limit, float(level) + max(0.0, now - float(at)) * check.limit / 60.0)
+                out.append({"used": max(0, round(check.limit - current))})
+            elif check.kind == "lease":
+                out.append({"used": self._sync.zcount(key, now, "+inf")})
+            else:
+                tokens, micro_usd = self._sync.hmget(key, "tokens", "micro_usd")
+                out.append({"used": None} if tokens is None else {"used": int(tokens), "micro_usd": int(micro_usd)})
+        return out
+
+
+_store: LimitStore | None = None
+
+
+def limit_store() -> LimitStore:
+    global _store
+    if _store is None:
+        _store = RedisLimitStore(settings.REDIS_URL) if settings.REDIS_URL else MemoryLimitStore()
+    return _store
+
+
+def reset_store() -> None:
+    """Tests: start from empty counters (and the current settings)."""
+    global _store
+    _store = None
+
+
+# -- a request's admission and its end ---------------------------------------------------
+
+def checks_for(quotas: tuple[Quota, ...], budget: Budget | None, *, estimate: int, now: float,
+               concurrent: bool = True) -> list[Check]:
+    checks: list[Check] = []
+    for q in quotas:
+        if q.requests_per_minute:
+            checks.append(Check("bucket", f"rpm:{q.scope}", "requests per minute", q.label,
+                                q.requests_per_minute, cost=1))
+        if q.tokens_per_minute:
+            checks.append(Check("bucket", f"tpm:{q.scope}", "tokens per minute", q.label,
+                                q.tokens_per_minute, cost=estimate))
+        if q.concurrent and concurrent:
+            checks.append(Check("lease", f"conc:{q.scope}", "concurrent requests", q.label, q.concurrent))
+    if budget is not None and (budget.tokens is not None or budget.usd is not None):
+        ident, _, left = budget.window(now)
+        checks.append(Check(
+            "budget", f"budget:{budget.tenant_id}:{ident}", "daily budget" if budget.period == "day" else "monthly budget", "this tenant",
+            budget.tokens if budget.tokens is not None else -1,
+            micro_usd_limit=int(budget.usd * 1_000_000) if budget.usd is not None else -1, reset_in=left,
+        ))
+    return checks
+
+
+@dataclass(slots=True)
+class Grant:
+    """What a request holds from admission to its end; `end()` settles and releases (once)."""
+
+    lease_id: str
+    buckets: list[tuple[str, int, int]]  # (key, limit, reserved): tokens-per-minute buckets
+    leases: list[str]
+    budget_key: str | None
+    price: Price
+    headers: dict[str, str] = field(default_factory=dict)
+    ended: bool = False
+
+    def as_job(self) -> dict[str, Any]:
+        """For a worker to end it: plain JSON."""
+        return {"lease_id": self.lease_id, "buckets": self.buckets, "leases": self.leases,
+                "budget_key": self.budget_key, "price": [str(self.price.input), str(self.price.output)]}
+
+    @classmethod
+    def from_job(cls, data: dict[str, Any] | None) -> Grant | None:
+        if not data:
+            return None
+        return cls(lease_id=data["lease_id"], buckets=[tuple(b) for b in data["buckets"]],  # type: ignore[misc]
+                   leases=list(data["leases"]), budget_key=data["budget_key"],
+                   price=Price(Decimal(data["price"][0]), Decimal(data["price"][1])))
+
+    async def end(self, usage: dict[str, Any] | None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        input_tokens = int((usage or {}).get("input_tokens") or (usage or {}).get("prompt_tokens") or 0)
+        output_tokens = int((usage or {}).get("output_tokens") or (usage or {}).get("completion_tokens") or 0)
+        used = input_tokens + output_tokens
+        budgets = [(self.budget_key, used, self.price.micro_usd(input_tokens, output_tokens))] \
+            if self.budget_key and used else []
+        try:
+            await limit_store().settle([(k, limit, used - reserved) for k, limit, reserved in self.buckets],
+                                       budgets, self.leases, self.lease_id)
+        except Exception as exc:  # noqa: BLE001 - the leases expire on their own
+            log.warning("rate limits: could not settle %s: %s", self.lease_id, exc)
+
+
+async def admit(
+    principal: Any, *, price: Price | None = None, estimate: Callable[[], int] = lambda: 0,
+    concurrent: bool = True, lease_seconds: float | None = None,
+) -> Grant | None:
+    """Take what one request needs from every limit of its key and tenant, or raise a 429
+    naming the limit (with Retry-After). None when the principal has no limits."""
+    quotas, budget = principal.quotas, principal.budget
+    if not quotas and budget is None:
+        return None
+    now = time.time()
+    needs_tokens = any(q.tokens_per_minute for q in quotas)
+    reserved = max(1, estimate()) if needs_tokens else 0
+    checks = checks_for(quotas, budget, estimate=reserved, now=now, concurrent=concurrent)
+    if not checks:
+        return None
+    lease_id = uuid.uuid4().hex
+    lease_seconds = lease_seconds or float(settings.GATEWAY_FOREGROUND_MAX_SECONDS)
+    store = limit_store()
+    try:
+        decision = await store.acquire(checks, lease_id, lease_seconds)
+        if decision.seed >= 0:  # the budget's period has no count yet: the database has it
+            await _seed_budget(store, budget, checks[decision.seed], now)  # type: ignore[arg-type]
+            decision = await store.acquire(checks, lease_id, lease_seconds)
+    except RateLimited:
+        raise
+    except Exception as exc:
+        if settings.GATEWAY_RATE_LIMIT_FAIL_OPEN:
+            log.warning("rate limits not enforced for this request (store unreachable: %s)", exc)
+            return None
+        raise ServiceUnavailable(
+            "Rate limits cannot be checked right now; try again shortly.", headers={"Retry-After": "2"},
+        ) from exc
+    if not decision.allowed:
+        _refuse(checks[decision.failed], decision.retry_after)
+    return Grant(
+        lease_id=lease_id,
+        buckets=[(c.key, c.limit, c.cost) for c in checks if c.what == "tokens per minute"],
+        leases=[c.key for c in checks if c.kind == "lease"],
+        budget_key=next((c.key for c in checks if c.kind == "budget"), None),
+        price=price or Price(),
+        headers=_headers(checks, decision),
+    )
+
+
+def _refuse(check: Check, retry_after: float) -> None:
+    from .metrics import rate_limited
+
+    rate_limited(check.what)
+    seconds = max(1, math.ceil(retry_after))
+    if check.kind == "budget":
+        message = (f"The {check.what} of {check.label} is spent; it renews in {_duration(retry_after)}.")
+    else:
+        message = (f"Rate limit reached for {check.label} on {check.what}: limit {check.limit}. "
+                   f"Please try again in {_duration(retry_after)}.")
+    raise RateLimited(message, code="budget_exceeded" if check.kind == "budget" else "rate_limit_exceeded",
+                      headers={"Retry-After": str(seconds)})
+
+
+def _headers(checks: list[Check], decision: Decision) -> dict[str, str]:
+    """OpenAI's x-ratelimit-* headers, from the tightest request and token bucket."""
+    headers: dict[str, str] = {}
+    for what, name in (("requests per minute", "requests"), ("tokens per minute", "tokens")):
+        tightest = min(
+            ((c, decision.remaining[i]) for i, c in enumerate(checks) if c.what == what),
+            key=lambda pair: pair[1][0] / pair[0].limit, default=None,
+        )
+        if tightest is not None:
+            check, (left, to_full) = tightest
+            headers[f"x-ratelimit-limit-{name}"] = str(check.limit)
+            headers[f"x-ratelimit-remaining-{name}"] = str(max(0, math.floor(left)))
+            headers[f"x-ratelimit-reset-{name}"] = _duration(to_full)
+    return headers
+
+
+def _duration(seconds: float) -> str:
+    """OpenAI's form: 20ms, 1s, 6m0s, 1h2m3s."""
+    if seconds < 1:
+        return f"{max(0, math.ceil(seconds * 1000))}ms"
+    whole = math.ceil(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+async def _seed_budget(store: LimitStore, budget: Budget, check: Check, now: float) -> None:
+    from . import db
+    from .history.selectors import spend_since
+
+    _, start, left = budget.window(now)
+    tokens, micro_usd = await db.run(spend_since, tenant_id=budget.tenant_id,
+                                     start=datetime.fromtimestamp(start, dt_timezone.utc))
+    await store.seed(check.key, tokens, micro_usd, left + 86400)
+
+
+def current_use(quotas: tuple[Quota, ...], budget: Budget | None) -> list[dict[str, Any]]:
+    """Each limit with its current use (sync: the admin and the usage API's thread)."""
+    checks = checks_for(quotas, budget, estimate=0, now=time.time())
+    if not checks:
+        return []
+    try:
+        used = limit_store().snapshot(checks)
+    except Exception as exc:  # noqa: BLE001 - shown as unknown
+        log.warning("rate limits: could not read current use: %s", exc)
+        used = [{"used": None}] * len(checks)
+    out = []
+    for check, use in zip(checks, used):
+        entry: dict[str, Any] = {"scope": check.label, "limit": check.what,
+                                 "value": check.limit if check.limit >= 0 else None, **use}
+        if check.kind == "budget":
+            entry["usd"] = check.micro_usd_limit / 1_000_000 if check.micro_usd_limit >= 0 else None
+            entry["renews_in_seconds"] = int(check.reset_in)
+            if "micro_usd" in entry:
+                entry["used_usd"] = entry.pop("micro_usd") / 1_000_000
+        out.append(entry)
+    return out

@@ -1,0 +1,95 @@
+"""Rate limits with two uvicorn worker processes on one PostgreSQL and one Redis: the counters
+are shared, so concurrent load across both processes never gets more than the limit."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.reliability.deployment import Deployment
+from tests.reliability.test_metrics import value
+from tests.support.servers import find_postgres_bindir, find_redis_server
+from tests.support.upstream import Reply, ScriptedUpstream
+
+try:
+    find_postgres_bindir(), find_redis_server()
+except Exception:
+    pytest.skip("PostgreSQL and Redis binaries are needed", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Iterator[tuple[Deployment, ScriptedUpstream, Path]]:
+    base = Path(tempfile.mkdtemp(prefix="gateway-limits-"))
+    multiproc = base / "prometheus"
+    multiproc.mkdir()
+    with ScriptedUpstream() as upstream:
+        deployment = Deployment(base, upstream.base_url, env={
+            "PROMETHEUS_MULTIPROC_DIR": str(multiproc), "GATEWAY_METRICS_TOKEN": "scrape-token-limits"})
+        try:
+            # Set before the processes start, so their key caches hold the limits from the start.
+            deployment.rows("UPDATE responses_api_apikey SET requests_per_minute = 20 RETURNING id")
+            deployment.start_web(workers=2)
+            yield deployment, upstream, multiproc
+        finally:
+            deployment.stop()
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _fire(deployment: Deployment, n: int, body: dict) -> list[int]:
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        with deployment.client() as client:  # a connection each: the kernel spreads them over both workers
+            if body.get("stream"):
+                with client.stream("POST", "/v1/responses", json=body) as response:
+                    response.read()
+                    status = response.status_code
+            else:
+                status = client.post("/v1/responses", json=body).status_code
+        with lock:
+            statuses.append(status)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return statuses
+
+
+def test_requests_per_minute_hold_across_two_processes(deployed) -> None:  # type: ignore[no-untyped-def]
+    deployment, upstream, multiproc = deployed
+    upstream.set_default("m", Reply(text="ok"))
+    started = time.monotonic()
+    statuses = _fire(deployment, 60, {"model": "m", "input": "hi"})
+    elapsed = time.monotonic() - started
+    assert set(statuses) <= {200, 429}, statuses
+    refill = int(elapsed * 20 / 60)  # the bucket refills at 20 a minute while the burst runs
+    assert 20 <= statuses.count(200) <= 20 + refill, (statuses.count(200), elapsed)
+    upstream_calls = len([r for r in upstream.requests if r.path == "/v1/chat/completions"])
+    assert upstream_calls == statuses.count(200)
+    text = httpx.get(f"{deployment.url}/metrics", headers={"Authorization": "Bearer scrape-token-limits"}).text
+    pids = {p.name.rsplit("_", 1)[-1] for p in multiproc.iterdir() if p.name.startswith("counter_")}
+    assert len(pids) == 2, "both web processes took requests"
+    assert value(text, "gateway_rate_limited_total", limit="requests per minute") == statuses.count(429), text
+
+
+def test_concurrent_streams_hold_across_two_processes(deployed) -> None:  # type: ignore[no-untyped-def]
+    deployment, upstream, _ = deployed
+    deployment.rows("UPDATE responses_api_apikey SET requests_per_minute = NULL RETURNING id")
+    deployment.rows("UPDATE responses_api_tenant SET max_concurrent_requests = 4 RETURNING id")
+    time.sleep(5.5)  # GATEWAY_CACHE_SECONDS: both processes read the key again
+    upstream.set_default("m", Reply(text="slow " * 30, chunk_chars=5, interval=0.1))  # about 3 s each
+    statuses = _fire(deployment, 12, {"model": "m", "input": "hi", "stream": True})
+    assert sorted(statuses) == [200] * 4 + [429] * 8, statuses
+    upstream.set_default("m", Reply(text="ok"))
+    with deployment.client() as client:  # every lease was given back
+        assert [client.post("/v1/responses", json={"model": "m", "input": "x"}).status_code
+                for _ in range(4)] == [200] * 4

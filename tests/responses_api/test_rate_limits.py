@@ -1,0 +1,360 @@
+"""Rate limits and budgets through the gateway, with the real `openai` SDK: per key and per
+tenant, requests / tokens per minute, concurrent requests, token and cost budgets. Runs on
+both suites: Redis counters (PostgreSQL suite) and in-process counters (embedded)."""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone as dt_timezone
+from decimal import Decimal
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import MODEL, Gateway, make_key
+from tests.support.stream_validator import validate_sse
+from tests.support.upstream import Reply, ScriptedUpstream
+
+pytestmark = pytest.mark.embedded
+
+
+@pytest.fixture(autouse=True)
+def _fresh_counters(settings):  # type: ignore[no-untyped-def]
+    from responses_api import limits
+
+    def clear() -> None:
+        limits.reset_store()
+        if settings.REDIS_URL:
+            import redis
+
+            client = redis.Redis.from_url(settings.REDIS_URL)
+            keys = list(client.scan_iter("gw:rl:*"))
+            if keys:
+                client.delete(*keys)
+
+    clear()
+    yield
+    clear()
+
+
+def set_limits(model_cls: type, pk: int, **fields: object) -> None:
+    from responses_api import auth
+
+    model_cls.objects.filter(pk=pk).update(**fields)
+    auth.clear_cache()  # the gateway serves in this process: its key cache sees the change now
+
+
+def key_id(raw: str) -> int:
+    from responses_api.models import ApiKey
+
+    return ApiKey.objects.get(prefix=raw.split("_")[0].removeprefix("sk-gw-")).id
+
+
+def create(gateway: Gateway, key: str | None = None, **body: object) -> httpx.Response:
+    with gateway.http(key) as client:
+        return client.post("/v1/responses", json={"model": MODEL, "input": "hi", **body})
+
+
+def test_requests_per_minute_per_key_with_openai_headers(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import ApiKey
+
+    scripted.set_default(MODEL, Reply(text="ok"))
+    set_limits(ApiKey, key_id(gateway.key), requests_per_minute=3)
+    remaining = []
+    for _ in range(3):
+        reply = create(gateway)
+        assert reply.status_code == 200, reply.text
+        assert reply.headers["x-ratelimit-limit-requests"] == "3"
+        remaining.append(int(reply.headers["x-ratelimit-remaining-requests"]))
+        assert reply.headers["x-ratelimit-reset-requests"].endswith("s")
+    assert remaining == [2, 1, 0]
+    calls = len(scripted.requests)
+    with pytest.raises(openai.RateLimitError) as refused:
+        gateway.openai().responses.create(model=MODEL, input="one more")
+    error = refused.value.body
+    assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
+    assert "requests per minute" in error["message"] and "API key 'test'" in error["message"]
+    retry_after = int(refused.value.response.headers["retry-after"])
+    assert 1 <= retry_after <= 20  # one request's refill at 3 per minute
+    assert len(scripted.requests) == calls  # refused before any upstream call
+    # A refused request is not stored either.
+    from responses_api.models import Response
+
+    assert Response.objects.filter(tenant_id=gateway.tenant_id).count() == 3
+
+
+def test_a_tenants_limit_is_shared_by_its_keys_and_not_by_other_tenants(
+    gateway: Gateway, scripted: ScriptedUpstream,
+) -> None:
+    from responses_api.models import Tenant
+
+    scripted.set_default(MODEL, Reply(text="ok"))
+    second, _ = make_key(tenant="acme", name="second")
+    other, _ = make_key(tenant="other", name="elsewhere")
+    set_limits(Tenant, gateway.tenant_id, requests_per_minute=2)
+    assert create(gateway).status_code == 200
+    assert create(gateway, second).status_code == 200
+    refused = create(gateway, second)
+    assert refused.status_code == 429 and "tenant 'acme'" in refused.json()["error"]["message"]
+    assert create(gateway).status_code == 429
+    for _ in range(3):
+        assert create(gateway, other).status_code == 200  # another tenant: untouched
+
+
+def test_tokens_per_minute_reserve_the_estimate_and_settle_the_real_usage(
+    gateway: Gateway, scripted: ScriptedUpstream,
+) -> None:
+    from responses_api.models import ApiKey
+
+    set_limits(ApiKey, key_id(gateway.key), tokens_per_minute=1000)
+    # 900 reserved (max_output_tokens), 12 used: the rest comes back at the end.
+    scripted.enqueue(MODEL, Reply(text="ok", usage={"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}))
+    first = create(gateway, max_output_tokens=900)
+    assert first.status_code == 200
+    assert int(first.headers["x-ratelimit-remaining-tokens"]) < 100  # the reservation, at admission
+    scripted.enqueue(MODEL, Reply(text="ok", usage={"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}))
+    second = create(gateway, max_output_tokens=900)  # fits only because the first settled
+    assert second.status_code == 200, second.text
+    assert int(second.headers["x-ratelimit-limit-tokens"]) == 1000
+    # Real usage above the estimate puts the bucket in debt, which the next request waits out.
+    scripted.enqueue(MODEL, Reply(text="ok", usage={"prompt_tokens": 1500, "completion_tokens": 500,
+                                                    "total_tokens": 2000}))
+    assert create(gateway).status_code == 200
+    refused = create(gateway)
+    assert refused.status_code == 429
+    body = refused.json()["error"]
+    assert "tokens per minute" in body["message"] and body["code"] == "rate_limit_exceeded"
+    assert int(refused.headers["retry-after"]) >= 60  # a minute's worth of debt to refill
+
+
+def test_concurrent_requests_hold_a_lease_until_the_stream_ends(
+    gateway: Gateway, scripted: ScriptedUpstream,
+) -> None:
+    from responses_api.models import ApiKey
+
+    set_limits(ApiKey, key_id(gateway.key), max_concurrent_requests=1)
+    scripted.enqueue(MODEL, Reply(text="slow words " * 10, chunk_chars=6, interval=0.05))
+    client = gateway.openai()
+    with gateway.http() as http, http.stream(
+        "POST", "/v1/responses", json={"model": MODEL, "input": "long", "stream": True},
+    ) as stream:
+        chunks = stream.iter_bytes()
+        raw = [next(chunks)]
+        with pytest.raises(openai.RateLimitError) as refused:
+            client.responses.create(model=MODEL, input="meanwhile")
+        raw += list(chunks)
+    assert "concurrent requests" in refused.value.body["message"]
+    assert validate_sse(b"".join(raw))["status"] == "completed"
+    scripted.enqueue(MODEL, Reply(text="after"))
+    deadline = time.monotonic() + 5
+    while True:  # the lease goes back as the stream's end is stored, just after its last event
+        reply = create(gateway)
+        if reply.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert reply.status_code == 200, reply.text
+
+
+def test_a_client_that_leaves_gives_its_lease_back(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import ApiKey
+
+    set_limits(ApiKey, key_id(gateway.key), max_concurrent_requests=1)
+    scripted.enqueue(MODEL, Reply(text="endless " * 200, chunk_chars=4, interval=0.05))
+    with gateway.http() as client, client.stream(
+        "POST", "/v1/responses", json={"model": MODEL, "input": "x", "stream": True},
+    ) as response:
+        lines = response.iter_lines()  # held: a dropped iterator would close the connection
+        next(lines)
+        assert create(gateway).status_code == 429
+    scripted.set_default(MODEL, Reply(text="ok"))
+    deadline = time.monotonic() + 5
+    while create(gateway).status_code != 200:
+        assert time.monotonic() < deadline, "the lease of the client that left was not released"
+        time.sleep(0.1)
+
+
+def test_a_background_run_counts_until_its_worker_ends_it(gateway: Gateway, scripted: ScriptedUpstream,
+                                                           worker) -> None:  # type: ignore[no-untyped-def]
+    from responses_api.models import Tenant
+
+    set_limits(Tenant, gateway.tenant_id, max_concurrent_requests=1)
+    scripted.enqueue(MODEL, Reply(text="background words " * 10, chunk_chars=8, interval=0.05))
+    client = gateway.openai()
+    started = client.responses.create(model=MODEL, input="go", background=True)
+    with pytest.raises(openai.RateLimitError):
+        client.responses.create(model=MODEL, input="meanwhile")
+    deadline = time.monotonic() + 30
+    while client.responses.retrieve(started.id).status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    scripted.set_default(MODEL, Reply(text="ok"))
+    deadline = time.monotonic() + 5
+    while create(gateway).status_code != 200:
+        assert time.monotonic() < deadline, "the worker did not release the lease"
+        time.sleep(0.1)
+
+
+def test_a_token_budget_counts_what_the_period_already_spent(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import Tenant
+
+    scripted.enqueue(MODEL, Reply(text="ok", usage={"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}))
+    assert create(gateway).status_code == 200  # spent before the budget existed: still counted
+    set_limits(Tenant, gateway.tenant_id, budget_period="day", budget_tokens=100)
+    scripted.enqueue(MODEL, Reply(text="ok", usage={"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}))
+    assert create(gateway).status_code == 200  # 40 spent < 100
+    refused = create(gateway)  # 110 spent
+    assert refused.status_code == 429
+    error = refused.json()["error"]
+    assert error["code"] == "budget_exceeded" and "daily budget" in error["message"]
+    now = datetime.now(dt_timezone.utc)
+    to_midnight = 86400 - (now.hour * 3600 + now.minute * 60 + now.second)
+    assert abs(int(refused.headers["retry-after"]) - to_midnight) <= 5
+    usage = gateway.http().get("/v1/usage").json()
+    (budget,) = [entry for entry in usage["limits"] if entry["limit"] == "daily budget"]
+    assert budget["value"] == 100 and budget["used"] == 110
+
+
+def test_a_cost_budget_prices_tokens_with_the_routes_price_table(
+    gateway: Gateway, scripted: ScriptedUpstream,
+) -> None:
+    from responses_api import routing
+    from responses_api.models import ModelRoute, Tenant
+
+    ModelRoute.objects.filter(name=MODEL).update(input_usd_per_million=Decimal("1000"),
+                                                 output_usd_per_million=Decimal("4000"))
+    routing.clear_cache()
+    set_limits(Tenant, gateway.tenant_id, budget_period="month", budget_usd=Decimal("0.05"))
+    # 10 * 1000 + 5 * 4000 = 30,000 micro-USD = $0.03 each.
+    scripted.set_default(MODEL, Reply(text="ok", usage={"prompt_tokens": 10, "completion_tokens": 5,
+                                                        "total_tokens": 15}))
+    assert create(gateway).status_code == 200
+    assert create(gateway).status_code == 200
+    refused = create(gateway)
+    assert refused.status_code == 429 and "monthly budget" in refused.json()["error"]["message"]
+    (budget,) = gateway.http().get("/v1/usage").json()["limits"]
+    assert budget["usd"] == 0.05 and budget["used_usd"] == pytest.approx(0.06)
+
+
+def test_chat_completions_and_embeddings_share_the_limits(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import ApiKey
+
+    scripted.set_default(MODEL, Reply(text="ok"))
+    set_limits(ApiKey, key_id(gateway.key), requests_per_minute=2)
+    client = gateway.openai()
+    raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    assert raw.headers["x-ratelimit-remaining-requests"] == "1"
+    assert create(gateway).status_code == 200
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.RateLimitError):
+        client.embeddings.create(model=MODEL, input="hi")
+
+
+def test_the_usage_api_shows_each_limit_with_its_use(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import ApiKey, Tenant
+
+    scripted.set_default(MODEL, Reply(text="ok"))
+    set_limits(ApiKey, key_id(gateway.key), requests_per_minute=10, max_concurrent_requests=4)
+    set_limits(Tenant, gateway.tenant_id, tokens_per_minute=10_000)
+    scripted.set_default(MODEL, Reply(text="ok", usage={"prompt_tokens": 100, "completion_tokens": 100,
+                                                        "total_tokens": 200}))
+    assert gateway.http().get("/v1/usage").json()["limits"][0]["used"] == 0
+    for _ in range(3):
+        assert create(gateway).status_code == 200
+    limits = {(e["scope"], e["limit"]): e for e in gateway.http().get("/v1/usage").json()["limits"]}
+    assert limits[("API key 'test'", "requests per minute")]["value"] == 10
+    assert limits[("API key 'test'", "requests per minute")]["used"] == 3
+    assert limits[("API key 'test'", "concurrent requests")]["used"] == 0
+    assert 300 < limits[("tenant 'acme'", "tokens per minute")]["used"] <= 600  # refilling at 166 a second
+    other, _ = make_key(tenant="free", name="unlimited")
+    assert gateway.http(other).get("/v1/usage").json()["limits"] == []
+
+
+def test_with_the_counter_store_unreachable_the_setting_decides(
+    gateway: Gateway, scripted: ScriptedUpstream, settings,  # type: ignore[no-untyped-def]
+) -> None:
+    from responses_api import limits
+    from responses_api.models import ApiKey
+
+    scripted.set_default(MODEL, Reply(text="ok"))
+    set_limits(ApiKey, key_id(gateway.key), requests_per_minute=1)
+    limits._store = limits.RedisLimitStore("redis://127.0.0.1:9/0")  # nothing listens there
+    settings.GATEWAY_RATE_LIMIT_FAIL_OPEN = True
+    for _ in range(2):  # over the limit, but it cannot be counted: let through (and logged)
+        reply = create(gateway)
+        assert reply.status_code == 200 and "x-ratelimit-limit-requests" not in reply.headers
+    settings.GATEWAY_RATE_LIMIT_FAIL_OPEN = False
+    refused = create(gateway)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "2"
+    assert refused.json()["error"]["code"] == "service_unavailable"
+
+
+def test_parallel_requests_never_overshoot(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import ApiKey
+
+    scripted.set_default(MODEL, Reply(text="ok", delay=0.05))
+    set_limits(ApiKey, key_id(gateway.key), requests_per_minute=600, max_concurrent_requests=3)
+    statuses: list[int] = []
+
+    def one() -> None:
+        statuses.append(create(gateway).status_code)
+
+    threads = [threading.Thread(target=one) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(statuses) <= {200, 429}
+    assert 1 <= statuses.count(200) and statuses.count(429) >= 1
+    assert len(scripted.requests) == statuses.count(200)
+
+
+def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from responses_api.config_sync import ConfigError, sync_config
+    from responses_api.models import ModelRoute, Tenant
+
+    config = {
+        "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
+        "models": [{"name": "m", "targets": [{"provider": "p", "model": "m"}],
+                    "price": {"input_usd_per_million": 0.5, "output_usd_per_million": 1.5}}],
+        "tenants": [{"name": "research", "requests_per_minute": 600, "tokens_per_minute": 200000,
+                     "max_concurrent_requests": 20, "retention_days": 30,
+                     "budget": {"period": "month", "tokens": 50_000_000, "usd": 500}}],
+    }
+    assert sync_config(config)["tenants"] == 1
+    assert sync_config(config)["tenants"] == 1  # idempotent
+    tenant = Tenant.objects.get(name="research")
+    assert (tenant.requests_per_minute, tenant.tokens_per_minute, tenant.max_concurrent_requests) == (600, 200000, 20)
+    assert (tenant.budget_period, tenant.budget_tokens, tenant.budget_usd) == ("month", 50_000_000, Decimal("500"))
+    route = ModelRoute.objects.get(name="m")
+    assert (route.input_usd_per_million, route.output_usd_per_million) == (Decimal("0.5"), Decimal("1.5"))
+    for bad, where in (({"name": "x", "rpm": 1}, "unknown field"), ({"name": "x", "budget": {"period": "week"}},
+                                                                    "budget_period")):
+        with pytest.raises(ConfigError, match=where):
+            sync_config({"tenants": [bad]})
+
+
+@pytest.fixture
+def plain_static(settings):  # type: ignore[no-untyped-def]
+    # As tests/admin/conftest.py: render {% static %} without collectstatic's manifest.
+    settings.STORAGES = {**settings.STORAGES,
+                         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+
+
+def test_the_admin_shows_limits_and_their_current_use(plain_static, admin_client, gateway: Gateway,  # type: ignore[no-untyped-def]
+                                                      scripted: ScriptedUpstream) -> None:
+    from responses_api.models import ApiKey, Tenant
+
+    scripted.set_default(MODEL, Reply(text="ok"))
+    set_limits(Tenant, gateway.tenant_id, requests_per_minute=50, budget_tokens=1_000_000)
+    assert create(gateway).status_code == 200
+    page = admin_client.get(f"/admin/responses_api/tenant/{gateway.tenant_id}/change/").content.decode()
+    assert "Rate limits" in page and "requests per minute" in page and "monthly budget" in page
+    key_page = admin_client.get(f"/admin/responses_api/apikey/{key_id(gateway.key)}/change/").content.decode()
+    assert "Current use" in key_page and "No limits." in key_page
+    reply = admin_client.post(f"/admin/responses_api/apikey/{key_id(gateway.key)}/change/", {
+        "name": "test", "allowed_models": "", "requests_per_minute": "7", "tokens_per_minute": "",
+        "max_concurrent_requests": ""})
+    assert reply.status_code == 302, reply.content.decode()[:2000]
+    assert ApiKey.objects.get(id=key_id(gateway.key)).requests_per_minute == 7
