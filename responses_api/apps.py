@@ -5,3 +5,8 @@ class ResponsesApiConfig(AppConfig):
     name = "responses_api"
     verbose_name = "Responses API"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import tracing
+
+        tracing.configure()  # only with OTEL_EXPORTER_OTLP_ENDPOINT set: else nothing is imported

@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError, UpstreamError
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from .protocol.ids import new_id
+from . import tracing
 from .metrics import upstream_error
 from .protocol.compaction import expand_compactions
 from .protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
@@ -139,6 +140,11 @@ class ResponseRun:
             else None,
         )
         self.error: GatewayError | None = None
+        # OpenTelemetry (tracing.py): None unless an exporter is configured.
+        self._span = tracing.response_span(model=req.model, response_id=job.response_id,
+                                           conversation=req.conversation, request=req)
+        self._call_span: Any = None
+        self._call_usage = (0, 0)  # the builder's usage when the current model call began
         self.failure_events: list[Event] = []  # what connect() would have streamed on failure
         self._call: UpstreamCall | None = None
         self._target: Target | None = None
@@ -200,11 +206,15 @@ class ResponseRun:
     async def _open_with_fallback(self) -> UpstreamCall:
         last: GatewayError | None = None
         for target in self.job.route.attempt_order():
+            span = tracing.model_call_span(self._span, target, self.job.request)
             try:
                 call = await open_call(target, self._upstream_request())
                 self._target = target
+                self._call_span = span
+                self._call_usage = (self.builder.usage.input_tokens, self.builder.usage.output_tokens)
                 return call
             except GatewayError as exc:
+                tracing.end_model_call(span, error=exc)
                 last = exc
                 log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
                 if isinstance(exc, UpstreamError):
@@ -350,6 +360,7 @@ class ResponseRun:
                 raise
             if self._cancel_requested:
                 raise _Cancelled()
+            self._end_call_span()
             for event in self.builder.end_step():
                 yield event
             calls = self.builder.step_calls
@@ -420,6 +431,12 @@ class ResponseRun:
                                 "type": "function_call", "id": item["id"]})
             for s, item in zip(served, hosted)
         ]
+        if self._span is not None:
+            named = [(c["name"], c["call_id"], "function") for c in calls] + [
+                (i["name"], i["id"], "extension") for i in mcp_calls] + [
+                (s["name"], s["call_id"], "function") for s in served]
+            jobs = [tracing.traced_tool(self._span, job, name=n, call_id=c, tool_type=t)
+                    for job, (n, c, t) in zip(jobs, named)]
         if self.job.request.parallel_tool_calls:
             results = await asyncio.gather(*jobs)
         else:
@@ -513,10 +530,23 @@ class ResponseRun:
         _retries.add(task)
         task.add_done_callback(_retries.discard)
 
+    def _end_call_span(self, error: BaseException | None = None) -> None:
+        if self._call_span is None:
+            return
+        before_in, before_out = self._call_usage
+        tracing.end_model_call(
+            self._call_span, input_tokens=self.builder.usage.input_tokens - before_in,
+            output_tokens=self.builder.usage.output_tokens - before_out,
+            finish_reason=self.builder.finish_reason, error=error)
+        self._call_span = None
+
     async def _persist(self) -> None:
         if self._persisted:
             return
         self._persisted = True
+        if self._span is not None:
+            self._end_call_span(self.error)
+            tracing.end_response(self._span, self.response)
         latency_ms = int((time.monotonic() - self._started) * 1000)
         await self.persistence.finish(
             self.response, upstream=self._target.label if self._target else "", latency_ms=latency_ms
