@@ -406,7 +406,7 @@ class ResponseAdmin(admin.ModelAdmin):
     ordering = ("-created_at",)
     list_per_page = 50
     show_full_result_count = False
-    actions = ("soft_delete",)
+    actions = ("soft_delete", "purge")
     fieldsets = (
         (None, {"fields": ("id", "status_display", "model", "upstream", "tenant", "api_key_display")}),
         ("Timing and usage", {"fields": ("created_at", "completed_at", "latency", "usage_display")}),
@@ -611,6 +611,43 @@ class ResponseAdmin(admin.ModelAdmin):
         for response_id, tenant_id in rows:
             services.response_delete(tenant_id=tenant_id, response_id=response_id)
         self.message_user(request, f"Deleted {len(rows)} response(s).", messages.SUCCESS)
+
+
+    @admin.action(description="Purge selected responses (remove their content everywhere)",
+                  permissions=["purge"])
+    def purge(self, request: HttpRequest, queryset: QuerySet[Response]) -> TemplateResponse | None:
+        rows = list(queryset.select_related("tenant").order_by("created_at"))
+        ids = [r.id for r in rows]
+        if request.POST.get("confirmed") != "yes":
+            return TemplateResponse(request, "admin/responses_api/response/purge_confirmation.html", {
+                **self.admin_site.each_context(request), "title": "Purge responses", "rows": rows,
+                "descendants": len(services.response_descendants(ids)),
+                "running": [r.id for r in rows if r.status in (Response.Status.QUEUED, Response.Status.IN_PROGRESS)],
+            })
+        try:
+            counts = services.responses_purge(response_ids=ids)
+        except services.PurgeRefused as exc:
+            self.message_user(request, f"Nothing purged: {exc}", messages.ERROR)
+            return None
+        forget_event_logs(ids)
+        self.message_user(request, f"Purged {counts['responses']} response(s) and {counts['items']} item(s); "
+                                   f"{counts['broken_chains']} later response(s) can no longer be continued.",
+                          messages.SUCCESS)
+        return None
+
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)
+
+
+def forget_event_logs(response_ids: list[str]) -> None:
+    from asgiref.sync import async_to_sync
+
+    from .eventlog import event_log
+
+    try:
+        async_to_sync(event_log().forget)(response_ids)
+    except Exception:  # noqa: BLE001 - they expire on their own (GATEWAY_EVENT_LOG_TTL_SECONDS)
+        pass
 
 
 from .conversations import admin as conversations_admin  # noqa: E402,F401 - registers ConversationAdmin

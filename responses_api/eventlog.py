@@ -43,6 +43,10 @@ class EventLog:
     async def cancel_requested(self, response_id: str) -> bool:
         raise NotImplementedError
 
+    async def forget(self, response_ids: list[str]) -> None:
+        """Drop these responses' logs now (a purge: their content goes everywhere)."""
+        raise NotImplementedError
+
 
 class MemoryEventLog(EventLog):
     def __init__(self) -> None:
@@ -96,6 +100,11 @@ class MemoryEventLog(EventLog):
 
     async def cancel_requested(self, response_id: str) -> bool:
         return response_id in self._cancels
+
+    async def forget(self, response_ids: list[str]) -> None:
+        for rid in response_ids:
+            self._events.pop(rid, None)
+            self._expiry.pop(rid, None)
 
 
 class RedisEventLog(EventLog):
@@ -172,6 +181,10 @@ class RedisEventLog(EventLog):
 
     async def cancel_requested(self, response_id: str) -> bool:
         return bool(await self._client().exists(CANCEL_PREFIX + response_id))
+
+    async def forget(self, response_ids: list[str]) -> None:
+        if response_ids:
+            await self._client().delete(*[EVENTS_PREFIX + r for r in response_ids])
 
 
 _log: EventLog | None = None

@@ -279,6 +279,11 @@ class Response(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    chain_purged = models.BooleanField(
+        default=False, db_default=False, editable=False,  # db_default: the raw-SQL inserts leave it out
+        help_text="An earlier response of its chain was purged: its context is gone, so continuing it "
+                  "fails with previous_response_not_found.",
+    )
     # Worker-run responses: the validated request, and the running worker's last sign of life.
     job = models.JSONField(null=True, blank=True, editable=False)
     on_worker = models.BooleanField(default=False)
@@ -337,6 +342,7 @@ class UsageRecord(models.Model):
     class Endpoint(models.TextChoices):
         CHAT_COMPLETIONS = "chat.completions"
         EMBEDDINGS = "embeddings"
+        PURGED_RESPONSE = "responses (purged)"  # a purged response's tokens, kept for usage and budgets
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")

@@ -70,9 +70,16 @@ def chain_head_get(*, tenant_id: int, response_id: str) -> ChainHead:
     """The response a new one chains to; unknown, deleted, unstored or foreign ids are one error."""
     row = (
         Response.objects.filter(id=response_id, tenant_id=tenant_id, deleted_at__isnull=True, store=True)
-        .values_list("id", "status")
+        .values_list("id", "status", "chain_purged")
         .first()
     )
+    if row is not None and row[2]:
+        raise InvalidRequest(
+            f"Previous response with id '{response_id}' cannot be continued: an earlier response of its "
+            "chain was purged, and with it the context.",
+            param="previous_response_id",
+            code="previous_response_not_found",
+        )
     if row is None:
         raise InvalidRequest(
             f"Previous response with id '{response_id}' not found.",
@@ -85,7 +92,7 @@ def chain_head_get(*, tenant_id: int, response_id: str) -> ChainHead:
             param="previous_response_id",
             code="previous_response_in_progress",
         )
-    return ChainHead(*row)
+    return ChainHead(row[0], row[1])
 
 
 def chain_items_list(*, response_id: str) -> list[dict[str, Any]]:

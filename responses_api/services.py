@@ -451,3 +451,58 @@ def response_end_open(*, response_id: str, error: dict[str, Any]) -> bool:
     """Fail a response row left open by a request that could not go on (if there is one)."""
     return bool(Response.objects.filter(id=response_id, status__in=(Response.Status.QUEUED, Response.Status.IN_PROGRESS))
                 .update(status=Response.Status.FAILED, error=error, completed_at=timezone.now()))
+
+
+class PurgeRefused(Exception):
+    pass
+
+
+def response_descendants(response_ids: list[str]) -> set[str]:
+    """Every response that continues one of these, directly or further down (level by level)."""
+    wanted = set(response_ids)
+    found: set[str] = set()
+    frontier = list(wanted)
+    while frontier:
+        frontier = [i for i in Response.objects.filter(previous_response_id__in=frontier).values_list("id", flat=True)
+                    if i not in wanted and i not in found]
+        found.update(frontier)
+    return found
+
+
+def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
+    """Remove responses and their content everywhere (an operator's hard purge).
+
+    Unlike DELETE /v1/responses/{id}, which hides a response: its row and every item it used
+    or produced are deleted, wherever they appear (other responses that referenced the same
+    items, conversations); every response that continues one of them, directly or further
+    down, is marked so that continuing it fails with previous_response_not_found (its context
+    is gone). Their tokens stay in the usage API and budgets as a usage record. Open
+    (queued, in_progress) responses are refused: cancel them first."""
+    from django.db.models import Q
+
+    from .models import UsageRecord
+
+    wanted = set(response_ids)
+    counts = {"responses": 0, "items": 0, "broken_chains": 0}
+    if not wanted:
+        return counts
+    with transaction.atomic():
+        rows = list(Response.objects.select_for_update().filter(id__in=wanted))
+        running = sorted(r.id for r in rows if r.status in (Response.Status.QUEUED, Response.Status.IN_PROGRESS))
+        if running:
+            raise PurgeRefused(f"{', '.join(running)} still running; cancel or wait for it first.")
+        ids = [r.id for r in rows]
+        descendants = response_descendants(ids)
+        counts["broken_chains"] = Response.objects.filter(id__in=descendants).update(chain_purged=True)
+        UsageRecord.objects.bulk_create(
+            UsageRecord(tenant_id=r.tenant_id, api_key_id=r.api_key_id, endpoint=UsageRecord.Endpoint.PURGED_RESPONSE,
+                        model=r.model, upstream=r.upstream, status=200 if r.status != "failed" else 500,
+                        input_tokens=r.input_tokens, output_tokens=r.output_tokens, latency_ms=r.latency_ms,
+                        created_at=r.created_at)
+            for r in rows)
+        item_ids = list(ResponseItem.objects.filter(response_id__in=ids).values_list("item_id", flat=True))
+        # Other responses' links to these items and their places in conversations cascade.
+        counts["items"] = Item.objects.filter(id__in=set(item_ids)).delete()[1].get("responses_api.Item", 0)
+        Response.objects.filter(Q(id__in=ids) | Q(previous_response_id__in=ids)).update(previous_response=None)
+        counts["responses"] = Response.objects.filter(id__in=ids).delete()[1].get("responses_api.Response", 0)
+    return counts
