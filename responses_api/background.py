@@ -25,7 +25,7 @@ from django.utils import timezone
 from . import db, selectors, services
 from .engine import ResponseJob, ResponseRun
 from .eventlog import event_log
-from .limits import Grant
+from .limits import Grant, drain as limits_drain
 from .gateway import DatabasePersistence, merge_registry_tools, serve_hosted_tools, served_hosted_tools, tool_runner
 from .models import Response
 from .protocol.deltas import Usage
@@ -171,6 +171,7 @@ async def run_claimed(response_id: str) -> str:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
+        await limits_drain()
 
 
 async def _fail_with_event(response_id: str, error: GatewayError) -> None:
@@ -195,6 +196,7 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
     grant = Grant.from_job((row.job or {}).get("limits"))
     if grant is not None:  # the run never reached its end: its reservation and lease go back
         await grant.end(None)
+        await limits_drain()
     sequence = (logged[-1]["sequence_number"] + 1) if logged else 0
     payload = {"type": error.error_type, "code": error.code, "message": error.message, "param": error.param}
     await _append_all(response_id, [
