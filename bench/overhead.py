@@ -150,6 +150,9 @@ def main() -> None:
     ap.add_argument("--no-litellm", action="store_true")
     ap.add_argument("--baseline", metavar="REV", default="",
                     help="also run the gateway of git commit REV (target 'baseline'): before/after in one run")
+    ap.add_argument("--limited", action="store_true",
+                    help="also run this tree with Redis and rate limits on the key's tenant that never bind "
+                         "(target 'limited'): the cost of counting")
     ap.add_argument("--py-spy", action="store_true",
                     help="record a py-spy profile of the gateway during its concurrency-64 cell")
     args = ap.parse_args()
@@ -177,6 +180,20 @@ def main() -> None:
                             models={"bench-model": ("local", "echo")}, log_dir=d, name="baseline", tree=tree)
         targets.append(Target("baseline", f"{base_gw.url}/v1", base_gw.headers, direct=False,
                               pid=base_gw.proc.pid))
+    limited_gw = None
+    if args.limited:
+        from tests.support.servers import start_redis
+
+        redis_server = start_redis(d)
+        limited_gw = c.Gateway(
+            db_url=c.create_database(pg.url, "limited"), providers={}, models={}, log_dir=d, name="limited",
+            extra_env={"REDIS_URL": redis_server.url},
+            config={"providers": [{"name": "local", "kind": "chat_completions", "base_url": up.base_url}],
+                    "models": [{"name": "bench-model", "targets": [{"provider": "local", "model": "echo"}]}],
+                    "tenants": [{"name": "bench", "requests_per_minute": 10**9, "tokens_per_minute": 10**9,
+                                 "max_concurrent_requests": 10**6}]})
+        targets.append(Target("limited", f"{limited_gw.url}/v1", limited_gw.headers, direct=False,
+                              pid=limited_gw.proc.pid))
     litellm_note = ""
     ll = None
     if not args.no_litellm:
@@ -197,7 +214,8 @@ def main() -> None:
     proxies = [n for n in names if n != "direct"]
 
     all_pids = {"upstream": up.proc.pid, "gateway": gw.proc.pid, "postgres": pg.pid} | (
-        {"litellm": ll.proc.pid} if ll else {}) | ({"baseline": base_gw.proc.pid} if base_gw else {})
+        {"litellm": ll.proc.pid} if ll else {}) | ({"baseline": base_gw.proc.pid} if base_gw else {}) | (
+        {"limited": limited_gw.proc.pid} if limited_gw else {})
     c.log(f"non-streaming: {args.requests} sequential requests per target, alternating {names}")
     meter = c.CpuMeter(all_pids).start()
     seq = asyncio.run(sequential(targets, args.requests, stream=False, warmup=args.warmup))
@@ -324,7 +342,7 @@ def main() -> None:
     }
     c.write_result("overhead", data)
     plot(results, names, proxies, seq, st)
-    for srv in (ll, gw, base_gw, up):
+    for srv in (ll, gw, base_gw, limited_gw, up):
         if srv is not None:
             srv.stop()
     pg.stop()

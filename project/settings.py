@@ -233,6 +233,16 @@ GATEWAY_FOREGROUND_MAX_SECONDS = env.int("GATEWAY_FOREGROUND_MAX_SECONDS", defau
 # A background response no worker has started after this long lost its task: the reaper fails it.
 GATEWAY_QUEUED_MAX_SECONDS = env.float("GATEWAY_QUEUED_MAX_SECONDS", default=3600.0)
 # Retention: responses older than this many days are deleted (0: keep forever); a tenant's
+# The router (router.py): retries before the first byte with exponential backoff and full
+# jitter (a 429's Retry-After honoured) within a total budget; a target failing this many times
+# in a row is skipped for the cooldown while another can serve.
+GATEWAY_ROUTER_MAX_RETRIES = env.int("GATEWAY_ROUTER_MAX_RETRIES", default=1)
+GATEWAY_ROUTER_RETRY_BUDGET_SECONDS = env.float("GATEWAY_ROUTER_RETRY_BUDGET_SECONDS", default=10.0)
+GATEWAY_ROUTER_BACKOFF_SECONDS = env.float("GATEWAY_ROUTER_BACKOFF_SECONDS", default=0.25)
+GATEWAY_ROUTER_BACKOFF_MAX_SECONDS = env.float("GATEWAY_ROUTER_BACKOFF_MAX_SECONDS", default=4.0)
+GATEWAY_ROUTER_COOLDOWN_FAILURES = env.int("GATEWAY_ROUTER_COOLDOWN_FAILURES", default=3)
+GATEWAY_ROUTER_COOLDOWN_SECONDS = env.float("GATEWAY_ROUTER_COOLDOWN_SECONDS", default=30.0)
+
 # Rate limits and budgets (limits.py; set per tenant and key in the admin or the config file):
 # with Redis unreachable, a request is let through unchecked (True, logged) or refused with a
 # 503 (False).

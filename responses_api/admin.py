@@ -330,13 +330,43 @@ def provider_check(provider: Provider, timeout: float = 5.0) -> tuple[int, str]:
     return messages.SUCCESS, f"{provider.name}: OK in {elapsed:.0f} ms, {len(names)} model(s): {shown}"
 
 
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds} s" if seconds < 120 else f"{seconds // 60} min" if seconds < 7200 else f"{seconds // 3600} h"
+
+
 class RouteTargetInline(admin.TabularInline):
     model = RouteTarget
     extra = 1
-    fields = ("provider", "upstream_model", "weight")
+    fields = ("provider", "upstream_model", "priority", "weight", "max_concurrent", "health")
+    readonly_fields = ("health",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[RouteTarget]:
         return super().get_queryset(request).select_related("provider")
+
+    @admin.display(description="Health (shared by every process)")
+    def health(self, obj: RouteTarget) -> str:
+        from .router import target_health
+
+        if obj.pk is None:
+            return "—"
+        label = f"{obj.provider.name}:{obj.upstream_model}"
+        found = target_health([label]).get(label)
+        if found is None:
+            return "unknown (the health store is unreachable)"
+        health, in_flight = found
+        now = time.time()
+        if health.cooling(now):
+            state = format_html("<strong>cooling down</strong> for {} s more ({} failures in a row)",
+                                int(health.cooled_until - now) + 1, health.failures)
+        elif health.failures:
+            state = format_html("healthy, {} recent failure(s)", health.failures)
+        else:
+            state = "healthy"
+        last = format_html("<br>last error {} ago: {}", _ago(now - health.last_error_at), health.last_error) \
+            if health.last_error else ""
+        busy = format_html("<br>{} request(s) in flight", in_flight) if obj.max_concurrent else ""
+        return format_html("{}{}{}", state, last, busy)
 
 
 @admin.register(ModelRoute)

@@ -86,12 +86,17 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
             provider = providers.get(provider_name) or Provider.objects.filter(name=provider_name).first()
             if provider is None:
                 raise ConfigError(f"{where}.targets[{j}]: unknown provider {provider_name!r}")
-            wanted.append((provider.id, str(_require(target, "model", f"{where}.targets[{j}]")), int(target.get("weight", 1))))
-        current = list(route.targets.order_by("id").values_list("provider_id", "upstream_model", "weight"))
+            limit = target.get("max_concurrent")
+            wanted.append((provider.id, str(_require(target, "model", f"{where}.targets[{j}]")),
+                           int(target.get("weight", 1)), int(target.get("priority", 0)),
+                           int(limit) if limit is not None else None))
+        current = list(route.targets.order_by("id").values_list(
+            "provider_id", "upstream_model", "weight", "priority", "max_concurrent"))
         if current != wanted:
             route.targets.all().delete()
             RouteTarget.objects.bulk_create(
-                RouteTarget(route=route, provider_id=p, upstream_model=m, weight=w) for p, m, w in wanted
+                RouteTarget(route=route, provider_id=p, upstream_model=m, weight=w, priority=pr, max_concurrent=c)
+                for p, m, w, pr, c in wanted
             )
         counts["models"] += 1
     counts["tools"] = _sync_tools(data.get("tools") or [])

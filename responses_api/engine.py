@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Protocol, Sequence
 
-from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError, UpstreamError
+from .protocol.errors import GatewayError, InvalidRequest, ServerError, UpstreamError
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from .protocol.ids import new_id
 from . import tracing
@@ -23,6 +23,7 @@ from .protocol.mcp import McpBinding, as_model_items, model_names, pending_appro
 from .protocol.request import CreateRequest
 from .protocol.response import response_object
 from .protocol.tools import Tool, allowed_tool_names, make_tool
+from .router import Slot, route_call
 from .routing import Route, Target
 from .upstreams import UpstreamCall, UpstreamRequest, open_call
 
@@ -97,9 +98,25 @@ class _Cancelled(Exception):
     """Raised inside the engine once a cancel was requested and the running step stopped."""
 
 
-def _falls_back(error: GatewayError) -> bool:
-    """Worth trying another target: the upstream failed, not the request."""
-    return isinstance(error, (UpstreamError, RateLimited)) and not isinstance(error, InvalidRequest)
+class _SlotCall:
+    """A call holding a target's concurrency slot (router.py) until it ends or is closed."""
+
+    def __init__(self, call: UpstreamCall, slot: Slot) -> None:
+        self.call = call
+        self.slot = slot
+
+    async def deltas(self) -> AsyncIterator[Any]:
+        try:
+            async for delta in self.call.deltas():
+                yield delta
+        finally:
+            await self.slot.release()
+
+    async def aclose(self) -> None:
+        try:
+            await self.call.aclose()
+        finally:
+            await self.slot.release()
 
 
 class ResponseRun:
@@ -204,25 +221,30 @@ class ResponseRun:
             raise
 
     async def _open_with_fallback(self) -> UpstreamCall:
-        last: GatewayError | None = None
-        for target in self.job.route.attempt_order():
+        """Open the next model call through the router (priorities, weights, cooldowns, per-target
+        concurrency, retries with backoff before the first byte)."""
+        spans: dict[str, Any] = {}
+
+        async def open_one(target: Target) -> UpstreamCall:
             span = tracing.model_call_span(self._span, target, self.job.request)
             try:
                 call = await open_call(target, self._upstream_request())
-                self._target = target
-                self._call_span = span
-                self._call_usage = (self.builder.usage.input_tokens, self.builder.usage.output_tokens)
-                return call
-            except GatewayError as exc:
+            except BaseException as exc:
                 tracing.end_model_call(span, error=exc)
-                last = exc
-                log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
-                if isinstance(exc, UpstreamError):
-                    upstream_error(target.label, exc.code)
-                if not _falls_back(exc):
-                    break
-        assert last is not None
-        raise last
+                raise
+            spans[target.label] = span
+            return call
+
+        def failed(target: Target, exc: GatewayError) -> None:
+            log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
+            if isinstance(exc, UpstreamError):
+                upstream_error(target.label, exc.code)
+
+        target, call, slot = await route_call(self.job.route, open_one, on_failure=failed)
+        self._target = target
+        self._call_span = spans.get(target.label)
+        self._call_usage = (self.builder.usage.input_tokens, self.builder.usage.output_tokens)
+        return call if slot.lease is None else _SlotCall(call, slot)
 
     def _open_summary(self, sealed: str) -> str:
         """A compaction item's summary (its seal was checked when the request came in)."""

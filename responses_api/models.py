@@ -201,6 +201,14 @@ class RouteTarget(models.Model):
     provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="targets")
     upstream_model = models.CharField(max_length=200)
     weight = models.PositiveIntegerField(default=1, help_text="Share of traffic; 0 = fallback only.")
+    priority = models.PositiveSmallIntegerField(
+        default=0, help_text="Targets of the lowest priority take the traffic (by weight); higher ones only when "
+                             "those fail, are cooling down or are at their concurrency limit.",
+    )
+    max_concurrent = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests this target may serve at once (all web processes together). "
+                                         "Empty: no limit.",
+    )
 
     class Meta:
         ordering = ["id"]

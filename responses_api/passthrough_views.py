@@ -13,13 +13,13 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from . import db, services
 from .auth import Principal
-from .engine import _falls_back
 from .gateway import route_for
 from .limits import Grant, admit
+from .router import route_call
 from .metrics import upstream_error
 from .models import UsageRecord
 from .protocol.errors import GatewayError, InvalidRequest
-from .upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
+from .upstreams.passthrough import body_chunks, forward, usage_tokens
 from .views import _json_body, api_endpoint
 
 log = logging.getLogger("gateway.passthrough")
@@ -60,22 +60,17 @@ def _estimate(raw: bytes, body: dict[str, Any]) -> int:
 async def _forward(request: HttpRequest, principal: Principal, route: Any, body: dict[str, Any], *, path: str,
                    endpoint: str, model: str, stream: bool, grant: Grant | None) -> HttpResponse:
     started = time.monotonic()
-    forwarded: Forwarded | None = None
-    last: GatewayError | None = None
-    for target in route.attempt_order():  # fall back before the first byte, as responses do
-        try:
-            forwarded = await forward(target, path, body, stream=stream)
-            break
-        except GatewayError as exc:
-            last = exc
-            log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
-            upstream_error(target.label, exc.code)
-            if not _falls_back(exc):
-                break
-    if forwarded is None:
-        assert last is not None
-        _record(principal, endpoint, model, "", last.status, None, started)
-        raise last
+
+    def failed(target: Any, exc: GatewayError) -> None:  # fall back / retry before the first byte, as responses do
+        log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
+        upstream_error(target.label, exc.code)
+
+    try:
+        _, forwarded, slot = await route_call(route, lambda target: forward(target, path, body, stream=stream),
+                                              on_failure=failed)
+    except GatewayError as exc:
+        _record(principal, endpoint, model, "", exc.status, None, started)
+        raise
     content_type = forwarded.response.headers.get("content-type", "application/json")
     if stream:
         usage: dict[str, Any] = {}
@@ -85,6 +80,7 @@ async def _forward(request: HttpRequest, principal: Principal, route: Any, body:
                 async for chunk in body_chunks(forwarded, usage):
                     yield chunk
             finally:
+                await slot.release()
                 _note_tokens(request, usage)
                 _record(principal, endpoint, model, forwarded.target.label, 200, usage, started)
                 if grant is not None:
@@ -98,6 +94,7 @@ async def _forward(request: HttpRequest, principal: Principal, route: Any, body:
         raw = await forwarded.response.read()
     finally:
         forwarded.response.release()
+        await slot.release()
     try:
         answer = json.loads(raw)
     except ValueError:

@@ -40,6 +40,8 @@ class Target:
     provider: ProviderConfig
     upstream_model: str
     weight: int
+    priority: int = 0
+    max_concurrent: int | None = None
 
     @property
     def label(self) -> str:
@@ -56,16 +58,10 @@ class Route:
     price: Price = Price()  # for budgets in USD
 
     def attempt_order(self, rng: random.Random | None = None) -> list[Target]:
-        """Weighted random order of the weighted targets, then the weight-0 fallbacks."""
-        rng = rng or random
-        weighted = [t for t in self.targets if t.weight > 0]
-        order: list[Target] = []
-        pool = list(weighted)
-        while pool:
-            pick = rng.choices(pool, weights=[t.weight for t in pool])[0]
-            order.append(pick)
-            pool.remove(pick)
-        return order + [t for t in self.targets if t.weight == 0]
+        """Priority groups in order, weighted random within each (router.py decides the rest)."""
+        from .router import attempt_order
+
+        return attempt_order(self, rng)
 
 
 def _fernet():
@@ -132,7 +128,7 @@ def route_get(model: str) -> Route:
         value = None
         if route is not None:
             targets = tuple(
-                Target(provider_config(t.provider), t.upstream_model, t.weight)
+                Target(provider_config(t.provider), t.upstream_model, t.weight, t.priority, t.max_concurrent)
                 for t in route.targets.all()
                 if t.provider.enabled
             )

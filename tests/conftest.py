@@ -82,12 +82,30 @@ def gateway_server(django_db_setup, django_db_blocker) -> Iterator[_ThreadedUvic
     server.stop()
 
 
+def _forget_target_health() -> None:
+    """Each test starts with every upstream target healthy (the router's cooldowns are shared)."""
+    from django.conf import settings
+
+    from responses_api import router
+
+    router.reset()
+    if settings.REDIS_URL:
+        import redis
+
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        keys = list(client.scan_iter("gw:rt:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_caches() -> Iterator[None]:
     from responses_api import auth, gateway, routing
     from tool_registry import services as tool_services
 
-    clears = (auth.clear_cache, routing.clear_cache, gateway.clear_cache, tool_services.clear_cache)
+    clears = (auth.clear_cache, routing.clear_cache, gateway.clear_cache, tool_services.clear_cache,
+              _forget_target_health)
     for clear in clears:
         clear()
     yield

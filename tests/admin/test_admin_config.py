@@ -107,11 +107,14 @@ def test_model_route_with_targets_inline(admin_client) -> None:  # type: ignore[
         "targets-TOTAL_FORMS": "2", "targets-INITIAL_FORMS": "0", "targets-MIN_NUM_FORMS": "0",
         "targets-MAX_NUM_FORMS": "1000",
         "targets-0-provider": provider.pk, "targets-0-upstream_model": "llama-3", "targets-0-weight": "3",
+        "targets-0-priority": "0",
         "targets-1-provider": provider.pk, "targets-1-upstream_model": "llama-fallback", "targets-1-weight": "0",
+        "targets-1-priority": "0", "targets-1-max_concurrent": "4",
     })
     assert reply.status_code == 302, [reply.context["adminform"].form.errors, reply.context["inline_admin_formsets"][0].formset.errors] if reply.context else reply
     route = ModelRoute.objects.get(name="gpt-house")
-    assert [(t.upstream_model, t.weight) for t in route.targets.all()] == [("llama-3", 3), ("llama-fallback", 0)]
+    assert [(t.upstream_model, t.weight, t.max_concurrent) for t in route.targets.all()] == [
+        ("llama-3", 3, None), ("llama-fallback", 0, 4)]
     listing = admin_client.get(reverse("admin:responses_api_modelroute_changelist")).content.decode()
     assert "local:llama-3" in listing and "fallback" in listing
 

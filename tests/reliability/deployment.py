@@ -21,13 +21,14 @@ SECRET_KEY = "outage-test-secret-key-not-for-production-0123456789abcdefghij"
 
 
 class Deployment:
-    def __init__(self, base_dir: Path, upstream_url: str, *, model: str = "m", env: dict[str, str] | None = None) -> None:
+    def __init__(self, base_dir: Path, upstream_url: str, *, model: str = "m", env: dict[str, str] | None = None,
+                 config: dict[str, Any] | None = None) -> None:
         self.base_dir = base_dir
         self.model = model
         self.postgres: PostgresServer = start_postgres(base_dir / "pg")
         self.redis: RedisServer = start_redis(base_dir)
-        config = base_dir / "gateway.json"
-        config.write_text(json.dumps({
+        gateway_config, config = config, base_dir / "gateway.json"
+        config.write_text(json.dumps(gateway_config or {
             "providers": [{"name": "scripted", "base_url": upstream_url}],
             "models": [{"name": model, "targets": [{"provider": "scripted", "model": model}]}],
         }))

@@ -101,6 +101,9 @@ def pytest_load_initial_conftests(
     # Settings refuse to start without a SECRET_KEY when DEBUG is off; tests
     # get a throwaway one (never a production default).
     os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production-0123456789abcdefghij")
+    # Tests count upstream attempts and script one reply per attempt: no router retries unless
+    # a test asks for them (tests/responses_api/test_router.py).
+    os.environ.setdefault("GATEWAY_ROUTER_MAX_RETRIES", "0")
     state = _ServerState()
     early_config.stash[_STATE_KEY] = state
     ns = early_config.known_args_namespace

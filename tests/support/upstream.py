@@ -72,6 +72,7 @@ class Reply:
     usage: dict[str, Any] | None = None  # default: computed, see _usage()
     status: int = 200  # non-200: reply with this status and error_body instead
     error_body: dict[str, Any] | None = None
+    error_headers: dict[str, str] | None = None  # e.g. {"retry-after": "1"} with status 429
     delay: float = 0.0  # seconds before response headers
     chunk_chars: int = 4  # streaming: chars of text/reasoning/arguments per chunk
     interval: float = 0.0  # streaming: seconds between chunks
@@ -519,9 +520,11 @@ class ScriptedUpstream:
             )
 
     @staticmethod
-    async def _send_json(send: Send, status: int, payload: dict[str, Any] | str) -> None:
+    async def _send_json(send: Send, status: int, payload: dict[str, Any] | str,
+                         extra_headers: dict[str, str] | None = None) -> None:
         data = payload.encode() if isinstance(payload, str) else _dumps(payload).encode()
-        headers = [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]
+        headers = [*_JSON_HEADERS, (b"content-length", str(len(data)).encode()),
+                   *((k.encode(), v.encode()) for k, v in (extra_headers or {}).items())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
@@ -549,7 +552,7 @@ class ScriptedUpstream:
                 error_body = reply.error_body or _error("scripted failure", "server_error")
                 if watch is not None:
                     watch.finished = True
-                await self._send_json(send, reply.status, error_body)
+                await self._send_json(send, reply.status, error_body, reply.error_headers)
             elif stream:
                 assert watch is not None
                 await self._stream(body, reply, index, watch, send)
