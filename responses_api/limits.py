@@ -360,16 +360,29 @@ class RedisLimitStore(LimitStore):
 
     async def _flush(self) -> None:
         await asyncio.sleep(0)  # the other requests ending in this turn join the batch
+        from redis.exceptions import NoScriptError
+
         script = self._script("settle")
+        client = script.registered_client
         while self._pending:
             batch, self._pending = self._pending, []
-            try:
-                async with script.registered_client.pipeline(transaction=False) as pipe:
-                    for keys, args in batch:
-                        await script(keys=keys, args=args, client=pipe)
-                    await pipe.execute()
-            except Exception as exc:  # noqa: BLE001 - leases expire; buckets refill on their own
-                log.warning("rate limits: could not settle %d request(s): %s", len(batch), exc)
+            for attempt in range(2):
+                try:
+                    # EVALSHA by hand: a pipeline given Script objects asks SCRIPT EXISTS first,
+                    # every time (one more round trip per flush).
+                    async with client.pipeline(transaction=False) as pipe:
+                        for keys, args in batch:
+                            pipe.evalsha(script.sha, len(keys), *keys, *args)
+                        await pipe.execute()
+                    break
+                except NoScriptError:  # Redis restarted and lost its scripts: load it, once
+                    if attempt:
+                        log.warning("rate limits: could not settle %d request(s): script missing", len(batch))
+                    else:
+                        await client.script_load(_SETTLE)
+                except Exception as exc:  # noqa: BLE001 - leases expire; buckets refill on their own
+                    log.warning("rate limits: could not settle %d request(s): %s", len(batch), exc)
+                    break
 
     async def drain(self) -> None:
         if self._flushing is not None and not self._flushing.done():
