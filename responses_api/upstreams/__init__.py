@@ -10,6 +10,10 @@ async def open_call(target: Target, request: UpstreamRequest) -> UpstreamCall:
     """Start a generation on `target`; raises a GatewayError before any byte is consumed."""
     if target.provider.kind == "chat_completions":
         return await open_chat_completion(target, request)
+    if target.provider.kind == "responses":
+        from .responses import open_responses
+
+        return await open_responses(target, request)
     raise NotImplementedError(f"provider kind {target.provider.kind!r}")
 
 

@@ -192,6 +192,25 @@ def _echo_text(body: dict[str, Any]) -> str:
     return "echo: "
 
 
+def _responses_as_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """A Responses request seen as Chat Completions, for the scripting (model, echo, usage)."""
+    raw = body.get("input")
+    items = [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else raw or []
+    messages = [{"role": item.get("role"), "content": item.get("content")} for item in items
+                if isinstance(item, dict) and item.get("type", "message") == "message"]
+    return {**body, "messages": messages}
+
+
+def _responses_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    if "input_tokens" in usage:
+        return usage
+    return {"input_tokens": usage.get("prompt_tokens", 0), "output_tokens": usage.get("completion_tokens", 0),
+            "total_tokens": usage.get("total_tokens", 0),
+            "input_tokens_details": {"cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)},
+            "output_tokens_details": {"reasoning_tokens":
+                                      (usage.get("completion_tokens_details") or {}).get("reasoning_tokens", 0)}}
+
+
 def _usage(body: dict[str, Any], text: str | None, reasoning: str | None) -> dict[str, Any]:
     """Deterministic, cheap stand-in for token accounting."""
     messages = body.get("messages")
@@ -490,6 +509,9 @@ class ScriptedUpstream:
                 )
                 return
             await self._chat(body, index, receive, send)
+        elif method == "POST" and path == "/v1/responses":
+            # The Responses dialect (provider kind `responses`): the same scripted replies.
+            await self._chat(_responses_as_chat(body), index, receive, send, dialect="responses")
         elif method == "GET" and path == "/v1/models":
             created = int(time.time())
             data = [
@@ -528,7 +550,8 @@ class ScriptedUpstream:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
-    async def _chat(self, body: dict[str, Any], index: int, receive: Receive, send: Send) -> None:
+    async def _chat(self, body: dict[str, Any], index: int, receive: Receive, send: Send,
+                    dialect: str = "chat") -> None:
         model = body.get("model")
         reply = self._pick(model)
         if reply is None:
@@ -555,12 +578,14 @@ class ScriptedUpstream:
                 await self._send_json(send, reply.status, error_body, reply.error_headers)
             elif stream:
                 assert watch is not None
-                await self._stream(body, reply, index, watch, send)
+                await self._stream(body, reply, index, watch, send, dialect)
             else:
                 if watch is not None:
                     watch.finished = True
                 payload = (
-                    reply.raw_body if reply.raw_body is not None else self._completion(body, reply)
+                    reply.raw_body if reply.raw_body is not None
+                    else self._response_object(body, reply) if dialect == "responses"
+                    else self._completion(body, reply)
                 )
                 await self._send_json(send, 200, payload)
         finally:
@@ -597,6 +622,70 @@ class ScriptedUpstream:
             if reply.usage is not None
             else _usage(body, text, reply.reasoning),
         }
+
+    def _response_object(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """The Responses dialect's whole answer: a Response object."""
+        text, calls, finish = self._resolve(body, reply)
+        output: list[dict[str, Any]] = []
+        if reply.reasoning:
+            output.append({"type": "reasoning", "id": f"rs_{uuid.uuid4().hex}", "summary": [],
+                           "content": [{"type": "reasoning_text", "text": reply.reasoning}]})
+        parts = ([{"type": "output_text", "text": text, "annotations": []}] if text else []) + (
+            [{"type": "refusal", "refusal": reply.refusal}] if reply.refusal else [])
+        if parts:
+            output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}", "role": "assistant",
+                           "status": "completed", "content": parts})
+        for call in calls:
+            output.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call["id"],
+                           "name": call["function"]["name"], "arguments": call["function"]["arguments"],
+                           "status": "completed"})
+        usage = reply.usage if reply.usage is not None else _usage(body, text, reply.reasoning)
+        return {
+            "id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": int(time.time()),
+            "model": body.get("model"), "status": "incomplete" if finish == "length" else "completed",
+            "incomplete_details": {"reason": "max_output_tokens"} if finish == "length" else None,
+            "output": output, "usage": _responses_usage(usage),
+        }
+
+    def _responses_events(self, body: dict[str, Any], reply: Reply) -> tuple[list[bytes], bool]:
+        """The Responses dialect's stream: typed events, numbered; no [DONE]."""
+        if reply.raw_chunks is not None:
+            return [_sse(c) for c in reply.raw_chunks], reply.raw_done
+        final = self._response_object(body, reply)
+        shell = {**final, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+        events: list[dict[str, Any]] = [{"type": "response.created", "response": shell},
+                                        {"type": "response.in_progress", "response": shell}]
+        size = reply.chunk_chars
+        for index, item in enumerate(final["output"]):
+            if item["type"] == "function_call":
+                events.append({"type": "response.output_item.added", "output_index": index,
+                               "item": {**item, "arguments": "", "status": "in_progress"}})
+                events += [{"type": "response.function_call_arguments.delta", "output_index": index,
+                            "item_id": item["id"], "delta": p} for p in _pieces(item["arguments"], size)]
+                events.append({"type": "response.function_call_arguments.done", "output_index": index,
+                               "item_id": item["id"], "arguments": item["arguments"]})
+            elif item["type"] == "reasoning":
+                events.append({"type": "response.output_item.added", "output_index": index,
+                               "item": {**item, "content": []}})
+                events += [{"type": "response.reasoning_text.delta", "output_index": index, "content_index": 0,
+                            "item_id": item["id"], "delta": p}
+                           for p in _pieces(item["content"][0]["text"], size)]
+            else:
+                events.append({"type": "response.output_item.added", "output_index": index,
+                               "item": {**item, "content": [], "status": "in_progress"}})
+                for part_index, part in enumerate(item["content"]):
+                    kind = "output_text" if part["type"] == "output_text" else "refusal"
+                    events.append({"type": "response.content_part.added", "output_index": index,
+                                   "content_index": part_index, "item_id": item["id"],
+                                   "part": {**part, kind if kind == "refusal" else "text": ""}})
+                    events += [{"type": f"response.{kind}.delta", "output_index": index,
+                                "content_index": part_index, "item_id": item["id"], "delta": p}
+                               for p in _pieces(part["text" if kind == "output_text" else "refusal"], size)]
+            events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+        events.append({"type": f"response.{final['status']}", "response": final})
+        for number, event in enumerate(events):
+            event["sequence_number"] = number
+        return [f"event: {e['type']}\n".encode() + _sse(e) for e in events], False
 
     def _stream_events(self, body: dict[str, Any], reply: Reply) -> tuple[list[bytes], bool]:
         """All data events of a streamed reply (without [DONE]) and whether to send [DONE]."""
@@ -670,9 +759,11 @@ class ScriptedUpstream:
         return events, True
 
     async def _stream(
-        self, body: dict[str, Any], reply: Reply, index: int, watch: _DisconnectWatch, send: Send
+        self, body: dict[str, Any], reply: Reply, index: int, watch: _DisconnectWatch, send: Send,
+        dialect: str = "chat",
     ) -> None:
-        events, send_done = self._stream_events(body, reply)
+        events, send_done = (self._responses_events(body, reply) if dialect == "responses"
+                             else self._stream_events(body, reply))
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
 
         async def emit(data: bytes) -> bool:

@@ -1,0 +1,141 @@
+"""Provider kind `responses`: an upstream that speaks /v1/responses itself, scripted on
+loopback. The gateway keeps the state (the upstream gets the whole context with store: false)
+and re-issues its own events, checked by the strict stream validator; the openai SDK is the
+client, with the same code as against a Chat Completions route."""
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from tests.conftest import Gateway, call
+from tests.support.stream_validator import validate_response_object, validate_sse
+from tests.support.upstream import Reply, ScriptedUpstream
+
+pytestmark = pytest.mark.embedded
+
+NATIVE = "native-model"
+
+
+@pytest.fixture
+def native(gateway: Gateway, scripted: ScriptedUpstream) -> Gateway:
+    from responses_api import routing
+    from responses_api.models import ModelRoute, Provider, RouteTarget
+
+    provider = Provider.objects.create(name="native", kind="responses", base_url=scripted.base_url)
+    route = ModelRoute.objects.create(name=NATIVE)
+    RouteTarget.objects.create(route=route, provider=provider, upstream_model="up-native")
+    routing.clear_cache()
+    return gateway
+
+
+def sent(scripted: ScriptedUpstream) -> list[dict]:
+    return [r.body for r in scripted.requests if r.path == "/v1/responses"]
+
+
+def test_a_text_answer_streamed_and_not(native: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.set_default("up-native", Reply(text="Hello from a native upstream.", chunk_chars=5))
+    client = native.openai()
+    response = client.responses.create(model=NATIVE, input="hi", instructions="Be brief.", max_output_tokens=50)
+    assert response.output_text == "Hello from a native upstream." and response.status == "completed"
+    validate_response_object(native.http().get(f"/v1/responses/{response.id}").json())
+    (body,) = sent(scripted)
+    assert body["store"] is False and body["model"] == "up-native" and body["instructions"] == "Be brief."
+    assert body["max_output_tokens"] == 50 and "previous_response_id" not in body
+    assert body["input"] == [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
+    with native.http() as http:
+        raw = http.post("/v1/responses", json={"model": NATIVE, "input": "again", "stream": True}).content
+    final = validate_sse(raw)
+    assert final["output"][0]["content"][0]["text"] == "Hello from a native upstream."
+    assert final["usage"]["input_tokens"] > 0 and final["model"] == NATIVE
+
+
+def test_the_gateway_keeps_the_chain_and_sends_the_whole_context(native: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.set_default("up-native", Reply(echo=True))
+    client = native.openai()
+    first = client.responses.create(model=NATIVE, input="one")
+    second = client.responses.create(model=NATIVE, input="two", previous_response_id=first.id)
+    assert second.output_text == "echo: two"
+    body = sent(scripted)[-1]
+    assert "previous_response_id" not in body and body["store"] is False
+    assert [(i["type"], i.get("role")) for i in body["input"]] == [
+        ("message", "user"), ("message", "assistant"), ("message", "user")]
+    assert body["input"][1]["content"] == [{"type": "output_text", "text": "echo: one"}]
+    assert not any("id" in item for item in body["input"])  # the upstream never saw the gateway's ids
+    assert client.responses.retrieve(second.id).previous_response_id == first.id
+
+
+def test_a_function_call_and_its_output(native: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.enqueue("up-native", Reply(tool_calls=[call("lookup", {"q": "x"}, "call_9")], chunk_chars=3),
+                     Reply(text="Found it."))
+    tools = [{"type": "function", "name": "lookup", "description": "Look up.",
+              "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}]
+    client = native.openai()
+    with native.http() as http:
+        raw = http.post("/v1/responses", json={"model": NATIVE, "input": "find x", "tools": tools,
+                                                "stream": True}).content
+    first = validate_sse(raw)
+    (fc,) = [i for i in first["output"] if i["type"] == "function_call"]
+    assert (fc["name"], fc["call_id"], json.loads(fc["arguments"])) == ("lookup", "call_9", {"q": "x"})
+    body = sent(scripted)[-1]
+    assert body["tools"][0]["name"] == "lookup" and body["tools"][0]["type"] == "function"
+    answer = client.responses.create(model=NATIVE, previous_response_id=first["id"], tools=tools, input=[
+        {"type": "function_call_output", "call_id": "call_9", "output": "x is 42"}])
+    assert answer.output_text == "Found it."
+    items = sent(scripted)[-1]["input"]
+    assert items[-2] == {"type": "function_call", "call_id": "call_9", "name": "lookup", "arguments": '{"q": "x"}'}
+    assert items[-1] == {"type": "function_call_output", "call_id": "call_9", "output": "x is 42"}
+
+
+def test_reasoning_usage_and_an_incomplete_answer(native: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.enqueue("up-native", Reply(reasoning="Think first.", text="Cut", finish_reason="length",
+                                        usage={"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19,
+                                               "completion_tokens_details": {"reasoning_tokens": 3}}))
+    with native.http() as http:
+        raw = http.post("/v1/responses", json={"model": NATIVE, "input": "q", "stream": True,
+                                                "reasoning": {"effort": "low"}}).content
+    final = validate_sse(raw)
+    assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert [i["type"] for i in final["output"]] == ["reasoning", "message"]
+    assert final["usage"]["input_tokens"] == 12 and final["usage"]["output_tokens"] == 7
+    assert final["usage"]["output_tokens_details"]["reasoning_tokens"] == 3
+    assert sent(scripted)[-1]["reasoning"] == {"effort": "low"}
+
+
+def test_upstream_errors_and_a_dropped_stream(native: Gateway, scripted: ScriptedUpstream) -> None:
+    client = native.openai()
+    scripted.enqueue("up-native", Reply(status=400, error_body={"error": {"message": "bad input"}}))
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.responses.create(model=NATIVE, input="x")
+    assert bad.value.body["code"] == "upstream_bad_request"
+    scripted.enqueue("up-native", Reply(status=500))
+    with pytest.raises(openai.InternalServerError):
+        client.responses.create(model=NATIVE, input="x")
+    scripted.enqueue("up-native", Reply(text="partial answer that breaks", chunk_chars=4, disconnect_after=6))
+    with native.http() as http:
+        raw = http.post("/v1/responses", json={"model": NATIVE, "input": "x", "stream": True}).content
+    final = validate_sse(raw)
+    assert final["status"] == "failed" and final["error"]["code"].startswith("upstream")
+    failed = [{"type": "response.created", "sequence_number": 0, "response": {"id": "r", "status": "in_progress"}},
+              {"type": "response.failed", "sequence_number": 1,
+               "response": {"id": "r", "status": "failed", "error": {"code": "server_error", "message": "overloaded"}}}]
+    scripted.enqueue("up-native", Reply(raw_chunks=failed, raw_done=False))
+    with native.http() as http:
+        raw = http.post("/v1/responses", json={"model": NATIVE, "input": "x", "stream": True}).content
+    final = validate_sse(raw)
+    assert final["status"] == "failed" and "overloaded" in final["error"]["message"]
+
+
+def test_unknown_upstream_events_are_skipped(native: Gateway, scripted: ScriptedUpstream) -> None:
+    events = [
+        {"type": "response.created", "sequence_number": 0, "response": {"id": "r", "status": "in_progress"}},
+        {"type": "response.some_future_event", "sequence_number": 1, "payload": {"x": 1}},
+        {"type": "response.output_text.delta", "sequence_number": 2, "output_index": 0, "delta": "fine"},
+        {"type": "response.completed", "sequence_number": 3,
+         "response": {"id": "r", "status": "completed", "output": [], "usage": {"input_tokens": 1, "output_tokens": 1}}},
+    ]
+    scripted.enqueue("up-native", Reply(raw_chunks=events, raw_done=False))
+    with native.http() as http:
+        raw = http.post("/v1/responses", json={"model": NATIVE, "input": "x", "stream": True}).content
+    assert validate_sse(raw)["output"][0]["content"][0]["text"] == "fine"
