@@ -116,6 +116,7 @@ class Provider(models.Model):
     class Kind(models.TextChoices):
         CHAT_COMPLETIONS = "chat_completions", "OpenAI-compatible Chat Completions"
         RESPONSES = "responses", "Native Responses (/v1/responses: OpenAI, vLLM, SGLang)"
+        ANTHROPIC = "anthropic", "Anthropic Messages (/v1/messages)"
 
     name = models.SlugField(max_length=100, unique=True)
     kind = models.CharField(max_length=32, choices=Kind.choices, default=Kind.CHAT_COMPLETIONS)

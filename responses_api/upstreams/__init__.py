@@ -14,6 +14,10 @@ async def open_call(target: Target, request: UpstreamRequest) -> UpstreamCall:
         from .responses import open_responses
 
         return await open_responses(target, request)
+    if target.provider.kind == "anthropic":
+        from .anthropic import open_messages
+
+        return await open_messages(target, request)
     raise NotImplementedError(f"provider kind {target.provider.kind!r}")
 
 

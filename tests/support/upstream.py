@@ -201,6 +201,19 @@ def _responses_as_chat(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "messages": messages}
 
 
+def _messages_as_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic Messages request seen as Chat Completions, for the scripting."""
+    messages = []
+    for message in body.get("messages") or []:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+        messages.append({"role": message.get("role"), "content": content})
+    return {**body, "messages": messages}
+
+
 def _responses_usage(usage: dict[str, Any]) -> dict[str, Any]:
     if "input_tokens" in usage:
         return usage
@@ -512,6 +525,9 @@ class ScriptedUpstream:
         elif method == "POST" and path == "/v1/responses":
             # The Responses dialect (provider kind `responses`): the same scripted replies.
             await self._chat(_responses_as_chat(body), index, receive, send, dialect="responses")
+        elif method == "POST" and path == "/v1/messages":
+            # Anthropic's Messages dialect (provider kind `anthropic`): the same scripted replies.
+            await self._chat(_messages_as_chat(body), index, receive, send, dialect="anthropic")
         elif method == "GET" and path == "/v1/models":
             created = int(time.time())
             data = [
@@ -585,6 +601,7 @@ class ScriptedUpstream:
                 payload = (
                     reply.raw_body if reply.raw_body is not None
                     else self._response_object(body, reply) if dialect == "responses"
+                    else self._anthropic_message(body, reply) if dialect == "anthropic"
                     else self._completion(body, reply)
                 )
                 await self._send_json(send, 200, payload)
@@ -646,6 +663,61 @@ class ScriptedUpstream:
             "incomplete_details": {"reason": "max_output_tokens"} if finish == "length" else None,
             "output": output, "usage": _responses_usage(usage),
         }
+
+    def _anthropic_message(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """Anthropic's Messages answer: content blocks, a stop reason, usage without cache in input."""
+        text, calls, finish = self._resolve(body, reply)
+        blocks: list[dict[str, Any]] = []
+        if reply.reasoning:
+            blocks.append({"type": "thinking", "thinking": reply.reasoning, "signature": "sig-" + uuid.uuid4().hex})
+        if text:
+            blocks.append({"type": "text", "text": text})
+        for call in calls:
+            blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
+                           "input": json.loads(call["function"]["arguments"] or "{}")})
+        usage = reply.usage if reply.usage is not None else _usage(body, text, reply.reasoning)
+        if "prompt_tokens" in usage:
+            usage = {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]}
+        stop = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+                "content_filter": "refusal"}.get(finish, finish)
+        return {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": body.get("model"),
+                "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
+
+    def _anthropic_events(self, body: dict[str, Any], reply: Reply) -> tuple[list[bytes], bool]:
+        if reply.raw_chunks is not None:
+            return [(f"event: {c['type']}\n".encode() if isinstance(c, dict) else b"") + _sse(c)
+                    for c in reply.raw_chunks], False
+        final = self._anthropic_message(body, reply)
+        usage = final["usage"]
+        start_usage = {**usage, "output_tokens": 1}
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": {
+            **final, "content": [], "stop_reason": None, "usage": start_usage}}]
+        size = reply.chunk_chars
+        for index, block in enumerate(final["content"]):
+            if block["type"] == "thinking":
+                events.append({"type": "content_block_start", "index": index,
+                               "content_block": {"type": "thinking", "thinking": ""}})
+                events += [{"type": "content_block_delta", "index": index,
+                            "delta": {"type": "thinking_delta", "thinking": p}} for p in _pieces(block["thinking"], size)]
+                events.append({"type": "content_block_delta", "index": index,
+                               "delta": {"type": "signature_delta", "signature": block["signature"]}})
+            elif block["type"] == "text":
+                events.append({"type": "content_block_start", "index": index,
+                               "content_block": {"type": "text", "text": ""}})
+                events.append({"type": "ping"})
+                events += [{"type": "content_block_delta", "index": index,
+                            "delta": {"type": "text_delta", "text": p}} for p in _pieces(block["text"], size)]
+            else:
+                events.append({"type": "content_block_start", "index": index, "content_block": {
+                    "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}})
+                events += [{"type": "content_block_delta", "index": index,
+                            "delta": {"type": "input_json_delta", "partial_json": p}}
+                           for p in _pieces(json.dumps(block["input"]), size)]
+            events.append({"type": "content_block_stop", "index": index})
+        events.append({"type": "message_delta", "delta": {"stop_reason": final["stop_reason"], "stop_sequence": None},
+                       "usage": {"output_tokens": usage.get("output_tokens", 0)}})
+        events.append({"type": "message_stop"})
+        return [f"event: {e['type']}\n".encode() + _sse(e) for e in events], False
 
     def _responses_events(self, body: dict[str, Any], reply: Reply) -> tuple[list[bytes], bool]:
         """The Responses dialect's stream: typed events, numbered; no [DONE]."""
@@ -763,6 +835,7 @@ class ScriptedUpstream:
         dialect: str = "chat",
     ) -> None:
         events, send_done = (self._responses_events(body, reply) if dialect == "responses"
+                             else self._anthropic_events(body, reply) if dialect == "anthropic"
                              else self._stream_events(body, reply))
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
 
