@@ -19,7 +19,12 @@ from .router import route_call
 from .metrics import upstream_error
 from .models import UsageRecord
 from .protocol.errors import GatewayError, InvalidRequest
-from .upstreams.passthrough import body_chunks, forward, usage_tokens
+from .exception_handlers import json_response
+from .protocol.chat_translation import ChatWriter, chat_usage, chat_to_responses_body, sse
+from .protocol.ids import new_id
+from .protocol.request import parse_create_request
+from .upstreams import UpstreamRequest, open_call
+from .upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
 from .views import _json_body, api_endpoint
 
 log = logging.getLogger("gateway.passthrough")
@@ -65,12 +70,29 @@ async def _forward(request: HttpRequest, principal: Principal, route: Any, body:
         log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
         upstream_error(target.label, exc.code)
 
+    translated: list[Any] = []  # the Chat request read as a Responses one, once a target needs it
+
+    async def open_one(target: Any) -> Any:
+        kind = target.provider.kind
+        if kind == "chat_completions" or (kind == "responses" and endpoint == UsageRecord.Endpoint.EMBEDDINGS):
+            return await forward(target, path, body, stream=stream)
+        if endpoint == UsageRecord.Endpoint.EMBEDDINGS:
+            raise InvalidRequest(f"The model '{model}' serves no embeddings (its upstream is {kind}).",
+                                 param="model", code="model_not_supported")
+        if not translated:
+            translated.append(parse_create_request(chat_to_responses_body(body)))
+        req = translated[0]
+        return await open_call(target, UpstreamRequest(request=req, items=req.input_items, tools=req.tools,
+                                                       stream=stream))
+
     try:
-        _, forwarded, slot = await route_call(route, lambda target: forward(target, path, body, stream=stream),
-                                              on_failure=failed)
+        target, forwarded, slot = await route_call(route, open_one, on_failure=failed)
     except GatewayError as exc:
         _record(principal, endpoint, model, "", exc.status, None, started)
         raise
+    if not isinstance(forwarded, Forwarded):
+        return await _translated(request, principal, forwarded, slot, target, body, model=model, stream=stream,
+                                 grant=grant, started=started)
     content_type = forwarded.response.headers.get("content-type", "application/json")
     if stream:
         usage: dict[str, Any] = {}
@@ -105,6 +127,59 @@ async def _forward(request: HttpRequest, principal: Principal, route: Any, body:
     if grant is not None:
         await grant.end(usage)
     return HttpResponse(raw, content_type=content_type)
+
+
+async def _translated(request: HttpRequest, principal: Principal, call: Any, slot: Any, target: Any,
+                      body: dict[str, Any], *, model: str, stream: bool, grant: Grant | None,
+                      started: float) -> HttpResponse:
+    """A Chat Completions answer written from a native Responses or Anthropic upstream's deltas."""
+    writer = ChatWriter(model, "chatcmpl-" + new_id("gw").split("_", 1)[1])
+    endpoint = UsageRecord.Endpoint.CHAT_COMPLETIONS
+
+    async def finish(status: int) -> None:
+        await slot.release()
+        usage = chat_usage(writer.usage)
+        _note_tokens(request, usage)
+        _record(principal, endpoint, model, target.label, status, usage, started)
+        if grant is not None:
+            await grant.end(usage)
+
+    if not stream:
+        try:
+            async for delta in call.deltas():
+                writer.feed(delta)
+        except GatewayError as exc:
+            await finish(exc.status)
+            raise
+        finally:
+            await call.aclose()
+        await finish(200)
+        return json_response(writer.completion())
+    options = body.get("stream_options")
+    include_usage = isinstance(options, dict) and options.get("include_usage") is True
+
+    async def chunks():  # type: ignore[no-untyped-def]
+        status = 200
+        try:
+            yield sse(writer.opening())
+            async for delta in call.deltas():
+                chunk = writer.feed(delta)
+                if chunk is not None:
+                    yield sse(chunk)
+            for chunk in writer.closing(include_usage):
+                yield sse(chunk)
+            yield b"data: [DONE]\n\n"
+        except GatewayError as exc:  # mid-stream: OpenAI's way, an error object and no [DONE]
+            status = exc.status
+            yield sse(exc.body())
+        finally:
+            await call.aclose()
+            await finish(status)
+
+    response = StreamingHttpResponse(chunks(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
 
 
 def _note_tokens(request: HttpRequest, usage: dict[str, Any] | None) -> None:
