@@ -84,16 +84,21 @@ def gateway_server(django_db_setup, django_db_blocker) -> Iterator[_ThreadedUvic
 
 def _forget_target_health() -> None:
     """Each test starts with every upstream target healthy (the router's cooldowns are shared)."""
-    from django.conf import settings
-
     from responses_api import router
 
     router.reset()
+    forget_redis_keys("gw:rt:*")
+
+
+def forget_redis_keys(pattern: str) -> None:
+    """Delete the test Redis's keys matching `pattern` (nothing in the embedded mode)."""
+    from django.conf import settings
+
     if settings.REDIS_URL:
         import redis
 
         client = redis.Redis.from_url(settings.REDIS_URL)
-        keys = list(client.scan_iter("gw:rt:*"))
+        keys = list(client.scan_iter(pattern))
         if keys:
             client.delete(*keys)
         client.close()

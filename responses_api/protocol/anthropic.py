@@ -15,7 +15,9 @@ import json
 from typing import Any
 
 from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
-from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
+from .deltas import (
+    Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, UpstreamFailed, Usage,
+)
 from .request import CreateRequest
 from .tools import Tool, chosen_upstream_name, namespaced_name
 
@@ -167,13 +169,6 @@ def usage_of(raw: Any, base: Usage | None = None) -> Usage:
     return Usage(input_tokens=inputs or base.input_tokens,
                  output_tokens=int(raw.get("output_tokens") or 0) or base.output_tokens,
                  cached_tokens=read or base.cached_tokens)
-
-
-class UpstreamFailed(Exception):
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
 
 
 class EventDecoder:

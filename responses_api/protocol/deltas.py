@@ -62,3 +62,13 @@ class Finish:
 
 
 Delta = TextDelta | RefusalDelta | ReasoningDelta | ToolCallDelta | Usage | Finish
+
+
+class UpstreamFailed(Exception):
+    """An upstream's own failure event in its stream (`response.failed`, Anthropic's `error`),
+    raised by a dialect's decoder: (code, message)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
-from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
+from .deltas import (
+    Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, UpstreamFailed, Usage,
+)
 from .request import CreateRequest
 from .tools import Tool, chosen_upstream_name, namespaced_name
 
@@ -119,15 +121,6 @@ def finish_of(response: dict[str, Any], made_calls: bool) -> str:
         reason = (response.get("incomplete_details") or {}).get("reason")
         return _FINISH_OF_INCOMPLETE.get(reason or "", "length")
     return "tool_calls" if made_calls else "stop"
-
-
-class UpstreamFailed(Exception):
-    """The upstream's stream ended with `response.failed` or `error`: (code, message)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class EventDecoder:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import aiohttp
@@ -224,45 +225,60 @@ async def _lines(response: aiohttp.ClientResponse, guard: StallGuard | None = No
 
 async def open_chat_completion(target: Target, request: UpstreamRequest) -> ChatCompletionCall:
     provider = target.provider
-    options = chat_options(provider.options)
     body = build_chat_request(
         request.request, request.items, upstream_model=target.upstream_model,
-        stream=request.stream, tools=request.tools, options=options,
+        stream=request.stream, tools=request.tools, options=chat_options(provider.options),
     )
     headers = {"content-type": "application/json", **provider.headers}
     if provider.api_key:
         headers["authorization"] = f"Bearer {provider.api_key}"
-    session = get_session()
-    # Streamed: the response headers and then the first chunk within first_byte_timeout, then
-    # chunks at most idle_timeout apart (StallGuard). Not streamed: the whole answer within
-    # `timeout`. aiohttp's per-read limit only backs these up.
-    wait = max(provider.first_byte_timeout, provider.idle_timeout) if request.stream else provider.timeout
-    first_byte = provider.first_byte_timeout if request.stream else provider.timeout
+    opened = await post_json(target, f"{provider.base_url}/chat/completions", body, headers, stream=request.stream)
+    if isinstance(opened, Opened):
+        return ChatCompletionCall(target, opened.response, None, opened.guard)
+    return ChatCompletionCall(target, None, completion_to_deltas(opened))
+
+
+@dataclass(slots=True)
+class Opened:
+    """A streamed answer whose headers came (status 200); its body is still to read."""
+
+    response: aiohttp.ClientResponse
+    guard: StallGuard
+
+
+async def post_json(target: Target, url: str, body: dict[str, Any], headers: dict[str, str], *,
+                    stream: bool) -> Opened | Any:
+    """POST the body; for a stream the open response, otherwise the decoded JSON answer. Every
+    failure before that is a GatewayError (HTTP status, transport, first-byte timeout, not JSON).
+
+    Streamed: the response headers and then the first chunk within first_byte_timeout, then
+    chunks at most idle_timeout apart (StallGuard). Not streamed: the whole answer within
+    `timeout`. aiohttp's per-read limit only backs these up. Shared by every adapter."""
+    provider = target.provider
+    wait = max(provider.first_byte_timeout, provider.idle_timeout) if stream else provider.timeout
+    first_byte = provider.first_byte_timeout if stream else provider.timeout
     timeout = aiohttp.ClientTimeout(
         total=None, connect=first_byte, sock_connect=provider.connect_timeout, sock_read=wait
     )
-    url = f"{provider.base_url}/chat/completions"
-    payload = json.dumps(body).encode()
-    proxy = proxy_for(provider.base_url)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + first_byte
     try:
         async with asyncio.timeout_at(deadline):
-            response = await _post(session, url, payload, headers, timeout, proxy)
+            response = await _post(get_session(), url, json.dumps(body).encode(), headers, timeout, proxy_for(url))
     except TimeoutError:
-        raise _first_byte_timeout(target, first_byte, request.stream) from None
+        raise _first_byte_timeout(target, first_byte, stream) from None
     except TRANSPORT_ERRORS as exc:
         raise transport_error(target, exc) from exc
     try:
         if response.status != 200:
             raise error_for_status(target, response, await response.read())
-        if request.stream:
-            return ChatCompletionCall(target, response, None, StallGuard(response, deadline, provider.idle_timeout))
+        if stream:
+            return Opened(response, StallGuard(response, deadline, provider.idle_timeout))
         async with asyncio.timeout_at(deadline):
             raw = await response.read()
     except TimeoutError:
         response.close()
-        raise _first_byte_timeout(target, first_byte, request.stream) from None
+        raise _first_byte_timeout(target, first_byte, stream) from None
     except TRANSPORT_ERRORS as exc:
         response.close()
         raise transport_error(target, exc) from exc
@@ -271,12 +287,11 @@ async def open_chat_completion(target: Target, request: UpstreamRequest) -> Chat
         raise
     response.release()
     try:
-        data = jsonlimits.loads(raw, max_depth=None)
+        return jsonlimits.loads(raw, max_depth=None)
     except ValueError:
         raise UpstreamError(
             f"Upstream '{target.label}' answered with something that is not JSON.", code="upstream_malformed"
         ) from None
-    return ChatCompletionCall(target, None, completion_to_deltas(data))
 
 
 def _first_byte_timeout(target: Target, seconds: float, stream: bool) -> UpstreamTimeout:

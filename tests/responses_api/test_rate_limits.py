@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import MODEL, Gateway, make_key
+from tests.conftest import MODEL, Gateway, forget_redis_keys, make_key
 from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -20,18 +20,12 @@ pytestmark = pytest.mark.embedded
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters(settings):  # type: ignore[no-untyped-def]
+def _fresh_counters():  # type: ignore[no-untyped-def]
     from responses_api import limits
 
     def clear() -> None:
         limits.reset_store()
-        if settings.REDIS_URL:
-            import redis
-
-            client = redis.Redis.from_url(settings.REDIS_URL)
-            keys = list(client.scan_iter("gw:rl:*"))
-            if keys:
-                client.delete(*keys)
+        forget_redis_keys("gw:rl:*")
 
     clear()
     yield

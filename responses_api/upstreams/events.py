@@ -1,0 +1,85 @@
+"""Upstreams whose streams are typed SSE events (native Responses, Anthropic Messages): one call
+type, given the dialect's decoder, for the stream's reading, stall and transport errors."""
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Callable
+
+import aiohttp
+
+from ..protocol import jsonlimits
+from ..protocol.deltas import Delta, UpstreamFailed
+from ..protocol.errors import UpstreamError
+from ..routing import Target
+from .chat_completions import TRANSPORT_ERRORS, Opened, StallGuard, _drain, _lines, transport_error
+
+
+class EventStreamCall:
+    """`decoder()` makes an object with `feed(event) -> deltas` and `finished`; its `feed` may
+    raise UpstreamFailed."""
+
+    def __init__(self, target: Target, decoder: Callable[[], Any], *, opened: Opened | None = None,
+                 deltas: list[Delta] | None = None) -> None:
+        self._target = target
+        self._decoder = decoder
+        self._response: aiohttp.ClientResponse | None = opened.response if opened else None
+        self._guard: StallGuard | None = opened.guard if opened else None
+        self._ready = deltas
+
+    def failed(self, failure: UpstreamFailed) -> UpstreamError:
+        return failed(self._target, failure)
+
+    async def deltas(self) -> AsyncIterator[Delta]:
+        if self._ready is not None:
+            for delta in self._ready:
+                yield delta
+            return
+        assert self._response is not None
+        decoder = self._decoder()
+        guard = self._guard
+        try:
+            async for line in _lines(self._response, guard):
+                if not line.startswith("data:"):
+                    continue  # `event:` names (the data repeats them), comments, blank lines
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                try:
+                    event = jsonlimits.loads(payload, max_depth=None)
+                except ValueError:
+                    raise UpstreamError(f"Upstream '{self._target.label}' sent a malformed event.",
+                                        code="upstream_malformed") from None
+                if not isinstance(event, dict):
+                    continue
+                try:
+                    for delta in decoder.feed(event):
+                        yield delta
+                except UpstreamFailed as failure:
+                    raise self.failed(failure) from None
+                if decoder.finished:
+                    break
+            if decoder.finished:
+                if guard is not None:
+                    guard.cancel()
+                await _drain(self._response)
+        except TRANSPORT_ERRORS as exc:
+            if guard is not None and guard.stalled:
+                raise guard.error(self._target) from None
+            raise transport_error(self._target, exc) from exc
+        finally:
+            if guard is not None:
+                guard.cancel()
+            self._response.release()
+        if guard is not None and guard.stalled:
+            raise guard.error(self._target)
+        if not decoder.finished:
+            raise UpstreamError(f"Upstream '{self._target.label}' ended the stream before finishing.",
+                                code="upstream_truncated")
+
+    async def aclose(self) -> None:
+        if self._response is not None:
+            self._response.close()
+
+
+def failed(target: Target, failure: UpstreamFailed) -> UpstreamError:
+    return UpstreamError(f"Upstream '{target.label}' failed ({failure.code}): {failure.message}",
+                         code="upstream_error")
