@@ -94,6 +94,15 @@ def _reasoning_sealer(tenant_id: int) -> Callable[[str], str]:
     return lambda text: seal({"text": text}, tenant_id=tenant_id, purpose="reasoning")
 
 
+def _signed_reasoning_sealer(tenant_id: int) -> Callable[[str, str], str]:
+    """Reasoning an upstream signed (Anthropic's thinking): text and signature sealed into
+    `encrypted_content`, so that the next turn can give the upstream both back."""
+    from .sealing import sealer
+
+    return lambda text, signature: sealer().seal({"text": text, "signature": signature}, tenant_id=tenant_id,
+                                                 purpose="reasoning")
+
+
 class _Cancelled(Exception):
     """Raised inside the engine once a cancel was requested and the running step stopped."""
 
@@ -155,6 +164,7 @@ class ResponseRun:
             reasoning_summary=bool(req.reasoning and req.reasoning.get("summary")),
             seal_reasoning=_reasoning_sealer(job.tenant_id) if "reasoning.encrypted_content" in req.include
             else None,
+            seal_signed=_signed_reasoning_sealer(job.tenant_id),
         )
         self.error: GatewayError | None = None
         # OpenTelemetry (tracing.py): None unless an exporter is configured.
@@ -272,7 +282,8 @@ class ResponseRun:
         tools = req.tools + self.mcp_tools
         if self.job.route.context_window:
             items = self._fit(items, tools, self.job.route.context_window)
-        return UpstreamRequest(request=req, items=items, tools=tools, stream=self.stream_upstream)
+        return UpstreamRequest(request=req, items=items, tools=tools, stream=self.stream_upstream,
+                               tenant_id=self.job.tenant_id)
 
     def _fit(self, items: list[dict[str, Any]], tools: list[Any], window: int) -> list[dict[str, Any]]:
         """The context within the model's window: with truncation "auto" the oldest items are

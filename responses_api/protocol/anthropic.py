@@ -4,7 +4,8 @@ context, and the upstream's answer (streamed events or a message) read back as d
 Mapping: instructions and system/developer messages become `system`; user content parts
 become text, image and document blocks; function calls become `tool_use` blocks of the
 assistant turn and their outputs `tool_result` blocks of the next user turn (turns of one role
-are merged: the API wants them alternating); thinking blocks come back as reasoning. Stop
+are merged: the API wants them alternating); thinking blocks come back as reasoning, their
+signature sealed into the item's `encrypted_content` and sent back with it on later turns. Stop
 reasons: end_turn/stop_sequence/pause_turn -> stop, max_tokens -> length, tool_use ->
 tool_calls, refusal -> content_filter. Usage counts cache reads and writes as input tokens
 (OpenAI's convention), cache reads also as cached tokens.
@@ -16,7 +17,8 @@ from typing import Any
 
 from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
-    Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, UpstreamFailed, Usage,
+    Delta, Finish, ReasoningDelta, ReasoningSignature, RefusalDelta, TextDelta, ToolCallDelta, UpstreamFailed,
+    Usage,
 )
 from .request import CreateRequest
 from .tools import Tool, chosen_upstream_name, namespaced_name
@@ -114,8 +116,12 @@ def to_messages(items: list[dict[str, Any]], instructions: str | None) -> tuple[
                           "content": output if isinstance(output, str) else _text_of(output)}])
         elif kind in OUTPUT_ITEM_TYPES:
             add("user", [{"type": "tool_result", "tool_use_id": item["call_id"], "content": output_as_text(item)}])
-        # Reasoning items are not sent back: a thinking block is accepted only with the signature
-        # Anthropic gave it, which the Open Responses reasoning item has no field for.
+        elif kind == "reasoning" and item.get("signature"):
+            # Signed thinking (upstreams/anthropic.py opened it from the gateway's seal): sent back
+            # first in its assistant turn, as the API requires with tool use.
+            add("assistant", [{"type": "thinking", "thinking": item.get("thinking") or "",
+                               "signature": item["signature"]}])
+        # Other reasoning items are not sent: Anthropic accepts thinking only with its signature.
     return "\n\n".join(s for s in system if s), messages
 
 
@@ -213,6 +219,8 @@ class EventDecoder:
                 return [ReasoningDelta(delta.get("thinking") or "")]
             if dtype == "input_json_delta" and block_type == "tool_use":
                 return [ToolCallDelta(call, arguments=delta.get("partial_json") or "")]
+            if dtype == "signature_delta" and block_type == "thinking":
+                return [ReasoningSignature(delta.get("signature") or "")]
             return []  # signature_delta, citations_delta, and types newer than this code
         if kind == "message_delta":
             self._stop = (event.get("delta") or {}).get("stop_reason") or self._stop
@@ -238,6 +246,8 @@ def message_to_deltas(message: dict[str, Any]) -> list[Delta]:
             deltas.append(TextDelta(block.get("text") or ""))
         elif kind == "thinking":
             deltas.append(ReasoningDelta(block.get("thinking") or ""))
+            if block.get("signature"):
+                deltas.append(ReasoningSignature(block["signature"]))
         elif kind == "tool_use":
             deltas.append(ToolCallDelta(calls, call_id=block.get("id"), name=block.get("name"),
                                         arguments=json.dumps(block.get("input") or {})))

@@ -20,6 +20,14 @@ class ReasoningDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningSignature:
+    """The upstream's signature of the reasoning just streamed (Anthropic's signed thinking),
+    which it needs back with that reasoning on a later turn."""
+
+    signature: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallDelta:
     """A fragment of one tool call; fragments of parallel calls are keyed by `index`."""
 
@@ -61,7 +69,7 @@ class Finish:
     reason: str
 
 
-Delta = TextDelta | RefusalDelta | ReasoningDelta | ToolCallDelta | Usage | Finish
+Delta = TextDelta | RefusalDelta | ReasoningDelta | ReasoningSignature | ToolCallDelta | Usage | Finish
 
 
 class UpstreamFailed(Exception):

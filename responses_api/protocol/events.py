@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .client_tools import SERVABLE_HOSTED_TOOLS, call_item, hosted_call_item
-from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
+from .deltas import (
+    Delta, Finish, ReasoningDelta, ReasoningSignature, RefusalDelta, TextDelta, ToolCallDelta, Usage,
+)
 from .errors import GatewayError
 from .ids import new_id
 from .mcp import McpBinding
@@ -62,12 +64,14 @@ class EventBuilder:
         tools: list[Tool] | None = None,
         reasoning_summary: bool = False,
         seal_reasoning: Callable[[str], str] | None = None,
+        seal_signed: Callable[[str, str], str] | None = None,
     ) -> None:
         """`tools`: the function-offered tools whose calls become other items (namespace members,
         custom tools, client built-ins). `reasoning_summary`: the client asked for reasoning
         summaries; an upstream's reasoning text is then streamed as the summary (the only text
         an open model gives; see README). `seal_reasoning`: turns a reasoning item's text into
-        its `encrypted_content` (include: reasoning.encrypted_content)."""
+        its `encrypted_content` (include: reasoning.encrypted_content). `seal_signed`: the same for
+        reasoning the upstream signed (text, signature), always: the upstream needs it back."""
         self.response = response
         self.output: list[dict[str, Any]] = response["output"]
         self.sequence_number = sequence_number
@@ -93,6 +97,8 @@ class EventBuilder:
         self.hosted_outputs: dict[str, dict[str, Any]] = {}
         self.reasoning_summary = reasoning_summary
         self.seal_reasoning = seal_reasoning
+        self.seal_signed = seal_signed
+        self._signature: str | None = None  # of the open reasoning item
 
     # -- low level -------------------------------------------------------------
     def _event(self, type_: str, **fields: Any) -> Event:
@@ -135,6 +141,11 @@ class EventBuilder:
                                  "summary_text" if self.reasoning_summary else "reasoning_text")
         if isinstance(delta, ToolCallDelta):
             return self._tool_call(delta)
+        if isinstance(delta, ReasoningSignature):
+            open_item = self._content_item
+            if open_item is not None and open_item.item["type"] == "reasoning":
+                self._signature = delta.signature
+            return []
         if isinstance(delta, Usage):
             self.usage = self.usage + delta
             return []
@@ -249,8 +260,11 @@ class EventBuilder:
         self._content_item = None
         events = self._close_part(open_item) if open_item.part is not None else []
         open_item.item["status"] = status
-        if open_item.item["type"] == "reasoning" and self.seal_reasoning is not None:
+        if open_item.item["type"] == "reasoning" and self._signature is not None and self.seal_signed is not None:
+            open_item.item["encrypted_content"] = self.seal_signed(reasoning_text(open_item.item), self._signature)
+        elif open_item.item["type"] == "reasoning" and self.seal_reasoning is not None:
             open_item.item["encrypted_content"] = self.seal_reasoning(reasoning_text(open_item.item))
+        self._signature = None
         events.append(self._event(
             "response.output_item.done", output_index=open_item.output_index,
             item=copy.deepcopy(open_item.item),

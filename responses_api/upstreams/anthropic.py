@@ -14,7 +14,8 @@ from .events import EventStreamCall
 
 async def open_messages(target: Target, request: UpstreamRequest) -> EventStreamCall:
     provider = target.provider
-    body = build_messages_request(request.request, request.items, upstream_model=target.upstream_model,
+    body = build_messages_request(request.request, signed_thinking(request.items, request.tenant_id),
+                                  upstream_model=target.upstream_model,
                                   stream=request.stream, tools=request.tools, options=provider.options)
     headers = {"content-type": "application/json",
                "anthropic-version": str(provider.options.get("anthropic_version") or API_VERSION),
@@ -28,3 +29,24 @@ async def open_messages(target: Target, request: UpstreamRequest) -> EventStream
         raise UpstreamError(f"Upstream '{target.label}' answered with something that is not a message.",
                             code="upstream_malformed")
     return EventStreamCall(target, EventDecoder, deltas=message_to_deltas(opened))
+
+
+def signed_thinking(items: list[dict], tenant_id: int | None) -> list[dict]:
+    """Reasoning items whose `encrypted_content` this gateway sealed with Anthropic's signature
+    become `{"type": "reasoning", "thinking", "signature"}`, which the request sends back as
+    thinking blocks; other reasoning items are left as they are (and not sent)."""
+    from ..sealing import SealBroken, sealer
+
+    if tenant_id is None or not any(i["type"] == "reasoning" and i.get("encrypted_content") for i in items):
+        return items
+    out = []
+    for item in items:
+        if item["type"] == "reasoning" and item.get("encrypted_content"):
+            try:
+                payload = sealer().unseal(item["encrypted_content"], tenant_id=tenant_id, purpose="reasoning")
+            except SealBroken:
+                payload = None
+            if isinstance(payload, dict) and payload.get("signature"):
+                item = {"type": "reasoning", "thinking": payload.get("text") or "", "signature": payload["signature"]}
+        out.append(item)
+    return out

@@ -15,6 +15,7 @@ class UpstreamRequest:
     items: list[dict]  # the whole context, in order
     tools: list[Tool]
     stream: bool  # stream from the upstream (the client streams, or a tool loop wants early calls)
+    tenant_id: int | None = None  # whose sealed items (signed reasoning) the adapter may open
 
 
 class UpstreamCall(Protocol):

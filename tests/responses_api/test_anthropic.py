@@ -157,3 +157,32 @@ def test_one_config_three_dialects_the_same_client_code(gateway: Gateway, script
         assert text == "Sunny in Oslo.", model
         paths.add(scripted.requests[-1].path)
     assert paths == {"/v1/chat/completions", "/v1/responses", "/v1/messages"}
+
+
+def test_signed_thinking_goes_back_with_its_signature(anthropic: Gateway, scripted: ScriptedUpstream) -> None:
+    """Extended thinking with tool use: Anthropic wants the thinking block, signature and all,
+    back in the assistant turn that made the call; the gateway seals it into the reasoning
+    item's encrypted_content, for stored chains and for clients that carry items themselves."""
+    tools = [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}]
+    for stored in (True, False):
+        scripted.enqueue("claude-up", Reply(reasoning="I should look it up.", tool_calls=[call("lookup", {}, "toolu_s")],
+                                            chunk_chars=5), Reply(text="Done."))
+        with anthropic.http() as http:
+            body = {"model": CLAUDE, "input": "go", "tools": tools, "stream": True, "store": stored,
+                    "reasoning": {"effort": "low"}}
+            first = validate_sse(http.post("/v1/responses", json=body).content)
+            reasoning = next(i for i in first["output"] if i["type"] == "reasoning")
+            assert reasoning["encrypted_content"]  # sealed by the gateway: not the raw signature
+            assert "sig-" not in reasoning["encrypted_content"]
+            output = {"type": "function_call_output", "call_id": "toolu_s", "output": "found"}
+            follow = {"model": CLAUDE, "tools": tools, "reasoning": {"effort": "low"}}
+            if stored:
+                follow.update(previous_response_id=first["id"], input=[output])
+            else:  # stateless: the client sends the whole conversation back, items as received
+                follow.update(store=False, input=[{"role": "user", "content": "go"}, *first["output"], output])
+            assert http.post("/v1/responses", json=follow).json()["output"][-1]["content"][0]["text"] == "Done."
+        assistant = sent(scripted)[-1].body["messages"][1]
+        assert assistant["role"] == "assistant"
+        thinking, tool_use = assistant["content"][0], assistant["content"][-1]
+        assert thinking["type"] == "thinking" and thinking["thinking"] == "I should look it up."
+        assert thinking["signature"].startswith("sig-") and tool_use["type"] == "tool_use"
