@@ -391,7 +391,8 @@ def served_hosted_tools(req: CreateRequest, route: Route) -> list[tuple[HostedTo
 
 def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) -> list[str]:
     """Hosted tools (web_search, ...) become the route's registry tools that serve them; the
-    rest are dropped, and said so in the log. Returns the dropped types, which the view also
+    rest go on to the upstream when every target is a native Responses server, and are
+    dropped otherwise, and said so in the log. Returns the dropped types, which the view also
     names in `x-gateway-dropped-tools`: the model answers without them."""
     from .protocol.client_tools import HOSTED_ALIASES
 
@@ -405,7 +406,13 @@ def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) 
         tool.kind, tool.report = HOSTED_ALIASES.get(hosted.type, hosted.type), hosted.spec
         req.tools = [t for t in req.tools if t.name != name] + [tool]
         served.add(id(hosted))
-    dropped = list(dict.fromkeys(h.type for h in req.hosted_tools if id(h) not in served))
+    unserved = [h for h in req.hosted_tools if id(h) not in served]
+    if unserved and route.targets and all(t.provider.kind == "responses" for t in route.targets):
+        # A native Responses upstream runs hosted tools itself: sent on as the client sent them,
+        # their items relayed back (protocol/native.py).
+        req.upstream_hosted_tools = [dict(h.spec) for h in unserved]
+        return []
+    dropped = list(dict.fromkeys(h.type for h in unserved))
     if dropped:
         log.info("hosted tools dropped for model %s: %s", req.model, ", ".join(dropped))
     return dropped

@@ -28,6 +28,14 @@ class ReasoningSignature:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputItem:
+    """A whole output item relayed as the upstream made it: a hosted tool the upstream ran
+    itself (web_search_call, ...; native Responses upstreams)."""
+
+    item: dict
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallDelta:
     """A fragment of one tool call; fragments of parallel calls are keyed by `index`."""
 
@@ -69,7 +77,8 @@ class Finish:
     reason: str
 
 
-Delta = TextDelta | RefusalDelta | ReasoningDelta | ReasoningSignature | ToolCallDelta | Usage | Finish
+Delta = (TextDelta | RefusalDelta | ReasoningDelta | ReasoningSignature | ToolCallDelta | OutputItem | Usage
+         | Finish)
 
 
 class UpstreamFailed(Exception):

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .client_tools import SERVABLE_HOSTED_TOOLS, call_item, hosted_call_item
 from .deltas import (
-    Delta, Finish, ReasoningDelta, ReasoningSignature, RefusalDelta, TextDelta, ToolCallDelta, Usage,
+    Delta, Finish, OutputItem, ReasoningDelta, ReasoningSignature, RefusalDelta, TextDelta, ToolCallDelta, Usage,
 )
 from .errors import GatewayError
 from .ids import new_id
@@ -141,6 +141,9 @@ class EventBuilder:
                                  "summary_text" if self.reasoning_summary else "reasoning_text")
         if isinstance(delta, ToolCallDelta):
             return self._tool_call(delta)
+        if isinstance(delta, OutputItem):
+            events = self._close_calls() if (self._calls or self._pending) else []
+            return events + self._close_content_item() + self._relay_item(copy.deepcopy(delta.item))
         if isinstance(delta, ReasoningSignature):
             open_item = self._content_item
             if open_item is not None and open_item.item["type"] == "reasoning":
@@ -500,6 +503,24 @@ class EventBuilder:
                         item=copy.deepcopy(item)),
         ]
 
+    def _relay_item(self, item: dict[str, Any]) -> list[Event]:
+        """An upstream's hosted call, whole: its events as OpenAI streams them (added, the
+        type's progress events, done), numbered here."""
+        item.setdefault("id", new_id("ht"))
+        output_index = len(self.output)
+        self.output.append(item)
+        base = {"item_id": item["id"], "output_index": output_index}
+        events = [self._event("response.output_item.added", output_index=output_index,
+                              item=dict(item, status="in_progress"))]
+        stages = _HOSTED_PROGRESS.get(item["type"], ())
+        if stages:
+            events.append(self._event(f"response.{item['type']}.in_progress", **base))
+            events.append(self._event(f"response.{item['type']}.{stages[0]}", **base))
+            if item.get("status", "completed") == "completed":
+                events.append(self._event(f"response.{item['type']}.completed", **base))
+        events.append(self._event("response.output_item.done", output_index=output_index, item=copy.deepcopy(item)))
+        return events
+
     def add_item(self, item: dict[str, Any]) -> list[Event]:
         """Append an item produced by the gateway itself (e.g. a tool's output)."""
         added = dict(item, status="in_progress")
@@ -578,6 +599,11 @@ class EventBuilder:
         self._abandon_open_items()
         self.response["status"] = "cancelled"
         self.response["usage"] = self.usage.as_dict()
+
+
+# The progress event between `.in_progress` and `.completed` of each hosted call type.
+_HOSTED_PROGRESS = {"web_search_call": ("searching",), "file_search_call": ("searching",),
+                    "code_interpreter_call": ("interpreting",), "image_generation_call": ("generating",)}
 
 
 def reasoning_text(item: dict[str, Any]) -> str:

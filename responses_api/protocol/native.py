@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
+from .client_tools import CALL_ITEM_KIND, HOSTED_ITEM_TYPES, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
-    Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, UpstreamFailed, Usage,
+    Delta, Finish, OutputItem, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, UpstreamFailed, Usage,
 )
 from .request import CreateRequest
 from .tools import Tool, chosen_upstream_name, namespaced_name
@@ -35,8 +35,9 @@ def build_responses_request(
     }
     if req.instructions:
         body["instructions"] = req.instructions
-    if tools:
-        body["tools"] = [_tool_param(t) for t in tools]
+    hosted = list(req.upstream_hosted_tools)  # hosted tools the upstream runs itself (web_search, ...)
+    if tools or hosted:
+        body["tools"] = [_tool_param(t) for t in tools] + hosted
         choice: Any = req.tool_choice
         if isinstance(choice, dict):
             forced = None if choice["type"] == "allowed_tools" else chosen_upstream_name(choice, tools)
@@ -44,6 +45,8 @@ def build_responses_request(
                 choice = {"type": "function", "name": forced}
             elif choice["type"] == "allowed_tools":  # every tool stays visible; the gateway filters calls
                 choice = choice["mode"]
+            elif any(h.get("type") == choice["type"] for h in hosted):
+                choice = {"type": choice["type"]}  # the upstream's own hosted tool
             else:
                 choice = "auto"
         body["tool_choice"] = choice
@@ -126,7 +129,10 @@ def finish_of(response: dict[str, Any], made_calls: bool) -> str:
 class EventDecoder:
     """Decodes a Responses event stream into deltas, statefully. Events the gateway does not
     need (content part bookkeeping, annotations, hosted tools' progress, event types newer
-    than this code) are skipped: the gateway builds its own events from the deltas."""
+    than this code) are skipped: the gateway builds its own events from the deltas. Items of
+    hosted tools the upstream ran (web_search_call, ...) are relayed whole when done; other
+    unknown item and event types are not relayed (PROTOCOL.md: strict validators reject
+    unknown types, so a gateway emits none by default)."""
 
     def __init__(self) -> None:
         self._calls: dict[int, int] = {}  # upstream output_index -> tool call index
@@ -147,6 +153,9 @@ class EventDecoder:
                 return [ToolCallDelta(index, call_id=item.get("call_id"), name=item.get("name"),
                                       arguments=item.get("arguments") or "")]
             return []
+        if kind == "response.output_item.done":
+            item = event.get("item") or {}
+            return [OutputItem(item)] if item.get("type") in HOSTED_ITEM_TYPES else []
         if kind == "response.function_call_arguments.delta":
             index = self._calls.get(int(event.get("output_index", -1)))
             return [] if index is None else [ToolCallDelta(index, arguments=event.get("delta") or "")]
@@ -187,5 +196,7 @@ def response_to_deltas(response: dict[str, Any]) -> list[Delta]:
             deltas.append(ToolCallDelta(calls, call_id=item.get("call_id"), name=item.get("name"),
                                         arguments=item.get("arguments") or ""))
             calls += 1
+        elif kind in HOSTED_ITEM_TYPES:
+            deltas.append(OutputItem(item))
     usage = usage_of(response.get("usage"))
     return deltas + ([usage] if usage else []) + [Finish(finish_of(response, calls > 0))]

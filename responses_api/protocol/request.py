@@ -45,6 +45,8 @@ class CreateRequest:
     tools: list[Tool] = field(default_factory=list)
     mcp_tools: list[McpTool] = field(default_factory=list)
     hosted_tools: list[HostedTool] = field(default_factory=list)  # web_search, ...: the route decides
+    # Hosted tools sent on to a native Responses upstream that runs them itself (as the client sent them).
+    upstream_hosted_tools: list[dict[str, Any]] = field(default_factory=list)
     dropped_tools: list[str] = field(default_factory=list)  # hosted tool types the route did not serve
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True

@@ -139,3 +139,46 @@ def test_unknown_upstream_events_are_skipped(native: Gateway, scripted: Scripted
     with native.http() as http:
         raw = http.post("/v1/responses", json={"model": NATIVE, "input": "x", "stream": True}).content
     assert validate_sse(raw)["output"][0]["content"][0]["text"] == "fine"
+
+
+def test_hosted_tools_go_to_the_upstream_and_their_items_come_back(native: Gateway, scripted: ScriptedUpstream) -> None:
+    """A hosted tool no registry tool serves is run by a native upstream itself: sent on as the
+    client sent it, its call item relayed (its progress events are not)."""
+    search = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+              "action": {"type": "search", "query": "gateway news"}}
+    message = {"type": "message", "id": "msg_up", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "Here is the news.", "annotations": []}]}
+    events = [
+        {"type": "response.created", "response": {"id": "r", "status": "in_progress", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0, "item": {**search, "status": "in_progress"}},
+        {"type": "response.web_search_call.searching", "output_index": 0, "item_id": "ws_1"},
+        {"type": "response.output_item.done", "output_index": 0, "item": search},
+        {"type": "response.output_item.added", "output_index": 1, "item": {**message, "content": []}},
+        {"type": "response.output_text.delta", "output_index": 1, "content_index": 0, "delta": "Here is the news."},
+        {"type": "response.output_item.done", "output_index": 1, "item": message},
+        {"type": "response.completed", "response": {"id": "r", "status": "completed", "output": [search, message],
+                                                    "usage": {"input_tokens": 30, "output_tokens": 5}}},
+    ]
+    for number, event in enumerate(events):
+        event["sequence_number"] = number
+    scripted.enqueue("up-native", Reply(raw_chunks=events, raw_done=False))
+    with native.http() as http:
+        reply = http.post("/v1/responses", json={"model": NATIVE, "input": "news?", "stream": True,
+                                                  "tools": [{"type": "web_search", "search_context_size": "low"}]})
+    assert "x-gateway-dropped-tools" not in reply.headers
+    final = validate_sse(reply.content)
+    assert [i["type"] for i in final["output"]] == ["web_search_call", "message"]
+    assert final["output"][0]["action"] == {"type": "search", "query": "gateway news"}
+    assert {"type": "web_search", "search_context_size": "low"} in final["tools"]
+    body = sent(scripted)[-1]
+    assert body["tools"] == [{"type": "web_search", "search_context_size": "low"}]
+    stored = native.http().get(f"/v1/responses/{final['id']}").json()
+    assert [i["type"] for i in stored["output"]] == ["web_search_call", "message"]
+    # Continuing: the hosted call is not sent back (the upstream, storing nothing, could not
+    # resolve its id); the answer it led to is. A hosted tool_choice goes on as the client sent it.
+    scripted.enqueue("up-native", Reply(text="More."))
+    native.openai().responses.create(model=NATIVE, input="more", previous_response_id=final["id"],
+                                     tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})
+    body = sent(scripted)[-1]
+    assert [i["type"] for i in body["input"]] == ["message", "message", "message"]
+    assert body["tool_choice"] == {"type": "web_search"}
