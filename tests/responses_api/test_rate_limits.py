@@ -352,3 +352,17 @@ def test_the_admin_shows_limits_and_their_current_use(plain_static, admin_client
         "max_concurrent_requests": ""})
     assert reply.status_code == 302, reply.content.decode()[:2000]
     assert ApiKey.objects.get(id=key_id(gateway.key)).requests_per_minute == 7
+
+
+def test_a_websocket_turn_over_the_limit_gets_a_429_error_event(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import ApiKey
+    from tests.websocket.test_websocket_mode import completed, socket, turn
+
+    scripted.set_default(MODEL, Reply(text="ok"))
+    set_limits(ApiKey, key_id(gateway.key), requests_per_minute=1, max_concurrent_requests=1)
+    with socket(gateway) as ws:
+        completed(ws, input="first")  # its lease went back when it ended: only the minute's count binds
+        refused = turn(ws, model=MODEL, input="second")
+        assert refused[-1]["type"] == "error" and refused[-1]["status"] == 429
+        assert refused[-1]["error"]["code"] == "rate_limit_exceeded"
+        assert "requests per minute" in refused[-1]["error"]["message"]
