@@ -534,11 +534,15 @@ async def admit(
         raise ServiceUnavailable(
             "Rate limits cannot be checked right now; try again shortly.", headers={"Retry-After": "2"},
         ) from exc
+    if not decision.allowed and decision.failed < 0:  # a budget count vanished again at once
+        log.warning("rate limits: budget count unavailable; request let through")
+        return None
     if not decision.allowed:
         _refuse(checks[decision.failed], decision.retry_after)
     return Grant(
         lease_id=lease_id,
-        buckets=[(c.key, c.limit, c.cost) for c in checks if c.what == "tokens per minute"],
+        # What each bucket really took: an estimate above the whole limit took the limit.
+        buckets=[(c.key, c.limit, min(c.cost, c.limit)) for c in checks if c.what == "tokens per minute"],
         leases=[c.key for c in checks if c.kind == "lease"],
         budget_key=next((c.key for c in checks if c.kind == "budget"), None),
         price=price or Price(),

@@ -366,3 +366,17 @@ def test_a_websocket_turn_over_the_limit_gets_a_429_error_event(gateway: Gateway
         assert refused[-1]["type"] == "error" and refused[-1]["status"] == 429
         assert refused[-1]["error"]["code"] == "rate_limit_exceeded"
         assert "requests per minute" in refused[-1]["error"]["message"]
+
+
+def test_an_estimate_above_the_whole_limit_waits_for_a_full_bucket(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import ApiKey
+
+    set_limits(ApiKey, key_id(gateway.key), tokens_per_minute=100)
+    scripted.set_default(MODEL, Reply(text="ok", usage={"prompt_tokens": 5, "completion_tokens": 5,
+                                                        "total_tokens": 10}))
+    # 5,000 reserved against a limit of 100: admitted on a full bucket, which it empties...
+    first = create(gateway, max_output_tokens=5000)
+    assert first.status_code == 200 and first.headers["x-ratelimit-remaining-tokens"] == "0"
+    # ...and settled with its real 10 tokens: 90 come back, not 4,990.
+    usage = {(e["scope"], e["limit"]): e for e in gateway.http().get("/v1/usage").json()["limits"]}
+    assert 8 <= usage[("API key 'test'", "tokens per minute")]["used"] <= 10
