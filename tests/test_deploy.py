@@ -264,7 +264,7 @@ def test_migrate_then_web_start_with_the_example_config(tmp_path: Path) -> None:
         check=False,
     )
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
-    assert "Synced 2 providers and 2 models" in migrate.stdout
+    assert "Synced 2 providers, 2 models" in migrate.stdout
 
     words = shlex.split(interpolate(SERVICES["web"]["command"], {}))
     words[words.index("--host") + 1] = "127.0.0.1"

@@ -19,4 +19,5 @@ class Command(BaseCommand):
             counts = sync_config_file(path)
         except (ConfigError, OSError) as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(f"Synced {counts['providers']} providers and {counts['models']} models from {path}.")
+        synced = ", ".join(f"{n} {what.replace('_', ' ')}" for what, n in counts.items())
+        self.stdout.write(f"Synced {synced} from {path}.")
