@@ -618,7 +618,23 @@ def tree_pids(pid: int) -> list[int]:
 
         p = psutil.Process(pid)
         return [pid] + [c.pid for c in p.children(recursive=True)]
-    except Exception:  # noqa: BLE001 - psutil missing or process gone
+    except ImportError:  # without psutil: the parent links in /proc (uvicorn --workers, forks)
+        parents: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as fh:
+                        ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                parents.setdefault(ppid, []).append(int(entry))
+        found, todo = [], [pid]
+        while todo:
+            current = todo.pop()
+            found.append(current)
+            todo += parents.get(current, [])
+        return found
+    except Exception:  # noqa: BLE001 - process gone
         return [pid]
 
 
