@@ -122,7 +122,7 @@ def _sync_tenants(entries: list[dict[str, Any]]) -> int:
         where = f"tenants[{i}]"
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: expected a mapping")
-        unknown = set(entry) - {"name", "budget", *_TENANT_LIMITS}
+        unknown = set(entry) - {"name", "budget", "keys", *_TENANT_LIMITS}
         if unknown:
             raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         tenant = Tenant.objects.filter(name=_require(entry, "name", where)).first() or Tenant(name=entry["name"])
@@ -140,7 +140,36 @@ def _sync_tenants(entries: list[dict[str, Any]]) -> int:
             except InvalidOperation:
                 raise ConfigError(f"{where}.budget.usd: not a number") from None
         _save_valid(tenant, where)
+        _sync_key_limits(tenant, entry.get("keys") or [], where)
     return len(entries)
+
+
+_KEY_LIMITS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests")
+
+
+def _sync_key_limits(tenant: Any, entries: list[Any], where: str) -> None:
+    """`keys: [{name, requests_per_minute, ...}]`: limits of the tenant's keys with that name
+    (keys themselves are made with create_api_key; a name with no key yet is logged, not an
+    error, so a deployment's config may name keys created after it)."""
+    import logging
+
+    from .models import ApiKey
+
+    for j, entry in enumerate(entries):
+        at = f"{where}.keys[{j}]"
+        if not isinstance(entry, dict) or set(entry) - {"name", *_KEY_LIMITS}:
+            raise ConfigError(f"{at}: expected a mapping of name and {', '.join(_KEY_LIMITS)}")
+        name = _require(entry, "name", at)
+        for field in _KEY_LIMITS:
+            value = entry.get(field)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"{at}.{field}: a positive integer, or null for no limit")
+        updated = ApiKey.objects.filter(tenant=tenant, name=name).update(
+            **{field: entry[field] for field in _KEY_LIMITS if field in entry})
+        if not updated:
+            logging.getLogger("gateway.config").warning(
+                "%s: tenant %r has no API key named %r yet; its limits apply once config is synced again",
+                at, tenant.name, name)
 
 
 def _price(price: Any, where: str) -> dict[str, Any]:

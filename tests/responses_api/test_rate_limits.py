@@ -323,8 +323,19 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
     assert (tenant.budget_period, tenant.budget_tokens, tenant.budget_usd) == ("month", 50_000_000, Decimal("500"))
     route = ModelRoute.objects.get(name="m")
     assert (route.input_usd_per_million, route.output_usd_per_million) == (Decimal("0.5"), Decimal("1.5"))
+    from responses_api.models import ApiKey
+    from responses_api.services import api_key_create
+
+    key, _ = api_key_create(tenant_name="research", name="ci-bot")
+    sync_config({"tenants": [{"name": "research", "keys": [{"name": "ci-bot", "requests_per_minute": 30,
+                                                            "max_concurrent_requests": 2},
+                                                           {"name": "not-yet", "tokens_per_minute": 1000}]}]})
+    key.refresh_from_db()
+    assert (key.requests_per_minute, key.tokens_per_minute, key.max_concurrent_requests) == (30, None, 2)
+    assert not ApiKey.objects.filter(name="not-yet").exists()  # logged; applied once the key exists
     for bad, where in (({"name": "x", "rpm": 1}, "unknown field"), ({"name": "x", "budget": {"period": "week"}},
-                                                                    "budget_period")):
+                                                                    "budget_period"),
+                       ({"name": "x", "keys": [{"name": "k", "requests_per_minute": 0}]}, "positive integer")):
         with pytest.raises(ConfigError, match=where):
             sync_config({"tenants": [bad]})
 
