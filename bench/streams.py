@@ -177,6 +177,8 @@ def main() -> None:
     ap.add_argument("--upstreams", type=int, default=2, help="upstream processes")
     ap.add_argument("--bound-ms", type=float, default=50.0, help="p99 added inter-event delay bound")
     ap.add_argument("--settings", default="", help="DJANGO_SETTINGS_MODULE for the gateway (diagnostics only)")
+    ap.add_argument("--web-workers", type=int, default=1,
+                    help="uvicorn worker processes (compose's WEB_CONCURRENCY); CPU is the whole tree's")
     ap.add_argument("--py-spy-level", type=int, default=0,
                     help="record the gateway with py-spy during the hold window of this level")
     ap.add_argument("--out", default="streams", help="results name (bench/results/<out>.json/.png)")
@@ -207,7 +209,8 @@ def main() -> None:
     extra = {"GATEWAY_UPSTREAM_MAX_CONNECTIONS": str(max_conn)}
     if args.settings:
         extra |= {"DJANGO_SETTINGS_MODULE": args.settings, "PYTHONPATH": str(c.BENCH)}
-    gw = c.Gateway(db_url=pg.url, providers={}, models={}, log_dir=d, config=config, extra_env=extra)
+    gw = c.Gateway(db_url=pg.url, providers={}, models={}, log_dir=d, config=config, extra_env=extra,
+                   uvicorn_args=["--workers", str(args.web_workers)] if args.web_workers > 1 else None)
     cpu_pids = {"gateway": gw.proc.pid, "postgres": pg.pid} | {f"upstream{i}": u.proc.pid for i, u in enumerate(ups)}
 
     gw_body = json.dumps({"model": model, "input": "Tell me a long story.", "stream": True}).encode()
