@@ -49,10 +49,6 @@ def _change_url(obj: Any) -> str:
 # --------------------------------------------------------------------------- tenants
 
 
-_NO_KEY = ApiKey(id=0, name="")
-_NO_TENANT = Tenant(id=0, name="")
-
-
 def _use_table(rows: list[dict[str, Any]]) -> str:
     """A tenant's or key's limits with their current use (the counters every process shares)."""
     if not rows:
@@ -92,12 +88,12 @@ class TenantAdmin(admin.ModelAdmin):
 
     @admin.display(description="Current use")
     def current_use(self, obj: Tenant) -> str:
-        from .auth import budget_of, limits_of
+        from .auth import budget_of, tenant_quota
 
         if obj.pk is None:
             return "—"
-        quotas = tuple(q for q in limits_of(_NO_KEY, obj) if q.scope.startswith("tenant:"))
-        return _use_table(current_use(quotas, budget_of(obj)))
+        quota = tenant_quota(obj)
+        return _use_table(current_use((quota,) if quota else (), budget_of(obj)))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
         return super().get_queryset(request).annotate(_keys=Count("api_keys"))
@@ -175,10 +171,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.display(description="Current use")
     def current_use(self, obj: ApiKey) -> str:
-        from .auth import limits_of
+        from .auth import key_quota
 
-        quotas = tuple(q for q in limits_of(obj, _NO_TENANT) if q.scope.startswith("key:"))
-        return _use_table(current_use(quotas, None))
+        quota = key_quota(obj)
+        return _use_table(current_use((quota,) if quota else (), None))
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
@@ -659,7 +655,6 @@ class ResponseAdmin(admin.ModelAdmin):
         except services.PurgeRefused as exc:
             self.message_user(request, f"Nothing purged: {exc}", messages.ERROR)
             return None
-        forget_event_logs(ids)
         self.message_user(request, f"Purged {counts['responses']} response(s) and {counts['items']} item(s); "
                                    f"{counts['broken_chains']} later response(s) can no longer be continued.",
                           messages.SUCCESS)
@@ -667,17 +662,6 @@ class ResponseAdmin(admin.ModelAdmin):
 
     def has_purge_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.is_superuser)
-
-
-def forget_event_logs(response_ids: list[str]) -> None:
-    from asgiref.sync import async_to_sync
-
-    from .eventlog import event_log
-
-    try:
-        async_to_sync(event_log().forget)(response_ids)
-    except Exception:  # noqa: BLE001 - they expire on their own (GATEWAY_EVENT_LOG_TTL_SECONDS)
-        pass
 
 
 from .conversations import admin as conversations_admin  # noqa: E402,F401 - registers ConversationAdmin

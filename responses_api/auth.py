@@ -85,7 +85,7 @@ def authenticate_key(raw_key: str) -> Principal:
         key_name=key.name,
         is_admin=key.is_admin,
         allowed_models=tuple(key.allowed_models or ()),
-        quotas=limits_of(key, key.tenant),
+        quotas=tuple(q for q in (key_quota(key), tenant_quota(key.tenant)) if q is not None),
         budget=budget_of(key.tenant),
     )
     if len(_cache) > 10_000:
@@ -94,14 +94,19 @@ def authenticate_key(raw_key: str) -> Principal:
     return principal
 
 
-def limits_of(key: ApiKey, tenant: Tenant) -> tuple[Quota, ...]:
-    quotas = []
-    for scope, label, owner in ((f"key:{key.id}", f"API key '{key.name}'", key),
-                                (f"tenant:{tenant.id}", f"tenant '{tenant.name}'", tenant)):
-        if owner.requests_per_minute or owner.tokens_per_minute or owner.max_concurrent_requests:
-            quotas.append(Quota(scope, label, owner.requests_per_minute, owner.tokens_per_minute,
-                                owner.max_concurrent_requests))
-    return tuple(quotas)
+def quota_of(scope: str, label: str, owner: ApiKey | Tenant) -> Quota | None:
+    """A key's or tenant's per-minute and concurrency limits; None when it has none."""
+    if not (owner.requests_per_minute or owner.tokens_per_minute or owner.max_concurrent_requests):
+        return None
+    return Quota(scope, label, owner.requests_per_minute, owner.tokens_per_minute, owner.max_concurrent_requests)
+
+
+def key_quota(key: ApiKey) -> Quota | None:
+    return quota_of(f"key:{key.id}", f"API key '{key.name}'", key)
+
+
+def tenant_quota(tenant: Tenant) -> Quota | None:
+    return quota_of(f"tenant:{tenant.id}", f"tenant '{tenant.name}'", tenant)
 
 
 def budget_of(tenant: Tenant) -> Budget | None:

@@ -195,3 +195,17 @@ def event_log() -> EventLog:
     if _log is None:
         _log = RedisEventLog(settings.REDIS_URL) if settings.REDIS_URL else MemoryEventLog()
     return _log
+
+
+def forget_now(response_ids: list[str]) -> None:
+    """Sync callers (a purge): drop these responses' logs; they expire on their own if Redis
+    cannot be reached (GATEWAY_EVENT_LOG_TTL_SECONDS)."""
+    from asgiref.sync import async_to_sync
+
+    try:
+        async_to_sync(event_log().forget)(response_ids)
+    except Exception:  # noqa: BLE001
+        import logging
+
+        logging.getLogger("gateway.eventlog").warning("could not drop the event logs of %d purged response(s)",
+                                                      len(response_ids))

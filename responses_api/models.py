@@ -19,7 +19,28 @@ def validate_base_url(value: str) -> None:
         raise ValidationError("Enter an http(s) URL with a host, e.g. http://vllm:8000/v1.")
 
 
-class Tenant(models.Model):
+class RateLimits(models.Model):
+    """Per-minute and concurrency limits of a key or of a tenant (all its keys together);
+    limits.py counts them."""
+
+    requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests per minute (a burst up to this, then this pace). Empty: no limit.",
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Tokens (input + output) per minute: reserved from an estimate when a request starts, "
+                  "settled with its real usage at its end. Empty: no limit.",
+    )
+    max_concurrent_requests = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Requests running at once (a stream or background run counts until it ends). Empty: no limit.",
+    )
+
+    class Meta:
+        abstract = True
+
+
+class Tenant(RateLimits):
     name = models.CharField(max_length=200, unique=True)
     mcp_adhoc_egress_allow = models.JSONField(
         "ad-hoc MCP egress allowlist", default=list, blank=True,
@@ -33,18 +54,6 @@ class Tenant(models.Model):
         help_text="Delete this tenant's responses (and their items) older than this many days. 0: keep "
                   "forever. Empty: GATEWAY_RETENTION_DAYS (0 there too: keep forever). A response a newer one still "
                   "continues is kept until that chain expires as a whole.",
-    )
-    requests_per_minute = models.PositiveIntegerField(
-        null=True, blank=True, help_text="This tenant's requests per minute (all its keys together) (a burst up to this, then this pace). Empty: no limit.",
-    )
-    tokens_per_minute = models.PositiveIntegerField(
-        null=True, blank=True,
-        help_text="Tokens (input + output) per minute: reserved from an estimate when a request starts, "
-                  "settled with its real usage at its end. Empty: no limit.",
-    )
-    max_concurrent_requests = models.PositiveIntegerField(
-        null=True, blank=True,
-        help_text="Requests running at once (a stream or background run counts until it ends). Empty: no limit.",
     )
     budget_period = models.CharField(
         max_length=8, choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")], default="month",
@@ -76,7 +85,7 @@ class Tenant(models.Model):
             raise ValidationError({"mcp_adhoc_egress_allow": str(exc)}) from None
 
 
-class ApiKey(models.Model):
+class ApiKey(RateLimits):
     """A client key, stored as its public prefix and the SHA-256 of the whole secret."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
@@ -88,18 +97,6 @@ class ApiKey(models.Model):
     )
     allowed_models = models.JSONField(
         default=list, blank=True, help_text="Model names this key may use; empty means all."
-    )
-    requests_per_minute = models.PositiveIntegerField(
-        null=True, blank=True, help_text="This key's requests per minute (a burst up to this, then this pace). Empty: no limit.",
-    )
-    tokens_per_minute = models.PositiveIntegerField(
-        null=True, blank=True,
-        help_text="Tokens (input + output) per minute: reserved from an estimate when a request starts, "
-                  "settled with its real usage at its end. Empty: no limit.",
-    )
-    max_concurrent_requests = models.PositiveIntegerField(
-        null=True, blank=True,
-        help_text="Requests running at once (a stream or background run counts until it ends). Empty: no limit.",
     )
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)

@@ -57,11 +57,6 @@ class Route:
     context_window: int | None = None  # tokens; None: learned from the upstream, or unknown
     price: Price = Price()  # for budgets in USD
 
-    def attempt_order(self, rng: random.Random | None = None) -> list[Target]:
-        """Priority groups in order, weighted random within each (router.py decides the rest)."""
-        from .router import attempt_order
-
-        return attempt_order(self, rng)
 
 
 def _fernet():

@@ -476,8 +476,9 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
     or produced are deleted, wherever they appear (other responses that referenced the same
     items, conversations); every response that continues one of them, directly or further
     down, is marked so that continuing it fails with previous_response_not_found (its context
-    is gone). Their tokens stay in the usage API and budgets as a usage record. Open
-    (queued, in_progress) responses are refused: cancel them first."""
+    is gone). Their tokens stay in the usage API and budgets as a usage record; background
+    responses' event logs are dropped. Open (queued, in_progress) responses are refused:
+    cancel them first."""
     from django.db.models import Q
 
     from .models import UsageRecord
@@ -505,4 +506,7 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
         counts["items"] = Item.objects.filter(id__in=set(item_ids)).delete()[1].get("responses_api.Item", 0)
         Response.objects.filter(Q(id__in=ids) | Q(previous_response_id__in=ids)).update(previous_response=None)
         counts["responses"] = Response.objects.filter(id__in=ids).delete()[1].get("responses_api.Response", 0)
+    from .eventlog import forget_now
+
+    forget_now(ids)  # a background response's log holds its content too
     return counts

@@ -54,8 +54,5 @@ class Command(BaseCommand):
             counts = responses_purge(response_ids=selected)
         except PurgeRefused as exc:
             raise CommandError(f"Nothing purged: {exc}") from None
-        from responses_api.admin import forget_event_logs
-
-        forget_event_logs(selected)
         self.stdout.write(f"Purged {counts['responses']} response(s) and {counts['items']} item(s); "
                           f"{counts['broken_chains']} later response(s) can no longer be continued.")
