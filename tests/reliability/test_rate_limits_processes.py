@@ -15,6 +15,7 @@ import pytest
 from tests.reliability.deployment import Deployment
 from tests.reliability.test_metrics import value
 from tests.support.servers import find_postgres_bindir, find_redis_server
+from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 
 try:
@@ -41,7 +42,9 @@ def deployed() -> Iterator[tuple[Deployment, ScriptedUpstream, Path]]:
             shutil.rmtree(base, ignore_errors=True)
 
 
-def _fire(deployment: Deployment, n: int, body: dict) -> list[int]:
+def _fire(deployment: Deployment, n: int, body: dict, streams: list[bytes] | None = None) -> list[int]:
+    """n requests at once; the bodies of answered streams go to `streams`."""
+    streams = [] if streams is None else streams
     statuses: list[int] = []
     lock = threading.Lock()
 
@@ -49,8 +52,11 @@ def _fire(deployment: Deployment, n: int, body: dict) -> list[int]:
         with deployment.client() as client:  # a connection each: the kernel spreads them over both workers
             if body.get("stream"):
                 with client.stream("POST", "/v1/responses", json=body) as response:
-                    response.read()
+                    raw = response.read()
                     status = response.status_code
+                if status == 200:
+                    with lock:
+                        streams.append(raw)
             else:
                 status = client.post("/v1/responses", json=body).status_code
         with lock:
@@ -87,8 +93,11 @@ def test_concurrent_streams_hold_across_two_processes(deployed) -> None:  # type
     deployment.rows("UPDATE responses_api_tenant SET max_concurrent_requests = 4 RETURNING id")
     time.sleep(5.5)  # GATEWAY_CACHE_SECONDS: both processes read the key again
     upstream.set_default("m", Reply(text="slow " * 30, chunk_chars=5, interval=0.1))  # about 3 s each
-    statuses = _fire(deployment, 12, {"model": "m", "input": "hi", "stream": True})
+    streams: list[bytes] = []
+    statuses = _fire(deployment, 12, {"model": "m", "input": "hi", "stream": True}, streams)
     assert sorted(statuses) == [200] * 4 + [429] * 8, statuses
+    for raw in streams:
+        validate_sse(raw)
     upstream.set_default("m", Reply(text="ok"))
     with deployment.client() as client:  # every lease was given back
         assert [client.post("/v1/responses", json={"model": "m", "input": "x"}).status_code

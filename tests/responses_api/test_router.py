@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import MODEL, Gateway
+from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded
@@ -154,6 +155,9 @@ def test_a_targets_concurrency_limit_sends_the_rest_elsewhere(gateway: Gateway, 
     assert codes == [200, 200, 503], statuses
     busy = next(body for code, body in statuses if code == 503)
     assert "upstream_busy" in busy
+    for code, body in statuses:
+        if code == 200:
+            validate_sse(body)
     assert hits(scripted, "a") == 1 and hits(scripted, "b") == 1
     assert create(gateway, stream=False).status_code == 200  # the slots were given back
 
