@@ -623,6 +623,7 @@ class ResponseRun:
 
     async def run_to_end(self) -> dict[str, Any]:
         """The non-streaming path: the same machine, its final state."""
+        self.builder.discard_events()
         async for _ in self.events():
             pass
         return self.response

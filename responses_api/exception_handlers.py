@@ -1,20 +1,18 @@
 """Map every error to the protocol's body: `{"error": {message, type, param, code}}`."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.http import HttpResponse
 
 from .protocol.errors import GatewayError
+from .protocol.wirejson import dumpb, dumps
 
-
-def dumps(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+__all__ = ["dumps", "error_response", "json_response"]
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> HttpResponse:
-    response = HttpResponse(dumps(data), status=status, content_type="application/json")
+    response = HttpResponse(dumpb(data), status=status, content_type="application/json")
     for key, value in (headers or {}).items():
         response[key] = value
     return response

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import random
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal

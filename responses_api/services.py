@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone as dt_timezone
@@ -18,6 +17,7 @@ from django.utils import timezone
 
 from . import selectors
 from .models import ApiKey, Item, Response, ResponseItem, Tenant
+from .protocol import wirejson
 from .protocol.errors import InvalidRequest
 
 KEY_PREFIX = "sk-gw-"
@@ -218,14 +218,19 @@ def finish_statement(
     values = _column_values(fields)
     inputs = [{"ref": i["id"]} if i["type"] == "item_reference" else {"item": i} for i in input_items]
     return _finish_sql(create_row is not None, tuple(fields)), {
-        **values, "seq": _item_sequence[Item._meta.db_table], "inputs": json.dumps(inputs),
-        "outputs": json.dumps(response["output"]), "tenant_id": tenant_id, "now": timezone.now(),
+        **values, "seq": _item_sequence[Item._meta.db_table], "inputs": wirejson.dumps(inputs),
+        "outputs": wirejson.dumps(response["output"]), "tenant_id": tenant_id, "now": timezone.now(),
         "response_id": response["id"],
     }
 
 
 def _json_adapter(field: str) -> Any:
     model_field = Response._meta.get_field(field)
+    if connection.vendor == "postgresql" and getattr(model_field, "encoder", None) is None:
+        # What Django's adapter gives (psycopg's Jsonb), encoded by orjson.
+        from psycopg.types.json import Jsonb
+
+        return lambda value: Jsonb(value, dumps=wirejson.dumps)
     return lambda value: model_field.get_db_prep_save(value, connection)
 
 

@@ -9,10 +9,9 @@ machine.
 """
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from .client_tools import SERVABLE_HOSTED_TOOLS, call_item, hosted_call_item
 from .deltas import (
@@ -22,6 +21,13 @@ from .errors import GatewayError
 from .ids import new_id
 from .mcp import McpBinding
 from .tools import Tool
+from .wirejson import copy_json
+
+T = TypeVar("T")
+
+
+def _same(value: T) -> T:
+    return value
 
 Event = dict[str, Any]
 
@@ -101,13 +107,21 @@ class EventBuilder:
         self._signature: str | None = None  # of the open reasoning item
 
     # -- low level -------------------------------------------------------------
+    _copy: Callable[[T], T] = staticmethod(copy_json)  # what an event holds: a copy of the state
+
     def _event(self, type_: str, **fields: Any) -> Event:
         event = {"type": type_, "sequence_number": self.sequence_number, **fields}
         self.sequence_number += 1
         return event
 
     def _snapshot(self) -> dict[str, Any]:
-        return copy.deepcopy(self.response)
+        return self._copy(self.response)
+
+    def discard_events(self) -> None:
+        """Nobody reads the events from now on (a non-streamed response: only the final state
+        counts): they may share objects with the builder's state instead of each holding a copy
+        (bench: a fifth of the engine's CPU for a short answer)."""
+        self._copy = _same
 
     # -- lifecycle -------------------------------------------------------------
     def start(self, *, queued: bool = False) -> list[Event]:
@@ -120,7 +134,7 @@ class EventBuilder:
         snap = self._snapshot()
         return [
             self._event("response.created", response=snap),
-            self._event("response.in_progress", response=copy.deepcopy(snap)),
+            self._event("response.in_progress", response=self._copy(snap)),
         ]
 
     def begin(self) -> list[Event]:
@@ -143,7 +157,7 @@ class EventBuilder:
             return self._tool_call(delta)
         if isinstance(delta, OutputItem):
             events = self._close_calls() if (self._calls or self._pending) else []
-            return events + self._close_content_item() + self._relay_item(copy.deepcopy(delta.item))
+            return events + self._close_content_item() + self._relay_item(copy_json(delta.item))
         if isinstance(delta, ReasoningSignature):
             open_item = self._content_item
             if open_item is not None and open_item.item["type"] == "reasoning":
@@ -161,7 +175,7 @@ class EventBuilder:
         output_index = len(self.output)
         self.output.append(item)
         return _OpenItem(output_index, item), self._event(
-            "response.output_item.added", output_index=output_index, item=copy.deepcopy(item)
+            "response.output_item.added", output_index=output_index, item=self._copy(item)
         )
 
     def _content(self, text: str, item_type: str, part_kind: str) -> list[Event]:
@@ -244,7 +258,7 @@ class EventBuilder:
             base = {"item_id": open_item.item["id"], "output_index": open_item.output_index,
                     "summary_index": part.index}
             return [self._event("response.reasoning_summary_text.done", **base, text=text),
-                    self._event("response.reasoning_summary_part.done", **base, part=copy.deepcopy(final))]
+                    self._event("response.reasoning_summary_part.done", **base, part=self._copy(final))]
         open_item.item["content"][part.index] = final
         base = {"item_id": open_item.item["id"], "output_index": open_item.output_index,
                 "content_index": part.index}
@@ -254,7 +268,7 @@ class EventBuilder:
             done = self._event("response.refusal.done", **base, refusal=text)
         else:
             done = self._event("response.reasoning_text.done", **base, text=text)
-        return [done, self._event("response.content_part.done", **base, part=copy.deepcopy(final))]
+        return [done, self._event("response.content_part.done", **base, part=self._copy(final))]
 
     def _close_content_item(self, status: str = "completed") -> list[Event]:
         open_item = self._content_item
@@ -270,7 +284,7 @@ class EventBuilder:
         self._signature = None
         events.append(self._event(
             "response.output_item.done", output_index=open_item.output_index,
-            item=copy.deepcopy(open_item.item),
+            item=self._copy(open_item.item),
         ))
         return events
 
@@ -368,7 +382,7 @@ class EventBuilder:
             if kind == "mcp_approval_request":
                 events.append(self._event(
                     "response.output_item.done", output_index=call.output_index,
-                    item=copy.deepcopy(call.item),
+                    item=self._copy(call.item),
                 ))
                 self.step_approvals.append(call.item)
                 continue
@@ -393,7 +407,7 @@ class EventBuilder:
             ))
             events.append(self._event(
                 "response.output_item.done", output_index=call.output_index,
-                item=copy.deepcopy(call.item),
+                item=self._copy(call.item),
             ))
             self.step_calls.append(call.item)
         return events
@@ -414,7 +428,7 @@ class EventBuilder:
                 events.append(self._event("response.custom_tool_call_input.delta", **base, delta=final["input"]))
             events.append(self._event("response.custom_tool_call_input.done", **base, input=final["input"]))
         events.append(self._event("response.output_item.done", output_index=call.output_index,
-                                  item=copy.deepcopy(final)))
+                                  item=self._copy(final)))
         self.step_calls.append(final)
         return events
 
@@ -490,7 +504,7 @@ class EventBuilder:
             item["status"] = "failed"
             open_item = self._running.pop(item["id"])
             return [self._event("response.output_item.done", output_index=open_item.output_index,
-                                item=copy.deepcopy(item))]
+                                item=self._copy(item))]
         item["status"] = "completed"
         return self._close_running(item, f"response.{item['type']}.completed")
 
@@ -500,7 +514,7 @@ class EventBuilder:
         return [
             self._event(event_type, item_id=item["id"], output_index=open_item.output_index),
             self._event("response.output_item.done", output_index=open_item.output_index,
-                        item=copy.deepcopy(item)),
+                        item=self._copy(item)),
         ]
 
     def _relay_item(self, item: dict[str, Any]) -> list[Event]:
@@ -518,7 +532,7 @@ class EventBuilder:
             events.append(self._event(f"response.{item['type']}.{stages[0]}", **base))
             if item.get("status", "completed") == "completed":
                 events.append(self._event(f"response.{item['type']}.completed", **base))
-        events.append(self._event("response.output_item.done", output_index=output_index, item=copy.deepcopy(item)))
+        events.append(self._event("response.output_item.done", output_index=output_index, item=self._copy(item)))
         return events
 
     def add_item(self, item: dict[str, Any]) -> list[Event]:
@@ -528,7 +542,7 @@ class EventBuilder:
         self.output.append(item)
         return [
             self._event("response.output_item.added", output_index=output_index, item=added),
-            self._event("response.output_item.done", output_index=output_index, item=copy.deepcopy(item)),
+            self._event("response.output_item.done", output_index=output_index, item=self._copy(item)),
         ]
 
     # -- terminal ----------------------------------------------------------------
@@ -618,11 +632,11 @@ def output_from_events(events: list[Event]) -> list[dict[str, Any]]:
     for event in events:
         kind = event["type"]
         if kind == "response.output_item.added":
-            output.append(copy.deepcopy(event["item"]))
+            output.append(copy_json(event["item"]))
         elif kind == "response.output_item.done":
-            output[event["output_index"]] = copy.deepcopy(event["item"])
+            output[event["output_index"]] = copy_json(event["item"])
         elif kind == "response.content_part.added":
-            output[event["output_index"]]["content"].append(copy.deepcopy(event["part"]))
+            output[event["output_index"]]["content"].append(copy_json(event["part"]))
         elif kind in ("response.output_text.delta", "response.reasoning_text.delta"):
             output[event["output_index"]]["content"][event["content_index"]]["text"] += event["delta"]
         elif kind == "response.refusal.delta":
@@ -630,7 +644,7 @@ def output_from_events(events: list[Event]) -> list[dict[str, Any]]:
         elif kind == "response.function_call_arguments.delta":
             output[event["output_index"]]["arguments"] += event["delta"]
         elif kind == "response.reasoning_summary_part.added":
-            output[event["output_index"]]["summary"].append(copy.deepcopy(event["part"]))
+            output[event["output_index"]]["summary"].append(copy_json(event["part"]))
         elif kind == "response.reasoning_summary_text.delta":
             output[event["output_index"]]["summary"][event["summary_index"]]["text"] += event["delta"]
     return output

@@ -17,9 +17,10 @@ is parsed: the model, the stream, the stored response and every later read see t
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
+
+from . import wirejson
 
 MAX_JSON_DEPTH = 100
 """How deeply arrays and objects may nest in a request body (the top level counts as 1)."""
@@ -37,7 +38,7 @@ class JsonTooDeep(ValueError):
 def loads(data: str | bytes, max_depth: int | None = MAX_JSON_DEPTH) -> Any:
     """`json.loads`, raising JsonTooDeep past `max_depth` (None: only the decoder's own limit)."""
     try:
-        value = json.loads(data)
+        value = wirejson.loads(data)
     except RecursionError:
         raise JsonTooDeep(max_depth) from None
     if max_depth is not None and _may_exceed(data, max_depth) and nesting_exceeds(value, max_depth):
@@ -59,9 +60,12 @@ _SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
 def _may_hold_unstorable(data: str | bytes) -> bool:
+    # Substring tests first: most documents (every stream chunk of an ASCII answer) have no
+    # escape and no ED byte at all, and skip the regular expression.
     if isinstance(data, str):
-        return "\\u0000" in data or _SURROGATE_ESCAPE.search(data) is not None
-    return b"\\u0000" in data or _SURROGATE_ESCAPE_BYTES.search(data) is not None
+        return "\\u" in data and ("\\u0000" in data or _SURROGATE_ESCAPE.search(data) is not None)
+    return (b"\\u" in data or b"\xed" in data) and (
+        b"\\u0000" in data or _SURROGATE_ESCAPE_BYTES.search(data) is not None)
 
 
 def storable_text(text: str) -> str:
