@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 import aiohttp
 
 from ..protocol import jsonlimits
+from ..protocol.wirejson import dumpb
 from ..protocol.chat import ChatOptions, ChunkDecoder, build_chat_request, completion_to_deltas
 from ..protocol.deltas import Delta
 from ..protocol.errors import (
@@ -136,22 +136,21 @@ class ChatCompletionCall:
         done = False
         guard = self._guard
         try:
-            async for line in _lines(self._response, guard):
-                if not line.startswith("data:"):
-                    continue  # comments, event names, blank lines
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    done = True
+            async for payloads in data_lines(self._response, guard):
+                for payload in payloads:
+                    if payload == b"[DONE]":
+                        done = True
+                        break
+                    chunk = parse_data(payload)
+                    if chunk is None:
+                        raise UpstreamError(
+                            f"Upstream '{self._target.label}' sent a malformed stream chunk.",
+                            code="upstream_malformed",
+                        )
+                    for delta in decoder.feed(chunk):
+                        yield delta
+                if done:
                     break
-                try:
-                    chunk = jsonlimits.loads(payload, max_depth=None)
-                except ValueError:
-                    raise UpstreamError(
-                        f"Upstream '{self._target.label}' sent a malformed stream chunk.",
-                        code="upstream_malformed",
-                    ) from None
-                for delta in decoder.feed(chunk):
-                    yield delta
             if done:
                 if guard is not None:
                     guard.cancel()
@@ -209,18 +208,35 @@ async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
         yield chunk
 
 
-async def _lines(response: aiohttp.ClientResponse, guard: StallGuard | None = None) -> AsyncIterator[str]:
-    """The body's lines as they arrive (SSE), whatever their length."""
+async def data_lines(response: aiohttp.ClientResponse, guard: StallGuard | None = None) -> AsyncIterator[list[bytes]]:
+    """The values of the body's SSE `data:` lines, stripped, a list per read from the network
+    (one step of this generator per read, not per line: a relayed token costs one). Comments,
+    `event:` names and blank lines are left out: every dialect's data repeats what they say."""
     pending = b""
     async for chunk in _chunks(response.content):
         if guard is not None:
             guard.chunk()
-        lines = (pending + chunk).split(b"\n")
+        lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
         pending = lines.pop()
-        for line in lines:
-            yield line.rstrip(b"\r").decode("utf-8", "replace")
-    if pending:
-        yield pending.rstrip(b"\r").decode("utf-8", "replace")
+        payloads = [line[5:].strip() for line in lines if line.startswith(b"data:")]
+        if payloads:
+            yield payloads
+    if pending.startswith(b"data:"):
+        yield [pending[5:].strip()]
+
+
+def parse_data(payload: bytes) -> Any:
+    """A `data:` line's JSON, or None when it is not JSON. Bytes that are not UTF-8 become
+    U+FFFD, as a text decoder would have made them."""
+    try:
+        return jsonlimits.loads(payload, max_depth=None)
+    except UnicodeDecodeError:
+        try:
+            return jsonlimits.loads(payload.decode("utf-8", "replace"), max_depth=None)
+        except ValueError:
+            return None
+    except ValueError:
+        return None
 
 
 async def open_chat_completion(target: Target, request: UpstreamRequest) -> ChatCompletionCall:
@@ -257,21 +273,25 @@ async def post_json(target: Target, url: str, body: dict[str, Any], headers: dic
     provider = target.provider
     wait = max(provider.first_byte_timeout, provider.idle_timeout) if stream else provider.timeout
     first_byte = provider.first_byte_timeout if stream else provider.timeout
+    # A stream's reads are timed by its StallGuard alone: aiohttp's per-read limit would
+    # re-arm a timer for every chunk (bench: a relayed token's CPU).
     timeout = aiohttp.ClientTimeout(
-        total=None, connect=first_byte, sock_connect=provider.connect_timeout, sock_read=wait
+        total=None, connect=first_byte, sock_connect=provider.connect_timeout, sock_read=None if stream else wait
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + first_byte
     try:
         async with asyncio.timeout_at(deadline):
-            response = await _post(get_session(), url, json.dumps(body).encode(), headers, timeout, proxy_for(url))
+            response = await _post(get_session(), url, dumpb(body), headers, timeout, proxy_for(url))
     except TimeoutError:
         raise _first_byte_timeout(target, first_byte, stream) from None
     except TRANSPORT_ERRORS as exc:
         raise transport_error(target, exc) from exc
     try:
         if response.status != 200:
-            raise error_for_status(target, response, await response.read())
+            async with asyncio.timeout(wait):
+                error_body = await response.read()
+            raise error_for_status(target, response, error_body)
         if stream:
             return Opened(response, StallGuard(response, deadline, provider.idle_timeout))
         async with asyncio.timeout_at(deadline):

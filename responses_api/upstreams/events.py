@@ -6,11 +6,10 @@ from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
-from ..protocol import jsonlimits
 from ..protocol.deltas import Delta, UpstreamFailed
 from ..protocol.errors import UpstreamError
 from ..routing import Target
-from .chat_completions import TRANSPORT_ERRORS, Opened, StallGuard, _drain, _lines, transport_error
+from .chat_completions import TRANSPORT_ERRORS, Opened, StallGuard, _drain, data_lines, parse_data, transport_error
 
 
 class EventStreamCall:
@@ -37,26 +36,26 @@ class EventStreamCall:
         decoder = self._decoder()
         guard = self._guard
         try:
-            async for line in _lines(self._response, guard):
-                if not line.startswith("data:"):
-                    continue  # `event:` names (the data repeats them), comments, blank lines
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                try:
-                    event = jsonlimits.loads(payload, max_depth=None)
-                except ValueError:
-                    raise UpstreamError(f"Upstream '{self._target.label}' sent a malformed event.",
-                                        code="upstream_malformed") from None
-                if not isinstance(event, dict):
+            async for payloads in data_lines(self._response, guard):
+                for payload in payloads:
+                    if payload == b"[DONE]":
+                        break
+                    event = parse_data(payload)
+                    if event is None:
+                        raise UpstreamError(f"Upstream '{self._target.label}' sent a malformed event.",
+                                            code="upstream_malformed")
+                    if not isinstance(event, dict):
+                        continue
+                    try:
+                        for delta in decoder.feed(event):
+                            yield delta
+                    except UpstreamFailed as failure:
+                        raise self.failed(failure) from None
+                    if decoder.finished:
+                        break
+                else:
                     continue
-                try:
-                    for delta in decoder.feed(event):
-                        yield delta
-                except UpstreamFailed as failure:
-                    raise self.failed(failure) from None
-                if decoder.finished:
-                    break
+                break  # [DONE] or the decoder's end
             if decoder.finished:
                 if guard is not None:
                     guard.cancel()
