@@ -32,6 +32,7 @@ from .exception_handlers import error_response
 from .middleware import RequestIdMiddleware
 from .outages import unavailable
 from .protocol.errors import GatewayError, InvalidRequest, RequestTooLarge, ServerError
+from .sse import EventStream
 
 log = logging.getLogger("gateway.asgi")
 
@@ -107,7 +108,13 @@ class ApiApplication:
     async def _process(self, request: HttpRequest, send: Send) -> None:
         response = await self.handle(request)
         try:
-            await self.django.send_response(response, send)
+            if isinstance(response, EventStream):
+                await response.write_to(send, _start(response))
+            elif not response.streaming:  # as Django's send_response, in one body message
+                await send(_start(response))
+                await send({"type": "http.response.body", "body": response.content})  # type: ignore[attr-defined]
+            else:
+                await self.django.send_response(response, send)
         except asyncio.CancelledError:
             pass  # the client disconnected while the body was being sent
 
@@ -182,6 +189,15 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             process_exit()
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def _start(response: HttpResponseBase) -> dict[str, Any]:
+    """`http.response.start` for a response this lane writes itself (what Django's
+    `ASGIHandler.send_response` sends first: its headers and cookies)."""
+    headers = [(name.encode("ascii"), value.encode("latin1")) for name, value in response.items()]
+    headers += [(b"Set-Cookie", cookie.output(header="").encode("ascii").strip())
+                for cookie in response.cookies.values()]
+    return {"type": "http.response.start", "status": response.status_code, "headers": headers}
 
 
 def _nul_parameter(request: HttpRequest) -> str | None:

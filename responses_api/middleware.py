@@ -8,6 +8,8 @@ import uuid
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
+from .sse import EventStream
+
 log = logging.getLogger("gateway.access")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -37,7 +39,9 @@ class RequestIdMiddleware:
             fields = getattr(response, "log_fields", None)
             if fields:
                 request.log_extra.update(fields)
-            if response.streaming and response.is_async:
+            if isinstance(response, EventStream):
+                _log_stream_at_end(response, request, started)
+            elif response.streaming and response.is_async:
                 # A stream's line is written when it ends: by then its events have told
                 # the request's log fields the response id, final status and tokens.
                 response.streaming_content = _log_at_end(response.streaming_content, request, response, started)
@@ -92,6 +96,21 @@ async def _log_at_end(content, request, response, started: float):  # type: igno
         if not ended:
             more["stream_end"] = "client_disconnected"
         _access_line(request, response, started, **more)
+
+
+def _log_stream_at_end(response: EventStream, request, started: float) -> None:  # type: ignore[no-untyped-def]
+    """`_log_at_end` for the API's event streams, which the ASGI lane writes itself."""
+    from .metrics import OPEN_STREAMS
+
+    def ended(first_write: float | None, finished: bool) -> None:
+        OPEN_STREAMS.dec()
+        more = {"first_byte_ms": round((first_write - started) * 1000, 2) if first_write else None}
+        if not finished:
+            more["stream_end"] = "client_disconnected"
+        _access_line(request, response, started, **more)
+
+    response.on_start = OPEN_STREAMS.inc
+    response.on_end = ended
 
 
 def _observe(request, status: int, seconds: float, first_byte_ms: float | None) -> None:  # type: ignore[no-untyped-def]

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 
-import json
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from . import db, selectors, services
@@ -22,10 +21,10 @@ from .models import ModelRoute
 from .outages import unavailable
 from .protocol import jsonlimits
 from .protocol.errors import GatewayError, InvalidRequest, NotFound, ServerError
-from .protocol.events import output_from_events
+from .protocol.events import Event, output_from_events
 from .engine import ResponseRun
 from .protocol.request import CreateRequest, parse_create_request
-from .sse import note_response, sse_body
+from .sse import EventStream, note_response
 
 log = logging.getLogger("gateway.views")
 
@@ -71,14 +70,8 @@ def _json_body(request: HttpRequest) -> Any:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}.") from None
 
 
-def _sse_response(request: HttpRequest, events) -> StreamingHttpResponse:  # type: ignore[no-untyped-def]
-    response = StreamingHttpResponse(
-        sse_body(events, settings.GATEWAY_SSE_KEEPALIVE_SECONDS, request.log_extra),  # type: ignore[attr-defined]
-        content_type="text/event-stream",
-    )
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+def _sse_response(request: HttpRequest, events: AsyncIterator[Event]) -> EventStream:
+    return EventStream(events, settings.GATEWAY_SSE_KEEPALIVE_SECONDS, request.log_extra)  # type: ignore[attr-defined]
 
 
 async def create_response(request: HttpRequest, principal: Principal) -> HttpResponse:

@@ -79,6 +79,19 @@ def test_a_streamed_line_is_written_at_the_end_with_the_final_state(gateway: Gat
     assert line["latency_ms"] >= 250  # the whole stream, not the time to its headers
 
 
+def test_a_stream_the_client_leaves_is_logged_as_such(gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines) -> None:
+    scripted.enqueue(MODEL, Reply(text="a long and slow answer " * 20, chunk_chars=2, interval=0.05))
+    with gateway.http().stream("POST", "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}) as resp:
+        request_id = resp.headers["x-request-id"]
+        lines = resp.iter_lines()
+        while "response.output_text.delta" not in next(lines):
+            pass
+    (line,) = access_log.for_request(request_id)
+    assert line["stream_end"] == "client_disconnected"
+    assert line["status"] == 200 and line["response_id"].startswith("resp_")
+    assert 0 < line["first_byte_ms"] < line["latency_ms"]
+
+
 def test_a_stream_that_fails_logs_the_error(gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines) -> None:
     scripted.enqueue(MODEL, Reply(text="partial answer", disconnect_after=3))
     with gateway.http().stream("POST", "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}) as resp:
