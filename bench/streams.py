@@ -96,7 +96,8 @@ async def run_level(n: int, targets: list[tuple[str, dict[str, str], str, bytes]
         exe = profile_gateway.py_spy()
         raw = c.run_dir("streams-spy") / "gateway.raw"
         if exe:
-            spy = subprocess.Popen([exe,  # noqa: ASYNC220 - starting py-spy takes no time "record", "-p", str(profile_pid), "--gil", "-r", "100", "-d",
+            # Starting py-spy takes no time, so a blocking Popen in this coroutine is fine.
+            spy = subprocess.Popen([exe, "record", "-p", str(profile_pid), "--gil", "-r", "100", "-d",  # noqa: ASYNC220
                                     str(max(1, int(args.hold))), "-f", "raw", "-o", str(raw), "--nonblocking"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rss_samples = []
