@@ -183,6 +183,9 @@ def main() -> None:
     ap.add_argument("--py-spy-level", type=int, default=0,
                     help="record the gateway with py-spy during the hold window of this level")
     ap.add_argument("--out", default="streams", help="results name (bench/results/<out>.json/.png)")
+    ap.add_argument("--baseline", metavar="REV", default="",
+                    help="also run every level against the gateway of git commit REV (its own database): "
+                         "before/after in one run")
     ap.add_argument("--stop-after-fail", type=int, default=3,
                     help="stop after this many consecutive levels over the bound")
     args = ap.parse_args()
@@ -212,7 +215,13 @@ def main() -> None:
         extra |= {"DJANGO_SETTINGS_MODULE": args.settings, "PYTHONPATH": str(c.BENCH)}
     gw = c.Gateway(db_url=pg.url, providers={}, models={}, log_dir=d, config=config, extra_env=extra,
                    uvicorn_args=["--workers", str(args.web_workers)] if args.web_workers > 1 else None)
-    cpu_pids = {"gateway": gw.proc.pid, "postgres": pg.pid} | {f"upstream{i}": u.proc.pid for i, u in enumerate(ups)}
+    base_gw = None
+    if args.baseline:
+        tree = c.source_tree(args.baseline, d / "baseline-tree")
+        base_gw = c.Gateway(db_url=c.create_database(pg.url, "baseline"), providers={}, models={}, log_dir=d,
+                            config=config, extra_env=extra, name="baseline", tree=tree,
+                            uvicorn_args=["--workers", str(args.web_workers)] if args.web_workers > 1 else None)
+    others = {"postgres": pg.pid} | {f"upstream{i}": u.proc.pid for i, u in enumerate(ups)}
 
     gw_body = json.dumps({"model": model, "input": "Tell me a long story.", "stream": True}).encode()
     up_body = json.dumps({"model": model, "stream": True,
@@ -220,9 +229,14 @@ def main() -> None:
     gw_targets = [(f"{gw.url}/v1", gw.headers, "/responses", gw_body)]
     up_targets = [(u.base_url, {}, "/chat/completions", up_body) for u in ups]
 
+    base_targets = [(f"{base_gw.url}/v1", base_gw.headers, "/responses", gw_body)] if base_gw else []
+
     warm = argparse.Namespace(**{**vars(args), "hold": 1.0})
     asyncio.run(run_level(20, gw_targets, warm, None, {}))
     wait_idle(gw.proc.pid)
+    if base_gw is not None:
+        asyncio.run(run_level(20, base_targets, warm, None, {}))
+        wait_idle(base_gw.proc.pid)
     rss_idle = c.rss_bytes(gw.proc.pid)
     c.log(f"gateway idle RSS after warm-up: {rss_idle / 2**20:.1f} MiB; open-file limit {nofile}")
 
@@ -231,13 +245,16 @@ def main() -> None:
     for n in levels:
         row: dict = {"streams": n}
         phases = [("gateway", gw_targets, gw.proc.pid)]
+        if base_gw is not None:  # the gateway measured is always under the name "gateway" in the CPU figures
+            phases.append(("baseline", base_targets, base_gw.proc.pid))
         if n in direct_levels:
             phases.append(("direct", up_targets, None))
         for name, targets, rss_pid in phases:
             c.log(f"{n} streams -> {name}")
-            r = asyncio.run(run_level(n, targets, args, rss_pid, cpu_pids,
-                                      gw.proc.pid if name == "gateway" and n == args.py_spy_level else None))
-            r["drain_s"] = round(wait_idle(gw.proc.pid), 1)
+            measured = base_gw.proc.pid if name == "baseline" and base_gw else gw.proc.pid
+            r = asyncio.run(run_level(n, targets, args, rss_pid, {"gateway": measured} | others,
+                                      measured if name != "direct" and n == args.py_spy_level else None))
+            r["drain_s"] = round(wait_idle(measured), 1)
             if name == "gateway":
                 r["rss_per_stream_kb_vs_idle"] = round(
                     (r["rss_window_mb"] * 2**20 - rss_idle) / max(r["with_first_token"], 1) / 1024, 1)
@@ -249,7 +266,7 @@ def main() -> None:
                   f"max {w.get('max')} ms; incl. ramp p99 {a.get('p99')} ms; TTFE p50 {r['ttfe_ms'].get('median')} ms; "
                   f"gateway {cpu.get('gateway_cores')} cores, machine {cpu.get('machine_cores')}, "
                   f"others {cpu.get('others_cores')}"
-                  + (f"; RSS +{r['rss_per_stream_kb']} KiB/stream" if name == "gateway" else ""))
+                  + (f"; RSS +{r['rss_per_stream_kb']} KiB/stream" if name != "direct" else ""))
         g = row["gateway"]
         p99 = g["added_inter_event_ms_window"].get("p99", float("inf"))
         row["within_bound"] = bool(g["all_open"] and p99 < args.bound_ms)
@@ -272,6 +289,16 @@ def main() -> None:
               f"{g['added_inter_event_ms_all'].get('p99', float('nan')):>13.1f}  {dp99:>10.1f}  "
               f"{g['rss_per_stream_kb']!s:>10}  {g['cpu_cores_ramp_and_window'].get('gateway_cores', 0):>8}  "
               f"{r['within_bound']}")
+    if base_gw is not None:
+        for r in rows:
+            if "baseline" in r:
+                b, g = r["baseline"], r["gateway"]
+                print(f"{r['streams']:>7}  baseline {args.baseline}: opened {b['with_first_token']} "
+                      f"({b['open_rate_per_s']}/s), p99 {b['added_inter_event_ms_window'].get('p99')} ms, "
+                      f"{b['cpu_cores_ramp_and_window'].get('gateway_cores')} cores; this tree: opened "
+                      f"{g['with_first_token']} ({g['open_rate_per_s']}/s), p99 "
+                      f"{g['added_inter_event_ms_window'].get('p99')} ms, "
+                      f"{g['cpu_cores_ramp_and_window'].get('gateway_cores')} cores")
     print(f"streams held by one gateway process with p99 added inter-event delay < {args.bound_ms:.0f} ms: {held} "
           f"(target >= 1000: {'met' if held >= 1000 else 'MISSED'})")
     print()
@@ -290,6 +317,8 @@ def main() -> None:
     })
     plot(rows, args, args.out)
     gw.stop()
+    if base_gw is not None:
+        base_gw.stop()
     for u in ups:
         u.stop()
     pg.stop()
