@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -261,10 +261,6 @@ async def reap_stale() -> int:
             "it was not run.", code="queue_timeout"))
         reaped += 1
     return reaped
-
-
-def utc(ts: int) -> datetime:
-    return datetime.fromtimestamp(ts, dt_timezone.utc)
 
 
 # -- cancelling --------------------------------------------------------------------

@@ -58,16 +58,6 @@ class AuthenticationFailed(GatewayError):
     default_code = "invalid_api_key"
 
 
-class PermissionDenied(GatewayError):
-    status = 403
-    default_code = "permission_denied"
-
-
-class Conflict(GatewayError):
-    status = 409
-    default_code = "conflict"
-
-
 class RequestTooLarge(GatewayError):
     status = 413
     default_code = "request_too_large"
