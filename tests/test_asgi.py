@@ -80,7 +80,8 @@ def test_a_client_gone_before_its_body_arrived_costs_nothing(gateway: Gateway, s
     with gateway.http() as http:
         assert http.post("/v1/responses", json={"model": MODEL, "input": "hi"}).status_code == 200
     assert Response.objects.count() == 1
-    assert len(scripted.requests) == 1
+    # One model call (a process's first request may also look up the model's context window).
+    assert [r.path for r in scripted.requests if r.path != "/v1/models"] == ["/v1/chat/completions"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -107,3 +108,69 @@ async def test_lifespan_shutdown_closes_the_upstream_session_and_the_async_pool(
     assert session.closed
     if db.native_async():
         assert pool.closed and asyncio.get_running_loop() not in db._pools
+
+
+# What settings.MIDDLEWARE does, as the API lane (responses_api/asgi.py) sees it: applied inline,
+# or not wanted by a bearer-key JSON API. A middleware added to the settings fails this test
+# until the lane decides which it is, so the two cannot drift apart silently.
+APPLIED_BY_THE_API_LANE = {
+    "responses_api.middleware.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+}
+NOT_WANTED_BY_THE_API = {
+    "responses_api.static.AsyncStaticFilesMiddleware",  # static files are not under /v1
+    "django.contrib.sessions.middleware.SessionMiddleware",  # no cookies: bearer keys
+    "django.middleware.csrf.CsrfViewMiddleware",  # the API views are CSRF-exempt
+    "django.contrib.auth.middleware.AuthenticationMiddleware",  # no Django users: API keys
+    "django.contrib.messages.middleware.MessageMiddleware",  # no templates
+}
+
+
+def test_every_middleware_is_applied_by_the_api_lane_or_not_wanted_by_the_api(settings) -> None:  # type: ignore[no-untyped-def]
+    assert set(settings.MIDDLEWARE) == APPLIED_BY_THE_API_LANE | NOT_WANTED_BY_THE_API
+
+
+async def _call(app, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, dict[bytes, bytes], bytes]:  # type: ignore[no-untyped-def]
+    inbox = [{"type": "http.request", "body": b"", "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        if inbox:
+            return inbox.pop(0)
+        await asyncio.sleep(3600)  # no disconnect while the answer is written
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
+             "headers": [(b"host", b"testserver"), *headers], "client": ("127.0.0.1", 5000),
+             "server": ("testserver", 80)}
+    await asyncio.wait_for(app(scope, receive, send), 10)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    headers = dict(start["headers"])
+    if headers.get(b"x-request-id", b"").startswith(b"req_"):
+        headers[b"x-request-id"] = b"req_(generated)"
+    return start["status"], headers, body
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_api_lane_answers_with_the_headers_djangos_full_chain_gives(settings) -> None:  # type: ignore[no-untyped-def]
+    from asgiref.sync import sync_to_async
+
+    from project.asgi import application
+    from responses_api.services import api_key_create
+
+    settings.ALLOWED_HOSTS = ["testserver"]
+    _, raw = await sync_to_async(api_key_create)(tenant_name="drift", name="drift")
+    auth = [(b"authorization", f"Bearer {raw}".encode()), (b"x-request-id", b"drift-1")]
+    for path, headers in (("/v1/models", auth), ("/v1/models", []), ("/v1/no-such-endpoint", auth)):
+        lane = await _call(application, path, headers)
+        full = await _call(application.django, path, headers)  # Django's handler, every middleware
+        assert lane[0] == full[0], path
+        assert lane[2] == full[2], path
+        assert lane[1] == full[1], (path, set(lane[1].items()) ^ set(full[1].items()))
