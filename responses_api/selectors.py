@@ -10,11 +10,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from typing import TYPE_CHECKING
 
-from .models import Item, Response, ResponseItem
+from django.db import connection
+from django.db.models import QuerySet
+
+from .models import Item, ModelRoute, Response, ResponseItem
 from .protocol.errors import InvalidRequest, NotFound
 from .protocol.response import response_object
+
+if TYPE_CHECKING:
+    from .auth import Principal
 
 CHAIN_ITEMS_SQL = """
 WITH RECURSIVE chain(id, prev, depth) AS (
@@ -69,7 +75,7 @@ class ChainHead:
 def chain_head_get(*, tenant_id: int, response_id: str) -> ChainHead:
     """The response a new one chains to; unknown, deleted, unstored or foreign ids are one error."""
     row = (
-        Response.objects.filter(id=response_id, tenant_id=tenant_id, deleted_at__isnull=True, store=True)
+        responses_visible(tenant_id=tenant_id).filter(id=response_id)
         .values_list("id", "status", "chain_purged")
         .first()
     )
@@ -122,13 +128,25 @@ def items_by_public_id(*, tenant_id: int, public_ids: list[str]) -> dict[str, It
     return found
 
 
-def _visible(tenant_id: int | None):
+def responses_visible(*, tenant_id: int | None) -> QuerySet[Response]:
+    """Responses a caller may read or continue: stored, not deleted, in its tenant (None: every
+    tenant). The one definition every read, list and chain uses."""
     qs = Response.objects.filter(deleted_at__isnull=True, store=True)
     return qs if tenant_id is None else qs.filter(tenant_id=tenant_id)
 
 
+def models_visible(principal: Principal) -> list[dict[str, Any]]:
+    """`GET /v1/models`: the enabled routes the key may use, as model objects."""
+    routes = ModelRoute.objects.filter(enabled=True).order_by("name").values_list("name", "created_at")
+    return [
+        {"id": name, "object": "model", "created": int(created.timestamp()), "owned_by": "gateway"}
+        for name, created in routes
+        if principal.may_use(name)
+    ]
+
+
 def response_get_row(*, tenant_id: int | None, response_id: str) -> Response:
-    row = _visible(tenant_id).filter(id=response_id).first()
+    row = responses_visible(tenant_id=tenant_id).filter(id=response_id).first()
     if row is None:
         raise NotFound(f"No response found with id '{response_id}'.", param="response_id")
     return row

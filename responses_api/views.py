@@ -17,7 +17,6 @@ from .background import cancel_background
 from .eventlog import event_log
 from .gateway import WorkerStarted, compact_conversation, count_input_tokens, principal_for, start_response
 from .history.views import list_responses
-from .models import ModelRoute
 from .outages import unavailable
 from .protocol import jsonlimits
 from .protocol.errors import GatewayError, InvalidRequest, NotFound, ServerError
@@ -188,22 +187,13 @@ async def list_input_items(request: HttpRequest, principal: Principal, response_
     return json_response(page.as_dict())
 
 
-def _models_visible(principal: Principal) -> list[dict[str, Any]]:
-    routes = ModelRoute.objects.filter(enabled=True).order_by("name").values_list("name", "created_at")
-    return [
-        {"id": name, "object": "model", "created": int(created.timestamp()), "owned_by": "gateway"}
-        for name, created in routes
-        if principal.may_use(name)
-    ]
-
-
 async def list_models(request: HttpRequest, principal: Principal) -> HttpResponse:
-    data = await db.run(_models_visible, principal)
+    data = await db.run(selectors.models_visible, principal)
     return json_response({"object": "list", "data": data})
 
 
 async def retrieve_model(request: HttpRequest, principal: Principal, model: str) -> HttpResponse:
-    data = [m for m in await db.run(_models_visible, principal) if m["id"] == model]
+    data = [m for m in await db.run(selectors.models_visible, principal) if m["id"] == model]
     if not data:
         raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
     return json_response(data[0])

@@ -21,7 +21,7 @@ from django.db.models.lookups import Exact
 
 from ..models import Item, Response, ResponseItem, Tenant
 from ..protocol.errors import InvalidRequest, NotFound
-from ..selectors import ListPage, _loads, chain_step_sql, response_object_from_row
+from ..selectors import ListPage, _loads, chain_step_sql, response_object_from_row, responses_visible
 
 # The Postgres text-search document of an item: every "text" string at any
 # depth (message parts, reasoning summaries), as a 'simple' (language-neutral,
@@ -45,12 +45,6 @@ ROLE_NAMES = {ResponseItem.Role.INPUT: "input", ResponseItem.Role.OUTPUT: "outpu
 
 def _table(model: Any) -> str:
     return connection.ops.quote_name(model._meta.db_table)
-
-
-def responses_visible(*, tenant_id: int | None) -> QuerySet[Response]:
-    """Responses a caller may read: stored, not deleted, in its tenant (None: every tenant)."""
-    qs = Response.objects.filter(deleted_at__isnull=True, store=True)
-    return qs if tenant_id is None else qs.filter(tenant_id=tenant_id)
 
 
 # --------------------------------------------------------------------------- lists
