@@ -7,7 +7,6 @@ GATEWAY_CACHE_SECONDS, so a revoked key stops working within that time.
 from __future__ import annotations
 
 import hmac
-import time
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -17,6 +16,7 @@ from .limits import Budget, Quota
 from .models import ApiKey, Tenant
 from .protocol.errors import AuthenticationFailed
 from .services import KEY_PREFIX, hash_key
+from .ttlcache import TTLCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +37,7 @@ class Principal:
         return not self.allowed_models or model in self.allowed_models
 
 
-_cache: dict[str, tuple[float, Principal]] = {}
+_cache: TTLCache[str, Principal] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 
 
 def bearer_token(header: str | None) -> str:
@@ -58,18 +58,15 @@ def _invalid() -> AuthenticationFailed:
 def cached_principal(raw_key: str) -> Principal | None:
     """The cached principal for a key, without touching the database."""
     cached = _cache.get(hash_key(raw_key))
-    if cached is not None and cached[0] > time.monotonic():
-        return cached[1]
-    return None
+    return cached[0] if cached is not None else None
 
 
 def authenticate_key(raw_key: str) -> Principal:
     """Sync: look the key up (cached). Raises AuthenticationFailed."""
     digest = hash_key(raw_key)
     cached = _cache.get(digest)
-    now = time.monotonic()
-    if cached is not None and cached[0] > now:
-        return cached[1]
+    if cached is not None:
+        return cached[0]
     if not raw_key.startswith(KEY_PREFIX) or "_" not in raw_key[len(KEY_PREFIX):]:
         raise _invalid()
     prefix = raw_key[len(KEY_PREFIX):].split("_", 1)[0]
@@ -88,10 +85,7 @@ def authenticate_key(raw_key: str) -> Principal:
         quotas=tuple(q for q in (key_quota(key), tenant_quota(key.tenant)) if q is not None),
         budget=budget_of(key.tenant),
     )
-    if len(_cache) > 10_000:
-        _cache.clear()
-    _cache[digest] = (now + settings.GATEWAY_CACHE_SECONDS, principal)
-    return principal
+    return _cache.put(digest, principal)
 
 
 def quota_of(scope: str, label: str, owner: ApiKey | Tenant) -> Quota | None:

@@ -24,6 +24,7 @@ from .protocol.request import CreateRequest
 from .protocol.response import request_params, response_object
 from .protocol.tools import HostedTool, Tool, make_tool
 from .routing import Route, route_cached, route_get
+from .ttlcache import TTLCache
 
 if TYPE_CHECKING:
     from tool_registry.executors import ToolSpec
@@ -144,7 +145,8 @@ async def _fail_if_written(response_id: str, error: GatewayError, attempts: int 
     log.warning("response %s: could not check for a half-written row; the reaper will end it", response_id)
 
 
-_tool_cache: dict[tuple[int, str, tuple[str, ...]], tuple[float, "list[ToolSpec]"]] = {}
+_tool_cache: TTLCache[tuple[int, str, tuple[str, ...]], list[ToolSpec]] = TTLCache(
+    lambda: settings.GATEWAY_CACHE_SECONDS)
 
 
 def clear_cache() -> None:
@@ -165,14 +167,12 @@ async def registry_specs(principal: Principal, req: CreateRequest, route: Route 
     )
 
 
-async def _cached_lookup(cache: dict, key: tuple, lookup: Any, **kwargs: Any) -> Any:
+async def _cached_lookup(cache: TTLCache, key: tuple, lookup: Any, **kwargs: Any) -> Any:
     """`lookup(**kwargs)` in a thread, remembered under `key` for GATEWAY_CACHE_SECONDS."""
     cached = cache.get(key)
-    now = time.monotonic()
-    if cached is None or cached[0] <= now:
-        cached = (now + settings.GATEWAY_CACHE_SECONDS, await db.run(lookup, **kwargs))
-        cache[key] = cached
-    return cached[1]
+    if cached is not None:
+        return cached[0]
+    return cache.put(key, await db.run(lookup, **kwargs))
 
 
 def merge_registry_tools(req: CreateRequest, specs: list[ToolSpec]) -> None:
@@ -464,7 +464,7 @@ async def admit_request(principal: Principal, req: CreateRequest, route: Route, 
 
 # -- MCP -------------------------------------------------------------------------
 
-_mcp_cache: dict[tuple[int, str, tuple[str, ...]], tuple[float, list]] = {}
+_mcp_cache: TTLCache[tuple[int, str, tuple[str, ...]], list] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 
 
 async def registry_mcp(principal: Principal, req: CreateRequest) -> list:

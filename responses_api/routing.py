@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -18,6 +17,7 @@ from django.conf import settings
 from .limits import Price
 from .models import ModelRoute, Provider
 from .protocol.errors import NotFound, ServerError
+from .ttlcache import TTLCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,22 +100,19 @@ def provider_config(provider: Provider) -> ProviderConfig:
     )
 
 
-_routes: dict[str, tuple[float, Route | None]] = {}
+_routes: TTLCache[str, Route | None] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 
 
 def route_cached(model: str) -> Route | None:
     """The cached route, without touching the database (None: look it up)."""
     cached = _routes.get(model)
-    if cached is not None and cached[0] > time.monotonic() and cached[1] is not None:
-        return cached[1]
-    return None
+    return cached[0] if cached is not None else None
 
 
 def route_get(model: str) -> Route:
-    """Sync: the route for a public model name (cached)."""
-    now = time.monotonic()
+    """Sync: the route for a public model name (cached; an unknown name too)."""
     cached = _routes.get(model)
-    if cached is None or cached[0] <= now:
+    if cached is None:
         route = ModelRoute.objects.filter(name=model, enabled=True).prefetch_related(
             "targets__provider"
         ).first()
@@ -131,14 +128,13 @@ def route_get(model: str) -> Route:
                           route.context_window,
                           Price(route.input_usd_per_million or Decimal(0),
                                 route.output_usd_per_million or Decimal(0))) if targets else None
-        cached = (now + settings.GATEWAY_CACHE_SECONDS, value)
-        _routes[model] = cached
-    if cached[1] is None:
+        cached = (_routes.put(model, value),)
+    if cached[0] is None:
         raise NotFound(
             f"The model '{model}' does not exist or you do not have access to it.",
             param="model", code="model_not_found",
         )
-    return cached[1]
+    return cached[0]
 
 
 def clear_cache() -> None:
