@@ -57,13 +57,13 @@ def _claim(response_id: str) -> Response | None:
     """Take an unclaimed run (heartbeat still null), compare-and-swap: exactly one worker wins."""
     now = timezone.now()
     won = Response.objects.filter(
-        id=response_id, status__in=("queued", "in_progress"), on_worker=True, heartbeat_at__isnull=True
-    ).update(status="in_progress", heartbeat_at=now)
+        id=response_id, status__in=Response.RUNNING, on_worker=True, heartbeat_at__isnull=True
+    ).update(status=Response.Status.IN_PROGRESS, heartbeat_at=now)
     return Response.objects.get(id=response_id) if won else None
 
 
 def _heartbeat(response_id: str) -> None:
-    Response.objects.filter(id=response_id, status="in_progress").update(heartbeat_at=timezone.now())
+    Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
 
 
 def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
@@ -211,7 +211,7 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
 def _stale_ids() -> list[str]:
     cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
     return list(
-        Response.objects.filter(status="in_progress", on_worker=True, heartbeat_at__lt=cutoff)
+        Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=cutoff)
         .values_list("id", flat=True)[:500]
     )
 
@@ -219,7 +219,7 @@ def _stale_ids() -> list[str]:
 def _is_stale(response_id: str) -> bool:
     cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
     return Response.objects.filter(
-        id=response_id, status="in_progress", on_worker=True, heartbeat_at__lt=cutoff
+        id=response_id, status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=cutoff
     ).exists()
 
 
@@ -235,8 +235,8 @@ async def reap_one(response_id: str) -> bool:
 def _reap_abandoned_foreground() -> int:
     """Foreground responses whose web process died mid-stream: nothing will ever finish them."""
     cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_FOREGROUND_MAX_SECONDS)
-    return Response.objects.filter(status="in_progress", on_worker=False, created_at__lt=cutoff).update(
-        status="failed",
+    return Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=False, created_at__lt=cutoff).update(
+        status=Response.Status.FAILED,
         error={"code": "interrupted", "message": "The gateway process serving this response stopped."},
     )
 
@@ -246,7 +246,8 @@ def _stuck_queued_ids() -> list[str]:
     lost (a broker restarted without persistence) or never sent."""
     cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_QUEUED_MAX_SECONDS)
     return list(
-        Response.objects.filter(status="queued", on_worker=True, heartbeat_at__isnull=True, created_at__lt=cutoff)
+        Response.objects.filter(status=Response.Status.QUEUED, on_worker=True, heartbeat_at__isnull=True,
+                                created_at__lt=cutoff)
         .values_list("id", flat=True)[:500]
     )
 

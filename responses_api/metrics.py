@@ -62,8 +62,9 @@ class _QueueCollector:
         from .models import Response
 
         now = time.time()
-        queued = Response.objects.filter(status="queued", on_worker=True).aggregate(n=Count("id"), oldest=Min("created_at"))
-        running = Response.objects.filter(status="in_progress", on_worker=True).aggregate(
+        queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(
+            n=Count("id"), oldest=Min("created_at"))
+        running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).aggregate(
             n=Count("id"), beat=Max("heartbeat_at"))
         yield GaugeMetricFamily("gateway_background_queued", "Background responses waiting for a worker.",
                                 value=queued["n"])

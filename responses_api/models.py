@@ -258,6 +258,10 @@ class Response(models.Model):
         CANCELLED = "cancelled"
         INCOMPLETE = "incomplete"
 
+    # Still being generated (a worker's or a web process's), and ended.
+    RUNNING = (Status.QUEUED, Status.IN_PROGRESS)
+    ENDED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.INCOMPLETE)
+
     id = models.CharField(primary_key=True, max_length=64)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="responses")
     api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True)

@@ -163,7 +163,7 @@ def response_output_list(*, response_id: str) -> list[dict[str, Any]]:
 
 def response_object_from_row(row: Response, output: list[dict[str, Any]]) -> dict[str, Any]:
     usage = None
-    if row.input_tokens is not None or row.status in ("completed", "failed", "cancelled", "incomplete"):
+    if row.input_tokens is not None or row.status in Response.ENDED:
         usage = {
             "input_tokens": row.input_tokens or 0,
             "output_tokens": row.output_tokens or 0,

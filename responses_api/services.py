@@ -160,7 +160,7 @@ def response_finish(
         if create_row is not None:
             # A non-streaming create writes its row once, here, with its items.
             Response.objects.create(**create_row, **final)
-        elif not Response.objects.filter(id=response["id"], status__in=("queued", "in_progress")).update(**final):
+        elif not Response.objects.filter(id=response["id"], status__in=Response.RUNNING).update(**final):
             return False
         _attach_items(tenant_id, response["id"], input_items, response["output"])
     return True
@@ -337,7 +337,7 @@ def response_finish_in_conversation(
             final = _final_fields(response, upstream, latency_ms)
             if create_row is not None:
                 Response.objects.create(**create_row, **final)
-            elif not Response.objects.filter(id=response["id"], status__in=("queued", "in_progress")).update(**final):
+            elif not Response.objects.filter(id=response["id"], status__in=Response.RUNNING).update(**final):
                 return False
             items = _attach_items(tenant_id, response["id"], input_items, response["output"])
         else:
@@ -380,7 +380,7 @@ def response_job_drop_credentials(*, response_id: str, only_if_ended: bool = Tru
     needs them). Returns whether there were any."""
     rows = Response.objects.filter(id=response_id, job__has_key="mcp_credentials")
     if only_if_ended:
-        rows = rows.exclude(status__in=(Response.Status.QUEUED, Response.Status.IN_PROGRESS))
+        rows = rows.exclude(status__in=Response.RUNNING)
     with transaction.atomic():
         row = rows.select_for_update().only("id", "job").first()
         if row is None:
@@ -392,12 +392,14 @@ def response_job_drop_credentials(*, response_id: str, only_if_ended: bool = Tru
 
 def response_cancel_queued(*, response_id: str) -> bool:
     """queued -> cancelled (compare-and-swap); False if a worker took it or it ended."""
-    return bool(Response.objects.filter(id=response_id, status="queued").update(status="cancelled"))
+    return bool(Response.objects.filter(id=response_id, status=Response.Status.QUEUED)
+                .update(status=Response.Status.CANCELLED))
 
 
 def response_force_cancel(*, response_id: str) -> bool:
     """in_progress -> cancelled when its worker did not answer the cancel request."""
-    return bool(Response.objects.filter(id=response_id, status="in_progress").update(status="cancelled"))
+    return bool(Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS)
+                .update(status=Response.Status.CANCELLED))
 
 
 def usage_record(
@@ -436,7 +438,7 @@ def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
     for tenant_id, days in tenants.values_list("id", "retention_days"):
         cutoff = now - timedelta(days=days or default_days)
         expired = Response.objects.filter(tenant_id=tenant_id, created_at__lt=cutoff).exclude(
-            status__in=(Response.Status.QUEUED, Response.Status.IN_PROGRESS))
+            status__in=Response.RUNNING)
         while True:
             leaves = list(expired.filter(~Exists(Response.objects.filter(previous_response_id=OuterRef("pk"))))
                           .values_list("id", flat=True)[:RETENTION_BATCH])
@@ -454,7 +456,7 @@ def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
 
 def response_end_open(*, response_id: str, error: dict[str, Any]) -> bool:
     """Fail a response row left open by a request that could not go on (if there is one)."""
-    return bool(Response.objects.filter(id=response_id, status__in=(Response.Status.QUEUED, Response.Status.IN_PROGRESS))
+    return bool(Response.objects.filter(id=response_id, status__in=Response.RUNNING)
                 .update(status=Response.Status.FAILED, error=error, completed_at=timezone.now()))
 
 

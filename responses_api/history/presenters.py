@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
 
+from ..models import Response
 from ..protocol.client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, output_as_text
 
 TERMINAL_BAD = {"failed", "cancelled", "incomplete"}
@@ -65,7 +66,7 @@ class Block:
 
     @property
     def failed(self) -> bool:
-        return bool(self.error) or self.status in ("failed", "incomplete")
+        return bool(self.error) or self.status in (Response.Status.FAILED, Response.Status.INCOMPLETE)
 
 
 def item_block(item: dict[str, Any], io: str = "", tool_names: dict[str, str] | None = None) -> Block:
