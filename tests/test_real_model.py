@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from responses_api import local_model
-from tests.conftest import Gateway
+from tests.support.harness import Gateway
 from tests.support.stream_validator import validate_sse
 
 pytestmark = pytest.mark.embedded

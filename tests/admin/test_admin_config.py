@@ -50,7 +50,7 @@ def test_create_api_key_shows_the_secret_once(admin_client) -> None:  # type: ig
 
 
 def test_revoke_action(admin_client) -> None:  # type: ignore[no-untyped-def]
-    from tests.conftest import make_key
+    from tests.support.harness import make_key
 
     raw, _ = make_key(name="leaked")
     key = ApiKey.objects.get(name="leaked")

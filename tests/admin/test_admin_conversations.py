@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import Gateway
+from tests.support.harness import Gateway
 
 pytestmark = pytest.mark.embedded
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from responses_api.models import ModelRoute, Provider, Response, RouteTarget
-from tests.conftest import make_key
+from tests.support.harness import make_key
 from tests.history.factories import (
     T0,
     assistant,

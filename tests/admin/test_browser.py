@@ -17,7 +17,7 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.utils import timezone
 
-from tests.conftest import make_key
+from tests.support.harness import make_key
 from tests.history.factories import T0, make_response, tool_loop_conversation, user
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.compat.conftest import node_tool
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 
 CONFIG = """\

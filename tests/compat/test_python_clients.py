@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.compat.conftest import need
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.compat.conftest import COMPAT_DIR, need
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded

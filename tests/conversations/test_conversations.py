@@ -7,7 +7,7 @@ import json
 import openai
 import pytest
 
-from tests.conftest import MODEL, Gateway, make_key
+from tests.support.harness import MODEL, Gateway, make_key
 from tests.support.stream_validator import parse_sse, validate_events
 from tests.support.upstream import Reply, ScriptedUpstream
 

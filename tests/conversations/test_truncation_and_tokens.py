@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from responses_api.protocol.tokens import estimate_item, truncate
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded
@@ -118,7 +118,7 @@ def test_input_tokens_estimate_and_exact(gateway: Gateway, scripted: ScriptedUps
 
 
 def test_input_tokens_never_reads_another_tenants_context(gateway: Gateway, scripted: ScriptedUpstream) -> None:
-    from tests.conftest import make_key
+    from tests.support.harness import make_key
 
     scripted.enqueue(MODEL, Reply(text="private answer"))
     mine = gateway.openai().responses.create(model=MODEL, input="private question")

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import make_key
+from tests.support.harness import make_key
 
 
 @dataclass

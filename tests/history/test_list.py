@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.history.conftest import HistoryApi
 from tests.history.factories import T0, assistant, make_response, user
 from tests.support.stream_validator import validate_response_object

@@ -8,7 +8,7 @@ from django.db import connection
 
 from responses_api.history import selectors
 from responses_api.history.selectors import ResponseFilters
-from tests.conftest import make_key
+from tests.support.harness import make_key
 from tests.history.factories import T0, assistant, make_response, user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.conftest import MODEL, Gateway, McpServerProcess, make_key
+from tests.support.harness import MODEL, Gateway, McpServerProcess, make_key
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from responses_api.protocol import jsonlimits
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.support.stream_validator import parse_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 

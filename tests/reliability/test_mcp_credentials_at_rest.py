@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.conftest import MODEL, Gateway, McpServerProcess, call
+from tests.support.harness import MODEL, Gateway, McpServerProcess, call
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded

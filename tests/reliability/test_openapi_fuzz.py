@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MODEL, Gateway, call
+from tests.support.harness import MODEL, Gateway, call
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytest.importorskip("opentelemetry.sdk")  # the `otel` extra, which scripts/test installs

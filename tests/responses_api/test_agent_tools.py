@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import MODEL, Gateway, make_key
+from tests.support.harness import MODEL, Gateway, make_key
 from tests.support.stream_validator import validate_response_object, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 

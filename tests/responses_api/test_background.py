@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.support.stream_validator import parse_sse, validate_events, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -211,7 +211,7 @@ def test_enqueue_to_first_event_latency(gateway: Gateway, scripted: ScriptedUpst
 
 
 def test_background_three_step_tool_loop(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, worker) -> None:  # type: ignore[no-untyped-def]
-    from tests.conftest import call
+    from tests.support.harness import call
 
     scripted.enqueue(
         MODEL,
@@ -231,7 +231,7 @@ def test_background_three_step_tool_loop(tools_env, gateway: Gateway, scripted: 
 
 
 def test_cancel_while_a_tool_runs(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, worker) -> None:  # type: ignore[no-untyped-def]
-    from tests.conftest import call
+    from tests.support.harness import call
     from tests.support.webhook import Route
 
     tools_env("slow_tool", "/slow", timeout=30)
@@ -258,7 +258,7 @@ def test_cancel_while_a_tool_runs(tools_env, gateway: Gateway, scripted: Scripte
 @pytest.mark.skipif("os.environ.get('GATEWAY_TEST_DB') == 'sqlite'", reason="needs Celery worker processes")
 def test_sigkilled_worker_is_reaped_and_tools_never_rerun(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, settings) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import ResponseItem
-    from tests.conftest import CeleryWorker, call
+    from tests.support.harness import CeleryWorker, call
     from tests.support.webhook import Route
 
     tools_env("slow_tool", "/slow", timeout=30)

@@ -7,7 +7,7 @@ import pytest
 
 from responses_api import services
 from responses_api.protocol.ids import new_id
-from tests.conftest import make_key
+from tests.support.harness import make_key
 from tests.support.items import message_item
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]

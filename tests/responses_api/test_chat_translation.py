@@ -7,7 +7,7 @@ import json
 import openai
 import pytest
 
-from tests.conftest import Gateway, call
+from tests.support.harness import Gateway, call
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded

@@ -6,7 +6,7 @@ import json
 import openai
 import pytest
 
-from tests.conftest import MODEL, Gateway, make_key
+from tests.support.harness import MODEL, Gateway, make_key
 from tests.support.stream_validator import validate_response_object
 from tests.support.upstream import Reply, ScriptedUpstream
 

@@ -10,7 +10,7 @@ from django.db import connection
 from responses_api import selectors, services
 from responses_api.models import Item, Response, ResponseItem
 from responses_api.protocol.ids import new_id
-from tests.conftest import make_key
+from tests.support.harness import make_key
 from tests.support.items import message_item
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]

@@ -9,7 +9,7 @@ import json
 import openai
 import pytest
 
-from tests.conftest import Gateway, call
+from tests.support.harness import Gateway, call
 from tests.support.stream_validator import validate_response_object, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 

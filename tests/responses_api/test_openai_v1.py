@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.responses_api.test_streaming import CASES
 from tests.support.upstream import Reply, ScriptedUpstream
 

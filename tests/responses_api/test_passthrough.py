@@ -6,7 +6,7 @@ import time
 import openai
 import pytest
 
-from tests.conftest import MODEL, Gateway, make_key
+from tests.support.harness import MODEL, Gateway, make_key
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import MODEL, Gateway, forget_redis_keys, make_key
+from tests.support.harness import MODEL, Gateway, forget_redis_keys, make_key
 from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.conftest import make_key
+from tests.support.harness import make_key
 from tests.history.factories import make_response
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]

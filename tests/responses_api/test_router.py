@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 

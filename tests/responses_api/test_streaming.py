@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway
 from tests.support.stream_validator import parse_sse, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from tests.conftest import MODEL, Gateway, McpServerProcess, call
+from tests.support.harness import MODEL, Gateway, McpServerProcess, call
 from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.support.webhook import WebhookServer
@@ -318,7 +318,7 @@ def test_registered_server_by_label_and_by_route(gateway: Gateway, scripted: Scr
     assert server.tools_fetched_at == fetched_at
     # Another tenant's key does not see a server restricted to acme.
     server.tenants.add(Tenant.objects.get(name="acme"))
-    from tests.conftest import make_key
+    from tests.support.harness import make_key
 
     other, _ = make_key(tenant="other")
     gateway_module_clear()

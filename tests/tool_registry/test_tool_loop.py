@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.conftest import MODEL, Gateway, call
+from tests.support.harness import MODEL, Gateway, call
 from tests.support.stream_validator import parse_sse, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.support.webhook import Route, WebhookServer

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from responses_api.protocol.compaction import COMPACTION_INSTRUCTIONS, SUMMARY_PREFIX
-from tests.conftest import MODEL, Gateway, make_key
+from tests.support.harness import MODEL, Gateway, make_key
 from tests.support.stream_validator import validate_events
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.websocket.test_websocket_mode import socket, turn

@@ -11,7 +11,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.conftest import MODEL, Gateway, call
+from tests.support.harness import MODEL, Gateway, call
 from tests.support.stream_validator import validate_events
 from tests.support.upstream import Reply, ScriptedUpstream
 

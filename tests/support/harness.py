@@ -1,0 +1,214 @@
+"""The test harness's helpers: the gateway under test (uvicorn in a thread) and its client
+handle, keys and routes in the test database, a real Celery worker process, the MCP test
+server process, and small builders. The fixtures that use them are in tests/conftest.py."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+MODEL = "test-model"
+
+
+class ThreadedUvicorn:
+    def __init__(self) -> None:
+        import uvicorn
+
+        from project.asgi import application
+
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()
+        config = uvicorn.Config(
+            application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
+            timeout_graceful_shutdown=2,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._serve, name="gateway-under-test", daemon=True)
+
+    def _serve(self) -> None:
+        asyncio.run(self.server.serve())
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the gateway under test did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def forget_redis_keys(pattern: str) -> None:
+    """Delete the test Redis's keys matching `pattern` (nothing in the embedded mode)."""
+    from django.conf import settings
+
+    if settings.REDIS_URL:
+        import redis
+
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        keys = list(client.scan_iter(pattern))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+@dataclass
+class Gateway:
+    url: str
+    key: str
+    tenant_id: int
+
+    def http(self, key: str | None = None, timeout: float = 30.0) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {key or self.key}"}, timeout=timeout
+        )
+
+    def openai(self, key: str | None = None, **kwargs):  # type: ignore[no-untyped-def]
+        import openai
+
+        return openai.OpenAI(
+            base_url=f"{self.url}/v1", api_key=key or self.key, max_retries=0, timeout=30.0, **kwargs
+        )
+
+
+def make_key(tenant: str = "acme", name: str = "test", **kwargs) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    from responses_api.services import api_key_create
+
+    key, raw = api_key_create(tenant_name=tenant, name=name, **kwargs)
+    return raw, key.tenant_id
+
+
+def make_route(base_url: str, name: str = MODEL, upstream_model: str | None = None, **provider_kwargs) -> None:  # type: ignore[no-untyped-def]
+    from responses_api.models import ModelRoute, Provider, RouteTarget
+
+    provider, _ = Provider.objects.get_or_create(
+        name=provider_kwargs.pop("provider_name", "scripted"),
+        defaults={"base_url": base_url, **provider_kwargs},
+    )
+    route, _ = ModelRoute.objects.get_or_create(name=name)
+    RouteTarget.objects.create(route=route, provider=provider, upstream_model=upstream_model or name)
+
+
+class CeleryWorker:
+    """A real `celery worker` process (optionally with embedded beat) on the test database."""
+
+    def __init__(self, *, beat: bool = False, concurrency: int = 2, extra_env: dict[str, str] | None = None) -> None:
+        import os
+        import subprocess
+        import sys
+
+        from django.db import connection
+
+        db = connection.settings_dict
+        env = dict(os.environ)
+        env.update({
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+            "GATEWAY_HEARTBEAT_SECONDS": "0.5",
+            "GATEWAY_REAPER_INTERVAL_SECONDS": "1",
+            "GATEWAY_EGRESS_ALLOW": "127.0.0.1",
+            "GATEWAY_MCP_ADHOC_EGRESS_ALLOW": "127.0.0.1",  # the tests' own loopback MCP servers
+            "GATEWAY_PYTHON_TOOL_MODULES": "tests.tool_registry.pytools",
+            "GATEWAY_CACHE_SECONDS": "0",
+            "LOG_LEVEL": "WARNING",
+            **(extra_env or {}),
+        })
+        cmd = [sys.executable, "-m", "celery", "-A", "project", "worker", "--loglevel=WARNING",
+               f"--concurrency={concurrency}", "--without-gossip", "--without-mingle", "--prefetch-multiplier=1"]
+        if beat:
+            cmd += ["--beat", "--schedule", f"/tmp/celerybeat-{os.getpid()}-{id(self)}"]
+        self.process = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        from project.celery import app
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError("the celery worker exited")
+            replies = app.control.ping(timeout=0.5)
+            if replies:
+                return
+        raise RuntimeError("the celery worker did not answer ping")
+
+    def kill(self) -> None:
+        import os
+        import signal
+
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        import os
+        import signal
+
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)  # warm shutdown: the main process stops its children
+            try:
+                self.process.wait(timeout=10)
+            except Exception:
+                self.kill()
+
+
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def call(name: str, args: dict, call_id: str) -> dict:
+    """A scripted upstream tool call."""
+    import json
+
+    return {"id": call_id, "name": name, "arguments": json.dumps(args)}
+
+
+class McpServerProcess:
+    """tests/support/mcp_server.py in a subprocess: a real streamable-HTTP MCP server."""
+
+    def __init__(self, token: str = "") -> None:
+        import socket
+        import subprocess
+        import sys
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.token = token
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        args = [sys.executable, "-m", "tests.support.mcp_server", str(self.port)] + ([token] if token else [])
+        self.process = subprocess.Popen(args, cwd=str(Path(__file__).resolve().parents[2]))
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{self.port}/counts", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("the MCP test server did not start")
+                time.sleep(0.1)
+
+    def counts(self) -> dict[str, int]:
+        return httpx.get(f"http://127.0.0.1:{self.port}/counts", timeout=5).json()
+
+    def reset(self) -> None:
+        httpx.post(f"http://127.0.0.1:{self.port}/counts/reset", timeout=5).raise_for_status()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except Exception:
+            self.process.kill()
