@@ -35,7 +35,7 @@ class Socket:
         self.gateway = gateway
         self.ws = None
 
-    async def open(self) -> "Socket":
+    async def open(self) -> Socket:
         from websockets.asyncio.client import connect
 
         url = self.gateway.url.replace("http://", "ws://") + "/v1/responses"

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import weakref
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -42,7 +43,7 @@ def native_async() -> bool:
     return connections["default"].vendor == "postgresql"
 
 
-_pools: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]" = weakref.WeakKeyDictionary()
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
 
 async def _pool() -> Any:

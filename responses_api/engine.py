@@ -10,7 +10,8 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from .protocol.errors import GatewayError, InvalidRequest, ServerError, UpstreamError
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder

@@ -12,7 +12,8 @@ import json
 import time
 import weakref
 from collections import defaultdict
-from typing import Any, AsyncIterator
+from typing import Any
+from collections.abc import AsyncIterator
 
 from django.conf import settings
 

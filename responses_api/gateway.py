@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime, UTC
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -213,7 +213,7 @@ async def prepare_run(
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
-    created_at = datetime.fromtimestamp(now, dt_timezone.utc)
+    created_at = datetime.fromtimestamp(now, UTC)
     references = any(i["type"] == "item_reference" for i in req.input_items)
     stored_input, stored_previous = req.input_items, req.previous_response_id
     if prior is not None and req.previous_response_id == prior.response_id and not references:
@@ -317,7 +317,7 @@ async def start_on_worker(
         job["mcp_credentials"] = sealer().seal(credentials, tenant_id=principal.tenant_id, purpose="mcp-credentials")
     await db.run(
         services.response_begin, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
-        response_id=response_id, created_at=datetime.fromtimestamp(now, dt_timezone.utc), model=req.model,
+        response_id=response_id, created_at=datetime.fromtimestamp(now, UTC), model=req.model,
         previous_response_id=req.previous_response_id, input_items=req.input_items, params=params,
         status="queued" if req.background else "in_progress", store=True, job=job,
         conversation_id=req.conversation,
@@ -653,7 +653,7 @@ async def count_input_tokens(principal: Principal, body: Any) -> tuple[int, bool
     if req.previous_response_id or req.conversation or any(i["type"] == "item_reference" for i in context):
         begin = await db.run(
             services.response_begin, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
-            response_id=new_id("resp"), created_at=datetime.now(dt_timezone.utc), model=req.model,
+            response_id=new_id("resp"), created_at=datetime.now(UTC), model=req.model,
             previous_response_id=req.previous_response_id, input_items=req.input_items,
             params=request_params(req), status="in_progress", store=False, conversation_id=req.conversation,
         )

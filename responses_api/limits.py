@@ -26,9 +26,10 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime, UTC
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from django.conf import settings
 
@@ -58,7 +59,7 @@ class Budget:
 
     def window(self, now: float) -> tuple[str, float, float]:
         """(period id, its start, seconds left) at `now` (epoch seconds)."""
-        moment = datetime.fromtimestamp(now, dt_timezone.utc)
+        moment = datetime.fromtimestamp(now, UTC)
         if self.period == "day":
             start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
             ident, length = start.strftime("%Y-%m-%d"), 86400.0
@@ -598,7 +599,7 @@ async def _seed_budget(store: LimitStore, budget: Budget, check: Check, now: flo
 
     _, start, left = budget.window(now)
     tokens, micro_usd = await db.run(spend_since, tenant_id=budget.tenant_id,
-                                     start=datetime.fromtimestamp(start, dt_timezone.utc))
+                                     start=datetime.fromtimestamp(start, UTC))
     await store.seed(check.key, tokens, micro_usd, left + 86400)
 
 

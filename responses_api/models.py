@@ -248,6 +248,9 @@ class ConversationItem(models.Model):
             models.UniqueConstraint(fields=["conversation", "position"], name="conversation_item_slot")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.conversation_id} #{self.position}"
+
 
 class Response(models.Model):
     class Status(models.TextChoices):
@@ -275,7 +278,7 @@ class Response(models.Model):
     status = models.CharField(max_length=16, choices=Status.choices, db_index=True)
     model = models.CharField(max_length=200, db_index=True)
     upstream = models.CharField(max_length=300, blank=True, help_text="provider:upstream model used")
-    instructions = models.TextField(null=True, blank=True)
+    instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - null: none were sent ("" was)
     params = models.JSONField(default=dict, help_text="Request-derived fields of the Response.")
     metadata = models.JSONField(default=dict, blank=True)
     error = models.JSONField(null=True, blank=True)
@@ -345,6 +348,9 @@ class ResponseItem(models.Model):
             models.UniqueConstraint(fields=["response", "role", "position"], name="response_item_slot")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.response_id} {self.get_role_display().lower()} #{self.position}"
+
 
 class UsageRecord(models.Model):
     """The tokens of a call that is not a response: /v1/chat/completions and /v1/embeddings
@@ -368,3 +374,6 @@ class UsageRecord(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "-created_at"], name="usage_tenant_created")]
+
+    def __str__(self) -> str:
+        return f"{self.endpoint} {self.model} ({self.created_at:%Y-%m-%d %H:%M})"

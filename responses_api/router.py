@@ -23,7 +23,8 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 

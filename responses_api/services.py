@@ -9,7 +9,7 @@ import functools
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any
 
 from django.db import connection, transaction
@@ -124,7 +124,7 @@ def _final_fields(response: dict[str, Any], upstream: str, latency_ms: int | Non
         "output_tokens": usage.get("output_tokens"),
         "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens"),
         "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
-        "completed_at": datetime.fromtimestamp(completed_at, dt_timezone.utc) if completed_at else None,
+        "completed_at": datetime.fromtimestamp(completed_at, UTC) if completed_at else None,
         "upstream": upstream,
         "latency_ms": latency_ms,
     }

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future
-from typing import Any, Coroutine
+from typing import Any
+from collections.abc import Coroutine
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse

@@ -22,7 +22,8 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable
+from typing import Any
+from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 

@@ -6,7 +6,8 @@ to it over real HTTP: the `openai` SDK and httpx.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
+from collections.abc import Iterator
 
 import pytest
 
@@ -94,7 +95,7 @@ def worker(gateway: Gateway, settings) -> Iterator[CeleryWorker | None]:  # type
 
 
 @pytest.fixture
-def webhook() -> Iterator["WebhookServer"]:
+def webhook() -> Iterator[WebhookServer]:
     from tests.support.webhook import WebhookServer
 
     server = WebhookServer().start()
@@ -103,7 +104,7 @@ def webhook() -> Iterator["WebhookServer"]:
 
 
 @pytest.fixture
-def tools_env(gateway: Gateway, webhook: "WebhookServer", settings, monkeypatch):  # type: ignore[no-untyped-def]
+def tools_env(gateway: Gateway, webhook: WebhookServer, settings, monkeypatch):  # type: ignore[no-untyped-def]
     from tool_registry.models import Tool
 
     settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]

@@ -125,7 +125,7 @@ class ToolCallRecord(models.Model):
     call_id = models.CharField(max_length=128)
     tool_name = models.CharField(max_length=64)
     arguments = models.TextField()
-    output = models.TextField(null=True, blank=True)
+    output = models.TextField(null=True, blank=True)  # noqa: DJ001 - null: the call has not finished
     succeeded = models.BooleanField(null=True)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -134,6 +134,9 @@ class ToolCallRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["response_id", "call_id"], name="one_execution_per_call")
         ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.call_id})"
 
 
 def validate_name_list(value: object) -> None:

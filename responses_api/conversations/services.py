@@ -3,7 +3,8 @@ response makes when it finishes. Appends lock the conversation row, so concurren
 take consecutive positions and a response's items stay together."""
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from django.db import transaction
 

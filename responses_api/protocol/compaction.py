@@ -4,7 +4,8 @@ everything else. The gateway seals the summary (sealing.py: authenticated, bound
 tenant); a later request that carries the item gives the model the summary in its place."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .ids import new_id
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 from .client_tools import SERVABLE_HOSTED_TOOLS, call_item, hosted_call_item
 from .deltas import (

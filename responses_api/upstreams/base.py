@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AsyncIterator, Protocol
+from typing import Protocol
+from collections.abc import AsyncIterator
 
 from ..protocol.deltas import Delta
 from ..protocol.request import CreateRequest

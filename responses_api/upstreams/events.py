@@ -2,7 +2,8 @@
 type, given the dialect's decoder, for the stream's reading, stall and transport errors."""
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Callable
+from typing import Any
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 

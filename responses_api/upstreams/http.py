@@ -19,7 +19,7 @@ import aiohttp
 import httpx
 from django.conf import settings
 
-_sessions: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession]" = (
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
     weakref.WeakKeyDictionary()
 )
 _ssl_context: ssl.SSLContext | None = None

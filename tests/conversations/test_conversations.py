@@ -1,8 +1,6 @@
 """The Conversations API with the real `openai` SDK, and `conversation` on responses."""
 from __future__ import annotations
 
-import concurrent.futures
-import json
 
 import openai
 import pytest

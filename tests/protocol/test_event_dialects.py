@@ -5,7 +5,8 @@ strict validator and end with the expected output and usage, the same for both p
 No database, no network."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pytest
 

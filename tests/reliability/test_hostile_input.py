@@ -26,7 +26,7 @@ def stored_count() -> int:
 @pytest.mark.parametrize("depth", [101, 10_000, 100_000])
 def test_a_deeply_nested_body_is_a_400_not_a_500(gateway: Gateway, depth: int) -> None:
     before = stored_count()
-    body = '{"model": "%s", "input": %s}' % (MODEL, nested(depth))
+    body = f'{{"model": "{MODEL}", "input": {nested(depth)}}}'
     resp = gateway.http().post("/v1/responses", content=body, headers={"Content-Type": "application/json"})
     assert resp.status_code == 400, resp.text
     error = resp.json()["error"]

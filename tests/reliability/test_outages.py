@@ -9,7 +9,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -170,7 +170,7 @@ def test_redis_stopped_and_restarted_around_background_creates(deployment: Deplo
             assert resp.status_code == 200, resp.text
             ids.append(resp.json()["id"])
         for response_id in ids:
-            final = wait_for(lambda: settled(client, response_id), 45, f"{response_id} to finish")
+            final = wait_for(lambda rid=response_id: settled(client, rid), 45, f"{response_id} to finish")
             assert final["status"] == "completed", final
 
 

@@ -5,12 +5,12 @@ import concurrent.futures
 import random
 import time
 
-import httpx
 import pytest
 
 from tests.support.harness import MODEL, Gateway
 from tests.support.stream_validator import parse_sse, validate_events, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
+from datetime import UTC
 
 pytestmark = pytest.mark.embedded
 
@@ -114,7 +114,7 @@ def test_cancel_while_streaming_text(gateway: Gateway, scripted: ScriptedUpstrea
 
 def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
     import asyncio
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from responses_api import background, services
     from responses_api.protocol.ids import new_id
@@ -126,7 +126,7 @@ def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: Sc
     req = parse_create_request(body)
     rid = new_id("resp")
     services.response_begin(
-        tenant_id=gateway.tenant_id, api_key_id=None, response_id=rid, created_at=datetime.now(timezone.utc),
+        tenant_id=gateway.tenant_id, api_key_id=None, response_id=rid, created_at=datetime.now(UTC),
         model=MODEL, previous_response_id=None, input_items=req.input_items, params=request_params(req),
         status="queued", store=True, job={"body": body, "input_items": req.input_items, "opening": "in_progress"},
     )

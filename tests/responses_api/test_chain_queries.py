@@ -1,7 +1,7 @@
 """Rebuilding a previous_response_id chain costs a constant number of queries, whatever its length."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 
@@ -20,7 +20,7 @@ def build_chain(tenant_id: int, length: int) -> str:
         rid = new_id("resp")
         user = message_item("user", f"question {turn}")
         services.response_begin(
-            tenant_id=tenant_id, api_key_id=None, response_id=rid, created_at=datetime.now(timezone.utc),
+            tenant_id=tenant_id, api_key_id=None, response_id=rid, created_at=datetime.now(UTC),
             model="m", previous_response_id=None, input_items=[user], params={}, status="in_progress",
             store=True,
         )
@@ -47,7 +47,7 @@ def test_chain_context_query_count_is_constant(length: int, django_assert_num_qu
     with django_assert_num_queries(3):
         begin = services.response_begin(
             tenant_id=tenant_id, api_key_id=None, response_id=new_id("resp"),
-            created_at=datetime.now(timezone.utc), model="m", previous_response_id=head,
+            created_at=datetime.now(UTC), model="m", previous_response_id=head,
             input_items=new_input, params={}, status="in_progress", store=True,
         )
     texts = [item["content"][0]["text"] for item in begin.context]

@@ -2,7 +2,7 @@
 on PostgreSQL, the ORM on SQLite), item references linked rather than copied, terminal states kept."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 from django.db import connection
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 def _row(tenant_id: int, rid: str) -> dict:
     return services.response_row(
         response_id=rid, tenant_id=tenant_id, api_key_id=None, previous_response_id=None, model="m",
-        params={"instructions": "brief", "metadata": {"k": "v"}}, created_at=datetime.now(timezone.utc),
+        params={"instructions": "brief", "metadata": {"k": "v"}}, created_at=datetime.now(UTC),
     )
 
 
@@ -48,7 +48,7 @@ def test_a_new_row_is_written_with_its_items_in_order(django_assert_max_num_quer
     assert (row.status, row.input_tokens, row.output_tokens, row.cached_tokens, row.upstream, row.latency_ms) == (
         "completed", 5, 2, 1, "p:m", 12)
     assert row.metadata == {"k": "v"} and row.instructions == "brief" and row.error is None
-    assert row.completed_at == datetime.fromtimestamp(1_800_000_000, timezone.utc)
+    assert row.completed_at == datetime.fromtimestamp(1_800_000_000, UTC)
     assert [i.data for i in Item.objects.filter(tenant_id=tenant_id).order_by("id")] == inputs + outputs
     assert ResponseItem.objects.filter(response_id=warm_up).count() == 0
     assert selectors.chain_items_list(response_id=rid) == inputs + outputs

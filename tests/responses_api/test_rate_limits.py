@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime, UTC
 from decimal import Decimal
 
 import httpx
@@ -201,7 +201,7 @@ def test_a_token_budget_counts_what_the_period_already_spent(gateway: Gateway, s
     assert refused.status_code == 429
     error = refused.json()["error"]
     assert error["code"] == "budget_exceeded" and "daily budget" in error["message"]
-    now = datetime.now(dt_timezone.utc)
+    now = datetime.now(UTC)
     to_midnight = 86400 - (now.hour * 3600 + now.minute * 60 + now.second)
     assert abs(int(refused.headers["retry-after"]) - to_midnight) <= 5
     usage = gateway.http().get("/v1/usage").json()

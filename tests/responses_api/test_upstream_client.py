@@ -7,7 +7,7 @@ import itertools
 import json
 import socket
 import struct
-from typing import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 

@@ -197,7 +197,7 @@ class McpServerProcess:
             except httpx.HTTPError:
                 if time.monotonic() > deadline or self.process.poll() is not None:
                     self.stop()
-                    raise RuntimeError("the MCP test server did not start")
+                    raise RuntimeError("the MCP test server did not start") from None
                 time.sleep(0.1)
 
     def counts(self) -> dict[str, int]:

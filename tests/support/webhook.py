@@ -6,7 +6,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 
 @dataclass
@@ -85,7 +86,7 @@ class WebhookServer:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "WebhookServer":
+    def start(self) -> WebhookServer:
         self.thread.start()
         return self
 

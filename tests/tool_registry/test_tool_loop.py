@@ -184,7 +184,6 @@ def test_a_call_is_never_executed_twice_for_the_same_call_id(tools_env, webhook:
 
 def _search_route(tools_env) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import ModelRoute
-    from tests.support.webhook import Route
 
     tools_env("corp_search", "/search", parameters={
         "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})

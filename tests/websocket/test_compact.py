@@ -2,7 +2,6 @@
 next response over HTTP and over a WebSocket."""
 from __future__ import annotations
 
-import json
 
 import pytest
 

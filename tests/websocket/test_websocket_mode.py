@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus

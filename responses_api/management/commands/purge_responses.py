@@ -1,7 +1,7 @@
 """`manage.py purge_responses`: remove responses and their content everywhere (services.responses_purge)."""
 from __future__ import annotations
 
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime, UTC
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -41,7 +41,7 @@ class Command(BaseCommand):
             rows = rows.filter(tenant=tenant)
         if options["before"]:
             try:
-                before = datetime.strptime(options["before"], "%Y-%m-%d").replace(tzinfo=dt_timezone.utc)
+                before = datetime.strptime(options["before"], "%Y-%m-%d").replace(tzinfo=UTC)
             except ValueError:
                 raise CommandError("--before takes a date, YYYY-MM-DD.") from None
             rows = rows.filter(created_at__lt=before)
