@@ -23,6 +23,7 @@ Two parts, against one throwaway Postgres:
 
     /tmp/venv/bin/python bench/chain.py [--lengths 1,10,100,500] [--samples 30]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,15 +58,27 @@ def build_chain(tenant_id: int, length: int, heads_at: set[int]) -> dict[int, st
         rid = new_id("resp")
         user = _message("user", f"question {turn}", new_id)
         services.response_begin(
-            tenant_id=tenant_id, api_key_id=None, response_id=rid, created_at=datetime.now(UTC),
-            model="bench-model", previous_response_id=None, input_items=[user], params={}, status="in_progress",
+            tenant_id=tenant_id,
+            api_key_id=None,
+            response_id=rid,
+            created_at=datetime.now(UTC),
+            model="bench-model",
+            previous_response_id=None,
+            input_items=[user],
+            params={},
+            status="in_progress",
             store=True,
         )
         Response.objects.filter(id=rid).update(previous_response_id=previous)
         services.response_finish(
             tenant_id=tenant_id,
-            response={"id": rid, "status": "completed", "output": [_message("assistant", f"answer {turn}", new_id)],
-                      "usage": None, "completed_at": None},
+            response={
+                "id": rid,
+                "status": "completed",
+                "output": [_message("assistant", f"answer {turn}", new_id)],
+                "usage": None,
+                "completed_at": None,
+            },
             input_items=[user],
         )
         previous = rid
@@ -75,9 +88,15 @@ def build_chain(tenant_id: int, length: int, heads_at: set[int]) -> dict[int, st
 
 
 def in_process(db_url: str, lengths: list[int], repeats: int) -> dict:
-    os.environ.update({"DATABASE_URL": db_url, "SECRET_KEY": c.BENCH_SECRET_KEY, "DEBUG": "0",
-                       "LOG_LEVEL": "WARNING",
-                       "DJANGO_SETTINGS_MODULE": "project.settings"})
+    os.environ.update(
+        {
+            "DATABASE_URL": db_url,
+            "SECRET_KEY": c.BENCH_SECRET_KEY,
+            "DEBUG": "0",
+            "LOG_LEVEL": "WARNING",
+            "DJANGO_SETTINGS_MODULE": "project.settings",
+        }
+    )
     os.environ.pop("REDIS_URL", None)
     os.environ.pop("GATEWAY_CONFIG", None)
     import django
@@ -120,9 +139,16 @@ def in_process_measure(lengths: list[int], repeats: int) -> dict:
             with CaptureQueriesContext(connection) as q:
                 t0 = time.perf_counter()
                 begin = services.response_begin(
-                    tenant_id=tenant_id, api_key_id=None, response_id=rid, created_at=datetime.now(UTC),
-                    model="bench-model", previous_response_id=head, input_items=[user], params={},
-                    status="in_progress", store=True,
+                    tenant_id=tenant_id,
+                    api_key_id=None,
+                    response_id=rid,
+                    created_at=datetime.now(UTC),
+                    model="bench-model",
+                    previous_response_id=head,
+                    input_items=[user],
+                    params={},
+                    status="in_progress",
+                    store=True,
                 )
                 begin_t.append(time.perf_counter() - t0)
             begin_q.append(len(q.captured_queries))
@@ -132,8 +158,13 @@ def in_process_measure(lengths: list[int], repeats: int) -> dict:
                 t0 = time.perf_counter()
                 services.response_finish(
                     tenant_id=tenant_id,
-                    response={"id": rid, "status": "completed", "output": [_message("assistant", "ok", new_id)],
-                              "usage": None, "completed_at": None},
+                    response={
+                        "id": rid,
+                        "status": "completed",
+                        "output": [_message("assistant", "ok", new_id)],
+                        "usage": None,
+                        "completed_at": None,
+                    },
                     input_items=[user],
                 )
                 finish_t.append(time.perf_counter() - t0)
@@ -145,14 +176,19 @@ def in_process_measure(lengths: list[int], repeats: int) -> dict:
             items_q.append(len(q.captured_queries))
         out[str(length)] = {
             "context_items": ctx_len,
-            "response_begin_queries": max(begin_q), "response_begin_ms": c.summary(begin_t, 1000),
+            "response_begin_queries": max(begin_q),
+            "response_begin_ms": c.summary(begin_t, 1000),
             "response_begin_sql_ms_median": round(c.pct(begin_sql, 50) * 1000, 3),
-            "response_finish_queries": max(finish_q), "response_finish_ms": c.summary(finish_t, 1000),
-            "input_items_queries": max(items_q), "input_items_ms": c.summary(items_t, 1000),
+            "response_finish_queries": max(finish_q),
+            "response_finish_ms": c.summary(finish_t, 1000),
+            "input_items_queries": max(items_q),
+            "input_items_ms": c.summary(items_t, 1000),
         }
-        c.log(f"in-process length {length}: context {ctx_len} items, begin {max(begin_q)} queries "
-              f"{out[str(length)]['response_begin_ms']['median']} ms, finish {max(finish_q)} queries, "
-              f"input_items {max(items_q)} queries {out[str(length)]['input_items_ms']['median']} ms")
+        c.log(
+            f"in-process length {length}: context {ctx_len} items, begin {max(begin_q)} queries "
+            f"{out[str(length)]['response_begin_ms']['median']} ms, finish {max(finish_q)} queries, "
+            f"input_items {max(items_q)} queries {out[str(length)]['input_items_ms']['median']} ms"
+        )
     connection.close()
     return out
 
@@ -169,7 +205,9 @@ async def build_http_chain(gw: c.Gateway, lengths: list[int]) -> tuple[dict[int,
             body["previous_response_id"] = previous
         res = await cl.request("POST", "/responses", json.dumps(body).encode(), keep_body=True, timeout=60)
         if not res.ok:
-            raise RuntimeError(f"chain build failed at turn {turn}: {res.status} {res.error} {(res.body or b'')[:300]!r}")
+            raise RuntimeError(
+                f"chain build failed at turn {turn}: {res.status} {res.error} {(res.body or b'')[:300]!r}"
+            )
         build_ms.append(res.total * 1000)
         previous = json.loads(res.body or b"{}")["id"]
         if turn in lengths:
@@ -179,8 +217,9 @@ async def build_http_chain(gw: c.Gateway, lengths: list[int]) -> tuple[dict[int,
     return heads, build_ms
 
 
-async def over_http(gw: c.Gateway, up: c.Upstream, heads: dict[int, str], lengths: list[int], samples: int,
-                    label: str) -> dict:
+async def over_http(
+    gw: c.Gateway, up: c.Upstream, heads: dict[int, str], lengths: list[int], samples: int, label: str
+) -> dict:
     cl = c.RawHttp(f"{gw.url}/v1", gw.headers)
     direct = c.RawHttp(up.base_url)
     create: dict[int, list[float]] = {n: [] for n in lengths}
@@ -188,7 +227,7 @@ async def over_http(gw: c.Gateway, up: c.Upstream, heads: dict[int, str], length
     items: dict[int, list[float]] = {n: [] for n in lengths}
     retrieve: dict[int, list[float]] = {n: [] for n in lengths}
     for i in range(samples):
-        order = lengths[i % len(lengths):] + lengths[: i % len(lengths)]
+        order = lengths[i % len(lengths) :] + lengths[: i % len(lengths)]
         for n in order:
             body = json.dumps({"model": "bench-model", "input": "next", "previous_response_id": heads[n]}).encode()
             res = await cl.request("POST", "/responses", body, timeout=60)
@@ -197,8 +236,9 @@ async def over_http(gw: c.Gateway, up: c.Upstream, heads: dict[int, str], length
             create[n].append(res.total)
             msgs = [{"role": "user" if k % 2 == 0 else "assistant", "content": f"turn {k}"} for k in range(2 * n)]
             msgs.append({"role": "user", "content": "next"})
-            res = await direct.request("POST", "/chat/completions",
-                                       json.dumps({"model": "echo", "messages": msgs}).encode(), timeout=60)
+            res = await direct.request(
+                "POST", "/chat/completions", json.dumps({"model": "echo", "messages": msgs}).encode(), timeout=60
+            )
             direct_t[n].append(res.total)
             res = await cl.request("GET", f"/responses/{heads[n]}/input_items?limit=20")
             if not res.ok:
@@ -217,9 +257,11 @@ async def over_http(gw: c.Gateway, up: c.Upstream, heads: dict[int, str], length
             "input_items_ms": c.summary(items[n], 1000),
             "retrieve_ms": c.summary(retrieve[n], 1000),
         }
-        c.log(f"http {label} length {n}: create p50 {out[str(n)]['create_ms']['median']} ms "
-              f"(upstream alone {out[str(n)]['direct_upstream_same_messages_ms']['median']} ms), "
-              f"input_items p50 {out[str(n)]['input_items_ms']['median']} ms")
+        c.log(
+            f"http {label} length {n}: create p50 {out[str(n)]['create_ms']['median']} ms "
+            f"(upstream alone {out[str(n)]['direct_upstream_same_messages_ms']['median']} ms), "
+            f"input_items p50 {out[str(n)]['input_items_ms']['median']} ms"
+        )
     return out
 
 
@@ -233,22 +275,29 @@ def fill_database(db_url: str, template_response: str, rows: int) -> dict:
             "INSERT INTO responses_api_response SELECT (jsonb_populate_record(NULL::responses_api_response, "
             "to_jsonb(r) || jsonb_build_object("
             "'id', 'fill_' || g, 'previous_response_id', NULL))).* "
-            "FROM responses_api_response r, generate_series(1, %s) g WHERE r.id = %s", (rows, template_response))
+            "FROM responses_api_response r, generate_series(1, %s) g WHERE r.id = %s",
+            (rows, template_response),
+        )
         conn.execute(
             "INSERT INTO responses_api_item SELECT (jsonb_populate_record(NULL::responses_api_item, to_jsonb(i) || "
             "jsonb_build_object('id', nextval(pg_get_serial_sequence('responses_api_item', 'id')), "
             "'public_id', 'fill_' || g))).* "
-            "FROM (SELECT * FROM responses_api_item ORDER BY id LIMIT 1) i, generate_series(1, %s) g", (rows,))
+            "FROM (SELECT * FROM responses_api_item ORDER BY id LIMIT 1) i, generate_series(1, %s) g",
+            (rows,),
+        )
         conn.execute(
             "INSERT INTO responses_api_responseitem SELECT (jsonb_populate_record(NULL::responses_api_responseitem, "
             "to_jsonb(ri) || jsonb_build_object("
             "'id', nextval(pg_get_serial_sequence('responses_api_responseitem', 'id')), "
             "'response_id', 'fill_' || g))).* "
             "FROM responses_api_responseitem ri, generate_series(1, %s) g WHERE ri.response_id = %s",
-            (rows, template_response))
+            (rows, template_response),
+        )
         conn.execute("ANALYZE")
-        counts = {t_: conn.execute(f"SELECT count(*) FROM {t_}").fetchone()[0]
-                  for t_ in ("responses_api_response", "responses_api_item", "responses_api_responseitem")}
+        counts = {
+            t_: conn.execute(f"SELECT count(*) FROM {t_}").fetchone()[0]
+            for t_ in ("responses_api_response", "responses_api_item", "responses_api_responseitem")
+        }
     c.log(f"filled the database in {time.perf_counter() - t:.1f}s: {counts}")
     return counts
 
@@ -260,9 +309,13 @@ def explain_chain(db_url: str, head: str) -> str:
     from responses_api.selectors import CHAIN_ITEMS_SQL, CHAIN_SELECT, CHAIN_STEP_SQL
 
     response = '"responses_api_response"'
-    sql = CHAIN_ITEMS_SQL.format(step=CHAIN_STEP_SQL["postgresql"].format(response=response), response=response,
-                                 response_item='"responses_api_responseitem"', item='"responses_api_item"',
-                                 select=CHAIN_SELECT["postgresql"])
+    sql = CHAIN_ITEMS_SQL.format(
+        step=CHAIN_STEP_SQL["postgresql"].format(response=response),
+        response=response,
+        response_item='"responses_api_responseitem"',
+        item='"responses_api_item"',
+        select=CHAIN_SELECT["postgresql"],
+    )
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("EXPLAIN ANALYZE " + sql, (head,))
         return "\n".join(r[0] for r in conn.execute("EXPLAIN ANALYZE " + sql, (head,)).fetchall())
@@ -282,8 +335,9 @@ def main() -> None:
     d = c.run_dir("chain")
     pg = c.start_postgres(d)
     up = c.Upstream(latency=args.latency, log_dir=d)
-    gw = c.Gateway(db_url=pg.url, providers={"local": up.base_url}, models={"bench-model": ("local", "echo")},
-                   log_dir=d)
+    gw = c.Gateway(
+        db_url=pg.url, providers={"local": up.base_url}, models={"bench-model": ("local", "echo")}, log_dir=d
+    )
     heads, build_ms = asyncio.run(build_http_chain(gw, lengths))
     http_small = asyncio.run(over_http(gw, up, heads, lengths, args.samples, "small_db"))
     inproc = in_process(pg.url, lengths, args.repeats)  # sets up Django in this process
@@ -317,25 +371,35 @@ def main() -> None:
             f"create_latency_len{last}_within_3x_len{first}": ratio <= 3.0,
         }
         print()
-        print(f"[{state}] length  begin-queries  begin-ms(in-process)  create-p50-ms(HTTP)  create-p99-ms"
-              f"  upstream-alone-p50-ms  input_items-queries  input_items-p50-ms")
+        print(
+            f"[{state}] length  begin-queries  begin-ms(in-process)  create-p50-ms(HTTP)  create-p99-ms"
+            f"  upstream-alone-p50-ms  input_items-queries  input_items-p50-ms"
+        )
         for n in map(str, lengths):
-            print(f"{'':>{len(state) + 2}} {n:>6}  {ip[n]['response_begin_queries']:>13}"
-                  f"  {ip[n]['response_begin_ms']['median']:>20}  {http[n]['create_ms']['median']:>19}"
-                  f"  {http[n]['create_ms']['p99']:>13}  {http[n]['direct_upstream_same_messages_ms']['median']:>21}"
-                  f"  {ip[n]['input_items_queries']:>19}  {http[n]['input_items_ms']['median']:>18}")
+            print(
+                f"{'':>{len(state) + 2}} {n:>6}  {ip[n]['response_begin_queries']:>13}"
+                f"  {ip[n]['response_begin_ms']['median']:>20}  {http[n]['create_ms']['median']:>19}"
+                f"  {http[n]['create_ms']['p99']:>13}  {http[n]['direct_upstream_same_messages_ms']['median']:>21}"
+                f"  {ip[n]['input_items_queries']:>19}  {http[n]['input_items_ms']['median']:>18}"
+            )
         print(f"  create latency ratio length {last} / length {first}: {ratio:.2f} (target <= 3)")
         for k, v in targets[state].items():
             print(f"  target {k}: {'met' if v else 'MISSED'}")
     print()
-    c.write_result("chain", {
-        "args": vars(args), "headline": headline, "targets": targets,
-        "fill_counts": fill_counts, "build_chain_over_http_ms": c.summary(build_ms, 1),
-        "in_process": {"small_db": inproc, "filled_db": inproc_filled if args.fill else None},
-        "http": {"small_db": http_small, "filled_db": http_filled if args.fill else None},
-        "chain_query_plans_len_max": plans,
-        "runtime_s": round(time.perf_counter() - t_begin, 1),
-    })
+    c.write_result(
+        "chain",
+        {
+            "args": vars(args),
+            "headline": headline,
+            "targets": targets,
+            "fill_counts": fill_counts,
+            "build_chain_over_http_ms": c.summary(build_ms, 1),
+            "in_process": {"small_db": inproc, "filled_db": inproc_filled if args.fill else None},
+            "http": {"small_db": http_small, "filled_db": http_filled if args.fill else None},
+            "chain_query_plans_len_max": plans,
+            "runtime_s": round(time.perf_counter() - t_begin, 1),
+        },
+    )
     plot(lengths, states)
     gw.stop()
     up.stop()
@@ -350,11 +414,19 @@ def plot(lengths: list[int], states: dict) -> None:
     ax = axes[0]
     for state, (http, _) in states.items():
         ax.plot(lengths, [http[str(n)]["create_ms"]["median"] for n in lengths], "o-", label=f"create p50 ({state})")
-        ax.plot(lengths, [http[str(n)]["input_items_ms"]["median"] for n in lengths], "^-",
-                label=f"GET input_items p50 ({state})")
+        ax.plot(
+            lengths,
+            [http[str(n)]["input_items_ms"]["median"] for n in lengths],
+            "^-",
+            label=f"GET input_items p50 ({state})",
+        )
     http = next(iter(states.values()))[0]
-    ax.plot(lengths, [http[str(n)]["direct_upstream_same_messages_ms"]["median"] for n in lengths], "s:",
-            label="upstream alone, same messages, p50")
+    ax.plot(
+        lengths,
+        [http[str(n)]["direct_upstream_same_messages_ms"]["median"] for n in lengths],
+        "s:",
+        label="upstream alone, same messages, p50",
+    )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("chain length (turns)")
@@ -363,7 +435,9 @@ def plot(lengths: list[int], states: dict) -> None:
     ax.legend(fontsize=7)
     ax = axes[1]
     for state, (_, ip) in states.items():
-        ax.plot(lengths, [ip[str(n)]["response_begin_queries"] for n in lengths], "o-", label=f"response_begin ({state})")
+        ax.plot(
+            lengths, [ip[str(n)]["response_begin_queries"] for n in lengths], "o-", label=f"response_begin ({state})"
+        )
         ax.plot(lengths, [ip[str(n)]["input_items_queries"] for n in lengths], "^--", label=f"input_items ({state})")
     ax.set_xscale("log")
     ax.set_ylim(bottom=0)

@@ -18,6 +18,7 @@ What is here:
   bench/results/ and optional matplotlib plots (skipped with a message when
   matplotlib is not installed).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -113,8 +114,15 @@ def _child_setup() -> None:
 class Proc:
     """A child process we started; stopped by its own pid (its session, which we created)."""
 
-    def __init__(self, name: str, cmd: list[str], *, env: dict[str, str] | None = None,
-                 cwd: Path | None = None, log_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
         self.name = name
         self.cmd = cmd
         log_dir = log_dir or Path(tempfile.mkdtemp(prefix="bench-logs-"))
@@ -122,8 +130,13 @@ class Proc:
         self.log_path = log_dir / f"{name}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.popen = subprocess.Popen(
-            cmd, env=env, cwd=str(cwd or REPO), stdout=self._log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            cmd,
+            env=env,
+            cwd=str(cwd or REPO),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
             preexec_fn=_child_setup,  # noqa: PLW1509 - only setrlimit + prctl, async-signal-safe enough
         )
         _live.append(self)
@@ -193,6 +206,7 @@ def run_dir(prefix: str) -> Path:
 # Servers
 # --------------------------------------------------------------------------
 
+
 def start_postgres(base: Path):  # type: ignore[no-untyped-def]
     """A throwaway PostgreSQL (tests/support/servers.py): fsync off, trust auth, loopback."""
     from tests.support.servers import start_postgres as _start
@@ -209,13 +223,32 @@ class Upstream:
     `slow` streams `slow_tokens` chunks of `slow_chunk_chars` characters, one
     every `slow_interval` seconds."""
 
-    def __init__(self, *, latency: float = 0.0, log_dir: Path, name: str = "upstream",
-                 slow_interval: float = 0.1, slow_tokens: int = 30, slow_chunk_chars: int = 4,
-                 echo_chunk_chars: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        log_dir: Path,
+        name: str = "upstream",
+        slow_interval: float = 0.1,
+        slow_tokens: int = 30,
+        slow_chunk_chars: int = 4,
+        echo_chunk_chars: int | None = None,
+    ) -> None:
         self.port = free_port()
-        cmd = [PYTHON, str(BENCH / "upstream_server.py"), "--port", str(self.port), "--latency", str(latency),
-               "--slow-interval", str(slow_interval), "--slow-tokens", str(slow_tokens),
-               "--slow-chunk-chars", str(slow_chunk_chars)]
+        cmd = [
+            PYTHON,
+            str(BENCH / "upstream_server.py"),
+            "--port",
+            str(self.port),
+            "--latency",
+            str(latency),
+            "--slow-interval",
+            str(slow_interval),
+            "--slow-tokens",
+            str(slow_tokens),
+            "--slow-chunk-chars",
+            str(slow_chunk_chars),
+        ]
         if echo_chunk_chars is not None:
             cmd += ["--echo-chunk-chars", str(echo_chunk_chars)]
         self.proc = Proc(name, cmd, log_dir=log_dir)
@@ -232,21 +265,24 @@ class Upstream:
 
 def _gateway_env(db_url: str, config: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
-    env.update({
-        "DATABASE_URL": db_url,
-        "SECRET_KEY": BENCH_SECRET_KEY,
-        "DEBUG": "0",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "LOG_LEVEL": "WARNING",
-        "GATEWAY_CONFIG": str(config),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "DATABASE_URL": db_url,
+            "SECRET_KEY": BENCH_SECRET_KEY,
+            "DEBUG": "0",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "LOG_LEVEL": "WARNING",
+            "GATEWAY_CONFIG": str(config),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.update(extra or {})
     return env
 
 
-def write_gateway_config(path: Path, providers: dict[str, str], models: dict[str, tuple[str, str]],
-                         raw: dict | None = None) -> Path:
+def write_gateway_config(
+    path: Path, providers: dict[str, str], models: dict[str, tuple[str, str]], raw: dict | None = None
+) -> Path:
     """providers: name -> base_url; models: public name -> (provider, upstream model); or `raw` as is."""
     import yaml
 
@@ -261,8 +297,15 @@ def write_gateway_config(path: Path, providers: dict[str, str], models: dict[str
 
 
 def manage(args: list[str], env: dict[str, str], timeout: float = 300, cwd: Path | None = None) -> str:
-    res = subprocess.run([PYTHON, "manage.py", *args], cwd=cwd or REPO, env=env, capture_output=True, text=True,
-                         timeout=timeout, check=False)
+    res = subprocess.run(
+        [PYTHON, "manage.py", *args],
+        cwd=cwd or REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if res.returncode != 0:
         raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{res.stdout}\n{res.stderr}")
     return res.stdout
@@ -271,22 +314,53 @@ def manage(args: list[str], env: dict[str, str], timeout: float = 300, cwd: Path
 class Gateway:
     """The gateway as production runs it: uvicorn (uvloop, httptools), DEBUG off, Postgres with the pool."""
 
-    def __init__(self, *, db_url: str, providers: dict[str, str], models: dict[str, tuple[str, str]],
-                 log_dir: Path, extra_env: dict[str, str] | None = None, name: str = "gateway",
-                 migrate: bool = True, key: str | None = None, config: dict | None = None,
-                 uvicorn_args: list[str] | None = None, tree: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        db_url: str,
+        providers: dict[str, str],
+        models: dict[str, tuple[str, str]],
+        log_dir: Path,
+        extra_env: dict[str, str] | None = None,
+        name: str = "gateway",
+        migrate: bool = True,
+        key: str | None = None,
+        config: dict | None = None,
+        uvicorn_args: list[str] | None = None,
+        tree: Path | None = None,
+    ) -> None:
         """`tree`: run the gateway from another source tree (e.g. an earlier commit, see
         `source_tree`) with this interpreter; it needs a database of its own."""
         self.config = write_gateway_config(log_dir / f"{name}-config.yaml", providers, models, config)
         self.env = _gateway_env(db_url, self.config, extra_env)
         if migrate:
             manage(["migrate", "--noinput", "-v", "0"], self.env, cwd=tree)
-        self.key = key or manage(["create_api_key", "bench", "--tenant", "bench"], self.env,
-                                 cwd=tree).strip().splitlines()[-1]
+        self.key = (
+            key or manage(["create_api_key", "bench", "--tenant", "bench"], self.env, cwd=tree).strip().splitlines()[-1]
+        )
         self.port = free_port()
-        cmd = [PYTHON, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1", "--port",
-               str(self.port), "--no-access-log", "--log-level", "warning", "--loop", "auto", "--http", "auto",
-               "--backlog", "4096", "--timeout-keep-alive", "60", *(uvicorn_args or [])]
+        cmd = [
+            PYTHON,
+            "-m",
+            "uvicorn",
+            "project.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--loop",
+            "auto",
+            "--http",
+            "auto",
+            "--backlog",
+            "4096",
+            "--timeout-keep-alive",
+            "60",
+            *(uvicorn_args or []),
+        ]
         self.proc = Proc(name, cmd, env=self.env, log_dir=log_dir, cwd=tree)
         wait_http(f"{self.url}/healthz", self.proc)
         log(f"{name} at {self.url} (pid {self.proc.pid})")
@@ -306,8 +380,7 @@ class Gateway:
 def source_tree(rev: str, dest: Path) -> Path:
     """The files of commit `rev` (git archive) in `dest`: a gateway to compare against in one run."""
     dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=REPO, check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=REPO, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest
 
@@ -333,10 +406,8 @@ def ensure_litellm(timeout: float = 900) -> Path | None:
         return exe
     log(f"installing litellm[proxy] into {venv} (separate virtualenv, one time)")
     try:
-        subprocess.run([shutil.which("python3") or sys.executable, "-m", "venv", str(venv)],
-                       check=True, timeout=120)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=True,
-                       timeout=timeout)
+        subprocess.run([shutil.which("python3") or sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=True, timeout=timeout)
     except (subprocess.SubprocessError, OSError) as exc:
         log(f"LiteLLM: install failed ({exc}); skipping LiteLLM")
         return None
@@ -348,22 +419,25 @@ class LiteLLM:
 
     MASTER_KEY = "sk-bench-0123456789abcdef0123456789abcdef"
 
-    def __init__(self, exe: Path, *, upstream_base: str, log_dir: Path, model: str = "bench-model",
-                 upstream_model: str = "echo") -> None:
+    def __init__(
+        self, exe: Path, *, upstream_base: str, log_dir: Path, model: str = "bench-model", upstream_model: str = "echo"
+    ) -> None:
         import yaml
 
         self.port = free_port()
         cfg = {
-            "model_list": [{
-                "model_name": model,
-                "litellm_params": {
-                    # `openai/chat_completions/<m>`: the Responses -> Chat Completions bridge
-                    # (plain `openai/<m>` would forward to the upstream's own /v1/responses).
-                    "model": f"openai/chat_completions/{upstream_model}",
-                    "api_base": upstream_base,
-                    "api_key": "x",
-                },
-            }],
+            "model_list": [
+                {
+                    "model_name": model,
+                    "litellm_params": {
+                        # `openai/chat_completions/<m>`: the Responses -> Chat Completions bridge
+                        # (plain `openai/<m>` would forward to the upstream's own /v1/responses).
+                        "model": f"openai/chat_completions/{upstream_model}",
+                        "api_base": upstream_base,
+                        "api_key": "x",
+                    },
+                }
+            ],
             "litellm_settings": {"telemetry": False, "set_verbose": False, "json_logs": False},
             # A master key (checked on every request, like our gateway's API key; no database,
             # so no virtual keys, spend logs or stored responses).
@@ -372,15 +446,26 @@ class LiteLLM:
         self.config = log_dir / "litellm-config.yaml"
         self.config.write_text(yaml.safe_dump(cfg))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DATABASE_URL", "OPENAI"))}
-        env.update({
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch from the internet
-            "LITELLM_LOG": "ERROR",
-            "LITELLM_TELEMETRY": "False",
-            "NO_PROXY": "*",
-            "DISABLE_SCHEMA_UPDATE": "True",
-        })
-        cmd = [str(exe), "--config", str(self.config), "--host", "127.0.0.1", "--port", str(self.port),
-               "--num_workers", "1"]
+        env.update(
+            {
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch from the internet
+                "LITELLM_LOG": "ERROR",
+                "LITELLM_TELEMETRY": "False",
+                "NO_PROXY": "*",
+                "DISABLE_SCHEMA_UPDATE": "True",
+            }
+        )
+        cmd = [
+            str(exe),
+            "--config",
+            str(self.config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--num_workers",
+            "1",
+        ]
         self.proc = Proc("litellm", cmd, env=env, log_dir=log_dir)
         wait_http(f"{self.url}/health/liveliness", self.proc, timeout=120)
         log(f"litellm at {self.url} (pid {self.proc.pid})")
@@ -400,6 +485,7 @@ class LiteLLM:
 # --------------------------------------------------------------------------
 # The load generator's HTTP client
 # --------------------------------------------------------------------------
+
 
 @dataclass
 class Result:
@@ -516,9 +602,19 @@ class RawHttp:
         _, proto = await loop.create_connection(_Proto, self.host, self.port)
         return proto
 
-    async def request(self, method: str, path: str, body: bytes | None = None, *, sse: bool = False,
-                      keep_body: bool = False, event_times: bool = False, match: bytes | None = None,
-                      timeout: float = 120.0, times: list[float] | None = None) -> Result:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        sse: bool = False,
+        keep_body: bool = False,
+        event_times: bool = False,
+        match: bytes | None = None,
+        timeout: float = 120.0,
+        times: list[float] | None = None,
+    ) -> Result:
         """One request. sse: count `data:` events and time the first; event_times: keep the arrival
         time of every event (only of events containing `match`, when given), into `times` if given
         (readable while the request runs, and after it is cancelled)."""
@@ -533,8 +629,13 @@ class RawHttp:
             if self._proto is None or self._proto.closed.done():
                 self._proto = await self._connect()
             proto = self._proto
-            pending = _Pending(asyncio.get_running_loop().create_future(), keep_body, sse,
-                               times if times is not None else ([] if event_times else None), match)
+            pending = _Pending(
+                asyncio.get_running_loop().create_future(),
+                keep_body,
+                sse,
+                times if times is not None else ([] if event_times else None),
+                match,
+            )
             proto.cur = pending
             t0 = time.perf_counter()
             assert proto.transport is not None
@@ -546,9 +647,15 @@ class RawHttp:
             self.close()
             return Result(ok=False, t_start=t0, t_end=time.perf_counter(), error=repr(exc), sent_bytes=len(data))
         return Result(
-            ok=200 <= pending.status < 300, status=pending.status, t_start=t0, t_first_event=pending.t_first,
-            t_end=t1, events=pending.events, event_times=pending.times,
-            body=b"".join(pending.chunks) if keep_body else None, sent_bytes=len(data),
+            ok=200 <= pending.status < 300,
+            status=pending.status,
+            t_start=t0,
+            t_first_event=pending.t_first,
+            t_end=t1,
+            events=pending.events,
+            event_times=pending.times,
+            body=b"".join(pending.chunks) if keep_body else None,
+            sent_bytes=len(data),
         )
 
     def close(self) -> None:
@@ -570,6 +677,7 @@ def use_uvloop() -> str:
 # --------------------------------------------------------------------------
 # Statistics and process metrics
 # --------------------------------------------------------------------------
+
 
 def pct(values: list[float], p: float) -> float:
     """Percentile with linear interpolation (p in 0..100); NaN for no values."""
@@ -704,6 +812,7 @@ class CpuMeter:
 # Results and plots
 # --------------------------------------------------------------------------
 
+
 def machine_info() -> dict[str, Any]:
     model = ""
     try:
@@ -722,8 +831,9 @@ def machine_info() -> dict[str, Any]:
         pass
     commit = ""
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True, timeout=10, check=False).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
     return {
@@ -739,8 +849,12 @@ def machine_info() -> dict[str, Any]:
 def write_result(name: str, data: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"benchmark": name, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-               "machine": machine_info(), **data}
+    payload = {
+        "benchmark": name,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": machine_info(),
+        **data,
+    }
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     log(f"wrote {path.relative_to(REPO)}")
     return path

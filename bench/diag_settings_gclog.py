@@ -2,6 +2,7 @@
 that takes longer than 5 ms, with its generation and duration. Used with
 `bench/streams.py --settings diag_settings_gclog` to see whether GC pauses
 show up as inter-event delay."""
+
 import gc
 import sys
 import time
@@ -17,7 +18,9 @@ def _gc_log(phase: str, info: dict) -> None:
         return
     took = (time.perf_counter() - _gc_start[0]) * 1000
     if took > 5:
-        sys.stderr.write(f"{time.time():.2f} GC gen{info.get('generation')} {took:.1f} ms collected {info.get('collected')} tracked {len(gc.get_objects()) if info.get('generation') == 2 else -1}\n")
+        sys.stderr.write(
+            f"{time.time():.2f} GC gen{info.get('generation')} {took:.1f} ms collected {info.get('collected')} tracked {len(gc.get_objects()) if info.get('generation') == 2 else -1}\n"
+        )
 
 
 gc.callbacks.append(_gc_log)

@@ -7,6 +7,7 @@ per client after a warm-up; prints process CPU and wall time per call.
 
     /tmp/venv/bin/python bench/http_clients.py            # httpx, aiohttp, and the benchmark's raw client
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,8 +71,10 @@ def main() -> None:
                 "client_cpu_us_per_call": round((time.process_time() - cpu) / args.calls * 1e6, 1),
                 "wall_us_per_call": round((time.perf_counter() - wall) / args.calls * 1e6, 1),
             }
-            c.log(f"{name}: {results[name]['client_cpu_us_per_call']} µs CPU per call, "
-                  f"{results[name]['wall_us_per_call']} µs wall (upstream included)")
+            c.log(
+                f"{name}: {results[name]['client_cpu_us_per_call']} µs CPU per call, "
+                f"{results[name]['wall_us_per_call']} µs wall (upstream included)"
+            )
     finally:
         up.stop()
     c.write_result("http_clients", {"args": vars(args), "clients": results})

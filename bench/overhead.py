@@ -19,6 +19,7 @@ together; the generator's CPU share is printed next to every cell.
 
     /tmp/venv/bin/python bench/overhead.py [--latency 0.02] [--requests 100] [--streams 200]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,16 +74,18 @@ async def sequential(targets: list[Target], n: int, *, stream: bool, warmup: int
     clients = {t.name: t.client() for t in targets}
     for t in targets:  # warm-up, not recorded
         for _ in range(warmup):
-            res = await clients[t.name].request("POST", t.path, t.stream_body if stream else t.body, sse=stream,
-                                                keep_body=True)
+            res = await clients[t.name].request(
+                "POST", t.path, t.stream_body if stream else t.body, sse=stream, keep_body=True
+            )
             t.check(res, stream)
     out: dict[str, list[c.Result]] = {t.name: [] for t in targets}
     for i in range(n):
         for t in rotated(targets, i):
             res = await clients[t.name].request("POST", t.path, t.stream_body if stream else t.body, sse=stream)
             if not res.ok:
-                res = await clients[t.name].request("POST", t.path, t.stream_body if stream else t.body,
-                                                    sse=stream, keep_body=True)
+                res = await clients[t.name].request(
+                    "POST", t.path, t.stream_body if stream else t.body, sse=stream, keep_body=True
+                )
                 t.check(res, stream)
             out[t.name].append(res)
     for cl in clients.values():
@@ -148,13 +151,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="throughput rounds (target order reversed each round)")
     ap.add_argument("--cap", type=int, default=20000, help="max requests per throughput cell")
     ap.add_argument("--no-litellm", action="store_true")
-    ap.add_argument("--baseline", metavar="REV", default="",
-                    help="also run the gateway of git commit REV (target 'baseline'): before/after in one run")
-    ap.add_argument("--limited", action="store_true",
-                    help="also run this tree with Redis and rate limits on the key's tenant that never bind "
-                         "(target 'limited'): the cost of counting")
-    ap.add_argument("--py-spy", action="store_true",
-                    help="record a py-spy profile of the gateway during its concurrency-64 cell")
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        default="",
+        help="also run the gateway of git commit REV (target 'baseline'): before/after in one run",
+    )
+    ap.add_argument(
+        "--limited",
+        action="store_true",
+        help="also run this tree with Redis and rate limits on the key's tenant that never bind "
+        "(target 'limited'): the cost of counting",
+    )
+    ap.add_argument(
+        "--py-spy", action="store_true", help="record a py-spy profile of the gateway during its concurrency-64 cell"
+    )
     args = ap.parse_args()
     concurrencies = [int(x) for x in args.concurrency.split(",")]
     c.raise_nofile()
@@ -167,8 +178,9 @@ def main() -> None:
     PG_PID = pg.pid
     up = c.Upstream(latency=args.latency, log_dir=d)
     UPSTREAM_PID = up.proc.pid
-    gw = c.Gateway(db_url=pg.url, providers={"local": up.base_url}, models={"bench-model": ("local", "echo")},
-                   log_dir=d)
+    gw = c.Gateway(
+        db_url=pg.url, providers={"local": up.base_url}, models={"bench-model": ("local", "echo")}, log_dir=d
+    )
     targets = [
         Target("direct", up.base_url, {}, direct=True, pid=up.proc.pid),
         Target("gateway", f"{gw.url}/v1", gw.headers, direct=False, pid=gw.proc.pid),
@@ -176,24 +188,43 @@ def main() -> None:
     base_gw = None
     if args.baseline:
         tree = c.source_tree(args.baseline, d / "baseline-tree")
-        base_gw = c.Gateway(db_url=c.create_database(pg.url, "baseline"), providers={"local": up.base_url},
-                            models={"bench-model": ("local", "echo")}, log_dir=d, name="baseline", tree=tree)
-        targets.append(Target("baseline", f"{base_gw.url}/v1", base_gw.headers, direct=False,
-                              pid=base_gw.proc.pid))
+        base_gw = c.Gateway(
+            db_url=c.create_database(pg.url, "baseline"),
+            providers={"local": up.base_url},
+            models={"bench-model": ("local", "echo")},
+            log_dir=d,
+            name="baseline",
+            tree=tree,
+        )
+        targets.append(Target("baseline", f"{base_gw.url}/v1", base_gw.headers, direct=False, pid=base_gw.proc.pid))
     limited_gw = None
     if args.limited:
         from tests.support.servers import start_redis
 
         redis_server = start_redis(d)
         limited_gw = c.Gateway(
-            db_url=c.create_database(pg.url, "limited"), providers={}, models={}, log_dir=d, name="limited",
+            db_url=c.create_database(pg.url, "limited"),
+            providers={},
+            models={},
+            log_dir=d,
+            name="limited",
             extra_env={"REDIS_URL": redis_server.url},
-            config={"providers": [{"name": "local", "kind": "chat_completions", "base_url": up.base_url}],
-                    "models": [{"name": "bench-model", "targets": [{"provider": "local", "model": "echo"}]}],
-                    "tenants": [{"name": "bench", "requests_per_minute": 10**9, "tokens_per_minute": 10**9,
-                                 "max_concurrent_requests": 10**6}]})
-        targets.append(Target("limited", f"{limited_gw.url}/v1", limited_gw.headers, direct=False,
-                              pid=limited_gw.proc.pid))
+            config={
+                "providers": [{"name": "local", "kind": "chat_completions", "base_url": up.base_url}],
+                "models": [{"name": "bench-model", "targets": [{"provider": "local", "model": "echo"}]}],
+                "tenants": [
+                    {
+                        "name": "bench",
+                        "requests_per_minute": 10**9,
+                        "tokens_per_minute": 10**9,
+                        "max_concurrent_requests": 10**6,
+                    }
+                ],
+            },
+        )
+        targets.append(
+            Target("limited", f"{limited_gw.url}/v1", limited_gw.headers, direct=False, pid=limited_gw.proc.pid)
+        )
     litellm_note = ""
     ll = None
     if not args.no_litellm:
@@ -213,9 +244,12 @@ def main() -> None:
     names = [t.name for t in targets]
     proxies = [n for n in names if n != "direct"]
 
-    all_pids = {"upstream": up.proc.pid, "gateway": gw.proc.pid, "postgres": pg.pid} | (
-        {"litellm": ll.proc.pid} if ll else {}) | ({"baseline": base_gw.proc.pid} if base_gw else {}) | (
-        {"limited": limited_gw.proc.pid} if limited_gw else {})
+    all_pids = (
+        {"upstream": up.proc.pid, "gateway": gw.proc.pid, "postgres": pg.pid}
+        | ({"litellm": ll.proc.pid} if ll else {})
+        | ({"baseline": base_gw.proc.pid} if base_gw else {})
+        | ({"limited": limited_gw.proc.pid} if limited_gw else {})
+    )
     c.log(f"non-streaming: {args.requests} sequential requests per target, alternating {names}")
     meter = c.CpuMeter(all_pids).start()
     seq = asyncio.run(sequential(targets, args.requests, stream=False, warmup=args.warmup))
@@ -226,8 +260,12 @@ def main() -> None:
     cpu_st = meter.stop()
     c.log(f"CPU during the sequential phases (cores): non-streaming {cpu_seq}; streaming {cpu_st}")
 
-    results: dict = {"non_streaming": {}, "streaming": {}, "throughput": {},
-                     "cpu_cores_sequential": {"non_streaming": cpu_seq, "streaming": cpu_st}}
+    results: dict = {
+        "non_streaming": {},
+        "streaming": {},
+        "throughput": {},
+        "cpu_cores_sequential": {"non_streaming": cpu_seq, "streaming": cpu_st},
+    }
     for n in names:
         results["non_streaming"][n] = {"latency_ms": c.summary([r.total for r in seq[n]], 1000)}
         results["streaming"][n] = {
@@ -252,9 +290,24 @@ def main() -> None:
                     profile_path = c.RESULTS / "overhead-gateway-c64.speedscope.json"
                     c.RESULTS.mkdir(parents=True, exist_ok=True)
                     spy = subprocess.Popen(
-                        ["py-spy", "record", "-p", str(t.pid), "-r", "250", "-d", str(int(args.duration) + 1),
-                         "-f", "speedscope", "-o", str(profile_path), "--nonblocking"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        [
+                            "py-spy",
+                            "record",
+                            "-p",
+                            str(t.pid),
+                            "-r",
+                            "250",
+                            "-d",
+                            str(int(args.duration) + 1),
+                            "-f",
+                            "speedscope",
+                            "-o",
+                            str(profile_path),
+                            "--nonblocking",
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
                 cells[t.name].append(asyncio.run(load(t, conc, args.duration, args.cap)))
                 if spy is not None:
                     try:
@@ -272,17 +325,25 @@ def main() -> None:
                 for k, v in cell["cpu"].items():
                     cpu[k] = round(cpu.get(k, 0.0) + v / len(cells[n]), 3)
             row[n] = {
-                "requests": len(lat), "errors": errors, "seconds": round(elapsed, 2),
+                "requests": len(lat),
+                "errors": errors,
+                "seconds": round(elapsed, 2),
                 "rps": round(len(lat) / elapsed, 1) if elapsed else 0.0,
-                "latency_ms": c.summary(lat, 1000), "cpu_cores": cpu,
+                "latency_ms": c.summary(lat, 1000),
+                "cpu_cores": cpu,
             }
         for n in proxies:
             row[n]["added_p50_ms"] = round(row[n]["latency_ms"]["median"] - row["direct"]["latency_ms"]["median"], 3)
             row[n]["added_p99_ms"] = round(row[n]["latency_ms"]["p99"] - row["direct"]["latency_ms"]["p99"], 3)
         results["throughput"][str(conc)] = row
-        c.log(f"concurrency {conc}: " + ", ".join(
-            f"{n} {row[n]['rps']} req/s (p50 {row[n]['latency_ms']['median']} ms, p99 {row[n]['latency_ms']['p99']} ms,"
-            f" err {row[n]['errors']}, generator {row[n]['cpu_cores'].get('generator_cores')} cores)" for n in names))
+        c.log(
+            f"concurrency {conc}: "
+            + ", ".join(
+                f"{n} {row[n]['rps']} req/s (p50 {row[n]['latency_ms']['median']} ms, p99 {row[n]['latency_ms']['p99']} ms,"
+                f" err {row[n]['errors']}, generator {row[n]['cpu_cores'].get('generator_cores')} cores)"
+                for n in names
+            )
+        )
 
     # Headline figures.
     gw_ns = results["non_streaming"]["gateway"]["added_ms"]
@@ -303,39 +364,60 @@ def main() -> None:
         ratio = tp["gateway"]["rps"] / tp["litellm"]["rps"] if tp["litellm"]["rps"] else float("inf")
         headline[f"throughput_ratio_gateway_over_litellm_c{top}"] = round(ratio, 2)
         targets_check[f"throughput_c{top}_ge_2x_litellm"] = ratio >= 2.0
-        targets_check[f"p99_added_c{top}_lower_than_litellm"] = tp["gateway"]["added_p99_ms"] < tp["litellm"]["added_p99_ms"]
+        targets_check[f"p99_added_c{top}_lower_than_litellm"] = (
+            tp["gateway"]["added_p99_ms"] < tp["litellm"]["added_p99_ms"]
+        )
 
     print()
-    print(f"median added latency of a non-streaming create ({args.requests} sequential): "
-          f"{gw_ns['median']:.2f} ms (p99 {gw_ns['p99']:.2f} ms)")
-    print(f"added time-to-first-event median & p99 ({args.streams} streamed): "
-          f"{gw_st['median']:.2f} ms / {gw_st['p99']:.2f} ms")
+    print(
+        f"median added latency of a non-streaming create ({args.requests} sequential): "
+        f"{gw_ns['median']:.2f} ms (p99 {gw_ns['p99']:.2f} ms)"
+    )
+    print(
+        f"added time-to-first-event median & p99 ({args.streams} streamed): "
+        f"{gw_st['median']:.2f} ms / {gw_st['p99']:.2f} ms"
+    )
     if "litellm" in results["non_streaming"]:
         ll_ns = results["non_streaming"]["litellm"]["added_ms"]
         ll_st = results["streaming"]["litellm"]["added_ttfe_ms"]
-        print(f"  (LiteLLM: added latency median {ll_ns['median']:.2f} ms, p99 {ll_ns['p99']:.2f} ms; "
-              f"added TTFE median {ll_st['median']:.2f} ms, p99 {ll_st['p99']:.2f} ms)")
+        print(
+            f"  (LiteLLM: added latency median {ll_ns['median']:.2f} ms, p99 {ll_ns['p99']:.2f} ms; "
+            f"added TTFE median {ll_st['median']:.2f} ms, p99 {ll_st['p99']:.2f} ms)"
+        )
     if "baseline" in results["non_streaming"]:
         b_ns = results["non_streaming"]["baseline"]["added_ms"]
         b_st = results["streaming"]["baseline"]["added_ttfe_ms"]
-        print(f"  (baseline {args.baseline}: added latency median {b_ns['median']:.2f} ms, p99 {b_ns['p99']:.2f} ms;"
-              f" added TTFE median {b_st['median']:.2f} ms, p99 {b_st['p99']:.2f} ms; "
-              + ", ".join(f"c={k} {row['baseline']['rps']} vs {row['gateway']['rps']} req/s"
-                          for k, row in results["throughput"].items()) + ")")
+        print(
+            f"  (baseline {args.baseline}: added latency median {b_ns['median']:.2f} ms, p99 {b_ns['p99']:.2f} ms;"
+            f" added TTFE median {b_st['median']:.2f} ms, p99 {b_st['p99']:.2f} ms; "
+            + ", ".join(
+                f"c={k} {row['baseline']['rps']} vs {row['gateway']['rps']} req/s"
+                for k, row in results["throughput"].items()
+            )
+            + ")"
+        )
     for k, v in targets_check.items():
         print(f"  target {k}: {'met' if v else 'MISSED'}")
     print()
 
     data = {
-        "args": vars(args), "generator_loop": loop_kind, "litellm_note": litellm_note,
+        "args": vars(args),
+        "generator_loop": loop_kind,
+        "litellm_note": litellm_note,
         "litellm_version": _litellm_version() if ll else None,
-        "headline": headline, "targets": targets_check, **results,
+        "headline": headline,
+        "targets": targets_check,
+        **results,
         "profile": str(profile_path.relative_to(c.REPO)) if profile_path and profile_path.exists() else None,
         "notes": [
-            ("gateway: uvicorn (uvloop, httptools), DEBUG=0, Postgres (psycopg pool), store=true: every "
-             "response is written to Postgres (begin + finish)"),
-            ("litellm: proxy with one uvicorn worker, master key, no database: it stores nothing "
-             "(no spend logs, previous_response_id unavailable)"),
+            (
+                "gateway: uvicorn (uvloop, httptools), DEBUG=0, Postgres (psycopg pool), store=true: every "
+                "response is written to Postgres (begin + finish)"
+            ),
+            (
+                "litellm: proxy with one uvicorn worker, master key, no database: it stores nothing "
+                "(no spend logs, previous_response_id unavailable)"
+            ),
             "throughput cells are non-streaming; all processes share the machine's cores",
         ],
         "runtime_s": round(time.perf_counter() - t_begin, 1),
@@ -351,8 +433,9 @@ def main() -> None:
 def _litellm_version() -> str | None:
     pip = c.litellm_venv() / "bin" / "pip"
     try:
-        out = subprocess.run([str(pip), "show", "litellm"], capture_output=True, text=True, timeout=60,
-                             check=False).stdout
+        out = subprocess.run(
+            [str(pip), "show", "litellm"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     return next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Version:")), None)
@@ -377,8 +460,12 @@ def plot(results: dict, names: list[str], proxies: list[str], seq: dict, st: dic
     concs = list(results["throughput"])
     width = 0.8 / len(names)
     for i, n in enumerate(names):
-        ax.bar([j + i * width for j in range(len(concs))], [results["throughput"][k][n]["rps"] for k in concs],
-               width, label=n)
+        ax.bar(
+            [j + i * width for j in range(len(concs))],
+            [results["throughput"][k][n]["rps"] for k in concs],
+            width,
+            label=n,
+        )
     ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(concs))], [f"c={k}" for k in concs])
     ax.set_title("throughput (req/s, non-streaming)")
     ax.legend()

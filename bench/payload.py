@@ -17,6 +17,7 @@ the last round is checked to be the same in both modes.
 
     /tmp/venv/bin/python bench/payload.py [--rounds 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,34 +34,67 @@ import common as c
 from tests.support.upstream import Reply, ScriptedUpstream
 
 MODEL = "tool-model"
-INSTRUCTIONS = ("You are a travel assistant. Use the tools to look up flights, hotels and weather, "
-                "then answer with a short itinerary.")
+INSTRUCTIONS = (
+    "You are a travel assistant. Use the tools to look up flights, hotels and weather, "
+    "then answer with a short itinerary."
+)
 TOOLS = [
-    {"type": "function", "name": "lookup", "description": "Look up travel data (flights, hotels, weather).",
-     "parameters": {"type": "object", "properties": {
-         "kind": {"type": "string", "enum": ["flight", "hotel", "weather"]},
-         "city": {"type": "string"}, "day": {"type": "integer"}},
-         "required": ["kind", "city", "day"], "additionalProperties": False},
-     "strict": True},
+    {
+        "type": "function",
+        "name": "lookup",
+        "description": "Look up travel data (flights, hotels, weather).",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "enum": ["flight", "hotel", "weather"]},
+                "city": {"type": "string"},
+                "day": {"type": "integer"},
+            },
+            "required": ["kind", "city", "day"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    },
 ]
 CITIES = ["Paris", "Lyon", "Nice", "Rome", "Milan", "Madrid", "Lisbon", "Porto", "Berlin", "Vienna"]
 
 
 def tool_result(round_no: int) -> str:
     """A realistic ~600-byte JSON tool result."""
-    return json.dumps({
-        "round": round_no, "city": CITIES[round_no % len(CITIES)], "currency": "EUR",
-        "results": [{"id": f"opt-{round_no}-{k}", "name": f"Option {k} in {CITIES[(round_no + k) % len(CITIES)]}",
-                     "price": 80 + 17 * k + round_no, "rating": round(3.5 + 0.3 * k, 1),
-                     "notes": "refundable until 24h before; breakfast included"} for k in range(4)],
-    })
+    return json.dumps(
+        {
+            "round": round_no,
+            "city": CITIES[round_no % len(CITIES)],
+            "currency": "EUR",
+            "results": [
+                {
+                    "id": f"opt-{round_no}-{k}",
+                    "name": f"Option {k} in {CITIES[(round_no + k) % len(CITIES)]}",
+                    "price": 80 + 17 * k + round_no,
+                    "rating": round(3.5 + 0.3 * k, 1),
+                    "notes": "refundable until 24h before; breakfast included",
+                }
+                for k in range(4)
+            ],
+        }
+    )
 
 
 def script(upstream: ScriptedUpstream, rounds: int) -> None:
     replies = [
-        Reply(tool_calls=[{"id": f"call_{r}", "name": "lookup",
-                           "arguments": {"kind": ["flight", "hotel", "weather"][r % 3],
-                                         "city": CITIES[r % len(CITIES)], "day": r}}])
+        Reply(
+            tool_calls=[
+                {
+                    "id": f"call_{r}",
+                    "name": "lookup",
+                    "arguments": {
+                        "kind": ["flight", "hotel", "weather"][r % 3],
+                        "city": CITIES[r % len(CITIES)],
+                        "day": r,
+                    },
+                }
+            ]
+        )
         for r in range(1, rounds)
     ]
     replies.append(Reply(text="Day 1: fly to Paris. Day 2: train to Lyon. Day 3: Nice, sunny. Enjoy the trip!"))
@@ -70,8 +104,9 @@ def script(upstream: ScriptedUpstream, rounds: int) -> None:
 async def run_mode(gw: c.Gateway, upstream: ScriptedUpstream, rounds: int, chained: bool) -> dict:
     script(upstream, rounds)
     cl = c.RawHttp(f"{gw.url}/v1", gw.headers)
-    history: list[dict] = [{"type": "message", "role": "user",
-                            "content": "Plan a 3-day trip through France for two people in May."}]
+    history: list[dict] = [
+        {"type": "message", "role": "user", "content": "Plan a 3-day trip through France for two people in May."}
+    ]
     previous: str | None = None
     new_input: list[dict] = list(history)
     per_round = []
@@ -90,17 +125,26 @@ async def run_mode(gw: c.Gateway, upstream: ScriptedUpstream, rounds: int, chain
         if not res.ok:
             raise RuntimeError(f"round {r} failed: {res.status} {res.error} {(res.body or b'')[:400]!r}")
         resp = json.loads(res.body or b"{}")
-        per_round.append({"round": r, "request_bytes": res.sent_bytes, "body_bytes": len(raw),
-                          "response_bytes": len(res.body or b""), "latency_ms": round(res.total * 1000, 2)})
+        per_round.append(
+            {
+                "round": r,
+                "request_bytes": res.sent_bytes,
+                "body_bytes": len(raw),
+                "response_bytes": len(res.body or b""),
+                "latency_ms": round(res.total * 1000, 2),
+            }
+        )
         previous = resp["id"]
         calls = [o for o in resp["output"] if o["type"] == "function_call"]
         history += resp["output"]
         if not calls:
-            final_text = "".join(p.get("text", "") for o in resp["output"] if o["type"] == "message"
-                                 for p in o["content"])
+            final_text = "".join(
+                p.get("text", "") for o in resp["output"] if o["type"] == "message" for p in o["content"]
+            )
             break
-        outputs = [{"type": "function_call_output", "call_id": call["call_id"], "output": tool_result(r)}
-                   for call in calls]
+        outputs = [
+            {"type": "function_call_output", "call_id": call["call_id"], "output": tool_result(r)} for call in calls
+        ]
         history += outputs
         new_input = outputs
     cl.close()
@@ -127,8 +171,9 @@ def main() -> None:
     pg = c.start_postgres(d)
     upstream = ScriptedUpstream().start()
     c.log(f"in-process scripted upstream at {upstream.base_url}")
-    gw = c.Gateway(db_url=pg.url, providers={"scripted": upstream.base_url}, models={MODEL: ("scripted", MODEL)},
-                   log_dir=d)
+    gw = c.Gateway(
+        db_url=pg.url, providers={"scripted": upstream.base_url}, models={MODEL: ("scripted", MODEL)}, log_dir=d
+    )
     try:
         chained = asyncio.run(run_mode(gw, upstream, args.rounds, chained=True))
         upstream.reset()
@@ -143,19 +188,31 @@ def main() -> None:
     print(f"{'round':>5}  {'chained bytes':>13}  {'full-history bytes':>18}")
     for a, b in zip(chained["per_round"], full["per_round"]):
         print(f"{a['round']:>5}  {a['request_bytes']:>13}  {b['request_bytes']:>18}")
-    print(f"total bytes sent over {chained['rounds']} rounds: previous_response_id {chained['total_request_bytes']:,}"
-          f" vs full history {full['total_request_bytes']:,} ({ratio:.1f}x; bodies "
-          f"{chained['total_body_bytes']:,} vs {full['total_body_bytes']:,})")
-    print(f"upstream saw the same context in the last round: {same_context} "
-          f"({chained['upstream_messages_last_round']} vs {full['upstream_messages_last_round']} messages)")
+    print(
+        f"total bytes sent over {chained['rounds']} rounds: previous_response_id {chained['total_request_bytes']:,}"
+        f" vs full history {full['total_request_bytes']:,} ({ratio:.1f}x; bodies "
+        f"{chained['total_body_bytes']:,} vs {full['total_body_bytes']:,})"
+    )
+    print(
+        f"upstream saw the same context in the last round: {same_context} "
+        f"({chained['upstream_messages_last_round']} vs {full['upstream_messages_last_round']} messages)"
+    )
     print()
-    c.write_result("payload", {
-        "args": vars(args),
-        "headline": {"chained_total_request_bytes": chained["total_request_bytes"],
-                     "full_history_total_request_bytes": full["total_request_bytes"],
-                     "ratio_full_over_chained": round(ratio, 2), "same_upstream_context": same_context},
-        "chained": chained, "full_history": full, "runtime_s": round(time.perf_counter() - t_begin, 1),
-    })
+    c.write_result(
+        "payload",
+        {
+            "args": vars(args),
+            "headline": {
+                "chained_total_request_bytes": chained["total_request_bytes"],
+                "full_history_total_request_bytes": full["total_request_bytes"],
+                "ratio_full_over_chained": round(ratio, 2),
+                "same_upstream_context": same_context,
+            },
+            "chained": chained,
+            "full_history": full,
+            "runtime_s": round(time.perf_counter() - t_begin, 1),
+        },
+    )
     plt = c.pyplot()
     if plt is not None:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))

@@ -14,6 +14,7 @@ be measured before it is made.
 
     /tmp/venv/bin/python bench/profile_gateway.py --concurrency 16 --seconds 10
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,10 @@ async def drive(url: str, headers: dict[str, str], body: bytes, stream: bool, co
 CATEGORIES = [
     ("json encode/decode", ("json/",)),
     ("ORM + psycopg (SQL build, execute, rows)", ("django/db/", "psycopg")),
-    ("upstream HTTP client (aiohttp; httpx, httpcore, h11, anyio for tools)",
-     ("aiohttp/", "yarl/", "multidict/", "httpx/", "httpcore/", "h11/", "anyio/")),
+    (
+        "upstream HTTP client (aiohttp; httpx, httpcore, h11, anyio for tools)",
+        ("aiohttp/", "yarl/", "multidict/", "httpx/", "httpcore/", "h11/", "anyio/"),
+    ),
     ("asgiref sync/async hops, thread pools, locks", ("asgiref/", "concurrent/futures", "threading.py", "queue.py")),
     ("Django request handling and middleware", ("django/",)),
     ("uvicorn HTTP protocol", ("uvicorn/protocols",)),
@@ -78,7 +81,7 @@ CATEGORIES = [
 
 def categorize(frames: list[str]) -> str:
     for frame in reversed(frames):
-        where = frame[frame.rfind("(") + 1:] if "(" in frame else frame
+        where = frame[frame.rfind("(") + 1 :] if "(" in frame else frame
         for name, needles in CATEGORIES:
             if any(n in where for n in needles):
                 return name
@@ -107,9 +110,12 @@ def aggregate(raw: Path, top: int) -> tuple[str, dict]:
     lines += [f"  {n / total * 100:5.1f}%  {f}" for f, n in self_c.most_common(top)]
     lines += ["", "top inclusive functions:"]
     lines += [f"  {n / total * 100:5.1f}%  {f}" for f, n in incl.most_common(top * 3)]
-    data = {"samples": total, "categories": {k: round(v / total * 100, 2) for k, v in cats.most_common()},
-            "self": [[f, round(n / total * 100, 2)] for f, n in self_c.most_common(top)],
-            "inclusive": [[f, round(n / total * 100, 2)] for f, n in incl.most_common(top * 3)]}
+    data = {
+        "samples": total,
+        "categories": {k: round(v / total * 100, 2) for k, v in cats.most_common()},
+        "self": [[f, round(n / total * 100, 2)] for f, n in self_c.most_common(top)],
+        "inclusive": [[f, round(n / total * 100, 2)] for f, n in incl.most_common(top * 3)],
+    }
     return "\n".join(lines), data
 
 
@@ -137,27 +143,58 @@ def main() -> None:
     pg = c.start_postgres(d)
     up = c.Upstream(latency=args.latency, log_dir=d)
     extra = {"DJANGO_SETTINGS_MODULE": args.settings, "PYTHONPATH": str(c.BENCH)} if args.settings else {}
-    gw = c.Gateway(db_url=pg.url, providers={"local": up.base_url}, models={"bench-model": ("local", "echo")},
-                   log_dir=d, extra_env=extra)
-    body = json.dumps({"model": "bench-model", "input": "Say hello to the benchmark.", "stream": args.stream,
-                       **({"store": False} if args.no_store else {})}).encode()
+    gw = c.Gateway(
+        db_url=pg.url,
+        providers={"local": up.base_url},
+        models={"bench-model": ("local", "echo")},
+        log_dir=d,
+        extra_env=extra,
+    )
+    body = json.dumps(
+        {
+            "model": "bench-model",
+            "input": "Say hello to the benchmark.",
+            "stream": args.stream,
+            **({"store": False} if args.no_store else {}),
+        }
+    ).encode()
     url = f"{gw.url}/v1"
     asyncio.run(drive(url, gw.headers, body, args.stream, min(args.concurrency, 8), 2.0))  # warm-up
 
     raw = d / "gateway.raw"
     proc = None
     if spy:
-        proc = subprocess.Popen([spy, "record", "-p", str(gw.proc.pid), "--gil", "-r", str(args.rate),
-                                 "-d", str(int(args.seconds)), "-f", "raw", "-o", str(raw), "--nonblocking"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                spy,
+                "record",
+                "-p",
+                str(gw.proc.pid),
+                "--gil",
+                "-r",
+                str(args.rate),
+                "-d",
+                str(int(args.seconds)),
+                "-f",
+                "raw",
+                "-o",
+                str(raw),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(0.5)
     meter = c.CpuMeter({"gateway": gw.proc.pid, "upstream": up.proc.pid, "postgres": pg.pid}).start()
     stats = asyncio.run(drive(url, gw.headers, body, args.stream, args.concurrency, args.seconds))
     stats["cpu_cores"] = meter.stop()
     stats["gateway_cpu_ms_per_request"] = round(
-        stats["cpu_cores"]["gateway_cores"] * stats["cpu_cores"]["wall_s"] / max(stats["requests"], 1) * 1000, 3)
-    c.log(f"{label}: {stats['rps']} req/s, p50 {stats['latency_ms'].get('median')} ms, "
-          f"gateway {stats['cpu_cores']['gateway_cores']} cores = {stats['gateway_cpu_ms_per_request']} ms CPU/request")
+        stats["cpu_cores"]["gateway_cores"] * stats["cpu_cores"]["wall_s"] / max(stats["requests"], 1) * 1000, 3
+    )
+    c.log(
+        f"{label}: {stats['rps']} req/s, p50 {stats['latency_ms'].get('median')} ms, "
+        f"gateway {stats['cpu_cores']['gateway_cores']} cores = {stats['gateway_cpu_ms_per_request']} ms CPU/request"
+    )
     result: dict = {"args": vars(args), "load": stats}
     if proc is not None:
         try:
@@ -168,8 +205,7 @@ def main() -> None:
             text, data = aggregate(raw, args.top)
             print(text)
             c.RESULTS.mkdir(parents=True, exist_ok=True)
-            (c.RESULTS / f"profile-{label}.txt").write_text(
-                f"{label}: {json.dumps(stats)}\n\n{text}\n")
+            (c.RESULTS / f"profile-{label}.txt").write_text(f"{label}: {json.dumps(stats)}\n\n{text}\n")
             shutil.copy(raw, c.RESULTS / f"profile-{label}.folded")
             result["profile"] = data
     c.write_result(f"profile-{label}", result)

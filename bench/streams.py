@@ -29,6 +29,7 @@ machine's cores.
 
     /tmp/venv/bin/python bench/streams.py [--levels 100,250,500,1000,1500] [--hold 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,14 @@ UP_DELTA = b'"delta":{"content":"'
 TOKENS = 0  # upstream stream length (set in main): longer than any ramp + hold; the client ends the streams
 
 
-async def run_level(n: int, targets: list[tuple[str, dict[str, str], str, bytes]], args: argparse.Namespace,
-                    rss_pid: int | None, cpu_pids: dict[str, int], profile_pid: int | None = None) -> dict:
+async def run_level(
+    n: int,
+    targets: list[tuple[str, dict[str, str], str, bytes]],
+    args: argparse.Namespace,
+    rss_pid: int | None,
+    cpu_pids: dict[str, int],
+    profile_pid: int | None = None,
+) -> dict:
     match = GW_DELTA if targets[0][2] == "/responses" else UP_DELTA
     times: list[list[float]] = [[] for _ in range(n)]
     starts: list[float] = [0.0] * n
@@ -63,8 +70,9 @@ async def run_level(n: int, targets: list[tuple[str, dict[str, str], str, bytes]
         cl = c.RawHttp(base, headers)
         clients.append(cl)
         starts[i] = time.perf_counter()
-        res = await cl.request("POST", path, body, sse=True, match=match, times=times[i],
-                               timeout=TOKENS * args.interval + 60)
+        res = await cl.request(
+            "POST", path, body, sse=True, match=match, times=times[i], timeout=TOKENS * args.interval + 60
+        )
         done_early.append(res)  # a stream should never end by itself before we close it
 
     rss_before = c.rss_bytes(rss_pid) if rss_pid else 0
@@ -97,9 +105,26 @@ async def run_level(n: int, targets: list[tuple[str, dict[str, str], str, bytes]
         raw = c.run_dir("streams-spy") / "gateway.raw"
         if exe:
             # Starting py-spy takes no time, so a blocking Popen in this coroutine is fine.
-            spy = subprocess.Popen([exe, "record", "-p", str(profile_pid), "--gil", "-r", "100", "-d",  # noqa: ASYNC220
-                                    str(max(1, int(args.hold))), "-f", "raw", "-o", str(raw), "--nonblocking"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            spy = subprocess.Popen(
+                [
+                    exe,
+                    "record",
+                    "-p",
+                    str(profile_pid),
+                    "--gil",
+                    "-r",
+                    "100",
+                    "-d",  # noqa: ASYNC220
+                    str(max(1, int(args.hold))),
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(raw),
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
     rss_samples = []
     for _ in range(max(1, int(args.hold / 0.25))):
         await asyncio.sleep(0.25)
@@ -116,7 +141,8 @@ async def run_level(n: int, targets: list[tuple[str, dict[str, str], str, bytes]
         if raw.exists():
             text, profile = profile_gateway.aggregate(raw, 25)
             (c.RESULTS / f"profile-streams-{n}.txt").write_text(
-                f"gateway during the hold window of {n} streams (on-CPU, py-spy --gil)\n\n{text}\n")
+                f"gateway during the hold window of {n} streams (on-CPU, py-spy --gil)\n\n{text}\n"
+            )
             c.log(f"wrote bench/results/profile-streams-{n}.txt")
     for task in tasks:
         task.cancel()
@@ -139,16 +165,21 @@ async def run_level(n: int, targets: list[tuple[str, dict[str, str], str, bytes]
     ttfe = [ts[0] - st for ts, st in zip(times, starts) if ts and st]
     rss_peak = max(rss_samples) if rss_samples else 0
     return {
-        "streams": n, "all_open": all_open, "opened": started, "with_first_token": first_tokens,
+        "streams": n,
+        "all_open": all_open,
+        "opened": started,
+        "with_first_token": first_tokens,
         "ended_early": len(done_early),
         "ended_early_samples": [r.error or r.status for r in done_early[:3]],
-        "ramp_s": round(ramp_s, 2), "open_rate_per_s": round(started / ramp_s, 1) if ramp_s else None,
+        "ramp_s": round(ramp_s, 2),
+        "open_rate_per_s": round(started / ramp_s, 1) if ramp_s else None,
         "window_s": round(w_end - w_start, 2),
         "added_inter_event_ms_window": c.summary(gaps_window, 1000),
         "added_inter_event_ms_all": c.summary(gaps_all, 1000),
         "events_per_stream_in_window": c.summary(events_in_window, 1, 1),
         "ttfe_ms": c.summary(ttfe, 1000),
-        "rss_before_mb": round(rss_before / 2**20, 1), "rss_window_mb": round(rss_peak / 2**20, 1),
+        "rss_before_mb": round(rss_before / 2**20, 1),
+        "rss_window_mb": round(rss_peak / 2**20, 1),
         # per stream actually open (a level that could not open all N divides by those open)
         "rss_per_stream_kb": round((rss_peak - rss_before) / max(first_tokens, 1) / 1024, 1) if rss_pid else None,
         "cpu_cores_ramp_and_window": cpu,
@@ -178,16 +209,28 @@ def main() -> None:
     ap.add_argument("--upstreams", type=int, default=2, help="upstream processes")
     ap.add_argument("--bound-ms", type=float, default=50.0, help="p99 added inter-event delay bound")
     ap.add_argument("--settings", default="", help="DJANGO_SETTINGS_MODULE for the gateway (diagnostics only)")
-    ap.add_argument("--web-workers", type=int, default=1,
-                    help="uvicorn worker processes (compose's WEB_CONCURRENCY); CPU is the whole tree's")
-    ap.add_argument("--py-spy-level", type=int, default=0,
-                    help="record the gateway with py-spy during the hold window of this level")
+    ap.add_argument(
+        "--web-workers",
+        type=int,
+        default=1,
+        help="uvicorn worker processes (compose's WEB_CONCURRENCY); CPU is the whole tree's",
+    )
+    ap.add_argument(
+        "--py-spy-level",
+        type=int,
+        default=0,
+        help="record the gateway with py-spy during the hold window of this level",
+    )
     ap.add_argument("--out", default="streams", help="results name (bench/results/<out>.json/.png)")
-    ap.add_argument("--baseline", metavar="REV", default="",
-                    help="also run every level against the gateway of git commit REV (its own database): "
-                         "before/after in one run")
-    ap.add_argument("--stop-after-fail", type=int, default=3,
-                    help="stop after this many consecutive levels over the bound")
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        default="",
+        help="also run every level against the gateway of git commit REV (its own database): before/after in one run",
+    )
+    ap.add_argument(
+        "--stop-after-fail", type=int, default=3, help="stop after this many consecutive levels over the bound"
+    )
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     direct_levels = {int(x) for x in args.direct_levels.split(",") if x}
@@ -201,8 +244,10 @@ def main() -> None:
     TOKENS = int((args.max_ramp + args.hold + 20) / args.interval)
     d = c.run_dir("streams")
     pg = c.start_postgres(d)
-    ups = [c.Upstream(latency=0.0, log_dir=d, name=f"upstream{i}", slow_interval=args.interval)
-           for i in range(args.upstreams)]
+    ups = [
+        c.Upstream(latency=0.0, log_dir=d, name=f"upstream{i}", slow_interval=args.interval)
+        for i in range(args.upstreams)
+    ]
     providers = {f"up{i}": u.base_url for i, u in enumerate(ups)}
     model = f"slow-{TOKENS}"
     config = {  # one route spread over every upstream process
@@ -213,19 +258,35 @@ def main() -> None:
     extra = {"GATEWAY_UPSTREAM_MAX_CONNECTIONS": str(max_conn)}
     if args.settings:
         extra |= {"DJANGO_SETTINGS_MODULE": args.settings, "PYTHONPATH": str(c.BENCH)}
-    gw = c.Gateway(db_url=pg.url, providers={}, models={}, log_dir=d, config=config, extra_env=extra,
-                   uvicorn_args=["--workers", str(args.web_workers)] if args.web_workers > 1 else None)
+    gw = c.Gateway(
+        db_url=pg.url,
+        providers={},
+        models={},
+        log_dir=d,
+        config=config,
+        extra_env=extra,
+        uvicorn_args=["--workers", str(args.web_workers)] if args.web_workers > 1 else None,
+    )
     base_gw = None
     if args.baseline:
         tree = c.source_tree(args.baseline, d / "baseline-tree")
-        base_gw = c.Gateway(db_url=c.create_database(pg.url, "baseline"), providers={}, models={}, log_dir=d,
-                            config=config, extra_env=extra, name="baseline", tree=tree,
-                            uvicorn_args=["--workers", str(args.web_workers)] if args.web_workers > 1 else None)
+        base_gw = c.Gateway(
+            db_url=c.create_database(pg.url, "baseline"),
+            providers={},
+            models={},
+            log_dir=d,
+            config=config,
+            extra_env=extra,
+            name="baseline",
+            tree=tree,
+            uvicorn_args=["--workers", str(args.web_workers)] if args.web_workers > 1 else None,
+        )
     others = {"postgres": pg.pid} | {f"upstream{i}": u.proc.pid for i, u in enumerate(ups)}
 
     gw_body = json.dumps({"model": model, "input": "Tell me a long story.", "stream": True}).encode()
-    up_body = json.dumps({"model": model, "stream": True,
-                          "messages": [{"role": "user", "content": "Tell me a long story."}]}).encode()
+    up_body = json.dumps(
+        {"model": model, "stream": True, "messages": [{"role": "user", "content": "Tell me a long story."}]}
+    ).encode()
     gw_targets = [(f"{gw.url}/v1", gw.headers, "/responses", gw_body)]
     up_targets = [(u.base_url, {}, "/chat/completions", up_body) for u in ups]
 
@@ -252,21 +313,32 @@ def main() -> None:
         for name, targets, rss_pid in phases:
             c.log(f"{n} streams -> {name}")
             measured = base_gw.proc.pid if name == "baseline" and base_gw else gw.proc.pid
-            r = asyncio.run(run_level(n, targets, args, rss_pid, {"gateway": measured} | others,
-                                      measured if name != "direct" and n == args.py_spy_level else None))
+            r = asyncio.run(
+                run_level(
+                    n,
+                    targets,
+                    args,
+                    rss_pid,
+                    {"gateway": measured} | others,
+                    measured if name != "direct" and n == args.py_spy_level else None,
+                )
+            )
             r["drain_s"] = round(wait_idle(measured), 1)
             if name == "gateway":
                 r["rss_per_stream_kb_vs_idle"] = round(
-                    (r["rss_window_mb"] * 2**20 - rss_idle) / max(r["with_first_token"], 1) / 1024, 1)
+                    (r["rss_window_mb"] * 2**20 - rss_idle) / max(r["with_first_token"], 1) / 1024, 1
+                )
             row[name] = r
             w, a = r["added_inter_event_ms_window"], r["added_inter_event_ms_all"]
             cpu = r["cpu_cores_ramp_and_window"]
-            c.log(f"  {name}: all open {r['all_open']} ({r['with_first_token']}/{n} in {r['ramp_s']} s, "
-                  f"{r['open_rate_per_s']}/s), added inter-event window p50 {w.get('median')} p99 {w.get('p99')} "
-                  f"max {w.get('max')} ms; incl. ramp p99 {a.get('p99')} ms; TTFE p50 {r['ttfe_ms'].get('median')} ms; "
-                  f"gateway {cpu.get('gateway_cores')} cores, machine {cpu.get('machine_cores')}, "
-                  f"others {cpu.get('others_cores')}"
-                  + (f"; RSS +{r['rss_per_stream_kb']} KiB/stream" if name != "direct" else ""))
+            c.log(
+                f"  {name}: all open {r['all_open']} ({r['with_first_token']}/{n} in {r['ramp_s']} s, "
+                f"{r['open_rate_per_s']}/s), added inter-event window p50 {w.get('median')} p99 {w.get('p99')} "
+                f"max {w.get('max')} ms; incl. ramp p99 {a.get('p99')} ms; TTFE p50 {r['ttfe_ms'].get('median')} ms; "
+                f"gateway {cpu.get('gateway_cores')} cores, machine {cpu.get('machine_cores')}, "
+                f"others {cpu.get('others_cores')}"
+                + (f"; RSS +{r['rss_per_stream_kb']} KiB/stream" if name != "direct" else "")
+            )
         g = row["gateway"]
         p99 = g["added_inter_event_ms_window"].get("p99", float("inf"))
         row["within_bound"] = bool(g["all_open"] and p99 < args.bound_ms)
@@ -278,43 +350,65 @@ def main() -> None:
 
     held = max([r["streams"] for r in rows if r["within_bound"]], default=0)
     print()
-    print(f"{'streams':>7}  {'all open':>8}  {'open/s':>6}  {'p50 add':>7}  {'p99 add':>7}  {'max add':>7}  "
-          f"{'p99 incl ramp':>13}  {'direct p99':>10}  {'KiB/stream':>10}  {'gw cores':>8}  within {args.bound_ms:.0f} ms")
+    print(
+        f"{'streams':>7}  {'all open':>8}  {'open/s':>6}  {'p50 add':>7}  {'p99 add':>7}  {'max add':>7}  "
+        f"{'p99 incl ramp':>13}  {'direct p99':>10}  {'KiB/stream':>10}  {'gw cores':>8}  within {args.bound_ms:.0f} ms"
+    )
     for r in rows:
         g = r["gateway"]
         w = g["added_inter_event_ms_window"]
         dp99 = r["direct"]["added_inter_event_ms_window"].get("p99", float("nan")) if "direct" in r else float("nan")
-        print(f"{r['streams']:>7}  {g['all_open']!s:>8}  {g['open_rate_per_s']!s:>6}  {w.get('median', float('nan')):>7.1f}  "
-              f"{w.get('p99', float('nan')):>7.1f}  {w.get('max', float('nan')):>7.1f}  "
-              f"{g['added_inter_event_ms_all'].get('p99', float('nan')):>13.1f}  {dp99:>10.1f}  "
-              f"{g['rss_per_stream_kb']!s:>10}  {g['cpu_cores_ramp_and_window'].get('gateway_cores', 0):>8}  "
-              f"{r['within_bound']}")
+        print(
+            f"{r['streams']:>7}  {g['all_open']!s:>8}  {g['open_rate_per_s']!s:>6}  {w.get('median', float('nan')):>7.1f}  "
+            f"{w.get('p99', float('nan')):>7.1f}  {w.get('max', float('nan')):>7.1f}  "
+            f"{g['added_inter_event_ms_all'].get('p99', float('nan')):>13.1f}  {dp99:>10.1f}  "
+            f"{g['rss_per_stream_kb']!s:>10}  {g['cpu_cores_ramp_and_window'].get('gateway_cores', 0):>8}  "
+            f"{r['within_bound']}"
+        )
     if base_gw is not None:
         for r in rows:
             if "baseline" in r:
                 b, g = r["baseline"], r["gateway"]
-                print(f"{r['streams']:>7}  baseline {args.baseline}: opened {b['with_first_token']} "
-                      f"({b['open_rate_per_s']}/s), p99 {b['added_inter_event_ms_window'].get('p99')} ms, "
-                      f"{b['cpu_cores_ramp_and_window'].get('gateway_cores')} cores; this tree: opened "
-                      f"{g['with_first_token']} ({g['open_rate_per_s']}/s), p99 "
-                      f"{g['added_inter_event_ms_window'].get('p99')} ms, "
-                      f"{g['cpu_cores_ramp_and_window'].get('gateway_cores')} cores")
-    print(f"streams held by one gateway process with p99 added inter-event delay < {args.bound_ms:.0f} ms: {held} "
-          f"(target >= 1000: {'met' if held >= 1000 else 'MISSED'})")
+                print(
+                    f"{r['streams']:>7}  baseline {args.baseline}: opened {b['with_first_token']} "
+                    f"({b['open_rate_per_s']}/s), p99 {b['added_inter_event_ms_window'].get('p99')} ms, "
+                    f"{b['cpu_cores_ramp_and_window'].get('gateway_cores')} cores; this tree: opened "
+                    f"{g['with_first_token']} ({g['open_rate_per_s']}/s), p99 "
+                    f"{g['added_inter_event_ms_window'].get('p99')} ms, "
+                    f"{g['cpu_cores_ramp_and_window'].get('gateway_cores')} cores"
+                )
+    print(
+        f"streams held by one gateway process with p99 added inter-event delay < {args.bound_ms:.0f} ms: {held} "
+        f"(target >= 1000: {'met' if held >= 1000 else 'MISSED'})"
+    )
     print()
-    c.write_result(args.out, {
-        "args": vars(args), "generator_loop": loop_kind, "nofile": nofile,
-        "headline": {"max_streams_within_bound": held, "bound_ms": args.bound_ms,
-                     "rss_idle_mb": round(rss_idle / 2**20, 1)},
-        "targets": {"at_least_1000_streams_within_bound": held >= 1000},
-        "levels": rows,
-        "notes": [(f"all processes share {c.machine_info()['nproc']} cores: gateway, {len(ups)} upstreams, "
-                   "postgres and the load generator ('others_cores' = CPU used by processes outside the "
-                   "benchmark)"),
-                  (f"GATEWAY_UPSTREAM_MAX_CONNECTIONS={max_conn} (the default, 1000, caps one process at 1000 "
-                   "simultaneous upstream streams)")],
-        "runtime_s": round(time.perf_counter() - t_begin, 1),
-    })
+    c.write_result(
+        args.out,
+        {
+            "args": vars(args),
+            "generator_loop": loop_kind,
+            "nofile": nofile,
+            "headline": {
+                "max_streams_within_bound": held,
+                "bound_ms": args.bound_ms,
+                "rss_idle_mb": round(rss_idle / 2**20, 1),
+            },
+            "targets": {"at_least_1000_streams_within_bound": held >= 1000},
+            "levels": rows,
+            "notes": [
+                (
+                    f"all processes share {c.machine_info()['nproc']} cores: gateway, {len(ups)} upstreams, "
+                    "postgres and the load generator ('others_cores' = CPU used by processes outside the "
+                    "benchmark)"
+                ),
+                (
+                    f"GATEWAY_UPSTREAM_MAX_CONNECTIONS={max_conn} (the default, 1000, caps one process at 1000 "
+                    "simultaneous upstream streams)"
+                ),
+            ],
+            "runtime_s": round(time.perf_counter() - t_begin, 1),
+        },
+    )
     plot(rows, args, args.out)
     gw.stop()
     if base_gw is not None:
@@ -331,14 +425,27 @@ def plot(rows: list[dict], args: argparse.Namespace, name: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     ns = [r["streams"] for r in rows]
     ax = axes[0]
-    ax.plot(ns, [r["gateway"]["added_inter_event_ms_window"].get("p99") for r in rows], "o-", label="gateway p99 (window)")
-    ax.plot(ns, [r["gateway"]["added_inter_event_ms_window"].get("median") for r in rows], "s--",
-            label="gateway p50 (window)")
-    ax.plot(ns, [r["gateway"]["added_inter_event_ms_all"].get("p99") for r in rows], "^:", label="gateway p99 (incl. ramp)")
+    ax.plot(
+        ns, [r["gateway"]["added_inter_event_ms_window"].get("p99") for r in rows], "o-", label="gateway p99 (window)"
+    )
+    ax.plot(
+        ns,
+        [r["gateway"]["added_inter_event_ms_window"].get("median") for r in rows],
+        "s--",
+        label="gateway p50 (window)",
+    )
+    ax.plot(
+        ns, [r["gateway"]["added_inter_event_ms_all"].get("p99") for r in rows], "^:", label="gateway p99 (incl. ramp)"
+    )
     dn = [r["streams"] for r in rows if "direct" in r]
     if dn:
-        ax.plot(dn, [r["direct"]["added_inter_event_ms_window"].get("p99") for r in rows if "direct" in r], "kx",
-                markersize=10, label="direct upstream p99 (window)")
+        ax.plot(
+            dn,
+            [r["direct"]["added_inter_event_ms_window"].get("p99") for r in rows if "direct" in r],
+            "kx",
+            markersize=10,
+            label="direct upstream p99 (window)",
+        )
     ax.axhline(args.bound_ms, color="red", linestyle=":", label=f"{args.bound_ms:.0f} ms bound")
     ax.set_xlabel("simultaneous streams")
     ax.set_ylabel("added inter-event delay (ms)")

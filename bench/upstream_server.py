@@ -12,6 +12,7 @@ Like `python -m tests.support.upstream`, every unknown model echoes, plus:
 
     python bench/upstream_server.py --port 8091 --latency 0.02
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ class BenchUpstream(ScriptedUpstream):
 
     def slow_reply(self, tokens: int) -> Reply:
         words = "".join(f"t{i % 100:02d} " for i in range(tokens))  # 4 chars per token
-        return Reply(text=words[: tokens * self.slow_chunk_chars], interval=self.slow_interval,
-                     chunk_chars=self.slow_chunk_chars)
+        return Reply(
+            text=words[: tokens * self.slow_chunk_chars], interval=self.slow_interval, chunk_chars=self.slow_chunk_chars
+        )
 
     def _pick(self, model):  # type: ignore[no-untyped-def]
         if isinstance(model, str) and model.startswith("slow-") and model[5:].isdigit():
@@ -61,8 +63,14 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=3600.0)
     args = parser.parse_args()
 
-    upstream = BenchUpstream(host=args.host, port=args.port, latency=args.latency, default_echo=True,
-                             slow_interval=args.slow_interval, slow_chunk_chars=args.slow_chunk_chars)
+    upstream = BenchUpstream(
+        host=args.host,
+        port=args.port,
+        latency=args.latency,
+        default_echo=True,
+        slow_interval=args.slow_interval,
+        slow_chunk_chars=args.slow_chunk_chars,
+    )
     upstream.set_default("echo", Reply(echo=True, chunk_chars=args.echo_chunk_chars))
     upstream.set_default("slow", upstream.slow_reply(args.slow_tokens))
     # A tool loop that never ends by itself: every turn calls `step` (bench/websocket.py).

@@ -12,6 +12,7 @@
 
     .venv/bin/python bench/websocket.py [--rounds 20] [--loops 15] [--chain-turns 500] [--samples 30]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common as c
 
-TOOL = {"type": "function", "name": "step", "description": "One step.",
-        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}}
+TOOL = {
+    "type": "function",
+    "name": "step",
+    "description": "One step.",
+    "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+}
 TERMINAL = ('{"type":"response.completed"', '{"type":"response.incomplete"', '{"type":"response.failed"')
 
 
@@ -64,14 +69,15 @@ class Socket:
 
 
 async def http_turn(http: c.RawHttp, body: dict, stream: bool) -> tuple[float, str]:
-    res = await http.request("POST", "/v1/responses", json.dumps({**body, "stream": stream}).encode(),
-                             sse=stream, keep_body=True)
+    res = await http.request(
+        "POST", "/v1/responses", json.dumps({**body, "stream": stream}).encode(), sse=stream, keep_body=True
+    )
     if not res.ok:
         raise RuntimeError(f"HTTP {res.status}: {(res.body or b'')[:300]!r} {res.error}")
     text = (res.body or b"").decode()
     marker = '"id":"resp_'
     start = text.index(marker) + len('"id":"')
-    return res.total, text[start:text.index('"', start)]
+    return res.total, text[start : text.index('"', start)]
 
 
 def first_turn() -> dict:
@@ -79,8 +85,12 @@ def first_turn() -> dict:
 
 
 def next_turn(previous: str) -> dict:
-    return {"model": "toolcall", "previous_response_id": previous, "tools": [TOOL],
-            "input": [{"type": "function_call_output", "call_id": "call_step", "output": "ok"}]}
+    return {
+        "model": "toolcall",
+        "previous_response_id": previous,
+        "tools": [TOOL],
+        "input": [{"type": "function_call_output", "call_id": "call_step", "output": "ok"}],
+    }
 
 
 def chat_body(model: str, pairs: int, *, tool_loop: bool) -> bytes:
@@ -88,16 +98,32 @@ def chat_body(model: str, pairs: int, *, tool_loop: bool) -> bytes:
     messages: list[dict] = [{"role": "user", "content": "run the loop" if tool_loop else "turn 0"}]
     for i in range(pairs):
         if tool_loop:
-            messages.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_step", "type": "function", "function": {"name": "step", "arguments": '{"n":1}'}}]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": "call_step", "type": "function", "function": {"name": "step", "arguments": '{"n":1}'}}
+                    ],
+                }
+            )
             messages.append({"role": "tool", "tool_call_id": "call_step", "content": "ok"})
         else:
             messages.append({"role": "assistant", "content": f"echo: turn {i}"})
             messages.append({"role": "user", "content": f"turn {i + 1}"})
     body: dict = {"model": model, "messages": messages, "stream": True, "stream_options": {"include_usage": True}}
     if tool_loop:
-        body["tools"] = [{"type": "function", "function": {"name": "step", "description": "One step.",
-                                                          "parameters": TOOL["parameters"], "strict": True}}]
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "step",
+                    "description": "One step.",
+                    "parameters": TOOL["parameters"],
+                    "strict": True,
+                },
+            }
+        ]
     return json.dumps(body).encode()
 
 
@@ -133,9 +159,14 @@ async def tool_loops(gateway: c.Gateway, upstream: c.Upstream, rounds: int, loop
                     times.append(elapsed)
             if loop:
                 per_round[transport].append(times)
-    upstream_by_round = [await upstream_time(direct, chat_body("toolcall", k, tool_loop=True), 7)
-                         for k in range(1, rounds)]
-    out: dict = {"rounds": rounds, "loops": loops, "upstream_round_ms": round(sum(upstream_by_round) / len(upstream_by_round) * 1000, 3)}
+    upstream_by_round = [
+        await upstream_time(direct, chat_body("toolcall", k, tool_loop=True), 7) for k in range(1, rounds)
+    ]
+    out: dict = {
+        "rounds": rounds,
+        "loops": loops,
+        "upstream_round_ms": round(sum(upstream_by_round) / len(upstream_by_round) * 1000, 3),
+    }
     for transport, loops_times in per_round.items():
         flat = [t for times in loops_times for t in times]
         added = [times[k] - upstream_by_round[k] for times in loops_times for k in range(len(times))]
@@ -162,8 +193,9 @@ async def chains(gateway: c.Gateway, upstream: c.Upstream, turns: int, samples: 
         elapsed, head = await sock.turn({"model": "echo", "input": f"more {i}", "previous_response_id": head})
         ws_long.append(elapsed)
         # HTTP on top of the same long head (read from PostgreSQL every time).
-        elapsed, _ = await http_turn(http, {"model": "echo", "input": f"more {i}",
-                                            "previous_response_id": long_head}, True)
+        elapsed, _ = await http_turn(
+            http, {"model": "echo", "input": f"more {i}", "previous_response_id": long_head}, True
+        )
         http_long.append(elapsed)
         # A 1-turn chain, continued once, on a fresh socket and over HTTP.
         short = await Socket(gateway).open()
@@ -178,7 +210,8 @@ async def chains(gateway: c.Gateway, upstream: c.Upstream, turns: int, samples: 
     up_short = await upstream_time(direct, chat_body("echo", 1, tool_loop=False), samples)
     med = lambda v: c.pct(v, 50)  # noqa: E731
     out = {
-        "turns": turns, "samples": samples,
+        "turns": turns,
+        "samples": samples,
         "upstream_ms": {"short": round(up_short * 1000, 3), "long": round(up_long * 1000, 3)},
         "websocket_ms": {"short": c.summary(ws_short, 1000), "long": c.summary(ws_long, 1000)},
         "http_sse_ms": {"short": c.summary(http_short, 1000), "long": c.summary(http_long, 1000)},
@@ -205,8 +238,12 @@ def main() -> None:
     base = c.run_dir("websocket")
     pg = c.start_postgres(base)
     upstream = c.Upstream(latency=0.0, log_dir=base)
-    gateway = c.Gateway(db_url=pg.url, providers={"up": upstream.base_url},
-                        models={"toolcall": ("up", "toolcall"), "echo": ("up", "echo")}, log_dir=base)
+    gateway = c.Gateway(
+        db_url=pg.url,
+        providers={"up": upstream.base_url},
+        models={"toolcall": ("up", "toolcall"), "echo": ("up", "echo")},
+        log_dir=base,
+    )
     try:
         loop_result = asyncio.run(tool_loops(gateway, upstream, args.rounds, args.loops))
         chain_result = asyncio.run(chains(gateway, upstream, args.chain_turns, args.samples))
@@ -216,17 +253,24 @@ def main() -> None:
         pg.stop()
     ws_added = loop_result["websocket"]["added_ms"]["median"]
     http_added = loop_result["http_sse"]["added_ms"]["median"]
-    result = {"tool_loop": loop_result, "chain": chain_result,
-              "websocket_added_vs_http_sse": round(1 - ws_added / http_added, 3)}
+    result = {
+        "tool_loop": loop_result,
+        "chain": chain_result,
+        "websocket_added_vs_http_sse": round(1 - ws_added / http_added, 3),
+    }
     c.write_result("websocket", result)
     print(json.dumps(result, indent=2))
-    print(f"\ntool loop, gateway-added per round (median): WebSocket {ws_added:.3f} ms, "
-          f"HTTP SSE {http_added:.3f} ms, HTTP JSON {loop_result['http_json']['added_ms']['median']:.3f} ms "
-          f"-> WebSocket {result['websocket_added_vs_http_sse'] * 100:.0f}% lower than HTTP SSE")
+    print(
+        f"\ntool loop, gateway-added per round (median): WebSocket {ws_added:.3f} ms, "
+        f"HTTP SSE {http_added:.3f} ms, HTTP JSON {loop_result['http_json']['added_ms']['median']:.3f} ms "
+        f"-> WebSocket {result['websocket_added_vs_http_sse'] * 100:.0f}% lower than HTTP SSE"
+    )
     ratios = chain_result["ratio_long_over_short"]
-    print(f"continuation on a {args.chain_turns}-turn chain / on a 1-turn chain (median round time): "
-          f"WebSocket {ratios['websocket']}x, HTTP SSE {ratios['http_sse']}x "
-          f"(gateway-added only: {ratios['websocket_gateway_added']}x, {ratios['http_sse_gateway_added']}x)")
+    print(
+        f"continuation on a {args.chain_turns}-turn chain / on a 1-turn chain (median round time): "
+        f"WebSocket {ratios['websocket']}x, HTTP SSE {ratios['http_sse']}x "
+        f"(gateway-added only: {ratios['websocket_gateway_added']}x, {ratios['http_sse_gateway_added']}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ request to Django's handler.
 When GATEWAY_CONFIG names a file, its providers, routes and tools are synced
 into the database here, once per process start, before any request.
 """
+
 import os
 from concurrent.futures import ThreadPoolExecutor
 

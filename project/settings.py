@@ -3,6 +3,7 @@
 With no DATABASE_URL and no REDIS_URL the gateway runs embedded: SQLite, an
 in-process worker and an in-memory event log. Production sets both.
 """
+
 import os
 import tempfile
 from pathlib import Path
@@ -24,7 +25,9 @@ SECRET_KEY = env.str("SECRET_KEY", default=_DEV_SECRET if DEBUG else "")
 if not SECRET_KEY:
     raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
 if not DEBUG and (
-    len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5 or SECRET_KEY == _DEV_SECRET
+    len(SECRET_KEY) < 50
+    or len(set(SECRET_KEY)) < 5
+    or SECRET_KEY == _DEV_SECRET
     or SECRET_KEY.startswith("django-insecure-")
 ):
     # Sessions, signed values and (by default) the sealing of stored secrets rest on it: a
@@ -81,9 +84,7 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------
-DATABASES = {
-    "default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'gateway.sqlite3'}")
-}
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'gateway.sqlite3'}")}
 _db = DATABASES["default"]
 if _db["ENGINE"] == "django.db.backends.postgresql":
     # psycopg 3's pool: connections are reused across requests without

@@ -1,4 +1,5 @@
 """URL configuration: the /v1 API, health checks and the admin."""
+
 from django.contrib import admin
 from django.urls import include, path
 

@@ -4,6 +4,7 @@ Reads go through responses_api.history.selectors and writes through
 responses_api.services; lists join what they show (`list_select_related`)
 and never load the large JSON columns.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,14 +32,19 @@ from .models import ApiKey, ModelRoute, Provider, Response, RouteTarget, Tenant
 from .protocol.errors import GatewayError
 
 STATUS_COLOURS = {
-    "completed": "ok", "in_progress": "busy", "queued": "busy",
-    "failed": "bad", "cancelled": "muted", "incomplete": "warn",
+    "completed": "ok",
+    "in_progress": "busy",
+    "queued": "busy",
+    "failed": "bad",
+    "cancelled": "muted",
+    "incomplete": "warn",
 }
 
 
 def status_badge(status: str) -> str:
-    return format_html('<span class="gw-badge gw-{}">{}</span>', STATUS_COLOURS.get(status, "muted"),
-                       status.replace("_", " "))
+    return format_html(
+        '<span class="gw-badge gw-{}">{}</span>', STATUS_COLOURS.get(status, "muted"), status.replace("_", " ")
+    )
 
 
 def _change_url(obj: Any) -> str:
@@ -63,14 +69,21 @@ def _use_table(rows: list[dict[str, Any]]) -> str:
         return text
 
     def limit(row: dict[str, Any]) -> str:
-        parts = [f"{row['value']:,} tokens"] if row.get("value") is not None and "usd" in row else (
-            [f"{row['value']:,}"] if row.get("value") is not None else [])
+        parts = (
+            [f"{row['value']:,} tokens"]
+            if row.get("value") is not None and "usd" in row
+            else ([f"{row['value']:,}"] if row.get("value") is not None else [])
+        )
         if row.get("usd") is not None:
             parts.append(f"${row['usd']:,.2f}")
         return " or ".join(parts)
 
-    return format_html("<table><tr><th>limit</th><th>value</th><th>in use</th></tr>{}</table>", format_html_join(
-        "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", ((r["limit"], limit(r), used(r)) for r in rows)))
+    return format_html(
+        "<table><tr><th>limit</th><th>value</th><th>in use</th></tr>{}</table>",
+        format_html_join(
+            "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", ((r["limit"], limit(r), used(r)) for r in rows)
+        ),
+    )
 
 
 @admin.register(Tenant)
@@ -80,8 +93,10 @@ class TenantAdmin(admin.ModelAdmin):
     ordering = ("name",)
     fieldsets = (
         (None, {"fields": ("name", "mcp_adhoc_egress_allow", "retention_days", "created_at")}),
-        ("Rate limits (all of the tenant's keys together)", {
-            "fields": ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "current_use")}),
+        (
+            "Rate limits (all of the tenant's keys together)",
+            {"fields": ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "current_use")},
+        ),
         ("Budget", {"fields": ("budget_period", "budget_tokens", "budget_usd")}),
     )
     readonly_fields = ("created_at", "current_use")
@@ -154,8 +169,7 @@ def _secret_session_key(key_id: int) -> str:
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     form = ApiKeyForm
-    list_display = ("name", "tenant", "key_prefix", "is_admin", "models_display", "state", "created_at",
-                    "last_used_at")
+    list_display = ("name", "tenant", "key_prefix", "is_admin", "models_display", "state", "created_at", "last_used_at")
     list_filter = (RevokedFilter, "is_admin", "tenant")
     list_select_related = ("tenant",)
     search_fields = ("name", "prefix", "tenant__name")
@@ -165,9 +179,20 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
             return ["tenant", "name", "is_admin", "allowed_models"]
-        return ["tenant", "key_prefix", "name", "is_admin", "allowed_models", "requests_per_minute",
-                "tokens_per_minute", "max_concurrent_requests", "current_use", "created_at", "last_used_at",
-                "revoked_at"]
+        return [
+            "tenant",
+            "key_prefix",
+            "name",
+            "is_admin",
+            "allowed_models",
+            "requests_per_minute",
+            "tokens_per_minute",
+            "max_concurrent_requests",
+            "current_use",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ]
 
     @admin.display(description="Current use")
     def current_use(self, obj: ApiKey) -> str:
@@ -210,12 +235,12 @@ class ApiKeyAdmin(admin.ModelAdmin):
         request.session[_secret_session_key(key.pk)] = raw
 
     def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None) -> HttpResponse:
-        messages.success(request, f"The API key “{obj.name}” was created. Copy its secret now: "
-                                  "it is shown only once.")
+        messages.success(request, f"The API key “{obj.name}” was created. Copy its secret now: it is shown only once.")
         return HttpResponseRedirect(_change_url(obj))
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         extra_context = dict(extra_context or {})
         try:
             key_id = int(unquote(object_id))
@@ -227,8 +252,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
         extra_context["model_names"] = list(ModelRoute.objects.order_by("name").values_list("name", flat=True))
         return super().change_view(request, object_id, form_url, extra_context)
 
-    def add_view(self, request: HttpRequest, form_url: str = "",
-                 extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         extra_context = dict(extra_context or {})
         extra_context["model_names"] = list(ModelRoute.objects.order_by("name").values_list("name", flat=True))
         return super().add_view(request, form_url, extra_context)
@@ -238,28 +264,46 @@ class ApiKeyAdmin(admin.ModelAdmin):
         keys = list(queryset.filter(revoked_at__isnull=True))
         for key in keys:
             services.api_key_revoke(key=key)
-        self.message_user(request, f"Revoked {len(keys)} key(s). Clients using them are refused "
-                                   "within the key cache time.", messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Revoked {len(keys)} key(s). Clients using them are refused within the key cache time.",
+            messages.SUCCESS,
+        )
 
 
 # --------------------------------------------------------------------------- providers and routes
 
 
 class ProviderForm(forms.ModelForm):
-    base_url = forms.URLField(max_length=500, assume_scheme="http",
-                              help_text="e.g. http://127.0.0.1:8000/v1 (the gateway appends /chat/completions).")
+    base_url = forms.URLField(
+        max_length=500,
+        assume_scheme="http",
+        help_text="e.g. http://127.0.0.1:8000/v1 (the gateway appends /chat/completions).",
+    )
     new_api_key = forms.CharField(
-        required=False, label="API key",
+        required=False,
+        label="API key",
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password", "size": 60}),
         help_text="Stored encrypted and never shown again. Leave empty to keep the current key; "
-                  "or name an environment variable above instead.",
+        "or name an environment variable above instead.",
     )
     clear_api_key = forms.BooleanField(required=False, label="Remove the stored API key")
 
     class Meta:
         model = Provider
-        fields = ("name", "kind", "base_url", "api_key_env", "connect_timeout", "first_byte_timeout",
-                  "idle_timeout", "timeout", "options", "headers", "enabled")
+        fields = (
+            "name",
+            "kind",
+            "base_url",
+            "api_key_env",
+            "connect_timeout",
+            "first_byte_timeout",
+            "idle_timeout",
+            "timeout",
+            "options",
+            "headers",
+            "enabled",
+        )
 
 
 @admin.register(Provider)
@@ -272,8 +316,10 @@ class ProviderAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "kind", "base_url", "enabled")}),
         ("Credentials", {"fields": ("api_key_env", "new_api_key", "clear_api_key")}),
-        ("Connection", {"fields": ("connect_timeout", "first_byte_timeout", "idle_timeout", "timeout",
-                                   "options", "headers")}),
+        (
+            "Connection",
+            {"fields": ("connect_timeout", "first_byte_timeout", "idle_timeout", "timeout", "options", "headers")},
+        ),
     )
 
     @admin.display(description="Key")
@@ -310,14 +356,16 @@ def provider_check(provider: Provider, timeout: float = 5.0) -> tuple[int, str]:
         headers["Authorization"] = f"Bearer {secret}"
     started = time.monotonic()
     try:
-        reply = httpx.get(url, headers=headers,
-                          timeout=httpx.Timeout(timeout, connect=min(provider.connect_timeout, timeout)))
+        reply = httpx.get(
+            url, headers=headers, timeout=httpx.Timeout(timeout, connect=min(provider.connect_timeout, timeout))
+        )
     except httpx.HTTPError as exc:
         return messages.ERROR, f"{provider.name}: cannot reach {url}: {exc.__class__.__name__}: {exc}"
     elapsed = (time.monotonic() - started) * 1000
     if reply.status_code != 200:
-        return messages.ERROR, (f"{provider.name}: {url} answered HTTP {reply.status_code} "
-                                f"in {elapsed:.0f} ms: {reply.text[:300]}")
+        return messages.ERROR, (
+            f"{provider.name}: {url} answered HTTP {reply.status_code} in {elapsed:.0f} ms: {reply.text[:300]}"
+        )
     try:
         names = [m.get("id", "?") for m in reply.json().get("data", [])]
     except (ValueError, AttributeError):
@@ -353,14 +401,20 @@ class RouteTargetInline(admin.TabularInline):
         health, in_flight = found
         now = time.time()
         if health.cooling(now):
-            state = format_html("<strong>cooling down</strong> for {} s more ({} failures in a row)",
-                                int(health.cooled_until - now) + 1, health.failures)
+            state = format_html(
+                "<strong>cooling down</strong> for {} s more ({} failures in a row)",
+                int(health.cooled_until - now) + 1,
+                health.failures,
+            )
         elif health.failures:
             state = format_html("healthy, {} recent failure(s)", health.failures)
         else:
             state = "healthy"
-        last = format_html("<br>last error {} ago: {}", _ago(now - health.last_error_at), health.last_error) \
-            if health.last_error else ""
+        last = (
+            format_html("<br>last error {} ago: {}", _ago(now - health.last_error_at), health.last_error)
+            if health.last_error
+            else ""
+        )
         busy = format_html("<br>{} request(s) in flight", in_flight) if obj.max_concurrent else ""
         return format_html("{}{}{}", state, last, busy)
 
@@ -371,8 +425,18 @@ class ModelRouteAdmin(admin.ModelAdmin):
     list_display = ("name", "targets_display", "enabled", "run_on_worker", "updated_at")
     list_filter = ("enabled", "run_on_worker")
     search_fields = ("name", "description", "targets__upstream_model")
-    fields = ("name", "description", "enabled", "run_on_worker", "hosted_tools", "context_window",
-              "input_usd_per_million", "output_usd_per_million", "created_at", "updated_at")
+    fields = (
+        "name",
+        "description",
+        "enabled",
+        "run_on_worker",
+        "hosted_tools",
+        "context_window",
+        "input_usd_per_million",
+        "output_usd_per_million",
+        "created_at",
+        "updated_at",
+    )
     readonly_fields = ("created_at", "updated_at")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ModelRoute]:
@@ -381,10 +445,14 @@ class ModelRouteAdmin(admin.ModelAdmin):
 
     @admin.display(description="Targets (weight)")
     def targets_display(self, obj: ModelRoute) -> str:
-        return format_html_join(
-            ", ", "<code>{}:{}</code> ({})",
-            ((t.provider.name, t.upstream_model, t.weight or "fallback") for t in obj.targets.all()),
-        ) or "—"
+        return (
+            format_html_join(
+                ", ",
+                "<code>{}:{}</code> ({})",
+                ((t.provider.name, t.upstream_model, t.weight or "fallback") for t in obj.targets.all()),
+            )
+            or "—"
+        )
 
 
 # --------------------------------------------------------------------------- responses
@@ -423,8 +491,16 @@ LIST_DEFERRED = ("params", "error", "incomplete_details", "job", "instructions",
 
 @admin.register(Response)
 class ResponseAdmin(admin.ModelAdmin):
-    list_display = ("short_id", "status_display", "model", "tenant", "tokens", "latency", "created",
-                    "conversation_link")
+    list_display = (
+        "short_id",
+        "status_display",
+        "model",
+        "tenant",
+        "tokens",
+        "latency",
+        "created",
+        "conversation_link",
+    )
     list_filter = ("status", ModelFilter, "tenant", ("created_at", admin.DateFieldListFilter), DeletedFilter)
     list_select_related = ("tenant",)
     search_fields = ("id", "model", "metadata")
@@ -436,15 +512,29 @@ class ResponseAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("id", "status_display", "model", "upstream", "tenant", "api_key_display")}),
         ("Timing and usage", {"fields": ("created_at", "completed_at", "latency", "usage_display")}),
-        ("Request", {"fields": ("instructions", "metadata_display", "params_display"),
-                     "classes": ("collapse",)}),
-        ("Outcome", {"fields": ("error_display", "incomplete_display", "background", "on_worker",
-                                "deleted_at")}),
+        ("Request", {"fields": ("instructions", "metadata_display", "params_display"), "classes": ("collapse",)}),
+        ("Outcome", {"fields": ("error_display", "incomplete_display", "background", "on_worker", "deleted_at")}),
     )
-    readonly_fields = ("id", "status_display", "model", "upstream", "tenant", "api_key_display", "created_at",
-                       "completed_at", "latency", "usage_display", "instructions", "metadata_display",
-                       "params_display", "error_display", "incomplete_display", "background", "on_worker",
-                       "deleted_at")
+    readonly_fields = (
+        "id",
+        "status_display",
+        "model",
+        "upstream",
+        "tenant",
+        "api_key_display",
+        "created_at",
+        "completed_at",
+        "latency",
+        "usage_display",
+        "instructions",
+        "metadata_display",
+        "params_display",
+        "error_display",
+        "incomplete_display",
+        "background",
+        "on_worker",
+        "deleted_at",
+    )
 
     # Stored history is evidence: read-only, hidden (not removed) by the soft-delete action.
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -483,8 +573,12 @@ class ResponseAdmin(admin.ModelAdmin):
     def tokens(self, obj: Response) -> str:
         if obj.input_tokens is None:
             return "—"
-        return format_html('<span title="{} total">{} / {}</span>', f"{obj.total_tokens:,}",
-                           f"{obj.input_tokens:,}", f"{obj.output_tokens or 0:,}")
+        return format_html(
+            '<span title="{} total">{} / {}</span>',
+            f"{obj.total_tokens:,}",
+            f"{obj.input_tokens:,}",
+            f"{obj.output_tokens or 0:,}",
+        )
 
     @admin.display(description="Latency", ordering="latency_ms")
     def latency(self, obj: Response) -> str:
@@ -516,17 +610,20 @@ class ResponseAdmin(admin.ModelAdmin):
             return "—"
         return format_html(
             "{} input ({} cached) + {} output ({} reasoning) = <strong>{}</strong> tokens",
-            f"{obj.input_tokens:,}", f"{obj.cached_tokens or 0:,}", f"{obj.output_tokens or 0:,}",
-            f"{obj.reasoning_tokens or 0:,}", f"{obj.total_tokens:,}",
+            f"{obj.input_tokens:,}",
+            f"{obj.cached_tokens or 0:,}",
+            f"{obj.output_tokens or 0:,}",
+            f"{obj.reasoning_tokens or 0:,}",
+            f"{obj.total_tokens:,}",
         )
 
     @admin.display(description="Metadata")
     def metadata_display(self, obj: Response) -> str:
-        return format_html("<pre class=\"gw-json\">{}</pre>", presenters.pretty_json(obj.metadata or {}))
+        return format_html('<pre class="gw-json">{}</pre>', presenters.pretty_json(obj.metadata or {}))
 
     @admin.display(description="Parameters")
     def params_display(self, obj: Response) -> str:
-        return format_html("<pre class=\"gw-json\">{}</pre>", presenters.pretty_json(obj.params or {}))
+        return format_html('<pre class="gw-json">{}</pre>', presenters.pretty_json(obj.params or {}))
 
     @admin.display(description="Error")
     def error_display(self, obj: Response) -> str:
@@ -546,21 +643,27 @@ class ResponseAdmin(admin.ModelAdmin):
         view = self.admin_site.admin_view
         return [
             path("usage/", view(self.usage_view), name="responses_api_response_usage"),
-            path("<path:object_id>/conversation/", view(self.conversation_view),
-                 name="responses_api_response_conversation"),
+            path(
+                "<path:object_id>/conversation/",
+                view(self.conversation_view),
+                name="responses_api_response_conversation",
+            ),
             *super().get_urls(),
         ]
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         response_id = unquote(object_id)
         extra_context = dict(extra_context or {})
         row = Response.objects.filter(pk=response_id).values_list("previous_response_id", flat=True).first()
         extra_context.update(
             previous_url=reverse("admin:responses_api_response_change", args=[quote(row)]) if row else None,
             items=[presenters.item_block(e.item, e.role_name) for e in history.response_items(response_id=response_id)],
-            next_ids=[(rid, reverse("admin:responses_api_response_change", args=[quote(rid)]))
-                      for rid in history.response_next_ids(response_id=response_id)],
+            next_ids=[
+                (rid, reverse("admin:responses_api_response_change", args=[quote(rid)]))
+                for rid in history.response_next_ids(response_id=response_id)
+            ],
             conversation_url=reverse("admin:responses_api_response_conversation", args=[quote(response_id)]),
         )
         return super().change_view(request, object_id, form_url, extra_context)
@@ -580,8 +683,7 @@ class ResponseAdmin(admin.ModelAdmin):
         turns = presenters.conversation_turns(chain, entries, head.id)
         for turn in turns:
             turn.change_url = reverse("admin:responses_api_response_change", args=[quote(turn.response.id)])
-            turn.conversation_url = reverse("admin:responses_api_response_conversation",
-                                            args=[quote(turn.response.id)])
+            turn.conversation_url = reverse("admin:responses_api_response_conversation", args=[quote(turn.response.id)])
         next_ids = history.response_next_ids(response_id=head.id)
         context = {
             **self.admin_site.each_context(request),
@@ -591,8 +693,9 @@ class ResponseAdmin(admin.ModelAdmin):
             "head": head,
             "turns": turns,
             "chain_root": chain[0] if chain else head,
-            "next_links": [(rid, reverse("admin:responses_api_response_conversation", args=[quote(rid)]))
-                           for rid in next_ids],
+            "next_links": [
+                (rid, reverse("admin:responses_api_response_conversation", args=[quote(rid)])) for rid in next_ids
+            ],
             "change_url": reverse("admin:responses_api_response_change", args=[quote(head.id)]),
             "total_tokens": sum((r.input_tokens or 0) + (r.output_tokens or 0) for r in chain),
         }
@@ -630,34 +733,44 @@ class ResponseAdmin(admin.ModelAdmin):
         }
         return TemplateResponse(request, "admin/responses_api/response/usage.html", context)
 
-    @admin.action(description="Delete selected responses (hide from the API; chains keep their context)",
-                  permissions=["hide"])
+    @admin.action(
+        description="Delete selected responses (hide from the API; chains keep their context)", permissions=["hide"]
+    )
     def soft_delete(self, request: HttpRequest, queryset: QuerySet[Response]) -> None:
         rows = list(queryset.filter(deleted_at__isnull=True).values_list("id", "tenant_id"))
         for response_id, tenant_id in rows:
             services.response_delete(tenant_id=tenant_id, response_id=response_id)
         self.message_user(request, f"Deleted {len(rows)} response(s).", messages.SUCCESS)
 
-
-    @admin.action(description="Purge selected responses (remove their content everywhere)",
-                  permissions=["purge"])
+    @admin.action(description="Purge selected responses (remove their content everywhere)", permissions=["purge"])
     def purge(self, request: HttpRequest, queryset: QuerySet[Response]) -> TemplateResponse | None:
         rows = list(queryset.select_related("tenant").order_by("created_at"))
         ids = [r.id for r in rows]
         if request.POST.get("confirmed") != "yes":
-            return TemplateResponse(request, "admin/responses_api/response/purge_confirmation.html", {
-                **self.admin_site.each_context(request), "title": "Purge responses", "rows": rows,
-                "descendants": len(services.response_descendants(ids)),
-                "running": [r.id for r in rows if r.status in (Response.Status.QUEUED, Response.Status.IN_PROGRESS)],
-            })
+            return TemplateResponse(
+                request,
+                "admin/responses_api/response/purge_confirmation.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": "Purge responses",
+                    "rows": rows,
+                    "descendants": len(services.response_descendants(ids)),
+                    "running": [
+                        r.id for r in rows if r.status in (Response.Status.QUEUED, Response.Status.IN_PROGRESS)
+                    ],
+                },
+            )
         try:
             counts = services.responses_purge(response_ids=ids)
         except services.PurgeRefused as exc:
             self.message_user(request, f"Nothing purged: {exc}", messages.ERROR)
             return None
-        self.message_user(request, f"Purged {counts['responses']} response(s) and {counts['items']} item(s); "
-                                   f"{counts['broken_chains']} later response(s) can no longer be continued.",
-                          messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Purged {counts['responses']} response(s) and {counts['items']} item(s); "
+            f"{counts['broken_chains']} later response(s) can no longer be continued.",
+            messages.SUCCESS,
+        )
         return None
 
     def has_purge_permission(self, request: HttpRequest) -> bool:

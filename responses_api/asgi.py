@@ -12,6 +12,7 @@ here, inline and without hops: the request id and access log
 security, common and X-Frame-Options middleware. The admin, static files,
 health checks and the API docs go through Django's full handler as before.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -62,7 +63,7 @@ class ApiApplication:
         if scope["type"] == "lifespan":
             return await _lifespan(receive, send)
         path, root = scope.get("path", ""), scope.get("root_path", "")
-        path_info = path[len(root):] if root and path.startswith(root) else path
+        path_info = path[len(root) :] if root and path.startswith(root) else path
         if scope["type"] == "websocket":
             if path_info.rstrip("/") == self.prefix + "responses":
                 from .websocket import serve
@@ -171,7 +172,6 @@ class ApiApplication:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-
 async def _lifespan(receive: Receive, send: Send) -> None:
     """Django has no lifespan support; at shutdown the upstream and async database connections
     are closed cleanly."""
@@ -196,8 +196,9 @@ def _start(response: HttpResponseBase) -> dict[str, Any]:
     """`http.response.start` for a response this lane writes itself (what Django's
     `ASGIHandler.send_response` sends first: its headers and cookies)."""
     headers = [(name.encode("ascii"), value.encode("latin1")) for name, value in response.items()]
-    headers += [(b"Set-Cookie", cookie.output(header="").encode("ascii").strip())
-                for cookie in response.cookies.values()]
+    headers += [
+        (b"Set-Cookie", cookie.output(header="").encode("ascii").strip()) for cookie in response.cookies.values()
+    ]
     return {"type": "http.response.start", "status": response.status_code, "headers": headers}
 
 

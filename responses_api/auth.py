@@ -4,6 +4,7 @@ Keys look like `sk-gw-<prefix>_<secret>`; the database keeps the prefix and
 the SHA-256 of the whole key. Successful look-ups are cached in-process for
 GATEWAY_CACHE_SECONDS, so a revoked key stops working within that time.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -42,9 +43,7 @@ _cache: TTLCache[str, Principal] = TTLCache(lambda: settings.GATEWAY_CACHE_SECON
 
 def bearer_token(header: str | None) -> str:
     if not header:
-        raise AuthenticationFailed(
-            "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
-        )
+        raise AuthenticationFailed("You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise AuthenticationFailed("Malformed Authorization header; expected 'Bearer <key>'.")
@@ -67,9 +66,9 @@ def authenticate_key(raw_key: str) -> Principal:
     cached = _cache.get(digest)
     if cached is not None:
         return cached[0]
-    if not raw_key.startswith(KEY_PREFIX) or "_" not in raw_key[len(KEY_PREFIX):]:
+    if not raw_key.startswith(KEY_PREFIX) or "_" not in raw_key[len(KEY_PREFIX) :]:
         raise _invalid()
-    prefix = raw_key[len(KEY_PREFIX):].split("_", 1)[0]
+    prefix = raw_key[len(KEY_PREFIX) :].split("_", 1)[0]
     key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
     if key is None or key.revoked_at is not None or not hmac.compare_digest(key.secret_hash, digest):
         raise _invalid()

@@ -11,6 +11,7 @@ never re-run, because events (and maybe tool calls) of the first run have
 already been seen. A redelivered task finds the response no longer queued
 and does nothing but this reaping.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -53,6 +54,7 @@ async def enqueue(response_id: str) -> None:
 
 # -- sync database steps --------------------------------------------------------
 
+
 def _claim(response_id: str) -> Response | None:
     """Take an unclaimed run (heartbeat still null), compare-and-swap: exactly one worker wins."""
     now = timezone.now()
@@ -74,7 +76,8 @@ def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
         from .sealing import sealer
 
         body = restore_mcp_credentials(
-            body, sealer().unseal(job["mcp_credentials"], tenant_id=row.tenant_id, purpose="mcp-credentials"))
+            body, sealer().unseal(job["mcp_credentials"], tenant_id=row.tenant_id, purpose="mcp-credentials")
+        )
     req = parse_create_request(body)
     req.input_items = job["input_items"]
     route = route_get(req.model)
@@ -82,7 +85,8 @@ def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
 
     served = [name for _, name in served_hosted_tools(req, route)]
     specs = registry_tools_for(
-        tenant_id=row.tenant_id, route_name=req.model,
+        tenant_id=row.tenant_id,
+        route_name=req.model,
         names=sorted({t.name for t in req.tools if t.bare} | set(served)),
     )
     serve_hosted_tools(req, route, specs)
@@ -105,13 +109,20 @@ def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
 
     resolved = resolve_references(row.tenant_id, req.input_items)
     run_job = ResponseJob(
-        response_id=row.id, created_at=int(row.created_at.timestamp()), tenant_id=row.tenant_id,
-        request=req, params=row.params, route=route, context=context + resolved, input_items=req.input_items,
+        response_id=row.id,
+        created_at=int(row.created_at.timestamp()),
+        tenant_id=row.tenant_id,
+        request=req,
+        params=row.params,
+        route=route,
+        context=context + resolved,
+        input_items=req.input_items,
     )
     return run_job, (specs, toolset), job.get("opening", "in_progress")
 
 
 # -- the run ---------------------------------------------------------------------
+
 
 async def _append_all(response_id: str, events: list[dict[str, Any]]) -> None:
     for event in events:
@@ -143,9 +154,13 @@ async def run_claimed(response_id: str) -> str:
         return "failed"
     run = ResponseRun(
         job,
-        DatabasePersistence(tenant_id=job.tenant_id, input_items=job.input_items, store=True,
-                            conversation_id=job.request.conversation,
-                            grant=Grant.from_job((row.job or {}).get("limits"))),
+        DatabasePersistence(
+            tenant_id=job.tenant_id,
+            input_items=job.input_items,
+            store=True,
+            conversation_id=job.request.conversation,
+            grant=Grant.from_job((row.job or {}).get("limits")),
+        ),
         await tool_runner(response_id, specs),
         max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
         mcp=toolset,
@@ -187,7 +202,9 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
     response = selectors.response_object_from_row(row, output)
     response.update(status="failed", error=error.as_response_error(), usage=Usage().as_dict())
     stored = await db.run(
-        services.response_finish, tenant_id=row.tenant_id, response=response,
+        services.response_finish,
+        tenant_id=row.tenant_id,
+        response=response,
         input_items=(row.job or {}).get("input_items", []),
     )
     await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
@@ -199,20 +216,31 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
         await limits_drain()
     sequence = (logged[-1]["sequence_number"] + 1) if logged else 0
     payload = {"type": error.error_type, "code": error.code, "message": error.message, "param": error.param}
-    await _append_all(response_id, [
-        {"type": "error", "sequence_number": sequence, "code": error.code, "message": error.message,
-         "param": error.param, "error": payload},
-        {"type": "response.failed", "sequence_number": sequence + 1, "response": response},
-    ])
+    await _append_all(
+        response_id,
+        [
+            {
+                "type": "error",
+                "sequence_number": sequence,
+                "code": error.code,
+                "message": error.message,
+                "param": error.param,
+                "error": payload,
+            },
+            {"type": "response.failed", "sequence_number": sequence + 1, "response": response},
+        ],
+    )
 
 
 # -- reaping -----------------------------------------------------------------------
 
+
 def _stale_ids() -> list[str]:
     cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
     return list(
-        Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=cutoff)
-        .values_list("id", flat=True)[:500]
+        Response.objects.filter(
+            status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=cutoff
+        ).values_list("id", flat=True)[:500]
     )
 
 
@@ -246,9 +274,9 @@ def _stuck_queued_ids() -> list[str]:
     lost (a broker restarted without persistence) or never sent."""
     cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_QUEUED_MAX_SECONDS)
     return list(
-        Response.objects.filter(status=Response.Status.QUEUED, on_worker=True, heartbeat_at__isnull=True,
-                                created_at__lt=cutoff)
-        .values_list("id", flat=True)[:500]
+        Response.objects.filter(
+            status=Response.Status.QUEUED, on_worker=True, heartbeat_at__isnull=True, created_at__lt=cutoff
+        ).values_list("id", flat=True)[:500]
     )
 
 
@@ -257,14 +285,19 @@ async def reap_stale() -> int:
     for response_id in await db.run(_stale_ids):
         reaped += await reap_one(response_id)
     for response_id in await db.run(_stuck_queued_ids):
-        await _fail_with_event(response_id, ServerError(
-            f"No worker started this response within {settings.GATEWAY_QUEUED_MAX_SECONDS:g} s; "
-            "it was not run.", code="queue_timeout"))
+        await _fail_with_event(
+            response_id,
+            ServerError(
+                f"No worker started this response within {settings.GATEWAY_QUEUED_MAX_SECONDS:g} s; it was not run.",
+                code="queue_timeout",
+            ),
+        )
         reaped += 1
     return reaped
 
 
 # -- cancelling --------------------------------------------------------------------
+
 
 async def cancel_background(response_id: str, wait: float = 3.0) -> None:
     """Idempotent: a queued run is cancelled at once; a running one is asked to stop and waited for."""

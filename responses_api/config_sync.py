@@ -3,6 +3,7 @@
 Idempotent: running it again with the same file changes nothing. Entries not
 in the file are left alone (the admin may have added them).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,13 @@ def _require(entry: dict, key: str, where: str) -> Any:
 @transaction.atomic
 def sync_config(data: dict[str, Any]) -> dict[str, int]:
     """Upsert providers and routes; returns counts of what was written."""
-    counts = {"providers": 0, "models": 0, "tools": 0, "mcp_servers": 0,
-              "tenants": _sync_tenants(data.get("tenants") or [])}
+    counts = {
+        "providers": 0,
+        "models": 0,
+        "tools": 0,
+        "mcp_servers": 0,
+        "tenants": _sync_tenants(data.get("tenants") or []),
+    }
     providers: dict[str, Provider] = {}
     for i, entry in enumerate(data.get("providers") or []):
         where = f"providers[{i}]"
@@ -73,10 +79,13 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
         where = f"models[{i}]"
         route, _ = ModelRoute.objects.update_or_create(
             name=_require(entry, "name", where),
-            defaults={"description": entry.get("description", ""), "enabled": bool(entry.get("enabled", True)),
-                      "hosted_tools": entry.get("hosted_tools") or {},
-                      "context_window": int(entry["context_window"]) if entry.get("context_window") else None,
-                      **_price(entry.get("price"), f"{where}.price")},
+            defaults={
+                "description": entry.get("description", ""),
+                "enabled": bool(entry.get("enabled", True)),
+                "hosted_tools": entry.get("hosted_tools") or {},
+                "context_window": int(entry["context_window"]) if entry.get("context_window") else None,
+                **_price(entry.get("price"), f"{where}.price"),
+            },
         )
         _save_valid(route, where)
         targets = _require(entry, "targets", where)
@@ -87,11 +96,20 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
             if provider is None:
                 raise ConfigError(f"{where}.targets[{j}]: unknown provider {provider_name!r}")
             limit = target.get("max_concurrent")
-            wanted.append((provider.id, str(_require(target, "model", f"{where}.targets[{j}]")),
-                           int(target.get("weight", 1)), int(target.get("priority", 0)),
-                           int(limit) if limit is not None else None))
-        current = list(route.targets.order_by("id").values_list(
-            "provider_id", "upstream_model", "weight", "priority", "max_concurrent"))
+            wanted.append(
+                (
+                    provider.id,
+                    str(_require(target, "model", f"{where}.targets[{j}]")),
+                    int(target.get("weight", 1)),
+                    int(target.get("priority", 0)),
+                    int(limit) if limit is not None else None,
+                )
+            )
+        current = list(
+            route.targets.order_by("id").values_list(
+                "provider_id", "upstream_model", "weight", "priority", "max_concurrent"
+            )
+        )
         if current != wanted:
             route.targets.all().delete()
             RouteTarget.objects.bulk_create(
@@ -165,11 +183,15 @@ def _sync_key_limits(tenant: Any, entries: list[Any], where: str) -> None:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{at}.{field}: a positive integer, or null for no limit")
         updated = ApiKey.objects.filter(tenant=tenant, name=name).update(
-            **{field: entry[field] for field in _KEY_LIMITS if field in entry})
+            **{field: entry[field] for field in _KEY_LIMITS if field in entry}
+        )
         if not updated:
             logging.getLogger("gateway.config").warning(
                 "%s: tenant %r has no API key named %r yet; its limits apply once config is synced again",
-                at, tenant.name, name)
+                at,
+                tenant.name,
+                name,
+            )
 
 
 def _price(price: Any, where: str) -> dict[str, Any]:
@@ -181,8 +203,10 @@ def _price(price: Any, where: str) -> dict[str, Any]:
     if not isinstance(price, dict) or set(price) - {"input_usd_per_million", "output_usd_per_million"}:
         raise ConfigError(f"{where}: expected a mapping of input_usd_per_million and output_usd_per_million")
     try:
-        return {k: Decimal(str(price[k])) if price.get(k) is not None else None
-                for k in ("input_usd_per_million", "output_usd_per_million")}
+        return {
+            k: Decimal(str(price[k])) if price.get(k) is not None else None
+            for k in ("input_usd_per_million", "output_usd_per_million")
+        }
     except InvalidOperation:
         raise ConfigError(f"{where}: prices must be numbers") from None
 

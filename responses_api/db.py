@@ -7,6 +7,7 @@ path: storing a finished response), with no thread hop and no checkout from the
 threads' pool. On this machine the hop and checkout cost about as much wall
 time as the statement itself at low load (bench/README.md).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -57,9 +58,13 @@ async def _pool() -> Any:
             params.pop(sync_only, None)
         sizing = settings.DATABASES["default"].get("OPTIONS", {}).get("pool") or {}
         pool = AsyncConnectionPool(
-            kwargs={**params, "autocommit": True}, min_size=1, max_size=sizing.get("max_size", 20),
-            timeout=sizing.get("timeout", 5.0), reconnect_timeout=sizing.get("reconnect_timeout", 5.0),
-            open=False, name="gateway-async",
+            kwargs={**params, "autocommit": True},
+            min_size=1,
+            max_size=sizing.get("max_size", 20),
+            timeout=sizing.get("timeout", 5.0),
+            reconnect_timeout=sizing.get("reconnect_timeout", 5.0),
+            open=False,
+            name="gateway-async",
         )
         _pools[loop] = pool
         await pool.open()

@@ -4,6 +4,7 @@ A view (JSON or SSE), a Celery task or a WebSocket consumer drives the same
 `ResponseRun`; only what they do with the events differs. Storage is injected
 (`Persistence`), so the engine itself does no ORM work.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -100,8 +101,9 @@ def _signed_reasoning_sealer(tenant_id: int) -> Callable[[str, str], str]:
     `encrypted_content`, so that the next turn can give the upstream both back."""
     from .sealing import sealer
 
-    return lambda text, signature: sealer().seal({"text": text, "signature": signature}, tenant_id=tenant_id,
-                                                 purpose="reasoning")
+    return lambda text, signature: sealer().seal(
+        {"text": text, "signature": signature}, tenant_id=tenant_id, purpose="reasoning"
+    )
 
 
 class _Cancelled(Exception):
@@ -131,7 +133,12 @@ class _SlotCall:
 
 class ResponseRun:
     def __init__(
-        self, job: ResponseJob, persistence: Persistence, tools: ToolRunner, *, max_iterations: int = 10,
+        self,
+        job: ResponseJob,
+        persistence: Persistence,
+        tools: ToolRunner,
+        *,
+        max_iterations: int = 10,
         mcp: McpRunner | None = None,
     ) -> None:
         self.job = job
@@ -161,16 +168,18 @@ class ResponseRun:
             output=[],
         )
         self.builder = EventBuilder(
-            self.response, allowed_tools=allowed_tool_names(req.tool_choice, req.tools), tools=req.tools,
+            self.response,
+            allowed_tools=allowed_tool_names(req.tool_choice, req.tools),
+            tools=req.tools,
             reasoning_summary=bool(req.reasoning and req.reasoning.get("summary")),
-            seal_reasoning=_reasoning_sealer(job.tenant_id) if "reasoning.encrypted_content" in req.include
-            else None,
+            seal_reasoning=_reasoning_sealer(job.tenant_id) if "reasoning.encrypted_content" in req.include else None,
             seal_signed=_signed_reasoning_sealer(job.tenant_id),
         )
         self.error: GatewayError | None = None
         # OpenTelemetry (tracing.py): None unless an exporter is configured.
-        self._span = tracing.response_span(model=req.model, response_id=job.response_id,
-                                           conversation=req.conversation, request=req)
+        self._span = tracing.response_span(
+            model=req.model, response_id=job.response_id, conversation=req.conversation, request=req
+        )
         self._call_span: Any = None
         self._call_usage = (0, 0)  # the builder's usage when the current model call began
         self.failure_events: list[Event] = []  # what connect() would have streamed on failure
@@ -219,8 +228,9 @@ class ResponseRun:
             try:
                 await self._persist()
             except GatewayError:  # the store is unreachable: end the row once it is back
-                log.warning("response %s: its failure could not be stored; retrying in the background",
-                            self.job.response_id)
+                log.warning(
+                    "response %s: its failure could not be stored; retrying in the background", self.job.response_id
+                )
                 self._retry_when_back()
             raise
         except asyncio.CancelledError:
@@ -272,19 +282,24 @@ class ResponseRun:
             served = self.builder.hosted_outputs.get(item["id"])
             if served is not None and "output" in served:
                 output += [
-                    {"type": "function_call", "id": item["id"], "call_id": served["call_id"],
-                     "name": served["name"], "arguments": served.get("arguments") or "{}"},
+                    {
+                        "type": "function_call",
+                        "id": item["id"],
+                        "call_id": served["call_id"],
+                        "name": served["name"],
+                        "arguments": served.get("arguments") or "{}",
+                    },
                     {"type": "function_call_output", "call_id": served["call_id"], "output": served["output"]},
                 ]
             else:
                 output.append(item)
-        items = expand_compactions(as_model_items(self.job.context + output, self._mcp_names),
-                                   self._open_summary)
+        items = expand_compactions(as_model_items(self.job.context + output, self._mcp_names), self._open_summary)
         tools = req.tools + self.mcp_tools
         if self.job.route.context_window:
             items = self._fit(items, tools, self.job.route.context_window)
-        return UpstreamRequest(request=req, items=items, tools=tools, stream=self.stream_upstream,
-                               tenant_id=self.job.tenant_id)
+        return UpstreamRequest(
+            request=req, items=items, tools=tools, stream=self.stream_upstream, tenant_id=self.job.tenant_id
+        )
 
     def _fit(self, items: list[dict[str, Any]], tools: list[Any], window: int) -> list[dict[str, Any]]:
         """The context within the model's window: with truncation "auto" the oldest items are
@@ -298,16 +313,25 @@ class ResponseRun:
                 kept, dropped = fitted
                 if dropped > self.truncated_items:
                     self.truncated_items = dropped
-                    log.info("response %s: truncation dropped the %d oldest items to fit %d tokens",
-                             self.job.response_id, dropped, budget)
+                    log.info(
+                        "response %s: truncation dropped the %d oldest items to fit %d tokens",
+                        self.job.response_id,
+                        dropped,
+                        budget,
+                    )
                 return kept
         elif estimate_request(items, req.instructions, tool_dicts) <= budget:
             return items
         raise InvalidRequest(
             f"The input is longer than the model's context window ({window} tokens, {budget} for the input "
-            "after room for the answer)" + ("; even its newest item alone does not fit." if req.truncation == "auto"
-                                            else "; send 'truncation': 'auto' to drop the oldest items."),
-            param="input", code="context_length_exceeded",
+            "after room for the answer)"
+            + (
+                "; even its newest item alone does not fit."
+                if req.truncation == "auto"
+                else "; send 'truncation': 'auto' to drop the oldest items."
+            ),
+            param="input",
+            code="context_length_exceeded",
         )
 
     # -- the stream --------------------------------------------------------------
@@ -346,8 +370,11 @@ class ResponseRun:
             try:
                 await self._persist()
             except GatewayError as exc:  # the store is unreachable (an outage)
-                log.warning("response %s: its end could not be stored (%s); retrying in the background",
-                            self.job.response_id, exc.code)
+                log.warning(
+                    "response %s: its end could not be stored (%s); retrying in the background",
+                    self.job.response_id,
+                    exc.code,
+                )
                 self.error = exc
                 terminal = self.builder.fail(exc)
                 self._retry_when_back()  # store the failure once the database is back
@@ -398,8 +425,11 @@ class ResponseRun:
             for event in self.builder.end_step():
                 yield event
             calls = self.builder.step_calls
-            server_calls = [c for c in calls if c["type"] == "function_call" and "namespace" not in c
-                            and self.tools.is_server_tool(c["name"])]
+            server_calls = [
+                c
+                for c in calls
+                if c["type"] == "function_call" and "namespace" not in c and self.tools.is_server_tool(c["name"])
+            ]
             mcp_calls = self.builder.step_mcp_calls
             hosted_calls = self.builder.step_hosted_calls
             if self.builder.finish_reason in INCOMPLETE_REASONS or not (server_calls or mcp_calls or hosted_calls):
@@ -428,7 +458,7 @@ class ResponseRun:
             for item, outcome in zip(run_mcp, outcomes[: len(run_mcp)]):
                 for event in self.builder.finish_mcp_call(item, output=outcome.output, error=outcome.error):
                     yield event
-            for item, output in zip(hosted_calls, [*outcomes[len(run_mcp):], *[None] * len(hosted_calls)]):
+            for item, output in zip(hosted_calls, [*outcomes[len(run_mcp) :], *[None] * len(hosted_calls)]):
                 for event in self.builder.finish_hosted_call(item, output):
                     yield event
             for event in self.builder.skip_mcp_calls("not run: max_tool_calls was reached"):
@@ -460,44 +490,67 @@ class ResponseRun:
         followed by the hosted calls' outputs."""
         self.tool_calls_made += len(calls) + len(mcp_calls) + len(hosted)
         served = [self.builder.hosted_outputs[item["id"]] for item in hosted]
-        jobs = [self.tools.execute(c) for c in calls] + [self._mcp_call(i) for i in mcp_calls] + [
-            self.tools.execute({"name": s["name"], "call_id": s["call_id"], "arguments": s.get("arguments") or "{}",
-                                "type": "function_call", "id": item["id"]})
-            for s, item in zip(served, hosted)
-        ]
+        jobs = (
+            [self.tools.execute(c) for c in calls]
+            + [self._mcp_call(i) for i in mcp_calls]
+            + [
+                self.tools.execute(
+                    {
+                        "name": s["name"],
+                        "call_id": s["call_id"],
+                        "arguments": s.get("arguments") or "{}",
+                        "type": "function_call",
+                        "id": item["id"],
+                    }
+                )
+                for s, item in zip(served, hosted)
+            ]
+        )
         if self._span is not None:
-            named = [(c["name"], c["call_id"], "function") for c in calls] + [
-                (i["name"], i["id"], "extension") for i in mcp_calls] + [
-                (s["name"], s["call_id"], "function") for s in served]
-            jobs = [tracing.traced_tool(self._span, job, name=n, call_id=c, tool_type=t)
-                    for job, (n, c, t) in zip(jobs, named)]
+            named = (
+                [(c["name"], c["call_id"], "function") for c in calls]
+                + [(i["name"], i["id"], "extension") for i in mcp_calls]
+                + [(s["name"], s["call_id"], "function") for s in served]
+            )
+            jobs = [
+                tracing.traced_tool(self._span, job, name=n, call_id=c, tool_type=t)
+                for job, (n, c, t) in zip(jobs, named)
+            ]
         if self.job.request.parallel_tool_calls:
             results = await asyncio.gather(*jobs)
         else:
             results = [await job for job in jobs]
         outputs = results[: len(calls)]
         fco = [
-            {"id": new_id("fco"), "type": "function_call_output", "call_id": call["call_id"],
-             "output": output, "status": "completed"}
+            {
+                "id": new_id("fco"),
+                "type": "function_call_output",
+                "call_id": call["call_id"],
+                "output": output,
+                "status": "completed",
+            }
             for call, output in zip(calls, outputs)
         ]
-        return fco, list(results[len(calls):])
+        return fco, list(results[len(calls) :])
 
     def _mcp_call(self, item: dict[str, Any]) -> Any:
         assert self.mcp is not None
-        return self.mcp.call(item["server_label"], item["name"], item["arguments"],
-                             key=(self.job.response_id, item["id"]))
+        return self.mcp.call(
+            item["server_label"], item["name"], item["arguments"], key=(self.job.response_id, item["id"])
+        )
 
     async def _mcp_prelude(self) -> AsyncIterator[Event]:
         """List the servers' tools (unless the chain already did), bind them to function names
         for the model, then run the calls the client approved."""
         listed_before = {
-            i["server_label"]: i["tools"] for i in self.job.context
+            i["server_label"]: i["tools"]
+            for i in self.job.context
             if i["type"] == "mcp_list_tools" and not i.get("error")
         }
         listed: list[tuple[str, dict[str, Any]]] = []
         mcp = self.mcp
         for label in mcp.labels if mcp else []:
+
             def allowed(tools: list[dict[str, Any]], label: str = label) -> list[dict[str, Any]]:
                 return [t for t in tools if mcp.allows(label, t["name"], t.get("annotations"))]
 
@@ -521,10 +574,16 @@ class ResponseRun:
         for label, tool in listed:
             name = self._mcp_names[(label, tool["name"])]
             schema = tool.get("input_schema") if isinstance(tool.get("input_schema"), dict) else None
-            self.mcp_tools.append(make_tool(
-                name=name, description=tool.get("description") or None, parameters=schema,
-                strict=False, param=f"MCP tool {label}/{tool['name']}", source="mcp",
-            ))
+            self.mcp_tools.append(
+                make_tool(
+                    name=name,
+                    description=tool.get("description") or None,
+                    parameters=schema,
+                    strict=False,
+                    param=f"MCP tool {label}/{tool['name']}",
+                    source="mcp",
+                )
+            )
             bindings[name] = McpBinding(
                 label, tool["name"], self.mcp.requires_approval(label, tool["name"], tool.get("annotations"))
             )
@@ -534,15 +593,18 @@ class ResponseRun:
             if self._cancel_requested:
                 raise _Cancelled()
             item, events = self.builder.open_mcp_call(
-                request["server_label"], request["name"], request["arguments"],
+                request["server_label"],
+                request["name"],
+                request["arguments"],
                 approval_request_id=request["id"],
             )
             for event in events:
                 yield event
             self.tool_calls_made += 1
             assert self.mcp is not None
-            outcome = await self.mcp.call(request["server_label"], request["name"], request["arguments"],
-                                          key=(request["id"], "approved"))
+            outcome = await self.mcp.call(
+                request["server_label"], request["name"], request["arguments"], key=(request["id"], "approved")
+            )
             for event in self.builder.finish_mcp_call(item, output=outcome.output, error=outcome.error):
                 yield event
 
@@ -555,8 +617,9 @@ class ResponseRun:
         try:
             await asyncio.shield(self._persist())
         except GatewayError:  # the store is unreachable: store the cancellation once it is back
-            log.warning("response %s: its cancellation could not be stored; retrying in the background",
-                        self.job.response_id)
+            log.warning(
+                "response %s: its cancellation could not be stored; retrying in the background", self.job.response_id
+            )
             self._retry_when_back()
 
     def _retry_when_back(self) -> None:
@@ -569,9 +632,12 @@ class ResponseRun:
             return
         before_in, before_out = self._call_usage
         tracing.end_model_call(
-            self._call_span, input_tokens=self.builder.usage.input_tokens - before_in,
+            self._call_span,
+            input_tokens=self.builder.usage.input_tokens - before_in,
             output_tokens=self.builder.usage.output_tokens - before_out,
-            finish_reason=self.builder.finish_reason, error=error)
+            finish_reason=self.builder.finish_reason,
+            error=error,
+        )
         self._call_span = None
 
     async def _persist(self) -> None:
@@ -594,7 +660,8 @@ class ResponseRun:
             await asyncio.sleep(delay)
             try:
                 await self.persistence.finish_failed(
-                    self.response, upstream=self._target.label if self._target else "",
+                    self.response,
+                    upstream=self._target.label if self._target else "",
                     latency_ms=int((time.monotonic() - self._started) * 1000),
                 )
                 log.warning("response %s: its end is stored now", self.job.response_id)
@@ -606,7 +673,8 @@ class ResponseRun:
     async def _persist_failure(self) -> None:
         try:
             await self.persistence.finish_failed(
-                self.response, upstream=self._target.label if self._target else "",
+                self.response,
+                upstream=self._target.label if self._target else "",
                 latency_ms=int((time.monotonic() - self._started) * 1000),
             )
         except Exception:  # the database itself is down: the reaper ends the row later

@@ -5,6 +5,7 @@ response); an in-process log otherwise (embedded mode: durable only as long
 as the process lives). Entry ids are `<sequence_number + 1>-0`, so Redis
 itself refuses a duplicate or out-of-order append.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -124,10 +125,12 @@ class RedisEventLog(EventLog):
             from redis.backoff import ExponentialWithJitterBackoff
 
             client = redis.Redis.from_url(
-                self.url, decode_responses=False,
+                self.url,
+                decode_responses=False,
                 # Redis gone: fail within seconds (a 503), not after the default backoff; a
                 # connection that died while idle (Redis restarted) is replaced by a retry.
-                socket_connect_timeout=2.0, socket_timeout=15.0,  # > the 5 s XREAD block
+                socket_connect_timeout=2.0,
+                socket_timeout=15.0,  # > the 5 s XREAD block
                 retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=3),
                 health_check_interval=30,
             )
@@ -140,8 +143,9 @@ class RedisEventLog(EventLog):
         key = EVENTS_PREFIX + response_id
         client = self._client()
         try:
-            await client.xadd(key, {"e": json.dumps(event, separators=(",", ":"))},
-                              id=f"{event['sequence_number'] + 1}-0")
+            await client.xadd(
+                key, {"e": json.dumps(event, separators=(",", ":"))}, id=f"{event['sequence_number'] + 1}-0"
+            )
         except ResponseError as exc:
             if "equal or smaller" in str(exc):
                 return False
@@ -208,5 +212,6 @@ def forget_now(response_ids: list[str]) -> None:
     except Exception:  # noqa: BLE001
         import logging
 
-        logging.getLogger("gateway.eventlog").warning("could not drop the event logs of %d purged response(s)",
-                                                      len(response_ids))
+        logging.getLogger("gateway.eventlog").warning(
+            "could not drop the event logs of %d purged response(s)", len(response_ids)
+        )

@@ -1,4 +1,5 @@
 """Map every error to the protocol's body: `{"error": {message, type, param, code}}`."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -48,7 +49,5 @@ def drf_exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
             message = str(detail[0])
         else:
             message = str(detail)
-        return json_response(
-            {"error": {"message": message, "type": kind, "param": param, "code": code}}, status=status
-        )
+        return json_response({"error": {"message": message, "type": kind, "param": param, "code": code}}, status=status)
     return None

@@ -1,4 +1,5 @@
 """The async orchestration between views (or workers) and the engine: prepare a run."""
+
 from __future__ import annotations
 
 import asyncio
@@ -41,7 +42,8 @@ async def route_for(principal: Principal, model: str) -> Route:
         # Indistinguishable from an unknown model: a key learns nothing of others' routes.
         raise NotFound(
             f"The model '{model}' does not exist or you do not have access to it.",
-            param="model", code="model_not_found",
+            param="model",
+            code="model_not_found",
         )
     return route_cached(model) or await db.run(route_get, model)
 
@@ -55,9 +57,15 @@ class DatabasePersistence:
     non-streaming create writes its row once, in `finish()`."""
 
     def __init__(
-        self, *, tenant_id: int, input_items: list[dict[str, Any]], store: bool,
-        create_row: dict[str, Any] | None = None, insert_at_open: bool = False,
-        conversation_id: str | None = None, grant: Grant | None = None,
+        self,
+        *,
+        tenant_id: int,
+        input_items: list[dict[str, Any]],
+        store: bool,
+        create_row: dict[str, Any] | None = None,
+        insert_at_open: bool = False,
+        conversation_id: str | None = None,
+        grant: Grant | None = None,
     ) -> None:
         self.conversation_id = conversation_id
         self.grant = grant  # the rate limits this run holds: settled and released at its end
@@ -82,8 +90,9 @@ class DatabasePersistence:
                 raise
             # The insert may have committed before the connection broke (the client gets a
             # 503 either way): end that row, if it exists, once the database answers again.
-            log.warning("response %s: its row may be half-written; it is ended once the database is back",
-                        self.create_row["id"])
+            log.warning(
+                "response %s: its row may be half-written; it is ended once the database is back", self.create_row["id"]
+            )
             task = asyncio.ensure_future(_fail_if_written(self.create_row["id"], outage))
             _background.add(task)
             task.add_done_callback(_background.discard)
@@ -91,7 +100,11 @@ class DatabasePersistence:
         self.create_row = None  # finish() updates the row from now on
 
     async def finish(
-        self, response: dict[str, Any], *, upstream: str, latency_ms: int,
+        self,
+        response: dict[str, Any],
+        *,
+        upstream: str,
+        latency_ms: int,
         input_items: list[dict[str, Any]] | None = None,
     ) -> None:
         try:
@@ -101,7 +114,11 @@ class DatabasePersistence:
                 await self.grant.end(response.get("usage"))
 
     async def _write(
-        self, response: dict[str, Any], *, upstream: str, latency_ms: int,
+        self,
+        response: dict[str, Any],
+        *,
+        upstream: str,
+        latency_ms: int,
         input_items: list[dict[str, Any]] | None,
     ) -> None:
         if not self.store and self.conversation_id is None:
@@ -109,12 +126,22 @@ class DatabasePersistence:
         input_items = self.input_items if input_items is None else input_items
         if not self.keep_items:
             response, input_items = {**response, "output": []}, []
-        fields = dict(tenant_id=self.tenant_id, response=response, input_items=input_items,
-                      upstream=upstream, latency_ms=latency_ms, create_row=self.create_row)
+        fields = dict(
+            tenant_id=self.tenant_id,
+            response=response,
+            input_items=input_items,
+            upstream=upstream,
+            latency_ms=latency_ms,
+            create_row=self.create_row,
+        )
         try:
             if self.conversation_id is not None:  # with the conversation's append, one transaction
-                await db.run(services.response_finish_in_conversation, **fields,
-                             conversation_id=self.conversation_id, store=self.store)
+                await db.run(
+                    services.response_finish_in_conversation,
+                    **fields,
+                    conversation_id=self.conversation_id,
+                    store=self.store,
+                )
             elif db.native_async() and services.item_sequence_known():
                 await db.fetch_one(*services.finish_statement(**fields))
             else:  # SQLite, or the first write of this process (it looks up the item sequence)
@@ -124,7 +151,6 @@ class DatabasePersistence:
             if outage is not None:
                 raise outage from exc
             raise
-
 
     async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
         await self.finish({**response, "output": []}, upstream=upstream, latency_ms=latency_ms, input_items=[])
@@ -146,7 +172,8 @@ async def _fail_if_written(response_id: str, error: GatewayError, attempts: int 
 
 
 _tool_cache: TTLCache[tuple[int, str, tuple[str, ...]], list[ToolSpec]] = TTLCache(
-    lambda: settings.GATEWAY_CACHE_SECONDS)
+    lambda: settings.GATEWAY_CACHE_SECONDS
+)
 
 
 def clear_cache() -> None:
@@ -162,8 +189,12 @@ async def registry_specs(principal: Principal, req: CreateRequest, route: Route 
     served = [name for _, name in served_hosted_tools(req, route)] if route is not None else []
     names = tuple(sorted({t.name for t in req.tools if t.bare} | set(served)))
     return await _cached_lookup(
-        _tool_cache, (principal.tenant_id, req.model, names), registry_tools_for,
-        tenant_id=principal.tenant_id, route_name=req.model, names=list(names),
+        _tool_cache,
+        (principal.tenant_id, req.model, names),
+        registry_tools_for,
+        tenant_id=principal.tenant_id,
+        route_name=req.model,
+        names=list(names),
     )
 
 
@@ -188,8 +219,12 @@ def merge_registry_tools(req: CreateRequest, specs: list[ToolSpec]) -> None:
 
 def _registry_tool(spec: ToolSpec) -> Tool:
     return make_tool(
-        name=spec.name, description=spec.description or None, parameters=spec.parameters,
-        strict=spec.strict, param=f"registry tool {spec.name}", source="registry",
+        name=spec.name,
+        description=spec.description or None,
+        parameters=spec.parameters,
+        strict=spec.strict,
+        param=f"registry tool {spec.name}",
+        source="registry",
     )
 
 
@@ -204,8 +239,14 @@ class PriorContext:
 
 
 async def prepare_run(
-    principal: Principal, req: CreateRequest, *, route: Route, specs: list[ToolSpec],
-    mcp: tuple[list, dict, dict] | None = None, prior: PriorContext | None = None, grant: Grant | None = None,
+    principal: Principal,
+    req: CreateRequest,
+    *,
+    route: Route,
+    specs: list[ToolSpec],
+    mcp: tuple[list, dict, dict] | None = None,
+    prior: PriorContext | None = None,
+    grant: Grant | None = None,
 ) -> ResponseRun:
     """Validate access and load the chain: one thread hop, and only for a chain or item references."""
     merge_registry_tools(req, specs)
@@ -243,8 +284,12 @@ async def prepare_run(
     create_row = None
     if req.store:
         create_row = services.response_row(
-            response_id=response_id, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
-            previous_response_id=stored_previous, model=req.model, params=params,
+            response_id=response_id,
+            tenant_id=principal.tenant_id,
+            api_key_id=principal.key_id,
+            previous_response_id=stored_previous,
+            model=req.model,
+            params=params,
             created_at=created_at,
         )
     job = ResponseJob(
@@ -258,17 +303,28 @@ async def prepare_run(
         input_items=req.input_items,
     )
     persistence = DatabasePersistence(
-        tenant_id=principal.tenant_id, input_items=stored_input, store=req.store,
-        create_row=create_row, insert_at_open=req.stream, conversation_id=req.conversation, grant=grant,
+        tenant_id=principal.tenant_id,
+        input_items=stored_input,
+        store=req.store,
+        create_row=create_row,
+        insert_at_open=req.stream,
+        conversation_id=req.conversation,
+        grant=grant,
     )
     toolset = None
     if mcp is not None and mcp[0]:
         from tool_registry.services import adhoc_egress_policy, egress_policy
 
-        toolset = mcp_toolset(response_id, mcp, await db.run(egress_policy),
-                              await db.run(adhoc_egress_policy, principal.tenant_id))
-    return ResponseRun(job, persistence, await tool_runner(response_id, specs),
-                       max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS, mcp=toolset)
+        toolset = mcp_toolset(
+            response_id, mcp, await db.run(egress_policy), await db.run(adhoc_egress_policy, principal.tenant_id)
+        )
+    return ResponseRun(
+        job,
+        persistence,
+        await tool_runner(response_id, specs),
+        max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
+        mcp=toolset,
+    )
 
 
 async def tool_runner(response_id: str, specs: list[ToolSpec]) -> Any:
@@ -290,7 +346,10 @@ class WorkerStarted:
 
 
 async def start_on_worker(
-    principal: Principal, req: CreateRequest, body: dict[str, Any], grant: Grant | None = None,
+    principal: Principal,
+    req: CreateRequest,
+    body: dict[str, Any],
+    grant: Grant | None = None,
 ) -> WorkerStarted:
     """Store the run as a job, write its opening events to the log, enqueue it."""
     from .background import enqueue
@@ -316,15 +375,28 @@ async def start_on_worker(
 
         job["mcp_credentials"] = sealer().seal(credentials, tenant_id=principal.tenant_id, purpose="mcp-credentials")
     await db.run(
-        services.response_begin, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
-        response_id=response_id, created_at=datetime.fromtimestamp(now, UTC), model=req.model,
-        previous_response_id=req.previous_response_id, input_items=req.input_items, params=params,
-        status="queued" if req.background else "in_progress", store=True, job=job,
+        services.response_begin,
+        tenant_id=principal.tenant_id,
+        api_key_id=principal.key_id,
+        response_id=response_id,
+        created_at=datetime.fromtimestamp(now, UTC),
+        model=req.model,
+        previous_response_id=req.previous_response_id,
+        input_items=req.input_items,
+        params=params,
+        status="queued" if req.background else "in_progress",
+        store=True,
+        job=job,
         conversation_id=req.conversation,
     )
     response = response_object(
-        response_id=response_id, created_at=int(now), status="in_progress", model=req.model,
-        previous_response_id=req.previous_response_id, params=params, output=[],
+        response_id=response_id,
+        created_at=int(now),
+        status="in_progress",
+        model=req.model,
+        previous_response_id=req.previous_response_id,
+        params=params,
+        output=[],
     )
     builder = EventBuilder(response)
     try:
@@ -338,12 +410,19 @@ async def start_on_worker(
         # The row is committed but no worker will ever hear of it: end it now, with the
         # reason, instead of leaving it queued forever; the client gets a 503 to retry.
         builder.response.update(status="failed", error=outage.as_response_error())
-        await db.run(services.response_finish, tenant_id=principal.tenant_id, response=builder.response,
-                     input_items=req.input_items)
+        await db.run(
+            services.response_finish,
+            tenant_id=principal.tenant_id,
+            response=builder.response,
+            input_items=req.input_items,
+        )
         await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
         raise outage from exc
-    return WorkerStarted(response=copy.deepcopy(builder.response), response_id=response_id,
-                         rate_limit_headers=grant.headers if grant is not None else {})
+    return WorkerStarted(
+        response=copy.deepcopy(builder.response),
+        response_id=response_id,
+        rate_limit_headers=grant.headers if grant is not None else {},
+    )
 
 
 def open_sealed_reasoning(items: list[dict[str, Any]], tenant_id: int) -> None:
@@ -359,7 +438,8 @@ def open_sealed_reasoning(items: list[dict[str, Any]], tenant_id: int) -> None:
                 raise InvalidRequest(
                     "This compaction item's 'encrypted_content' was not produced by this gateway's "
                     "/v1/responses/compact for this key's tenant, or was altered.",
-                    param=f"input[{i}].encrypted_content", code="invalid_encrypted_content",
+                    param=f"input[{i}].encrypted_content",
+                    code="invalid_encrypted_content",
                 ) from None
             continue
         if item["type"] != "reasoning" or "encrypted_content" not in item:
@@ -369,7 +449,8 @@ def open_sealed_reasoning(items: list[dict[str, Any]], tenant_id: int) -> None:
         except SealBroken:
             raise InvalidRequest(
                 "This reasoning item's 'encrypted_content' was not produced by this gateway for this "
-                "key's tenant, or was altered.", param=f"input[{i}].encrypted_content",
+                "key's tenant, or was altered.",
+                param=f"input[{i}].encrypted_content",
                 code="invalid_encrypted_content",
             ) from None
         if not item.get("content") and isinstance(payload, dict) and payload.get("text"):
@@ -419,7 +500,10 @@ def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) 
 
 
 async def start_response(
-    principal: Principal, req: CreateRequest, body: dict[str, Any], prior: PriorContext | None = None,
+    principal: Principal,
+    req: CreateRequest,
+    body: dict[str, Any],
+    prior: PriorContext | None = None,
 ) -> ResponseRun | WorkerStarted:
     """Run here (a ResponseRun to drive) or on a worker (background, or a route/tool that asks for it).
 
@@ -432,9 +516,7 @@ async def start_response(
     await check_adhoc_urls(req, principal.tenant_id)
     on_worker = req.background or route.run_on_worker or any(s.run_on_worker for s in specs)
     if on_worker and not req.store:
-        raise InvalidRequest(
-            "This model runs on background workers, which requires 'store': true.", param="store"
-        )
+        raise InvalidRequest("This model runs on background workers, which requires 'store': true.", param="store")
     # Before any upstream call; a worker run holds its lease until the worker ends it.
     grant = await admit_request(principal, req, route, on_worker=on_worker)
     try:
@@ -448,7 +530,9 @@ async def start_response(
         raise
 
 
-async def admit_request(principal: Principal, req: CreateRequest, route: Route, *, on_worker: bool = False) -> Grant | None:
+async def admit_request(
+    principal: Principal, req: CreateRequest, route: Route, *, on_worker: bool = False
+) -> Grant | None:
     """The rate limits and budget of the principal, for one create (None: it has none)."""
     if not principal.quotas and principal.budget is None:
         return None
@@ -473,8 +557,12 @@ async def registry_mcp(principal: Principal, req: CreateRequest) -> list:
 
     labels = tuple(sorted(m.server_label for m in req.mcp_tools if m.server_url is None))
     return await _cached_lookup(
-        _mcp_cache, (principal.tenant_id, req.model, labels), mcp_servers_for,
-        tenant_id=principal.tenant_id, route_name=req.model, labels=list(labels),
+        _mcp_cache,
+        (principal.tenant_id, req.model, labels),
+        mcp_servers_for,
+        tenant_id=principal.tenant_id,
+        route_name=req.model,
+        labels=list(labels),
     )
 
 
@@ -522,11 +610,18 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:
                     "it, or choose another label.",
                     param=f"{decl.param}.server_label",
                 )
-            spec, listing = McpServerSpec(
-                label=decl.server_label, url=decl.server_url, headers=dict(decl.headers),
-                allowed=decl.allowed, approval=decl.approval, timeout=settings.GATEWAY_MCP_TIMEOUT,
-                description=decl.server_description,
-            ), None
+            spec, listing = (
+                McpServerSpec(
+                    label=decl.server_label,
+                    url=decl.server_url,
+                    headers=dict(decl.headers),
+                    allowed=decl.allowed,
+                    approval=decl.approval,
+                    timeout=settings.GATEWAY_MCP_TIMEOUT,
+                    description=decl.server_description,
+                ),
+                None,
+            )
         specs.append(spec)
         if listing is not None and listing["fresh"]:
             cached[spec.label] = listing["tools"]
@@ -535,8 +630,15 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:
         if listing["fresh"]:
             cached[spec.label] = listing["tools"]
         # Reported in the Response's `tools` like the route's registry function tools.
-        req.mcp_tools.append(McpTool(server_label=spec.label, server_url=None, allowed=spec.allowed,
-                                     approval=spec.approval, server_description=spec.description))
+        req.mcp_tools.append(
+            McpTool(
+                server_label=spec.label,
+                server_url=None,
+                allowed=spec.allowed,
+                approval=spec.approval,
+                server_description=spec.description,
+            )
+        )
     return specs, cached, approvals
 
 
@@ -568,11 +670,18 @@ def mcp_toolset(response_id: str, plan: tuple[list, dict, dict], policy: Any, ad
     specs, cached, approvals = plan
     if not specs:
         return None
-    return McpToolset(response_id=response_id, servers=specs, policy=policy, adhoc_policy=adhoc_policy,
-                      cached=cached, request_approval=approvals)
+    return McpToolset(
+        response_id=response_id,
+        servers=specs,
+        policy=policy,
+        adhoc_policy=adhoc_policy,
+        cached=cached,
+        request_approval=approvals,
+    )
 
 
 # -- /v1/responses/compact -----------------------------------------------------------
+
 
 async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any]:
     """Summarise a conversation with its routed model; the `response.compaction` object."""
@@ -585,13 +694,16 @@ async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise InvalidRequest("Invalid type for 'instructions': expected a string.", param="instructions")
-    req = parse_create_request({
-        "model": body.get("model"), "input": body.get("input"),
-        "previous_response_id": body.get("previous_response_id"),
-        "prompt_cache_key": body.get("prompt_cache_key"),
-        "instructions": f"{instructions}\n\n{COMPACTION_INSTRUCTIONS}" if instructions else COMPACTION_INSTRUCTIONS,
-        "store": True,
-    })
+    req = parse_create_request(
+        {
+            "model": body.get("model"),
+            "input": body.get("input"),
+            "previous_response_id": body.get("previous_response_id"),
+            "prompt_cache_key": body.get("prompt_cache_key"),
+            "instructions": f"{instructions}\n\n{COMPACTION_INSTRUCTIONS}" if instructions else COMPACTION_INSTRUCTIONS,
+            "store": True,
+        }
+    )
     route = await route_for(principal, req.model)
     open_sealed_reasoning(req.input_items, principal.tenant_id)
     req.input_items.append(summary_request_item())
@@ -609,14 +721,22 @@ async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any
     result = await run.run_to_end()
     if run.error is not None:
         raise run.error
-    summary = "".join(part.get("text", "") for item in result["output"] if item["type"] == "message"
-                      for part in item.get("content") or [] if part.get("type") == "output_text").strip()
+    summary = "".join(
+        part.get("text", "")
+        for item in result["output"]
+        if item["type"] == "message"
+        for part in item.get("content") or []
+        if part.get("type") == "output_text"
+    ).strip()
     if not summary:
         raise UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
     sealed = sealer().seal({"summary": summary}, tenant_id=principal.tenant_id, purpose="compaction")
     return {
-        "id": result["id"], "object": "response.compaction", "created_at": result["created_at"],
-        "output": compacted_output(run.job.context[:-1], sealed), "usage": result["usage"],
+        "id": result["id"],
+        "object": "response.compaction",
+        "created_at": result["created_at"],
+        "output": compacted_output(run.job.context[:-1], sealed),
+        "usage": result["usage"],
     }
 
 
@@ -632,6 +752,7 @@ async def with_context_window(route: Route) -> Route:
 
 
 # -- /v1/responses/input_tokens --------------------------------------------------------
+
 
 async def count_input_tokens(principal: Principal, body: Any) -> tuple[int, bool]:
     """The input tokens a create request with this body would send its routed model, and
@@ -652,19 +773,34 @@ async def count_input_tokens(principal: Principal, body: Any) -> tuple[int, bool
     context = list(req.input_items)
     if req.previous_response_id or req.conversation or any(i["type"] == "item_reference" for i in context):
         begin = await db.run(
-            services.response_begin, tenant_id=principal.tenant_id, api_key_id=principal.key_id,
-            response_id=new_id("resp"), created_at=datetime.now(UTC), model=req.model,
-            previous_response_id=req.previous_response_id, input_items=req.input_items,
-            params=request_params(req), status="in_progress", store=False, conversation_id=req.conversation,
+            services.response_begin,
+            tenant_id=principal.tenant_id,
+            api_key_id=principal.key_id,
+            response_id=new_id("resp"),
+            created_at=datetime.now(UTC),
+            model=req.model,
+            previous_response_id=req.previous_response_id,
+            input_items=req.input_items,
+            params=request_params(req),
+            status="in_progress",
+            store=False,
+            conversation_id=req.conversation,
         )
         context = begin.context
     unseal = sealer().unseal
-    items = expand_compactions(context, lambda sealed: unseal(
-        sealed, tenant_id=principal.tenant_id, purpose="compaction")["summary"])
+    items = expand_compactions(
+        context, lambda sealed: unseal(sealed, tenant_id=principal.tenant_id, purpose="compaction")["summary"]
+    )
     if route.targets:
         target = route.targets[0]
-        chat = build_chat_request(req, items, upstream_model=target.upstream_model, stream=False,
-                                  tools=req.tools, options=chat_options(target.provider.options))
+        chat = build_chat_request(
+            req,
+            items,
+            upstream_model=target.upstream_model,
+            stream=False,
+            tools=req.tools,
+            options=chat_options(target.provider.options),
+        )
         exact = await count_tokens(target, chat)
         if exact is not None:
             return exact, True

@@ -1,4 +1,5 @@
 """Liveness (`/healthz`) and readiness (`/readyz`: database and, when configured, Redis)."""
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -31,7 +32,10 @@ def _check_redis() -> None:
 async def readyz(request: HttpRequest) -> HttpResponse:
     checks: dict[str, str] = {}
     healthy = True
-    for name, check, enabled in (("database", _check_database, True), ("redis", _check_redis, bool(settings.REDIS_URL))):
+    for name, check, enabled in (
+        ("database", _check_database, True),
+        ("redis", _check_redis, bool(settings.REDIS_URL)),
+    ):
         if not enabled:
             checks[name] = "not configured"
             continue
@@ -41,7 +45,9 @@ async def readyz(request: HttpRequest) -> HttpResponse:
         except Exception as exc:  # readiness reports any failure, whatever its kind
             checks[name] = f"error: {type(exc).__name__}"
             healthy = False
-    return json_response({"status": "ok" if healthy else "unavailable", "checks": checks}, status=200 if healthy else 503)
+    return json_response(
+        {"status": "ok" if healthy else "unavailable", "checks": checks}, status=200 if healthy else 503
+    )
 
 
 async def metrics(request: HttpRequest) -> HttpResponse:
@@ -52,11 +58,21 @@ async def metrics(request: HttpRequest) -> HttpResponse:
 
     token = settings.GATEWAY_METRICS_TOKEN
     if not token:
-        return json_response({"error": {"message": "Not found.", "type": "invalid_request_error",
-                                        "param": None, "code": "not_found"}}, status=404)
+        return json_response(
+            {"error": {"message": "Not found.", "type": "invalid_request_error", "param": None, "code": "not_found"}},
+            status=404,
+        )
     if not hmac.compare_digest(request.headers.get("authorization", "").encode(), f"Bearer {token}".encode()):
-        return json_response({"error": {"message": "Send the metrics token as 'Authorization: Bearer <token>'.",
-                                        "type": "invalid_request_error", "param": None,
-                                        "code": "invalid_api_key"}}, status=401)
+        return json_response(
+            {
+                "error": {
+                    "message": "Send the metrics token as 'Authorization: Bearer <token>'.",
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "invalid_api_key",
+                }
+            },
+            status=401,
+        )
     body, content_type = await db.run(exposition)
     return HttpResponse(body, content_type=content_type)

@@ -17,6 +17,7 @@ principal without limits: that path costs one attribute test.
   The count is seeded from the database when its period starts (or Redis lost it), so
   Redis is a cache of what the store already knows.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -83,6 +84,7 @@ class Price:
 
 # -- what one request asks of the store -------------------------------------------------
 
+
 @dataclass(slots=True)
 class Check:
     kind: str  # "bucket" | "lease" | "budget"
@@ -108,8 +110,9 @@ class LimitStore:
     async def acquire(self, checks: list[Check], lease_id: str, lease_seconds: float) -> Decision:
         raise NotImplementedError
 
-    async def settle(self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]],
-                     leases: list[str], lease_id: str) -> None:
+    async def settle(
+        self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]], leases: list[str], lease_id: str
+    ) -> None:
         """buckets: (key, limit, tokens to take back (+) or give back (-)); budgets: (key, tokens,
         micro_usd) spent; leases: keys to release `lease_id` from."""
         raise NotImplementedError
@@ -173,8 +176,9 @@ class MemoryLimitStore(LimitStore):
                 self.leases[check.key][lease_id] = now + lease_seconds
         return decision
 
-    async def settle(self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]],
-                     leases: list[str], lease_id: str) -> None:
+    async def settle(
+        self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]], leases: list[str], lease_id: str
+    ) -> None:
         now = self.clock()
         for key, limit, delta in buckets:
             self.buckets[key] = (min(float(limit), self._level(key, limit, now) - delta), now)
@@ -205,7 +209,8 @@ class MemoryLimitStore(LimitStore):
 
 def _over_budget(check: Check, tokens: int, micro_usd: int) -> bool:
     return (check.limit >= 0 and tokens >= check.limit) or (
-        check.micro_usd_limit >= 0 and micro_usd >= check.micro_usd_limit)
+        check.micro_usd_limit >= 0 and micro_usd >= check.micro_usd_limit
+    )
 
 
 # Every check of a request in one atomic step: evaluate all, then take all (or nothing).
@@ -316,18 +321,25 @@ class RedisLimitStore(LimitStore):
         loop = id(asyncio.get_running_loop())
         scripts = self._scripts.get(loop)
         if scripts is None:
-            client = redis.Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=2,
-                                          health_check_interval=30)
-            scripts = {key: client.register_script(text)
-                       for key, text in (("acquire", _ACQUIRE), ("settle", _SETTLE), ("seed", _SEED))}
+            client = redis.Redis.from_url(
+                self.url, socket_connect_timeout=2, socket_timeout=2, health_check_interval=30
+            )
+            scripts = {
+                key: client.register_script(text)
+                for key, text in (("acquire", _ACQUIRE), ("settle", _SETTLE), ("seed", _SEED))
+            }
             self._scripts = {loop: scripts}
         return scripts[name]
 
     async def acquire(self, checks: list[Check], lease_id: str, lease_seconds: float) -> Decision:
         args: list[Any] = [lease_id, lease_seconds]
         for check in checks:
-            args += [check.kind, check.limit, check.cost if check.kind == "bucket" else check.micro_usd_limit,
-                     check.reset_in]
+            args += [
+                check.kind,
+                check.limit,
+                check.cost if check.kind == "bucket" else check.micro_usd_limit,
+                check.reset_in,
+            ]
         reply = await self._script("acquire")(keys=[self.PREFIX + c.key for c in checks], args=args)
         verdict = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
         if verdict == "seed":
@@ -341,13 +353,17 @@ class RedisLimitStore(LimitStore):
                 decision.remaining[i] = (float(next(values)), float(next(values)))
         return decision
 
-    async def settle(self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]],
-                     leases: list[str], lease_id: str) -> None:
+    async def settle(
+        self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]], leases: list[str], lease_id: str
+    ) -> None:
         """Queued, not awaited: a request's end does not wait for it, and the settles of one
         event-loop turn go to Redis in one pipeline (under load, one round trip for many).
         `drain()` waits for them (a worker before its loop closes)."""
-        keys = [self.PREFIX + k for k, _, _ in buckets] + [self.PREFIX + k for k, _, _ in budgets] + [
-            self.PREFIX + k for k in leases]
+        keys = (
+            [self.PREFIX + k for k, _, _ in buckets]
+            + [self.PREFIX + k for k, _, _ in budgets]
+            + [self.PREFIX + k for k in leases]
+        )
         if not keys:
             return
         args: list[Any] = [lease_id, len(buckets), len(budgets)]
@@ -440,25 +456,35 @@ def reset_store() -> None:
 
 # -- a request's admission and its end ---------------------------------------------------
 
-def checks_for(quotas: tuple[Quota, ...], budget: Budget | None, *, estimate: int, now: float,
-               concurrent: bool = True) -> list[Check]:
+
+def checks_for(
+    quotas: tuple[Quota, ...], budget: Budget | None, *, estimate: int, now: float, concurrent: bool = True
+) -> list[Check]:
     checks: list[Check] = []
     for q in quotas:
         if q.requests_per_minute:
-            checks.append(Check("bucket", f"rpm:{q.scope}", "requests per minute", q.label,
-                                q.requests_per_minute, cost=1))
+            checks.append(
+                Check("bucket", f"rpm:{q.scope}", "requests per minute", q.label, q.requests_per_minute, cost=1)
+            )
         if q.tokens_per_minute:
-            checks.append(Check("bucket", f"tpm:{q.scope}", "tokens per minute", q.label,
-                                q.tokens_per_minute, cost=estimate))
+            checks.append(
+                Check("bucket", f"tpm:{q.scope}", "tokens per minute", q.label, q.tokens_per_minute, cost=estimate)
+            )
         if q.concurrent and concurrent:
             checks.append(Check("lease", f"conc:{q.scope}", "concurrent requests", q.label, q.concurrent))
     if budget is not None and (budget.tokens is not None or budget.usd is not None):
         ident, _, left = budget.window(now)
-        checks.append(Check(
-            "budget", f"budget:{budget.tenant_id}:{ident}", "daily budget" if budget.period == "day" else "monthly budget", "this tenant",
-            budget.tokens if budget.tokens is not None else -1,
-            micro_usd_limit=int(budget.usd * 1_000_000) if budget.usd is not None else -1, reset_in=left,
-        ))
+        checks.append(
+            Check(
+                "budget",
+                f"budget:{budget.tenant_id}:{ident}",
+                "daily budget" if budget.period == "day" else "monthly budget",
+                "this tenant",
+                budget.tokens if budget.tokens is not None else -1,
+                micro_usd_limit=int(budget.usd * 1_000_000) if budget.usd is not None else -1,
+                reset_in=left,
+            )
+        )
     return checks
 
 
@@ -476,16 +502,25 @@ class Grant:
 
     def as_job(self) -> dict[str, Any]:
         """For a worker to end it: plain JSON."""
-        return {"lease_id": self.lease_id, "buckets": self.buckets, "leases": self.leases,
-                "budget_key": self.budget_key, "price": [str(self.price.input), str(self.price.output)]}
+        return {
+            "lease_id": self.lease_id,
+            "buckets": self.buckets,
+            "leases": self.leases,
+            "budget_key": self.budget_key,
+            "price": [str(self.price.input), str(self.price.output)],
+        }
 
     @classmethod
     def from_job(cls, data: dict[str, Any] | None) -> Grant | None:
         if not data:
             return None
-        return cls(lease_id=data["lease_id"], buckets=[tuple(b) for b in data["buckets"]],  # type: ignore[misc]
-                   leases=list(data["leases"]), budget_key=data["budget_key"],
-                   price=Price(Decimal(data["price"][0]), Decimal(data["price"][1])))
+        return cls(
+            lease_id=data["lease_id"],
+            buckets=[tuple(b) for b in data["buckets"]],  # type: ignore[misc]
+            leases=list(data["leases"]),
+            budget_key=data["budget_key"],
+            price=Price(Decimal(data["price"][0]), Decimal(data["price"][1])),
+        )
 
     async def end(self, usage: dict[str, Any] | None) -> None:
         if self.ended:
@@ -494,18 +529,29 @@ class Grant:
         input_tokens = int((usage or {}).get("input_tokens") or (usage or {}).get("prompt_tokens") or 0)
         output_tokens = int((usage or {}).get("output_tokens") or (usage or {}).get("completion_tokens") or 0)
         used = input_tokens + output_tokens
-        budgets = [(self.budget_key, used, self.price.micro_usd(input_tokens, output_tokens))] \
-            if self.budget_key and used else []
+        budgets = (
+            [(self.budget_key, used, self.price.micro_usd(input_tokens, output_tokens))]
+            if self.budget_key and used
+            else []
+        )
         try:
-            await limit_store().settle([(k, limit, used - reserved) for k, limit, reserved in self.buckets],
-                                       budgets, self.leases, self.lease_id)
+            await limit_store().settle(
+                [(k, limit, used - reserved) for k, limit, reserved in self.buckets],
+                budgets,
+                self.leases,
+                self.lease_id,
+            )
         except Exception as exc:  # noqa: BLE001 - the leases expire on their own
             log.warning("rate limits: could not settle %s: %s", self.lease_id, exc)
 
 
 async def admit(
-    principal: Any, *, price: Price | None = None, estimate: Callable[[], int] = lambda: 0,
-    concurrent: bool = True, lease_seconds: float | None = None,
+    principal: Any,
+    *,
+    price: Price | None = None,
+    estimate: Callable[[], int] = lambda: 0,
+    concurrent: bool = True,
+    lease_seconds: float | None = None,
 ) -> Grant | None:
     """Take what one request needs from every limit of its key and tenant, or raise a 429
     naming the limit (with Retry-After). None when the principal has no limits."""
@@ -533,7 +579,8 @@ async def admit(
             log.warning("rate limits not enforced for this request (store unreachable: %s)", exc)
             return None
         raise ServiceUnavailable(
-            "Rate limits cannot be checked right now; try again shortly.", headers={"Retry-After": "2"},
+            "Rate limits cannot be checked right now; try again shortly.",
+            headers={"Retry-After": "2"},
         ) from exc
     if not decision.allowed and decision.failed < 0:  # a budget count vanished again at once
         log.warning("rate limits: budget count unavailable; request let through")
@@ -557,12 +604,17 @@ def _refuse(check: Check, retry_after: float) -> None:
     rate_limited(check.what)
     seconds = max(1, math.ceil(retry_after))
     if check.kind == "budget":
-        message = (f"The {check.what} of {check.label} is spent; it renews in {_duration(retry_after)}.")
+        message = f"The {check.what} of {check.label} is spent; it renews in {_duration(retry_after)}."
     else:
-        message = (f"Rate limit reached for {check.label} on {check.what}: limit {check.limit}. "
-                   f"Please try again in {_duration(retry_after)}.")
-    raise RateLimited(message, code="budget_exceeded" if check.kind == "budget" else "rate_limit_exceeded",
-                      headers={"Retry-After": str(seconds)})
+        message = (
+            f"Rate limit reached for {check.label} on {check.what}: limit {check.limit}. "
+            f"Please try again in {_duration(retry_after)}."
+        )
+    raise RateLimited(
+        message,
+        code="budget_exceeded" if check.kind == "budget" else "rate_limit_exceeded",
+        headers={"Retry-After": str(seconds)},
+    )
 
 
 def _headers(checks: list[Check], decision: Decision) -> dict[str, str]:
@@ -571,7 +623,8 @@ def _headers(checks: list[Check], decision: Decision) -> dict[str, str]:
     for what, name in (("requests per minute", "requests"), ("tokens per minute", "tokens")):
         tightest = min(
             ((c, decision.remaining[i]) for i, c in enumerate(checks) if c.what == what),
-            key=lambda pair: pair[1][0] / pair[0].limit, default=None,
+            key=lambda pair: pair[1][0] / pair[0].limit,
+            default=None,
         )
         if tightest is not None:
             check, (left, to_full) = tightest
@@ -598,8 +651,7 @@ async def _seed_budget(store: LimitStore, budget: Budget, check: Check, now: flo
     from .history.selectors import spend_since
 
     _, start, left = budget.window(now)
-    tokens, micro_usd = await db.run(spend_since, tenant_id=budget.tenant_id,
-                                     start=datetime.fromtimestamp(start, UTC))
+    tokens, micro_usd = await db.run(spend_since, tenant_id=budget.tenant_id, start=datetime.fromtimestamp(start, UTC))
     await store.seed(check.key, tokens, micro_usd, left + 86400)
 
 
@@ -615,8 +667,12 @@ def current_use(quotas: tuple[Quota, ...], budget: Budget | None) -> list[dict[s
         used = [{"used": None}] * len(checks)
     out = []
     for check, use in zip(checks, used):
-        entry: dict[str, Any] = {"scope": check.label, "limit": check.what,
-                                 "value": check.limit if check.limit >= 0 else None, **use}
+        entry: dict[str, Any] = {
+            "scope": check.label,
+            "limit": check.what,
+            "value": check.limit if check.limit >= 0 else None,
+            **use,
+        }
         if check.kind == "budget":
             entry["usd"] = check.micro_usd_limit / 1_000_000 if check.micro_usd_limit >= 0 else None
             entry["renews_in_seconds"] = int(check.reset_in)

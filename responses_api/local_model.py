@@ -234,14 +234,23 @@ def start_local_model_process(
         raise LocalModelUnavailable(f"no local model file found ({INSTALL_HINT})")
 
     cmd = [
-        sys.executable, "-m", "responses_api.local_model",
-        "--host", host,
-        "--port", str(port),
-        "--model", str(resolved),
-        "--threads", str(threads),
-        "--ctx-size", str(ctx_size),
-        "--parallel", str(parallel),
-        "--parent-pid", str(os.getpid()),
+        sys.executable,
+        "-m",
+        "responses_api.local_model",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--model",
+        str(resolved),
+        "--threads",
+        str(threads),
+        "--ctx-size",
+        str(ctx_size),
+        "--parallel",
+        str(parallel),
+        "--parent-pid",
+        str(os.getpid()),
     ]
     # The child must import this package whatever the caller's working directory is.
     env = dict(os.environ)
@@ -300,9 +309,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, wait: float) -> None:
     while True:
         code = proc.poll()
         if code is not None:
-            raise LocalModelStartError(
-                f"local model process exited with code {code} before it was ready"
-            )
+            raise LocalModelStartError(f"local model process exited with code {code} before it was ready")
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
                 if resp.status == 200:
@@ -332,14 +339,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8091)
-    parser.add_argument(
-        "--model", help=f"GGUF file (default: ${MODEL_PATH_ENV}, else the bundled one)"
-    )
+    parser.add_argument("--model", help=f"GGUF file (default: ${MODEL_PATH_ENV}, else the bundled one)")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     parser.add_argument("--ctx-size", type=int, default=DEFAULT_CTX_SIZE)
     parser.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL)
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
-                        help="default for requests without max_tokens")
+    parser.add_argument(
+        "--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="default for requests without max_tokens"
+    )
     parser.add_argument("--parent-pid", type=int, help="exit when this process is gone")
     parser.add_argument("--verbose", action="store_true", help="llama.cpp info logging")
     args = parser.parse_args(argv)
@@ -353,9 +359,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         serve(
-            args.host, args.port, model, args.threads, args.ctx_size,
-            parallel=args.parallel, max_tokens=args.max_tokens,
-            verbose=args.verbose, parent_pid=args.parent_pid,
+            args.host,
+            args.port,
+            model,
+            args.threads,
+            args.ctx_size,
+            parallel=args.parallel,
+            max_tokens=args.max_tokens,
+            verbose=args.verbose,
+            parent_pid=args.parent_pid,
         )
     except RuntimeError as exc:
         # xllamacpp's message is generic ("Failed to init server"); the log above it says why.

@@ -1,4 +1,5 @@
 """JSON-lines log formatter: one object per record, with the record's structured extras."""
+
 from __future__ import annotations
 
 import json

@@ -5,6 +5,7 @@ Several processes (uvicorn workers, Celery) each count their own; with PROMETHEU
 set in their environment (an empty directory, cleared at deployment start) the scrape sums
 them all, whichever process answers it. The queue and worker figures are read from the
 database at scrape time, so they are the same whichever process answers."""
+
 from __future__ import annotations
 
 import os
@@ -16,27 +17,41 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before prometheus_client reads
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
 from prometheus_client import (  # noqa: E402
-    CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest,
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
-REQUESTS = Counter("gateway_requests", "HTTP requests to /v1, by URL pattern, model and status.",
-                   ["route", "model", "status"])
-LATENCY = Histogram("gateway_request_duration_seconds", "Time to the end of the answer (a stream's end).",
-                    ["route"], buckets=_LATENCY_BUCKETS)
-FIRST_BYTE = Histogram("gateway_time_to_first_byte_seconds", "Streams: time to the first byte of the answer.",
-                       ["model"], buckets=_LATENCY_BUCKETS)
+REQUESTS = Counter(
+    "gateway_requests", "HTTP requests to /v1, by URL pattern, model and status.", ["route", "model", "status"]
+)
+LATENCY = Histogram(
+    "gateway_request_duration_seconds",
+    "Time to the end of the answer (a stream's end).",
+    ["route"],
+    buckets=_LATENCY_BUCKETS,
+)
+FIRST_BYTE = Histogram(
+    "gateway_time_to_first_byte_seconds",
+    "Streams: time to the first byte of the answer.",
+    ["model"],
+    buckets=_LATENCY_BUCKETS,
+)
 TOKENS = Counter("gateway_tokens", "Tokens of finished responses and passed-through calls.", ["model", "kind"])
-UPSTREAM_ERRORS = Counter("gateway_upstream_errors", "Upstream failures, by target and error code.",
-                          ["target", "code"])
+UPSTREAM_ERRORS = Counter("gateway_upstream_errors", "Upstream failures, by target and error code.", ["target", "code"])
 RATE_LIMITED = Counter("gateway_rate_limited", "Requests refused by a rate limit or budget, by limit.", ["limit"])
 OPEN_STREAMS = Gauge("gateway_open_streams", "Streams being answered now.", multiprocess_mode="livesum")
 
 
-def observe_request(route: str, model: str, status: int, seconds: float, first_byte: float | None,
-                    tokens: tuple[Any, Any]) -> None:
+def observe_request(
+    route: str, model: str, status: int, seconds: float, first_byte: float | None, tokens: tuple[Any, Any]
+) -> None:
     REQUESTS.labels(route, model, str(status)).inc()
     LATENCY.labels(route).observe(seconds)
     if first_byte is not None:
@@ -64,18 +79,27 @@ class _QueueCollector:
 
         now = time.time()
         queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(
-            n=Count("id"), oldest=Min("created_at"))
+            n=Count("id"), oldest=Min("created_at")
+        )
         running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).aggregate(
-            n=Count("id"), beat=Max("heartbeat_at"))
-        yield GaugeMetricFamily("gateway_background_queued", "Background responses waiting for a worker.",
-                                value=queued["n"])
-        yield GaugeMetricFamily("gateway_background_oldest_queued_seconds", "Age of the oldest queued one.",
-                                value=now - queued["oldest"].timestamp() if queued["oldest"] else 0)
-        yield GaugeMetricFamily("gateway_background_running", "Background responses a worker runs now.",
-                                value=running["n"])
-        yield GaugeMetricFamily("gateway_worker_heartbeat_age_seconds",
-                                "Seconds since the freshest heartbeat of a running background response.",
-                                value=now - running["beat"].timestamp() if running["beat"] else 0)
+            n=Count("id"), beat=Max("heartbeat_at")
+        )
+        yield GaugeMetricFamily(
+            "gateway_background_queued", "Background responses waiting for a worker.", value=queued["n"]
+        )
+        yield GaugeMetricFamily(
+            "gateway_background_oldest_queued_seconds",
+            "Age of the oldest queued one.",
+            value=now - queued["oldest"].timestamp() if queued["oldest"] else 0,
+        )
+        yield GaugeMetricFamily(
+            "gateway_background_running", "Background responses a worker runs now.", value=running["n"]
+        )
+        yield GaugeMetricFamily(
+            "gateway_worker_heartbeat_age_seconds",
+            "Seconds since the freshest heartbeat of a running background response.",
+            value=now - running["beat"].timestamp() if running["beat"] else 0,
+        )
 
 
 def exposition() -> tuple[bytes, str]:

@@ -1,4 +1,5 @@
 """Request id on every response, and one structured access-log line per request."""
+
 from __future__ import annotations
 
 import logging
@@ -121,6 +122,11 @@ def _observe(request, status: int, seconds: float, first_byte_ms: float | None) 
     extra = request.log_extra
     # A model label only for requests that reached a route: client-typed names stay out.
     model = extra.get("model", "") if extra.get("routed") else ""
-    metrics.observe_request(route, model, status, seconds,
-                            first_byte_ms / 1000 if first_byte_ms is not None else None,
-                            (extra.get("input_tokens"), extra.get("output_tokens")))
+    metrics.observe_request(
+        route,
+        model,
+        status,
+        seconds,
+        first_byte_ms / 1000 if first_byte_ms is not None else None,
+        (extra.get("input_tokens"), extra.get("output_tokens")),
+    )

@@ -1,4 +1,5 @@
 """Tenants, keys, providers, routes, and stored responses with their items (stored once)."""
+
 from __future__ import annotations
 
 from urllib.parse import urlsplit
@@ -24,15 +25,19 @@ class RateLimits(models.Model):
     limits.py counts them."""
 
     requests_per_minute = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Requests per minute (a burst up to this, then this pace). Empty: no limit.",
+        null=True,
+        blank=True,
+        help_text="Requests per minute (a burst up to this, then this pace). Empty: no limit.",
     )
     tokens_per_minute = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="Tokens (input + output) per minute: reserved from an estimate when a request starts, "
-                  "settled with its real usage at its end. Empty: no limit.",
+        "settled with its real usage at its end. Empty: no limit.",
     )
     max_concurrent_requests = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="Requests running at once (a stream or background run counts until it ends). Empty: no limit.",
     )
 
@@ -43,28 +48,39 @@ class RateLimits(models.Model):
 class Tenant(RateLimits):
     name = models.CharField(max_length=200, unique=True)
     mcp_adhoc_egress_allow = models.JSONField(
-        "ad-hoc MCP egress allowlist", default=list, blank=True,
-        help_text='Private hosts this tenant\'s API keys may name as an ad-hoc MCP server_url, e.g. '
-                  '["mcp.team.internal:8443", "10.2.0.0/16:443"] (host, *.domain, IP or CIDR, each '
-                  "optionally :port). Empty: public addresses only. The operator's egress allowlist "
-                  "for registered tools never applies to URLs clients send.",
+        "ad-hoc MCP egress allowlist",
+        default=list,
+        blank=True,
+        help_text="Private hosts this tenant's API keys may name as an ad-hoc MCP server_url, e.g. "
+        '["mcp.team.internal:8443", "10.2.0.0/16:443"] (host, *.domain, IP or CIDR, each '
+        "optionally :port). Empty: public addresses only. The operator's egress allowlist "
+        "for registered tools never applies to URLs clients send.",
     )
     retention_days = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="Delete this tenant's responses (and their items) older than this many days. 0: keep "
-                  "forever. Empty: GATEWAY_RETENTION_DAYS (0 there too: keep forever). A response a newer one still "
-                  "continues is kept until that chain expires as a whole.",
+        "forever. Empty: GATEWAY_RETENTION_DAYS (0 there too: keep forever). A response a newer one still "
+        "continues is kept until that chain expires as a whole.",
     )
     budget_period = models.CharField(
-        max_length=8, choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")], default="month",
+        max_length=8,
+        choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")],
+        default="month",
     )
     budget_tokens = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="Tokens this tenant may spend per budget period. Empty: no budget.",
+        null=True,
+        blank=True,
+        help_text="Tokens this tenant may spend per budget period. Empty: no budget.",
     )
     budget_usd = models.DecimalField(
-        "budget (USD)", max_digits=12, decimal_places=2, null=True, blank=True,
+        "budget (USD)",
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
         help_text="Cost this tenant may spend per budget period, priced by each model route's price table. "
-                  "Empty: no budget.",
+        "Empty: no budget.",
     )
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -92,9 +108,7 @@ class ApiKey(RateLimits):
     name = models.CharField(max_length=200)
     prefix = models.CharField(max_length=32, unique=True)
     secret_hash = models.CharField(max_length=64)
-    is_admin = models.BooleanField(
-        default=False, help_text="May read every tenant's history (admin scope)."
-    )
+    is_admin = models.BooleanField(default=False, help_text="May read every tenant's history (admin scope).")
     allowed_models = models.JSONField(
         default=list, blank=True, help_text="Model names this key may use; empty means all."
     )
@@ -117,9 +131,7 @@ class Provider(models.Model):
 
     name = models.SlugField(max_length=100, unique=True)
     kind = models.CharField(max_length=32, choices=Kind.choices, default=Kind.CHAT_COMPLETIONS)
-    base_url = models.CharField(
-        max_length=500, validators=[validate_base_url], help_text="e.g. http://vllm:8000/v1"
-    )
+    base_url = models.CharField(max_length=500, validators=[validate_base_url], help_text="e.g. http://vllm:8000/v1")
     api_key_env = models.CharField(
         max_length=200, blank=True, help_text="Name of the environment variable holding the key."
     )
@@ -131,13 +143,16 @@ class Provider(models.Model):
     )
     connect_timeout = models.FloatField(default=5.0, help_text="Seconds to open a connection.")
     first_byte_timeout = models.FloatField(
-        default=60.0, help_text="Streamed answers: seconds from the request to the upstream's first chunk.",
+        default=60.0,
+        help_text="Streamed answers: seconds from the request to the upstream's first chunk.",
     )
     idle_timeout = models.FloatField(
-        default=30.0, help_text="Streamed answers: the longest silence between two chunks, in seconds.",
+        default=30.0,
+        help_text="Streamed answers: the longest silence between two chunks, in seconds.",
     )
     options = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text='Upstream quirks, e.g. {"max_tokens_param": "max_completion_tokens"}.',
     )
     headers = models.JSONField(default=dict, blank=True, help_text="Extra request headers.")
@@ -159,23 +174,33 @@ class ModelRoute(models.Model):
         default=False, help_text="Run every response of this model on a background worker (long tool loops)."
     )
     hosted_tools = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text='Hosted tools this model serves with a registry tool, e.g. {"web_search": "corp_search", '
-                  '"file_search": "kb_search"}. A hosted tool not named here is dropped (logged, and '
-                  "named in the x-gateway-dropped-tools response header).",
+        '"file_search": "kb_search"}. A hosted tool not named here is dropped (logged, and '
+        "named in the x-gateway-dropped-tools response header).",
     )
     context_window = models.PositiveIntegerField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="The model's context window in tokens. Empty: learned from the upstream where its "
-                  "/v1/models says (vLLM and SGLang report max_model_len), else unknown (no truncation "
-                  "and no length check).",
+        "/v1/models says (vLLM and SGLang report max_model_len), else unknown (no truncation "
+        "and no length check).",
     )
     input_usd_per_million = models.DecimalField(
-        "input price (USD per 1M tokens)", max_digits=12, decimal_places=6, null=True, blank=True,
+        "input price (USD per 1M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
         help_text="For budgets in USD. Empty: this model's tokens cost nothing.",
     )
     output_usd_per_million = models.DecimalField(
-        "output price (USD per 1M tokens)", max_digits=12, decimal_places=6, null=True, blank=True,
+        "output price (USD per 1M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
@@ -191,8 +216,13 @@ class ModelRoute(models.Model):
         if not isinstance(self.hosted_tools, dict) or not all(
             k in SERVABLE_HOSTED_TOOLS and isinstance(v, str) and v for k, v in self.hosted_tools.items()
         ):
-            raise ValidationError({"hosted_tools": "An object mapping "
-                                   + " or ".join(sorted(SERVABLE_HOSTED_TOOLS)) + " to a registry tool's name."})
+            raise ValidationError(
+                {
+                    "hosted_tools": "An object mapping "
+                    + " or ".join(sorted(SERVABLE_HOSTED_TOOLS))
+                    + " to a registry tool's name."
+                }
+            )
 
 
 class RouteTarget(models.Model):
@@ -201,12 +231,14 @@ class RouteTarget(models.Model):
     upstream_model = models.CharField(max_length=200)
     weight = models.PositiveIntegerField(default=1, help_text="Share of traffic; 0 = fallback only.")
     priority = models.PositiveSmallIntegerField(
-        default=0, help_text="Targets of the lowest priority take the traffic (by weight); higher ones only when "
-                             "those fail, are cooling down or are at their concurrency limit.",
+        default=0,
+        help_text="Targets of the lowest priority take the traffic (by weight); higher ones only when "
+        "those fail, are cooling down or are at their concurrency limit.",
     )
     max_concurrent = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Requests this target may serve at once (all web processes together). "
-                                         "Empty: no limit.",
+        null=True,
+        blank=True,
+        help_text="Requests this target may serve at once (all web processes together). Empty: no limit.",
     )
 
     class Meta:
@@ -244,9 +276,7 @@ class ConversationItem(models.Model):
 
     class Meta:
         ordering = ["conversation", "position"]
-        constraints = [
-            models.UniqueConstraint(fields=["conversation", "position"], name="conversation_item_slot")
-        ]
+        constraints = [models.UniqueConstraint(fields=["conversation", "position"], name="conversation_item_slot")]
 
     def __str__(self) -> str:
         return f"{self.conversation_id} #{self.position}"
@@ -269,11 +299,19 @@ class Response(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="responses")
     api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True)
     previous_response = models.ForeignKey(
-        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="next_responses",
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="next_responses",
         db_constraint=True,
     )
     conversation = models.ForeignKey(
-        Conversation, on_delete=models.SET_NULL, null=True, blank=True, related_name="responses",
+        Conversation,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="responses",
     )
     status = models.CharField(max_length=16, choices=Status.choices, db_index=True)
     model = models.CharField(max_length=200, db_index=True)
@@ -294,9 +332,11 @@ class Response(models.Model):
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
     chain_purged = models.BooleanField(
-        default=False, db_default=False, editable=False,  # db_default: the raw-SQL inserts leave it out
+        default=False,
+        db_default=False,
+        editable=False,  # db_default: the raw-SQL inserts leave it out
         help_text="An earlier response of its chain was purged: its context is gone, so continuing it "
-                  "fails with previous_response_not_found.",
+        "fails with previous_response_not_found.",
     )
     # Worker-run responses: the validated request, and the running worker's last sign of life.
     job = models.JSONField(null=True, blank=True, editable=False)
@@ -344,9 +384,7 @@ class ResponseItem(models.Model):
 
     class Meta:
         ordering = ["response", "role", "position"]
-        constraints = [
-            models.UniqueConstraint(fields=["response", "role", "position"], name="response_item_slot")
-        ]
+        constraints = [models.UniqueConstraint(fields=["response", "role", "position"], name="response_item_slot")]
 
     def __str__(self) -> str:
         return f"{self.response_id} {self.get_role_display().lower()} #{self.position}"

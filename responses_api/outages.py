@@ -5,6 +5,7 @@ The bound on how long a request waits before it is answered so: a new database c
 gets `DB_CONNECT_TIMEOUT`, a pooled one `DB_POOL_TIMEOUT`; Redis commands retry briefly with
 `socket_connect_timeout` (eventlog.py), the broker with Celery's publish retry policy.
 """
+
 from __future__ import annotations
 
 import logging

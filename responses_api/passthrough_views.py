@@ -1,6 +1,7 @@
 """`POST /v1/chat/completions` and `POST /v1/embeddings` under the gateway's keys, routes,
 model allowlists and usage accounting, passed through to the route's Chat Completions
 targets (upstreams/passthrough.py)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -45,8 +46,9 @@ async def _relay(request: HttpRequest, principal: Principal, *, path: str, endpo
     stream = endpoint == UsageRecord.Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
     grant = await admit(principal, price=route.price, estimate=lambda: _estimate(request.body, body))
     try:
-        response = await _forward(request, principal, route, body, path=path, endpoint=endpoint,
-                                  model=model, stream=stream, grant=grant)
+        response = await _forward(
+            request, principal, route, body, path=path, endpoint=endpoint, model=model, stream=stream, grant=grant
+        )
     except BaseException:
         if grant is not None:
             await grant.end(None)
@@ -62,8 +64,18 @@ def _estimate(raw: bytes, body: dict[str, Any]) -> int:
     return len(raw) // 4 + (cap if isinstance(cap, int) else 0)
 
 
-async def _forward(request: HttpRequest, principal: Principal, route: Any, body: dict[str, Any], *, path: str,
-                   endpoint: str, model: str, stream: bool, grant: Grant | None) -> HttpResponse:
+async def _forward(
+    request: HttpRequest,
+    principal: Principal,
+    route: Any,
+    body: dict[str, Any],
+    *,
+    path: str,
+    endpoint: str,
+    model: str,
+    stream: bool,
+    grant: Grant | None,
+) -> HttpResponse:
     started = time.monotonic()
 
     def failed(target: Any, exc: GatewayError) -> None:  # fall back / retry before the first byte, as responses do
@@ -77,13 +89,17 @@ async def _forward(request: HttpRequest, principal: Principal, route: Any, body:
         if kind == "chat_completions" or (kind == "responses" and endpoint == UsageRecord.Endpoint.EMBEDDINGS):
             return await forward(target, path, body, stream=stream)
         if endpoint == UsageRecord.Endpoint.EMBEDDINGS:
-            raise InvalidRequest(f"The model '{model}' serves no embeddings (its upstream is {kind}).",
-                                 param="model", code="model_not_supported")
+            raise InvalidRequest(
+                f"The model '{model}' serves no embeddings (its upstream is {kind}).",
+                param="model",
+                code="model_not_supported",
+            )
         if not translated:
             translated.append(parse_create_request(chat_to_responses_body(body)))
         req = translated[0]
-        return await open_call(target, UpstreamRequest(request=req, items=req.input_items, tools=req.tools,
-                                                       stream=stream))
+        return await open_call(
+            target, UpstreamRequest(request=req, items=req.input_items, tools=req.tools, stream=stream)
+        )
 
     try:
         target, forwarded, slot = await route_call(route, open_one, on_failure=failed)
@@ -91,8 +107,9 @@ async def _forward(request: HttpRequest, principal: Principal, route: Any, body:
         _record(principal, endpoint, model, "", exc.status, None, started)
         raise
     if not isinstance(forwarded, Forwarded):
-        return await _translated(request, principal, forwarded, slot, target, body, model=model, stream=stream,
-                                 grant=grant, started=started)
+        return await _translated(
+            request, principal, forwarded, slot, target, body, model=model, stream=stream, grant=grant, started=started
+        )
     content_type = forwarded.response.headers.get("content-type", "application/json")
     if stream:
         usage: dict[str, Any] = {}
@@ -129,9 +146,19 @@ async def _forward(request: HttpRequest, principal: Principal, route: Any, body:
     return HttpResponse(raw, content_type=content_type)
 
 
-async def _translated(request: HttpRequest, principal: Principal, call: Any, slot: Any, target: Any,
-                      body: dict[str, Any], *, model: str, stream: bool, grant: Grant | None,
-                      started: float) -> HttpResponse:
+async def _translated(
+    request: HttpRequest,
+    principal: Principal,
+    call: Any,
+    slot: Any,
+    target: Any,
+    body: dict[str, Any],
+    *,
+    model: str,
+    stream: bool,
+    grant: Grant | None,
+    started: float,
+) -> HttpResponse:
     """A Chat Completions answer written from a native Responses or Anthropic upstream's deltas."""
     writer = ChatWriter(model, "chatcmpl-" + new_id("gw").split("_", 1)[1])
     endpoint = UsageRecord.Endpoint.CHAT_COMPLETIONS
@@ -188,16 +215,33 @@ def _note_tokens(request: HttpRequest, usage: dict[str, Any] | None) -> None:
     request.log_extra.update(input_tokens=input_tokens, output_tokens=output_tokens)  # type: ignore[attr-defined]
 
 
-def _record(principal: Principal, endpoint: str, model: str, upstream: str, status: int,
-            usage: dict[str, Any] | None, started: float) -> None:
+def _record(
+    principal: Principal,
+    endpoint: str,
+    model: str,
+    upstream: str,
+    status: int,
+    usage: dict[str, Any] | None,
+    started: float,
+) -> None:
     """Store the call's usage without holding up the answer (and even if the client left)."""
     input_tokens, output_tokens = usage_tokens(usage)
     if endpoint == UsageRecord.Endpoint.EMBEDDINGS and output_tokens is None and input_tokens is not None:
         output_tokens = 0
-    task = asyncio.ensure_future(db.run(
-        services.usage_record, tenant_id=principal.tenant_id, api_key_id=principal.key_id, endpoint=endpoint,
-        model=model, upstream=upstream, status=status, input_tokens=input_tokens, output_tokens=output_tokens,
-        latency_ms=int((time.monotonic() - started) * 1000)))
+    task = asyncio.ensure_future(
+        db.run(
+            services.usage_record,
+            tenant_id=principal.tenant_id,
+            api_key_id=principal.key_id,
+            endpoint=endpoint,
+            model=model,
+            upstream=upstream,
+            status=status,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_ms=int((time.monotonic() - started) * 1000),
+        )
+    )
     _recording.add(task)
     task.add_done_callback(_recorded)
 

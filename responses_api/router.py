@@ -16,6 +16,7 @@ Health (consecutive failures, cooldown, last error) is shared through Redis when
 set and read through a one-second local cache, so the request path costs at most one Redis
 read per second per process; failures are written at once. In-process otherwise.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -108,8 +109,10 @@ class MemoryHealthStore(HealthStore):
 
     def read_sync(self, labels: list[str]) -> dict[str, tuple[Health, int]]:
         now = time.time()
-        return {label: (self.health.get(label, Health()),
-                        sum(1 for v in self.leases.get(label, {}).values() if v > now)) for label in labels}
+        return {
+            label: (self.health.get(label, Health()), sum(1 for v in self.leases.get(label, {}).values() if v > now))
+            for label in labels
+        }
 
 
 _FAILED = """
@@ -153,8 +156,9 @@ class RedisHealthStore(HealthStore):
         loop = id(asyncio.get_running_loop())
         client = self._clients.get(loop)
         if client is None:
-            client = redis.Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=2,
-                                          health_check_interval=30)
+            client = redis.Redis.from_url(
+                self.url, socket_connect_timeout=2, socket_timeout=2, health_check_interval=30
+            )
             self._clients = {loop: client}
         return client
 
@@ -164,8 +168,12 @@ class RedisHealthStore(HealthStore):
             value = raw.get(key, b"")
             return value.decode() if isinstance(value, bytes) else str(value)
 
-        return Health(int(text(b"failures") or 0), float(text(b"cooled_until") or 0),
-                      text(b"last_error"), float(text(b"last_error_at") or 0))
+        return Health(
+            int(text(b"failures") or 0),
+            float(text(b"cooled_until") or 0),
+            text(b"last_error"),
+            float(text(b"last_error_at") or 0),
+        )
 
     async def read(self, labels: list[str]) -> dict[str, Health]:
         async with self._client().pipeline(transaction=False) as pipe:
@@ -176,8 +184,14 @@ class RedisHealthStore(HealthStore):
 
     async def failed(self, label: str, error: str, *, cool_for: float | None) -> Health:
         failures, until, now = await self._client().eval(
-            _FAILED, 1, self.PREFIX + label, error[:300], -1 if cool_for is None else cool_for,
-            settings.GATEWAY_ROUTER_COOLDOWN_FAILURES, settings.GATEWAY_ROUTER_COOLDOWN_SECONDS)
+            _FAILED,
+            1,
+            self.PREFIX + label,
+            error[:300],
+            -1 if cool_for is None else cool_for,
+            settings.GATEWAY_ROUTER_COOLDOWN_FAILURES,
+            settings.GATEWAY_ROUTER_COOLDOWN_SECONDS,
+        )
         return Health(int(failures), float(until), error[:300], float(now))
 
     async def succeeded(self, label: str) -> None:
@@ -195,8 +209,13 @@ class RedisHealthStore(HealthStore):
         if self._sync is None:
             self._sync = redis.Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=2)
         now = time.time()
-        return {label: (self._health(self._sync.hgetall(self.PREFIX + label)),
-                        self._sync.zcount(self.PREFIX + "inflight:" + label, now, "+inf")) for label in labels}
+        return {
+            label: (
+                self._health(self._sync.hgetall(self.PREFIX + label)),
+                self._sync.zcount(self.PREFIX + "inflight:" + label, now, "+inf"),
+            )
+            for label in labels
+        }
 
 
 _store: HealthStore | None = None
@@ -276,7 +295,9 @@ class Slot:
 
 
 async def route_call(
-    route: Route, open_one: Callable[[Target], Awaitable[T]], *,
+    route: Route,
+    open_one: Callable[[Target], Awaitable[T]],
+    *,
     on_failure: Callable[[Target, GatewayError], None] | None = None,
 ) -> tuple[Target, T, Slot]:
     """Open a call on the best target, with fallback, retries and backoff. Returns the target,
@@ -317,21 +338,22 @@ async def route_call(
         if last is None and busy:
             raise UpstreamUnavailable(
                 f"Every target of model '{route.name}' is at its concurrency limit; retry shortly.",
-                code="upstream_busy", headers={"Retry-After": "1"})
+                code="upstream_busy",
+                headers={"Retry-After": "1"},
+            )
         assert last is not None
         if retry == settings.GATEWAY_ROUTER_MAX_RETRIES:
             break
-        delay = random.uniform(0, min(settings.GATEWAY_ROUTER_BACKOFF_MAX_SECONDS,
-                                      settings.GATEWAY_ROUTER_BACKOFF_SECONDS * 2 ** retry))
+        delay = random.uniform(
+            0, min(settings.GATEWAY_ROUTER_BACKOFF_MAX_SECONDS, settings.GATEWAY_ROUTER_BACKOFF_SECONDS * 2**retry)
+        )
         wanted = _retry_after(last)
         if wanted is not None:
             delay = max(delay, wanted)
         if time.monotonic() - started + delay > budget:
-            log.warning("router: %s: no retry, the %g s budget would be exceeded (%s)", route.name, budget,
-                        last.code)
+            log.warning("router: %s: no retry, the %g s budget would be exceeded (%s)", route.name, budget, last.code)
             break
-        log.warning("router: %s: every target failed (%s); retry %d in %.2f s", route.name, last.code,
-                    retry + 1, delay)
+        log.warning("router: %s: every target failed (%s); retry %d in %.2f s", route.name, last.code, retry + 1, delay)
         await asyncio.sleep(delay)
     assert last is not None
     raise last
@@ -345,8 +367,9 @@ async def _slot(target: Target) -> Slot | None:
 
     lease = uuid.uuid4().hex
     try:
-        acquired = await health_store().acquire(target.label, limit, lease,
-                                                float(settings.GATEWAY_FOREGROUND_MAX_SECONDS))
+        acquired = await health_store().acquire(
+            target.label, limit, lease, float(settings.GATEWAY_FOREGROUND_MAX_SECONDS)
+        )
     except Exception as exc:  # noqa: BLE001 - unknown: let the call through
         log.warning("router: concurrency of %s not counted (%s)", target.label, exc)
         return Slot(target, None)
@@ -355,15 +378,21 @@ async def _slot(target: Target) -> Slot | None:
 
 async def _failed(target: Target, error: GatewayError) -> None:
     try:
-        health = await health_store().failed(target.label, f"{error.code}: {error.message}",
-                                             cool_for=_retry_after(error))
+        health = await health_store().failed(
+            target.label, f"{error.code}: {error.message}", cool_for=_retry_after(error)
+        )
     except Exception as exc:  # noqa: BLE001 - health is advisory
         log.warning("router: could not record a failure of %s: %s", target.label, exc)
         return
     _cache[target.label] = (time.monotonic(), health)
     if health.cooling(time.time()):
-        log.warning("router: target %s cooled down for %.0f s after %d failure(s); last: %s", target.label,
-                    health.cooled_until - time.time(), health.failures, health.last_error)
+        log.warning(
+            "router: target %s cooled down for %.0f s after %d failure(s); last: %s",
+            target.label,
+            health.cooled_until - time.time(),
+            health.failures,
+            health.last_error,
+        )
 
 
 async def _succeeded(target: Target) -> None:

@@ -3,6 +3,7 @@
 Routes are read from the database and cached in-process for
 GATEWAY_CACHE_SECONDS, so an admin edit takes effect within that time.
 """
+
 from __future__ import annotations
 
 import base64
@@ -55,7 +56,6 @@ class Route:
     hosted_tools: tuple[tuple[str, str], ...] = ()  # (hosted tool type, registry tool serving it)
     context_window: int | None = None  # tokens; None: learned from the upstream, or unknown
     price: Price = Price()  # for budgets in USD
-
 
 
 def _fernet():
@@ -113,9 +113,7 @@ def route_get(model: str) -> Route:
     """Sync: the route for a public model name (cached; an unknown name too)."""
     cached = _routes.get(model)
     if cached is None:
-        route = ModelRoute.objects.filter(name=model, enabled=True).prefetch_related(
-            "targets__provider"
-        ).first()
+        route = ModelRoute.objects.filter(name=model, enabled=True).prefetch_related("targets__provider").first()
         value = None
         if route is not None:
             targets = tuple(
@@ -123,16 +121,24 @@ def route_get(model: str) -> Route:
                 for t in route.targets.all()
                 if t.provider.enabled
             )
-            value = Route(route.name, targets, route.run_on_worker,
-                          tuple(sorted((route.hosted_tools or {}).items())),
-                          route.context_window,
-                          Price(route.input_usd_per_million or Decimal(0),
-                                route.output_usd_per_million or Decimal(0))) if targets else None
+            value = (
+                Route(
+                    route.name,
+                    targets,
+                    route.run_on_worker,
+                    tuple(sorted((route.hosted_tools or {}).items())),
+                    route.context_window,
+                    Price(route.input_usd_per_million or Decimal(0), route.output_usd_per_million or Decimal(0)),
+                )
+                if targets
+                else None
+            )
         cached = (_routes.put(model, value),)
     if cached[0] is None:
         raise NotFound(
             f"The model '{model}' does not exist or you do not have access to it.",
-            param="model", code="model_not_found",
+            param="model",
+            code="model_not_found",
         )
     return cached[0]
 

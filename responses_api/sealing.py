@@ -7,6 +7,7 @@ tenant must not open for another: AES-256-GCM, with the tenant and the blob's
 purpose bound in as associated data. The key is derived (HKDF) from
 GATEWAY_ENCRYPTION_KEY, or SECRET_KEY when that is unset, like provider secrets.
 """
+
 from __future__ import annotations
 
 import base64
@@ -31,8 +32,9 @@ class SealBroken(ValueError):
 
 class Sealer:
     def __init__(self, secret: bytes) -> None:
-        key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                   info=b"open-responses-gateway sealed blobs v1").derive(secret)
+        key = HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None, info=b"open-responses-gateway sealed blobs v1"
+        ).derive(secret)
         self._aead = AESGCM(key)
 
     def seal(self, payload: Any, *, tenant_id: int, purpose: str) -> str:
@@ -44,7 +46,7 @@ class Sealer:
     def unseal(self, blob: Any, *, tenant_id: int, purpose: str) -> Any:
         if not isinstance(blob, str) or not blob.startswith(PREFIX):
             raise SealBroken("not a blob sealed by this gateway")
-        body = blob[len(PREFIX):]
+        body = blob[len(PREFIX) :]
         try:
             raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         except (binascii.Error, ValueError):

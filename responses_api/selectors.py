@@ -3,6 +3,7 @@
 Async callers go through `responses_api.db.run`, which runs them in a worker
 thread and releases the connection at once.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,7 +76,8 @@ class ChainHead:
 def chain_head_get(*, tenant_id: int, response_id: str) -> ChainHead:
     """The response a new one chains to; unknown, deleted, unstored or foreign ids are one error."""
     row = (
-        responses_visible(tenant_id=tenant_id).filter(id=response_id)
+        responses_visible(tenant_id=tenant_id)
+        .filter(id=response_id)
         .values_list("id", "status", "chain_purged")
         .first()
     )
@@ -209,14 +211,13 @@ class ListPage:
         }
 
 
-def input_items_page(
-    *, tenant_id: int | None, response_id: str, after: str | None, limit: int, order: str
-) -> ListPage:
+def input_items_page(*, tenant_id: int | None, response_id: str, after: str | None, limit: int, order: str) -> ListPage:
     """A page of the response's input items; `after` is an item id from an earlier page."""
     row = response_get_row(tenant_id=tenant_id, response_id=response_id)
     qs = ResponseItem.objects.filter(response_id=row.id, role=ResponseItem.Role.INPUT)
-    return items_page(qs, after=after, limit=limit, order=order, unknown_after="No input item with id "
-                      f"'{after}' in this response.")
+    return items_page(
+        qs, after=after, limit=limit, order=order, unknown_after=f"No input item with id '{after}' in this response."
+    )
 
 
 def items_page(links: Any, *, after: str | None, limit: int, order: str, unknown_after: str) -> ListPage:
@@ -228,6 +229,7 @@ def items_page(links: Any, *, after: str | None, limit: int, order: str, unknown
         if anchor is None:
             raise InvalidRequest(unknown_after, param="after")
         links = links.filter(position__lt=anchor) if descending else links.filter(position__gt=anchor)
-    rows = list(links.order_by("-position" if descending else "position")
-                .values_list("item__data", flat=True)[: limit + 1])
+    rows = list(
+        links.order_by("-position" if descending else "position").values_list("item__data", flat=True)[: limit + 1]
+    )
     return ListPage([_loads(r) for r in rows[:limit]], len(rows) > limit)

@@ -3,6 +3,7 @@
 Plain sync ORM functions, plus, for PostgreSQL, the hot writes as single statements
 (`finish_statement`, `insert_statement`) that the web process awaits on its event loop
 (`db.fetch_one`) and `response_finish` runs synchronously."""
+
 from __future__ import annotations
 
 import functools
@@ -41,7 +42,8 @@ def resolve_references(tenant_id: int, items: list[dict]) -> list[dict]:
             stored = found.get(item["id"])
             if stored is None:
                 raise InvalidRequest(
-                    f"Item with id '{item['id']}' not found.", param=f"input[{index}].id",
+                    f"Item with id '{item['id']}' not found.",
+                    param=f"input[{index}].id",
                     code="item_not_found",
                 )
             resolved.append(stored.data)
@@ -51,18 +53,32 @@ def resolve_references(tenant_id: int, items: list[dict]) -> list[dict]:
 
 
 def response_row(
-    *, response_id: str, tenant_id: int, api_key_id: int | None, previous_response_id: str | None,
-    model: str, params: dict[str, Any], created_at: datetime, job: dict[str, Any] | None = None,
+    *,
+    response_id: str,
+    tenant_id: int,
+    api_key_id: int | None,
+    previous_response_id: str | None,
+    model: str,
+    params: dict[str, Any],
+    created_at: datetime,
+    job: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The request-time fields of a stored response row."""
     return {
-        "id": response_id, "tenant_id": tenant_id, "api_key_id": api_key_id,
-        "previous_response_id": previous_response_id, "model": model,
-        "instructions": params.get("instructions"), "params": params,
-        "metadata": params.get("metadata") or {}, "store": True,
+        "id": response_id,
+        "tenant_id": tenant_id,
+        "api_key_id": api_key_id,
+        "previous_response_id": previous_response_id,
+        "model": model,
+        "instructions": params.get("instructions"),
+        "params": params,
+        "metadata": params.get("metadata") or {},
+        "store": True,
         "conversation_id": (params.get("conversation") or {}).get("id"),
-        "background": params.get("background", False), "created_at": created_at,
-        "job": job, "on_worker": job is not None,
+        "background": params.get("background", False),
+        "created_at": created_at,
+        "job": job,
+        "on_worker": job is not None,
     }
 
 
@@ -98,9 +114,14 @@ def response_begin(
     if store:
         Response.objects.create(
             **response_row(
-                response_id=response_id, tenant_id=tenant_id, api_key_id=api_key_id,
-                previous_response_id=previous_response_id, model=model, params=params,
-                created_at=created_at, job=job,
+                response_id=response_id,
+                tenant_id=tenant_id,
+                api_key_id=api_key_id,
+                previous_response_id=previous_response_id,
+                model=model,
+                params=params,
+                created_at=created_at,
+                job=job,
             ),
             status=status,
         )
@@ -149,8 +170,12 @@ def response_finish(
     if connection.vendor == "postgresql":
         item_sequence_lookup()
         sql, params = finish_statement(
-            tenant_id=tenant_id, response=response, input_items=input_items, upstream=upstream,
-            latency_ms=latency_ms, create_row=create_row,
+            tenant_id=tenant_id,
+            response=response,
+            input_items=input_items,
+            upstream=upstream,
+            latency_ms=latency_ms,
+            create_row=create_row,
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -205,8 +230,13 @@ _item_sequence: dict[str, str] = {}
 
 
 def finish_statement(
-    *, tenant_id: int, response: dict[str, Any], input_items: list[dict], upstream: str = "",
-    latency_ms: int | None = None, create_row: dict[str, Any] | None = None,
+    *,
+    tenant_id: int,
+    response: dict[str, Any],
+    input_items: list[dict],
+    upstream: str = "",
+    latency_ms: int | None = None,
+    create_row: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """PostgreSQL: `response_finish` as one statement and its parameters. Its one row is
     `(1,)` when the response was stored, `(0,)` when it had already ended.
@@ -218,8 +248,12 @@ def finish_statement(
     values = _column_values(fields)
     inputs = [{"ref": i["id"]} if i["type"] == "item_reference" else {"item": i} for i in input_items]
     return _finish_sql(create_row is not None, tuple(fields)), {
-        **values, "seq": _item_sequence[Item._meta.db_table], "inputs": wirejson.dumps(inputs),
-        "outputs": wirejson.dumps(response["output"]), "tenant_id": tenant_id, "now": timezone.now(),
+        **values,
+        "seq": _item_sequence[Item._meta.db_table],
+        "inputs": wirejson.dumps(inputs),
+        "outputs": wirejson.dumps(response["output"]),
+        "tenant_id": tenant_id,
+        "now": timezone.now(),
         "response_id": response["id"],
     }
 
@@ -235,14 +269,17 @@ def _json_adapter(field: str) -> Any:
 
 
 # Response's JSON columns go through the field's own adapter (psycopg's Jsonb); the rest as is.
-_JSON_FIELDS = {f.attname: _json_adapter(f.attname) for f in Response._meta.concrete_fields
-                if f.get_internal_type() == "JSONField"}
+_JSON_FIELDS = {
+    f.attname: _json_adapter(f.attname) for f in Response._meta.concrete_fields if f.get_internal_type() == "JSONField"
+}
 
 
 def _column_values(fields: dict[str, Any]) -> dict[str, Any]:
     """Statement parameters `f_<column>` for Response columns."""
-    return {f"f_{name}": _JSON_FIELDS[name](value) if name in _JSON_FIELDS and value is not None else value
-            for name, value in fields.items()}
+    return {
+        f"f_{name}": _JSON_FIELDS[name](value) if name in _JSON_FIELDS and value is not None else value
+        for name, value in fields.items()
+    }
 
 
 @functools.lru_cache(maxsize=16)
@@ -252,7 +289,8 @@ def _finish_sql(insert: bool, fields: tuple[str, ...]) -> str:
         head = _insert_sql(fields)
     else:
         head = "UPDATE {} SET {} WHERE id = %(response_id)s AND status IN ('queued', 'in_progress')".format(
-            quote(Response._meta.db_table), ", ".join(f"{quote(n)} = %(f_{n})s" for n in fields),
+            quote(Response._meta.db_table),
+            ", ".join(f"{quote(n)} = %(f_{n})s" for n in fields),
         )
     return _FINISH_SQL.format(
         head=head, item=quote(Item._meta.db_table), response_item=quote(ResponseItem._meta.db_table)
@@ -274,7 +312,9 @@ _DEFAULTED = [f for f in Response._meta.concrete_fields if not f.null and (f.has
 def _insert_sql(fields: tuple[str, ...]) -> str:
     quote = connection.ops.quote_name
     return "INSERT INTO {} ({}) VALUES ({})".format(
-        quote(Response._meta.db_table), ", ".join(quote(n) for n in fields), ", ".join(f"%(f_{n})s" for n in fields),
+        quote(Response._meta.db_table),
+        ", ".join(quote(n) for n in fields),
+        ", ".join(f"%(f_{n})s" for n in fields),
     )
 
 
@@ -295,9 +335,7 @@ def _attach_items(tenant_id: int, response_id: str | None, input_items: list[dic
     """Store the new items and (with `response_id`) link them to the response; the items of
     the turn in order, input then output (referenced ones are the stored items they name)."""
     # Referenced items are already stored: point at them instead of copying.
-    references = {
-        i["id"] for i in input_items if i["type"] == "item_reference"
-    }
+    references = {i["id"] for i in input_items if i["type"] == "item_reference"}
     existing = selectors.items_by_public_id(tenant_id=tenant_id, public_ids=list(references)) if references else {}
     new_items = [
         Item(tenant_id=tenant_id, public_id=i["id"], type=i["type"], data=i)
@@ -322,8 +360,15 @@ def _attach_items(tenant_id: int, response_id: str | None, input_items: list[dic
 
 
 def response_finish_in_conversation(
-    *, tenant_id: int, response: dict[str, Any], input_items: list[dict], conversation_id: str, store: bool,
-    upstream: str = "", latency_ms: int | None = None, create_row: dict[str, Any] | None = None,
+    *,
+    tenant_id: int,
+    response: dict[str, Any],
+    input_items: list[dict],
+    conversation_id: str,
+    store: bool,
+    upstream: str = "",
+    latency_ms: int | None = None,
+    create_row: dict[str, Any] | None = None,
 ) -> bool:
     """Finish a response that belongs to a conversation, in one transaction: the conversation
     row is locked first, so responses finishing at once append one after the other, each its
@@ -365,9 +410,7 @@ def api_key_create(*, tenant_name: str, name: str, is_admin: bool = False) -> tu
     tenant, _ = Tenant.objects.get_or_create(name=tenant_name)
     prefix = secrets.token_hex(6)
     raw = f"{KEY_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
-    key = ApiKey.objects.create(
-        tenant=tenant, name=name, prefix=prefix, secret_hash=hash_key(raw), is_admin=is_admin
-    )
+    key = ApiKey.objects.create(tenant=tenant, name=name, prefix=prefix, secret_hash=hash_key(raw), is_admin=is_admin)
     return key, raw
 
 
@@ -392,26 +435,45 @@ def response_job_drop_credentials(*, response_id: str, only_if_ended: bool = Tru
 
 def response_cancel_queued(*, response_id: str) -> bool:
     """queued -> cancelled (compare-and-swap); False if a worker took it or it ended."""
-    return bool(Response.objects.filter(id=response_id, status=Response.Status.QUEUED)
-                .update(status=Response.Status.CANCELLED))
+    return bool(
+        Response.objects.filter(id=response_id, status=Response.Status.QUEUED).update(status=Response.Status.CANCELLED)
+    )
 
 
 def response_force_cancel(*, response_id: str) -> bool:
     """in_progress -> cancelled when its worker did not answer the cancel request."""
-    return bool(Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS)
-                .update(status=Response.Status.CANCELLED))
+    return bool(
+        Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(
+            status=Response.Status.CANCELLED
+        )
+    )
 
 
 def usage_record(
-    *, tenant_id: int, api_key_id: int | None, endpoint: str, model: str, upstream: str, status: int,
-    input_tokens: int | None, output_tokens: int | None, latency_ms: int,
+    *,
+    tenant_id: int,
+    api_key_id: int | None,
+    endpoint: str,
+    model: str,
+    upstream: str,
+    status: int,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    latency_ms: int,
 ) -> None:
     """The usage of a passed-through call (/v1/chat/completions, /v1/embeddings)."""
     from .models import UsageRecord
 
     UsageRecord.objects.create(
-        tenant_id=tenant_id, api_key_id=api_key_id, endpoint=endpoint, model=model, upstream=upstream,
-        status=status, input_tokens=input_tokens, output_tokens=output_tokens, latency_ms=latency_ms,
+        tenant_id=tenant_id,
+        api_key_id=api_key_id,
+        endpoint=endpoint,
+        model=model,
+        upstream=upstream,
+        status=status,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        latency_ms=latency_ms,
     )
 
 
@@ -433,31 +495,43 @@ def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
     now = now or timezone.now()
     default_days = django_settings.GATEWAY_RETENTION_DAYS
     counts = {"responses": 0, "items": 0}
-    tenants = Tenant.objects.filter(Q(retention_days__gt=0) | Q(retention_days__isnull=True)) if default_days \
+    tenants = (
+        Tenant.objects.filter(Q(retention_days__gt=0) | Q(retention_days__isnull=True))
+        if default_days
         else Tenant.objects.filter(retention_days__gt=0)
+    )
     for tenant_id, days in tenants.values_list("id", "retention_days"):
         cutoff = now - timedelta(days=days or default_days)
         expired = Response.objects.filter(tenant_id=tenant_id, created_at__lt=cutoff).exclude(
-            status__in=Response.RUNNING)
+            status__in=Response.RUNNING
+        )
         while True:
-            leaves = list(expired.filter(~Exists(Response.objects.filter(previous_response_id=OuterRef("pk"))))
-                          .values_list("id", flat=True)[:RETENTION_BATCH])
+            leaves = list(
+                expired.filter(~Exists(Response.objects.filter(previous_response_id=OuterRef("pk")))).values_list(
+                    "id", flat=True
+                )[:RETENTION_BATCH]
+            )
             if not leaves:
                 break
             with transaction.atomic():
                 Response.objects.filter(id__in=leaves).delete()  # their ResponseItem links cascade
             counts["responses"] += len(leaves)
-        orphans = Item.objects.filter(tenant_id=tenant_id).exclude(
-            Exists(ResponseItem.objects.filter(item_id=OuterRef("pk")))).exclude(
-            Exists(ConversationItem.objects.filter(item_id=OuterRef("pk"))))
+        orphans = (
+            Item.objects.filter(tenant_id=tenant_id)
+            .exclude(Exists(ResponseItem.objects.filter(item_id=OuterRef("pk"))))
+            .exclude(Exists(ConversationItem.objects.filter(item_id=OuterRef("pk"))))
+        )
         counts["items"] += orphans.delete()[0]
     return counts
 
 
 def response_end_open(*, response_id: str, error: dict[str, Any]) -> bool:
     """Fail a response row left open by a request that could not go on (if there is one)."""
-    return bool(Response.objects.filter(id=response_id, status__in=Response.RUNNING)
-                .update(status=Response.Status.FAILED, error=error, completed_at=timezone.now()))
+    return bool(
+        Response.objects.filter(id=response_id, status__in=Response.RUNNING).update(
+            status=Response.Status.FAILED, error=error, completed_at=timezone.now()
+        )
+    )
 
 
 class PurgeRefused(Exception):
@@ -470,8 +544,11 @@ def response_descendants(response_ids: list[str]) -> set[str]:
     found: set[str] = set()
     frontier = list(wanted)
     while frontier:
-        frontier = [i for i in Response.objects.filter(previous_response_id__in=frontier).values_list("id", flat=True)
-                    if i not in wanted and i not in found]
+        frontier = [
+            i
+            for i in Response.objects.filter(previous_response_id__in=frontier).values_list("id", flat=True)
+            if i not in wanted and i not in found
+        ]
         found.update(frontier)
     return found
 
@@ -503,11 +580,20 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
         descendants = response_descendants(ids)
         counts["broken_chains"] = Response.objects.filter(id__in=descendants).update(chain_purged=True)
         UsageRecord.objects.bulk_create(
-            UsageRecord(tenant_id=r.tenant_id, api_key_id=r.api_key_id, endpoint=UsageRecord.Endpoint.PURGED_RESPONSE,
-                        model=r.model, upstream=r.upstream, status=200 if r.status != "failed" else 500,
-                        input_tokens=r.input_tokens, output_tokens=r.output_tokens, latency_ms=r.latency_ms,
-                        created_at=r.created_at)
-            for r in rows)
+            UsageRecord(
+                tenant_id=r.tenant_id,
+                api_key_id=r.api_key_id,
+                endpoint=UsageRecord.Endpoint.PURGED_RESPONSE,
+                model=r.model,
+                upstream=r.upstream,
+                status=200 if r.status != "failed" else 500,
+                input_tokens=r.input_tokens,
+                output_tokens=r.output_tokens,
+                latency_ms=r.latency_ms,
+                created_at=r.created_at,
+            )
+            for r in rows
+        )
         item_ids = list(ResponseItem.objects.filter(response_id__in=ids).values_list("item_id", flat=True))
         # Other responses' links to these items and their places in conversations cascade.
         counts["items"] = Item.objects.filter(id__in=set(item_ids)).delete()[1].get("responses_api.Item", 0)

@@ -1,4 +1,5 @@
 """Server-sent events: one write per event, keep-alive comments while the source is silent."""
+
 from __future__ import annotations
 
 import asyncio
@@ -23,8 +24,17 @@ def encode_event(event: Event) -> bytes:
 
 
 # The events that tell the access log about the response: its id, its end, its error.
-_NOTED = frozenset({"response.created", "response.queued", "response.in_progress", "response.completed",
-                    "response.failed", "response.incomplete", "error"})
+_NOTED = frozenset(
+    {
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.completed",
+        "response.failed",
+        "response.incomplete",
+        "error",
+    }
+)
 
 
 def note_response(extra: dict[str, Any], response: dict[str, Any]) -> None:
@@ -65,8 +75,7 @@ class EventStream(StreamingHttpResponse):
     the first event's write (None if none was written), `finished` whether the stream ran to
     its end (False: the client left)."""
 
-    def __init__(self, events: AsyncIterator[Event], keepalive: float,
-                 log_extra: dict[str, Any] | None = None) -> None:
+    def __init__(self, events: AsyncIterator[Event], keepalive: float, log_extra: dict[str, Any] | None = None) -> None:
         super().__init__(self._frames(), content_type="text/event-stream")
         self["Cache-Control"] = "no-cache"
         self["X-Accel-Buffering"] = "no"

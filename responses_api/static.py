@@ -4,6 +4,7 @@ WhiteNoise's middleware is sync-only: in an async middleware chain Django
 wraps everything below it in sync<->async adapters, two thread hops per
 request. This async middleware consults WhiteNoise only for STATIC_URL paths.
 """
+
 from __future__ import annotations
 
 from asgiref.sync import markcoroutinefunction, sync_to_async

@@ -4,6 +4,7 @@ Each worker process keeps one event loop in a thread (created lazily, after
 the prefork fork), so that a task reuses warm DB threads, the upstream HTTP
 client and the Redis client instead of building them per task.
 """
+
 from __future__ import annotations
 
 import asyncio

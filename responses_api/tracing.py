@@ -7,6 +7,7 @@ per model call (`chat {upstream model}`, kind CLIENT) and per server-side tool c
 (`execute_tool {name}`), exported over OTLP/HTTP in batches. Attributes are the conventions'
 `gen_ai.*` names; message contents are never recorded (they are the tenants' data).
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,9 +24,15 @@ _provider: Any = None
 def configure(endpoint: str | None = None) -> bool:
     """Set up the exporter (at startup, from the environment; tests pass `endpoint`)."""
     global _tracer, _provider
-    endpoint = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (
-        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").rstrip("/") + "/v1/traces"
-        if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") else None)
+    endpoint = (
+        endpoint
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or (
+            os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").rstrip("/") + "/v1/traces"
+            if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            else None
+        )
+    )
     if not endpoint or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return False
     try:
@@ -34,8 +41,10 @@ def configure(endpoint: str | None = None) -> bool:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
-        log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry SDK is not installed "
-                    "(pip install '.[otel]'); traces are off")
+        log.warning(
+            "OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry SDK is not installed "
+            "(pip install '.[otel]'); traces are off"
+        )
         return False
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "open-responses-gateway")})
     _provider = TracerProvider(resource=resource)
@@ -75,28 +84,38 @@ def response_span(*, model: str, response_id: str, conversation: str | None, req
     """The span of one response (its whole tool loop); None when tracing is off."""
     if _tracer is None:
         return None
-    return _tracer.start_span(f"invoke_agent {model}", kind=_kind("INTERNAL"), attributes=_clean({
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.provider.name": "open-responses-gateway",
-        "gen_ai.agent.name": model,
-        "gen_ai.request.model": model,
-        "gen_ai.response.id": response_id,
-        "gen_ai.conversation.id": conversation,
-        "gen_ai.request.max_tokens": getattr(request, "max_output_tokens", None),
-        "gen_ai.request.temperature": getattr(request, "temperature", None),
-        "gen_ai.request.top_p": getattr(request, "top_p", None),
-    }))
+    return _tracer.start_span(
+        f"invoke_agent {model}",
+        kind=_kind("INTERNAL"),
+        attributes=_clean(
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.provider.name": "open-responses-gateway",
+                "gen_ai.agent.name": model,
+                "gen_ai.request.model": model,
+                "gen_ai.response.id": response_id,
+                "gen_ai.conversation.id": conversation,
+                "gen_ai.request.max_tokens": getattr(request, "max_output_tokens", None),
+                "gen_ai.request.temperature": getattr(request, "temperature", None),
+                "gen_ai.request.top_p": getattr(request, "top_p", None),
+            }
+        ),
+    )
 
 
 def end_response(span: Any, response: dict[str, Any]) -> None:
     if span is None:
         return
     usage = response.get("usage") or {}
-    span.set_attributes(_clean({
-        "gen_ai.usage.input_tokens": usage.get("input_tokens"),
-        "gen_ai.usage.output_tokens": usage.get("output_tokens"),
-        "gen_ai.response.finish_reasons": [response.get("status") or "unknown"],
-    }))
+    span.set_attributes(
+        _clean(
+            {
+                "gen_ai.usage.input_tokens": usage.get("input_tokens"),
+                "gen_ai.usage.output_tokens": usage.get("output_tokens"),
+                "gen_ai.response.finish_reasons": [response.get("status") or "unknown"],
+            }
+        )
+    )
     error = response.get("error")
     if error:
         _fail(span, str(error.get("code") or "error"), str(error.get("message") or ""))
@@ -111,30 +130,43 @@ def model_call_span(parent: Any, target: Any, request: Any) -> Any:
 
     parts = urlsplit(target.provider.base_url)
     return _tracer.start_span(
-        f"chat {target.upstream_model}", kind=_kind("CLIENT"),
+        f"chat {target.upstream_model}",
+        kind=_kind("CLIENT"),
         context=trace.set_span_in_context(parent) if parent is not None else None,
-        attributes=_clean({
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": target.provider.options.get("otel_provider_name") or target.provider.name,
-            "gen_ai.request.model": target.upstream_model,
-            "gen_ai.request.max_tokens": getattr(request, "max_output_tokens", None),
-            "gen_ai.request.temperature": getattr(request, "temperature", None),
-            "gen_ai.request.top_p": getattr(request, "top_p", None),
-            "server.address": parts.hostname,
-            "server.port": parts.port or (443 if parts.scheme == "https" else 80),
-        }),
+        attributes=_clean(
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": target.provider.options.get("otel_provider_name") or target.provider.name,
+                "gen_ai.request.model": target.upstream_model,
+                "gen_ai.request.max_tokens": getattr(request, "max_output_tokens", None),
+                "gen_ai.request.temperature": getattr(request, "temperature", None),
+                "gen_ai.request.top_p": getattr(request, "top_p", None),
+                "server.address": parts.hostname,
+                "server.port": parts.port or (443 if parts.scheme == "https" else 80),
+            }
+        ),
     )
 
 
-def end_model_call(span: Any, *, input_tokens: int | None = None, output_tokens: int | None = None,
-                   finish_reason: str | None = None, error: Any = None) -> None:
+def end_model_call(
+    span: Any,
+    *,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    finish_reason: str | None = None,
+    error: Any = None,
+) -> None:
     if span is None:
         return
-    span.set_attributes(_clean({
-        "gen_ai.usage.input_tokens": input_tokens,
-        "gen_ai.usage.output_tokens": output_tokens,
-        "gen_ai.response.finish_reasons": [finish_reason] if finish_reason else None,
-    }))
+    span.set_attributes(
+        _clean(
+            {
+                "gen_ai.usage.input_tokens": input_tokens,
+                "gen_ai.usage.output_tokens": output_tokens,
+                "gen_ai.response.finish_reasons": [finish_reason] if finish_reason else None,
+            }
+        )
+    )
     if error is not None:
         _fail(span, getattr(error, "code", None) or type(error).__name__, getattr(error, "message", str(error)))
     span.end()
@@ -146,10 +178,17 @@ def tool_span(parent: Any, *, name: str, call_id: str | None, tool_type: str) ->
     from opentelemetry import trace
 
     return _tracer.start_span(
-        f"execute_tool {name}", kind=_kind("INTERNAL"),
+        f"execute_tool {name}",
+        kind=_kind("INTERNAL"),
         context=trace.set_span_in_context(parent) if parent is not None else None,
-        attributes=_clean({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-                           "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": tool_type}),
+        attributes=_clean(
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": call_id,
+                "gen_ai.tool.type": tool_type,
+            }
+        ),
     )
 
 

@@ -1,6 +1,7 @@
 """A small in-process cache whose entries expire: keys, routes and registry look-ups are
 remembered for GATEWAY_CACHE_SECONDS, so an admin edit takes effect within that time in every
 process without a cache bus."""
+
 from __future__ import annotations
 
 import time

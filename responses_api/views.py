@@ -1,4 +1,5 @@
 """The /v1 HTTP views: thin (auth, parse, call, render). Async, served under ASGI."""
+
 from __future__ import annotations
 
 
@@ -39,9 +40,16 @@ def api_endpoint(methods: dict[str, View]) -> Callable[..., Awaitable[HttpRespon
         handler = methods.get(request.method or "")
         if handler is None:
             return json_response(
-                {"error": {"message": f"Method {request.method} not allowed.", "type": "invalid_request_error",
-                           "param": None, "code": "method_not_allowed"}},
-                status=405, headers={"Allow": ", ".join(methods)},
+                {
+                    "error": {
+                        "message": f"Method {request.method} not allowed.",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "method_not_allowed",
+                    }
+                },
+                status=405,
+                headers={"Allow": ", ".join(methods)},
             )
         try:
             principal = await principal_for(bearer_token(request.headers.get("authorization")))
@@ -131,9 +139,7 @@ async def retrieve_response(request: HttpRequest, principal: Principal, response
     if request.GET.get("stream") in ("true", "1", "True"):
         row = await db.run(selectors.response_get_row, tenant_id=principal.tenant_id, response_id=response_id)
         if not row.on_worker:
-            raise InvalidRequest(
-                "Only background (worker-run) responses can be streamed again.", param="stream"
-            )
+            raise InvalidRequest("Only background (worker-run) responses can be streamed again.", param="stream")
         raw_after = request.GET.get("starting_after")
         try:
             after = int(raw_after) if raw_after is not None else -1
@@ -155,7 +161,8 @@ async def cancel_response(request: HttpRequest, principal: Principal, response_i
     if not row.background:
         raise InvalidRequest(
             "Only background responses can be cancelled; this one was not created with 'background': true.",
-            param="response_id", code="not_background",
+            param="response_id",
+            code="not_background",
         )
     await cancel_background(response_id)
     return json_response(await _current(principal, response_id))
@@ -212,8 +219,10 @@ response_compact = api_endpoint({"POST": compact_response})
 
 async def input_tokens(request: HttpRequest, principal: Principal) -> HttpResponse:
     count, exact = await count_input_tokens(principal, _json_body(request))
-    return json_response({"object": "response.input_tokens", "input_tokens": count},
-                         headers={"x-gateway-token-count": "exact" if exact else "estimate"})
+    return json_response(
+        {"object": "response.input_tokens", "input_tokens": count},
+        headers={"x-gateway-token-count": "exact" if exact else "estimate"},
+    )
 
 
 response_input_tokens = api_endpoint({"POST": input_tokens})
@@ -227,6 +236,3 @@ model_detail = api_endpoint({"GET": retrieve_model})
 @fast_lane
 async def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
     return error_response(NotFound(f"Unknown endpoint {request.method} {request.path}.", code="unknown_url"))
-
-
-

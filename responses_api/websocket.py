@@ -15,6 +15,7 @@ after GATEWAY_WS_IDLE_SECONDS without a message, takes messages up to
 GATEWAY_MAX_REQUEST_BYTES, and a key holds at most GATEWAY_WS_MAX_CONNECTIONS_PER_KEY
 connections per web process.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -52,8 +53,11 @@ class _Closed(Exception):
 
 
 def error_envelope(error: GatewayError) -> dict[str, Any]:
-    return {"type": "error", "status": error.status,
-            "error": {"type": error.error_type, "code": error.code, "message": error.message, "param": error.param}}
+    return {
+        "type": "error",
+        "status": error.status,
+        "error": {"type": error.error_type, "code": error.code, "message": error.message, "param": error.param},
+    }
 
 
 async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -69,9 +73,15 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
         return await _deny(scope, send, error)
     limit = settings.GATEWAY_WS_MAX_CONNECTIONS_PER_KEY
     if _open_per_key[principal.key_id] >= limit:
-        return await _deny(scope, send, RateLimited(
-            f"This API key already holds {limit} WebSocket connections to this gateway process.",
-            code="websocket_connection_limit", headers={"Retry-After": "5"}))
+        return await _deny(
+            scope,
+            send,
+            RateLimited(
+                f"This API key already holds {limit} WebSocket connections to this gateway process.",
+                code="websocket_connection_limit",
+                headers={"Retry-After": "5"},
+            ),
+        )
     _open_per_key[principal.key_id] += 1
     try:
         await send({"type": "websocket.accept"})
@@ -86,8 +96,10 @@ async def _deny(scope: dict[str, Any], send: Send, error: GatewayError) -> None:
     """Refuse the handshake with the protocol's error body where the server can send one."""
     if "websocket.http.response" in scope.get("extensions", {}):
         body = dumps(error.body()).encode()
-        headers = [(b"content-type", b"application/json"),
-                   *((k.lower().encode(), v.encode()) for k, v in error.headers.items())]
+        headers = [
+            (b"content-type", b"application/json"),
+            *((k.lower().encode(), v.encode()) for k, v in error.headers.items()),
+        ]
         await send({"type": "websocket.http.response.start", "status": error.status, "headers": headers})
         await send({"type": "websocket.http.response.body", "body": body})
     else:
@@ -137,8 +149,7 @@ class Connection:
         getting = asyncio.ensure_future(self._inbox.get())
         closing = asyncio.ensure_future(self._closed.wait())
         try:
-            done, _ = await asyncio.wait({getting, closing}, timeout=max(wait, 0),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({getting, closing}, timeout=max(wait, 0), return_when=asyncio.FIRST_COMPLETED)
         finally:
             for waiter in (getting, closing):
                 if not waiter.done():
@@ -152,14 +163,20 @@ class Connection:
         if closing in done:
             return None
         if remaining <= settings.GATEWAY_WS_IDLE_SECONDS:
-            await self._close_with(InvalidRequest(
-                f"This WebSocket connection reached its {settings.GATEWAY_WS_MAX_SECONDS / 60:g}-minute limit; "
-                "open a new one and continue with previous_response_id.",
-                code="websocket_connection_limit_reached"))
+            await self._close_with(
+                InvalidRequest(
+                    f"This WebSocket connection reached its {settings.GATEWAY_WS_MAX_SECONDS / 60:g}-minute limit; "
+                    "open a new one and continue with previous_response_id.",
+                    code="websocket_connection_limit_reached",
+                )
+            )
         else:
-            await self._close_with(InvalidRequest(
-                f"No message for {settings.GATEWAY_WS_IDLE_SECONDS:g} s: the connection is closed.",
-                code="websocket_idle_timeout"))
+            await self._close_with(
+                InvalidRequest(
+                    f"No message for {settings.GATEWAY_WS_IDLE_SECONDS:g} s: the connection is closed.",
+                    code="websocket_idle_timeout",
+                )
+            )
         return None
 
     async def _close_with(self, error: GatewayError) -> None:
@@ -183,7 +200,10 @@ class Connection:
             if previous in self.evicted:
                 raise InvalidRequest(
                     f"Previous response with id '{previous}' not found: a continuation from it failed "
-                    "on this connection.", param="previous_response_id", code="previous_response_not_found")
+                    "on this connection.",
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                )
             req = parse_create_request(body)
             req.stream = True  # the row is written at the start, so the response can be cancelled
             started = await start_response(self.principal, req, body, prior=self.prior)
@@ -210,7 +230,8 @@ class Connection:
         if len(text.encode()) > settings.GATEWAY_MAX_REQUEST_BYTES:
             raise InvalidRequest(
                 f"The message is larger than this gateway accepts ({settings.GATEWAY_MAX_REQUEST_BYTES} bytes).",
-                code="request_too_large")
+                code="request_too_large",
+            )
         try:
             message = jsonlimits.loads(text)
         except jsonlimits.JsonTooDeep as exc:
@@ -222,8 +243,8 @@ class Connection:
         for field in HTTP_ONLY_FIELDS:
             if field in message:
                 raise InvalidRequest(
-                    f"'{field}' is not allowed in WebSocket mode: every response streams over the socket.",
-                    param=field)
+                    f"'{field}' is not allowed in WebSocket mode: every response streams over the socket.", param=field
+                )
         return {k: v for k, v in message.items() if k != "type"}
 
     async def _relay(self, events: Any, previous: str | None, run: Any = None) -> None:
@@ -256,8 +277,9 @@ class Connection:
             self._evict(previous)
             return
         if run is not None:
-            self.prior = PriorContext(final["id"], run.job.context + run.response["output"],
-                                      stored=bool(final.get("store", True)))
+            self.prior = PriorContext(
+                final["id"], run.job.context + run.response["output"], stored=bool(final.get("store", True))
+            )
         else:  # run by a worker (always stored): continuations read the chain from the database
             self.prior = None
 

@@ -4,6 +4,7 @@ The gateway runs under uvicorn in a background thread, against the test
 database (Postgres by default, SQLite in the embedded run), and clients talk
 to it over real HTTP: the `openai` SDK and httpx.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -63,8 +64,13 @@ def _fresh_caches() -> Iterator[None]:
     from responses_api import auth, gateway, routing
     from tool_registry import services as tool_services
 
-    clears = (auth.clear_cache, routing.clear_cache, gateway.clear_cache, tool_services.clear_cache,
-              _forget_target_health)
+    clears = (
+        auth.clear_cache,
+        routing.clear_cache,
+        gateway.clear_cache,
+        tool_services.clear_cache,
+        _forget_target_health,
+    )
     for clear in clears:
         clear()
     yield
@@ -113,14 +119,25 @@ def tools_env(gateway: Gateway, webhook: WebhookServer, settings, monkeypatch): 
     monkeypatch.setenv("WEATHER_TOKEN", "Bearer tool-token")
 
     def http_tool(name: str, path: str, timeout: float = 5.0, **kw) -> Tool:  # type: ignore[no-untyped-def]
-        tool = Tool(name=name, description=f"{name} tool", parameters=kw.pop("parameters", WEATHER_SCHEMA),
-                    executor="http", url=f"{webhook.url}{path}", timeout=timeout, **kw)
+        tool = Tool(
+            name=name,
+            description=f"{name} tool",
+            parameters=kw.pop("parameters", WEATHER_SCHEMA),
+            executor="http",
+            url=f"{webhook.url}{path}",
+            timeout=timeout,
+            **kw,
+        )
         tool.full_clean()
         tool.save()
         return tool
 
-    http_tool("get_weather", "/weather", signing_secret_env="WEATHER_SIGNING_SECRET",
-              headers_env={"Authorization": "WEATHER_TOKEN"})
+    http_tool(
+        "get_weather",
+        "/weather",
+        signing_secret_env="WEATHER_SIGNING_SECRET",
+        headers_env={"Authorization": "WEATHER_TOKEN"},
+    )
     from tests.support.webhook import Route
 
     webhook.routes["/weather"] = Route(handler=lambda call: {"city": call.json["city"], "forecast": "sunny"})

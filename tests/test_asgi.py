@@ -1,5 +1,6 @@
 """The ASGI entry: /v1 served by its views directly, with what the API needs from Django's chain;
 everything else through Django's full handler."""
+
 from __future__ import annotations
 
 import asyncio
@@ -29,8 +30,10 @@ def test_api_answers_carry_request_id_and_security_headers(gateway: Gateway) -> 
 
 def test_admin_still_runs_through_djangos_middleware(gateway: Gateway, settings) -> None:  # type: ignore[no-untyped-def]
     # No collectstatic in tests: plain static storage instead of the manifest.
-    settings.STORAGES = {**settings.STORAGES, "staticfiles": {
-        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
     with gateway.http() as http:
         login = http.get("/admin/login/")
     assert login.status_code == 200
@@ -74,7 +77,7 @@ def test_a_client_gone_before_its_body_arrived_costs_nothing(gateway: Gateway, s
     with socket.create_connection((host, int(port))) as sock:
         sock.sendall(
             b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            b"Authorization: Bearer " + gateway.key.encode() + b"\r\nContent-Length: 1000\r\n\r\n{\"model\""
+            b"Authorization: Bearer " + gateway.key.encode() + b'\r\nContent-Length: 1000\r\n\r\n{"model"'
         )
     scripted.enqueue(MODEL, Reply(text="still serving"))
     with gateway.http() as http:
@@ -145,10 +148,20 @@ async def _call(app, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[int
     async def send(message: dict) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
-             "headers": [(b"host", b"testserver"), *headers], "client": ("127.0.0.1", 5000),
-             "server": ("testserver", 80)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"testserver"), *headers],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+    }
     await asyncio.wait_for(app(scope, receive, send), 10)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")

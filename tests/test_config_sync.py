@@ -1,4 +1,5 @@
 """GATEWAY_CONFIG sync: idempotent, validated, single-label hosts accepted."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,12 +12,21 @@ pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 CONFIG = {
     "providers": [
         {"name": "ollama", "kind": "chat_completions", "base_url": "http://ollama:11434/v1"},
-        {"name": "openai", "base_url": "https://api.openai.com/v1", "api_key_env": "OPENAI_API_KEY",
-         "options": {"max_tokens_param": "max_completion_tokens"}},
+        {
+            "name": "openai",
+            "base_url": "https://api.openai.com/v1",
+            "api_key_env": "OPENAI_API_KEY",
+            "options": {"max_tokens_param": "max_completion_tokens"},
+        },
     ],
     "models": [
-        {"name": "small", "targets": [{"provider": "ollama", "model": "llama3.2", "weight": 3},
-                                      {"provider": "openai", "model": "gpt-4.1-mini", "weight": 0}]},
+        {
+            "name": "small",
+            "targets": [
+                {"provider": "ollama", "model": "llama3.2", "weight": 3},
+                {"provider": "openai", "model": "gpt-4.1-mini", "weight": 0},
+            ],
+        },
     ],
 }
 
@@ -30,7 +40,9 @@ def test_sync_is_idempotent_and_accepts_single_label_hosts() -> None:
     assert Provider.objects.get(name="ollama").base_url == "http://ollama:11434/v1"
     route = ModelRoute.objects.get(name="small")
     assert [(t.provider.name, t.upstream_model, t.weight) for t in route.targets.order_by("id")] == [
-        ("ollama", "llama3.2", 3), ("openai", "gpt-4.1-mini", 0)]
+        ("ollama", "llama3.2", 3),
+        ("openai", "gpt-4.1-mini", 0),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -52,11 +64,21 @@ def test_mcp_servers_are_declared_in_config(settings) -> None:  # type: ignore[n
     from tool_registry.models import McpServer
 
     settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal"]
-    config = {**CONFIG, "mcp_servers": [
-        {"label": "docs", "url": "http://mcp.internal:8000/mcp", "headers_env": {"Authorization": "DOCS_TOKEN"},
-         "allowed_tools": ["search"], "require_approval": ["delete_page"], "timeout": 10, "routes": ["small"]},
-        {"label": "calc", "url": "http://mcp.internal:9000/mcp", "require_approval": "never"},
-    ]}
+    config = {
+        **CONFIG,
+        "mcp_servers": [
+            {
+                "label": "docs",
+                "url": "http://mcp.internal:8000/mcp",
+                "headers_env": {"Authorization": "DOCS_TOKEN"},
+                "allowed_tools": ["search"],
+                "require_approval": ["delete_page"],
+                "timeout": 10,
+                "routes": ["small"],
+            },
+            {"label": "calc", "url": "http://mcp.internal:9000/mcp", "require_approval": "never"},
+        ],
+    }
     assert sync_config(config)["mcp_servers"] == 2
     assert sync_config(config)["mcp_servers"] == 2  # idempotent
     docs = McpServer.objects.get(label="docs")
@@ -80,11 +102,21 @@ def test_a_route_serves_hosted_tools_as_configured() -> None:
 
 
 def test_provider_timeouts_come_from_the_file_with_documented_defaults() -> None:
-    sync_config({"providers": [
-        {"name": "slow", "base_url": "http://slow:8000/v1", "connect_timeout": 2, "first_byte_timeout": 300,
-         "idle_timeout": 45, "timeout": 600},
-        {"name": "plain", "base_url": "http://plain:8000/v1"},
-    ]})
+    sync_config(
+        {
+            "providers": [
+                {
+                    "name": "slow",
+                    "base_url": "http://slow:8000/v1",
+                    "connect_timeout": 2,
+                    "first_byte_timeout": 300,
+                    "idle_timeout": 45,
+                    "timeout": 600,
+                },
+                {"name": "plain", "base_url": "http://plain:8000/v1"},
+            ]
+        }
+    )
     slow, plain = Provider.objects.get(name="slow"), Provider.objects.get(name="plain")
     assert (slow.connect_timeout, slow.first_byte_timeout, slow.idle_timeout, slow.timeout) == (2, 300, 45, 600)
     assert (plain.connect_timeout, plain.first_byte_timeout, plain.idle_timeout, plain.timeout) == (5, 60, 30, 120)

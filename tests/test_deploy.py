@@ -6,6 +6,7 @@ a documented compose-only one), healthchecks and start-up order, and that the en
 they name import. `manage.py check --deploy` runs with the compose file's own environment.
 `manage.py gateway_up --setup-only` (the Python half of scripts/run) is checked too.
 """
+
 from __future__ import annotations
 
 import json
@@ -103,7 +104,13 @@ def test_services_and_commands() -> None:
 
     local = SERVICES["local-model"]
     assert command_words("local-model") == [
-        "python", "-m", "responses_api.local_model", "--host", "0.0.0.0", "--port", "8091",
+        "python",
+        "-m",
+        "responses_api.local_model",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8091",
     ]
     assert local["profiles"] == ["local-model"]
     assert local["image"] == SERVICES["web"]["image"]  # the same image, built with the local extra
@@ -185,7 +192,12 @@ def test_compose_environment_passes_check_deploy() -> None:
     assert len(env["SECRET_KEY"]) >= 50
     proc = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
@@ -200,12 +212,15 @@ def test_production_settings_refuse_to_start_without_secret_key() -> None:
     assert "SECRET_KEY must be set" in proc.stderr
 
 
-@pytest.mark.parametrize("weak", [
-    "short-secret",
-    "dev-insecure-secret-key-do-not-use-in-production-0123456789abcdef",  # the DEBUG default
-    "django-insecure-" + "x1y2z3" * 10,
-    "ab" * 40,
-])
+@pytest.mark.parametrize(
+    "weak",
+    [
+        "short-secret",
+        "dev-insecure-secret-key-do-not-use-in-production-0123456789abcdef",  # the DEBUG default
+        "django-insecure-" + "x1y2z3" * 10,
+        "ab" * 40,
+    ],
+)
 def test_production_settings_refuse_to_start_with_a_weak_secret_key(weak: str) -> None:
     env = {k: v for k, v in os.environ.items() if k not in settings_env_names()}
     env.update(DEBUG="false", ALLOWED_HOSTS="gateway.example.com", SECRET_KEY=weak)
@@ -219,8 +234,12 @@ def test_production_settings_refuse_to_start_with_a_weak_secret_key(weak: str) -
 def _load_settings(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],
-        cwd=ROOT, env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
-        capture_output=True, text=True, timeout=60, check=False,
+        cwd=ROOT,
+        env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -260,7 +279,12 @@ def test_migrate_then_web_start_with_the_example_config(tmp_path: Path) -> None:
         GATEWAY_CONFIG=str(ROOT / "deploy" / "gateway.yaml"),
     )
     migrate = subprocess.run(
-        command_words("migrate"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+        command_words("migrate"),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
         check=False,
     )
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
@@ -271,10 +295,9 @@ def test_migrate_then_web_start_with_the_example_config(tmp_path: Path) -> None:
     words[words.index("--port") + 1] = str(port)
     assert words[words.index("--workers") + 1] == "2"
     log = (tmp_path / "web.log").open("w+")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", *words], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-    )
+    proc = subprocess.Popen([sys.executable, "-m", *words], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
+
         def output() -> str:
             log.seek(0)
             return log.read()
@@ -324,7 +347,11 @@ def test_worker_starts_and_answers_its_healthcheck() -> None:
     nodename = f"deploytest{os.getpid()}@%h"
     proc = subprocess.Popen(
         [sys.executable, "-m", *words, "-n", nodename, "--concurrency", "1"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         check = SERVICES["worker"]["healthcheck"]["test"]
@@ -335,7 +362,12 @@ def test_worker_starts_and_answers_its_healthcheck() -> None:
         deadline = time.monotonic() + 60
         while True:
             ping = subprocess.run(
-                ["sh", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False,
+                ["sh", "-c", script],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
                 env=env | {"HOSTNAME": socket.gethostname()},
             )
             if ping.returncode == 0 or time.monotonic() > deadline or proc.poll() is not None:
@@ -438,7 +470,12 @@ def setup_only(state_dir: Path, port: int = 8091) -> str:
 
     out = StringIO()
     call_command(
-        "gateway_up", "--setup-only", "--state-dir", str(state_dir), "--local-model-port", str(port),
+        "gateway_up",
+        "--setup-only",
+        "--state-dir",
+        str(state_dir),
+        "--local-model-port",
+        str(port),
         stdout=out,
     )
     return out.getvalue().strip().splitlines()[-1]
@@ -495,12 +532,26 @@ def test_manage_py_commands_work_as_written_in_a_development_checkout() -> None:
     """No SECRET_KEY, no DEBUG, no .env: the development setup, as scripts/run makes it."""
     env = {k: v for k, v in os.environ.items() if k not in settings_env_names()}
     assert not (ROOT / ".env").exists()
-    proc = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     # A deployment's explicit settings are never overridden.
-    strict = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env | {"DEBUG": "false"},
-                            capture_output=True, text=True, timeout=120, check=False)
+    strict = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env | {"DEBUG": "false"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert strict.returncode != 0 and "SECRET_KEY must be set" in strict.stderr
 
 

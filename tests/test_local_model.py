@@ -116,9 +116,7 @@ def test_streaming_chat_completion_with_usage(local_server: Server) -> None:
 
     assert done, "stream did not end with [DONE]"
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
-    text = "".join(
-        c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]
-    )
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text.strip()
     finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
     assert finish[-1] in {"stop", "length"}

@@ -1,4 +1,5 @@
 """The middleware chain stays fully async: one sync-only middleware would put two thread hops on every request."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,7 +22,10 @@ async def test_collected_static_files_are_served_and_the_rest_passes_through(set
     from django.core.management import call_command
 
     settings.STATIC_ROOT = tmp_path
-    settings.STORAGES = {**settings.STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
     call_command("collectstatic", "--noinput", verbosity=0)
 
     async def downstream(request):  # type: ignore[no-untyped-def]

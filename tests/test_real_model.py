@@ -7,6 +7,7 @@ HTTP. Assertions are about structure (status, items, usage, event grammar), neve
 scripts/test installs the model and sets GATEWAY_REQUIRE_LOCAL_MODEL=1, so there a missing
 model fails the run; elsewhere these tests are skipped with the install hint.
 """
+
 from __future__ import annotations
 
 import os
@@ -105,7 +106,12 @@ def test_streaming_with_the_sdk(real: Gateway) -> None:
 
 
 def test_streaming_raw_sse_is_strictly_valid(real: Gateway) -> None:
-    body = {"model": REAL_MODEL, "input": "Write three words about the sea.", "max_output_tokens": MAX_TOKENS, "stream": True}
+    body = {
+        "model": REAL_MODEL,
+        "input": "Write three words about the sea.",
+        "max_output_tokens": MAX_TOKENS,
+        "stream": True,
+    }
     with real.http(timeout=60) as http, http.stream("POST", "/v1/responses", json=body) as r:
         raw = r.read()
     assert r.status_code == 200, raw
@@ -122,13 +128,17 @@ def test_follow_up_with_previous_response_id(real: Gateway) -> None:
     client = real.openai()
     # Not client.responses.stream(): its get_final_response() insists on response.completed,
     # and a 24-token answer may well end with response.incomplete.
-    events = list(client.responses.create(
-        model=REAL_MODEL, input="My name is Ada. Say hi.", max_output_tokens=MAX_TOKENS, stream=True
-    ))
+    events = list(
+        client.responses.create(
+            model=REAL_MODEL, input="My name is Ada. Say hi.", max_output_tokens=MAX_TOKENS, stream=True
+        )
+    )
     first = events[-1].response
     assert_real_answer(first.model_dump(mode="json"))
     second = client.responses.create(
-        model=REAL_MODEL, input="What is my name?", previous_response_id=first.id,
+        model=REAL_MODEL,
+        input="What is my name?",
+        previous_response_id=first.id,
         max_output_tokens=MAX_TOKENS,
     )
     body = second.model_dump(mode="json")

@@ -1,4 +1,5 @@
 """Admin for the tool registry: tools (schema validated on save, a test-call page), egress allowlist, call log."""
+
 from __future__ import annotations
 
 import asyncio
@@ -22,7 +23,8 @@ from .services import egress_policy, mcp_listing_refresh, spec_of
 class TestCallForm(forms.Form):
     arguments = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 6, "cols": 80, "style": "font-family: monospace"}),
-        initial="{}", help_text="The call's arguments, as the model would send them (JSON object).",
+        initial="{}",
+        help_text="The call's arguments, as the model would send them (JSON object).",
     )
 
     def clean_arguments(self) -> str:
@@ -38,7 +40,17 @@ class TestCallForm(forms.Form):
 
 @admin.register(Tool)
 class ToolAdmin(admin.ModelAdmin):
-    list_display = ("name", "executor", "target", "enabled", "strict", "run_on_worker", "timeout", "updated_at", "test_link")
+    list_display = (
+        "name",
+        "executor",
+        "target",
+        "enabled",
+        "strict",
+        "run_on_worker",
+        "timeout",
+        "updated_at",
+        "test_link",
+    )
     list_filter = ("executor", "enabled", "run_on_worker")
     search_fields = ("name", "description", "url", "python_callable")
     filter_horizontal = ("tenants", "routes")
@@ -57,7 +69,9 @@ class ToolAdmin(admin.ModelAdmin):
         return format_html('<a href="{}">test call</a>', reverse("admin:tool_registry_tool_test", args=[tool.pk]))
 
     def get_urls(self):  # type: ignore[no-untyped-def]
-        extra = [path("<int:tool_id>/test/", self.admin_site.admin_view(self.test_call_view), name="tool_registry_tool_test")]
+        extra = [
+            path("<int:tool_id>/test/", self.admin_site.admin_view(self.test_call_view), name="tool_registry_tool_test")
+        ]
         return extra + super().get_urls()
 
     def test_call_view(self, request: HttpRequest, tool_id: int) -> HttpResponse:
@@ -66,13 +80,21 @@ class ToolAdmin(admin.ModelAdmin):
         form = TestCallForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             outcome = asyncio.run(
-                execute(spec_of(tool), form.cleaned_data["arguments"], policy=egress_policy(),
-                        allowed_modules=frozenset(settings.GATEWAY_PYTHON_TOOL_MODULES))
+                execute(
+                    spec_of(tool),
+                    form.cleaned_data["arguments"],
+                    policy=egress_policy(),
+                    allowed_modules=frozenset(settings.GATEWAY_PYTHON_TOOL_MODULES),
+                )
             )
             result = {"ok": outcome.ok, "output": outcome.output}
         context = {
-            **self.admin_site.each_context(request), "opts": self.model._meta, "original": tool,
-            "title": f"Test call: {tool.name}", "form": form, "result": result,
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "original": tool,
+            "title": f"Test call: {tool.name}",
+            "form": form,
+            "result": result,
         }
         return TemplateResponse(request, "admin/tool_registry/tool/test_call.html", context)
 
@@ -87,8 +109,20 @@ class McpServerAdmin(admin.ModelAdmin):
     actions = ("refresh_tools",)
     fieldsets = (
         (None, {"fields": ("label", "description", "url", "headers_env", "enabled", "timeout")}),
-        ("Tools", {"fields": ("allowed_tools", "approval", "approval_tools", "cache_seconds",
-                              "listed_tools", "tools_fetched_at", "last_error")}),
+        (
+            "Tools",
+            {
+                "fields": (
+                    "allowed_tools",
+                    "approval",
+                    "approval_tools",
+                    "cache_seconds",
+                    "listed_tools",
+                    "tools_fetched_at",
+                    "last_error",
+                )
+            },
+        ),
         ("Access", {"fields": ("tenants", "routes")}),
     )
 

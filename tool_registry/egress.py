@@ -127,9 +127,7 @@ _BAD_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
 class EgressDenied(Exception):
     """An outbound request was refused by the egress policy; the message names host and reason."""
 
-    def __init__(
-        self, message: str, *, host: str | None = None, address: IPAddress | None = None
-    ) -> None:
+    def __init__(self, message: str, *, host: str | None = None, address: IPAddress | None = None) -> None:
         super().__init__(message)
         self.host = host
         self.address = address
@@ -173,8 +171,9 @@ class EgressPolicy:
     @cached_property
     def _compiled(
         self,
-    ) -> tuple[tuple[tuple[IPNetwork, int | None], ...], tuple[tuple[str, int | None], ...],
-               tuple[tuple[str, int | None], ...]]:
+    ) -> tuple[
+        tuple[tuple[IPNetwork, int | None], ...], tuple[tuple[str, int | None], ...], tuple[tuple[str, int | None], ...]
+    ]:
         # Lenient on purpose: a policy built directly (not via from_strings) still works; an entry
         # that is not a network is compared as a hostname and can only ever match that name.
         networks: list[tuple[IPNetwork, int | None]] = []
@@ -201,7 +200,8 @@ class EgressPolicy:
         name = host.strip().lower().rstrip(".")
         _, exact, suffixes = self._compiled
         return any(name == entry and _port_ok(p, port) for entry, p in exact) or any(
-            name.endswith(suffix) and _port_ok(p, port) for suffix, p in suffixes)
+            name.endswith(suffix) and _port_ok(p, port) for suffix, p in suffixes
+        )
 
     def address_allowed(self, address: IPAddress, port: int | None = None) -> bool:
         """Is this address inside an allowlisted IP/CIDR (on this port)?
@@ -214,8 +214,9 @@ class EgressPolicy:
         candidates: list[IPAddress] = [address]
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             candidates.append(address.ipv4_mapped)
-        return any(c in net and _port_ok(p, port) for c in candidates for net, p in networks
-                   if net.version == c.version)
+        return any(
+            c in net and _port_ok(p, port) for c in candidates for net, p in networks if net.version == c.version
+        )
 
 
 STRICT = EgressPolicy()  # public addresses only: what a value an API client supplied gets
@@ -254,9 +255,7 @@ def _normalise_entry_base(entry: str, raw: str) -> str:
         return ""
     bare = entry.strip("[]")
     if "%" in entry:  # IPv6 zone ids: scoped addresses compare unequal to what we resolve
-        raise ValueError(
-            f"invalid egress allowlist entry {raw!r}: zone identifiers are not supported"
-        )
+        raise ValueError(f"invalid egress allowlist entry {raw!r}: zone identifiers are not supported")
     if "/" in entry:
         try:
             return str(ipaddress.ip_network(bare, strict=False))
@@ -279,9 +278,7 @@ def _normalise_entry_base(entry: str, raw: str) -> str:
     except EgressDenied:
         ascii_name = None
     if not ascii_name or "*" in name:
-        raise ValueError(
-            f"invalid egress allowlist entry {raw!r}: expected a hostname, *.domain, IP or CIDR"
-        )
+        raise ValueError(f"invalid egress allowlist entry {raw!r}: expected a hostname, *.domain, IP or CIDR")
     return ("*." if wildcard else "") + ascii_name
 
 
@@ -540,13 +537,9 @@ async def resolve_checked(host: str, port: int, policy: EgressPolicy) -> list[IP
         return [literal]
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(
-            name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-        )
+        infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
-        raise EgressResolutionError(
-            f"refusing {host!r}: it cannot be resolved ({exc})", host=host
-        ) from None
+        raise EgressResolutionError(f"refusing {host!r}: it cannot be resolved ({exc})", host=host) from None
     return _check_all(name, _addresses_from_infos(host, infos), policy, port)
 
 
@@ -563,9 +556,7 @@ def check_url_sync(url: str, policy: EgressPolicy) -> None:
     try:
         infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
-        raise EgressResolutionError(
-            f"refusing {host!r}: it cannot be resolved ({exc})", host=host
-        ) from None
+        raise EgressResolutionError(f"refusing {host!r}: it cannot be resolved ({exc})", host=host) from None
     _check_all(name, _addresses_from_infos(host, infos), policy, port)
 
 
@@ -576,12 +567,8 @@ def check_url_sync(url: str, policy: EgressPolicy) -> None:
 # Caller headers that are safe to carry to a different origin on a redirect. Everything else
 # (Authorization, API keys from headers_env, signatures, cookies) stays with the origin the
 # caller configured: a redirect must not leak a tool's credentials to wherever it points.
-_CROSS_ORIGIN_SAFE_HEADERS = frozenset(
-    {"accept", "accept-encoding", "accept-language", "user-agent", "content-type"}
-)
-_BODY_HEADERS = frozenset(
-    {"content-type", "content-length", "content-encoding", "transfer-encoding"}
-)
+_CROSS_ORIGIN_SAFE_HEADERS = frozenset({"accept", "accept-encoding", "accept-language", "user-agent", "content-type"})
+_BODY_HEADERS = frozenset({"content-type", "content-length", "content-encoding", "transfer-encoding"})
 
 
 def _host_header(scheme: str, host: str, port: int) -> str:
@@ -672,9 +659,7 @@ async def send_checked(
         if first_origin is None:
             first_origin = origin
         elif origin != first_origin:
-            current_headers = {
-                k: v for k, v in current_headers.items() if k.lower() in _CROSS_ORIGIN_SAFE_HEADERS
-            }
+            current_headers = {k: v for k, v in current_headers.items() if k.lower() in _CROSS_ORIGIN_SAFE_HEADERS}
         addresses = await _with_deadline(resolve_checked(host, port, policy), deadline, current_url)
         if scheme == "https" and ssl_context is None and transport is None:
             ssl_context = httpx.create_ssl_context(trust_env=False)
@@ -709,9 +694,7 @@ async def send_checked(
         if response.status_code in (301, 302, 303):
             method = "HEAD" if method.upper() == "HEAD" else "GET"
             json = content = None
-            current_headers = {
-                k: v for k, v in current_headers.items() if k.lower() not in _BODY_HEADERS
-            }
+            current_headers = {k: v for k, v in current_headers.items() if k.lower() not in _BODY_HEADERS}
     raise AssertionError("unreachable")  # the loop returns or raises
 
 

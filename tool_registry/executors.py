@@ -3,6 +3,7 @@
 Every failure (timeout, HTTP error, refused egress, exception, garbage) becomes
 an error output for the model, never an exception for the engine.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -84,8 +85,9 @@ async def _run_http(spec: ToolSpec, arguments: dict[str, Any], policy: EgressPol
     except Exception as exc:  # any transport failure is the model's to hear about
         return _error(f"tool '{spec.name}' could not be reached: {type(exc).__name__}")
     if response.status_code >= 400:
-        return _error(f"tool '{spec.name}' answered HTTP {response.status_code}: "
-                      f"{jsonlimits.storable_text(response.text[:500])}")
+        return _error(
+            f"tool '{spec.name}' answered HTTP {response.status_code}: {jsonlimits.storable_text(response.text[:500])}"
+        )
     content_type = response.headers.get("content-type", "")
     if "json" in content_type:
         try:

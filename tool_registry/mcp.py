@@ -7,6 +7,7 @@ session would outlive the request's credentials. The HTTP client under the sessi
 every request to an address checked by the egress policy (resolved once per session, so a
 DNS rebind cannot move it) and refuses any other origin. No ORM here.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -138,8 +139,9 @@ async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[C
     )
     try:
         async with http:
-            client = Client(streamable_http_client(spec.url, http_client=http), cache=None,
-                            read_timeout_seconds=spec.timeout)
+            client = Client(
+                streamable_http_client(spec.url, http_client=http), cache=None, read_timeout_seconds=spec.timeout
+            )
             async with client:
                 yield client
     except Exception as exc:
@@ -152,12 +154,19 @@ async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[C
 
 def _tool_dict(tool: Any) -> dict[str, Any]:
     annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
-    return jsonlimits.storable({"name": tool.name, "description": tool.description,
-                                "input_schema": tool.input_schema, "annotations": annotations})
+    return jsonlimits.storable(
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "input_schema": tool.input_schema,
+            "annotations": annotations,
+        }
+    )
 
 
 async def list_tools(spec: McpServerSpec, policy: EgressPolicy) -> list[dict[str, Any]]:
     """Every tool the server lists (all pages), as mcp_list_tools items carry them."""
+
     async def fetch() -> list[dict[str, Any]]:
         tools: list[dict[str, Any]] = []
         async with _session(spec, policy) as client:
@@ -206,8 +215,13 @@ async def call_tool(spec: McpServerSpec, policy: EgressPolicy, name: str, argume
         result = await asyncio.wait_for(run(), spec.timeout)
     except Exception as exc:
         failure = _failure(exc, spec)
-        log.info("mcp call %s/%s failed after %.0f ms: %s", spec.label, name,
-                 (time.monotonic() - started) * 1000, failure.message)
+        log.info(
+            "mcp call %s/%s failed after %.0f ms: %s",
+            spec.label,
+            name,
+            (time.monotonic() - started) * 1000,
+            failure.message,
+        )
         return CallOutcome(None, failure.error)
     if result.is_error:
         content = jsonlimits.storable([block.model_dump(by_alias=True, exclude_none=True) for block in result.content])

@@ -1,4 +1,5 @@
 """Admin-managed tools, the egress allowlist, and the record of every executed tool call."""
+
 from __future__ import annotations
 
 from django.conf import settings
@@ -32,7 +33,8 @@ class Tool(models.Model):
     name = models.CharField(max_length=64, unique=True, validators=[TOOL_NAME_VALIDATOR])
     description = models.TextField(blank=True)
     parameters = models.JSONField(
-        default=dict, validators=[validate_json_schema],
+        default=dict,
+        validators=[validate_json_schema],
         help_text="JSON Schema of the arguments (type: object).",
     )
     strict = models.BooleanField(default=True, help_text="Send the schema in strict form.")
@@ -41,23 +43,30 @@ class Tool(models.Model):
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.HTTP)
     url = models.URLField(max_length=500, blank=True, help_text="http executor: where arguments are POSTed.")
     headers_env = models.JSONField(
-        default=dict, blank=True,
+        default=dict,
+        blank=True,
         help_text='http executor: header name -> environment variable holding its value, e.g. {"Authorization": "WEATHER_TOKEN"}.',
     )
     signing_secret_env = models.CharField(
-        max_length=200, blank=True,
+        max_length=200,
+        blank=True,
         help_text="http executor: environment variable holding the HMAC-SHA256 signing secret.",
     )
     python_callable = models.CharField(
-        max_length=300, blank=True,
+        max_length=300,
+        blank=True,
         help_text="python executor: 'module.path:function'; the module must be allowlisted in GATEWAY_PYTHON_TOOL_MODULES.",
     )
     tenants = models.ManyToManyField(
-        "responses_api.Tenant", blank=True, related_name="tools",
+        "responses_api.Tenant",
+        blank=True,
+        related_name="tools",
         help_text="Tenants that may use this tool; none selected means every tenant.",
     )
     routes = models.ManyToManyField(
-        "responses_api.ModelRoute", blank=True, related_name="tools",
+        "responses_api.ModelRoute",
+        blank=True,
+        related_name="tools",
         help_text="Model routes that get this tool automatically.",
     )
     run_on_worker = models.BooleanField(
@@ -90,9 +99,7 @@ class Tool(models.Model):
             if not module or not function:
                 raise ValidationError({"python_callable": "Use 'module.path:function'."})
             if module not in settings.GATEWAY_PYTHON_TOOL_MODULES:
-                raise ValidationError(
-                    {"python_callable": f"Module '{module}' is not in GATEWAY_PYTHON_TOOL_MODULES."}
-                )
+                raise ValidationError({"python_callable": f"Module '{module}' is not in GATEWAY_PYTHON_TOOL_MODULES."})
 
 
 class EgressAllow(models.Model):
@@ -131,9 +138,7 @@ class ToolCallRecord(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["response_id", "call_id"], name="one_execution_per_call")
-        ]
+        constraints = [models.UniqueConstraint(fields=["response_id", "call_id"], name="one_execution_per_call")]
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.call_id})"
@@ -160,33 +165,45 @@ class McpServer(models.Model):
         PER_TOOL = "per_tool", "Per tool: only the tools listed under 'approval tools'"
 
     label = models.CharField(
-        max_length=64, unique=True, validators=[TOOL_NAME_VALIDATOR],
+        max_length=64,
+        unique=True,
+        validators=[TOOL_NAME_VALIDATOR],
         help_text="The server_label clients use, and that mcp_call items carry.",
     )
     description = models.TextField(blank=True)
     url = models.URLField(max_length=500, help_text="The streamable-HTTP endpoint, e.g. https://mcp.example.com/mcp.")
     headers_env = models.JSONField(
-        default=dict, blank=True, validators=[validate_headers_env],
+        default=dict,
+        blank=True,
+        validators=[validate_headers_env],
         help_text='Header name -> environment variable holding its value, e.g. {"Authorization": "DOCS_MCP_TOKEN"}.',
     )
     allowed_tools = models.JSONField(
-        default=list, blank=True, validators=[validate_name_list],
+        default=list,
+        blank=True,
+        validators=[validate_name_list],
         help_text="Tool names requests may use; empty means every tool the server lists.",
     )
     approval = models.CharField(max_length=16, choices=Approval.choices, default=Approval.ALWAYS)
     approval_tools = models.JSONField(
-        default=list, blank=True, validators=[validate_name_list],
+        default=list,
+        blank=True,
+        validators=[validate_name_list],
         help_text="Per-tool approval: the tools whose calls wait for approval.",
     )
     timeout = models.FloatField(default=30.0, help_text="Seconds for one list or call before it counts as failed.")
     cache_seconds = models.PositiveIntegerField(default=300, help_text="How long a tool listing is reused.")
     enabled = models.BooleanField(default=True)
     tenants = models.ManyToManyField(
-        "responses_api.Tenant", blank=True, related_name="mcp_servers",
+        "responses_api.Tenant",
+        blank=True,
+        related_name="mcp_servers",
         help_text="Tenants that may use this server; none selected means every tenant.",
     )
     routes = models.ManyToManyField(
-        "responses_api.ModelRoute", blank=True, related_name="mcp_servers",
+        "responses_api.ModelRoute",
+        blank=True,
+        related_name="mcp_servers",
         help_text="Model routes that get this server's tools automatically.",
     )
     tools_cache = models.JSONField(default=list, blank=True, editable=False)

@@ -1,4 +1,5 @@
 """The engine's view of the registry: which calls the gateway runs, and running them once."""
+
 from __future__ import annotations
 
 import json
@@ -28,20 +29,28 @@ class RegistryToolRunner:
     async def execute(self, call: dict) -> str:
         """Run one function_call item's tool; the output for the model, never an exception."""
         previous = await db.run(
-            services.tool_call_claim, response_id=self.response_id, call_id=call["call_id"],
-            tool_name=call["name"], arguments=call["arguments"],
+            services.tool_call_claim,
+            response_id=self.response_id,
+            call_id=call["call_id"],
+            tool_name=call["name"],
+            arguments=call["arguments"],
         )
         if previous is not None:
             if previous.output is not None:
                 return previous.output  # it ran before (a redelivered run): reuse, never repeat
             return json.dumps({"error": "this tool call was interrupted and is not run again"})
         result = await execute(
-            self.specs[call["name"]], call["arguments"], policy=self.policy,
+            self.specs[call["name"]],
+            call["arguments"],
+            policy=self.policy,
             allowed_modules=self.allowed_modules,
         )
         await db.run(
-            services.tool_call_finish, response_id=self.response_id, call_id=call["call_id"],
-            output=result.output, succeeded=result.ok,
+            services.tool_call_finish,
+            response_id=self.response_id,
+            call_id=call["call_id"],
+            output=result.output,
+            succeeded=result.ok,
         )
         return result.output
 
@@ -60,9 +69,14 @@ class McpToolset:
     """The MCP servers of one response: their listings (cached), the rules, and calls made once."""
 
     def __init__(
-        self, *, response_id: str, servers: list[McpServerSpec], policy: EgressPolicy,
+        self,
+        *,
+        response_id: str,
+        servers: list[McpServerSpec],
+        policy: EgressPolicy,
         adhoc_policy: EgressPolicy = STRICT,
-        cached: dict[str, list[dict]] | None = None, request_approval: dict[str, ApprovalPolicy] | None = None,
+        cached: dict[str, list[dict]] | None = None,
+        request_approval: dict[str, ApprovalPolicy] | None = None,
     ) -> None:
         """`policy`: the operator's egress allowlist, for registered servers; `adhoc_policy`:
         for servers whose URL the client sent (public only, unless explicitly allowed)."""
@@ -116,24 +130,42 @@ class McpToolset:
         answers with its recorded outcome instead of running again."""
         response_key, call_key = key
         previous = await db.run(
-            services.tool_call_claim, response_id=response_key, call_id=call_key,
-            tool_name=f"{label}/{name}"[:64], arguments=arguments,
+            services.tool_call_claim,
+            response_id=response_key,
+            call_id=call_key,
+            tool_name=f"{label}/{name}"[:64],
+            arguments=arguments,
         )
         if previous is not None:
             if previous.output is not None:
                 recorded = json.loads(previous.output)
                 return CallOutcome(recorded.get("output"), recorded.get("error"))
-            return CallOutcome(None, {"type": "mcp_protocol_error", "code": -32000,
-                                      "message": "this call was interrupted and is not run again"})
+            return CallOutcome(
+                None,
+                {
+                    "type": "mcp_protocol_error",
+                    "code": -32000,
+                    "message": "this call was interrupted and is not run again",
+                },
+            )
         spec = self.servers.get(label)
         if spec is None:
-            outcome = CallOutcome(None, {"type": "mcp_protocol_error", "code": -32000,
-                                         "message": f"MCP server '{label}' is not available to this request"})
+            outcome = CallOutcome(
+                None,
+                {
+                    "type": "mcp_protocol_error",
+                    "code": -32000,
+                    "message": f"MCP server '{label}' is not available to this request",
+                },
+            )
         else:
             outcome = await call_tool(spec, self._policy_for(spec), name, arguments)
         await db.run(
-            services.tool_call_finish, response_id=response_key, call_id=call_key,
-            output=json.dumps({"output": outcome.output, "error": outcome.error}), succeeded=outcome.error is None,
+            services.tool_call_finish,
+            response_id=response_key,
+            call_id=call_key,
+            output=json.dumps({"output": outcome.output, "error": outcome.error}),
+            succeeded=outcome.error is None,
         )
         return outcome
 

@@ -1,4 +1,5 @@
 """Registry reads and writes: which tools a request gets, the egress policy, call records."""
+
 from __future__ import annotations
 
 import time
@@ -53,9 +54,16 @@ def clear_cache() -> None:
 
 def spec_of(tool: Tool) -> ToolSpec:
     return ToolSpec(
-        name=tool.name, description=tool.description, parameters=tool.parameters, strict=tool.strict,
-        executor=tool.executor, timeout=tool.timeout, url=tool.url, headers_env=dict(tool.headers_env or {}),
-        signing_secret_env=tool.signing_secret_env, python_callable=tool.python_callable,
+        name=tool.name,
+        description=tool.description,
+        parameters=tool.parameters,
+        strict=tool.strict,
+        executor=tool.executor,
+        timeout=tool.timeout,
+        url=tool.url,
+        headers_env=dict(tool.headers_env or {}),
+        signing_secret_env=tool.signing_secret_env,
+        python_callable=tool.python_callable,
         run_on_worker=tool.run_on_worker,
     )
 
@@ -98,8 +106,14 @@ def mcp_spec_of(server: McpServer) -> McpServerSpec:
         approval = ApprovalPolicy(server.approval)
     allowed = ToolFilter(frozenset(server.allowed_tools)) if server.allowed_tools else None
     return McpServerSpec(
-        label=server.label, url=server.url, headers=headers, allowed=allowed, approval=approval,
-        timeout=server.timeout, registry_id=server.pk, description=server.description or None,
+        label=server.label,
+        url=server.url,
+        headers=headers,
+        allowed=allowed,
+        approval=approval,
+        timeout=server.timeout,
+        registry_id=server.pk,
+        description=server.description or None,
         cache_seconds=float(server.cache_seconds),
     )
 

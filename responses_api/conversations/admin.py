@@ -1,5 +1,6 @@
 """Conversations in the admin: the list, and a conversation's items in order (read-only:
 they change through the API)."""
+
 from __future__ import annotations
 
 import json
@@ -45,16 +46,24 @@ class ConversationAdmin(admin.ModelAdmin):
 
     @admin.display(description="Items, oldest first")
     def items_display(self, obj: Conversation) -> str:
-        rows = (ConversationItem.objects.filter(conversation=obj).order_by("position")
-                .values_list("position", "item__public_id", "item__data")[:ITEMS_SHOWN])
+        rows = (
+            ConversationItem.objects.filter(conversation=obj)
+            .order_by("position")
+            .values_list("position", "item__public_id", "item__data")[:ITEMS_SHOWN]
+        )
         body = format_html_join(
-            "", "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ((position, public_id, data.get("type"), data.get("role", ""), _excerpt(data))
-             for position, public_id, data in rows),
+            "",
+            "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (position, public_id, data.get("type"), data.get("role", ""), _excerpt(data))
+                for position, public_id, data in rows
+            ),
         )
         return format_html(
-            '<table><thead><tr><th>#</th><th>Item</th><th>Type</th><th>Role</th><th>Text</th></tr></thead>'
-            "<tbody>{}</tbody></table>", body)
+            "<table><thead><tr><th>#</th><th>Item</th><th>Type</th><th>Role</th><th>Text</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            body,
+        )
 
 
 def _excerpt(data: dict) -> str:

@@ -1,4 +1,5 @@
 """Reads of conversations and their items (sync ORM; async callers use `db.run`)."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,12 @@ def conversation_get(*, tenant_id: int, conversation_id: str, param: str = "conv
 
 
 def conversation_object(conversation: Conversation) -> dict[str, Any]:
-    return {"id": conversation.id, "object": "conversation", "created_at": epoch(conversation.created_at),
-            "metadata": conversation.metadata or {}}
+    return {
+        "id": conversation.id,
+        "object": "conversation",
+        "created_at": epoch(conversation.created_at),
+        "metadata": conversation.metadata or {},
+    }
 
 
 def conversation_context(*, tenant_id: int, conversation_id: str) -> list[dict[str, Any]]:
@@ -30,7 +35,8 @@ def conversation_context(*, tenant_id: int, conversation_id: str) -> list[dict[s
     whatever the length (the tenant check is part of it)."""
     rows = list(
         ConversationItem.objects.filter(conversation_id=conversation_id, conversation__tenant_id=tenant_id)
-        .order_by("position").values_list("item__data", flat=True)
+        .order_by("position")
+        .values_list("item__data", flat=True)
     )
     if not rows and not Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).exists():
         raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation")
@@ -38,17 +44,31 @@ def conversation_context(*, tenant_id: int, conversation_id: str) -> list[dict[s
 
 
 def conversation_items_page(
-    *, tenant_id: int, conversation_id: str, after: str | None, limit: int, order: str,
+    *,
+    tenant_id: int,
+    conversation_id: str,
+    after: str | None,
+    limit: int,
+    order: str,
 ) -> ListPage:
     conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
-    return items_page(ConversationItem.objects.filter(conversation=conversation), after=after, limit=limit,
-                      order=order, unknown_after=f"No item with id '{after}' in this conversation.")
+    return items_page(
+        ConversationItem.objects.filter(conversation=conversation),
+        after=after,
+        limit=limit,
+        order=order,
+        unknown_after=f"No item with id '{after}' in this conversation.",
+    )
 
 
 def conversation_item_get(*, tenant_id: int, conversation_id: str, item_id: str) -> dict[str, Any]:
     conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
-    data = (ConversationItem.objects.filter(conversation=conversation, item__public_id=item_id)
-            .order_by("position").values_list("item__data", flat=True).first())
+    data = (
+        ConversationItem.objects.filter(conversation=conversation, item__public_id=item_id)
+        .order_by("position")
+        .values_list("item__data", flat=True)
+        .first()
+    )
     if data is None:
         raise NotFound(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="item_id")
     return _loads(data)
@@ -63,8 +83,11 @@ def conversations_page(*, tenant_id: int | None, after: str | None, limit: int, 
         anchor = qs.filter(id=after).values_list("created_at", flat=True).first()
         if anchor is None:
             raise InvalidRequest(f"No conversation with id '{after}'.", param="after")
-        qs = (qs.filter(created_at__lt=anchor) | qs.filter(created_at=anchor, id__lt=after)) if descending else \
-            (qs.filter(created_at__gt=anchor) | qs.filter(created_at=anchor, id__gt=after))
+        qs = (
+            (qs.filter(created_at__lt=anchor) | qs.filter(created_at=anchor, id__lt=after))
+            if descending
+            else (qs.filter(created_at__gt=anchor) | qs.filter(created_at=anchor, id__gt=after))
+        )
     ordering = ("-created_at", "-id") if descending else ("created_at", "id")
     rows = list(qs.order_by(*ordering)[: limit + 1])
     return ListPage([conversation_object(c) for c in rows[:limit]], len(rows) > limit)

@@ -1,6 +1,7 @@
 """Writes of conversations: create, update, delete, add and remove items, and the append a
 response makes when it finishes. Appends lock the conversation row, so concurrent writers
 take consecutive positions and a response's items stay together."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,7 +33,9 @@ def conversation_delete(*, tenant_id: int, conversation_id: str) -> None:
     conversation_get(tenant_id=tenant_id, conversation_id=conversation_id).delete()
 
 
-def conversation_items_add(*, tenant_id: int, conversation_id: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def conversation_items_add(
+    *, tenant_id: int, conversation_id: str, items: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     with transaction.atomic():
         conversation = conversation_lock(tenant_id, conversation_id)
         _append(conversation, _new_items(tenant_id, items))
@@ -43,8 +46,9 @@ def conversation_item_delete(*, tenant_id: int, conversation_id: str, item_id: s
     from ..protocol.errors import NotFound
 
     conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
-    link = (ConversationItem.objects.filter(conversation=conversation, item__public_id=item_id)
-            .order_by("position").first())
+    link = (
+        ConversationItem.objects.filter(conversation=conversation, item__public_id=item_id).order_by("position").first()
+    )
     if link is None:
         raise NotFound(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="item_id")
     link.delete()
@@ -59,8 +63,7 @@ def conversation_append_items(*, tenant_id: int, conversation_id: str, items: It
 def conversation_lock(tenant_id: int, conversation_id: str) -> Conversation:
     from ..protocol.errors import NotFound
 
-    conversation = (Conversation.objects.select_for_update()
-                    .filter(id=conversation_id, tenant_id=tenant_id).first())
+    conversation = Conversation.objects.select_for_update().filter(id=conversation_id, tenant_id=tenant_id).first()
     if conversation is None:
         raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation_id")
     return conversation

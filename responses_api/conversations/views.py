@@ -1,4 +1,5 @@
 """`/v1/conversations` views: parse, call a service or selector, answer. Thin, like the others."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -44,14 +45,16 @@ async def create_conversation(request: HttpRequest, principal: Principal) -> Htt
     body = _body(request)
     items = _items(body.get("items"), required=False)
     metadata = _metadata(body.get("metadata")) or {}
-    conversation = await db.run(services.conversation_create, tenant_id=principal.tenant_id, items=items,
-                                metadata=metadata)
+    conversation = await db.run(
+        services.conversation_create, tenant_id=principal.tenant_id, items=items, metadata=metadata
+    )
     return json_response(selectors.conversation_object(conversation))
 
 
 async def retrieve_conversation(request: HttpRequest, principal: Principal, conversation_id: str) -> HttpResponse:
-    conversation = await db.run(selectors.conversation_get, tenant_id=principal.tenant_id,
-                                conversation_id=conversation_id)
+    conversation = await db.run(
+        selectors.conversation_get, tenant_id=principal.tenant_id, conversation_id=conversation_id
+    )
     return json_response(selectors.conversation_object(conversation))
 
 
@@ -59,8 +62,12 @@ async def update_conversation(request: HttpRequest, principal: Principal, conver
     body = _body(request)
     if "metadata" not in body:
         raise InvalidRequest("Missing required parameter: 'metadata'.", param="metadata")
-    conversation = await db.run(services.conversation_update, tenant_id=principal.tenant_id,
-                                conversation_id=conversation_id, metadata=_metadata(body["metadata"]) or {})
+    conversation = await db.run(
+        services.conversation_update,
+        tenant_id=principal.tenant_id,
+        conversation_id=conversation_id,
+        metadata=_metadata(body["metadata"]) or {},
+    )
     return json_response(selectors.conversation_object(conversation))
 
 
@@ -73,28 +80,51 @@ async def list_items(request: HttpRequest, principal: Principal, conversation_id
     order = request.GET.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
-    page = await db.run(selectors.conversation_items_page, tenant_id=principal.tenant_id,
-                        conversation_id=conversation_id, after=request.GET.get("after"),
-                        limit=_limit(request.GET.get("limit")), order=order)
+    page = await db.run(
+        selectors.conversation_items_page,
+        tenant_id=principal.tenant_id,
+        conversation_id=conversation_id,
+        after=request.GET.get("after"),
+        limit=_limit(request.GET.get("limit")),
+        order=order,
+    )
     return json_response(page.as_dict())
 
 
 async def add_items(request: HttpRequest, principal: Principal, conversation_id: str) -> HttpResponse:
     items = _items(_body(request).get("items"), required=True)
-    added = await db.run(services.conversation_items_add, tenant_id=principal.tenant_id,
-                         conversation_id=conversation_id, items=items)
-    return json_response({"object": "list", "data": added, "first_id": added[0]["id"] if added else None,
-                          "last_id": added[-1]["id"] if added else None, "has_more": False})
+    added = await db.run(
+        services.conversation_items_add, tenant_id=principal.tenant_id, conversation_id=conversation_id, items=items
+    )
+    return json_response(
+        {
+            "object": "list",
+            "data": added,
+            "first_id": added[0]["id"] if added else None,
+            "last_id": added[-1]["id"] if added else None,
+            "has_more": False,
+        }
+    )
 
 
 async def retrieve_item(request: HttpRequest, principal: Principal, conversation_id: str, item_id: str) -> HttpResponse:
-    return json_response(await db.run(selectors.conversation_item_get, tenant_id=principal.tenant_id,
-                                      conversation_id=conversation_id, item_id=item_id))
+    return json_response(
+        await db.run(
+            selectors.conversation_item_get,
+            tenant_id=principal.tenant_id,
+            conversation_id=conversation_id,
+            item_id=item_id,
+        )
+    )
 
 
 async def delete_item(request: HttpRequest, principal: Principal, conversation_id: str, item_id: str) -> HttpResponse:
-    conversation = await db.run(services.conversation_item_delete, tenant_id=principal.tenant_id,
-                                conversation_id=conversation_id, item_id=item_id)
+    conversation = await db.run(
+        services.conversation_item_delete,
+        tenant_id=principal.tenant_id,
+        conversation_id=conversation_id,
+        item_id=item_id,
+    )
     return json_response(selectors.conversation_object(conversation))
 
 
@@ -103,13 +133,19 @@ async def list_conversations(request: HttpRequest, principal: Principal) -> Http
     order = request.GET.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
-    page = await db.run(selectors.conversations_page, tenant_id=None if principal.is_admin else principal.tenant_id,
-                        after=request.GET.get("after"), limit=_limit(request.GET.get("limit")), order=order)
+    page = await db.run(
+        selectors.conversations_page,
+        tenant_id=None if principal.is_admin else principal.tenant_id,
+        after=request.GET.get("after"),
+        limit=_limit(request.GET.get("limit")),
+        order=order,
+    )
     return json_response(page.as_dict())
 
 
 conversations = api_endpoint({"POST": create_conversation, "GET": list_conversations})
-conversation_detail = api_endpoint({"GET": retrieve_conversation, "POST": update_conversation,
-                                    "DELETE": delete_conversation})
+conversation_detail = api_endpoint(
+    {"GET": retrieve_conversation, "POST": update_conversation, "DELETE": delete_conversation}
+)
 conversation_items = api_endpoint({"GET": list_items, "POST": add_items})
 conversation_item = api_endpoint({"GET": retrieve_item, "DELETE": delete_item})

@@ -1,4 +1,5 @@
 """The OpenAPI document and its reference page, served without any CDN (Redoc from drf-spectacular-sidecar)."""
+
 from __future__ import annotations
 
 import functools

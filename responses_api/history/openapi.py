@@ -10,6 +10,7 @@ A route nobody documented still appears, described by its handler's docstring.
 drf-spectacular is not used: it only introspects DRF views, and /v1 is
 served by plain async Django views (see ARCHITECTURE.md: async on the hot path).
 """
+
 from __future__ import annotations
 
 import functools
@@ -130,8 +131,10 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
     "ModelList": {
         "type": "object",
         "required": ["object", "data"],
-        "properties": {"object": {"type": "string", "enum": ["list"]},
-                       "data": {"type": "array", "items": ref("Model")}},
+        "properties": {
+            "object": {"type": "string", "enum": ["list"]},
+            "data": {"type": "array", "items": ref("Model")},
+        },
     },
 }
 
@@ -165,43 +168,71 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "summary": "Create a response",
         "description": "Run a model response: a JSON body, or server-sent events with `stream: true`.",
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref("CreateResponseBody")}}},
-        "responses": {"200": {"description": "The response, or its event stream.", "content": {
-            "application/json": {"schema": ref("ResponseResource")},
-            "text/event-stream": _stream_events(),
-        }}},
+        "responses": {
+            "200": {
+                "description": "The response, or its event stream.",
+                "content": {
+                    "application/json": {"schema": ref("ResponseResource")},
+                    "text/event-stream": _stream_events(),
+                },
+            }
+        },
     },
     "responses_api.views.compact_response": {
         "operationId": "compactResponse",
         "tags": ["Responses"],
         "summary": "Compact a conversation",
         "description": "The routed model summarises the conversation (`input` and/or `previous_response_id`); "
-                       "the answer keeps the user messages verbatim and adds a `compaction` item whose "
-                       "`encrypted_content` (sealed by this gateway for the key's tenant) stands for the rest "
-                       "in a later request's `input`.",
-        "requestBody": {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "required": ["model"],
-            "properties": {
-                "model": {"type": "string"},
-                "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": ref("ItemParam")}, {"type": "null"}]},
-                "previous_response_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-                "instructions": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-                "prompt_cache_key": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-            }}}}},
-        "responses": {"200": _json({
-            "type": "object", "required": ["id", "object", "output", "created_at", "usage"],
-            "properties": {
-                "id": {"type": "string"}, "object": {"type": "string", "enum": ["response.compaction"]},
-                "output": {"type": "array", "items": {"anyOf": [ref("ItemField"), ref("CompactionBody")]}},
-                "created_at": {"type": "integer"}, "usage": ref("Usage"),
-            }})},
+        "the answer keeps the user messages verbatim and adds a `compaction` item whose "
+        "`encrypted_content` (sealed by this gateway for the key's tenant) stands for the rest "
+        "in a later request's `input`.",
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["model"],
+                        "properties": {
+                            "model": {"type": "string"},
+                            "input": {
+                                "anyOf": [
+                                    {"type": "string"},
+                                    {"type": "array", "items": ref("ItemParam")},
+                                    {"type": "null"},
+                                ]
+                            },
+                            "previous_response_id": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                            "instructions": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                            "prompt_cache_key": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                        },
+                    }
+                }
+            },
+        },
+        "responses": {
+            "200": _json(
+                {
+                    "type": "object",
+                    "required": ["id", "object", "output", "created_at", "usage"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "object": {"type": "string", "enum": ["response.compaction"]},
+                        "output": {"type": "array", "items": {"anyOf": [ref("ItemField"), ref("CompactionBody")]}},
+                        "created_at": {"type": "integer"},
+                        "usage": ref("Usage"),
+                    },
+                }
+            )
+        },
     },
     "responses_api.history.views.list_responses": {
         "operationId": "listResponses",
         "tags": ["History"],
         "summary": "List stored responses",
         "description": "Newest first, with filters; cursor paging with `after` = the last page's `last_id`. "
-                       "An admin key lists every tenant's responses. Deleted and `store: false` "
-                       "responses are never listed.",
+        "An admin key lists every tenant's responses. Deleted and `store: false` "
+        "responses are never listed.",
         "parameters": _declared(RESPONSE_LIST_PARAMS),
         "responses": {"200": _json(ref("ResponseList"))},
     },
@@ -213,10 +244,15 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             _query("stream", {"type": "boolean"}, "Replay the event log of a background response."),
             _query("starting_after", {"type": "integer"}, "With `stream`: skip events up to this sequence number."),
         ],
-        "responses": {"200": {"description": "The response, or its event stream.", "content": {
-            "application/json": {"schema": ref("ResponseResource")},
-            "text/event-stream": _stream_events(),
-        }}},
+        "responses": {
+            "200": {
+                "description": "The response, or its event stream.",
+                "content": {
+                    "application/json": {"schema": ref("ResponseResource")},
+                    "text/event-stream": _stream_events(),
+                },
+            }
+        },
     },
     "responses_api.views.delete_response": {
         "operationId": "deleteResponse",
@@ -246,8 +282,8 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "tags": ["History"],
         "summary": "The conversation up to a response",
         "description": "Every item of the `previous_response_id` chain ending at this response: for each "
-                       "response, oldest first, its input items then its output items, each with the id of "
-                       "the response it belongs to. Cursor paging with `after`.",
+        "response, oldest first, its input items then its output items, each with the id of "
+        "the response it belongs to. Cursor paging with `after`.",
         "parameters": _declared(THREAD_PARAMS),
         "responses": {"200": _json(ref("ThreadList"))},
     },
@@ -256,7 +292,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "tags": ["History"],
         "summary": "Token usage summary",
         "description": "Requests and tokens of the caller's tenant (every tenant for admin keys), "
-                       "grouped by model, UTC day and/or tenant. Deleted responses count: their tokens were spent.",
+        "grouped by model, UTC day and/or tenant. Deleted responses count: their tokens were spent.",
         "parameters": _declared(USAGE_PARAMS),
         "responses": {"200": _json(ref("UsageList"))},
     },
@@ -367,8 +403,8 @@ def build_document(server_url: str = "/") -> dict[str, Any]:
             "title": "Open Responses gateway",
             "version": "v1",
             "description": "The Open Responses / OpenAI Responses API, with stored history, "
-                           "served in front of any LLM upstream. Authenticate with "
-                           "`Authorization: Bearer <API key>`.",
+            "served in front of any LLM upstream. Authenticate with "
+            "`Authorization: Bearer <API key>`.",
         },
         "servers": [{"url": server_url}],
         "security": [{"ApiKey": []}],

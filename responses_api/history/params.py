@@ -2,6 +2,7 @@
 
 A bad value is a 400 whose `param` names the parameter, in the protocol's error body.
 """
+
 from __future__ import annotations
 
 import re
@@ -166,21 +167,31 @@ def _group_by(values: list[str]) -> tuple[str, ...]:
 TIMESTAMP = {"type": "integer", "minimum": 0, "description": "Unix time in seconds."}
 
 LIMIT = Param(
-    "limit", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
-    "How many objects to return, 1 to 100.", _int_between(1, 100), default=20,
+    "limit",
+    {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+    "How many objects to return, 1 to 100.",
+    _int_between(1, 100),
+    default=20,
 )
 
 
 def _order(default: str, what: str) -> Param:
     return Param(
-        "order", {"type": "string", "enum": ["asc", "desc"], "default": default},
-        f"Sort order: `asc` {what}.", _choice("asc", "desc"), default=default,
+        "order",
+        {"type": "string", "enum": ["asc", "desc"], "default": default},
+        f"Sort order: `asc` {what}.",
+        _choice("asc", "desc"),
+        default=default,
     )
 
 
 RESPONSE_LIST_PARAMS: tuple[Param, ...] = (
-    Param("after", {"type": "string"}, "A response id from an earlier page (its `last_id`): "
-          "return the responses after it in this order.", _text(200)),
+    Param(
+        "after",
+        {"type": "string"},
+        "A response id from an earlier page (its `last_id`): return the responses after it in this order.",
+        _text(200),
+    ),
     LIMIT,
     _order("desc", "is oldest first, `desc` newest first"),
     Param("model", {"type": "string"}, "Only responses of this model.", _text(200)),
@@ -188,7 +199,9 @@ RESPONSE_LIST_PARAMS: tuple[Param, ...] = (
         "status",
         {"type": "array", "items": {"type": "string", "enum": list(STATUSES)}},
         "Only responses in these statuses; repeat the parameter or separate with commas.",
-        _statuses, style="form", extra_openapi={"explode": False},
+        _statuses,
+        style="form",
+        extra_openapi={"explode": False},
     ),
     Param("created_after", TIMESTAMP, "Only responses created at or after this time.", _unix_seconds),
     Param("created_before", TIMESTAMP, "Only responses created before this time.", _unix_seconds),
@@ -197,15 +210,25 @@ RESPONSE_LIST_PARAMS: tuple[Param, ...] = (
         {"type": "object", "additionalProperties": {"type": "string", "maxLength": 512}, "maxProperties": 16},
         "Only responses whose metadata has every given key with the given value: "
         "`metadata[project]=alpha&metadata[env]=prod`.",
-        _metadata, style="deepObject",
+        _metadata,
+        style="deepObject",
     ),
-    Param("previous_response_id", {"type": "string"}, "Only responses chained directly to this one.",
-          _text(200)),
-    Param("root", {"type": "string"}, "Only the responses of the chain that starts at this response: "
-          "the response itself and every response chained after it, at any depth.", _text(200)),
-    Param("q", {"type": "string", "maxLength": 500}, "Full-text search over the text of the "
-          "responses' input and output items (PostgreSQL full-text search, 'simple' configuration: "
-          "every word must appear; a substring match on the embedded SQLite database).", _text(500)),
+    Param("previous_response_id", {"type": "string"}, "Only responses chained directly to this one.", _text(200)),
+    Param(
+        "root",
+        {"type": "string"},
+        "Only the responses of the chain that starts at this response: "
+        "the response itself and every response chained after it, at any depth.",
+        _text(200),
+    ),
+    Param(
+        "q",
+        {"type": "string", "maxLength": 500},
+        "Full-text search over the text of the "
+        "responses' input and output items (PostgreSQL full-text search, 'simple' configuration: "
+        "every word must appear; a substring match on the embedded SQLite database).",
+        _text(500),
+    ),
 )
 
 THREAD_PARAMS: tuple[Param, ...] = (
@@ -217,10 +240,12 @@ THREAD_PARAMS: tuple[Param, ...] = (
 USAGE_PARAMS: tuple[Param, ...] = (
     Param(
         "group_by",
-        {"type": "array", "items": {"type": "string", "enum": ["model", "day", "tenant"]},
-         "default": ["model", "day"]},
+        {"type": "array", "items": {"type": "string", "enum": ["model", "day", "tenant"]}, "default": ["model", "day"]},
         "Dimensions to group by, comma-separated; `tenant` needs an admin key. Default: per model per day.",
-        _group_by, default=("model", "day"), style="form", extra_openapi={"explode": False},
+        _group_by,
+        default=("model", "day"),
+        style="form",
+        extra_openapi={"explode": False},
     ),
     Param("start", TIMESTAMP, "Only responses created at or after this time.", _unix_seconds),
     Param("end", TIMESTAMP, "Only responses created before this time.", _unix_seconds),

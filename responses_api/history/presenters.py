@@ -3,6 +3,7 @@
 Pure functions over dicts (no queries): the admin views select, these shape,
 the templates only display.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,14 +72,19 @@ class Block:
 
 def item_block(item: dict[str, Any], io: str = "", tool_names: dict[str, str] | None = None) -> Block:
     kind = item.get("type")
-    common: dict[str, Any] = {"item_id": item.get("id") or "", "status": item.get("status") or "", "io": io,
-              "raw": pretty_json(item)}
+    common: dict[str, Any] = {
+        "item_id": item.get("id") or "",
+        "status": item.get("status") or "",
+        "io": io,
+        "raw": pretty_json(item),
+    }
     if kind == "message" or (kind is None and "role" in item):
         role = item.get("role") or "user"
         content = item.get("content")
         parts = [_part_text(content)] if isinstance(content, str) else [_part_text(p) for p in content or []]
-        return Block("message", role=role, side="right" if role == "user" else "left", parts=parts,
-                     title=role, **common)
+        return Block(
+            "message", role=role, side="right" if role == "user" else "left", parts=parts, title=role, **common
+        )
     if kind == "reasoning":
         parts = [_part_text(p) for p in (item.get("summary") or [])]
         parts += [_part_text(p) for p in (item.get("content") or [])]
@@ -86,22 +92,32 @@ def item_block(item: dict[str, Any], io: str = "", tool_names: dict[str, str] | 
             parts = [("other", "(encrypted reasoning)")]
         return Block("reasoning", title="Reasoning", parts=parts, **common)
     if kind == "function_call":
-        return Block("tool_call", title=item.get("name") or "function", call_id=item.get("call_id") or "",
-                     arguments=pretty_json(item.get("arguments") or ""), **common)
+        return Block(
+            "tool_call",
+            title=item.get("name") or "function",
+            call_id=item.get("call_id") or "",
+            arguments=pretty_json(item.get("arguments") or ""),
+            **common,
+        )
     if kind == "function_call_output":
         call_id = item.get("call_id") or ""
         output = item.get("output")
-        text = pretty_json(output) if not isinstance(output, list) else "\n".join(
-            t for _, t in (_part_text(p) for p in output))
-        return Block("tool_output", title=(tool_names or {}).get(call_id, ""), call_id=call_id,
-                     output=text, **common)
+        text = (
+            pretty_json(output)
+            if not isinstance(output, list)
+            else "\n".join(t for _, t in (_part_text(p) for p in output))
+        )
+        return Block("tool_output", title=(tool_names or {}).get(call_id, ""), call_id=call_id, output=text, **common)
     if kind == "mcp_call":
         error = item.get("error")
         return Block(
-            "mcp_call", title=f"{item.get('server_label') or 'mcp'} · {item.get('name') or ''}",
-            call_id=item.get("approval_request_id") or "", arguments=pretty_json(item.get("arguments") or ""),
+            "mcp_call",
+            title=f"{item.get('server_label') or 'mcp'} · {item.get('name') or ''}",
+            call_id=item.get("approval_request_id") or "",
+            arguments=pretty_json(item.get("arguments") or ""),
             output=pretty_json(item["output"]) if item.get("output") is not None else "",
-            error=pretty_json(error) if error else "", **common,
+            error=pretty_json(error) if error else "",
+            **common,
         )
     if kind in CALL_ITEM_KIND or kind in ("web_search_call", "file_search_call"):
         # A client tool's call (custom, shell, apply_patch, ...) or a served hosted tool's.
@@ -109,12 +125,22 @@ def item_block(item: dict[str, Any], io: str = "", tool_names: dict[str, str] | 
         name = item.get("name") or str(kind).removesuffix("_call")
         if item.get("namespace"):
             name = f"{item['namespace']} · {name}"
-        return Block("tool_call", title=name, call_id=item.get("call_id") or "",
-                     arguments=detail if isinstance(detail, str) else pretty_json(detail), **common)
+        return Block(
+            "tool_call",
+            title=name,
+            call_id=item.get("call_id") or "",
+            arguments=detail if isinstance(detail, str) else pretty_json(detail),
+            **common,
+        )
     if kind in OUTPUT_ITEM_TYPES:
         call_id = item.get("call_id") or ""
-        return Block("tool_output", title=(tool_names or {}).get(call_id, ""), call_id=call_id,
-                     output=output_as_text(item), **common)
+        return Block(
+            "tool_output",
+            title=(tool_names or {}).get(call_id, ""),
+            call_id=call_id,
+            output=output_as_text(item),
+            **common,
+        )
     return Block("other", title=str(kind or "item"), **common)
 
 
@@ -143,9 +169,7 @@ def conversation_turns(responses: list[Any], entries: Iterable[Any], head_id: st
     }
     by_response: dict[str, list[Block]] = {r.id: [] for r in responses}
     for entry in entries:
-        by_response.setdefault(entry.response_id, []).append(
-            item_block(entry.item, entry.role_name, tool_names)
-        )
+        by_response.setdefault(entry.response_id, []).append(item_block(entry.item, entry.role_name, tool_names))
     return [Turn(r, by_response.get(r.id, []), r.id == head_id) for r in responses]
 
 
@@ -233,26 +257,43 @@ def usage_chart(rows: list[dict[str, Any]], start: date, end: date, width: int =
                 continue
             h = cell["total_tokens"] / top * plot_h
             y -= h
-            bars.append({
-                "x": round(left + i * slot + (slot - bar_w) / 2, 2), "y": round(y, 2),
-                "w": round(bar_w, 2), "h": round(max(h, 0.5), 2), "colour": colour[m],
-                "title": f"{key} · {m}: {cell['total_tokens']:,} tokens "
-                         f"({cell['input_tokens']:,} in, {cell['output_tokens']:,} out) "
-                         f"in {cell['requests']:,} requests",
-            })
-    y_ticks = [
-        {"y": round(top_pad + plot_h - plot_h * k / 4, 2), "label": human(int(top * k / 4))} for k in range(5)
-    ]
+            bars.append(
+                {
+                    "x": round(left + i * slot + (slot - bar_w) / 2, 2),
+                    "y": round(y, 2),
+                    "w": round(bar_w, 2),
+                    "h": round(max(h, 0.5), 2),
+                    "colour": colour[m],
+                    "title": f"{key} · {m}: {cell['total_tokens']:,} tokens "
+                    f"({cell['input_tokens']:,} in, {cell['output_tokens']:,} out) "
+                    f"in {cell['requests']:,} requests",
+                }
+            )
+    y_ticks = [{"y": round(top_pad + plot_h - plot_h * k / 4, 2), "label": human(int(top * k / 4))} for k in range(5)]
     every = max(1, round(len(days) / 10))
     x_labels = [
         {"x": round(left + i * slot + slot / 2, 2), "label": d.strftime("%b %d")}
-        for i, d in enumerate(days) if i % every == 0
+        for i, d in enumerate(days)
+        if i % every == 0
     ]
     legend = []
     for m in models:
         total = sum(r["total_tokens"] for r in rows if r["model"] == m)
         legend.append({"model": m, "colour": colour[m], "total": total, "total_display": human(total)})
-    return Chart(width, height, bars, y_ticks, x_labels, legend,
-                 {"left": left, "top": top_pad, "width": int(plot_w), "height": int(plot_h),
-                  "bottom": top_pad + int(plot_h), "right": left + int(plot_w)},
-                 empty=not rows)
+    return Chart(
+        width,
+        height,
+        bars,
+        y_ticks,
+        x_labels,
+        legend,
+        {
+            "left": left,
+            "top": top_pad,
+            "width": int(plot_w),
+            "height": int(plot_h),
+            "bottom": top_pad + int(plot_h),
+            "right": left + int(plot_w),
+        },
+        empty=not rows,
+    )

@@ -4,6 +4,7 @@ Every function here costs a constant number of queries whatever the page,
 chain or table size: lists fetch the output items of a whole page in one
 query, and chains are walked by recursive CTEs in the database.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -35,9 +36,20 @@ ITEM_SEARCH_VECTOR_SQL = (
 # Fields a Response object is built from; `job` (the full validated request of
 # worker-run responses) and the bookkeeping columns are never loaded for lists.
 RESPONSE_OBJECT_FIELDS = (
-    "id", "tenant_id", "previous_response_id", "status", "model", "params", "error",
-    "incomplete_details", "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens",
-    "created_at", "completed_at",
+    "id",
+    "tenant_id",
+    "previous_response_id",
+    "status",
+    "model",
+    "params",
+    "error",
+    "incomplete_details",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "created_at",
+    "completed_at",
 )
 
 ROLE_NAMES = {ResponseItem.Role.INPUT: "input", ResponseItem.Role.OUTPUT: "output"}
@@ -227,12 +239,14 @@ def _thread_sql(*, with_anchor: bool, descending: bool, limited: bool) -> str:
     direction = "DESC" if descending else "ASC"
     anchor_filter = (
         f"WHERE seq {comparison} (SELECT seq FROM entries WHERE response_id = %s AND role = %s AND position = %s)"
-        if with_anchor else ""
+        if with_anchor
+        else ""
     )
     anchor_row = (
         "SELECT 'anchor' AS kind, NULL AS response_id, NULL AS role, NULL AS position, NULL AS data, seq "
         "FROM entries WHERE response_id = %s AND role = %s AND position = %s UNION ALL "
-        if with_anchor else ""
+        if with_anchor
+        else ""
     )
     limit = "LIMIT %s" if limited else ""
     step = chain_step_sql(response)
@@ -305,18 +319,14 @@ def _thread_rows(
     return [entry for _, entry in rows], anchor_found
 
 
-def thread_page(
-    *, tenant_id: int | None, response_id: str, after: str | None, limit: int, order: str
-) -> ListPage:
+def thread_page(*, tenant_id: int | None, response_id: str, after: str | None, limit: int, order: str) -> ListPage:
     """A page of the items of the whole chain ending at `response_id`, oldest first by default.
 
     Two queries: the visibility check of the head, and the page (recursive CTE)."""
     if not responses_visible(tenant_id=tenant_id).filter(id=response_id).exists():
         raise NotFound(f"No response found with id '{response_id}'.", param="response_id")
     cursor = ThreadCursor.parse(after) if after is not None else None
-    entries, anchor_found = _thread_rows(
-        response_id, after=cursor, limit=limit + 1, descending=order == "desc"
-    )
+    entries, anchor_found = _thread_rows(response_id, after=cursor, limit=limit + 1, descending=order == "desc")
     if not anchor_found:
         raise InvalidRequest(f"'after': no entry '{after}' in this thread.", param="after")
     return ListPage([e.as_dict() for e in entries[:limit]], len(entries) > limit)
@@ -384,8 +394,7 @@ def usage_summary(
 
     merged: dict[tuple, dict[str, Any]] = {}
     for source in (Response.objects.all(), UsageRecord.objects.all()):
-        for bucket in _usage_buckets(source, tenant_id=tenant_id, group_by=group_by, start=start, end=end,
-                                     model=model):
+        for bucket in _usage_buckets(source, tenant_id=tenant_id, group_by=group_by, start=start, end=end, model=model):
             key = tuple(bucket.get(k) for k in ("day", "model", "tenant"))
             if key in merged:
                 for field in ("requests", "input_tokens", "output_tokens", "total_tokens"):
@@ -396,7 +405,12 @@ def usage_summary(
 
 
 def _usage_buckets(
-    qs: Any, *, tenant_id: int | None, group_by: tuple[str, ...], start: datetime | None, end: datetime | None,
+    qs: Any,
+    *,
+    tenant_id: int | None,
+    group_by: tuple[str, ...],
+    start: datetime | None,
+    end: datetime | None,
     model: str | None,
 ) -> list[dict[str, Any]]:
     if tenant_id is not None:
@@ -455,12 +469,17 @@ def spend_since(*, tenant_id: int, start: datetime) -> tuple[int, int]:
     price table."""
     from ..models import ModelRoute, UsageRecord
 
-    prices = {name: (i or 0, o or 0) for name, i, o in
-              ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")}
+    prices = {
+        name: (i or 0, o or 0)
+        for name, i, o in ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")
+    }
     tokens = micro_usd = 0
     for source in (Response.objects.all(), UsageRecord.objects.all()):
-        rows = (source.filter(tenant_id=tenant_id, created_at__gte=start).values("model")
-                .annotate(i=Coalesce(Sum("input_tokens"), 0), o=Coalesce(Sum("output_tokens"), 0)))
+        rows = (
+            source.filter(tenant_id=tenant_id, created_at__gte=start)
+            .values("model")
+            .annotate(i=Coalesce(Sum("input_tokens"), 0), o=Coalesce(Sum("output_tokens"), 0))
+        )
         for row in rows:
             tokens += row["i"] + row["o"]
             price_in, price_out = prices.get(row["model"], (0, 0))

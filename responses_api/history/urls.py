@@ -1,4 +1,5 @@
 """Routes of the history API and the API documentation (included by responses_api.urls under /v1)."""
+
 from django.urls import path
 
 from ..views import api_endpoint

@@ -4,6 +4,7 @@ They are wired through `api_endpoint` (auth + error body) in `history/urls.py`, 
 `GET /v1/responses` is dispatched here by `responses_api.views.responses`.
 An admin key reads every tenant; any other key only its own.
 """
+
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
@@ -65,8 +66,7 @@ async def usage(request: HttpRequest, principal: Principal) -> HttpResponse:
     args = parse_query(request.GET, USAGE_PARAMS)
     group_by = args["group_by"]
     if "tenant" in group_by and not principal.is_admin:
-        raise InvalidRequest("Grouping by 'tenant' needs an admin key.", param="group_by",
-                             code="admin_key_required")
+        raise InvalidRequest("Grouping by 'tenant' needs an admin key.", param="group_by", code="admin_key_required")
     data = await db.run(
         selectors.usage_summary,
         tenant_id=_scope(principal),
@@ -75,12 +75,14 @@ async def usage(request: HttpRequest, principal: Principal) -> HttpResponse:
         end=args["end"],
         model=args["model"],
     )
-    return json_response({
-        "object": "list",
-        "group_by": list(group_by),
-        "start": int(args["start"].timestamp()) if args["start"] else None,
-        "end": int(args["end"].timestamp()) if args["end"] else None,
-        "data": data,
-        # Each rate limit and budget of this key and its tenant, with its use now.
-        "limits": await db.run(current_use, principal.quotas, principal.budget),
-    })
+    return json_response(
+        {
+            "object": "list",
+            "group_by": list(group_by),
+            "start": int(args["start"].timestamp()) if args["start"] else None,
+            "end": int(args["end"].timestamp()) if args["end"] else None,
+            "data": data,
+            # Each rate limit and budget of this key and its tenant, with its use now.
+            "limits": await db.run(current_use, principal.quotas, principal.budget),
+        }
+    )

@@ -6,139 +6,235 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='ApiKey',
+            name="ApiKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('prefix', models.CharField(max_length=32, unique=True)),
-                ('secret_hash', models.CharField(max_length=64)),
-                ('is_admin', models.BooleanField(default=False, help_text="May read every tenant's history (admin scope).")),
-                ('allowed_models', models.JSONField(blank=True, default=list, help_text='Model names this key may use; empty means all.')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200)),
+                ("prefix", models.CharField(max_length=32, unique=True)),
+                ("secret_hash", models.CharField(max_length=64)),
+                (
+                    "is_admin",
+                    models.BooleanField(default=False, help_text="May read every tenant's history (admin scope)."),
+                ),
+                (
+                    "allowed_models",
+                    models.JSONField(
+                        blank=True, default=list, help_text="Model names this key may use; empty means all."
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'verbose_name': 'API key',
+                "verbose_name": "API key",
             },
         ),
         migrations.CreateModel(
-            name='ModelRoute',
+            name="ModelRoute",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='What clients send as `model`.', max_length=200, unique=True)),
-                ('description', models.TextField(blank=True)),
-                ('enabled', models.BooleanField(default=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(help_text="What clients send as `model`.", max_length=200, unique=True)),
+                ("description", models.TextField(blank=True)),
+                ("enabled", models.BooleanField(default=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Provider',
+            name="Provider",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=100, unique=True)),
-                ('kind', models.CharField(choices=[('chat_completions', 'OpenAI-compatible Chat Completions')], default='chat_completions', max_length=32)),
-                ('base_url', models.URLField(help_text='e.g. http://127.0.0.1:8000/v1', max_length=500)),
-                ('api_key_env', models.CharField(blank=True, help_text='Name of the environment variable holding the key.', max_length=200)),
-                ('api_key_encrypted', models.TextField(blank=True, editable=False, help_text='The key, encrypted with GATEWAY_ENCRYPTION_KEY.')),
-                ('timeout', models.FloatField(default=120.0, help_text='Seconds to wait for the upstream.')),
-                ('connect_timeout', models.FloatField(default=5.0)),
-                ('options', models.JSONField(blank=True, default=dict, help_text='Upstream quirks, e.g. {"max_tokens_param": "max_completion_tokens"}.')),
-                ('headers', models.JSONField(blank=True, default=dict, help_text='Extra request headers.')),
-                ('enabled', models.BooleanField(default=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(max_length=100, unique=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("chat_completions", "OpenAI-compatible Chat Completions")],
+                        default="chat_completions",
+                        max_length=32,
+                    ),
+                ),
+                ("base_url", models.URLField(help_text="e.g. http://127.0.0.1:8000/v1", max_length=500)),
+                (
+                    "api_key_env",
+                    models.CharField(
+                        blank=True, help_text="Name of the environment variable holding the key.", max_length=200
+                    ),
+                ),
+                (
+                    "api_key_encrypted",
+                    models.TextField(
+                        blank=True, editable=False, help_text="The key, encrypted with GATEWAY_ENCRYPTION_KEY."
+                    ),
+                ),
+                ("timeout", models.FloatField(default=120.0, help_text="Seconds to wait for the upstream.")),
+                ("connect_timeout", models.FloatField(default=5.0)),
+                (
+                    "options",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text='Upstream quirks, e.g. {"max_tokens_param": "max_completion_tokens"}.',
+                    ),
+                ),
+                ("headers", models.JSONField(blank=True, default=dict, help_text="Extra request headers.")),
+                ("enabled", models.BooleanField(default=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Tenant',
+            name="Tenant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.CreateModel(
-            name='Response',
+            name="Response",
             fields=[
-                ('id', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('in_progress', 'In Progress'), ('completed', 'Completed'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('incomplete', 'Incomplete')], db_index=True, max_length=16)),
-                ('model', models.CharField(db_index=True, max_length=200)),
-                ('upstream', models.CharField(blank=True, help_text='provider:upstream model used', max_length=300)),
-                ('instructions', models.TextField(blank=True, null=True)),
-                ('params', models.JSONField(default=dict, help_text='Request-derived fields of the Response.')),
-                ('metadata', models.JSONField(blank=True, default=dict)),
-                ('error', models.JSONField(blank=True, null=True)),
-                ('incomplete_details', models.JSONField(blank=True, null=True)),
-                ('input_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('output_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('cached_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('reasoning_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('store', models.BooleanField(default=True)),
-                ('background', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
-                ('latency_ms', models.PositiveIntegerField(blank=True, null=True)),
-                ('deleted_at', models.DateTimeField(blank=True, null=True)),
-                ('api_key', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to='responses_api.apikey')),
-                ('previous_response', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='next_responses', to='responses_api.response')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='responses', to='responses_api.tenant')),
+                ("id", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("in_progress", "In Progress"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                            ("incomplete", "Incomplete"),
+                        ],
+                        db_index=True,
+                        max_length=16,
+                    ),
+                ),
+                ("model", models.CharField(db_index=True, max_length=200)),
+                ("upstream", models.CharField(blank=True, help_text="provider:upstream model used", max_length=300)),
+                ("instructions", models.TextField(blank=True, null=True)),
+                ("params", models.JSONField(default=dict, help_text="Request-derived fields of the Response.")),
+                ("metadata", models.JSONField(blank=True, default=dict)),
+                ("error", models.JSONField(blank=True, null=True)),
+                ("incomplete_details", models.JSONField(blank=True, null=True)),
+                ("input_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("output_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("cached_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("reasoning_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("store", models.BooleanField(default=True)),
+                ("background", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
+                ("latency_ms", models.PositiveIntegerField(blank=True, null=True)),
+                ("deleted_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "api_key",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to="responses_api.apikey"
+                    ),
+                ),
+                (
+                    "previous_response",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="next_responses",
+                        to="responses_api.response",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="responses", to="responses_api.tenant"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='RouteTarget',
+            name="RouteTarget",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('upstream_model', models.CharField(max_length=200)),
-                ('weight', models.PositiveIntegerField(default=1, help_text='Share of traffic; 0 = fallback only.')),
-                ('provider', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='targets', to='responses_api.provider')),
-                ('route', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='targets', to='responses_api.modelroute')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("upstream_model", models.CharField(max_length=200)),
+                ("weight", models.PositiveIntegerField(default=1, help_text="Share of traffic; 0 = fallback only.")),
+                (
+                    "provider",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="targets", to="responses_api.provider"
+                    ),
+                ),
+                (
+                    "route",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="targets",
+                        to="responses_api.modelroute",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Item',
+            name="Item",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('public_id', models.CharField(db_index=True, max_length=80)),
-                ('type', models.CharField(max_length=40)),
-                ('data', models.JSONField()),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='responses_api.tenant')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("public_id", models.CharField(db_index=True, max_length=80)),
+                ("type", models.CharField(max_length=40)),
+                ("data", models.JSONField()),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="responses_api.tenant"
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='tenant',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_keys', to='responses_api.tenant'),
+            model_name="apikey",
+            name="tenant",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="api_keys", to="responses_api.tenant"
+            ),
         ),
         migrations.CreateModel(
-            name='ResponseItem',
+            name="ResponseItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.PositiveSmallIntegerField(choices=[(0, 'Input'), (1, 'Output')])),
-                ('position', models.PositiveIntegerField()),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='responses_api.item')),
-                ('response', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='response_items', to='responses_api.response')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("role", models.PositiveSmallIntegerField(choices=[(0, "Input"), (1, "Output")])),
+                ("position", models.PositiveIntegerField()),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="responses_api.item"
+                    ),
+                ),
+                (
+                    "response",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="response_items",
+                        to="responses_api.response",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['response', 'role', 'position'],
-                'constraints': [models.UniqueConstraint(fields=('response', 'role', 'position'), name='response_item_slot')],
+                "ordering": ["response", "role", "position"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("response", "role", "position"), name="response_item_slot")
+                ],
             },
         ),
         migrations.AddIndex(
-            model_name='response',
-            index=models.Index(fields=['tenant', '-created_at'], name='resp_tenant_created'),
+            model_name="response",
+            index=models.Index(fields=["tenant", "-created_at"], name="resp_tenant_created"),
         ),
     ]

@@ -4,6 +4,7 @@ Raw SQL, so the model state is untouched (makemigrations sees nothing to do).
 The composite indexes exist on every database; the GIN indexes only on
 PostgreSQL, where this migration runs them and SQLite skips them.
 """
+
 from django.db import migrations
 
 COMPOSITE = [

@@ -4,30 +4,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0002_history_indexes'),
+        ("responses_api", "0002_history_indexes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='modelroute',
-            name='run_on_worker',
-            field=models.BooleanField(default=False, help_text='Run every response of this model on a background worker (long tool loops).'),
+            model_name="modelroute",
+            name="run_on_worker",
+            field=models.BooleanField(
+                default=False, help_text="Run every response of this model on a background worker (long tool loops)."
+            ),
         ),
         migrations.AddField(
-            model_name='response',
-            name='heartbeat_at',
+            model_name="response",
+            name="heartbeat_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='response',
-            name='job',
+            model_name="response",
+            name="job",
             field=models.JSONField(blank=True, editable=False, null=True),
         ),
         migrations.AddField(
-            model_name='response',
-            name='on_worker',
+            model_name="response",
+            name="on_worker",
             field=models.BooleanField(default=False),
         ),
     ]

@@ -5,15 +5,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0003_worker_runs'),
+        ("responses_api", "0003_worker_runs"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='provider',
-            name='base_url',
-            field=models.CharField(help_text='e.g. http://vllm:8000/v1', max_length=500, validators=[responses_api.models.validate_base_url]),
+            model_name="provider",
+            name="base_url",
+            field=models.CharField(
+                help_text="e.g. http://vllm:8000/v1",
+                max_length=500,
+                validators=[responses_api.models.validate_base_url],
+            ),
         ),
     ]

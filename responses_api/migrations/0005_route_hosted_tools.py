@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0004_provider_base_url_any_host'),
+        ("responses_api", "0004_provider_base_url_any_host"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='modelroute',
-            name='hosted_tools',
-            field=models.JSONField(blank=True, default=dict, help_text='Hosted tools this model serves with a registry tool, e.g. {"web_search": "corp_search", "file_search": "kb_search"}. A hosted tool not named here is dropped (logged, and named in the x-gateway-dropped-tools response header).'),
+            model_name="modelroute",
+            name="hosted_tools",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text='Hosted tools this model serves with a registry tool, e.g. {"web_search": "corp_search", "file_search": "kb_search"}. A hosted tool not named here is dropped (logged, and named in the x-gateway-dropped-tools response header).',
+            ),
         ),
     ]

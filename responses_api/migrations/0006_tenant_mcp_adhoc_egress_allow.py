@@ -4,15 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0005_route_hosted_tools'),
+        ("responses_api", "0005_route_hosted_tools"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='tenant',
-            name='mcp_adhoc_egress_allow',
-            field=models.JSONField(blank=True, default=list, help_text='Private hosts this tenant\'s API keys may name as an ad-hoc MCP server_url, e.g. ["mcp.team.internal:8443", "10.2.0.0/16:443"] (host, *.domain, IP or CIDR, each optionally :port). Empty: public addresses only. The operator\'s egress allowlist for registered tools never applies to URLs clients send.', verbose_name='ad-hoc MCP egress allowlist'),
+            model_name="tenant",
+            name="mcp_adhoc_egress_allow",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text='Private hosts this tenant\'s API keys may name as an ad-hoc MCP server_url, e.g. ["mcp.team.internal:8443", "10.2.0.0/16:443"] (host, *.domain, IP or CIDR, each optionally :port). Empty: public addresses only. The operator\'s egress allowlist for registered tools never applies to URLs clients send.',
+                verbose_name="ad-hoc MCP egress allowlist",
+            ),
         ),
     ]

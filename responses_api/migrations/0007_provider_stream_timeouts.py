@@ -4,30 +4,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0006_tenant_mcp_adhoc_egress_allow'),
+        ("responses_api", "0006_tenant_mcp_adhoc_egress_allow"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='provider',
-            name='first_byte_timeout',
-            field=models.FloatField(default=60.0, help_text="Streamed answers: seconds from the request to the upstream's first chunk."),
+            model_name="provider",
+            name="first_byte_timeout",
+            field=models.FloatField(
+                default=60.0, help_text="Streamed answers: seconds from the request to the upstream's first chunk."
+            ),
         ),
         migrations.AddField(
-            model_name='provider',
-            name='idle_timeout',
-            field=models.FloatField(default=30.0, help_text='Streamed answers: the longest silence between two chunks, in seconds.'),
+            model_name="provider",
+            name="idle_timeout",
+            field=models.FloatField(
+                default=30.0, help_text="Streamed answers: the longest silence between two chunks, in seconds."
+            ),
         ),
         migrations.AlterField(
-            model_name='provider',
-            name='connect_timeout',
-            field=models.FloatField(default=5.0, help_text='Seconds to open a connection.'),
+            model_name="provider",
+            name="connect_timeout",
+            field=models.FloatField(default=5.0, help_text="Seconds to open a connection."),
         ),
         migrations.AlterField(
-            model_name='provider',
-            name='timeout',
-            field=models.FloatField(default=120.0, help_text='Seconds a whole answer may take when it is not streamed from the upstream.'),
+            model_name="provider",
+            name="timeout",
+            field=models.FloatField(
+                default=120.0, help_text="Seconds a whole answer may take when it is not streamed from the upstream."
+            ),
         ),
     ]

@@ -6,45 +6,69 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0007_provider_stream_timeouts'),
+        ("responses_api", "0007_provider_stream_timeouts"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Conversation',
+            name="Conversation",
             fields=[
-                ('id', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('metadata', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('next_position', models.PositiveBigIntegerField(default=0, editable=False)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='conversations', to='responses_api.tenant')),
+                ("id", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("metadata", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ("next_position", models.PositiveBigIntegerField(default=0, editable=False)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="conversations",
+                        to="responses_api.tenant",
+                    ),
+                ),
             ],
         ),
         migrations.AddField(
-            model_name='response',
-            name='conversation',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='responses', to='responses_api.conversation'),
+            model_name="response",
+            name="conversation",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="responses",
+                to="responses_api.conversation",
+            ),
         ),
         migrations.CreateModel(
-            name='ConversationItem',
+            name="ConversationItem",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('position', models.PositiveBigIntegerField()),
-                ('conversation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='conversation_items', to='responses_api.conversation')),
-                ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='responses_api.item')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("position", models.PositiveBigIntegerField()),
+                (
+                    "conversation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="conversation_items",
+                        to="responses_api.conversation",
+                    ),
+                ),
+                (
+                    "item",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="responses_api.item"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['conversation', 'position'],
+                "ordering": ["conversation", "position"],
             },
         ),
         migrations.AddIndex(
-            model_name='conversation',
-            index=models.Index(fields=['tenant', '-created_at'], name='conv_tenant_created'),
+            model_name="conversation",
+            index=models.Index(fields=["tenant", "-created_at"], name="conv_tenant_created"),
         ),
         migrations.AddConstraint(
-            model_name='conversationitem',
-            constraint=models.UniqueConstraint(fields=('conversation', 'position'), name='conversation_item_slot'),
+            model_name="conversationitem",
+            constraint=models.UniqueConstraint(fields=("conversation", "position"), name="conversation_item_slot"),
         ),
     ]

@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0008_conversations'),
+        ("responses_api", "0008_conversations"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='modelroute',
-            name='context_window',
-            field=models.PositiveIntegerField(blank=True, help_text="The model's context window in tokens. Empty: learned from the upstream where its /v1/models says (vLLM and SGLang report max_model_len), else unknown (no truncation and no length check).", null=True),
+            model_name="modelroute",
+            name="context_window",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="The model's context window in tokens. Empty: learned from the upstream where its /v1/models says (vLLM and SGLang report max_model_len), else unknown (no truncation and no length check).",
+                null=True,
+            ),
         ),
     ]

@@ -6,29 +6,47 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0009_route_context_window'),
+        ("responses_api", "0009_route_context_window"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='UsageRecord',
+            name="UsageRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('endpoint', models.CharField(choices=[('chat.completions', 'Chat Completions'), ('embeddings', 'Embeddings')], max_length=32)),
-                ('model', models.CharField(max_length=200)),
-                ('upstream', models.CharField(blank=True, max_length=300)),
-                ('status', models.PositiveSmallIntegerField(help_text='The HTTP status the client got.')),
-                ('input_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('output_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('latency_ms', models.PositiveIntegerField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('api_key', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='responses_api.apikey')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='responses_api.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "endpoint",
+                    models.CharField(
+                        choices=[("chat.completions", "Chat Completions"), ("embeddings", "Embeddings")], max_length=32
+                    ),
+                ),
+                ("model", models.CharField(max_length=200)),
+                ("upstream", models.CharField(blank=True, max_length=300)),
+                ("status", models.PositiveSmallIntegerField(help_text="The HTTP status the client got.")),
+                ("input_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("output_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("latency_ms", models.PositiveIntegerField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                (
+                    "api_key",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="responses_api.apikey",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to="responses_api.tenant"
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['tenant', '-created_at'], name='usage_tenant_created')],
+                "indexes": [models.Index(fields=["tenant", "-created_at"], name="usage_tenant_created")],
             },
         ),
     ]

@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0010_usage_records'),
+        ("responses_api", "0010_usage_records"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='tenant',
-            name='retention_days',
-            field=models.PositiveIntegerField(blank=True, help_text="Delete this tenant's responses (and their items) older than this many days. 0: keep forever. Empty: GATEWAY_RETENTION_DAYS (0 there too: keep forever). A response a newer one still continues is kept until that chain expires as a whole.", null=True),
+            model_name="tenant",
+            name="retention_days",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Delete this tenant's responses (and their items) older than this many days. 0: keep forever. Empty: GATEWAY_RETENTION_DAYS (0 there too: keep forever). A response a newer one still continues is kept until that chain expires as a whole.",
+                null=True,
+            ),
         ),
     ]

@@ -4,65 +4,108 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0011_tenant_retention'),
+        ("responses_api", "0011_tenant_retention"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='apikey',
-            name='max_concurrent_requests',
-            field=models.PositiveIntegerField(blank=True, help_text='Requests running at once (a stream or background run counts until it ends). Empty: no limit.', null=True),
+            model_name="apikey",
+            name="max_concurrent_requests",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Requests running at once (a stream or background run counts until it ends). Empty: no limit.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='requests_per_minute',
-            field=models.PositiveIntegerField(blank=True, help_text="This key's requests per minute (a burst up to this, then this pace). Empty: no limit.", null=True),
+            model_name="apikey",
+            name="requests_per_minute",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="This key's requests per minute (a burst up to this, then this pace). Empty: no limit.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='tokens_per_minute',
-            field=models.PositiveIntegerField(blank=True, help_text='Tokens (input + output) per minute: reserved from an estimate when a request starts, settled with its real usage at its end. Empty: no limit.', null=True),
+            model_name="apikey",
+            name="tokens_per_minute",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Tokens (input + output) per minute: reserved from an estimate when a request starts, settled with its real usage at its end. Empty: no limit.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='modelroute',
-            name='input_usd_per_million',
-            field=models.DecimalField(blank=True, decimal_places=6, help_text="For budgets in USD. Empty: this model's tokens cost nothing.", max_digits=12, null=True, verbose_name='input price (USD per 1M tokens)'),
+            model_name="modelroute",
+            name="input_usd_per_million",
+            field=models.DecimalField(
+                blank=True,
+                decimal_places=6,
+                help_text="For budgets in USD. Empty: this model's tokens cost nothing.",
+                max_digits=12,
+                null=True,
+                verbose_name="input price (USD per 1M tokens)",
+            ),
         ),
         migrations.AddField(
-            model_name='modelroute',
-            name='output_usd_per_million',
-            field=models.DecimalField(blank=True, decimal_places=6, max_digits=12, null=True, verbose_name='output price (USD per 1M tokens)'),
+            model_name="modelroute",
+            name="output_usd_per_million",
+            field=models.DecimalField(
+                blank=True, decimal_places=6, max_digits=12, null=True, verbose_name="output price (USD per 1M tokens)"
+            ),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='budget_period',
-            field=models.CharField(choices=[('day', 'per day (UTC)'), ('month', 'per calendar month (UTC)')], default='month', max_length=8),
+            model_name="tenant",
+            name="budget_period",
+            field=models.CharField(
+                choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")], default="month", max_length=8
+            ),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='budget_tokens',
-            field=models.PositiveBigIntegerField(blank=True, help_text='Tokens this tenant may spend per budget period. Empty: no budget.', null=True),
+            model_name="tenant",
+            name="budget_tokens",
+            field=models.PositiveBigIntegerField(
+                blank=True, help_text="Tokens this tenant may spend per budget period. Empty: no budget.", null=True
+            ),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='budget_usd',
-            field=models.DecimalField(blank=True, decimal_places=2, help_text="Cost this tenant may spend per budget period, priced by each model route's price table. Empty: no budget.", max_digits=12, null=True, verbose_name='budget (USD)'),
+            model_name="tenant",
+            name="budget_usd",
+            field=models.DecimalField(
+                blank=True,
+                decimal_places=2,
+                help_text="Cost this tenant may spend per budget period, priced by each model route's price table. Empty: no budget.",
+                max_digits=12,
+                null=True,
+                verbose_name="budget (USD)",
+            ),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='max_concurrent_requests',
-            field=models.PositiveIntegerField(blank=True, help_text='Requests running at once (a stream or background run counts until it ends). Empty: no limit.', null=True),
+            model_name="tenant",
+            name="max_concurrent_requests",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Requests running at once (a stream or background run counts until it ends). Empty: no limit.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='requests_per_minute',
-            field=models.PositiveIntegerField(blank=True, help_text="This tenant's requests per minute (all its keys together) (a burst up to this, then this pace). Empty: no limit.", null=True),
+            model_name="tenant",
+            name="requests_per_minute",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="This tenant's requests per minute (all its keys together) (a burst up to this, then this pace). Empty: no limit.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='tokens_per_minute',
-            field=models.PositiveIntegerField(blank=True, help_text='Tokens (input + output) per minute: reserved from an estimate when a request starts, settled with its real usage at its end. Empty: no limit.', null=True),
+            model_name="tenant",
+            name="tokens_per_minute",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Tokens (input + output) per minute: reserved from an estimate when a request starts, settled with its real usage at its end. Empty: no limit.",
+                null=True,
+            ),
         ),
     ]

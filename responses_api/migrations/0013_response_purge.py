@@ -4,20 +4,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0012_rate_limits_budgets'),
+        ("responses_api", "0012_rate_limits_budgets"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='response',
-            name='chain_purged',
-            field=models.BooleanField(db_default=False, default=False, editable=False, help_text='An earlier response of its chain was purged: its context is gone, so continuing it fails with previous_response_not_found.'),
+            model_name="response",
+            name="chain_purged",
+            field=models.BooleanField(
+                db_default=False,
+                default=False,
+                editable=False,
+                help_text="An earlier response of its chain was purged: its context is gone, so continuing it fails with previous_response_not_found.",
+            ),
         ),
         migrations.AlterField(
-            model_name='usagerecord',
-            name='endpoint',
-            field=models.CharField(choices=[('chat.completions', 'Chat Completions'), ('embeddings', 'Embeddings'), ('responses (purged)', 'Purged Response')], max_length=32),
+            model_name="usagerecord",
+            name="endpoint",
+            field=models.CharField(
+                choices=[
+                    ("chat.completions", "Chat Completions"),
+                    ("embeddings", "Embeddings"),
+                    ("responses (purged)", "Purged Response"),
+                ],
+                max_length=32,
+            ),
         ),
     ]

@@ -4,20 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0013_response_purge'),
+        ("responses_api", "0013_response_purge"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='routetarget',
-            name='max_concurrent',
-            field=models.PositiveIntegerField(blank=True, help_text='Requests this target may serve at once (all web processes together). Empty: no limit.', null=True),
+            model_name="routetarget",
+            name="max_concurrent",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Requests this target may serve at once (all web processes together). Empty: no limit.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='routetarget',
-            name='priority',
-            field=models.PositiveSmallIntegerField(default=0, help_text='Targets of the lowest priority take the traffic (by weight); higher ones only when those fail, are cooling down or are at their concurrency limit.'),
+            model_name="routetarget",
+            name="priority",
+            field=models.PositiveSmallIntegerField(
+                default=0,
+                help_text="Targets of the lowest priority take the traffic (by weight); higher ones only when those fail, are cooling down or are at their concurrency limit.",
+            ),
         ),
     ]

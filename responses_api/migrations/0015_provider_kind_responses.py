@@ -4,15 +4,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0014_target_priority_concurrency'),
+        ("responses_api", "0014_target_priority_concurrency"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='provider',
-            name='kind',
-            field=models.CharField(choices=[('chat_completions', 'OpenAI-compatible Chat Completions'), ('responses', 'Native Responses (/v1/responses: OpenAI, vLLM, SGLang)')], default='chat_completions', max_length=32),
+            model_name="provider",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("chat_completions", "OpenAI-compatible Chat Completions"),
+                    ("responses", "Native Responses (/v1/responses: OpenAI, vLLM, SGLang)"),
+                ],
+                default="chat_completions",
+                max_length=32,
+            ),
         ),
     ]

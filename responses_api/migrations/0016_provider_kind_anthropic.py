@@ -4,15 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0015_provider_kind_responses'),
+        ("responses_api", "0015_provider_kind_responses"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='provider',
-            name='kind',
-            field=models.CharField(choices=[('chat_completions', 'OpenAI-compatible Chat Completions'), ('responses', 'Native Responses (/v1/responses: OpenAI, vLLM, SGLang)'), ('anthropic', 'Anthropic Messages (/v1/messages)')], default='chat_completions', max_length=32),
+            model_name="provider",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("chat_completions", "OpenAI-compatible Chat Completions"),
+                    ("responses", "Native Responses (/v1/responses: OpenAI, vLLM, SGLang)"),
+                    ("anthropic", "Anthropic Messages (/v1/messages)"),
+                ],
+                default="chat_completions",
+                max_length=32,
+            ),
         ),
     ]

@@ -4,20 +4,27 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0016_provider_kind_anthropic'),
+        ("responses_api", "0016_provider_kind_anthropic"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='apikey',
-            name='requests_per_minute',
-            field=models.PositiveIntegerField(blank=True, help_text='Requests per minute (a burst up to this, then this pace). Empty: no limit.', null=True),
+            model_name="apikey",
+            name="requests_per_minute",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Requests per minute (a burst up to this, then this pace). Empty: no limit.",
+                null=True,
+            ),
         ),
         migrations.AlterField(
-            model_name='tenant',
-            name='requests_per_minute',
-            field=models.PositiveIntegerField(blank=True, help_text='Requests per minute (a burst up to this, then this pace). Empty: no limit.', null=True),
+            model_name="tenant",
+            name="requests_per_minute",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Requests per minute (a burst up to this, then this pace). Empty: no limit.",
+                null=True,
+            ),
         ),
     ]

@@ -10,6 +10,7 @@ reasons: end_turn/stop_sequence/pause_turn -> stop, max_tokens -> length, tool_u
 tool_calls, refusal -> content_filter. Usage counts cache reads and writes as input tokens
 (OpenAI's convention), cache reads also as cached tokens.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,14 @@ from typing import Any
 
 from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
-    Delta, Finish, ReasoningDelta, ReasoningSignature, RefusalDelta, TextDelta, ToolCallDelta, UpstreamFailed,
+    Delta,
+    Finish,
+    ReasoningDelta,
+    ReasoningSignature,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+    UpstreamFailed,
     Usage,
 )
 from .request import CreateRequest
@@ -26,13 +34,25 @@ from .tools import Tool, chosen_upstream_name, namespaced_name
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096  # the API requires max_tokens; a provider's options may set another
 THINKING_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
-_STOP = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
-         "tool_use": "tool_calls", "refusal": "content_filter", "model_context_window_exceeded": "length"}
+_STOP = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "model_context_window_exceeded": "length",
+}
 
 
 def build_messages_request(
-    req: CreateRequest, items: list[dict[str, Any]], *, upstream_model: str, stream: bool,
-    tools: list[Tool] | None = None, options: dict[str, Any] | None = None,
+    req: CreateRequest,
+    items: list[dict[str, Any]],
+    *,
+    upstream_model: str,
+    stream: bool,
+    tools: list[Tool] | None = None,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     options = options or {}
     tools = req.tools if tools is None else tools
@@ -112,15 +132,25 @@ def to_messages(items: list[dict[str, Any]], instructions: str | None) -> tuple[
             add("assistant", [{"type": "tool_use", "id": call_id, "name": name, "input": _json_object(arguments)}])
         elif kind == "function_call_output":
             output = item["output"]
-            add("user", [{"type": "tool_result", "tool_use_id": item["call_id"],
-                          "content": output if isinstance(output, str) else _text_of(output)}])
+            add(
+                "user",
+                [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": item["call_id"],
+                        "content": output if isinstance(output, str) else _text_of(output),
+                    }
+                ],
+            )
         elif kind in OUTPUT_ITEM_TYPES:
             add("user", [{"type": "tool_result", "tool_use_id": item["call_id"], "content": output_as_text(item)}])
         elif kind == "reasoning" and item.get("signature"):
             # Signed thinking (upstreams/anthropic.py opened it from the gateway's seal): sent back
             # first in its assistant turn, as the API requires with tool use.
-            add("assistant", [{"type": "thinking", "thinking": item.get("thinking") or "",
-                               "signature": item["signature"]}])
+            add(
+                "assistant",
+                [{"type": "thinking", "thinking": item.get("thinking") or "", "signature": item["signature"]}],
+            )
         # Other reasoning items are not sent: Anthropic accepts thinking only with its signature.
     return "\n\n".join(s for s in system if s), messages
 
@@ -172,9 +202,11 @@ def usage_of(raw: Any, base: Usage | None = None) -> Usage:
     read = int(raw.get("cache_read_input_tokens") or 0)
     written = int(raw.get("cache_creation_input_tokens") or 0)
     inputs = int(raw.get("input_tokens") or 0) + read + written
-    return Usage(input_tokens=inputs or base.input_tokens,
-                 output_tokens=int(raw.get("output_tokens") or 0) or base.output_tokens,
-                 cached_tokens=read or base.cached_tokens)
+    return Usage(
+        input_tokens=inputs or base.input_tokens,
+        output_tokens=int(raw.get("output_tokens") or 0) or base.output_tokens,
+        cached_tokens=read or base.cached_tokens,
+    )
 
 
 class EventDecoder:
@@ -200,8 +232,14 @@ class EventDecoder:
                 self._blocks[index] = ("tool_use", self._calls)
                 self._calls += 1
                 initial = block.get("input")
-                return [ToolCallDelta(self._calls - 1, call_id=block.get("id"), name=block.get("name"),
-                                      arguments=json.dumps(initial) if initial else "")]
+                return [
+                    ToolCallDelta(
+                        self._calls - 1,
+                        call_id=block.get("id"),
+                        name=block.get("name"),
+                        arguments=json.dumps(initial) if initial else "",
+                    )
+                ]
             self._blocks[index] = (str(block.get("type")), -1)
             text = block.get("text") or block.get("thinking") or ""
             if text and block.get("type") == "text":
@@ -249,8 +287,14 @@ def message_to_deltas(message: dict[str, Any]) -> list[Delta]:
             if block.get("signature"):
                 deltas.append(ReasoningSignature(block["signature"]))
         elif kind == "tool_use":
-            deltas.append(ToolCallDelta(calls, call_id=block.get("id"), name=block.get("name"),
-                                        arguments=json.dumps(block.get("input") or {})))
+            deltas.append(
+                ToolCallDelta(
+                    calls,
+                    call_id=block.get("id"),
+                    name=block.get("name"),
+                    arguments=json.dumps(block.get("input") or {}),
+                )
+            )
             calls += 1
     reason = _STOP.get(message.get("stop_reason") or "end_turn", "stop")
     if reason == "content_filter" and not deltas:

@@ -1,4 +1,5 @@
 """Items <-> Chat Completions: the request body for an upstream, and its replies as deltas."""
+
 from __future__ import annotations
 
 import json
@@ -51,7 +52,9 @@ def _user_content(parts: list[dict]) -> str | list[dict]:
             out.append({"type": "text", "text": p["text"]})
         elif p["type"] == "input_image":
             if p.get("image_url"):
-                out.append({"type": "image_url", "image_url": {"url": p["image_url"], "detail": p.get("detail", "auto")}})
+                out.append(
+                    {"type": "image_url", "image_url": {"url": p["image_url"], "detail": p.get("detail", "auto")}}
+                )
         elif p["type"] == "input_file":
             if not p.get("file_data") and not p.get("file_id"):
                 # Chat Completions has no file URL part; pass the URL on as text context.
@@ -63,9 +66,7 @@ def _user_content(parts: list[dict]) -> str | list[dict]:
     return out
 
 
-def items_to_messages(
-    items: list[dict], instructions: str | None, options: ChatOptions | None = None
-) -> list[dict]:
+def items_to_messages(items: list[dict], instructions: str | None, options: ChatOptions | None = None) -> list[dict]:
     options = options or ChatOptions()
     messages: list[dict] = []
     pending_reasoning: list[str] = []  # reasoning waits for the assistant turn it belongs to
@@ -76,9 +77,7 @@ def items_to_messages(
         if kind == "message":
             role = item["role"]
             if role == "assistant":
-                text = "".join(
-                    p.get("text") or p.get("refusal") or "" for p in item["content"]
-                )
+                text = "".join(p.get("text") or p.get("refusal") or "" for p in item["content"])
                 last = messages[-1] if messages else None
                 if last is not None and last["role"] == "assistant":
                     # One assistant turn: text written around tool calls must not
@@ -95,23 +94,25 @@ def items_to_messages(
                 name = item["name"]
                 if item.get("namespace"):
                     name = namespaced_name(item["namespace"], name)
-                call = {"id": item["call_id"], "type": "function",
-                        "function": {"name": name, "arguments": item["arguments"] or "{}"}}
+                call = {
+                    "id": item["call_id"],
+                    "type": "function",
+                    "function": {"name": name, "arguments": item["arguments"] or "{}"},
+                }
             else:
                 call = call_as_chat(item)
             _assistant_turn(messages).setdefault("tool_calls", []).append(call)
         elif kind == "function_call_output":
-            messages.append(
-                {"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item["output"])}
-            )
+            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item["output"])})
         elif kind in OUTPUT_ITEM_TYPES:
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output_as_text(item)})
             image = screenshot_url(item)
             if image:  # tool messages carry text only: the screenshot follows as the user's image
                 messages.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]})
         elif kind == "reasoning" and options.send_reasoning:
-            text = "".join(p.get("text", "") for p in item.get("content") or [] if p.get("type") == "reasoning_text") \
-                or "".join(p.get("text", "") for p in item.get("summary") or [])
+            text = "".join(
+                p.get("text", "") for p in item.get("content") or [] if p.get("type") == "reasoning_text"
+            ) or "".join(p.get("text", "") for p in item.get("summary") or [])
             if text:
                 pending_reasoning.append(text)
                 continue
@@ -245,7 +246,7 @@ class ThinkSplitter:
                 if not stripped:
                     return out
                 if stripped.startswith(self.OPEN):
-                    self._buffer = stripped[len(self.OPEN):]
+                    self._buffer = stripped[len(self.OPEN) :]
                     self._state = "think"
                 elif self.OPEN.startswith(stripped):
                     return out  # could still become <think>
@@ -256,7 +257,7 @@ class ThinkSplitter:
                 if end >= 0:
                     if end:
                         out.append(ReasoningDelta(self._buffer[:end]))
-                    self._buffer = self._buffer[end + len(self.CLOSE):]
+                    self._buffer = self._buffer[end + len(self.CLOSE) :]
                     self._state = "text"
                     self._after_think = True
                 else:
@@ -268,7 +269,7 @@ class ThinkSplitter:
                     emit = self._buffer[: len(self._buffer) - keep]
                     if emit:
                         out.append(ReasoningDelta(emit))
-                    self._buffer = self._buffer[len(self._buffer) - keep:]
+                    self._buffer = self._buffer[len(self._buffer) - keep :]
                     return out
         return out
 

@@ -8,6 +8,7 @@ tools and tool_choice, temperature, top_p, max_tokens / max_completion_tokens,
 parallel_tool_calls, response_format, reasoning_effort, stream and stream_options. A
 parameter with no Responses counterpart (n > 1, logit_bias, audio, ...) is a 400 naming it.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,22 @@ from typing import Any
 from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .errors import InvalidRequest
 
-_UNSUPPORTED = ("logit_bias", "audio", "modalities", "prediction", "web_search_options", "functions",
-                "function_call")
-_IGNORED = ("user", "seed", "store", "metadata", "service_tier", "stop", "frequency_penalty", "presence_penalty",
-            "logprobs", "top_logprobs", "safety_identifier", "prompt_cache_key", "verbosity")
+_UNSUPPORTED = ("logit_bias", "audio", "modalities", "prediction", "web_search_options", "functions", "function_call")
+_IGNORED = (
+    "user",
+    "seed",
+    "store",
+    "metadata",
+    "service_tier",
+    "stop",
+    "frequency_penalty",
+    "presence_penalty",
+    "logprobs",
+    "top_logprobs",
+    "safety_identifier",
+    "prompt_cache_key",
+    "verbosity",
+)
 
 
 def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -28,8 +41,9 @@ def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
     cannot be translated."""
     for name in _UNSUPPORTED:
         if body.get(name) is not None:
-            raise InvalidRequest(f"'{name}' is not supported for this model (its upstream is not a Chat "
-                                 "Completions server).", param=name)
+            raise InvalidRequest(
+                f"'{name}' is not supported for this model (its upstream is not a Chat Completions server).", param=name
+            )
     if body.get("n") not in (None, 1):
         raise InvalidRequest("Only n = 1 is supported for this model.", param="n")
     messages = body.get("messages")
@@ -48,24 +62,41 @@ def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
         elif role == "assistant":
             text = _text(content, f"messages[{i}].content") if content is not None else ""
             if text:
-                items.append({"type": "message", "role": "assistant",
-                              "content": [{"type": "output_text", "text": text}]})
+                items.append(
+                    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}
+                )
             for j, call in enumerate(message.get("tool_calls") or []):
                 function = call.get("function") if isinstance(call, dict) else None
                 if not isinstance(function, dict) or not call.get("id") or not function.get("name"):
-                    raise InvalidRequest("Each tool call needs an id and a function name.",
-                                         param=f"messages[{i}].tool_calls[{j}]")
-                items.append({"type": "function_call", "call_id": call["id"], "name": function["name"],
-                              "arguments": function.get("arguments") or "{}"})
+                    raise InvalidRequest(
+                        "Each tool call needs an id and a function name.", param=f"messages[{i}].tool_calls[{j}]"
+                    )
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call["id"],
+                        "name": function["name"],
+                        "arguments": function.get("arguments") or "{}",
+                    }
+                )
         elif role == "tool":
             if not message.get("tool_call_id"):
                 raise InvalidRequest("A tool message needs 'tool_call_id'.", param=f"messages[{i}].tool_call_id")
-            items.append({"type": "function_call_output", "call_id": message["tool_call_id"],
-                          "output": _text(content, f"messages[{i}].content")})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message["tool_call_id"],
+                    "output": _text(content, f"messages[{i}].content"),
+                }
+            )
         else:
             raise InvalidRequest(f"Unknown role {role!r}.", param=f"messages[{i}].role")
-    out: dict[str, Any] = {"model": body.get("model"), "input": items, "store": False,
-                           "stream": bool(body.get("stream"))}
+    out: dict[str, Any] = {
+        "model": body.get("model"),
+        "input": items,
+        "store": False,
+        "stream": bool(body.get("stream")),
+    }
     if instructions:
         out["instructions"] = "\n\n".join(instructions)
     tools = body.get("tools")
@@ -75,17 +106,25 @@ def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
             function = tool.get("function") if isinstance(tool, dict) else None
             if not isinstance(function, dict) or tool.get("type") != "function":
                 raise InvalidRequest("Only function tools are supported.", param=f"tools[{j}]")
-            out["tools"].append({"type": "function", "name": function.get("name"),
-                                 "description": function.get("description"),
-                                 "parameters": function.get("parameters") or {"type": "object", "properties": {}},
-                                 "strict": bool(function.get("strict", False))})
+            out["tools"].append(
+                {
+                    "type": "function",
+                    "name": function.get("name"),
+                    "description": function.get("description"),
+                    "parameters": function.get("parameters") or {"type": "object", "properties": {}},
+                    "strict": bool(function.get("strict", False)),
+                }
+            )
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
         out["tool_choice"] = {"type": "function", "name": (choice.get("function") or {}).get("name")}
     elif choice is not None:
         out["tool_choice"] = choice
-    for source, target in (("temperature", "temperature"), ("top_p", "top_p"),
-                           ("parallel_tool_calls", "parallel_tool_calls")):
+    for source, target in (
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("parallel_tool_calls", "parallel_tool_calls"),
+    ):
         if body.get(source) is not None:
             out[target] = body[source]
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -94,8 +133,14 @@ def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         schema = fmt.get("json_schema") or {}
-        out["text"] = {"format": {"type": "json_schema", "name": schema.get("name", "response"),
-                                  "schema": schema.get("schema") or {}, "strict": schema.get("strict")}}
+        out["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": schema.get("name", "response"),
+                "schema": schema.get("schema") or {},
+                "strict": schema.get("strict"),
+            }
+        }
     elif isinstance(fmt, dict) and fmt.get("type") == "json_object":
         out["text"] = {"format": {"type": "json_object"}}
     if body.get("reasoning_effort"):
@@ -128,16 +173,20 @@ def _user_parts(content: Any, param: str) -> list[dict[str, Any]]:
             url = url.get("url") if isinstance(url, dict) else url
             parts.append({"type": "input_image", "image_url": url, "detail": "auto"})
         else:
-            raise InvalidRequest(f"Content parts of type {kind!r} are not supported for this model.",
-                                 param=f"{param}[{k}]")
+            raise InvalidRequest(
+                f"Content parts of type {kind!r} are not supported for this model.", param=f"{param}[{k}]"
+            )
     return parts
 
 
 def chat_usage(usage: Usage) -> dict[str, Any]:
-    return {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
-            "total_tokens": usage.input_tokens + usage.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens}}
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
 
 
 class ChatWriter:
@@ -155,8 +204,14 @@ class ChatWriter:
         self.finish = "stop"
 
     def _envelope(self, choices: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
-        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": choices, **more}
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **more,
+        }
 
     def feed(self, delta: Delta) -> dict[str, Any] | None:
         """Record a delta; the chunk that streams it (None for usage and the finish)."""
@@ -170,8 +225,10 @@ class ChatWriter:
             self.refusal.append(delta.text)
             return self._envelope([{"index": 0, "delta": {"refusal": delta.text}, "finish_reason": None}])
         if isinstance(delta, ToolCallDelta):
-            call = self.calls.setdefault(delta.index, {"id": delta.call_id, "type": "function",
-                                                       "function": {"name": delta.name or "", "arguments": ""}})
+            call = self.calls.setdefault(
+                delta.index,
+                {"id": delta.call_id, "type": "function", "function": {"name": delta.name or "", "arguments": ""}},
+            )
             call["function"]["arguments"] += delta.arguments
             fragment: dict[str, Any] = {"index": delta.index, "function": {"arguments": delta.arguments}}
             if delta.call_id:
@@ -201,9 +258,14 @@ class ChatWriter:
             message["reasoning_content"] = "".join(self.reasoning)
         if self.calls:
             message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
-        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": self.finish, "logprobs": None}],
-                "usage": chat_usage(self.usage)}
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish, "logprobs": None}],
+            "usage": chat_usage(self.usage),
+        }
 
 
 def sse(chunk: dict[str, Any]) -> bytes:

@@ -2,6 +2,7 @@
 `compaction` item whose `encrypted_content` holds a summary the routed model wrote of
 everything else. The gateway seals the summary (sealing.py: authenticated, bound to the
 tenant); a later request that carries the item gives the model the summary in its place."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,21 +20,29 @@ COMPACTION_INSTRUCTIONS = (
 )
 SUMMARY_REQUEST = "Summarize the conversation above as instructed, for continuing it later."
 SUMMARY_PREFIX = (
-    "Summary of the earlier part of this conversation (compacted; the user's own messages "
-    "precede it verbatim):\n\n"
+    "Summary of the earlier part of this conversation (compacted; the user's own messages precede it verbatim):\n\n"
 )
 
 
 def summary_request_item() -> dict[str, Any]:
-    return {"type": "message", "id": new_id("msg"), "role": "user",
-            "content": [{"type": "input_text", "text": SUMMARY_REQUEST}]}
+    return {
+        "type": "message",
+        "id": new_id("msg"),
+        "role": "user",
+        "content": [{"type": "input_text", "text": SUMMARY_REQUEST}],
+    }
 
 
 def compacted_output(context: list[dict[str, Any]], sealed_summary: str) -> list[dict[str, Any]]:
     """What /compact answers: the user messages of `context` as they were, then the compaction item."""
     kept = [
-        {"id": item.get("id") or new_id("msg"), "type": "message", "status": "completed", "role": "user",
-         "content": item["content"]}
+        {
+            "id": item.get("id") or new_id("msg"),
+            "type": "message",
+            "status": "completed",
+            "role": "user",
+            "content": item["content"],
+        }
         for item in context
         if item["type"] == "message" and item.get("role") == "user"
     ]
@@ -45,8 +54,13 @@ def expand_compactions(items: list[dict[str, Any]], open_summary: Callable[[str]
     if not any(item["type"] == "compaction" for item in items):
         return items
     return [
-        {"type": "message", "id": item["id"], "role": "user",
-         "content": [{"type": "input_text", "text": SUMMARY_PREFIX + open_summary(item["encrypted_content"])}]}
-        if item["type"] == "compaction" else item
+        {
+            "type": "message",
+            "id": item["id"],
+            "role": "user",
+            "content": [{"type": "input_text", "text": SUMMARY_PREFIX + open_summary(item["encrypted_content"])}],
+        }
+        if item["type"] == "compaction"
+        else item
         for item in items
     ]

@@ -1,4 +1,5 @@
 """Neutral deltas: what every upstream adapter yields, whatever the provider's wire format."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,8 +78,7 @@ class Finish:
     reason: str
 
 
-Delta = (TextDelta | RefusalDelta | ReasoningDelta | ReasoningSignature | ToolCallDelta | OutputItem | Usage
-         | Finish)
+Delta = TextDelta | RefusalDelta | ReasoningDelta | ReasoningSignature | ToolCallDelta | OutputItem | Usage | Finish
 
 
 class UpstreamFailed(Exception):

@@ -1,4 +1,5 @@
 """One error hierarchy for the gateway, mapped to the protocol's error body in one place."""
+
 from __future__ import annotations
 
 from typing import Any

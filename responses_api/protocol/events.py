@@ -7,6 +7,7 @@ parts in the order the protocol requires, and keeps the Response's `output`
 current so that the non-streaming path can take the final state of the same
 machine.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,7 +17,15 @@ from collections.abc import Callable
 
 from .client_tools import SERVABLE_HOSTED_TOOLS, call_item, hosted_call_item
 from .deltas import (
-    Delta, Finish, OutputItem, ReasoningDelta, ReasoningSignature, RefusalDelta, TextDelta, ToolCallDelta, Usage,
+    Delta,
+    Finish,
+    OutputItem,
+    ReasoningDelta,
+    ReasoningSignature,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
 )
 from .errors import GatewayError
 from .ids import new_id
@@ -29,6 +38,7 @@ T = TypeVar("T")
 
 def _same(value: T) -> T:
     return value
+
 
 Event = dict[str, Any]
 
@@ -152,8 +162,9 @@ class EventBuilder:
         if isinstance(delta, ReasoningDelta):
             if not delta.text:
                 return []
-            return self._content(delta.text, "reasoning",
-                                 "summary_text" if self.reasoning_summary else "reasoning_text")
+            return self._content(
+                delta.text, "reasoning", "summary_text" if self.reasoning_summary else "reasoning_text"
+            )
         if isinstance(delta, ToolCallDelta):
             return self._tool_call(delta)
         if isinstance(delta, OutputItem):
@@ -189,11 +200,15 @@ class EventBuilder:
             open_item = None
         if open_item is None:
             if item_type == "message":
-                item = {"id": new_id("msg"), "type": "message", "status": "in_progress",
-                        "role": "assistant", "content": []}
+                item = {
+                    "id": new_id("msg"),
+                    "type": "message",
+                    "status": "in_progress",
+                    "role": "assistant",
+                    "content": [],
+                }
             else:
-                item = {"id": new_id("rs"), "type": "reasoning", "status": "in_progress",
-                        "summary": [], "content": []}
+                item = {"id": new_id("rs"), "type": "reasoning", "status": "in_progress", "summary": [], "content": []}
             open_item, added = self._open_item(item)
             events.append(added)
             self._content_item = open_item
@@ -205,12 +220,17 @@ class EventBuilder:
         assert part is not None
         part.chunks.append(text)
         if part_kind == "summary_text":
-            events.append(self._event("response.reasoning_summary_text.delta", item_id=open_item.item["id"],
-                                      output_index=open_item.output_index, summary_index=part.index,
-                                      delta=text))
+            events.append(
+                self._event(
+                    "response.reasoning_summary_text.delta",
+                    item_id=open_item.item["id"],
+                    output_index=open_item.output_index,
+                    summary_index=part.index,
+                    delta=text,
+                )
+            )
             return events
-        base = {"item_id": open_item.item["id"], "output_index": open_item.output_index,
-                "content_index": part.index}
+        base = {"item_id": open_item.item["id"], "output_index": open_item.output_index, "content_index": part.index}
         if part_kind == "output_text":
             events.append(self._event("response.output_text.delta", **base, delta=text, logprobs=[]))
         elif part_kind == "refusal":
@@ -232,20 +252,28 @@ class EventBuilder:
             summary = open_item.item["summary"]
             open_item.part = _OpenPart(kind, len(summary))
             summary.append(self._empty_part(kind))
-            return [self._event(
-                "response.reasoning_summary_part.added", item_id=open_item.item["id"],
-                output_index=open_item.output_index, summary_index=open_item.part.index,
-                part=self._empty_part(kind),
-            )]
+            return [
+                self._event(
+                    "response.reasoning_summary_part.added",
+                    item_id=open_item.item["id"],
+                    output_index=open_item.output_index,
+                    summary_index=open_item.part.index,
+                    part=self._empty_part(kind),
+                )
+            ]
         content = open_item.item["content"]
         open_item.part = _OpenPart(kind, len(content))
         part = self._empty_part(kind)
         content.append(part)
-        return [self._event(
-            "response.content_part.added", item_id=open_item.item["id"],
-            output_index=open_item.output_index, content_index=open_item.part.index,
-            part=dict(part),
-        )]
+        return [
+            self._event(
+                "response.content_part.added",
+                item_id=open_item.item["id"],
+                output_index=open_item.output_index,
+                content_index=open_item.part.index,
+                part=dict(part),
+            )
+        ]
 
     def _close_part(self, open_item: _OpenItem) -> list[Event]:
         part = open_item.part
@@ -256,13 +284,17 @@ class EventBuilder:
         final["refusal" if part.kind == "refusal" else "text"] = text
         if part.kind == "summary_text":
             open_item.item["summary"][part.index] = final
-            base = {"item_id": open_item.item["id"], "output_index": open_item.output_index,
-                    "summary_index": part.index}
-            return [self._event("response.reasoning_summary_text.done", **base, text=text),
-                    self._event("response.reasoning_summary_part.done", **base, part=self._copy(final))]
+            base = {
+                "item_id": open_item.item["id"],
+                "output_index": open_item.output_index,
+                "summary_index": part.index,
+            }
+            return [
+                self._event("response.reasoning_summary_text.done", **base, text=text),
+                self._event("response.reasoning_summary_part.done", **base, part=self._copy(final)),
+            ]
         open_item.item["content"][part.index] = final
-        base = {"item_id": open_item.item["id"], "output_index": open_item.output_index,
-                "content_index": part.index}
+        base = {"item_id": open_item.item["id"], "output_index": open_item.output_index, "content_index": part.index}
         if part.kind == "output_text":
             done = self._event("response.output_text.done", **base, text=text, logprobs=[])
         elif part.kind == "refusal":
@@ -283,10 +315,13 @@ class EventBuilder:
         elif open_item.item["type"] == "reasoning" and self.seal_reasoning is not None:
             open_item.item["encrypted_content"] = self.seal_reasoning(reasoning_text(open_item.item))
         self._signature = None
-        events.append(self._event(
-            "response.output_item.done", output_index=open_item.output_index,
-            item=self._copy(open_item.item),
-        ))
+        events.append(
+            self._event(
+                "response.output_item.done",
+                output_index=open_item.output_index,
+                item=self._copy(open_item.item),
+            )
+        )
         return events
 
     # -- tool calls --------------------------------------------------------------
@@ -320,28 +355,54 @@ class EventBuilder:
             item = hosted_call_item(tool.kind, "", "in_progress")
             self.hosted_outputs[item["id"]] = {"name": pending.name, "call_id": call_id}
         elif binding is None and tool is not None and tool.kind != "function":
-            item = call_item(tool.kind, name=tool.item_name, namespace=tool.namespace, call_id=call_id,
-                             arguments="", status="in_progress")
+            item = call_item(
+                tool.kind,
+                name=tool.item_name,
+                namespace=tool.namespace,
+                call_id=call_id,
+                arguments="",
+                status="in_progress",
+            )
         elif binding is None:
             item = {
-                "id": new_id("fc"), "type": "function_call", "status": "in_progress",
-                "call_id": call_id, "name": pending.name, "arguments": "",
+                "id": new_id("fc"),
+                "type": "function_call",
+                "status": "in_progress",
+                "call_id": call_id,
+                "name": pending.name,
+                "arguments": "",
             }
             if tool is not None:  # a namespace member: named as the client declared it
                 item["name"], item["namespace"] = tool.item_name, tool.namespace
         elif binding.requires_approval:
-            item = {"id": new_id("mcpr"), "type": "mcp_approval_request",
-                    "server_label": binding.server_label, "name": binding.tool_name, "arguments": ""}
+            item = {
+                "id": new_id("mcpr"),
+                "type": "mcp_approval_request",
+                "server_label": binding.server_label,
+                "name": binding.tool_name,
+                "arguments": "",
+            }
         else:
-            item = {"id": new_id("mcp"), "type": "mcp_call", "status": "in_progress",
-                    "server_label": binding.server_label, "name": binding.tool_name, "arguments": "",
-                    "output": None, "error": None, "approval_request_id": None}
+            item = {
+                "id": new_id("mcp"),
+                "type": "mcp_call",
+                "status": "in_progress",
+                "server_label": binding.server_label,
+                "name": binding.tool_name,
+                "arguments": "",
+                "output": None,
+                "error": None,
+                "approval_request_id": None,
+            }
         open_call, added = self._open_item(item)
         open_call.upstream_name = pending.name
         events.append(added)
         if item["type"] in ("mcp_call", "web_search_call", "file_search_call"):
-            events.append(self._event(f"response.{item['type']}.in_progress", item_id=item["id"],
-                                      output_index=open_call.output_index))
+            events.append(
+                self._event(
+                    f"response.{item['type']}.in_progress", item_id=item["id"], output_index=open_call.output_index
+                )
+            )
         self._calls[index] = open_call
         if pending.arguments:
             joined = "".join(pending.arguments)
@@ -355,10 +416,8 @@ class EventBuilder:
             # Approval requests arrive whole; a client tool's item is built from the complete
             # arguments (its JSON cannot be split into the item's fields before it ends).
             return []
-        name = ("response.mcp_call_arguments.delta" if kind == "mcp_call"
-                else "response.function_call_arguments.delta")
-        return [self._event(name, item_id=open_call.item["id"], output_index=open_call.output_index,
-                            delta=delta)]
+        name = "response.mcp_call_arguments.delta" if kind == "mcp_call" else "response.function_call_arguments.delta"
+        return [self._event(name, item_id=open_call.item["id"], output_index=open_call.output_index, delta=delta)]
 
     def _close_calls(self, last_status: str = "completed") -> list[Event]:
         events: list[Event] = []
@@ -373,18 +432,25 @@ class EventBuilder:
             kind = call.item["type"]
             if kind == "mcp_call":
                 # Stays open while it runs: closed by finish_mcp_call (or skip_mcp_calls).
-                events.append(self._event(
-                    "response.mcp_call_arguments.done", item_id=call.item["id"],
-                    output_index=call.output_index, arguments=arguments,
-                ))
+                events.append(
+                    self._event(
+                        "response.mcp_call_arguments.done",
+                        item_id=call.item["id"],
+                        output_index=call.output_index,
+                        arguments=arguments,
+                    )
+                )
                 self._running[call.item["id"]] = call
                 self.step_mcp_calls.append(call.item)
                 continue
             if kind == "mcp_approval_request":
-                events.append(self._event(
-                    "response.output_item.done", output_index=call.output_index,
-                    item=self._copy(call.item),
-                ))
+                events.append(
+                    self._event(
+                        "response.output_item.done",
+                        output_index=call.output_index,
+                        item=self._copy(call.item),
+                    )
+                )
                 self.step_approvals.append(call.item)
                 continue
             if kind in ("web_search_call", "file_search_call"):
@@ -392,8 +458,9 @@ class EventBuilder:
                 tool = self.tool_kinds[call.upstream_name or ""]
                 call.item.update(hosted_call_item(tool.kind, arguments, "searching", call.item["id"]))
                 self.hosted_outputs[call.item["id"]]["arguments"] = arguments
-                events.append(self._event(f"response.{kind}.searching", item_id=call.item["id"],
-                                          output_index=call.output_index))
+                events.append(
+                    self._event(f"response.{kind}.searching", item_id=call.item["id"], output_index=call.output_index)
+                )
                 self._running[call.item["id"]] = call
                 self.step_hosted_calls.append(call.item)
                 continue
@@ -402,14 +469,22 @@ class EventBuilder:
                 events += self._close_client_tool_call(call, arguments, status)
                 continue
             call.item["status"] = status
-            events.append(self._event(
-                "response.function_call_arguments.done", item_id=call.item["id"],
-                output_index=call.output_index, name=call.item["name"], arguments=arguments,
-            ))
-            events.append(self._event(
-                "response.output_item.done", output_index=call.output_index,
-                item=self._copy(call.item),
-            ))
+            events.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=call.item["id"],
+                    output_index=call.output_index,
+                    name=call.item["name"],
+                    arguments=arguments,
+                )
+            )
+            events.append(
+                self._event(
+                    "response.output_item.done",
+                    output_index=call.output_index,
+                    item=self._copy(call.item),
+                )
+            )
             self.step_calls.append(call.item)
         return events
 
@@ -417,8 +492,14 @@ class EventBuilder:
         """A custom tool's or client built-in's call, complete: its item from the arguments."""
         opened = call.item
         tool = self.tool_kinds[call.upstream_name or ""]
-        final = call_item(tool.kind, name=tool.item_name, namespace=tool.namespace,
-                          call_id=opened["call_id"], arguments=arguments, status=status)
+        final = call_item(
+            tool.kind,
+            name=tool.item_name,
+            namespace=tool.namespace,
+            call_id=opened["call_id"],
+            arguments=arguments,
+            status=status,
+        )
         final["id"] = opened["id"]
         opened.clear()
         opened.update(final)
@@ -428,8 +509,7 @@ class EventBuilder:
             if final["input"]:
                 events.append(self._event("response.custom_tool_call_input.delta", **base, delta=final["input"]))
             events.append(self._event("response.custom_tool_call_input.done", **base, input=final["input"]))
-        events.append(self._event("response.output_item.done", output_index=call.output_index,
-                                  item=self._copy(final)))
+        events.append(self._event("response.output_item.done", output_index=call.output_index, item=self._copy(final)))
         self.step_calls.append(final)
         return events
 
@@ -457,12 +537,19 @@ class EventBuilder:
     # -- MCP ---------------------------------------------------------------------
     def open_list_tools(self, server_label: str) -> tuple[dict[str, Any], list[Event]]:
         """An mcp_list_tools item, open while the server is asked for its tools."""
-        item = {"id": new_id("mcpl"), "type": "mcp_list_tools", "server_label": server_label,
-                "tools": [], "error": None}
+        item = {
+            "id": new_id("mcpl"),
+            "type": "mcp_list_tools",
+            "server_label": server_label,
+            "tools": [],
+            "error": None,
+        }
         open_item, added = self._open_item(item)
         self._running[item["id"]] = open_item
-        return item, [added, self._event("response.mcp_list_tools.in_progress", item_id=item["id"],
-                                         output_index=open_item.output_index)]
+        return item, [
+            added,
+            self._event("response.mcp_list_tools.in_progress", item_id=item["id"], output_index=open_item.output_index),
+        ]
 
     def close_list_tools(
         self, item: dict[str, Any], tools: list[dict[str, Any]], error: str | None = None
@@ -476,9 +563,17 @@ class EventBuilder:
     ) -> tuple[dict[str, Any], list[Event]]:
         """An mcp_call the gateway makes on its own (an approved request): streamed whole."""
         events = self._close_content_item()
-        item = {"id": new_id("mcp"), "type": "mcp_call", "status": "in_progress",
-                "server_label": server_label, "name": name, "arguments": "", "output": None,
-                "error": None, "approval_request_id": approval_request_id}
+        item = {
+            "id": new_id("mcp"),
+            "type": "mcp_call",
+            "status": "in_progress",
+            "server_label": server_label,
+            "name": name,
+            "arguments": "",
+            "output": None,
+            "error": None,
+            "approval_request_id": approval_request_id,
+        }
         open_item, added = self._open_item(item)
         self._running[item["id"]] = open_item
         base = {"item_id": item["id"], "output_index": open_item.output_index}
@@ -489,9 +584,7 @@ class EventBuilder:
         item["arguments"] = arguments
         return item, events
 
-    def finish_mcp_call(
-        self, item: dict[str, Any], *, output: str | None, error: dict[str, Any] | None
-    ) -> list[Event]:
+    def finish_mcp_call(self, item: dict[str, Any], *, output: str | None, error: dict[str, Any] | None) -> list[Event]:
         """The call returned: completed with its output, or failed with its error."""
         item["output"] = output
         item["error"] = error
@@ -504,8 +597,9 @@ class EventBuilder:
         if output is None:
             item["status"] = "failed"
             open_item = self._running.pop(item["id"])
-            return [self._event("response.output_item.done", output_index=open_item.output_index,
-                                item=self._copy(item))]
+            return [
+                self._event("response.output_item.done", output_index=open_item.output_index, item=self._copy(item))
+            ]
         item["status"] = "completed"
         return self._close_running(item, f"response.{item['type']}.completed")
 
@@ -514,8 +608,7 @@ class EventBuilder:
         open_item = self._running.pop(item["id"])
         return [
             self._event(event_type, item_id=item["id"], output_index=open_item.output_index),
-            self._event("response.output_item.done", output_index=open_item.output_index,
-                        item=self._copy(item)),
+            self._event("response.output_item.done", output_index=open_item.output_index, item=self._copy(item)),
         ]
 
     def _relay_item(self, item: dict[str, Any]) -> list[Event]:
@@ -525,8 +618,9 @@ class EventBuilder:
         output_index = len(self.output)
         self.output.append(item)
         base = {"item_id": item["id"], "output_index": output_index}
-        events = [self._event("response.output_item.added", output_index=output_index,
-                              item=dict(item, status="in_progress"))]
+        events = [
+            self._event("response.output_item.added", output_index=output_index, item=dict(item, status="in_progress"))
+        ]
         stages = _HOSTED_PROGRESS.get(item["type"], ())
         if stages:
             events.append(self._event(f"response.{item['type']}.in_progress", **base))
@@ -567,8 +661,11 @@ class EventBuilder:
         events: list[Event] = []
         for open_item in sorted(self._running.values(), key=lambda o: o.output_index):
             if open_item.item["type"] == "mcp_call":
-                events += self.finish_mcp_call(open_item.item, output=None, error={
-                    "type": "mcp_protocol_error", "code": -32000, "message": message})
+                events += self.finish_mcp_call(
+                    open_item.item,
+                    output=None,
+                    error={"type": "mcp_protocol_error", "code": -32000, "message": message},
+                )
         return events
 
     def _abandon_open_items(self) -> None:
@@ -596,12 +693,10 @@ class EventBuilder:
         self.response["status"] = "failed"
         self.response["error"] = error.as_response_error()
         self.response["usage"] = self.usage.as_dict()
-        payload = {"type": error.error_type, "code": error.code, "message": error.message,
-                   "param": error.param}
+        payload = {"type": error.error_type, "code": error.code, "message": error.message, "param": error.param}
         # The superset of OpenAI's flat error event and Open Responses' nested one.
         return [
-            self._event("error", code=error.code, message=error.message, param=error.param,
-                        error=payload),
+            self._event("error", code=error.code, message=error.message, param=error.param, error=payload),
             self._event("response.failed", response=self._snapshot()),
         ]
 
@@ -617,8 +712,12 @@ class EventBuilder:
 
 
 # The progress event between `.in_progress` and `.completed` of each hosted call type.
-_HOSTED_PROGRESS = {"web_search_call": ("searching",), "file_search_call": ("searching",),
-                    "code_interpreter_call": ("interpreting",), "image_generation_call": ("generating",)}
+_HOSTED_PROGRESS = {
+    "web_search_call": ("searching",),
+    "file_search_call": ("searching",),
+    "code_interpreter_call": ("interpreting",),
+    "image_generation_call": ("generating",),
+}
 
 
 def reasoning_text(item: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
 """Public object ids: a type prefix and 48 random hex digits, like OpenAI's."""
+
 import secrets
 
 

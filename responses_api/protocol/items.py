@@ -4,6 +4,7 @@ Accepts the easy forms clients send (a bare string, `{"role", "content"}`
 without `type`, string content, `item_reference` without `type`) and returns
 the canonical item dicts the store keeps and the API returns.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -79,9 +80,7 @@ def _input_part(part: Any, param: str) -> dict:
                     raise _bad(f"Invalid '{param}.{key}': expected a string.", f"{param}.{key}")
                 out[key] = value
         if not any(k in out for k in ("file_data", "file_url", "file_id")):
-            raise _bad(
-                f"'{param}' needs one of 'file_data', 'file_url' or 'file_id'.", f"{param}.file_data"
-            )
+            raise _bad(f"'{param}' needs one of 'file_data', 'file_url' or 'file_id'.", f"{param}.file_data")
         return out
     raise _bad(
         f"Invalid '{param}.type': {kind!r}; expected 'input_text', 'input_image' or 'input_file'.",
@@ -201,9 +200,7 @@ def _reasoning(raw: dict, param: str) -> dict:
     for i, entry in enumerate(summary):
         if not isinstance(entry, dict):
             raise _bad(f"Invalid '{param}.summary[{i}]': expected an object.", f"{param}.summary[{i}]")
-        summary_parts.append(
-            {"type": "summary_text", "text": _require_str(entry, "text", f"{param}.summary[{i}]")}
-        )
+        summary_parts.append({"type": "summary_text", "text": _require_str(entry, "text", f"{param}.summary[{i}]")})
     item: dict[str, Any] = {
         "type": "reasoning",
         "id": raw.get("id") or new_id("rs"),
@@ -275,9 +272,7 @@ def _mcp_call(raw: dict, param: str) -> dict:
 
 def _mcp_list_tools(raw: dict, param: str) -> dict:
     tools = raw.get("tools")
-    if not isinstance(tools, list) or not all(
-        isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools
-    ):
+    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
         raise _bad(f"Invalid '{param}.tools': expected an array of tools with names.", f"{param}.tools")
     return {
         "type": "mcp_list_tools",
@@ -337,8 +332,11 @@ def _compaction(raw: dict, param: str) -> dict:
     item_id = raw.get("id")
     if item_id is not None and not isinstance(item_id, str):
         raise _bad(f"Invalid type for '{param}.id': expected a string.", f"{param}.id")
-    return {"type": "compaction", "id": item_id or new_id("cmp"),
-            "encrypted_content": _require_str(raw, "encrypted_content", param, allow_empty=False)}
+    return {
+        "type": "compaction",
+        "id": item_id or new_id("cmp"),
+        "encrypted_content": _require_str(raw, "encrypted_content", param, allow_empty=False),
+    }
 
 
 def _item_reference(raw: dict, param: str) -> dict:

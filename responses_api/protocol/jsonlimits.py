@@ -15,6 +15,7 @@ string in the middle of an emoji) and in model output, so refusing them would br
 sessions. Each is replaced by U+FFFD, the Unicode replacement character, when the document
 is parsed: the model, the stream, the stored response and every later read see the same text.
 """
+
 from __future__ import annotations
 
 import re
@@ -65,7 +66,8 @@ def _may_hold_unstorable(data: str | bytes) -> bool:
     if isinstance(data, str):
         return "\\u" in data and ("\\u0000" in data or _SURROGATE_ESCAPE.search(data) is not None)
     return (b"\\u" in data or b"\xed" in data) and (
-        b"\\u0000" in data or _SURROGATE_ESCAPE_BYTES.search(data) is not None)
+        b"\\u0000" in data or _SURROGATE_ESCAPE_BYTES.search(data) is not None
+    )
 
 
 def storable_text(text: str) -> str:

@@ -3,6 +3,7 @@ the names the model sees, and how MCP items read to a Chat Completions model.
 
 Pure: no I/O. Listing and calling servers lives in tool_registry/mcp.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -142,9 +143,7 @@ def parse_approval(raw: Any, param: str) -> ApprovalPolicy:
         return ApprovalPolicy("always")
     if isinstance(raw, str):
         if raw not in APPROVAL_WORDS:
-            raise InvalidRequest(
-                f"Invalid '{param}': expected 'always', 'never' or a filter object.", param=param
-            )
+            raise InvalidRequest(f"Invalid '{param}': expected 'always', 'never' or a filter object.", param=param)
         return ApprovalPolicy(raw)
     if not isinstance(raw, dict):
         raise InvalidRequest(f"Invalid '{param}': expected 'always', 'never' or a filter object.", param=param)
@@ -173,26 +172,19 @@ def parse_mcp_tool(entry: dict[str, Any], param: str) -> McpTool:
     url = entry.get("server_url")
     if url is not None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise InvalidRequest(
-                f"Invalid '{param}.server_url': expected an http(s) URL.", param=f"{param}.server_url"
-            )
+            raise InvalidRequest(f"Invalid '{param}.server_url': expected an http(s) URL.", param=f"{param}.server_url")
     headers = entry.get("headers") or {}
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
+    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         raise InvalidRequest(f"Invalid '{param}.headers': expected an object of strings.", param=f"{param}.headers")
     headers = dict(headers)
     authorization = entry.get("authorization")
     if authorization is not None:
         if not isinstance(authorization, str):
-            raise InvalidRequest(
-                f"Invalid '{param}.authorization': expected a string.", param=f"{param}.authorization"
-            )
+            raise InvalidRequest(f"Invalid '{param}.authorization': expected a string.", param=f"{param}.authorization")
         headers.setdefault("Authorization", f"Bearer {authorization}")
     if headers and url is None:
         raise InvalidRequest(
-            f"'{param}.headers' only apply to an ad-hoc 'server_url'; a registered server "
-            "brings its own credentials.",
+            f"'{param}.headers' only apply to an ad-hoc 'server_url'; a registered server brings its own credentials.",
             param=f"{param}.headers",
         )
     allowed_raw = entry.get("allowed_tools")
@@ -234,6 +226,7 @@ def normalize_mcp_tools(raw: Any) -> list[McpTool]:
 
 # -- the names the model sees ---------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class McpBinding:
     """A model-visible function name bound to one MCP server's tool."""
@@ -247,9 +240,7 @@ def fallback_name(server_label: str, tool_name: str) -> str:
     return _NOT_NAME_CHARS.sub("_", f"{server_label}__{tool_name}")[:64]
 
 
-def model_names(
-    listed: list[tuple[str, str]], taken: set[str]
-) -> dict[tuple[str, str], str]:
+def model_names(listed: list[tuple[str, str]], taken: set[str]) -> dict[tuple[str, str], str]:
     """(server_label, tool_name) -> the function name the model sees.
 
     A tool keeps its own name when that is a valid function name and no other tool (a
@@ -266,6 +257,7 @@ def model_names(
 
 # -- MCP items as a Chat Completions model reads them ----------------------------------------
 
+
 def _call_output(item: dict[str, Any]) -> str:
     if item.get("error"):
         error = item["error"]
@@ -277,9 +269,7 @@ def _call_output(item: dict[str, Any]) -> str:
     return json.dumps({"error": "this call did not finish"})
 
 
-def as_model_items(
-    items: list[dict[str, Any]], names: dict[tuple[str, str], str]
-) -> list[dict[str, Any]]:
+def as_model_items(items: list[dict[str, Any]], names: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
     """Replace MCP items by the function_call/function_call_output pairs the model understands.
 
     mcp_list_tools: dropped (its tools are the request's function tools). mcp_call: a call and
@@ -296,23 +286,49 @@ def as_model_items(
     for item in items:
         kind = item["type"]
         if kind == "mcp_call":
-            name = names.get((item["server_label"], item["name"])) or fallback_name(
-                item["server_label"], item["name"]
+            name = names.get((item["server_label"], item["name"])) or fallback_name(item["server_label"], item["name"])
+            out.append(
+                {
+                    "type": "function_call",
+                    "id": item["id"],
+                    "call_id": item["id"],
+                    "name": name,
+                    "arguments": item.get("arguments") or "{}",
+                    "status": "completed",
+                }
             )
-            out.append({"type": "function_call", "id": item["id"], "call_id": item["id"], "name": name,
-                        "arguments": item.get("arguments") or "{}", "status": "completed"})
-            out.append({"type": "function_call_output", "id": item["id"] + "_out", "call_id": item["id"],
-                        "output": _call_output(item), "status": "completed"})
+            out.append(
+                {
+                    "type": "function_call_output",
+                    "id": item["id"] + "_out",
+                    "call_id": item["id"],
+                    "output": _call_output(item),
+                    "status": "completed",
+                }
+            )
         elif kind == "mcp_approval_request" and item["id"] in denied:
-            name = names.get((item["server_label"], item["name"])) or fallback_name(
-                item["server_label"], item["name"]
-            )
+            name = names.get((item["server_label"], item["name"])) or fallback_name(item["server_label"], item["name"])
             reason = denied[item["id"]]
             message = "The user denied this tool call" + (f": {reason}" if reason else ".")
-            out.append({"type": "function_call", "id": item["id"], "call_id": item["id"], "name": name,
-                        "arguments": item.get("arguments") or "{}", "status": "completed"})
-            out.append({"type": "function_call_output", "id": item["id"] + "_out", "call_id": item["id"],
-                        "output": json.dumps({"error": message}), "status": "completed"})
+            out.append(
+                {
+                    "type": "function_call",
+                    "id": item["id"],
+                    "call_id": item["id"],
+                    "name": name,
+                    "arguments": item.get("arguments") or "{}",
+                    "status": "completed",
+                }
+            )
+            out.append(
+                {
+                    "type": "function_call_output",
+                    "id": item["id"] + "_out",
+                    "call_id": item["id"],
+                    "output": json.dumps({"error": message}),
+                    "status": "completed",
+                }
+            )
         elif not kind.startswith("mcp_"):
             out.append(item)
     return out

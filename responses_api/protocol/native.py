@@ -8,13 +8,22 @@ history work whatever the upstream keeps. Reasoning items are not sent back (an 
 accepts only its own `encrypted_content`); hosted tool items of the gateway's own runs are
 not sent either (no upstream call produced them).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from .client_tools import CALL_ITEM_KIND, HOSTED_ITEM_TYPES, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
-    Delta, Finish, OutputItem, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, UpstreamFailed, Usage,
+    Delta,
+    Finish,
+    OutputItem,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+    UpstreamFailed,
+    Usage,
 )
 from .request import CreateRequest
 from .tools import Tool, chosen_upstream_name, namespaced_name
@@ -23,8 +32,13 @@ _FINISH_OF_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "conte
 
 
 def build_responses_request(
-    req: CreateRequest, items: list[dict[str, Any]], *, upstream_model: str, stream: bool,
-    tools: list[Tool] | None = None, extra_body: dict[str, Any] | None = None,
+    req: CreateRequest,
+    items: list[dict[str, Any]],
+    *,
+    upstream_model: str,
+    stream: bool,
+    tools: list[Tool] | None = None,
+    extra_body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     tools = req.tools if tools is None else tools
     body: dict[str, Any] = {
@@ -64,8 +78,12 @@ def build_responses_request(
 
 
 def _tool_param(tool: Tool) -> dict[str, Any]:
-    param: dict[str, Any] = {"type": "function", "name": tool.name, "parameters": tool.parameters,
-                             "strict": bool(tool.strict)}
+    param: dict[str, Any] = {
+        "type": "function",
+        "name": tool.name,
+        "parameters": tool.parameters,
+        "strict": bool(tool.strict),
+    }
     if tool.description:
         param["description"] = tool.description
     return param
@@ -81,24 +99,46 @@ def input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if kind == "message":
             content = item["content"]
             if isinstance(content, list):
-                content = [{k: v for k, v in part.items() if k not in ("annotations", "logprobs")}
-                           if part.get("type") == "output_text" else part for part in content]
+                content = [
+                    {k: v for k, v in part.items() if k not in ("annotations", "logprobs")}
+                    if part.get("type") == "output_text"
+                    else part
+                    for part in content
+                ]
                 if item["role"] == "assistant":
-                    content = [{"type": "output_text", "text": p.get("text") or p.get("refusal") or ""}
-                               for p in content]
+                    content = [
+                        {"type": "output_text", "text": p.get("text") or p.get("refusal") or ""} for p in content
+                    ]
             out.append({"type": "message", "role": item["role"], "content": content})
         elif kind == "function_call":
             name = namespaced_name(item["namespace"], item["name"]) if item.get("namespace") else item["name"]
-            out.append({"type": "function_call", "call_id": item["call_id"], "name": name,
-                        "arguments": item.get("arguments") or "{}"})
+            out.append(
+                {
+                    "type": "function_call",
+                    "call_id": item["call_id"],
+                    "name": name,
+                    "arguments": item.get("arguments") or "{}",
+                }
+            )
         elif kind in CALL_ITEM_KIND:
             call = call_as_chat(item)
-            out.append({"type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
-                        "arguments": call["function"]["arguments"]})
+            out.append(
+                {
+                    "type": "function_call",
+                    "call_id": call["id"],
+                    "name": call["function"]["name"],
+                    "arguments": call["function"]["arguments"],
+                }
+            )
         elif kind == "function_call_output":
             output = item["output"]
-            out.append({"type": "function_call_output", "call_id": item["call_id"],
-                        "output": output if isinstance(output, str) else _parts(output)})
+            out.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": item["call_id"],
+                    "output": output if isinstance(output, str) else _parts(output),
+                }
+            )
         elif kind in OUTPUT_ITEM_TYPES:
             out.append({"type": "function_call_output", "call_id": item["call_id"], "output": output_as_text(item)})
     return out
@@ -150,8 +190,11 @@ class EventDecoder:
             item = event.get("item") or {}
             if item.get("type") == "function_call":
                 index = self._calls.setdefault(int(event.get("output_index", len(self._calls))), len(self._calls))
-                return [ToolCallDelta(index, call_id=item.get("call_id"), name=item.get("name"),
-                                      arguments=item.get("arguments") or "")]
+                return [
+                    ToolCallDelta(
+                        index, call_id=item.get("call_id"), name=item.get("name"), arguments=item.get("arguments") or ""
+                    )
+                ]
             return []
         if kind == "response.output_item.done":
             item = event.get("item") or {}
@@ -188,13 +231,17 @@ def response_to_deltas(response: dict[str, Any]) -> list[Delta]:
                 elif part.get("type") == "refusal":
                     deltas.append(RefusalDelta(part.get("refusal") or ""))
         elif kind == "reasoning":
-            text = "".join(p.get("text", "") for p in item.get("content") or []) or \
-                "".join(p.get("text", "") for p in item.get("summary") or [])
+            text = "".join(p.get("text", "") for p in item.get("content") or []) or "".join(
+                p.get("text", "") for p in item.get("summary") or []
+            )
             if text:
                 deltas.append(ReasoningDelta(text))
         elif kind == "function_call":
-            deltas.append(ToolCallDelta(calls, call_id=item.get("call_id"), name=item.get("name"),
-                                        arguments=item.get("arguments") or ""))
+            deltas.append(
+                ToolCallDelta(
+                    calls, call_id=item.get("call_id"), name=item.get("name"), arguments=item.get("arguments") or ""
+                )
+            )
             calls += 1
         elif kind in HOSTED_ITEM_TYPES:
             deltas.append(OutputItem(item))

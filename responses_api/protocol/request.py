@@ -4,6 +4,7 @@ Every error names the offending field in `param`, JSON-pointer style
 (`input[2].content`). Unknown top-level fields are ignored so that a newer SDK
 keeps working; `messages` (a Chat Completions field) is refused by name.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -58,9 +59,7 @@ class CreateRequest:
     frequency_penalty: float | None = None
     top_logprobs: int | None = None
     truncation: str = "disabled"
-    text: dict[str, Any] = field(
-        default_factory=lambda: {"format": {"type": "text"}, "verbosity": "medium"}
-    )
+    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}, "verbosity": "medium"})
     reasoning: dict[str, Any] | None = None
     metadata: dict[str, str] | None = None
     include: list[str] = field(default_factory=list)
@@ -71,9 +70,7 @@ class CreateRequest:
 
 
 def _type_name(value: Any) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(
-        type(value), type(value).__name__
-    )
+    return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(type(value), type(value).__name__)
 
 
 def expect(value: Any, kind: type | tuple[type, ...], param: str, what: str) -> Any:
@@ -81,15 +78,11 @@ def expect(value: Any, kind: type | tuple[type, ...], param: str, what: str) -> 
     if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
         raise InvalidRequest(f"Invalid type for '{param}': expected {what}, got a boolean.", param=param)
     if not isinstance(value, kind):
-        raise InvalidRequest(
-            f"Invalid type for '{param}': expected {what}, got {_type_name(value)}.", param=param
-        )
+        raise InvalidRequest(f"Invalid type for '{param}': expected {what}, got {_type_name(value)}.", param=param)
     return value
 
 
-def _optional_number(
-    body: dict, name: str, lo: float, hi: float, *, integer: bool = False
-) -> Any:
+def _optional_number(body: dict, name: str, lo: float, hi: float, *, integer: bool = False) -> Any:
     value = body.get(name)
     if value is None:
         return None
@@ -131,9 +124,7 @@ def _metadata(value: Any) -> dict[str, str] | None:
             raise InvalidRequest("metadata keys are at most 64 characters.", param=f"metadata.{key}")
         expect(item, str, f"metadata.{key}", "a string")
         if len(item) > 512:
-            raise InvalidRequest(
-                "metadata values are at most 512 characters.", param=f"metadata.{key}"
-            )
+            raise InvalidRequest("metadata values are at most 512 characters.", param=f"metadata.{key}")
     return dict(value)
 
 
@@ -149,9 +140,7 @@ def _text(value: Any) -> dict[str, Any]:
     elif kind == "json_schema":
         name = fmt.get("name")
         if not isinstance(name, str) or not name:
-            raise InvalidRequest(
-                "Missing required parameter: 'text.format.name'.", param="text.format.name"
-            )
+            raise InvalidRequest("Missing required parameter: 'text.format.name'.", param="text.format.name")
         schema = fmt.get("schema")
         if not isinstance(schema, dict):
             raise InvalidRequest(
@@ -173,8 +162,7 @@ def _text(value: Any) -> dict[str, Any]:
         }
     else:
         raise InvalidRequest(
-            f"Invalid value for 'text.format.type': {kind!r}; expected 'text', 'json_object' or "
-            "'json_schema'.",
+            f"Invalid value for 'text.format.type': {kind!r}; expected 'text', 'json_object' or 'json_schema'.",
             param="text.format.type",
         )
     verbosity = value.get("verbosity")
@@ -192,14 +180,10 @@ def _reasoning(value: Any) -> dict[str, Any] | None:
     expect(value, dict, "reasoning", "an object")
     effort = value.get("effort")
     if effort is not None and (not isinstance(effort, str) or effort not in REASONING_EFFORTS):
-        raise InvalidRequest(
-            f"Invalid value for 'reasoning.effort': {effort!r}.", param="reasoning.effort"
-        )
+        raise InvalidRequest(f"Invalid value for 'reasoning.effort': {effort!r}.", param="reasoning.effort")
     summary = value.get("summary", value.get("generate_summary"))
     if summary is not None and (not isinstance(summary, str) or summary not in REASONING_SUMMARIES):
-        raise InvalidRequest(
-            f"Invalid value for 'reasoning.summary': {summary!r}.", param="reasoning.summary"
-        )
+        raise InvalidRequest(f"Invalid value for 'reasoning.summary': {summary!r}.", param="reasoning.summary")
     return {"effort": effort, "summary": summary}
 
 
@@ -283,8 +267,9 @@ def parse_create_request(body: Any) -> CreateRequest:
             # Ignoring them would silently change the answer (a length limit not applied, a
             # format not enforced): say what this API calls them.
             raise InvalidRequest(
-                f"Unsupported parameter: '{name}' is a Chat Completions parameter; the Responses API "
-                f"uses {instead}.", param=name)
+                f"Unsupported parameter: '{name}' is a Chat Completions parameter; the Responses API uses {instead}.",
+                param=name,
+            )
     conversation = _conversation(body.get("conversation"))
     _check_shapes(body)
     model = body.get("model")
@@ -296,7 +281,9 @@ def parse_create_request(body: Any) -> CreateRequest:
     if conversation is not None and previous_response_id is not None:
         raise InvalidRequest(
             "Mutually exclusive parameters: 'conversation' and 'previous_response_id'; use one.",
-            param="conversation", code="invalid_request")
+            param="conversation",
+            code="invalid_request",
+        )
     raw_input = body.get("input")
     if raw_input is None and previous_response_id is None and conversation is None:
         raise InvalidRequest("Missing required parameter: 'input'.", param="input")
@@ -317,9 +304,7 @@ def parse_create_request(body: Any) -> CreateRequest:
 
     truncation = body.get("truncation") or "disabled"
     if truncation not in ("auto", "disabled"):
-        raise InvalidRequest(
-            "Invalid value for 'truncation'; expected 'auto' or 'disabled'.", param="truncation"
-        )
+        raise InvalidRequest("Invalid value for 'truncation'; expected 'auto' or 'disabled'.", param="truncation")
     service_tier = body.get("service_tier")
     if service_tier is not None and (not isinstance(service_tier, str) or service_tier not in SERVICE_TIERS):
         raise InvalidRequest(f"Invalid value for 'service_tier': {service_tier!r}.", param="service_tier")

@@ -1,4 +1,5 @@
 """The Response object: every field present, unknown values null, never missing."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,7 +14,8 @@ def request_params(req: CreateRequest) -> dict[str, Any]:
     """The request-derived fields of the Response, as stored with it."""
     return {
         "instructions": req.instructions,
-        "tools": [t.as_dict() for t in req.tools if t.reported] + [m.as_dict() for m in req.mcp_tools]
+        "tools": [t.as_dict() for t in req.tools if t.reported]
+        + [m.as_dict() for m in req.mcp_tools]
         + [dict(h) for h in req.upstream_hosted_tools],
         "tool_choice": req.tool_choice,
         "truncation": req.truncation,

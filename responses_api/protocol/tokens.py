@@ -6,6 +6,7 @@ item, 1,000 per image or file. Real tokenizers give roughly 3-4.5 characters per
 English and code, so the estimate is deliberately on the high side: truncating a little early
 is better than an upstream's context-length error.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,11 @@ def _pinned(item: dict[str, Any]) -> bool:
 
 
 def truncate(
-    items: list[dict[str, Any]], *, budget: int, instructions: str | None, tools: list[dict[str, Any]],
+    items: list[dict[str, Any]],
+    *,
+    budget: int,
+    instructions: str | None,
+    tools: list[dict[str, Any]],
 ) -> tuple[list[dict[str, Any]], int] | None:
     """The newest items that fit `budget` tokens, dropping the oldest first: a tool call goes
     with its output, instructions (and system/developer messages) stay, the newest item always

@@ -12,6 +12,7 @@ the upstream is offered as functions (see `client_tools`). Hosted tools
 (`web_search`, `file_search`, ...) are kept apart in `HostedTool`s: the
 route's policy decides what happens to them.
 """
+
 from __future__ import annotations
 
 import copy
@@ -99,9 +100,11 @@ def _make_strict(node: Any, path: str) -> None:
         return
     if "patternProperties" in node:
         raise NotStrictable(f"{path or '/'}: 'patternProperties' cannot be strict")
-    is_object = node.get("type") == "object" or (
-        isinstance(node.get("type"), list) and "object" in node["type"]
-    ) or "properties" in node
+    is_object = (
+        node.get("type") == "object"
+        or (isinstance(node.get("type"), list) and "object" in node["type"])
+        or "properties" in node
+    )
     if is_object:
         extra = node.get("additionalProperties", False)
         if extra is not False:
@@ -127,13 +130,16 @@ def _make_strict(node: Any, path: str) -> None:
 
 
 def make_tool(
-    *, name: str, description: str | None, parameters: Any, strict: bool | None, param: str,
+    *,
+    name: str,
+    description: str | None,
+    parameters: Any,
+    strict: bool | None,
+    param: str,
     source: str = "client",
 ) -> Tool:
     if not isinstance(name, str) or not TOOL_NAME.match(name):
-        raise InvalidRequest(
-            f"Invalid '{param}.name': must match ^[a-zA-Z0-9_-]{{1,64}}$.", param=f"{param}.name"
-        )
+        raise InvalidRequest(f"Invalid '{param}.name': must match ^[a-zA-Z0-9_-]{{1,64}}$.", param=f"{param}.name")
     if description is not None and not isinstance(description, str):
         raise InvalidRequest(f"Invalid '{param}.description': expected a string.", param=f"{param}.description")
     if parameters is None:
@@ -184,9 +190,7 @@ def _function_tool(entry: dict[str, Any], param: str, namespace: str | None = No
 def _custom_tool(entry: dict[str, Any], param: str, namespace: str | None = None) -> Tool:
     name = entry.get("name")
     if not isinstance(name, str) or not TOOL_NAME.match(name):
-        raise InvalidRequest(
-            f"Invalid '{param}.name': must match ^[a-zA-Z0-9_-]{{1,64}}$.", param=f"{param}.name"
-        )
+        raise InvalidRequest(f"Invalid '{param}.name': must match ^[a-zA-Z0-9_-]{{1,64}}$.", param=f"{param}.name")
     description = entry.get("description")
     if description is not None and not isinstance(description, str):
         raise InvalidRequest(f"Invalid '{param}.description': expected a string.", param=f"{param}.description")
@@ -205,8 +209,17 @@ def _custom_tool(entry: dict[str, Any], param: str, namespace: str | None = None
                 param=f"{param}.format",
             )
     upstream = namespaced_name(namespace, name) if namespace else name
-    return Tool(upstream, description, custom_parameters(fmt), False, kind="custom", call_name=name,
-                namespace=namespace, report=None if namespace else dict(entry), reported=namespace is None)
+    return Tool(
+        upstream,
+        description,
+        custom_parameters(fmt),
+        False,
+        kind="custom",
+        call_name=name,
+        namespace=namespace,
+        report=None if namespace else dict(entry),
+        reported=namespace is None,
+    )
 
 
 def _namespace_tools(entry: dict[str, Any], param: str) -> list[Tool]:
@@ -266,9 +279,7 @@ def normalize_tools(raw: Any) -> list[Tool]:
         elif kind in CLIENT_BUILTINS:
             new = [_builtin_tool(entry, param)]
         else:
-            raise InvalidRequest(
-                f"Unsupported tool type {kind!r} in '{param}.type'.", param=f"{param}.type"
-            )
+            raise InvalidRequest(f"Unsupported tool type {kind!r} in '{param}.type'.", param=f"{param}.type")
         for tool in new:
             if tool.name in seen:
                 raise InvalidRequest(f"Duplicate tool name {tool.item_name!r}.", param=f"{param}.name")
@@ -295,8 +306,15 @@ def _find_tool(tools: list[Tool], kind: str, name: str | None) -> Tool | None:
     return None
 
 
-_CHOICE_KIND = {"custom": "custom", "apply_patch": "apply_patch", "shell": "shell", "local_shell": "local_shell",
-                "computer": "computer", "computer_use": "computer", "computer_use_preview": "computer"}
+_CHOICE_KIND = {
+    "custom": "custom",
+    "apply_patch": "apply_patch",
+    "shell": "shell",
+    "local_shell": "local_shell",
+    "computer": "computer",
+    "computer_use": "computer",
+    "computer_use_preview": "computer",
+}
 
 
 def _choice_entry(entry: Any, tools: list[Tool], param: str) -> dict[str, Any]:
@@ -307,13 +325,15 @@ def _choice_entry(entry: Any, tools: list[Tool], param: str) -> dict[str, Any]:
     if kind in ("function", "custom"):
         name = entry.get("name")
         if _find_tool(tools, kind, name if isinstance(name, str) else "") is None:
-            raise InvalidRequest(f"'{param}.name' {name!r} is not one of the request's {kind} tools.",
-                                 param=f"{param}.name")
+            raise InvalidRequest(
+                f"'{param}.name' {name!r} is not one of the request's {kind} tools.", param=f"{param}.name"
+            )
         return {"type": kind, "name": name}
     if kind in _CHOICE_KIND:
         if _find_tool(tools, _CHOICE_KIND[kind], None) is None:
-            raise InvalidRequest(f"'{param}' names the {kind!r} tool, which the request does not give.",
-                                 param=f"{param}.type")
+            raise InvalidRequest(
+                f"'{param}' names the {kind!r} tool, which the request does not give.", param=f"{param}.type"
+            )
         return {"type": kind}
     if kind == "mcp":
         if not isinstance(entry.get("server_label"), str):
@@ -341,9 +361,7 @@ def normalize_tool_choice(raw: Any, tools: list[Tool]) -> str | dict[str, Any]:
     if raw.get("type") == "allowed_tools":
         mode = raw.get("mode", "auto")
         if mode not in ("auto", "required"):
-            raise InvalidRequest(
-                "Invalid 'tool_choice.mode'; expected 'auto' or 'required'.", param="tool_choice.mode"
-            )
+            raise InvalidRequest("Invalid 'tool_choice.mode'; expected 'auto' or 'required'.", param="tool_choice.mode")
         allowed = raw.get("tools")
         if not isinstance(allowed, list) or not allowed:
             raise InvalidRequest("'tool_choice.tools' must be a non-empty array.", param="tool_choice.tools")

@@ -12,6 +12,7 @@ back likewise, so the standard decoder's answer and error messages stay the rule
 difference would be silent: orjson reads an integer beyond 64 bits as a float. A document with
 a run of 20 digits (the shortest such integer) is therefore read by `json` alone.
 """
+
 from __future__ import annotations
 
 import copy

@@ -1,4 +1,5 @@
 """Upstream adapters: one small interface, one implementation per provider wire format."""
+
 from __future__ import annotations
 
 from ..routing import Target

@@ -2,6 +2,7 @@
 https://api.anthropic.com/v1). The request and the reading of its events are in
 protocol/anthropic.py. The key goes in `x-api-key`, the API version in `anthropic-version`
 (the provider's `anthropic_version` option, default protocol.anthropic.API_VERSION)."""
+
 from __future__ import annotations
 
 from ..protocol.anthropic import API_VERSION, EventDecoder, build_messages_request, message_to_deltas
@@ -14,20 +15,28 @@ from .events import EventStreamCall
 
 async def open_messages(target: Target, request: UpstreamRequest) -> EventStreamCall:
     provider = target.provider
-    body = build_messages_request(request.request, signed_thinking(request.items, request.tenant_id),
-                                  upstream_model=target.upstream_model,
-                                  stream=request.stream, tools=request.tools, options=provider.options)
-    headers = {"content-type": "application/json",
-               "anthropic-version": str(provider.options.get("anthropic_version") or API_VERSION),
-               **provider.headers}
+    body = build_messages_request(
+        request.request,
+        signed_thinking(request.items, request.tenant_id),
+        upstream_model=target.upstream_model,
+        stream=request.stream,
+        tools=request.tools,
+        options=provider.options,
+    )
+    headers = {
+        "content-type": "application/json",
+        "anthropic-version": str(provider.options.get("anthropic_version") or API_VERSION),
+        **provider.headers,
+    }
     if provider.api_key:
         headers["x-api-key"] = provider.api_key
     opened = await post_json(target, f"{provider.base_url}/messages", body, headers, stream=request.stream)
     if isinstance(opened, Opened):
         return EventStreamCall(target, EventDecoder, opened=opened)
     if not isinstance(opened, dict):
-        raise UpstreamError(f"Upstream '{target.label}' answered with something that is not a message.",
-                            code="upstream_malformed")
+        raise UpstreamError(
+            f"Upstream '{target.label}' answered with something that is not a message.", code="upstream_malformed"
+        )
     return EventStreamCall(target, EventDecoder, deltas=message_to_deltas(opened))
 
 

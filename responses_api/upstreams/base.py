@@ -1,4 +1,5 @@
 """The adapter interface: open a generation, then read neutral deltas from it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

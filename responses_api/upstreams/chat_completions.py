@@ -1,4 +1,5 @@
 """OpenAI-compatible Chat Completions upstreams (OpenAI, vLLM, Ollama, llama.cpp, ...)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -111,15 +112,20 @@ class StallGuard:
     def error(self, target: Target) -> UpstreamTimeout:
         provider = target.provider
         if self.stalled == "first_byte":
-            return UpstreamTimeout(f"Upstream '{target.label}' sent nothing within "
-                                   f"{provider.first_byte_timeout:g} s (first_byte_timeout).")
-        return UpstreamTimeout(f"Upstream '{target.label}' fell silent for {provider.idle_timeout:g} s "
-                               f"mid-stream (idle_timeout).")
+            return UpstreamTimeout(
+                f"Upstream '{target.label}' sent nothing within {provider.first_byte_timeout:g} s (first_byte_timeout)."
+            )
+        return UpstreamTimeout(
+            f"Upstream '{target.label}' fell silent for {provider.idle_timeout:g} s mid-stream (idle_timeout)."
+        )
 
 
 class ChatCompletionCall:
     def __init__(
-        self, target: Target, response: aiohttp.ClientResponse | None, deltas: list[Delta] | None,
+        self,
+        target: Target,
+        response: aiohttp.ClientResponse | None,
+        deltas: list[Delta] | None,
         guard: StallGuard | None = None,
     ):
         self._target = target
@@ -243,8 +249,12 @@ def parse_data(payload: bytes) -> Any:
 async def open_chat_completion(target: Target, request: UpstreamRequest) -> ChatCompletionCall:
     provider = target.provider
     body = build_chat_request(
-        request.request, request.items, upstream_model=target.upstream_model,
-        stream=request.stream, tools=request.tools, options=chat_options(provider.options),
+        request.request,
+        request.items,
+        upstream_model=target.upstream_model,
+        stream=request.stream,
+        tools=request.tools,
+        options=chat_options(provider.options),
     )
     headers = {"content-type": "application/json", **provider.headers}
     if provider.api_key:
@@ -263,8 +273,9 @@ class Opened:
     guard: StallGuard
 
 
-async def post_json(target: Target, url: str, body: dict[str, Any], headers: dict[str, str], *,
-                    stream: bool) -> Opened | Any:
+async def post_json(
+    target: Target, url: str, body: dict[str, Any], headers: dict[str, str], *, stream: bool
+) -> Opened | Any:
     """POST the body; for a stream the open response, otherwise the decoded JSON answer. Every
     failure before that is a GatewayError (HTTP status, transport, first-byte timeout, not JSON).
 
@@ -321,12 +332,17 @@ def _first_byte_timeout(target: Target, seconds: float, stream: bool) -> Upstrea
 
 
 async def _post(
-    session: aiohttp.ClientSession, url: str, payload: bytes, headers: dict[str, str],
-    timeout: aiohttp.ClientTimeout, proxy: str | None,
+    session: aiohttp.ClientSession,
+    url: str,
+    payload: bytes,
+    headers: dict[str, str],
+    timeout: aiohttp.ClientTimeout,
+    proxy: str | None,
 ) -> aiohttp.ClientResponse:
     try:
-        return await session.post(url, data=payload, headers=headers, timeout=timeout,
-                                  proxy=proxy, allow_redirects=False)
+        return await session.post(
+            url, data=payload, headers=headers, timeout=timeout, proxy=proxy, allow_redirects=False
+        )
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         if isinstance(exc, aiohttp.ClientConnectorError):
             raise  # not a pooled connection: no new connection to try
@@ -334,5 +350,6 @@ async def _post(
         # (llama.cpp's server closes after a stream; uvicorn-based servers such as
         # vLLM after 5 s idle): it never saw the request, so sending it once more
         # on a fresh connection is safe.
-        return await session.post(url, data=payload, headers=headers, timeout=timeout,
-                                  proxy=proxy, allow_redirects=False)
+        return await session.post(
+            url, data=payload, headers=headers, timeout=timeout, proxy=proxy, allow_redirects=False
+        )

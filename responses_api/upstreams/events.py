@@ -1,5 +1,6 @@
 """Upstreams whose streams are typed SSE events (native Responses, Anthropic Messages): one call
 type, given the dialect's decoder, for the stream's reading, stall and transport errors."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,8 +18,14 @@ class EventStreamCall:
     """`decoder()` makes an object with `feed(event) -> deltas` and `finished`; its `feed` may
     raise UpstreamFailed."""
 
-    def __init__(self, target: Target, decoder: Callable[[], Any], *, opened: Opened | None = None,
-                 deltas: list[Delta] | None = None) -> None:
+    def __init__(
+        self,
+        target: Target,
+        decoder: Callable[[], Any],
+        *,
+        opened: Opened | None = None,
+        deltas: list[Delta] | None = None,
+    ) -> None:
         self._target = target
         self._decoder = decoder
         self._response: aiohttp.ClientResponse | None = opened.response if opened else None
@@ -43,8 +50,9 @@ class EventStreamCall:
                         break
                     event = parse_data(payload)
                     if event is None:
-                        raise UpstreamError(f"Upstream '{self._target.label}' sent a malformed event.",
-                                            code="upstream_malformed")
+                        raise UpstreamError(
+                            f"Upstream '{self._target.label}' sent a malformed event.", code="upstream_malformed"
+                        )
                     if not isinstance(event, dict):
                         continue
                     try:
@@ -72,8 +80,9 @@ class EventStreamCall:
         if guard is not None and guard.stalled:
             raise guard.error(self._target)
         if not decoder.finished:
-            raise UpstreamError(f"Upstream '{self._target.label}' ended the stream before finishing.",
-                                code="upstream_truncated")
+            raise UpstreamError(
+                f"Upstream '{self._target.label}' ended the stream before finishing.", code="upstream_truncated"
+            )
 
     async def aclose(self) -> None:
         if self._response is not None:
@@ -81,5 +90,4 @@ class EventStreamCall:
 
 
 def failed(target: Target, failure: UpstreamFailed) -> UpstreamError:
-    return UpstreamError(f"Upstream '{target.label}' failed ({failure.code}): {failure.message}",
-                         code="upstream_error")
+    return UpstreamError(f"Upstream '{target.label}' failed ({failure.code}): {failure.message}", code="upstream_error")

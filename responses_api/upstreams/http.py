@@ -6,6 +6,7 @@ aiohttp rather than httpx on this path: a model call through httpx cost about
 Certificates are verified as httpx does (certifi, or SSL_CERT_FILE/SSL_CERT_DIR);
 HTTP(S)_PROXY/NO_PROXY are honoured.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,9 +20,7 @@ import aiohttp
 import httpx
 from django.conf import settings
 
-_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
-    weakref.WeakKeyDictionary()
-)
+_sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = weakref.WeakKeyDictionary()
 _ssl_context: ssl.SSLContext | None = None
 
 
@@ -33,16 +32,21 @@ def get_session() -> aiohttp.ClientSession:
         if _ssl_context is None:
             _ssl_context = httpx.create_ssl_context(trust_env=True)
         connector = aiohttp.TCPConnector(
-            limit=settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS, limit_per_host=0, ssl=_ssl_context,
+            limit=settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS,
+            limit_per_host=0,
+            ssl=_ssl_context,
             # Under the 5 s of uvicorn-based servers (vLLM, ...), so that an idle connection
             # is dropped here before the server closes it under a request.
             keepalive_timeout=4.0,
         )
         session = aiohttp.ClientSession(
             # trust_env would re-read the environment (and ~/.netrc) on every request: proxy_for().
-            connector=connector, trust_env=False, auto_decompress=True,
+            connector=connector,
+            trust_env=False,
+            auto_decompress=True,
             timeout=aiohttp.ClientTimeout(
-                total=None, sock_read=settings.GATEWAY_UPSTREAM_TIMEOUT,
+                total=None,
+                sock_read=settings.GATEWAY_UPSTREAM_TIMEOUT,
                 sock_connect=settings.GATEWAY_UPSTREAM_CONNECT_TIMEOUT,
             ),
         )

@@ -2,6 +2,7 @@
 the body as the client sent it (with the route's upstream model), the answer as the upstream
 sent it, streamed chunk by chunk; the gateway adds keys, routing, allowlists, fallback before
 the first byte, timeouts and usage accounting."""
+
 from __future__ import annotations
 
 import asyncio
@@ -31,14 +32,22 @@ async def forward(target: Target, path: str, body: dict[str, Any], *, stream: bo
     if provider.api_key:
         headers["authorization"] = f"Bearer {provider.api_key}"
     first_byte = provider.first_byte_timeout if stream else provider.timeout
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=provider.connect_timeout,
-                                    sock_read=max(first_byte, provider.idle_timeout) if stream else first_byte)
+    timeout = aiohttp.ClientTimeout(
+        total=None,
+        sock_connect=provider.connect_timeout,
+        sock_read=max(first_byte, provider.idle_timeout) if stream else first_byte,
+    )
     url = f"{provider.base_url}{path}"
     try:
         async with asyncio.timeout(first_byte):
             response = await get_session().post(
-                url, data=json.dumps({**body, "model": target.upstream_model}).encode(), headers=headers,
-                timeout=timeout, proxy=proxy_for(url), allow_redirects=False)
+                url,
+                data=json.dumps({**body, "model": target.upstream_model}).encode(),
+                headers=headers,
+                timeout=timeout,
+                proxy=proxy_for(url),
+                allow_redirects=False,
+            )
     except TimeoutError:
         raise UpstreamTimeout(f"Upstream '{target.label}' did not answer within {first_byte:g} s.") from None
     except TRANSPORT_ERRORS as exc:

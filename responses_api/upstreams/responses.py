@@ -1,5 +1,6 @@
 """Provider kind `responses`: an upstream that speaks `/v1/responses` itself (OpenAI, vLLM,
 SGLang). The request and the reading of its events are in protocol/native.py."""
+
 from __future__ import annotations
 
 from ..protocol.errors import UpstreamError
@@ -13,9 +14,14 @@ from .events import EventStreamCall, failed
 
 async def open_responses(target: Target, request: UpstreamRequest) -> EventStreamCall:
     provider = target.provider
-    body = build_responses_request(request.request, request.items, upstream_model=target.upstream_model,
-                                   stream=request.stream, tools=request.tools,
-                                   extra_body=provider.options.get("extra_body"))
+    body = build_responses_request(
+        request.request,
+        request.items,
+        upstream_model=target.upstream_model,
+        stream=request.stream,
+        tools=request.tools,
+        extra_body=provider.options.get("extra_body"),
+    )
     headers = {"content-type": "application/json", **provider.headers}
     if provider.api_key:
         headers["authorization"] = f"Bearer {provider.api_key}"
@@ -23,8 +29,9 @@ async def open_responses(target: Target, request: UpstreamRequest) -> EventStrea
     if isinstance(opened, Opened):
         return EventStreamCall(target, EventDecoder, opened=opened)
     if not isinstance(opened, dict):
-        raise UpstreamError(f"Upstream '{target.label}' answered with something that is not a Response.",
-                            code="upstream_malformed")
+        raise UpstreamError(
+            f"Upstream '{target.label}' answered with something that is not a Response.", code="upstream_malformed"
+        )
     try:
         return EventStreamCall(target, EventDecoder, deltas=response_to_deltas(opened))
     except UpstreamFailed as failure:

@@ -2,6 +2,7 @@
 `max_model_len` in /v1/models) and exact counts (vLLM's `POST /tokenize` with chat messages).
 Both are best effort: a short timeout, and an upstream that cannot answer is remembered for a
 while, so a request never waits on it twice."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,12 @@ def _headers(target: Target) -> dict[str, str]:
 async def _get_json(target: Target, url: str, body: dict[str, Any] | None = None) -> Any:
     session = get_session()
     method = session.post if body is not None else session.get
-    kwargs: dict[str, Any] = {"headers": _headers(target), "timeout": _TIMEOUT, "proxy": proxy_for(url),
-                              "allow_redirects": False}
+    kwargs: dict[str, Any] = {
+        "headers": _headers(target),
+        "timeout": _TIMEOUT,
+        "proxy": proxy_for(url),
+        "allow_redirects": False,
+    }
     if body is not None:
         kwargs["data"] = json.dumps(body).encode()
         kwargs["headers"]["content-type"] = "application/json"

@@ -1,4 +1,5 @@
 """Admin tests: static files resolve without collectstatic (the Manifest storage needs its manifest)."""
+
 from __future__ import annotations
 
 import pytest

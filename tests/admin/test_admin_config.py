@@ -1,4 +1,5 @@
 """API keys (secret shown once), providers (encrypted keys, connection check) and routes in the admin."""
+
 from __future__ import annotations
 
 import socket
@@ -30,7 +31,9 @@ def test_create_api_key_shows_the_secret_once(admin_client) -> None:  # type: ig
     assert 'name="prefix"' not in form and 'name="secret_hash"' not in form
     assert '<option value="gpt-small">' in form  # model name suggestions
 
-    reply = admin_client.post(add_url, {"tenant": tenant.id, "name": "ci-bot", "allowed_models": "gpt-small, gpt-large"})
+    reply = admin_client.post(
+        add_url, {"tenant": tenant.id, "name": "ci-bot", "allowed_models": "gpt-small, gpt-large"}
+    )
     key = ApiKey.objects.get(name="ci-bot")
     assert reply.status_code == 302
     assert reply["location"] == reverse("admin:responses_api_apikey_change", args=[key.pk])
@@ -54,8 +57,11 @@ def test_revoke_action(admin_client) -> None:  # type: ignore[no-untyped-def]
 
     raw, _ = make_key(name="leaked")
     key = ApiKey.objects.get(name="leaked")
-    reply = admin_client.post(reverse("admin:responses_api_apikey_changelist"),
-                              {"action": "revoke_keys", "_selected_action": [key.pk]}, follow=True)
+    reply = admin_client.post(
+        reverse("admin:responses_api_apikey_changelist"),
+        {"action": "revoke_keys", "_selected_action": [key.pk]},
+        follow=True,
+    )
     assert any("Revoked 1 key" in m for m in _messages(reply))
     key.refresh_from_db()
     assert key.revoked_at is not None
@@ -66,11 +72,23 @@ def test_revoke_action(admin_client) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_provider_key_is_stored_encrypted_and_never_shown(admin_client) -> None:  # type: ignore[no-untyped-def]
-    reply = admin_client.post(reverse("admin:responses_api_provider_add"), {
-        "name": "openai", "kind": "chat_completions", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "",
-        "new_api_key": "sk-upstream-very-secret", "timeout": 60, "connect_timeout": 5, "first_byte_timeout": 60, "idle_timeout": 30, "options": "{}",
-        "headers": "{}", "enabled": "on",
-    })
+    reply = admin_client.post(
+        reverse("admin:responses_api_provider_add"),
+        {
+            "name": "openai",
+            "kind": "chat_completions",
+            "base_url": "http://127.0.0.1:9/v1",
+            "api_key_env": "",
+            "new_api_key": "sk-upstream-very-secret",
+            "timeout": 60,
+            "connect_timeout": 5,
+            "first_byte_timeout": 60,
+            "idle_timeout": 30,
+            "options": "{}",
+            "headers": "{}",
+            "enabled": "on",
+        },
+    )
     assert reply.status_code == 302, reply.content[:2000]
     provider = Provider.objects.get(name="openai")
     assert provider.api_key_encrypted and "very-secret" not in provider.api_key_encrypted
@@ -89,9 +107,14 @@ def test_check_connection_lists_the_upstream_models(admin_client, upstream: Scri
         dead_port = sock.getsockname()[1]
     dead = Provider.objects.create(name="dead", base_url=f"http://127.0.0.1:{dead_port}/v1", connect_timeout=1)
     missing_env = Provider.objects.create(name="noenv", base_url=upstream.base_url, api_key_env="NOPE_NOT_SET_KEY")
-    reply = admin_client.post(reverse("admin:responses_api_provider_changelist"), {
-        "action": "check_connection", "_selected_action": [ok.pk, dead.pk, missing_env.pk],
-    }, follow=True)
+    reply = admin_client.post(
+        reverse("admin:responses_api_provider_changelist"),
+        {
+            "action": "check_connection",
+            "_selected_action": [ok.pk, dead.pk, missing_env.pk],
+        },
+        follow=True,
+    )
     messages = _messages(reply)
     assert any(m.startswith("scripted: OK") and "model(s)" in m for m in messages), messages
     assert any(m.startswith("dead: cannot reach") for m in messages), messages
@@ -102,19 +125,37 @@ def test_check_connection_lists_the_upstream_models(admin_client, upstream: Scri
 
 def test_model_route_with_targets_inline(admin_client) -> None:  # type: ignore[no-untyped-def]
     provider = Provider.objects.create(name="local", base_url="http://127.0.0.1:9/v1")
-    reply = admin_client.post(reverse("admin:responses_api_modelroute_add"), {
-        "name": "gpt-house", "description": "", "enabled": "on",
-        "targets-TOTAL_FORMS": "2", "targets-INITIAL_FORMS": "0", "targets-MIN_NUM_FORMS": "0",
-        "targets-MAX_NUM_FORMS": "1000",
-        "targets-0-provider": provider.pk, "targets-0-upstream_model": "llama-3", "targets-0-weight": "3",
-        "targets-0-priority": "0",
-        "targets-1-provider": provider.pk, "targets-1-upstream_model": "llama-fallback", "targets-1-weight": "0",
-        "targets-1-priority": "0", "targets-1-max_concurrent": "4",
-    })
-    assert reply.status_code == 302, [reply.context["adminform"].form.errors, reply.context["inline_admin_formsets"][0].formset.errors] if reply.context else reply
+    reply = admin_client.post(
+        reverse("admin:responses_api_modelroute_add"),
+        {
+            "name": "gpt-house",
+            "description": "",
+            "enabled": "on",
+            "targets-TOTAL_FORMS": "2",
+            "targets-INITIAL_FORMS": "0",
+            "targets-MIN_NUM_FORMS": "0",
+            "targets-MAX_NUM_FORMS": "1000",
+            "targets-0-provider": provider.pk,
+            "targets-0-upstream_model": "llama-3",
+            "targets-0-weight": "3",
+            "targets-0-priority": "0",
+            "targets-1-provider": provider.pk,
+            "targets-1-upstream_model": "llama-fallback",
+            "targets-1-weight": "0",
+            "targets-1-priority": "0",
+            "targets-1-max_concurrent": "4",
+        },
+    )
+    assert reply.status_code == 302, (
+        [reply.context["adminform"].form.errors, reply.context["inline_admin_formsets"][0].formset.errors]
+        if reply.context
+        else reply
+    )
     route = ModelRoute.objects.get(name="gpt-house")
     assert [(t.upstream_model, t.weight, t.max_concurrent) for t in route.targets.all()] == [
-        ("llama-3", 3, None), ("llama-fallback", 0, 4)]
+        ("llama-3", 3, None),
+        ("llama-fallback", 0, 4),
+    ]
     listing = admin_client.get(reverse("admin:responses_api_modelroute_changelist")).content.decode()
     assert "local:llama-3" in listing and "fallback" in listing
 
@@ -123,16 +164,28 @@ def test_mcp_server_admin_refreshes_the_tool_listing(admin_client, mcp_server, m
     from tool_registry.models import McpServer
 
     monkeypatch.setenv("SHOP_MCP_TOKEN", f"Bearer {mcp_server.token}")
-    add = admin_client.post(reverse("admin:tool_registry_mcpserver_add"), {
-        "label": "shop", "url": mcp_server.url, "headers_env": '{"Authorization": "SHOP_MCP_TOKEN"}',
-        "allowed_tools": "[]", "approval": "per_tool", "approval_tools": '["lookup_order"]',
-        "timeout": "5", "cache_seconds": "300", "enabled": "on",
-    })
+    add = admin_client.post(
+        reverse("admin:tool_registry_mcpserver_add"),
+        {
+            "label": "shop",
+            "url": mcp_server.url,
+            "headers_env": '{"Authorization": "SHOP_MCP_TOKEN"}',
+            "allowed_tools": "[]",
+            "approval": "per_tool",
+            "approval_tools": '["lookup_order"]',
+            "timeout": "5",
+            "cache_seconds": "300",
+            "enabled": "on",
+        },
+    )
     assert add.status_code == 302, add.content.decode()[:2000]
     ok = McpServer.objects.get(label="shop")
     without_token = McpServer.objects.create(label="locked", url=mcp_server.url)
-    reply = admin_client.post(reverse("admin:tool_registry_mcpserver_changelist"), {
-        "action": "refresh_tools", "_selected_action": [ok.pk, without_token.pk]}, follow=True)
+    reply = admin_client.post(
+        reverse("admin:tool_registry_mcpserver_changelist"),
+        {"action": "refresh_tools", "_selected_action": [ok.pk, without_token.pk]},
+        follow=True,
+    )
     messages = _messages(reply)
     assert "shop: 3 tools listed." in messages, messages
     assert any(m.startswith("locked:") and "401" in m for m in messages), messages
@@ -143,9 +196,19 @@ def test_mcp_server_admin_refreshes_the_tool_listing(admin_client, mcp_server, m
     page = admin_client.get(reverse("admin:tool_registry_mcpserver_change", args=[ok.pk])).content.decode()
     assert "lookup_order" in page and "Look up an order by its id." in page
     # Per-tool approval without tools, and a URL the egress policy refuses, are form errors.
-    bad = admin_client.post(reverse("admin:tool_registry_mcpserver_add"), {
-        "label": "bad", "url": "http://169.254.169.254/mcp", "headers_env": "{}", "allowed_tools": "[]",
-        "approval": "per_tool", "approval_tools": "[]", "timeout": "5", "cache_seconds": "300"})
+    bad = admin_client.post(
+        reverse("admin:tool_registry_mcpserver_add"),
+        {
+            "label": "bad",
+            "url": "http://169.254.169.254/mcp",
+            "headers_env": "{}",
+            "allowed_tools": "[]",
+            "approval": "per_tool",
+            "approval_tools": "[]",
+            "timeout": "5",
+            "cache_seconds": "300",
+        },
+    )
     assert bad.status_code == 200
     errors = bad.context["adminform"].form.errors
     assert "url" in errors

@@ -1,4 +1,5 @@
 """Conversations in the admin."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,10 @@ pytestmark = pytest.mark.embedded
 
 def test_the_admin_shows_a_conversation_and_its_items(gateway: Gateway, admin_client) -> None:  # type: ignore[no-untyped-def]
     client = gateway.openai()
-    conv = client.conversations.create(metadata={"team": "search"}, items=[
-        {"type": "message", "role": "user", "content": "Where is the <b>manual</b>?"}])
+    conv = client.conversations.create(
+        metadata={"team": "search"},
+        items=[{"type": "message", "role": "user", "content": "Where is the <b>manual</b>?"}],
+    )
     listing = admin_client.get("/admin/responses_api/conversation/")
     assert listing.status_code == 200 and conv.id in listing.content.decode()
     page = admin_client.get(f"/admin/responses_api/conversation/{conv.id}/change/")

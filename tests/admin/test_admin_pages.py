@@ -1,4 +1,5 @@
 """The operator's admin: list query counts, the read-only response pages, conversation and usage views."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -68,8 +69,7 @@ def test_response_changelist_never_loads_the_big_json(admin_client) -> None:  # 
     _seed_everything(3)
     with CaptureQueriesContext(connection) as captured:
         admin_client.get(reverse("admin:responses_api_response_changelist"))
-    row_query = next(q["sql"] for q in captured.captured_queries
-                     if '"responses_api_response"."latency_ms"' in q["sql"])
+    row_query = next(q["sql"] for q in captured.captured_queries if '"responses_api_response"."latency_ms"' in q["sql"])
     for column in ("params", "job", "error", "metadata", "instructions"):
         assert f'"responses_api_response"."{column}"' not in row_query
 
@@ -98,30 +98,49 @@ def test_response_detail_is_read_only_with_items_in_order_and_chain_links(admin_
     assert reverse("admin:responses_api_response_conversation", args=[quote(second.id)]) in body
     assert 'name="_save"' not in body  # read-only
     assert admin_client.get(reverse("admin:responses_api_response_add")).status_code == 403
-    assert admin_client.post(reverse("admin:responses_api_response_delete", args=[quote(first.id)]),
-                             {"post": "yes"}).status_code == 403
+    assert (
+        admin_client.post(
+            reverse("admin:responses_api_response_delete", args=[quote(first.id)]), {"post": "yes"}
+        ).status_code
+        == 403
+    )
 
 
 def test_conversation_view_renders_the_whole_thread(admin_client) -> None:  # type: ignore[no-untyped-def]
     _, tenant_id = make_key()
     first, second, third = tool_loop_conversation(tenant_id)
     failed = make_response(
-        tenant_id, previous=third, created_at=T0 + timedelta(seconds=9), status="failed",
+        tenant_id,
+        previous=third,
+        created_at=T0 + timedelta(seconds=9),
+        status="failed",
         input=[user("Book me a table")],
-        output=[reasoning("Try the booking MCP server."),
-                mcp_call("bookings", "reserve", {"party": 2}, error="upstream timeout")],
+        output=[
+            reasoning("Try the booking MCP server."),
+            mcp_call("bookings", "reserve", {"party": 2}, error="upstream timeout"),
+        ],
         error={"code": "server_error", "message": "The upstream failed mid-stream"},
     )
     url = reverse("admin:responses_api_response_conversation", args=[quote(failed.id)])
     body = admin_client.get(url).content.decode()
-    for text in ("What&#x27;s the weather in Paris", "get_weather", "&quot;city&quot;: &quot;Paris&quot;",
-                 "light rain", "get_forecast", "showers", "pack an umbrella", "Book me a table",
-                 "bookings · reserve", "upstream timeout", "The upstream failed mid-stream",
-                 "You are a travel assistant"):
+    for text in (
+        "What&#x27;s the weather in Paris",
+        "get_weather",
+        "&quot;city&quot;: &quot;Paris&quot;",
+        "light rain",
+        "get_forecast",
+        "showers",
+        "pack an umbrella",
+        "Book me a table",
+        "bookings · reserve",
+        "upstream timeout",
+        "The upstream failed mid-stream",
+        "You are a travel assistant",
+    ):
         assert text in body, text
     assert body.count('data-item-type="function_call"') == 2
     assert body.count('data-item-type="function_call_output"') == 2
-    assert body.count("<details class=\"gw-reasoning\">") == 2  # reasoning folded
+    assert body.count('<details class="gw-reasoning">') == 2  # reasoning folded
     assert body.count('data-response-id="') == 4
     assert 'gw-badge gw-bad">failed' in body
     # order: the chain reads top to bottom
@@ -135,16 +154,19 @@ def test_conversation_view_queries_are_constant(admin_client) -> None:  # type: 
     for length in (2, 25):
         previous = None
         for turn in range(length):
-            previous = make_response(tenant_id, previous=previous, created_at=T0 + timedelta(seconds=turn),
-                                     input=[user(f"q{turn}")], output=[assistant(f"a{turn}")])
+            previous = make_response(
+                tenant_id,
+                previous=previous,
+                created_at=T0 + timedelta(seconds=turn),
+                input=[user(f"q{turn}")],
+                output=[assistant(f"a{turn}")],
+            )
         heads.append(previous)
     counts = [
-        _queries(admin_client, reverse("admin:responses_api_response_conversation", args=[quote(h.id)]))
-        for h in heads
+        _queries(admin_client, reverse("admin:responses_api_response_conversation", args=[quote(h.id)])) for h in heads
     ]
     assert counts[0] == counts[1]
-    detail = [_queries(admin_client, reverse("admin:responses_api_response_change", args=[quote(h.id)]))
-              for h in heads]
+    detail = [_queries(admin_client, reverse("admin:responses_api_response_change", args=[quote(h.id)])) for h in heads]
     assert detail[0] == detail[1]
 
 
@@ -162,14 +184,19 @@ def test_usage_page_draws_tokens_per_day_per_model(admin_client) -> None:  # typ
     assert "1,520" in body  # alpha total tokens (both tenants)
     only = admin_client.get(url, {"tenant": tenant_id, "days": 7}).content.decode()
     assert only.count('class="gw-bar"') == 2
-    assert reverse("admin:responses_api_response_usage") in admin_client.get(
-        reverse("admin:responses_api_response_changelist")).content.decode()
+    assert (
+        reverse("admin:responses_api_response_usage")
+        in admin_client.get(reverse("admin:responses_api_response_changelist")).content.decode()
+    )
 
 
 def test_soft_delete_action_hides_responses(admin_client) -> None:  # type: ignore[no-untyped-def]
     _, tenant_id = make_key()
     row = make_response(tenant_id)
-    reply = admin_client.post(reverse("admin:responses_api_response_changelist"),
-                              {"action": "soft_delete", "_selected_action": [row.id]}, follow=True)
+    reply = admin_client.post(
+        reverse("admin:responses_api_response_changelist"),
+        {"action": "soft_delete", "_selected_action": [row.id]},
+        follow=True,
+    )
     assert "Deleted 1 response" in reply.content.decode()
     assert Response.objects.get(id=row.id).deleted_at is not None

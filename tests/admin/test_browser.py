@@ -4,6 +4,7 @@ An operator logs in, reads a stored three-step tool-loop conversation, filters
 the response list, creates an API key and sees its secret once; the API docs
 render offline. Screenshots land in test-artifacts/ (gitignored).
 """
+
 from __future__ import annotations
 
 import re
@@ -21,8 +22,15 @@ from tests.support.harness import make_key
 from tests.history.factories import T0, make_response, tool_loop_conversation, user
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PASSWORD = "correct-horse-battery-staple"
 
@@ -56,18 +64,35 @@ def site(transactional_db, gateway_server, settings, monkeypatch) -> dict:  # ty
     _, tenant_id = make_key(tenant="acme", name="acme-app")
     make_key(tenant="globex", name="globex-app")
     first, second, third = tool_loop_conversation(tenant_id, model="gpt-house")
-    make_response(tenant_id, model="gpt-small", status="failed", created_at=T0.replace(hour=9),
-                  input=[user("Summarise the Q3 report")], output=[],
-                  error={"code": "upstream_error", "message": "The upstream closed the stream"})
-    make_response(tenant_id, model="gpt-small", status="incomplete", created_at=T0.replace(hour=10),
-                  input=[user("Write a long poem")], incomplete_details={"reason": "max_output_tokens"})
+    make_response(
+        tenant_id,
+        model="gpt-small",
+        status="failed",
+        created_at=T0.replace(hour=9),
+        input=[user("Summarise the Q3 report")],
+        output=[],
+        error={"code": "upstream_error", "message": "The upstream closed the stream"},
+    )
+    make_response(
+        tenant_id,
+        model="gpt-small",
+        status="incomplete",
+        created_at=T0.replace(hour=10),
+        input=[user("Write a long poem")],
+        incomplete_details={"reason": "max_output_tokens"},
+    )
     # two weeks of traffic for the usage chart
     now = timezone.now()
     for day in range(14):
         for k, model in enumerate(("gpt-house", "gpt-small", "llama-local")):
             for n in range(1 + (day + k) % 3):
-                make_response(tenant_id, model=model, created_at=now - timedelta(days=day, minutes=n),
-                              input_tokens=300 * (k + 1) + 37 * day, output_tokens=120 + 11 * day * (k + 1))
+                make_response(
+                    tenant_id,
+                    model=model,
+                    created_at=now - timedelta(days=day, minutes=n),
+                    input_tokens=300 * (k + 1) + 37 * day,
+                    output_tokens=120 + 11 * day * (k + 1),
+                )
     return {"url": gateway_server.url, "chain": (first, second, third)}
 
 
@@ -111,9 +136,13 @@ def test_operator_reads_a_tool_loop_conversation(page, site: dict) -> None:  # t
     page.locator(f'tr:has(code[title="{third.id}"]) a.gw-link').click()
     expect(page.locator("h1")).to_contain_text("Conversation up to")
     thread = page.locator("#content-main")
-    for text in ("What's the weather in Paris, and should I pack an umbrella?",
-                 "You are a travel assistant", "light rain", "showers",
-                 "It's 14 °C with light rain in Paris, and showers are expected tomorrow"):
+    for text in (
+        "What's the weather in Paris, and should I pack an umbrella?",
+        "You are a travel assistant",
+        "light rain",
+        "showers",
+        "It's 14 °C with light rain in Paris, and showers are expected tomorrow",
+    ):
         expect(thread.get_by_text(text, exact=False).first).to_be_visible()
     calls = page.locator("[data-item-type=function_call]")
     expect(calls).to_have_count(2)
@@ -192,7 +221,9 @@ def test_api_docs_render_offline(page, site: dict) -> None:  # type: ignore[no-u
     from playwright.sync_api import expect
 
     outside: list[str] = []
-    page.on("request", lambda r: outside.append(r.url) if not r.url.startswith((site["url"], "data:", "blob:")) else None)
+    page.on(
+        "request", lambda r: outside.append(r.url) if not r.url.startswith((site["url"], "data:", "blob:")) else None
+    )
     page.goto("/v1/docs")
     expect(page.locator("h2", has_text="List stored responses")).to_be_visible(timeout=30_000)
     expect(page.locator("h2", has_text="Create a response")).to_be_visible()

@@ -5,6 +5,7 @@ Node clients come from `tests/compat/node_modules` (`npm ci` in this folder, whi
 installed skips its tests, except under GATEWAY_REQUIRE_COMPAT=1 (set by
 `scripts/test`, which installs them all), where it is a failure.
 """
+
 from __future__ import annotations
 
 import os

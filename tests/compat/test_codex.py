@@ -6,6 +6,7 @@ runs the command in the work directory and sends its output back, and the model
 answers. What Codex sends (namespace tools, `web_search`, `store: false`, sealed
 reasoning, `client_metadata`, ...) must be accepted as it is.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,12 @@ def run_codex(gateway: Gateway, workdir: Path, home: Path, prompt: str, *extra: 
     env.update(CODEX_HOME=str(home), GATEWAY_API_KEY=gateway.key, NO_COLOR="1", RUST_LOG="error")
     return subprocess.run(
         [str(codex), "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "--json", *extra, prompt],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -61,8 +67,10 @@ def test_codex_exec_completes_a_turn_with_a_tool_call(
     (work / "notes.txt").write_text("the answer is 42\n")
     scripted.enqueue(
         MODEL,
-        Reply(reasoning="I should read the file.", tool_calls=[
-            {"id": "call_read", "name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}]),
+        Reply(
+            reasoning="I should read the file.",
+            tool_calls=[{"id": "call_read", "name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}],
+        ),
         Reply(text="The notes say the answer is 42."),
     )
     done = run_codex(gateway, work, tmp_path / "home", "What do my notes say?")
@@ -90,5 +98,10 @@ def test_codex_with_a_feature_switched_off_still_works(
     scripted.enqueue(MODEL, Reply(text="hello"))
     done = run_codex(gateway, tmp_path, tmp_path / "home", "Say hello", "--disable", feature)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [i["text"] for e in events_of(done.stdout) if e.get("type") == "item.completed"
-            for i in [e["item"]] if i.get("type") == "agent_message"] == ["hello"]
+    assert [
+        i["text"]
+        for e in events_of(done.stdout)
+        if e.get("type") == "item.completed"
+        for i in [e["item"]]
+        if i.get("type") == "agent_message"
+    ] == ["hello"]

@@ -4,6 +4,7 @@ Each client runs a tool loop: the scripted upstream asks for the tool, the clien
 runs it and sends its output back, the upstream answers. Streams the clients
 consume are also fetched raw and put through the strict validator.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,6 +32,7 @@ def tool_output_sent(scripted: ScriptedUpstream) -> str:
 
 # -- OpenAI Agents SDK --------------------------------------------------------------------------
 
+
 def _agent(gateway: Gateway) -> Any:
     need("openai-agents", importlib.util.find_spec("agents") is not None)
     from agents import Agent, OpenAIResponsesModel, function_tool, set_tracing_disabled
@@ -44,8 +46,12 @@ def _agent(gateway: Gateway) -> Any:
         return f"Sunny in {city}, 21C"
 
     client = AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key, max_retries=0)
-    return Agent(name="forecaster", instructions="Answer with the weather.", tools=[get_weather],
-                 model=OpenAIResponsesModel(model=MODEL, openai_client=client))
+    return Agent(
+        name="forecaster",
+        instructions="Answer with the weather.",
+        tools=[get_weather],
+        model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+    )
 
 
 def test_agents_sdk_run_sync(gateway: Gateway, scripted: ScriptedUpstream) -> None:
@@ -81,12 +87,14 @@ def test_agents_sdk_run_streamed(gateway: Gateway, scripted: ScriptedUpstream) -
 
 # -- LangChain ----------------------------------------------------------------------------------
 
+
 def _chat(gateway: Gateway) -> Any:
     need("langchain-openai", importlib.util.find_spec("langchain_openai") is not None)
     from langchain_openai import ChatOpenAI
 
-    return ChatOpenAI(model=MODEL, base_url=f"{gateway.url}/v1", api_key=gateway.key, use_responses_api=True,
-                      max_retries=0)
+    return ChatOpenAI(
+        model=MODEL, base_url=f"{gateway.url}/v1", api_key=gateway.key, use_responses_api=True, max_retries=0
+    )
 
 
 def test_langchain_invoke_and_stream(gateway: Gateway, scripted: ScriptedUpstream) -> None:

@@ -1,4 +1,5 @@
 """Concurrent responses on one conversation (real PostgreSQL), and the cost of reading one."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -9,7 +10,9 @@ from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 
 
-def test_concurrent_responses_append_whole_turns_in_finishing_order(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+def test_concurrent_responses_append_whole_turns_in_finishing_order(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
     from django.db import connection
 
     if connection.vendor != "postgresql":
@@ -46,9 +49,18 @@ def test_reading_a_conversation_is_a_constant_number_of_queries(gateway: Gateway
         conv = services.conversation_create(tenant_id=gateway.tenant_id, items=[], metadata={})
         for start in range(0, size, 20):
             services.conversation_items_add(
-                tenant_id=gateway.tenant_id, conversation_id=conv.id,
-                items=[{"type": "message", "id": f"msg_{size}_{i}", "role": "user",
-                        "content": [{"type": "input_text", "text": f"m{i}"}]} for i in range(start, min(size, start + 20))])
+                tenant_id=gateway.tenant_id,
+                conversation_id=conv.id,
+                items=[
+                    {
+                        "type": "message",
+                        "id": f"msg_{size}_{i}",
+                        "role": "user",
+                        "content": [{"type": "input_text", "text": f"m{i}"}],
+                    }
+                    for i in range(start, min(size, start + 20))
+                ],
+            )
         with CaptureQueriesContext(connection) as queries:
             context = selectors.conversation_context(tenant_id=gateway.tenant_id, conversation_id=conv.id)
         assert len(context) == size

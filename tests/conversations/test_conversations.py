@@ -1,4 +1,5 @@
 """The Conversations API with the real `openai` SDK, and `conversation` on responses."""
+
 from __future__ import annotations
 
 
@@ -23,17 +24,21 @@ def texts(items) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_conversation_crud_and_items_with_the_sdk(gateway: Gateway) -> None:
     client = gateway.openai()
-    conv = client.conversations.create(metadata={"topic": "dogs"},
-                                       items=[{"type": "message", "role": "user", "content": "Hi, I like dogs."}])
+    conv = client.conversations.create(
+        metadata={"topic": "dogs"}, items=[{"type": "message", "role": "user", "content": "Hi, I like dogs."}]
+    )
     assert conv.object == "conversation" and conv.id.startswith("conv_") and conv.metadata == {"topic": "dogs"}
     assert client.conversations.retrieve(conv.id).created_at == conv.created_at
     updated = client.conversations.update(conv.id, metadata={"topic": "cats"})
     assert updated.metadata == {"topic": "cats"}
 
-    added = client.conversations.items.create(conv.id, items=[
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Dogs are great."}]},
-        {"type": "message", "role": "user", "content": "Tell me more."},
-    ])
+    added = client.conversations.items.create(
+        conv.id,
+        items=[
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Dogs are great."}]},
+            {"type": "message", "role": "user", "content": "Tell me more."},
+        ],
+    )
     assert len(added.data) == 2
     listed = client.conversations.items.list(conv.id, order="asc")
     assert texts(listed.data) == ["Hi, I like dogs.", "Dogs are great.", "Tell me more."]
@@ -63,30 +68,45 @@ def test_responses_read_and_append_to_a_conversation(gateway: Gateway, scripted:
     sent = scripted.requests[-1].body["messages"]
     assert [m["content"] for m in sent] == ["Be brief.", "Capital of France?", "Paris.", "Population?"]
     # Streamed too: the events are the usual ones, and the turn is appended at the end.
-    with gateway.http().stream("POST", "/v1/responses", json={
-            "model": MODEL, "input": "Sure?", "conversation": conv.id, "stream": True}) as resp:
+    with gateway.http().stream(
+        "POST", "/v1/responses", json={"model": MODEL, "input": "Sure?", "conversation": conv.id, "stream": True}
+    ) as resp:
         final = validate_events(parse_sse(resp.iter_bytes()))
     assert final["conversation"] == {"id": conv.id}
     items = client.conversations.items.list(conv.id, order="asc", limit=100).data
-    assert texts(items) == ["Be brief.", "Capital of France?", "Paris.", "Population?", "About 2 million.",
-                            "Sure?", "Yes."]
+    assert texts(items) == [
+        "Be brief.",
+        "Capital of France?",
+        "Paris.",
+        "Population?",
+        "About 2 million.",
+        "Sure?",
+        "Yes.",
+    ]
     # The items are the responses' own (stored once): same ids in both lists.
     response_input = client.responses.input_items.list(second.id).data
     assert response_input[0].id in {i.id for i in items}
 
 
-def test_conversation_and_previous_response_id_are_exclusive_and_ids_are_checked(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+def test_conversation_and_previous_response_id_are_exclusive_and_ids_are_checked(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
     http = gateway.http()
     conv = http.post("/v1/conversations", json={}).json()
-    both = http.post("/v1/responses", json={"model": MODEL, "input": "x", "conversation": conv["id"],
-                                            "previous_response_id": "resp_1"})
+    both = http.post(
+        "/v1/responses",
+        json={"model": MODEL, "input": "x", "conversation": conv["id"], "previous_response_id": "resp_1"},
+    )
     assert both.status_code == 400 and both.json()["error"]["param"] == "conversation"
     missing = http.post("/v1/responses", json={"model": MODEL, "input": "x", "conversation": "conv_missing"})
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "conversation"
     other_key, _ = make_key(tenant="other-co", name="other")
     other = gateway.http(other_key)
-    for method, path in [("GET", f"/v1/conversations/{conv['id']}"), ("DELETE", f"/v1/conversations/{conv['id']}"),
-                         ("GET", f"/v1/conversations/{conv['id']}/items")]:
+    for method, path in [
+        ("GET", f"/v1/conversations/{conv['id']}"),
+        ("DELETE", f"/v1/conversations/{conv['id']}"),
+        ("GET", f"/v1/conversations/{conv['id']}/items"),
+    ]:
         assert other.request(method, path).status_code == 404
     foreign = other.post("/v1/responses", json={"model": MODEL, "input": "x", "conversation": conv["id"]})
     assert foreign.status_code == 404
@@ -98,8 +118,9 @@ def test_a_failed_response_appends_nothing(gateway: Gateway, scripted: ScriptedU
     client = gateway.openai()
     conv = client.conversations.create()
     scripted.enqueue(MODEL, Reply(text="partial", disconnect_after=2))
-    with gateway.http().stream("POST", "/v1/responses", json={
-            "model": MODEL, "input": "x", "conversation": conv.id, "stream": True}) as resp:
+    with gateway.http().stream(
+        "POST", "/v1/responses", json={"model": MODEL, "input": "x", "conversation": conv.id, "stream": True}
+    ) as resp:
         events = parse_sse(resp.iter_bytes())
     assert events[-1]["type"] == "response.failed"
     assert client.conversations.items.list(conv.id).data == []
@@ -115,7 +136,9 @@ def test_store_false_responses_still_append_to_the_conversation(gateway: Gateway
     assert texts(client.conversations.items.list(conv.id, order="asc").data) == ["remember 42", "noted"]
 
 
-def test_background_responses_append_when_the_worker_finishes(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_background_responses_append_when_the_worker_finishes(
+    gateway: Gateway, scripted: ScriptedUpstream, worker
+) -> None:  # type: ignore[no-untyped-def]
     import time
 
     client = gateway.openai()
@@ -139,7 +162,6 @@ def test_a_conversation_over_a_websocket(gateway: Gateway, scripted: ScriptedUps
         validate_events(turn(ws, model=MODEL, input="a", conversation=conv.id))
         validate_events(turn(ws, model=MODEL, input="b", conversation=conv.id))
     assert texts(client.conversations.items.list(conv.id, order="asc").data) == ["a", "one", "b", "two"]
-
 
 
 def test_history_lists_the_tenants_conversations(gateway: Gateway) -> None:

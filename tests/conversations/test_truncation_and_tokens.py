@@ -1,4 +1,5 @@
 """truncation: "auto" against a route's context window, and POST /v1/responses/input_tokens."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,13 +17,20 @@ def message(role: str, text: str) -> dict:
 
 
 def call(call_id: str) -> list[dict]:
-    return [{"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": "f", "arguments": "{}"},
-            {"type": "function_call_output", "id": f"fo_{call_id}", "call_id": call_id, "output": "x" * 400}]
+    return [
+        {"type": "function_call", "id": f"fc_{call_id}", "call_id": call_id, "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "id": f"fo_{call_id}", "call_id": call_id, "output": "x" * 400},
+    ]
 
 
 def test_truncate_drops_oldest_whole_turns_and_keeps_instructions() -> None:
-    items = [message("system", "be brief"), message("user", "a" * 400), *call("c1"), message("user", "b" * 400),
-             message("user", "newest question")]
+    items = [
+        message("system", "be brief"),
+        message("user", "a" * 400),
+        *call("c1"),
+        message("user", "b" * 400),
+        message("user", "newest question"),
+    ]
     size = sum(estimate_item(i) for i in items)
     oldest = estimate_item(items[1])
     kept, dropped = truncate(items, budget=size - oldest, instructions=None, tools=[])
@@ -45,14 +53,20 @@ def small_window(gateway: Gateway) -> None:
     clear_route_cache()
 
 
-def test_a_long_conversation_keeps_answering_past_the_window(gateway: Gateway, scripted: ScriptedUpstream, small_window) -> None:  # type: ignore[no-untyped-def]
+def test_a_long_conversation_keeps_answering_past_the_window(
+    gateway: Gateway, scripted: ScriptedUpstream, small_window
+) -> None:  # type: ignore[no-untyped-def]
     client = gateway.openai()
     conv = client.conversations.create()
     scripted.set_default(MODEL, Reply(text="ok " * 20))
     for turn in range(12):
         resp = client.responses.with_raw_response.create(
-            model=MODEL, input=f"turn {turn}: " + "words " * 30, conversation=conv.id,
-            truncation="auto", max_output_tokens=100)
+            model=MODEL,
+            input=f"turn {turn}: " + "words " * 30,
+            conversation=conv.id,
+            truncation="auto",
+            max_output_tokens=100,
+        )
         assert resp.http_response.status_code == 200
     sent = scripted.requests[-1].body["messages"]
     assert sent[-1]["content"].startswith("turn 11:")  # the newest turn went through
@@ -61,7 +75,9 @@ def test_a_long_conversation_keeps_answering_past_the_window(gateway: Gateway, s
     assert len(client.conversations.items.list(conv.id, limit=100).data) == 24  # the conversation keeps all
 
 
-def test_without_auto_an_over_long_context_is_a_400_before_the_upstream(gateway: Gateway, scripted: ScriptedUpstream, small_window) -> None:  # type: ignore[no-untyped-def]
+def test_without_auto_an_over_long_context_is_a_400_before_the_upstream(
+    gateway: Gateway, scripted: ScriptedUpstream, small_window
+) -> None:  # type: ignore[no-untyped-def]
     before = len(scripted.requests)
     resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "long " * 2000})
     assert resp.status_code == 400
@@ -105,13 +121,24 @@ def test_input_tokens_estimate_and_exact(gateway: Gateway, scripted: ScriptedUps
     assert raw.headers["x-gateway-token-count"] == "exact"
     tokenized = [r for r in scripted.requests if r.path == "/tokenize"][-1].body
     assert [m["content"] for m in tokenized["messages"]] == ["Answer briefly.", "How many tokens is this question?"]
-    assert exact.input_tokens == raw.json()["input_tokens"] == (len('"Answer briefly."') + len('"How many tokens is this question?"')) // 3 + 6
+    assert (
+        exact.input_tokens
+        == raw.json()["input_tokens"]
+        == (len('"Answer briefly."') + len('"How many tokens is this question?"')) // 3 + 6
+    )
     # With a chain or a conversation, the stored context counts too.
     scripted.enqueue(MODEL, Reply(text="An answer of some length."))
     first = client.responses.create(model=MODEL, input="First question.")
-    chained = gateway.http().post("/v1/responses/input_tokens", json={
-        "model": MODEL, "input": "Second.", "previous_response_id": first.id}).json()["input_tokens"]
-    alone = gateway.http().post("/v1/responses/input_tokens", json={"model": MODEL, "input": "Second."}).json()["input_tokens"]
+    chained = (
+        gateway.http()
+        .post("/v1/responses/input_tokens", json={"model": MODEL, "input": "Second.", "previous_response_id": first.id})
+        .json()["input_tokens"]
+    )
+    alone = (
+        gateway.http()
+        .post("/v1/responses/input_tokens", json={"model": MODEL, "input": "Second."})
+        .json()["input_tokens"]
+    )
     assert chained > alone
     missing = gateway.http().post("/v1/responses/input_tokens", json={"input": "x"})
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
@@ -125,8 +152,9 @@ def test_input_tokens_never_reads_another_tenants_context(gateway: Gateway, scri
     conv = gateway.http().post("/v1/conversations", json={}).json()["id"]
     other_key, _ = make_key(tenant="other-co", name="other")
     other = gateway.http(other_key)
-    chained = other.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "x",
-                                                             "previous_response_id": mine.id})
+    chained = other.post(
+        "/v1/responses/input_tokens", json={"model": MODEL, "input": "x", "previous_response_id": mine.id}
+    )
     assert chained.status_code == 400 and chained.json()["error"]["code"] == "previous_response_not_found"
     in_conv = other.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "x", "conversation": conv})
     assert in_conv.status_code == 404 and in_conv.json()["error"]["param"] == "conversation"

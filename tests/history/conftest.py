@@ -1,4 +1,5 @@
 """The history API over real HTTP: the live ASGI gateway and keys for two tenants and an admin."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """GET /v1/responses: full Response objects, cursor paging both ways, every filter, 400s that name the param."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -88,18 +89,51 @@ def test_invalid_values_are_400_naming_the_parameter(api: HistoryApi, params: di
 
 def test_every_filter(api: HistoryApi) -> None:
     t = api.tenant_id
-    a = make_response(t, model="alpha", created_at=T0, metadata={"project": "x", "env": "prod"},
-                      input=[user("tell me about penguins")], output=[assistant("Penguins are flightless birds.")])
-    b = make_response(t, model="beta", status="failed", created_at=T0 + timedelta(hours=1),
-                      metadata={"project": "x", "env": "dev"}, input=[user("weather in Oslo")],
-                      output=[], error={"code": "server_error", "message": "upstream exploded"})
-    c = make_response(t, model="alpha", status="incomplete", created_at=T0 + timedelta(hours=2), previous=a,
-                      metadata={"project": "y"}, input=[user("and emperors?")],
-                      output=[assistant("Emperor penguins are the tallest")])
-    d = make_response(t, model="alpha", status="in_progress", created_at=T0 + timedelta(hours=3), previous=c,
-                      input=[user("how tall?")], output=[])
-    e = make_response(t, model="alpha", created_at=T0 + timedelta(hours=4), previous=a,
-                      input=[user("what about puffins")], output=[assistant("Puffins fly.")])
+    a = make_response(
+        t,
+        model="alpha",
+        created_at=T0,
+        metadata={"project": "x", "env": "prod"},
+        input=[user("tell me about penguins")],
+        output=[assistant("Penguins are flightless birds.")],
+    )
+    b = make_response(
+        t,
+        model="beta",
+        status="failed",
+        created_at=T0 + timedelta(hours=1),
+        metadata={"project": "x", "env": "dev"},
+        input=[user("weather in Oslo")],
+        output=[],
+        error={"code": "server_error", "message": "upstream exploded"},
+    )
+    c = make_response(
+        t,
+        model="alpha",
+        status="incomplete",
+        created_at=T0 + timedelta(hours=2),
+        previous=a,
+        metadata={"project": "y"},
+        input=[user("and emperors?")],
+        output=[assistant("Emperor penguins are the tallest")],
+    )
+    d = make_response(
+        t,
+        model="alpha",
+        status="in_progress",
+        created_at=T0 + timedelta(hours=3),
+        previous=c,
+        input=[user("how tall?")],
+        output=[],
+    )
+    e = make_response(
+        t,
+        model="alpha",
+        created_at=T0 + timedelta(hours=4),
+        previous=a,
+        input=[user("what about puffins")],
+        output=[assistant("Puffins fly.")],
+    )
     ts = int(T0.timestamp())
 
     assert api.ids({"model": "alpha"}) == [e.id, d.id, c.id, a.id]

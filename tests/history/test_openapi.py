@@ -1,4 +1,5 @@
 """/v1/openapi.json is a valid OpenAPI 3.1 document covering every /v1 route, and real bodies match it."""
+
 from __future__ import annotations
 
 import re

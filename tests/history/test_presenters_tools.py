@@ -1,4 +1,5 @@
 """The admin's thread view renders client-tool and hosted-tool items as calls and outputs."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,18 +9,53 @@ from responses_api.history.presenters import item_block
 pytestmark = pytest.mark.embedded
 
 
-@pytest.mark.parametrize(("item", "kind", "title", "text"), [
-    ({"type": "custom_tool_call", "id": "c", "call_id": "k", "name": "apply_patch", "namespace": "ns",
-      "input": "PATCH"}, "tool_call", "ns · apply_patch", "PATCH"),
-    ({"type": "shell_call", "id": "s", "call_id": "k", "action": {"commands": ["ls"]}}, "tool_call", "shell", '"ls"'),
-    ({"type": "web_search_call", "id": "w", "status": "completed", "action": {"type": "search", "query": "q"}},
-     "tool_call", "web_search", '"q"'),
-    ({"type": "shell_call_output", "id": "o", "call_id": "k",
-      "output": [{"stdout": "a.txt", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]},
-     "tool_output", "", "a.txt\n(exit code 0)"),
-    ({"type": "apply_patch_call_output", "id": "p", "call_id": "k", "status": "failed", "output": "no file"},
-     "tool_output", "", "failed: no file"),
-])
+@pytest.mark.parametrize(
+    ("item", "kind", "title", "text"),
+    [
+        (
+            {
+                "type": "custom_tool_call",
+                "id": "c",
+                "call_id": "k",
+                "name": "apply_patch",
+                "namespace": "ns",
+                "input": "PATCH",
+            },
+            "tool_call",
+            "ns · apply_patch",
+            "PATCH",
+        ),
+        (
+            {"type": "shell_call", "id": "s", "call_id": "k", "action": {"commands": ["ls"]}},
+            "tool_call",
+            "shell",
+            '"ls"',
+        ),
+        (
+            {"type": "web_search_call", "id": "w", "status": "completed", "action": {"type": "search", "query": "q"}},
+            "tool_call",
+            "web_search",
+            '"q"',
+        ),
+        (
+            {
+                "type": "shell_call_output",
+                "id": "o",
+                "call_id": "k",
+                "output": [{"stdout": "a.txt", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
+            },
+            "tool_output",
+            "",
+            "a.txt\n(exit code 0)",
+        ),
+        (
+            {"type": "apply_patch_call_output", "id": "p", "call_id": "k", "status": "failed", "output": "no file"},
+            "tool_output",
+            "",
+            "failed: no file",
+        ),
+    ],
+)
 def test_tool_items_render_as_calls_and_outputs(item: dict, kind: str, title: str, text: str) -> None:
     block = item_block(item)
     assert (block.kind, block.title) == (kind, title)

@@ -1,4 +1,5 @@
 """History selectors cost a constant number of queries, whatever the page or chain size (no N+1)."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -18,10 +19,15 @@ def _seed(tenant_id: int, count: int) -> list:
     """`count` chained responses, one second apart."""
     rows: list = []
     for i in range(count):
-        rows.append(make_response(
-            tenant_id, created_at=T0 + timedelta(seconds=i), metadata={"batch": "a"},
-            previous=rows[-1] if rows else None, output=[assistant(f"answer {i}"), assistant(f"more {i}")],
-        ))
+        rows.append(
+            make_response(
+                tenant_id,
+                created_at=T0 + timedelta(seconds=i),
+                metadata={"batch": "a"},
+                previous=rows[-1] if rows else None,
+                output=[assistant(f"answer {i}"), assistant(f"more {i}")],
+            )
+        )
     return rows
 
 
@@ -42,8 +48,13 @@ def test_list_page_with_cursor_and_every_filter_is_constant(django_assert_num_qu
     _, tenant_id = make_key()
     rows = _seed(tenant_id, 10)
     filters = ResponseFilters(
-        model="test-model", status=("completed",), created_after=T0, created_before=T0 + timedelta(days=1),
-        metadata=(("batch", "a"),), root=rows[0].id, q="hello",
+        model="test-model",
+        status=("completed",),
+        created_after=T0,
+        created_before=T0 + timedelta(days=1),
+        metadata=(("batch", "a"),),
+        root=rows[0].id,
+        q="hello",
     )
     # anchor of `after` + page rows + output items (+ the `q` probe on the GIN index, PostgreSQL)
     with django_assert_num_queries(4 if connection.vendor == "postgresql" else 3):
@@ -67,16 +78,21 @@ def test_thread_page_is_two_queries(length: int, django_assert_num_queries) -> N
     _, tenant_id = make_key()
     previous = None
     for turn in range(length):
-        previous = make_response(tenant_id, previous=previous, created_at=T0 + timedelta(seconds=turn),
-                                 input=[user(f"q{turn}")], output=[assistant(f"a{turn}")])
+        previous = make_response(
+            tenant_id,
+            previous=previous,
+            created_at=T0 + timedelta(seconds=turn),
+            input=[user(f"q{turn}")],
+            output=[assistant(f"a{turn}")],
+        )
     # head visibility + the page (recursive CTE)
     with django_assert_num_queries(2):
-        page = selectors.thread_page(tenant_id=tenant_id, response_id=previous.id, after=None, limit=100,
-                                     order="asc")
+        page = selectors.thread_page(tenant_id=tenant_id, response_id=previous.id, after=None, limit=100, order="asc")
     assert len(page.data) == min(2 * length, 100)
     with django_assert_num_queries(2):
-        selectors.thread_page(tenant_id=tenant_id, response_id=previous.id, after=page.data[3]["id"],
-                              limit=10, order="asc")
+        selectors.thread_page(
+            tenant_id=tenant_id, response_id=previous.id, after=page.data[3]["id"], limit=10, order="asc"
+        )
 
 
 def test_usage_is_two_queries(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
@@ -106,8 +122,12 @@ def test_search_gives_the_same_page_whether_matches_are_few_or_many(probe_limit:
     monkeypatch.setattr(selectors, "SEARCH_PROBE_LIMIT", probe_limit)
     _, tenant_id = make_key()
     _, other = make_key(tenant="other")
-    rows = [make_response(tenant_id, created_at=T0 + timedelta(seconds=i),
-                          input=[user("penguins" if i % 2 else "walruses")]) for i in range(8)]
+    rows = [
+        make_response(
+            tenant_id, created_at=T0 + timedelta(seconds=i), input=[user("penguins" if i % 2 else "walruses")]
+        )
+        for i in range(8)
+    ]
     make_response(other, created_at=T0 + timedelta(seconds=99), input=[user("penguins")])
     page = selectors.response_list_page(
         tenant_id=tenant_id, filters=ResponseFilters(q="penguins"), after=None, limit=3, order="desc"

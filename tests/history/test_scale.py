@@ -5,6 +5,7 @@ one output item each) in the database with INSERT ... SELECT, then times every
 list shape through the selectors. Bounds are generous (CI machines are small); the
 timings are printed (`pytest -s`) so a regression shows before it fails.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,7 +26,27 @@ pytestmark = pytest.mark.django_db
 TOTAL = 100_000
 CHAIN = 10
 MODELS = ["gpt-large", "gpt-small", "claude-ish", "llama-local", "mistral-ish"]
-WORDS = ["invoice", "refund", "shipping", "weather", "recipe", "travel", "contract", "python", "kernel", "garden", "music", "football", "budget", "meeting", "poem", "translation", "summary", "database", "deploy"]
+WORDS = [
+    "invoice",
+    "refund",
+    "shipping",
+    "weather",
+    "recipe",
+    "travel",
+    "contract",
+    "python",
+    "kernel",
+    "garden",
+    "music",
+    "football",
+    "budget",
+    "meeting",
+    "poem",
+    "translation",
+    "summary",
+    "database",
+    "deploy",
+]
 PAGE_BOUND_MS = 200.0
 USAGE_BOUND_MS = 1500.0
 
@@ -59,9 +80,9 @@ FROM responses_api_item WHERE public_id LIKE %(prefix)s || '%%'
 # so the rollback puts the migration's indexes back as they were.
 GIN_INDEXES = {
     "resp_hist_metadata_gin": "CREATE INDEX resp_hist_metadata_gin ON responses_api_response "
-                              "USING gin (metadata jsonb_path_ops)",
+    "USING gin (metadata jsonb_path_ops)",
     "item_hist_text_search": f"CREATE INDEX item_hist_text_search ON responses_api_item "
-                             f"USING gin (({selectors.ITEM_SEARCH_VECTOR_SQL}))",
+    f"USING gin (({selectors.ITEM_SEARCH_VECTOR_SQL}))",
 }
 
 
@@ -102,12 +123,25 @@ def _seed() -> dict[str, Any]:
     with connection.cursor() as cursor:
         for name in GIN_INDEXES:
             cursor.execute(f"DROP INDEX {name}")
-        cursor.execute(RESPONSES_SQL, {"acme": acme.id, "globex": globex.id, "models": MODELS,
-                                       "start": start, "total": TOTAL})
-        for prefix, role, part, length, rare in (("msg_in", "user", "input_text", 8, True),
-                                                 ("msg_out", "assistant", "output_text", 20, False)):
-            cursor.execute(ITEMS_SQL, {"prefix": prefix, "role": role, "part": part, "length": length,
-                                       "rare": rare, "words": WORDS, "word_count": len(WORDS)})
+        cursor.execute(
+            RESPONSES_SQL, {"acme": acme.id, "globex": globex.id, "models": MODELS, "start": start, "total": TOTAL}
+        )
+        for prefix, role, part, length, rare in (
+            ("msg_in", "user", "input_text", 8, True),
+            ("msg_out", "assistant", "output_text", 20, False),
+        ):
+            cursor.execute(
+                ITEMS_SQL,
+                {
+                    "prefix": prefix,
+                    "role": role,
+                    "part": part,
+                    "length": length,
+                    "rare": rare,
+                    "words": WORDS,
+                    "word_count": len(WORDS),
+                },
+            )
         cursor.execute(LINKS_SQL, {"prefix": "msg_in", "cut": 7, "role": 0})
         cursor.execute(LINKS_SQL, {"prefix": "msg_out", "cut": 8, "role": 1})
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # run the deferred FK checks before the DDL
@@ -133,15 +167,19 @@ def test_history_lists_with_100k_responses() -> None:
         pytest.skip("scale test runs on PostgreSQL only (the embedded SQLite run is not the production database)")
     facts = _seed()
     acme = facts["acme"]
-    print(f"\nseeded {TOTAL:,} responses, {2 * TOTAL:,} items and links, GIN indexes and ANALYZE "
-          f"in {facts['seed_seconds']:.1f} s")
+    print(
+        f"\nseeded {TOTAL:,} responses, {2 * TOTAL:,} items and links, GIN indexes and ANALYZE "
+        f"in {facts['seed_seconds']:.1f} s"
+    )
     assert Response.objects.count() == TOTAL
     assert ResponseItem.objects.count() == Item.objects.count() == 2 * TOTAL
 
-    def page(filters: ResponseFilters | None = None, after: str | None = None,
-             tenant: int | None = acme, order: str = "desc") -> Any:
-        return selectors.response_list_page(tenant_id=tenant, filters=filters or ResponseFilters(), after=after,
-                                            limit=20, order=order)
+    def page(
+        filters: ResponseFilters | None = None, after: str | None = None, tenant: int | None = acme, order: str = "desc"
+    ) -> Any:
+        return selectors.response_list_page(
+            tenant_id=tenant, filters=filters or ResponseFilters(), after=after, limit=20, order=order
+        )
 
     first = page()
     chain_head = page(ResponseFilters(root=facts["roots"][2])).data[0]["id"]
@@ -152,24 +190,43 @@ def test_history_lists_with_100k_responses() -> None:
         ("list, admin (every tenant)", lambda: page(tenant=None), PAGE_BOUND_MS),
         ("filter model", lambda: page(ResponseFilters(model="claude-ish")), PAGE_BOUND_MS),
         ("filter status=failed", lambda: page(ResponseFilters(status=("failed",))), PAGE_BOUND_MS),
-        ("filter created window", lambda: page(ResponseFilters(
-            created_after=T0 - timedelta(days=40), created_before=T0 - timedelta(days=39))), PAGE_BOUND_MS),
+        (
+            "filter created window",
+            lambda: page(
+                ResponseFilters(created_after=T0 - timedelta(days=40), created_before=T0 - timedelta(days=39))
+            ),
+            PAGE_BOUND_MS,
+        ),
         ("filter metadata", lambda: page(ResponseFilters(metadata=(("project", "p7"),))), PAGE_BOUND_MS),
-        ("filter metadata (2 keys)", lambda: page(ResponseFilters(
-            metadata=(("env", "dev"), ("project", "p7")))), PAGE_BOUND_MS),
-        ("filter previous_response_id", lambda: page(ResponseFilters(
-            previous_response_id=facts["roots"][0])), PAGE_BOUND_MS),
+        (
+            "filter metadata (2 keys)",
+            lambda: page(ResponseFilters(metadata=(("env", "dev"), ("project", "p7")))),
+            PAGE_BOUND_MS,
+        ),
+        (
+            "filter previous_response_id",
+            lambda: page(ResponseFilters(previous_response_id=facts["roots"][0])),
+            PAGE_BOUND_MS,
+        ),
         ("filter root (chain)", lambda: page(ResponseFilters(root=facts["roots"][1])), PAGE_BOUND_MS),
         ("q, rare word", lambda: page(ResponseFilters(q="zeppelin")), PAGE_BOUND_MS),
         ("q, common word", lambda: page(ResponseFilters(q="invoice")), PAGE_BOUND_MS),
         ("q + model", lambda: page(ResponseFilters(q="zeppelin", model="gpt-large")), PAGE_BOUND_MS),
-        ("thread of a 10-response chain", lambda: selectors.thread_page(
-            tenant_id=acme, response_id=chain_head,
-            after=None, limit=20, order="asc"), PAGE_BOUND_MS),
-        ("usage per model per day (90 days)", lambda: selectors.usage_summary(
-            tenant_id=acme, group_by=("model", "day")), USAGE_BOUND_MS),
-        ("usage per model, last 7 days", lambda: selectors.usage_summary(
-            tenant_id=acme, group_by=("model",), start=T0 - timedelta(days=7)), USAGE_BOUND_MS),
+        (
+            "thread of a 10-response chain",
+            lambda: selectors.thread_page(tenant_id=acme, response_id=chain_head, after=None, limit=20, order="asc"),
+            PAGE_BOUND_MS,
+        ),
+        (
+            "usage per model per day (90 days)",
+            lambda: selectors.usage_summary(tenant_id=acme, group_by=("model", "day")),
+            USAGE_BOUND_MS,
+        ),
+        (
+            "usage per model, last 7 days",
+            lambda: selectors.usage_summary(tenant_id=acme, group_by=("model",), start=T0 - timedelta(days=7)),
+            USAGE_BOUND_MS,
+        ),
     ]
     timings = []
     for name, fn, bound in cases:

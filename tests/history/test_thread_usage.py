@@ -1,4 +1,5 @@
 """GET /v1/responses/{id}/thread and GET /v1/usage, and tenant isolation across every history endpoint."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -67,19 +68,35 @@ def test_usage_per_model_per_day_by_default(api: HistoryApi) -> None:
     make_response(t, model="alpha", created_at=T0, input_tokens=100, output_tokens=10)
     make_response(t, model="alpha", created_at=T0 + timedelta(hours=1), input_tokens=50, output_tokens=5)
     make_response(t, model="beta", created_at=T0 + timedelta(days=1), input_tokens=7, output_tokens=3)
-    make_response(t, model="beta", created_at=T0 + timedelta(days=1), status="failed", input_tokens=None,
-                  output_tokens=None)
-    make_response(t, model="beta", created_at=T0 + timedelta(days=1), deleted=True, input_tokens=1,
-                  output_tokens=1)  # deleted responses still spent their tokens
+    make_response(
+        t, model="beta", created_at=T0 + timedelta(days=1), status="failed", input_tokens=None, output_tokens=None
+    )
+    make_response(
+        t, model="beta", created_at=T0 + timedelta(days=1), deleted=True, input_tokens=1, output_tokens=1
+    )  # deleted responses still spent their tokens
     make_response(api.other_tenant_id, model="alpha", created_at=T0, input_tokens=1000, output_tokens=1000)
 
     body = api.ok("/v1/usage")
     assert body["object"] == "list" and body["group_by"] == ["model", "day"]
     assert body["data"] == [
-        {"object": "usage.bucket", "day": "2026-03-01", "model": "alpha", "requests": 2,
-         "input_tokens": 150, "output_tokens": 15, "total_tokens": 165},
-        {"object": "usage.bucket", "day": "2026-03-02", "model": "beta", "requests": 3,
-         "input_tokens": 8, "output_tokens": 4, "total_tokens": 12},
+        {
+            "object": "usage.bucket",
+            "day": "2026-03-01",
+            "model": "alpha",
+            "requests": 2,
+            "input_tokens": 150,
+            "output_tokens": 15,
+            "total_tokens": 165,
+        },
+        {
+            "object": "usage.bucket",
+            "day": "2026-03-02",
+            "model": "beta",
+            "requests": 3,
+            "input_tokens": 8,
+            "output_tokens": 4,
+            "total_tokens": 12,
+        },
     ]
     by_model = api.ok("/v1/usage", {"group_by": "model"})["data"]
     assert [(r["model"], r["total_tokens"]) for r in by_model] == [("alpha", 165), ("beta", 12)]
@@ -87,8 +104,16 @@ def test_usage_per_model_per_day_by_default(api: HistoryApi) -> None:
     by_day = api.ok("/v1/usage", {"group_by": "day", "start": int(T0.timestamp()) + 7200})["data"]
     assert [(r["day"], r["requests"]) for r in by_day] == [("2026-03-02", 3)]
     until = api.ok("/v1/usage", {"group_by": "model", "end": int(T0.timestamp()) + 1})["data"]
-    assert until == [{"object": "usage.bucket", "model": "alpha", "requests": 1, "input_tokens": 100,
-                      "output_tokens": 10, "total_tokens": 110}]
+    assert until == [
+        {
+            "object": "usage.bucket",
+            "model": "alpha",
+            "requests": 1,
+            "input_tokens": 100,
+            "output_tokens": 10,
+            "total_tokens": 110,
+        }
+    ]
     assert api.ok("/v1/usage", {"model": "beta", "group_by": "model"})["data"][0]["requests"] == 3
 
 
@@ -102,10 +127,16 @@ def test_usage_by_tenant_needs_an_admin_key(api: HistoryApi) -> None:
     assert api.ok("/v1/usage", {"group_by": "model"}, key=api.admin_key)["data"][0]["total_tokens"] == 33
 
 
-@pytest.mark.parametrize(("params", "param"), [
-    ({"group_by": "week"}, "group_by"), ({"group_by": ""}, "group_by"), ({"start": "today"}, "start"),
-    ({"end": "x"}, "end"), ({"model": ""}, "model"),
-])
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"group_by": "week"}, "group_by"),
+        ({"group_by": ""}, "group_by"),
+        ({"start": "today"}, "start"),
+        ({"end": "x"}, "end"),
+        ({"model": ""}, "model"),
+    ],
+)
 def test_usage_invalid_values(api: HistoryApi, params: dict, param: str) -> None:
     assert api.error("/v1/usage", params)["param"] == param
 

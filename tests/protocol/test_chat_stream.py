@@ -10,6 +10,7 @@ chunking, failure mid-stream, `allowed_tools` filtering, and a tool loop
 
 No database, no network: these run in every configuration.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -46,16 +47,27 @@ from tests.support.stream_validator import validate_events
 pytestmark = pytest.mark.embedded
 
 TOOLS = [
-    {"type": "function", "name": "get_weather", "description": "Weather at a place.",
-     "parameters": {"type": "object",
-                    "properties": {"location": {"type": "string"}, "unit": {"type": "string"}}}},
-    {"type": "function", "name": "get_time",
-     "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}}},
-    {"type": "function", "name": "file_write",
-     "parameters": {"type": "object", "properties": {"filePath": {"type": "string"},
-                                                     "content": {"type": "string"}}}},
-    {"type": "function", "name": "delete_file",
-     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}},
+    {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather at a place.",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}, "unit": {"type": "string"}}},
+    },
+    {
+        "type": "function",
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}},
+    },
+    {
+        "type": "function",
+        "name": "file_write",
+        "parameters": {"type": "object", "properties": {"filePath": {"type": "string"}, "content": {"type": "string"}}},
+    },
+    {
+        "type": "function",
+        "name": "delete_file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -70,8 +82,13 @@ def make_request(**body: Any) -> CreateRequest:
 def make_builder(req: CreateRequest | None = None, *, filter_tools: bool = True) -> EventBuilder:
     req = req or make_request()
     response = response_object(
-        response_id="resp_test0001", created_at=1756166400, status="in_progress",
-        model=req.model, previous_response_id=None, params=request_params(req), output=[],
+        response_id="resp_test0001",
+        created_at=1756166400,
+        status="in_progress",
+        model=req.model,
+        previous_response_id=None,
+        params=request_params(req),
+        output=[],
     )
     allowed = allowed_tool_names(req.tool_choice, req.tools) if filter_tools else None
     return EventBuilder(response, allowed_tools=allowed)
@@ -96,9 +113,7 @@ def feed_deltas(builder: EventBuilder, deltas: Iterable[Delta]) -> list[Event]:
     return events
 
 
-def run_stream(
-    chunks: list[dict[str, Any]], req: CreateRequest | None = None
-) -> tuple[list[Event], EventBuilder]:
+def run_stream(chunks: list[dict[str, Any]], req: CreateRequest | None = None) -> tuple[list[Event], EventBuilder]:
     builder = make_builder(req)
     events = builder.start()
     events += feed_chunks(builder, chunks)
@@ -106,9 +121,7 @@ def run_stream(
     return events, builder
 
 
-def run_completion(
-    body: dict[str, Any], req: CreateRequest | None = None
-) -> tuple[list[Event], EventBuilder]:
+def run_completion(body: dict[str, Any], req: CreateRequest | None = None) -> tuple[list[Event], EventBuilder]:
     builder = make_builder(req)
     events = builder.start()
     events += feed_deltas(builder, completion_to_deltas(body))
@@ -156,10 +169,8 @@ def check_terminal(terminal: dict[str, Any], expect: dict[str, Any], usage: dict
 
 def llamacpp_content_chunks(pieces: Iterable[str]) -> list[dict[str, Any]]:
     """`content` pieces wrapped as llama-server chunks, ending with finish_reason stop."""
-    base = {"created": 1756166403, "id": "chatcmpl-x", "model": "m",
-            "object": "chat.completion.chunk"}
-    chunks = [{**base, "choices": [{"finish_reason": None, "index": 0, "delta": {"content": p}}]}
-              for p in pieces]
+    base = {"created": 1756166403, "id": "chatcmpl-x", "model": "m", "object": "chat.completion.chunk"}
+    chunks = [{**base, "choices": [{"finish_reason": None, "index": 0, "delta": {"content": p}}]} for p in pieces]
     chunks.append({**base, "choices": [{"finish_reason": "stop", "index": 0, "delta": {}}]})
     return chunks
 
@@ -229,14 +240,14 @@ def test_same_machine(name: str) -> None:
     fixture = FIXTURES[name]
     stream_events, stream_builder = run_stream(fixture["chunks"])
     body_events, body_builder = run_completion(fixture["completion"])
-    assert (summarize(stream_builder.response["output"])
-            == summarize(body_builder.response["output"]))
+    assert summarize(stream_builder.response["output"]) == summarize(body_builder.response["output"])
     assert stream_builder.response["status"] == body_builder.response["status"]
-    assert (stream_builder.response["incomplete_details"]
-            == body_builder.response["incomplete_details"])
+    assert stream_builder.response["incomplete_details"] == body_builder.response["incomplete_details"]
+
     # The event grammar is the same too, only the number of deltas differs.
     def shape(events: list[Event]) -> list[str]:
         return [e["type"] for e in events if not e["type"].endswith(".delta")]
+
     assert shape(stream_events) == shape(body_events)
 
 
@@ -279,8 +290,12 @@ def test_stream_without_finish_reason_closes_as_stop() -> None:
 
 
 def test_choices_other_than_zero_are_ignored() -> None:
-    chunk = {"choices": [{"index": 1, "delta": {"content": "other"}, "finish_reason": None},
-                         {"index": 0, "delta": {"content": "mine"}, "finish_reason": None}]}
+    chunk = {
+        "choices": [
+            {"index": 1, "delta": {"content": "other"}, "finish_reason": None},
+            {"index": 0, "delta": {"content": "mine"}, "finish_reason": None},
+        ]
+    }
     assert list(ChunkDecoder().feed(chunk)) == [TextDelta("mine")]
 
 
@@ -301,18 +316,32 @@ def test_completion_without_choices_raises() -> None:
 
 def test_completion_object_arguments_are_serialised() -> None:
     """Some servers return `arguments` as an object; it becomes a JSON string."""
-    body = {"choices": [{"message": {"content": None, "tool_calls": [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "get_weather", "arguments": {"location": "Oslo"}}}]},
-        "finish_reason": "tool_calls"}]}
+    body = {
+        "choices": [
+            {
+                "message": {
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": {"location": "Oslo"}},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ]
+    }
     calls = [d for d in completion_to_deltas(body) if isinstance(d, ToolCallDelta)]
     assert calls == [ToolCallDelta(0, "call_1", "get_weather", '{"location": "Oslo"}')]
 
 
 def test_reasoning_content_wins_over_reasoning_when_both_are_sent() -> None:
     """vLLM in transition sends both names with the same text: it must not be doubled."""
-    chunk = {"choices": [{"index": 0, "delta": {"reasoning_content": "abc", "reasoning": "abc"},
-                          "finish_reason": None}]}
+    chunk = {
+        "choices": [{"index": 0, "delta": {"reasoning_content": "abc", "reasoning": "abc"}, "finish_reason": None}]
+    }
     assert list(ChunkDecoder().feed(chunk)) == [ReasoningDelta("abc")]
 
 
@@ -349,8 +378,11 @@ def test_think_splitter_one_character_chunks(case: str) -> None:
 
 
 def test_think_fixture_chunking_as_recorded() -> None:
-    pieces = [c["choices"][0]["delta"].get("content") or "" for c in THINK_TAGS_IN_CONTENT["chunks"]
-              if c["choices"] and c["choices"][0]["delta"].get("content")]
+    pieces = [
+        c["choices"][0]["delta"].get("content") or ""
+        for c in THINK_TAGS_IN_CONTENT["chunks"]
+        if c["choices"] and c["choices"][0]["delta"].get("content")
+    ]
     assert "".join(pieces) == THINK_TAGS_IN_CONTENT["content"]
     assert decoder_result(pieces) == ("\nOkay, 2+2 is 4.\n", "The answer is 4.")
 
@@ -379,10 +411,16 @@ def test_think_stream_events_are_valid_at_every_tag_boundary_cut() -> None:
         events, _ = run_stream(llamacpp_content_chunks(pieces))
         terminal = validate_events(events)
         assert summarize(terminal["output"]) == [
-            {"type": "reasoning", "status": "completed",
-             "content": [{"type": "reasoning_text", "text": "\nOkay, 2+2 is 4.\n"}]},
-            {"type": "message", "status": "completed",
-             "content": [{"type": "output_text", "text": "The answer is 4."}]},
+            {
+                "type": "reasoning",
+                "status": "completed",
+                "content": [{"type": "reasoning_text", "text": "\nOkay, 2+2 is 4.\n"}],
+            },
+            {
+                "type": "message",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "The answer is 4."}],
+            },
         ], pieces
 
 
@@ -398,8 +436,7 @@ def _fail_after(chunks: list[dict[str, Any]], n: int) -> tuple[list[Event], dict
     for chunk in chunks[:n]:
         for delta in decoder.feed(chunk):
             events += builder.feed(delta)
-    events += builder.fail(UpstreamError("The upstream closed the connection.",
-                                         code="upstream_truncated"))
+    events += builder.fail(UpstreamError("The upstream closed the connection.", code="upstream_truncated"))
     terminal = validate_events(events, final_response=builder.response)
     return events, terminal
 
@@ -413,12 +450,10 @@ def test_fail_mid_message_keeps_partial_output() -> None:
     assert error["param"] is None
     assert error["error"]["code"] == "upstream_truncated"
     assert terminal["status"] == "failed"
-    assert terminal["error"] == {"code": "upstream_truncated",
-                                 "message": "The upstream closed the connection."}
+    assert terminal["error"] == {"code": "upstream_truncated", "message": "The upstream closed the connection."}
     assert terminal["completed_at"] is None
     assert summarize(terminal["output"]) == [
-        {"type": "message", "status": "incomplete",
-         "content": [{"type": "output_text", "text": "Hello!"}]}
+        {"type": "message", "status": "incomplete", "content": [{"type": "output_text", "text": "Hello!"}]}
     ]
     assert terminal["usage"]["total_tokens"] == 0
     assert not any(e["type"] in ("response.completed", "response.incomplete") for e in events)
@@ -429,19 +464,31 @@ def test_fail_mid_message_keeps_partial_output() -> None:
 def test_fail_mid_reasoning_keeps_partial_reasoning() -> None:
     _, terminal = _fail_after(VLLM_REASONING_CONTENT["chunks"], 3)
     assert summarize(terminal["output"]) == [
-        {"type": "reasoning", "status": "incomplete",
-         "content": [{"type": "reasoning_text", "text": "The user asks for 17*3."}]}
+        {
+            "type": "reasoning",
+            "status": "incomplete",
+            "content": [{"type": "reasoning_text", "text": "The user asks for 17*3."}],
+        }
     ]
 
 
 def test_fail_mid_tool_call_keeps_partial_arguments() -> None:
     _, terminal = _fail_after(OPENAI_PARALLEL_TOOL_CALLS["chunks"], 10)
     assert summarize(terminal["output"]) == [
-        {"type": "function_call", "status": "incomplete",
-         "call_id": "call_Rb4pZ1XqGm0Q7eYt3vKc8wNs", "name": "get_weather",
-         "arguments": '{"location":"Paris, France","unit":"celsius"}'},
-        {"type": "function_call", "status": "incomplete",
-         "call_id": "call_7hJ2mWq9XcV4tLp0sDf6Gy1B", "name": "get_weather", "arguments": '{"lo'},
+        {
+            "type": "function_call",
+            "status": "incomplete",
+            "call_id": "call_Rb4pZ1XqGm0Q7eYt3vKc8wNs",
+            "name": "get_weather",
+            "arguments": '{"location":"Paris, France","unit":"celsius"}',
+        },
+        {
+            "type": "function_call",
+            "status": "incomplete",
+            "call_id": "call_7hJ2mWq9XcV4tLp0sDf6Gy1B",
+            "name": "get_weather",
+            "arguments": '{"lo',
+        },
     ]
 
 
@@ -469,20 +516,36 @@ def test_fail_before_any_output() -> None:
 
 
 def _tool_head(index: int, call_id: str, name: str) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "delta": {"tool_calls": [
-        {"index": index, "id": call_id, "type": "function",
-         "function": {"name": name, "arguments": ""}}]}, "finish_reason": None}]}
+    return {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [
+                        {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+                    ]
+                },
+                "finish_reason": None,
+            }
+        ]
+    }
 
 
 def _tool_args(index: int, fragment: str) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "delta": {"tool_calls": [
-        {"index": index, "function": {"arguments": fragment}}]}, "finish_reason": None}]}
+    return {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"tool_calls": [{"index": index, "function": {"arguments": fragment}}]},
+                "finish_reason": None,
+            }
+        ]
+    }
 
 
 _FINISH_TOOL_CALLS = {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
 MIXED_CALLS = [
-    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "On it."},
-                  "finish_reason": None}]},
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "On it."}, "finish_reason": None}]},
     _tool_head(0, "call_del", "delete_file"),
     _tool_args(0, '{"path":'),
     _tool_head(1, "call_w1", "get_weather"),
@@ -495,8 +558,13 @@ MIXED_CALLS = [
 
 
 def test_allowed_tools_drops_disallowed_call_entirely() -> None:
-    req = make_request(tool_choice={"type": "allowed_tools", "mode": "auto", "tools": [
-        {"type": "function", "name": "get_weather"}, {"type": "function", "name": "get_time"}]})
+    req = make_request(
+        tool_choice={
+            "type": "allowed_tools",
+            "mode": "auto",
+            "tools": [{"type": "function", "name": "get_weather"}, {"type": "function", "name": "get_time"}],
+        }
+    )
     events, builder = run_stream(MIXED_CALLS, req)
     terminal = validate_events(events, final_response=builder.response)
     # Only the Response's `tools` may name the dropped tool; no event or item does.
@@ -506,12 +574,21 @@ def test_allowed_tools_drops_disallowed_call_entirely() -> None:
     assert "call_del" not in wire and "passwd" not in wire
     assert builder.dropped_calls == 1
     assert summarize(terminal["output"]) == [
-        {"type": "message", "status": "completed",
-         "content": [{"type": "output_text", "text": "On it."}]},
-        {"type": "function_call", "status": "completed", "call_id": "call_w1",
-         "name": "get_weather", "arguments": '{"location":"Oslo"}'},
-        {"type": "function_call", "status": "completed", "call_id": "call_t2",
-         "name": "get_time", "arguments": '{"timezone":"UTC"}'},
+        {"type": "message", "status": "completed", "content": [{"type": "output_text", "text": "On it."}]},
+        {
+            "type": "function_call",
+            "status": "completed",
+            "call_id": "call_w1",
+            "name": "get_weather",
+            "arguments": '{"location":"Oslo"}',
+        },
+        {
+            "type": "function_call",
+            "status": "completed",
+            "call_id": "call_t2",
+            "name": "get_time",
+            "arguments": '{"timezone":"UTC"}',
+        },
     ]
     added = [e["output_index"] for e in events if e["type"] == "response.output_item.added"]
     assert added == [0, 1, 2]
@@ -535,7 +612,9 @@ def test_forced_function_keeps_only_that_function() -> None:
     events, builder = run_stream(MIXED_CALLS, req)
     terminal = validate_events(events)
     assert [(i["type"], i.get("name")) for i in terminal["output"]] == [
-        ("message", None), ("function_call", "get_time")]
+        ("message", None),
+        ("function_call", "get_time"),
+    ]
     assert builder.dropped_calls == 2
 
 
@@ -543,8 +622,7 @@ def test_no_filter_without_allowed_set() -> None:
     builder = make_builder(filter_tools=False)
     events = builder.start() + feed_chunks(builder, MIXED_CALLS) + builder.finish()
     terminal = validate_events(events)
-    assert [i.get("name") for i in terminal["output"]] == [None, "delete_file", "get_weather",
-                                                          "get_time"]
+    assert [i.get("name") for i in terminal["output"]] == [None, "delete_file", "get_weather", "get_time"]
     assert terminal["output"][1]["arguments"] == '{"path":"/etc/passwd"}'
 
 
@@ -554,8 +632,13 @@ def test_no_filter_without_allowed_set() -> None:
 
 
 def _output_item(call: dict[str, Any], output: str) -> dict[str, Any]:
-    return {"id": f"fco_{call['call_id']}", "type": "function_call_output",
-            "call_id": call["call_id"], "output": output, "status": "completed"}
+    return {
+        "id": f"fco_{call['call_id']}",
+        "type": "function_call_output",
+        "call_id": call["call_id"],
+        "output": output,
+        "status": "completed",
+    }
 
 
 def test_sequence_numbers_continue_across_steps() -> None:
@@ -564,12 +647,10 @@ def test_sequence_numbers_continue_across_steps() -> None:
     events += feed_chunks(builder, OPENAI_PARALLEL_TOOL_CALLS["chunks"])
     events += builder.end_step()
     calls = list(builder.step_calls)
-    assert [c["call_id"] for c in calls] == ["call_Rb4pZ1XqGm0Q7eYt3vKc8wNs",
-                                             "call_7hJ2mWq9XcV4tLp0sDf6Gy1B"]
+    assert [c["call_id"] for c in calls] == ["call_Rb4pZ1XqGm0Q7eYt3vKc8wNs", "call_7hJ2mWq9XcV4tLp0sDf6Gy1B"]
     for call, text in zip(calls, ("18°C, cloudy", "24°C, clear"), strict=True):
         added = builder.add_item(_output_item(call, text))
-        assert [e["type"] for e in added] == ["response.output_item.added",
-                                              "response.output_item.done"]
+        assert [e["type"] for e in added] == ["response.output_item.added", "response.output_item.done"]
         assert added[0]["item"]["status"] == "in_progress"
         events += added
     builder.new_step()
@@ -580,35 +661,55 @@ def test_sequence_numbers_continue_across_steps() -> None:
     terminal = validate_events(events, final_response=builder.response)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert [i["type"] for i in terminal["output"]] == [
-        "function_call", "function_call", "function_call_output", "function_call_output", "message"]
+        "function_call",
+        "function_call",
+        "function_call_output",
+        "function_call_output",
+        "message",
+    ]
     added = [e["output_index"] for e in events if e["type"] == "response.output_item.added"]
     assert added == [0, 1, 2, 3, 4]
     assert terminal["status"] == "completed"
-    assert usage_numbers(terminal["usage"]) == {"input_tokens": 88 + 19, "output_tokens": 57 + 9,
-                                                "cached_tokens": 64, "reasoning_tokens": 0}
+    assert usage_numbers(terminal["usage"]) == {
+        "input_tokens": 88 + 19,
+        "output_tokens": 57 + 9,
+        "cached_tokens": 64,
+        "reasoning_tokens": 0,
+    }
     assert sum(e["type"] == "response.created" for e in events) == 1
     assert sum(e["type"] == "response.completed" for e in events) == 1
 
 
 def test_next_step_reuses_upstream_indexes_and_resets_suppression() -> None:
     """Step 2's call at index 0 is a new item, even though index 0 was dropped in step 1."""
-    req = make_request(tool_choice={"type": "allowed_tools", "mode": "auto",
-                                    "tools": [{"type": "function", "name": "get_weather"}]})
+    req = make_request(
+        tool_choice={"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_weather"}]}
+    )
     builder = make_builder(req)
     events = builder.start()
-    events += feed_chunks(builder, [_tool_head(0, "call_x", "delete_file"), _tool_args(0, "{}"),
-                                    _tool_head(1, "call_a", "get_weather"), _tool_args(1, "{}"),
-                                    _FINISH_TOOL_CALLS])
+    events += feed_chunks(
+        builder,
+        [
+            _tool_head(0, "call_x", "delete_file"),
+            _tool_args(0, "{}"),
+            _tool_head(1, "call_a", "get_weather"),
+            _tool_args(1, "{}"),
+            _FINISH_TOOL_CALLS,
+        ],
+    )
     events += builder.end_step()
     events += builder.add_item(_output_item(builder.step_calls[0], "sunny"))
     builder.new_step()
-    events += feed_chunks(builder, [_tool_head(0, "call_b", "get_weather"),
-                                    _tool_args(0, '{"location":"Bergen"}'), _FINISH_TOOL_CALLS])
+    events += feed_chunks(
+        builder, [_tool_head(0, "call_b", "get_weather"), _tool_args(0, '{"location":"Bergen"}'), _FINISH_TOOL_CALLS]
+    )
     events += builder.finish()
     terminal = validate_events(events, final_response=builder.response)
     assert [(i["type"], i.get("call_id")) for i in terminal["output"]] == [
-        ("function_call", "call_a"), ("function_call_output", "call_a"),
-        ("function_call", "call_b")]
+        ("function_call", "call_a"),
+        ("function_call_output", "call_a"),
+        ("function_call", "call_b"),
+    ]
     assert terminal["output"][2]["arguments"] == '{"location":"Bergen"}'
     assert builder.dropped_calls == 1
 
@@ -617,8 +718,7 @@ def test_incomplete_in_a_later_step() -> None:
     """finish_reason length in step 2: the last item ends incomplete, and so does the response."""
     builder = make_builder()
     events = builder.start()
-    events += feed_chunks(builder, [_tool_head(0, "call_a", "get_weather"), _tool_args(0, "{}"),
-                                    _FINISH_TOOL_CALLS])
+    events += feed_chunks(builder, [_tool_head(0, "call_a", "get_weather"), _tool_args(0, "{}"), _FINISH_TOOL_CALLS])
     events += builder.end_step()
     events += builder.add_item(_output_item(builder.step_calls[0], "sunny"))
     builder.new_step()
@@ -633,8 +733,7 @@ def test_incomplete_in_a_later_step() -> None:
 def test_max_tool_calls_reason_after_step() -> None:
     builder = make_builder()
     events = builder.start()
-    events += feed_chunks(builder, [_tool_head(0, "call_a", "get_weather"), _tool_args(0, "{}"),
-                                    _FINISH_TOOL_CALLS])
+    events += feed_chunks(builder, [_tool_head(0, "call_a", "get_weather"), _tool_args(0, "{}"), _FINISH_TOOL_CALLS])
     events += builder.end_step()
     events += builder.add_item(_output_item(builder.step_calls[0], "sunny"))
     events += builder.finish(incomplete_reason="max_tool_calls")
@@ -648,8 +747,7 @@ def test_background_start_then_begin() -> None:
     events = builder.start(queued=True) + builder.begin()
     events += feed_chunks(builder, OPENAI_TEXT["chunks"]) + builder.finish()
     terminal = validate_events(events, background=True)
-    assert [e["type"] for e in events[:3]] == ["response.created", "response.queued",
-                                               "response.in_progress"]
+    assert [e["type"] for e in events[:3]] == ["response.created", "response.queued", "response.in_progress"]
     assert terminal["background"] is True
 
 
@@ -666,25 +764,30 @@ def test_sequence_number_can_start_later() -> None:
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
 
 def test_tool_call_name_in_a_later_fragment() -> None:
     """Nothing is opened before the name is known; arguments that came first are kept."""
     chunks = [
-        _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                "function": {"arguments": '{"location"'}}]}),
-        _chunk({"tool_calls": [{"index": 0, "function": {"name": "get_weather",
-                                                         "arguments": ':"Oslo"'}}]}),
+        _chunk(
+            {"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"arguments": '{"location"'}}]}
+        ),
+        _chunk({"tool_calls": [{"index": 0, "function": {"name": "get_weather", "arguments": ':"Oslo"'}}]}),
         _chunk({"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}),
         _chunk({}, "tool_calls"),
     ]
     events, _ = run_stream(chunks)
     terminal = validate_events(events)
     assert summarize(terminal["output"]) == [
-        {"type": "function_call", "status": "completed", "call_id": "call_1",
-         "name": "get_weather", "arguments": '{"location":"Oslo"}'}]
+        {
+            "type": "function_call",
+            "status": "completed",
+            "call_id": "call_1",
+            "name": "get_weather",
+            "arguments": '{"location":"Oslo"}',
+        }
+    ]
     added = next(e for e in events if e["type"] == "response.output_item.added")
     assert added["item"]["name"] == "get_weather"
 
@@ -704,8 +807,18 @@ def test_tool_call_that_never_gets_a_name_is_dropped() -> None:
 def test_text_after_tool_calls_opens_a_new_message() -> None:
     chunks = [
         _chunk({"content": "First."}),
-        _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                "function": {"name": "get_time", "arguments": "{}"}}]}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_time", "arguments": "{}"},
+                    }
+                ]
+            }
+        ),
         _chunk({"content": "Then."}),
         _chunk({"reasoning_content": "hmm"}),
         _chunk({"content": "Done."}),
@@ -714,53 +827,90 @@ def test_text_after_tool_calls_opens_a_new_message() -> None:
     events, _ = run_stream(chunks)
     terminal = validate_events(events)
     assert [(i["type"], i["status"]) for i in terminal["output"]] == [
-        ("message", "completed"), ("function_call", "completed"), ("message", "completed"),
-        ("reasoning", "completed"), ("message", "completed")]
+        ("message", "completed"),
+        ("function_call", "completed"),
+        ("message", "completed"),
+        ("reasoning", "completed"),
+        ("message", "completed"),
+    ]
 
 
 def test_length_while_a_tool_call_is_open() -> None:
     """Cut off mid-arguments: the call is the last item and ends incomplete."""
     chunks = [
-        _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                "function": {"name": "get_weather", "arguments": '{"loc'}}]}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"loc'},
+                    }
+                ]
+            }
+        ),
         _chunk({}, "length"),
     ]
     events, _ = run_stream(chunks)
     terminal = validate_events(events)
     assert terminal["status"] == "incomplete"
     assert summarize(terminal["output"]) == [
-        {"type": "function_call", "status": "incomplete", "call_id": "call_1",
-         "name": "get_weather", "arguments": '{"loc'}]
+        {
+            "type": "function_call",
+            "status": "incomplete",
+            "call_id": "call_1",
+            "name": "get_weather",
+            "arguments": '{"loc',
+        }
+    ]
 
 
 def test_refusal_then_text_in_one_message() -> None:
-    chunks = [_chunk({"refusal": "No."}), _chunk({"content": "But here is why."}),
-              _chunk({}, "stop")]
+    chunks = [_chunk({"refusal": "No."}), _chunk({"content": "But here is why."}), _chunk({}, "stop")]
     events, _ = run_stream(chunks)
     terminal = validate_events(events)
     assert summarize(terminal["output"]) == [
-        {"type": "message", "status": "completed",
-         "content": [{"type": "refusal", "refusal": "No."},
-                     {"type": "output_text", "text": "But here is why."}]}]
+        {
+            "type": "message",
+            "status": "completed",
+            "content": [{"type": "refusal", "refusal": "No."}, {"type": "output_text", "text": "But here is why."}],
+        }
+    ]
 
 
 WHITESPACE_BEFORE_CALL = [
     _chunk({"role": "assistant", "content": "\n\n"}),
-    _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                            "function": {"name": "get_weather", "arguments": "{}"}}]}),
+    _chunk(
+        {
+            "tool_calls": [
+                {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+            ]
+        }
+    ),
     _chunk({}, "tool_calls"),
 ]
 
 
 def test_whitespace_content_before_tool_call_keeps_its_place() -> None:
     _, stream_builder = run_stream(WHITESPACE_BEFORE_CALL)
-    body = {"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": "\n\n", "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "get_weather", "arguments": "{}"}}]}}]}
+    body = {
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": "\n\n",
+                    "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+                    ],
+                },
+            }
+        ]
+    }
     _, body_builder = run_completion(body)
-    assert (summarize(stream_builder.response["output"])
-            == summarize(body_builder.response["output"]))
+    assert summarize(stream_builder.response["output"]) == summarize(body_builder.response["output"])
 
 
 def test_whitespace_content_before_tool_call_is_a_valid_stream() -> None:
@@ -772,9 +922,18 @@ def test_whitespace_content_before_tool_call_is_a_valid_stream() -> None:
 
 def test_streamed_object_arguments_are_serialised_like_the_non_stream_path() -> None:
     chunks = [
-        _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                "function": {"name": "get_weather",
-                                             "arguments": {"location": "Oslo"}}}]}),
+        _chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": {"location": "Oslo"}},
+                    }
+                ]
+            }
+        ),
         _chunk({}, "tool_calls"),
     ]
     events, builder = run_stream(chunks)

@@ -3,6 +3,7 @@ protocol core: every recorded-style fixture of `tests.fixtures.events`, streamed
 dialect's EventDecoder) and whole (message_to_deltas / response_to_deltas), must pass the
 strict validator and end with the expected output and usage, the same for both paths.
 No database, no network."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,8 +30,15 @@ CASES = [(dialect, name) for dialect, (fixtures, _, _) in DIALECTS.items() for n
 
 def builder() -> EventBuilder:
     req = make_request()
-    response = response_object(response_id="resp_test0002", created_at=1756166400, status="in_progress",
-                               model=req.model, previous_response_id=None, params=request_params(req), output=[])
+    response = response_object(
+        response_id="resp_test0002",
+        created_at=1756166400,
+        status="in_progress",
+        model=req.model,
+        previous_response_id=None,
+        params=request_params(req),
+        output=[],
+    )
     return EventBuilder(response, seal_signed=lambda text, signature: f"sealed:{signature}:{len(text)}")
 
 
@@ -62,8 +70,10 @@ def test_streamed_and_whole_replies_make_the_same_response(dialect: str, name: s
 
 
 def test_anthropic_thinking_keeps_its_signature_sealed() -> None:
-    for deltas in (streamed(anthropic.EventDecoder, ANTHROPIC_THINKING["events"]),
-                   anthropic.message_to_deltas(ANTHROPIC_THINKING["body"])):
+    for deltas in (
+        streamed(anthropic.EventDecoder, ANTHROPIC_THINKING["events"]),
+        anthropic.message_to_deltas(ANTHROPIC_THINKING["body"]),
+    ):
         events, b = run(deltas)
         reasoning = next(i for i in validate_events(events)["output"] if i["type"] == "reasoning")
         assert reasoning["encrypted_content"].startswith(f"sealed:{ANTHROPIC_THINKING['signature']}:")
@@ -76,16 +86,25 @@ def test_an_anthropic_error_event_and_a_failed_response_raise() -> None:
         decoder.feed({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
     assert (failed.value.code, failed.value.message) == ("overloaded_error", "Overloaded")
     with pytest.raises(UpstreamFailed):
-        native.EventDecoder().feed({"type": "response.failed", "response": {
-            "status": "failed", "error": {"code": "server_error", "message": "boom"}}})
+        native.EventDecoder().feed(
+            {
+                "type": "response.failed",
+                "response": {"status": "failed", "error": {"code": "server_error", "message": "boom"}},
+            }
+        )
 
 
 def test_a_context_goes_to_anthropic_as_alternating_turns() -> None:
     items = [
         {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Be terse."}]},
-        {"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": "What is in this image?"},
-            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"}]},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "What is in this image?"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"},
+            ],
+        },
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
         {"type": "function_call", "call_id": "toolu_1", "name": "zoom", "arguments": '{"x": 1}'},
         {"type": "function_call", "call_id": "toolu_2", "name": "zoom", "arguments": '{"x": 2}'},
@@ -95,8 +114,12 @@ def test_a_context_goes_to_anthropic_as_alternating_turns() -> None:
     system, messages = anthropic.to_messages(items, "Answer in English.")
     assert system == "Answer in English.\n\nBe terse."
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
-    assert messages[0]["content"][1] == {"type": "image", "source": {
-        "type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    assert messages[0]["content"][1] == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+    }
     assert [b["type"] for b in messages[1]["content"]] == ["text", "tool_use", "tool_use"]
-    assert messages[2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a cat"},
-                                      {"type": "tool_result", "tool_use_id": "toolu_2", "content": "a hat"}]
+    assert messages[2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a cat"},
+        {"type": "tool_result", "tool_use_id": "toolu_2", "content": "a hat"},
+    ]

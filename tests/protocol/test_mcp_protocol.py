@@ -1,4 +1,5 @@
 """The pure MCP protocol pieces: approval policies, model-visible names, items for the model."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,16 @@ def test_approval_policies() -> None:
 
 
 def test_authorization_becomes_a_header_and_is_never_echoed() -> None:
-    tool = parse_mcp_tool({"type": "mcp", "server_label": "s", "server_url": "https://x/mcp",
-                           "authorization": "tok", "headers": {"X-A": "1"}}, "tools[0]")
+    tool = parse_mcp_tool(
+        {
+            "type": "mcp",
+            "server_label": "s",
+            "server_url": "https://x/mcp",
+            "authorization": "tok",
+            "headers": {"X-A": "1"},
+        },
+        "tools[0]",
+    )
     assert tool.headers == {"X-A": "1", "Authorization": "Bearer tok"}
     echoed = tool.as_dict()
     assert echoed["headers"] is None and "authorization" not in echoed
@@ -53,10 +62,26 @@ def test_mcp_items_read_as_calls_and_outputs() -> None:
     items = [
         {"type": "message", "id": "m", "role": "user", "content": []},
         {"type": "mcp_list_tools", "id": "l", "server_label": "s", "tools": []},
-        {"type": "mcp_call", "id": "c", "server_label": "s", "name": "add", "arguments": "{}", "output": "2",
-         "error": None, "status": "completed"},
-        {"type": "mcp_call", "id": "e", "server_label": "s", "name": "add", "arguments": "{}", "output": None,
-         "error": {"type": "http_error", "code": 502, "message": "down"}, "status": "failed"},
+        {
+            "type": "mcp_call",
+            "id": "c",
+            "server_label": "s",
+            "name": "add",
+            "arguments": "{}",
+            "output": "2",
+            "error": None,
+            "status": "completed",
+        },
+        {
+            "type": "mcp_call",
+            "id": "e",
+            "server_label": "s",
+            "name": "add",
+            "arguments": "{}",
+            "output": None,
+            "error": {"type": "http_error", "code": 502, "message": "down"},
+            "status": "failed",
+        },
         {"type": "mcp_approval_request", "id": "r1", "server_label": "s", "name": "add", "arguments": "{}"},
         {"type": "mcp_approval_request", "id": "r2", "server_label": "s", "name": "add", "arguments": "{}"},
         {"type": "mcp_approval_response", "id": "a", "approval_request_id": "r1", "approve": False, "reason": None},

@@ -8,6 +8,7 @@ metadata limits, `text.format`, `reasoning`. Then `items_to_messages` and
 
 Pure functions: no database, no network.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,10 +31,17 @@ from responses_api.protocol.tools import (
 
 pytestmark = pytest.mark.embedded
 
-WEATHER = {"type": "function", "name": "get_weather", "description": "Weather at a place.",
-           "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}}
-TIME = {"type": "function", "name": "get_time",
-        "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}}}
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather at a place.",
+    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+}
+TIME = {
+    "type": "function",
+    "name": "get_time",
+    "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}},
+}
 
 
 def parse(**body: Any) -> CreateRequest:
@@ -65,59 +73,76 @@ def test_string_input_is_one_user_message() -> None:
 
 
 def test_role_and_content_without_type() -> None:
-    items = normalize_input([
-        {"role": "system", "content": "Be brief."},
-        {"role": "developer", "content": "Use metric."},
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "Hello!", "phase": "final_answer"},
-    ])
+    items = normalize_input(
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "developer", "content": "Use metric."},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hello!", "phase": "final_answer"},
+        ]
+    )
     assert [(i["type"], i["role"]) for i in items] == [
-        ("message", "system"), ("message", "developer"), ("message", "user"),
-        ("message", "assistant")]
+        ("message", "system"),
+        ("message", "developer"),
+        ("message", "user"),
+        ("message", "assistant"),
+    ]
     assert items[2]["content"] == [{"type": "input_text", "text": "hi"}]
-    assert items[3]["content"] == [
-        {"type": "output_text", "text": "Hello!", "annotations": [], "logprobs": []}]
+    assert items[3]["content"] == [{"type": "output_text", "text": "Hello!", "annotations": [], "logprobs": []}]
     assert items[3]["phase"] == "final_answer"
     assert len({i["id"] for i in items}) == 4
 
 
 def test_item_reference_with_and_without_type() -> None:
     items = normalize_input([{"id": "msg_abc"}, {"type": "item_reference", "id": "fc_def"}])
-    assert items == [{"type": "item_reference", "id": "msg_abc"},
-                     {"type": "item_reference", "id": "fc_def"}]
+    assert items == [{"type": "item_reference", "id": "msg_abc"}, {"type": "item_reference", "id": "fc_def"}]
 
 
 def test_content_part_aliases() -> None:
-    [item] = normalize_input([{"role": "user", "content": [
-        {"type": "text", "text": "a"},
-        {"type": "input_image", "image_url": {"url": "https://x.test/i.png"}},
-        {"type": "input_image", "file_id": "file_1", "detail": "low"},
-        {"type": "input_file", "file_data": "data:application/pdf;base64,AAAA",
-         "filename": "a.pdf"},
-    ]}])
+    [item] = normalize_input(
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "a"},
+                    {"type": "input_image", "image_url": {"url": "https://x.test/i.png"}},
+                    {"type": "input_image", "file_id": "file_1", "detail": "low"},
+                    {"type": "input_file", "file_data": "data:application/pdf;base64,AAAA", "filename": "a.pdf"},
+                ],
+            }
+        ]
+    )
     assert item["content"] == [
         {"type": "input_text", "text": "a"},
-        {"type": "input_image", "image_url": "https://x.test/i.png", "file_id": None,
-         "detail": "auto"},
+        {"type": "input_image", "image_url": "https://x.test/i.png", "file_id": None, "detail": "auto"},
         {"type": "input_image", "image_url": None, "file_id": "file_1", "detail": "low"},
-        {"type": "input_file", "file_data": "data:application/pdf;base64,AAAA",
-         "filename": "a.pdf"},
+        {"type": "input_file", "file_data": "data:application/pdf;base64,AAAA", "filename": "a.pdf"},
     ]
 
 
 def test_tool_items_keep_their_ids_and_fields() -> None:
-    items = normalize_input([
-        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
-         "arguments": '{"location":"Oslo"}'},
-        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
-        {"type": "function_call_output", "call_id": "call_2",
-         "output": [{"type": "input_text", "text": "cloudy"}]},
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}],
-         "encrypted_content": "gAAA"},
-    ])
-    assert items[0] == {"type": "function_call", "id": "fc_1", "call_id": "call_1",
-                        "name": "get_weather", "arguments": '{"location":"Oslo"}',
-                        "status": "completed"}
+    items = normalize_input(
+        [
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call_1",
+                "name": "get_weather",
+                "arguments": '{"location":"Oslo"}',
+            },
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
+            {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "cloudy"}]},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}], "encrypted_content": "gAAA"},
+        ]
+    )
+    assert items[0] == {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "get_weather",
+        "arguments": '{"location":"Oslo"}',
+        "status": "completed",
+    }
     assert items[1]["id"].startswith("fco_") and items[1]["output"] == "sunny"
     assert items[2]["output"] == [{"type": "input_text", "text": "cloudy"}]
     assert items[3]["summary"] == [{"type": "summary_text", "text": "s"}]
@@ -125,8 +150,9 @@ def test_tool_items_keep_their_ids_and_fields() -> None:
 
 
 def test_unknown_top_level_fields_are_ignored() -> None:
-    req = parse_create_request(base(future_option={"x": 1}, prompt_cache_retention="24h",
-                                    stream_options={"include_obfuscation": False}))
+    req = parse_create_request(
+        base(future_option={"x": 1}, prompt_cache_retention="24h", stream_options={"include_obfuscation": False})
+    )
     assert req.model == "m"
 
 
@@ -149,9 +175,14 @@ def test_previous_response_id_without_input() -> None:
 # ---------------------------------------------------------------------------------------------
 
 INPUT_ERRORS: list[tuple[Any, str]] = [
-    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-      {"role": "user", "content": [{"type": "image", "url": "https://x.test/i.png"}]}],
-     "input[2].content[0].type"),
+    (
+        [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": [{"type": "image", "url": "https://x.test/i.png"}]},
+        ],
+        "input[2].content[0].type",
+    ),
     (42, "input"),
     (["just a string"], "input[0]"),
     ([{"content": "no role, no type"}], "input[0].type"),
@@ -168,29 +199,37 @@ INPUT_ERRORS: list[tuple[Any, str]] = [
     ([{"role": "user", "content": ["text"]}], "input[0].content[0]"),
     ([{"role": "user", "content": [{"type": "input_text"}]}], "input[0].content[0].text"),
     ([{"role": "user", "content": [{"type": "input_image"}]}], "input[0].content[0].image_url"),
-    ([{"role": "user", "content": [{"type": "input_image", "image_url": "ftp://x/i.png"}]}],
-     "input[0].content[0].image_url"),
-    ([{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/i.png",
-                                     "detail": "ultra"}]}], "input[0].content[0].detail"),
-    ([{"role": "user", "content": [{"type": "input_file", "filename": "a.pdf"}]}],
-     "input[0].content[0].file_data"),
-    ([{"role": "user", "content": [{"type": "input_file", "file_id": 7}]}],
-     "input[0].content[0].file_id"),
+    (
+        [{"role": "user", "content": [{"type": "input_image", "image_url": "ftp://x/i.png"}]}],
+        "input[0].content[0].image_url",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/i.png", "detail": "ultra"}]}],
+        "input[0].content[0].detail",
+    ),
+    ([{"role": "user", "content": [{"type": "input_file", "filename": "a.pdf"}]}], "input[0].content[0].file_data"),
+    ([{"role": "user", "content": [{"type": "input_file", "file_id": 7}]}], "input[0].content[0].file_id"),
     ([{"type": "function_call", "name": "f", "arguments": "{}"}], "input[0].call_id"),
     ([{"type": "function_call", "call_id": "c", "arguments": "{}"}], "input[0].name"),
-    ([{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}],
-     "input[0].arguments"),
+    ([{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}], "input[0].arguments"),
     ([{"type": "function_call_output", "call_id": "c", "output": 3}], "input[0].output"),
     ([{"type": "function_call_output", "output": "x"}], "input[0].call_id"),
-    ([{"type": "function_call_output", "call_id": "c", "output": [{"type": "bogus"}]}],
-     "input[0].output[0].type"),
+    ([{"type": "function_call_output", "call_id": "c", "output": [{"type": "bogus"}]}], "input[0].output[0].type"),
     ([{"type": "reasoning", "summary": "s"}], "input[0].summary"),
     ([{"type": "reasoning", "summary": ["s"]}], "input[0].summary[0]"),
     ([{"type": "item_reference"}], "input[0].id"),
-    ([{"role": "user", "content": "ok"}, {"role": "user", "content": "ok"},
-      {"role": "user", "content": "ok"}, {"role": "user", "content": [
-          {"type": "input_text", "text": "ok"}, {"type": "input_image", "image_url": 5}]}],
-     "input[3].content[1].image_url"),
+    (
+        [
+            {"role": "user", "content": "ok"},
+            {"role": "user", "content": "ok"},
+            {"role": "user", "content": "ok"},
+            {
+                "role": "user",
+                "content": [{"type": "input_text", "text": "ok"}, {"type": "input_image", "image_url": 5}],
+            },
+        ],
+        "input[3].content[1].image_url",
+    ),
 ]
 
 
@@ -260,14 +299,21 @@ TOP_LEVEL_ERRORS: list[tuple[dict[str, Any], str | None]] = [
 
 
 def test_known_unacted_fields_of_the_right_shape_are_accepted() -> None:
-    parse_create_request(base(prompt={"id": "pmpt_1", "version": None, "variables": {"a": "b"}},
-                              stream_options={"include_obfuscation": False}, prompt_cache_retention="24h",
-                              prompt_cache_options={"ttl": "24h"}, moderation=None,
-                              context_management=[{"type": "compaction", "compact_threshold": 1000}]))
+    parse_create_request(
+        base(
+            prompt={"id": "pmpt_1", "version": None, "variables": {"a": "b"}},
+            stream_options={"include_obfuscation": False},
+            prompt_cache_retention="24h",
+            prompt_cache_options={"ttl": "24h"},
+            moderation=None,
+            context_management=[{"type": "compaction", "compact_threshold": 1000}],
+        )
+    )
 
 
-@pytest.mark.parametrize(("body", "param"), TOP_LEVEL_ERRORS,
-                         ids=[f"{n}-{p}" for n, (_, p) in enumerate(TOP_LEVEL_ERRORS)])
+@pytest.mark.parametrize(
+    ("body", "param"), TOP_LEVEL_ERRORS, ids=[f"{n}-{p}" for n, (_, p) in enumerate(TOP_LEVEL_ERRORS)]
+)
 def test_top_level_errors_name_the_field(body: dict[str, Any], param: str) -> None:
     assert param_of(body) == param
 
@@ -304,32 +350,40 @@ def test_metadata_limits() -> None:
 
 
 def test_text_format_json_schema_is_flat() -> None:
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
-              "additionalProperties": False}
-    req = parse(text={"format": {"type": "json_schema", "name": "answer", "schema": schema,
-                                 "strict": True}, "verbosity": "low"})
-    assert req.text == {"format": {"type": "json_schema", "name": "answer", "schema": schema,
-                                   "strict": True, "description": None},
-                        "verbosity": "low"}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+    req = parse(
+        text={"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}, "verbosity": "low"}
+    )
+    assert req.text == {
+        "format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True, "description": None},
+        "verbosity": "low",
+    }
     assert parse(text={"format": {"type": "json_object"}}).text == {
-        "format": {"type": "json_object"}, "verbosity": "medium"}
+        "format": {"type": "json_object"},
+        "verbosity": "medium",
+    }
 
 
-@pytest.mark.parametrize(("text", "param"), [
-    # The Chat Completions nesting ({json_schema: {...}}) is not the Responses shape.
-    ({"format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}},
-     "text.format.name"),
-    ({"format": {"type": "json_schema", "name": "a"}}, "text.format.schema"),
-    ({"format": {"type": "json_schema", "name": "a", "schema": "{}"}}, "text.format.schema"),
-    ({"format": {"type": "json_schema", "name": "a", "schema": {}, "strict": "yes"}},
-     "text.format.strict"),
-    ({"format": {"type": "json_schema", "name": "a", "schema": {}, "description": 1}},
-     "text.format.description"),
-    ({"format": {"type": "xml"}}, "text.format.type"),
-    ({"format": "json"}, "text.format"),
-    ({"verbosity": "extreme"}, "text.verbosity"),
-    ("json", "text"),
-])
+@pytest.mark.parametrize(
+    ("text", "param"),
+    [
+        # The Chat Completions nesting ({json_schema: {...}}) is not the Responses shape.
+        ({"format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}}, "text.format.name"),
+        ({"format": {"type": "json_schema", "name": "a"}}, "text.format.schema"),
+        ({"format": {"type": "json_schema", "name": "a", "schema": "{}"}}, "text.format.schema"),
+        ({"format": {"type": "json_schema", "name": "a", "schema": {}, "strict": "yes"}}, "text.format.strict"),
+        ({"format": {"type": "json_schema", "name": "a", "schema": {}, "description": 1}}, "text.format.description"),
+        ({"format": {"type": "xml"}}, "text.format.type"),
+        ({"format": "json"}, "text.format"),
+        ({"verbosity": "extreme"}, "text.verbosity"),
+        ("json", "text"),
+    ],
+)
 def test_text_errors(text: Any, param: str) -> None:
     assert param_of(base(text=text)) == param
 
@@ -337,8 +391,7 @@ def test_text_errors(text: Any, param: str) -> None:
 def test_reasoning() -> None:
     assert parse(reasoning={"effort": "high"}).reasoning == {"effort": "high", "summary": None}
     assert parse(reasoning={"summary": "auto"}).reasoning == {"effort": None, "summary": "auto"}
-    assert parse(reasoning={"generate_summary": "concise"}).reasoning == {
-        "effort": None, "summary": "concise"}
+    assert parse(reasoning={"generate_summary": "concise"}).reasoning == {"effort": None, "summary": "concise"}
     assert parse(reasoning={}).reasoning == {"effort": None, "summary": None}
     for effort in ("none", "minimal", "low", "medium", "high", "xhigh"):
         assert parse(reasoning={"effort": effort}).reasoning == {"effort": effort, "summary": None}
@@ -357,13 +410,13 @@ def test_strict_schema_closes_every_object_and_requires_every_property() -> None
         "type": "object",
         "properties": {
             "name": {"type": "string"},
-            "address": {"type": "object", "properties": {"city": {"type": "string"},
-                                                         "zip": {"type": "string"}},
-                        "required": ["city"]},
-            "tags": {"type": "array", "items": {"type": "object",
-                                                "properties": {"label": {"type": "string"}}}},
-            "target": {"anyOf": [{"type": "string"},
-                                 {"type": "object", "properties": {"id": {"type": "integer"}}}]},
+            "address": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+                "required": ["city"],
+            },
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"label": {"type": "string"}}}},
+            "target": {"anyOf": [{"type": "string"}, {"type": "object", "properties": {"id": {"type": "integer"}}}]},
             "owner": {"$ref": "#/$defs/person"},
         },
         "required": ["name"],
@@ -388,20 +441,27 @@ def test_strict_schema_closes_every_object_and_requires_every_property() -> None
 
 def test_strict_schema_object_without_properties() -> None:
     assert to_strict_schema({"type": "object"}) == {
-        "type": "object", "additionalProperties": False, "properties": {}, "required": []}
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {},
+        "required": [],
+    }
     nullable = to_strict_schema({"type": ["object", "null"], "properties": {"a": {}}})
     assert nullable["required"] == ["a"] and nullable["additionalProperties"] is False
 
 
-@pytest.mark.parametrize("schema", [
-    {"type": "object", "properties": {}, "additionalProperties": True},
-    {"type": "object", "additionalProperties": {"type": "string"}},
-    {"type": "object", "properties": {"inner": {"type": "object", "additionalProperties": True}}},
-    {"type": "object", "patternProperties": {"^x": {"type": "string"}}},
-    {"type": "array", "items": {"type": "object", "additionalProperties": True}},
-    {"anyOf": [{"type": "object", "additionalProperties": True}]},
-    {"type": "object", "$defs": {"d": {"type": "object", "additionalProperties": True}}},
-])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {}, "additionalProperties": True},
+        {"type": "object", "additionalProperties": {"type": "string"}},
+        {"type": "object", "properties": {"inner": {"type": "object", "additionalProperties": True}}},
+        {"type": "object", "patternProperties": {"^x": {"type": "string"}}},
+        {"type": "array", "items": {"type": "object", "additionalProperties": True}},
+        {"anyOf": [{"type": "object", "additionalProperties": True}]},
+        {"type": "object", "$defs": {"d": {"type": "object", "additionalProperties": True}}},
+    ],
+)
 def test_not_strictable(schema: dict[str, Any]) -> None:
     with pytest.raises(NotStrictable):
         to_strict_schema(schema)
@@ -410,18 +470,24 @@ def test_not_strictable(schema: dict[str, Any]) -> None:
 def test_strict_omitted_normalises() -> None:
     [tool] = normalize_tools([WEATHER])
     assert tool.strict is True
-    assert tool.parameters == {"type": "object", "properties": {"location": {"type": "string"}},
-                               "additionalProperties": False, "required": ["location"]}
-    assert tool.as_dict() == {"type": "function", "name": "get_weather",
-                              "description": "Weather at a place.",
-                              "parameters": tool.parameters, "strict": True}
-    assert WEATHER["parameters"] == {"type": "object",
-                                     "properties": {"location": {"type": "string"}}}
+    assert tool.parameters == {
+        "type": "object",
+        "properties": {"location": {"type": "string"}},
+        "additionalProperties": False,
+        "required": ["location"],
+    }
+    assert tool.as_dict() == {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Weather at a place.",
+        "parameters": tool.parameters,
+        "strict": True,
+    }
+    assert WEATHER["parameters"] == {"type": "object", "properties": {"location": {"type": "string"}}}
 
 
 def test_strict_omitted_and_unstrictable_passes_through_non_strict() -> None:
-    loose = {"type": "object", "properties": {"q": {"type": "string"}},
-             "additionalProperties": True}
+    loose = {"type": "object", "properties": {"q": {"type": "string"}}, "additionalProperties": True}
     for strict in (None, False):
         entry: dict[str, Any] = {"type": "function", "name": "search", "parameters": loose}
         if strict is not None:
@@ -439,41 +505,44 @@ def test_strict_false_is_passed_as_is() -> None:
 def test_strict_true_and_unstrictable_is_a_400_on_parameters() -> None:
     loose = {"type": "object", "additionalProperties": True}
     with pytest.raises(InvalidRequest) as info:
-        normalize_tools([WEATHER, {"type": "function", "name": "search", "parameters": loose,
-                                   "strict": True}])
+        normalize_tools([WEATHER, {"type": "function", "name": "search", "parameters": loose, "strict": True}])
     assert info.value.param == "tools[1].parameters"
     assert "additionalProperties" in info.value.message
-    assert param_of(base(tools=[{"type": "function", "name": "s", "parameters": loose,
-                                 "strict": True}])) == "tools[0].parameters"
+    assert (
+        param_of(base(tools=[{"type": "function", "name": "s", "parameters": loose, "strict": True}]))
+        == "tools[0].parameters"
+    )
 
 
 def test_omitted_parameters() -> None:
     [tool] = normalize_tools([{"type": "function", "name": "ping"}])
     assert tool.strict is True and tool.bare is True
-    assert tool.parameters == {"type": "object", "properties": {}, "additionalProperties": False,
-                               "required": []}
+    assert tool.parameters == {"type": "object", "properties": {}, "additionalProperties": False, "required": []}
     assert normalize_tools([WEATHER])[0].bare is False
 
 
-@pytest.mark.parametrize(("tools", "param"), [
-    ({"type": "function", "name": "x"}, "tools"),
-    (["get_weather"], "tools[0]"),
-    ([{"type": "holodeck"}], "tools[0].type"),
-    ([{"type": "namespace", "name": "ns", "tools": []}], "tools[0].tools"),
-    ([{"type": "namespace", "name": "ns", "tools": [{"type": "shell"}]}], "tools[0].tools[0].type"),
-    ([{"type": "namespace", "tools": [WEATHER]}], "tools[0].name"),
-    ([{"type": "custom", "name": "has space"}], "tools[0].name"),
-    ([{"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "ebnf"}}], "tools[0].format"),
-    ([{"type": "shell"}, {"type": "function", "name": "shell"}], "tools[1].name"),
-    ([{"name": "x"}], "tools[0].type"),
-    ([{"type": "function", "function": {"name": "x", "parameters": {}}}], "tools[0].name"),
-    ([{"type": "function", "name": "has space"}], "tools[0].name"),
-    ([{"type": "function", "name": "x" * 65}], "tools[0].name"),
-    ([WEATHER, {"type": "function", "name": "get_weather"}], "tools[1].name"),
-    ([{"type": "function", "name": "x", "description": 1}], "tools[0].description"),
-    ([{"type": "function", "name": "x", "parameters": "{}"}], "tools[0].parameters"),
-    ([{"type": "function", "name": "x", "strict": "true"}], "tools[0].strict"),
-])
+@pytest.mark.parametrize(
+    ("tools", "param"),
+    [
+        ({"type": "function", "name": "x"}, "tools"),
+        (["get_weather"], "tools[0]"),
+        ([{"type": "holodeck"}], "tools[0].type"),
+        ([{"type": "namespace", "name": "ns", "tools": []}], "tools[0].tools"),
+        ([{"type": "namespace", "name": "ns", "tools": [{"type": "shell"}]}], "tools[0].tools[0].type"),
+        ([{"type": "namespace", "tools": [WEATHER]}], "tools[0].name"),
+        ([{"type": "custom", "name": "has space"}], "tools[0].name"),
+        ([{"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "ebnf"}}], "tools[0].format"),
+        ([{"type": "shell"}, {"type": "function", "name": "shell"}], "tools[1].name"),
+        ([{"name": "x"}], "tools[0].type"),
+        ([{"type": "function", "function": {"name": "x", "parameters": {}}}], "tools[0].name"),
+        ([{"type": "function", "name": "has space"}], "tools[0].name"),
+        ([{"type": "function", "name": "x" * 65}], "tools[0].name"),
+        ([WEATHER, {"type": "function", "name": "get_weather"}], "tools[1].name"),
+        ([{"type": "function", "name": "x", "description": 1}], "tools[0].description"),
+        ([{"type": "function", "name": "x", "parameters": "{}"}], "tools[0].parameters"),
+        ([{"type": "function", "name": "x", "strict": "true"}], "tools[0].strict"),
+    ],
+)
 def test_tool_errors(tools: Any, param: str) -> None:
     assert param_of(base(tools=tools)) == param
 
@@ -493,37 +562,51 @@ def test_tool_choice_forms() -> None:
     for value in ("auto", "none", "required"):
         assert normalize_tool_choice(value, tools) == value
     assert normalize_tool_choice({"type": "function", "name": "get_time", "extra": 1}, tools) == {
-        "type": "function", "name": "get_time"}
+        "type": "function",
+        "name": "get_time",
+    }
     assert normalize_tool_choice(
         {"type": "allowed_tools", "tools": [{"type": "function", "name": "get_time"}]}, tools
-    ) == {"type": "allowed_tools", "mode": "auto",
-          "tools": [{"type": "function", "name": "get_time"}]}
+    ) == {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_time"}]}
     both = normalize_tool_choice(
-        {"type": "allowed_tools", "mode": "required",
-         "tools": [{"type": "function", "name": "get_time"},
-                   {"type": "function", "name": "get_weather"}]}, tools)
+        {
+            "type": "allowed_tools",
+            "mode": "required",
+            "tools": [{"type": "function", "name": "get_time"}, {"type": "function", "name": "get_weather"}],
+        },
+        tools,
+    )
     assert isinstance(both, dict) and both["mode"] == "required"
     assert normalize_tool_choice("none", []) == "none"
     assert normalize_tool_choice("auto", []) == "auto"
 
 
-@pytest.mark.parametrize(("choice", "param"), [
-    ("any", "tool_choice"),
-    (3, "tool_choice"),
-    ({"type": "function", "name": "nope"}, "tool_choice.name"),
-    ({"type": "function", "function": {"name": "get_time"}}, "tool_choice.name"),
-    ({"type": "allowed_tools", "mode": "none", "tools": [{"type": "function", "name": "get_time"}]},
-     "tool_choice.mode"),
-    ({"type": "allowed_tools", "tools": []}, "tool_choice.tools"),
-    ({"type": "allowed_tools"}, "tool_choice.tools"),
-    ({"type": "allowed_tools", "tools": [{"type": "function", "name": "get_time"},
-                                         {"type": "function", "name": "nope"}]},
-     "tool_choice.tools[1].name"),
-    ({"type": "allowed_tools", "tools": [{"type": "custom", "name": "nope"}]}, "tool_choice.tools[0].name"),
-    ({"type": "shell"}, "tool_choice.type"),
-    ({"type": "mcp"}, "tool_choice.server_label"),
-    ({"type": "teleport"}, "tool_choice.type"),
-])
+@pytest.mark.parametrize(
+    ("choice", "param"),
+    [
+        ("any", "tool_choice"),
+        (3, "tool_choice"),
+        ({"type": "function", "name": "nope"}, "tool_choice.name"),
+        ({"type": "function", "function": {"name": "get_time"}}, "tool_choice.name"),
+        (
+            {"type": "allowed_tools", "mode": "none", "tools": [{"type": "function", "name": "get_time"}]},
+            "tool_choice.mode",
+        ),
+        ({"type": "allowed_tools", "tools": []}, "tool_choice.tools"),
+        ({"type": "allowed_tools"}, "tool_choice.tools"),
+        (
+            {
+                "type": "allowed_tools",
+                "tools": [{"type": "function", "name": "get_time"}, {"type": "function", "name": "nope"}],
+            },
+            "tool_choice.tools[1].name",
+        ),
+        ({"type": "allowed_tools", "tools": [{"type": "custom", "name": "nope"}]}, "tool_choice.tools[0].name"),
+        ({"type": "shell"}, "tool_choice.type"),
+        ({"type": "mcp"}, "tool_choice.server_label"),
+        ({"type": "teleport"}, "tool_choice.type"),
+    ],
+)
 def test_tool_choice_errors(choice: Any, param: str) -> None:
     assert param_of(base(tools=[WEATHER, TIME], tool_choice=choice)) == param
 
@@ -540,8 +623,9 @@ def test_allowed_tool_names() -> None:
     assert allowed_tool_names("required", tools) == {"get_weather", "get_time"}
     assert allowed_tool_names("none", tools) == frozenset()
     assert allowed_tool_names({"type": "function", "name": "get_time"}, tools) == {"get_time"}
-    assert allowed_tool_names({"type": "allowed_tools", "mode": "auto", "tools": [
-        {"type": "function", "name": "get_weather"}]}, tools) == {"get_weather"}
+    assert allowed_tool_names(
+        {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_weather"}]}, tools
+    ) == {"get_weather"}
     assert allowed_tool_names("auto", []) == frozenset()
 
 
@@ -550,49 +634,65 @@ def test_allowed_tool_names() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def msgs(
-    raw: Any, instructions: str | None = None, options: ChatOptions | None = None
-) -> list[dict]:
+def msgs(raw: Any, instructions: str | None = None, options: ChatOptions | None = None) -> list[dict]:
     return items_to_messages(normalize_input(raw), instructions, options)
 
 
 def test_instructions_first_as_system_and_developer_as_system() -> None:
-    out = msgs([{"role": "developer", "content": "Use metric."},
-                {"role": "system", "content": "Be brief."},
-                {"role": "user", "content": "hi"}], instructions="You are helpful.")
+    out = msgs(
+        [
+            {"role": "developer", "content": "Use metric."},
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "hi"},
+        ],
+        instructions="You are helpful.",
+    )
     assert out == [
         {"role": "system", "content": "You are helpful."},
         {"role": "system", "content": "Use metric."},
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "hi"},
     ]
-    dev = msgs([{"role": "developer", "content": "x"}], "i",
-               ChatOptions(developer_role="developer"))
+    dev = msgs([{"role": "developer", "content": "x"}], "i", ChatOptions(developer_role="developer"))
     assert dev == [{"role": "developer", "content": "i"}, {"role": "developer", "content": "x"}]
     assert msgs("hi", instructions="") == [{"role": "user", "content": "hi"}]
 
 
 def test_assistant_text_and_following_calls_are_one_message() -> None:
-    out = msgs([
-        {"role": "user", "content": "Weather in Oslo and Rome?"},
-        {"role": "assistant", "content": "Checking both."},
-        {"type": "reasoning", "summary": []},
-        {"type": "function_call", "call_id": "call_1", "name": "get_weather",
-         "arguments": '{"location":"Oslo"}'},
-        {"type": "function_call", "call_id": "call_2", "name": "get_weather",
-         "arguments": '{"location":"Rome"}'},
-        {"type": "function_call_output", "call_id": "call_1", "output": "5°C"},
-        {"type": "function_call_output", "call_id": "call_2",
-         "output": [{"type": "input_text", "text": "21"}, {"type": "input_text", "text": "°C"}]},
-        {"role": "assistant", "content": "Oslo 5°C, Rome 21°C."},
-    ])
+    out = msgs(
+        [
+            {"role": "user", "content": "Weather in Oslo and Rome?"},
+            {"role": "assistant", "content": "Checking both."},
+            {"type": "reasoning", "summary": []},
+            {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"location":"Oslo"}'},
+            {"type": "function_call", "call_id": "call_2", "name": "get_weather", "arguments": '{"location":"Rome"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "5°C"},
+            {
+                "type": "function_call_output",
+                "call_id": "call_2",
+                "output": [{"type": "input_text", "text": "21"}, {"type": "input_text", "text": "°C"}],
+            },
+            {"role": "assistant", "content": "Oslo 5°C, Rome 21°C."},
+        ]
+    )
     assert out == [
         {"role": "user", "content": "Weather in Oslo and Rome?"},
-        {"role": "assistant", "content": "Checking both.", "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"location":"Oslo"}'}},
-            {"id": "call_2", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"location":"Rome"}'}}]},
+        {
+            "role": "assistant",
+            "content": "Checking both.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"location":"Oslo"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"location":"Rome"}'},
+                },
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "5°C"},
         {"role": "tool", "tool_call_id": "call_2", "content": "21°C"},
         {"role": "assistant", "content": "Oslo 5°C, Rome 21°C."},
@@ -600,15 +700,17 @@ def test_assistant_text_and_following_calls_are_one_message() -> None:
 
 
 def test_calls_without_text_have_empty_string_content() -> None:
-    out = msgs([
-        {"role": "user", "content": "go"},
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}]},
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": ""},
-        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": "1"},
-        {"type": "function_call_output", "call_id": "c2", "output": "2"},
-        {"type": "function_call", "call_id": "c3", "name": "f", "arguments": "{}"},
-    ])
+    out = msgs(
+        [
+            {"role": "user", "content": "go"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": ""},
+            {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "1"},
+            {"type": "function_call_output", "call_id": "c2", "output": "2"},
+            {"type": "function_call", "call_id": "c3", "name": "f", "arguments": "{}"},
+        ]
+    )
     assert [m["role"] for m in out] == ["user", "assistant", "tool", "tool", "assistant"]
     for message in (out[1], out[4]):
         assert message["content"] == "" and message["content"] is not None
@@ -626,70 +728,82 @@ def _tool_replies_follow_their_call(messages: list[dict]) -> bool:
         calls = message.get("tool_calls")
         if not calls:
             continue
-        following = messages[n + 1:n + 1 + len(calls)]
+        following = messages[n + 1 : n + 1 + len(calls)]
         if sorted(m.get("tool_call_id") or "" for m in following if m["role"] == "tool") != sorted(
-                c["id"] for c in calls):
+            c["id"] for c in calls
+        ):
             return False
     return True
 
 
 def test_text_after_calls_does_not_separate_calls_from_their_outputs() -> None:
-    out = msgs([
-        {"role": "user", "content": "go"},
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-        {"role": "assistant", "content": "Running it now."},
-        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
-    ])
+    out = msgs(
+        [
+            {"role": "user", "content": "go"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"role": "assistant", "content": "Running it now."},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        ]
+    )
     assert _tool_replies_follow_their_call(out), out
 
 
 def test_calls_and_outputs_in_order_satisfy_the_chat_rule() -> None:
-    out = msgs([
-        {"role": "user", "content": "go"},
-        {"role": "assistant", "content": "Running it now."},
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-        {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c2", "output": "ok"},
-        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
-    ])
+    out = msgs(
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "Running it now."},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c2", "output": "ok"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        ]
+    )
     assert _tool_replies_follow_their_call(out)
 
 
 def test_assistant_refusal_and_multi_part_text() -> None:
-    out = msgs([{"role": "assistant", "content": [
-        {"type": "output_text", "text": "A"}, {"type": "refusal", "refusal": "B"}]}])
+    out = msgs(
+        [{"role": "assistant", "content": [{"type": "output_text", "text": "A"}, {"type": "refusal", "refusal": "B"}]}]
+    )
     assert out == [{"role": "assistant", "content": "AB"}]
 
 
 def test_user_parts_mapping() -> None:
-    out = msgs([
-        {"role": "user", "content": [{"type": "input_text", "text": "one"},
-                                     {"type": "input_text", "text": "two"}]},
-        {"role": "user", "content": [
-            {"type": "input_text", "text": "look"},
-            {"type": "input_image", "image_url": "https://x.test/i.png", "detail": "high"},
-            {"type": "input_image", "image_url": "data:image/png;base64,iVBO"},
-            {"type": "input_file", "file_data": "data:application/pdf;base64,JVBE",
-             "filename": "a.pdf"},
-            {"type": "input_file", "file_id": "file-abc"},
-            {"type": "input_file", "file_url": "https://x.test/b.pdf"},
-        ]},
-    ])
+    out = msgs(
+        [
+            {"role": "user", "content": [{"type": "input_text", "text": "one"}, {"type": "input_text", "text": "two"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "look"},
+                    {"type": "input_image", "image_url": "https://x.test/i.png", "detail": "high"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,iVBO"},
+                    {"type": "input_file", "file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"},
+                    {"type": "input_file", "file_id": "file-abc"},
+                    {"type": "input_file", "file_url": "https://x.test/b.pdf"},
+                ],
+            },
+        ]
+    )
     assert out[0] == {"role": "user", "content": "one\ntwo"}
-    assert out[1] == {"role": "user", "content": [
-        {"type": "text", "text": "look"},
-        {"type": "image_url", "image_url": {"url": "https://x.test/i.png", "detail": "high"}},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO", "detail": "auto"}},
-        {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBE",
-                                  "filename": "a.pdf"}},
-        {"type": "file", "file": {"file_id": "file-abc"}},
-        {"type": "text", "text": "[file: https://x.test/b.pdf]"},
-    ]}
+    assert out[1] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": "https://x.test/i.png", "detail": "high"}},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO", "detail": "auto"}},
+            {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBE", "filename": "a.pdf"}},
+            {"type": "file", "file": {"file_id": "file-abc"}},
+            {"type": "text", "text": "[file: https://x.test/b.pdf]"},
+        ],
+    }
 
 
 def test_file_url_with_filename_keeps_the_url() -> None:
-    out = msgs([{"role": "user", "content": [
-        {"type": "input_file", "file_url": "https://x.test/b.pdf", "filename": "b.pdf"}]}])
+    out = msgs(
+        [{"role": "user", "content": [{"type": "input_file", "file_url": "https://x.test/b.pdf", "filename": "b.pdf"}]}]
+    )
     assert "https://x.test/b.pdf" in str(out[0]["content"])
 
 
@@ -698,17 +812,18 @@ def test_file_url_with_filename_keeps_the_url() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def chat(body: dict[str, Any], *, stream: bool = False, options: ChatOptions | None = None,
-         tools: list[Tool] | None = None) -> dict[str, Any]:
+def chat(
+    body: dict[str, Any], *, stream: bool = False, options: ChatOptions | None = None, tools: list[Tool] | None = None
+) -> dict[str, Any]:
     req = parse_create_request({"model": "alias", "input": "hi", **body})
-    return build_chat_request(req, req.input_items, upstream_model="upstream-7b", stream=stream,
-                              tools=tools, options=options)
+    return build_chat_request(
+        req, req.input_items, upstream_model="upstream-7b", stream=stream, tools=tools, options=options
+    )
 
 
 def test_minimal_body() -> None:
     body = chat({})
-    assert body == {"model": "upstream-7b", "messages": [{"role": "user", "content": "hi"}],
-                    "stream": False}
+    assert body == {"model": "upstream-7b", "messages": [{"role": "user", "content": "hi"}], "stream": False}
 
 
 def test_stream_options_only_when_streaming() -> None:
@@ -719,8 +834,7 @@ def test_stream_options_only_when_streaming() -> None:
 
 def test_max_tokens_param_name() -> None:
     assert chat({"max_output_tokens": 100})["max_tokens"] == 100
-    body = chat({"max_output_tokens": 100},
-                options=ChatOptions(max_tokens_param="max_completion_tokens"))
+    body = chat({"max_output_tokens": 100}, options=ChatOptions(max_tokens_param="max_completion_tokens"))
     assert body["max_completion_tokens"] == 100 and "max_tokens" not in body
     assert "max_tokens" not in chat({})
 
@@ -729,10 +843,20 @@ def test_tools_in_chat_shape() -> None:
     loose = {"type": "object", "additionalProperties": True}
     body = chat({"tools": [WEATHER, {"type": "function", "name": "search", "parameters": loose}]})
     assert body["tools"] == [
-        {"type": "function", "function": {
-            "name": "get_weather", "description": "Weather at a place.", "strict": True,
-            "parameters": {"type": "object", "properties": {"location": {"type": "string"}},
-                           "additionalProperties": False, "required": ["location"]}}},
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Weather at a place.",
+                "strict": True,
+                "parameters": {
+                    "type": "object",
+                    "properties": {"location": {"type": "string"}},
+                    "additionalProperties": False,
+                    "required": ["location"],
+                },
+            },
+        },
         {"type": "function", "function": {"name": "search", "parameters": loose}},
     ]
     assert body["tool_choice"] == "auto" and body["parallel_tool_calls"] is True
@@ -747,20 +871,27 @@ def test_no_tools_means_no_tool_fields() -> None:
     assert "tools" not in chat({"tools": [WEATHER]}, tools=[])
 
 
-@pytest.mark.parametrize(("choice", "options", "expected"), [
-    ("none", ChatOptions(), "none"),
-    ("required", ChatOptions(), "required"),
-    ({"type": "function", "name": "get_time"}, ChatOptions(),
-     {"type": "function", "function": {"name": "get_time"}}),
-    ({"type": "function", "name": "get_time"}, ChatOptions(object_tool_choice=False), "required"),
-    ({"type": "allowed_tools", "mode": "required",
-      "tools": [{"type": "function", "name": "get_time"}]}, ChatOptions(), "required"),
-    ({"type": "allowed_tools", "tools": [{"type": "function", "name": "get_time"}]},
-     ChatOptions(), "auto"),
-])
+@pytest.mark.parametrize(
+    ("choice", "options", "expected"),
+    [
+        ("none", ChatOptions(), "none"),
+        ("required", ChatOptions(), "required"),
+        (
+            {"type": "function", "name": "get_time"},
+            ChatOptions(),
+            {"type": "function", "function": {"name": "get_time"}},
+        ),
+        ({"type": "function", "name": "get_time"}, ChatOptions(object_tool_choice=False), "required"),
+        (
+            {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_time"}]},
+            ChatOptions(),
+            "required",
+        ),
+        ({"type": "allowed_tools", "tools": [{"type": "function", "name": "get_time"}]}, ChatOptions(), "auto"),
+    ],
+)
 def test_tool_choice_to_chat(choice: Any, options: ChatOptions, expected: Any) -> None:
-    body = chat({"tools": [WEATHER, TIME], "tool_choice": choice, "parallel_tool_calls": False},
-                options=options)
+    body = chat({"tools": [WEATHER, TIME], "tool_choice": choice, "parallel_tool_calls": False}, options=options)
     assert body["tool_choice"] == expected
     assert body["parallel_tool_calls"] is False
     # allowed_tools: every tool stays visible upstream.
@@ -768,10 +899,21 @@ def test_tool_choice_to_chat(choice: Any, options: ChatOptions, expected: Any) -
 
 
 def test_sampling_and_reasoning_fields() -> None:
-    body = chat({"temperature": 0.2, "top_p": 0.9, "presence_penalty": 0.5,
-                 "frequency_penalty": -0.5, "reasoning": {"effort": "low", "summary": "auto"}})
-    assert (body["temperature"], body["top_p"], body["presence_penalty"],
-            body["frequency_penalty"]) == (0.2, 0.9, 0.5, -0.5)
+    body = chat(
+        {
+            "temperature": 0.2,
+            "top_p": 0.9,
+            "presence_penalty": 0.5,
+            "frequency_penalty": -0.5,
+            "reasoning": {"effort": "low", "summary": "auto"},
+        }
+    )
+    assert (body["temperature"], body["top_p"], body["presence_penalty"], body["frequency_penalty"]) == (
+        0.2,
+        0.9,
+        0.5,
+        -0.5,
+    )
     assert body["reasoning_effort"] == "low"
     assert "reasoning_effort" not in chat({"reasoning": {"summary": "auto"}})
     assert not {"temperature", "top_p", "logprobs", "response_format"} & chat({}).keys()
@@ -784,15 +926,26 @@ def test_logprobs_include() -> None:
 
 def test_text_format_to_response_format() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    body = chat({"text": {"format": {"type": "json_schema", "name": "out", "schema": schema,
-                                     "strict": True, "description": "The answer."}}})
-    assert body["response_format"] == {"type": "json_schema", "json_schema": {
-        "name": "out", "schema": schema, "strict": True, "description": "The answer."}}
+    body = chat(
+        {
+            "text": {
+                "format": {
+                    "type": "json_schema",
+                    "name": "out",
+                    "schema": schema,
+                    "strict": True,
+                    "description": "The answer.",
+                }
+            }
+        }
+    )
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "out", "schema": schema, "strict": True, "description": "The answer."},
+    }
     loose = chat({"text": {"format": {"type": "json_schema", "name": "out", "schema": schema}}})
-    assert loose["response_format"] == {"type": "json_schema",
-                                        "json_schema": {"name": "out", "schema": schema}}
-    assert chat({"text": {"format": {"type": "json_object"}}})["response_format"] == {
-        "type": "json_object"}
+    assert loose["response_format"] == {"type": "json_schema", "json_schema": {"name": "out", "schema": schema}}
+    assert chat({"text": {"format": {"type": "json_object"}}})["response_format"] == {"type": "json_object"}
 
 
 def test_extra_body_and_instructions() -> None:

@@ -1,4 +1,5 @@
 """The in-process expiring cache behind key, route and registry look-ups."""
+
 from __future__ import annotations
 
 import time

@@ -3,6 +3,7 @@ in and out as `json` would give, including the values orjson refuses or reads di
 
 No database, no network: these run in every configuration.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,23 +18,29 @@ pytestmark = pytest.mark.embedded
 STANDARD = dict(separators=(",", ":"), ensure_ascii=False)
 
 
-@pytest.mark.parametrize("value", [
-    {"type": "response.output_text.delta", "delta": "héllo \u2028 \U0001f600", "logprobs": []},
-    [1, -2, 2.5, 1e16, 1e-7, None, True, False, "", {}],
-    {"nested": {"deep": [[[{"x": "y"}]]]}},
-    18446744073709551615,  # the largest integer orjson encodes
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"type": "response.output_text.delta", "delta": "héllo \u2028 \U0001f600", "logprobs": []},
+        [1, -2, 2.5, 1e16, 1e-7, None, True, False, "", {}],
+        {"nested": {"deep": [[[{"x": "y"}]]]}},
+        18446744073709551615,  # the largest integer orjson encodes
+    ],
+)
 def test_encodes_what_json_encodes(value: object) -> None:
     assert json.loads(wirejson.dumps(value)) == value
     assert wirejson.dumpb(value) == wirejson.dumps(value).encode()
     assert json.loads(wirejson.dumps(value)) == json.loads(json.dumps(value, **STANDARD))
 
 
-@pytest.mark.parametrize("value", [
-    2**70,  # beyond 64 bits
-    {1: "integer key"},
-    {"lone": "\ud800"},  # a lone surrogate has no UTF-8 form
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        2**70,  # beyond 64 bits
+        {1: "integer key"},
+        {"lone": "\ud800"},  # a lone surrogate has no UTF-8 form
+    ],
+)
 def test_values_orjson_refuses_are_encoded_by_json(value: object) -> None:
     assert wirejson.dumps(value) == json.dumps(value, **STANDARD)
     raw = wirejson.dumpb(value)
@@ -41,15 +48,18 @@ def test_values_orjson_refuses_are_encoded_by_json(value: object) -> None:
     assert json.loads(raw) == json.loads(json.dumps(value))
 
 
-@pytest.mark.parametrize("document", [
-    '{"a": 1, "b": [true, null, "\\u00e9"], "c": 2.5}',
-    b'{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"abcd"}}]}',
-    '{"big": 123456789012345678901234567890}',  # orjson would read a float
-    '{"id": "x12345678901234567890", "n": 18446744073709551615}',
-    '{"a": NaN, "b": Infinity}',  # orjson refuses these; json reads them
-    '{"a": 1, "a": 2}',
-    '"\\ud800"',
-])
+@pytest.mark.parametrize(
+    "document",
+    [
+        '{"a": 1, "b": [true, null, "\\u00e9"], "c": 2.5}',
+        b'{"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"abcd"}}]}',
+        '{"big": 123456789012345678901234567890}',  # orjson would read a float
+        '{"id": "x12345678901234567890", "n": 18446744073709551615}',
+        '{"a": NaN, "b": Infinity}',  # orjson refuses these; json reads them
+        '{"a": 1, "a": 2}',
+        '"\\ud800"',
+    ],
+)
 def test_decodes_as_json_does(document: str | bytes) -> None:
     got, expected = wirejson.loads(document), json.loads(document)
     if isinstance(expected, dict) and any(isinstance(v, float) and math.isnan(v) for v in expected.values()):

@@ -1,6 +1,7 @@
 """A gateway deployed as an operator runs it, for outage tests: its own PostgreSQL and Redis
 (which a test stops and starts again), uvicorn web processes and a Celery worker with beat,
 all real processes, against a scripted upstream on loopback."""
+
 from __future__ import annotations
 
 import json
@@ -21,23 +22,41 @@ SECRET_KEY = "outage-test-secret-key-not-for-production-0123456789abcdefghij"
 
 
 class Deployment:
-    def __init__(self, base_dir: Path, upstream_url: str, *, model: str = "m", env: dict[str, str] | None = None,
-                 config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        upstream_url: str,
+        *,
+        model: str = "m",
+        env: dict[str, str] | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
         self.base_dir = base_dir
         self.model = model
         self.postgres: PostgresServer = start_postgres(base_dir / "pg")
         self.redis: RedisServer = start_redis(base_dir)
         gateway_config, config = config, base_dir / "gateway.json"
-        config.write_text(json.dumps(gateway_config or {
-            "providers": [{"name": "scripted", "base_url": upstream_url}],
-            "models": [{"name": model, "targets": [{"provider": "scripted", "model": model}]}],
-        }))
+        config.write_text(
+            json.dumps(
+                gateway_config
+                or {
+                    "providers": [{"name": "scripted", "base_url": upstream_url}],
+                    "models": [{"name": model, "targets": [{"provider": "scripted", "model": model}]}],
+                }
+            )
+        )
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "CELERY_"))},
-            "DATABASE_URL": self.postgres.url, "REDIS_URL": self.redis.url, "SECRET_KEY": SECRET_KEY,
-            "DEBUG": "0", "ALLOWED_HOSTS": "127.0.0.1,localhost", "GATEWAY_CONFIG": str(config),
-            "LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE": "project.settings",
-            "GATEWAY_HEARTBEAT_SECONDS": "0.5", "GATEWAY_REAPER_INTERVAL_SECONDS": "1",
+            "DATABASE_URL": self.postgres.url,
+            "REDIS_URL": self.redis.url,
+            "SECRET_KEY": SECRET_KEY,
+            "DEBUG": "0",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "GATEWAY_CONFIG": str(config),
+            "LOG_LEVEL": "WARNING",
+            "DJANGO_SETTINGS_MODULE": "project.settings",
+            "GATEWAY_HEARTBEAT_SECONDS": "0.5",
+            "GATEWAY_REAPER_INTERVAL_SECONDS": "1",
             **(env or {}),
         }
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -47,23 +66,46 @@ class Deployment:
         self.port = _free_port()
 
     def manage(self, *args: str) -> str:
-        proc = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        proc = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
         return proc.stdout
 
     def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
         log = open(self.base_dir / log_name, "ab")  # noqa: SIM115 - the process's lifetime
-        proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.processes.append(proc)
         return proc
 
     def start_web(self, workers: int = 1) -> None:
-        self._spawn([sys.executable, "-m", "uvicorn", "project.asgi:application", "--host", "127.0.0.1",
-                     "--port", str(self.port), "--workers", str(workers), "--log-level", "warning",
-                     "--no-access-log"], "web.log")
+        self._spawn(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "project.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(workers),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ],
+            "web.log",
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -74,10 +116,25 @@ class Deployment:
         raise RuntimeError(f"the web process did not start:\n{self.log('web.log')}")
 
     def start_worker(self, concurrency: int = 2) -> None:
-        self._spawn([sys.executable, "-m", "celery", "-A", "project", "worker", "--beat", "--loglevel=WARNING",
-                     f"--concurrency={concurrency}", "--without-gossip", "--without-mingle",
-                     "--prefetch-multiplier=1", "--schedule", str(self.base_dir / "beat-schedule")],
-                    "worker.log")
+        self._spawn(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "project",
+                "worker",
+                "--beat",
+                "--loglevel=WARNING",
+                f"--concurrency={concurrency}",
+                "--without-gossip",
+                "--without-mingle",
+                "--prefetch-multiplier=1",
+                "--schedule",
+                str(self.base_dir / "beat-schedule"),
+            ],
+            "worker.log",
+        )
 
     def stop_workers(self) -> None:
         """Stop the Celery worker(s) (warm shutdown)."""

@@ -1,4 +1,5 @@
 """Every /v1/responses access-log line says which response, how it ended, and why it failed."""
+
 from __future__ import annotations
 
 import logging
@@ -47,28 +48,41 @@ def test_a_400_line_names_the_error_code_and_param(gateway: Gateway, access_log:
     resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "hi", "stream_options": 5})
     assert resp.status_code == 400
     (line,) = access_log.for_request(resp.headers["x-request-id"])
-    assert (line["status"], line["error_code"], line["error_param"]) == (400, resp.json()["error"]["code"], "stream_options")
+    assert (line["status"], line["error_code"], line["error_param"]) == (
+        400,
+        resp.json()["error"]["code"],
+        "stream_options",
+    )
 
 
-def test_a_stored_create_line_has_the_response_and_its_tokens(gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines) -> None:
+def test_a_stored_create_line_has_the_response_and_its_tokens(
+    gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines
+) -> None:
     scripted.enqueue(MODEL, Reply(text="hello there"))
     resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "hi"})
     body = resp.json()
     (line,) = access_log.for_request(resp.headers["x-request-id"])
     assert line["response_id"] == body["id"] and line["response_status"] == "completed"
     assert line["model"] == MODEL
-    assert (line["input_tokens"], line["output_tokens"]) == (body["usage"]["input_tokens"], body["usage"]["output_tokens"])
+    assert (line["input_tokens"], line["output_tokens"]) == (
+        body["usage"]["input_tokens"],
+        body["usage"]["output_tokens"],
+    )
     assert line["latency_ms"] > 0
 
 
-def test_a_streamed_line_is_written_at_the_end_with_the_final_state(gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines) -> None:
+def test_a_streamed_line_is_written_at_the_end_with_the_final_state(
+    gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines
+) -> None:
     scripted.enqueue(MODEL, Reply(text="a slow answer", chunk_chars=2, interval=0.05))
     with gateway.http().stream("POST", "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}) as resp:
         request_id = resp.headers["x-request-id"]
         lines = resp.iter_lines()
         assert next(lines).startswith("event: response.created")
         early = access_log.for_request(request_id, timeout=0.2)
-        assert early == [], {k: v for k, v in early[0].items() if k in ("response_status", "latency_ms", "first_byte_ms", "stream_end")}
+        assert early == [], {
+            k: v for k, v in early[0].items() if k in ("response_status", "latency_ms", "first_byte_ms", "stream_end")
+        }
         raw = "\n".join(lines)
     (line,) = access_log.for_request(request_id)
     assert "stream_end" not in line
@@ -79,7 +93,9 @@ def test_a_streamed_line_is_written_at_the_end_with_the_final_state(gateway: Gat
     assert line["latency_ms"] >= 250  # the whole stream, not the time to its headers
 
 
-def test_a_stream_the_client_leaves_is_logged_as_such(gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines) -> None:
+def test_a_stream_the_client_leaves_is_logged_as_such(
+    gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines
+) -> None:
     scripted.enqueue(MODEL, Reply(text="a long and slow answer " * 20, chunk_chars=2, interval=0.05))
     with gateway.http().stream("POST", "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}) as resp:
         request_id = resp.headers["x-request-id"]
@@ -111,4 +127,8 @@ def test_reads_of_a_response_name_it(gateway: Gateway, scripted: ScriptedUpstrea
     assert line["response_id"] == created.id
     missing = gateway.http().get("/v1/responses/resp_missing")
     (line,) = access_log.for_request(missing.headers["x-request-id"])
-    assert (line["status"], line["response_id"], line["error_param"]) == (404, "resp_missing", missing.json()["error"]["param"])
+    assert (line["status"], line["response_id"], line["error_param"]) == (
+        404,
+        "resp_missing",
+        missing.json()["error"]["param"],
+    )

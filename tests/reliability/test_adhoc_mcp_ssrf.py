@@ -6,6 +6,7 @@ reach of a `server_url` any key sends; only the explicit ad-hoc allowances
 private address. A canary server counts every connection it accepts: refused URLs
 cost it none. And what an MCP server answered never reaches the client verbatim.
 """
+
 from __future__ import annotations
 
 import socket
@@ -69,8 +70,13 @@ def canary() -> Iterator[Canary]:
 
 
 def adhoc(url: str, label: str = "s", token: str = "mcp-secret") -> dict:
-    return {"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never",
-            "headers": {"Authorization": f"Bearer {token}"}}
+    return {
+        "type": "mcp",
+        "server_label": label,
+        "server_url": url,
+        "require_approval": "never",
+        "headers": {"Authorization": f"Bearer {token}"},
+    }
 
 
 def create(gateway: Gateway, tools: list[dict], key: str | None = None) -> tuple[int, dict]:
@@ -79,11 +85,19 @@ def create(gateway: Gateway, tools: list[dict], key: str | None = None) -> tuple
     return r.status_code, r.json()
 
 
-def test_the_operators_allowlist_does_not_reach_client_urls(gateway: Gateway, scripted: ScriptedUpstream, canary: Canary, settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_operators_allowlist_does_not_reach_client_urls(
+    gateway: Gateway, scripted: ScriptedUpstream, canary: Canary, settings
+) -> None:  # type: ignore[no-untyped-def]
     settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1", "localhost"]  # for the operator's own tools
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = []
-    forms = [canary.url, f"http://localhost:{canary.port}/mcp", f"http://[::ffff:127.0.0.1]:{canary.port}/mcp",
-             f"http://2130706433:{canary.port}/mcp", f"http://0x7f.1:{canary.port}/admin", f"http://127.1:{canary.port}/"]
+    forms = [
+        canary.url,
+        f"http://localhost:{canary.port}/mcp",
+        f"http://[::ffff:127.0.0.1]:{canary.port}/mcp",
+        f"http://2130706433:{canary.port}/mcp",
+        f"http://0x7f.1:{canary.port}/admin",
+        f"http://127.1:{canary.port}/",
+    ]
     for url in forms:
         status, body = create(gateway, [adhoc(url)])
         assert status == 400, (url, body)
@@ -92,7 +106,9 @@ def test_the_operators_allowlist_does_not_reach_client_urls(gateway: Gateway, sc
     assert scripted.requests == []
 
 
-def test_an_adhoc_allowance_names_host_and_port(gateway: Gateway, scripted: ScriptedUpstream, canary: Canary, mcp_server: McpServerProcess, settings) -> None:  # type: ignore[no-untyped-def]
+def test_an_adhoc_allowance_names_host_and_port(
+    gateway: Gateway, scripted: ScriptedUpstream, canary: Canary, mcp_server: McpServerProcess, settings
+) -> None:  # type: ignore[no-untyped-def]
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{mcp_server.port}"]
     scripted.enqueue(MODEL, Reply(text="listed"))
     status, body = create(gateway, [adhoc(mcp_server.url)])
@@ -102,7 +118,9 @@ def test_an_adhoc_allowance_names_host_and_port(gateway: Gateway, scripted: Scri
     assert canary.connections == 0
 
 
-def test_a_tenants_own_allowance_is_its_own(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_tenants_own_allowance_is_its_own(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
+) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import Tenant
 
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = []
@@ -128,24 +146,36 @@ def test_tenant_allowance_is_validated_in_the_admin_model() -> None:
     Tenant(name="t", mcp_adhoc_egress_allow=["mcp.internal:8443", "10.0.0.0/8"]).full_clean()
 
 
-@pytest.mark.parametrize(("status", "body", "content_type"), [
-    (200, SECRET.encode(), "text/plain"),
-    # A JSON-RPC error answering the client's initialize (id 0), as a streamable-HTTP server frames it.
-    (200, b'data: {"jsonrpc": "2.0", "id": 0, "error": {"code": -32001, "message": "' + SECRET.encode() + b'"}}\n\n',
-     "text/event-stream"),
-    (500, SECRET.encode(), "text/html"),
-    (200, b'data: {"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "' + SECRET.encode() + b'"}}\n\n',
-     "text/event-stream"),
-])
-def test_what_a_server_answered_never_reaches_the_client(gateway: Gateway, scripted: ScriptedUpstream, settings, status: int, body: bytes, content_type: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    ("status", "body", "content_type"),
+    [
+        (200, SECRET.encode(), "text/plain"),
+        # A JSON-RPC error answering the client's initialize (id 0), as a streamable-HTTP server frames it.
+        (
+            200,
+            b'data: {"jsonrpc": "2.0", "id": 0, "error": {"code": -32001, "message": "' + SECRET.encode() + b'"}}\n\n',
+            "text/event-stream",
+        ),
+        (500, SECRET.encode(), "text/html"),
+        (
+            200,
+            b'data: {"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "' + SECRET.encode() + b'"}}\n\n',
+            "text/event-stream",
+        ),
+    ],
+)
+def test_what_a_server_answered_never_reaches_the_client(
+    gateway: Gateway, scripted: ScriptedUpstream, settings, status: int, body: bytes, content_type: str
+) -> None:  # type: ignore[no-untyped-def]
     server = Canary(status, body, content_type)
     try:
         settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{server.port}"]
         settings.GATEWAY_MCP_TIMEOUT = 2.0  # a server that answers nonsense may leave the client waiting
         scripted.enqueue(MODEL, Reply(text="no tools"))
         with gateway.http() as http:
-            raw = http.post("/v1/responses", json={"model": MODEL, "input": "x", "stream": True,
-                                                   "tools": [adhoc(server.url)]})
+            raw = http.post(
+                "/v1/responses", json={"model": MODEL, "input": "x", "stream": True, "tools": [adhoc(server.url)]}
+            )
     finally:
         server.stop()
     assert raw.status_code == 200

@@ -1,4 +1,5 @@
 """Hostile request bodies get a 400 that names the problem, never a 500, and store nothing."""
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,9 @@ def test_deep_nesting_anywhere_in_the_body_is_refused(gateway: Gateway, where: s
     if where == "metadata":
         body["metadata"] = {"k": deep}
     elif where == "tool parameters":
-        body["tools"] = [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"x": {"default": deep}}}}]
+        body["tools"] = [
+            {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"x": {"default": deep}}}}
+        ]
     else:
         body["text"] = {"format": {"type": "json_schema", "name": "s", "schema": {"type": "object", "default": deep}}}
     resp = gateway.http().post("/v1/responses", content=json.dumps(body), headers={"Content-Type": "application/json"})
@@ -52,6 +55,7 @@ def test_deep_nesting_anywhere_in_the_body_is_refused(gateway: Gateway, where: s
 
 def test_nesting_up_to_the_limit_is_accepted(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue(MODEL, Reply(text="ok"))
+
     def body(levels: int) -> dict:
         # body 1, tools 2, the tool 3, its parameters 4, then two levels per nested property.
         schema: dict = {"type": "object", "enum": [{}]} if levels % 2 else {"type": "object"}
@@ -86,13 +90,18 @@ def post_raw(gateway: Gateway, raw: bytes):  # type: ignore[no-untyped-def]
     return gateway.http().post("/v1/responses", content=raw, headers={"Content-Type": "application/json"})
 
 
-@pytest.mark.parametrize("raw_text", [
-    rb'"say \u0000 this"',           # NUL: PostgreSQL's jsonb refuses it
-    rb'"cut \ud83d emoji"',          # a lone high surrogate, escaped
-    rb'"cut \ude00 emoji"',          # a lone low surrogate
-    b'"raw \xed\xa0\x80 bytes"',     # a surrogate as raw (CESU-style) bytes
-])
-def test_unstorable_characters_in_input_are_replaced_and_stored(gateway: Gateway, scripted: ScriptedUpstream, raw_text: bytes) -> None:
+@pytest.mark.parametrize(
+    "raw_text",
+    [
+        rb'"say \u0000 this"',  # NUL: PostgreSQL's jsonb refuses it
+        rb'"cut \ud83d emoji"',  # a lone high surrogate, escaped
+        rb'"cut \ude00 emoji"',  # a lone low surrogate
+        b'"raw \xed\xa0\x80 bytes"',  # a surrogate as raw (CESU-style) bytes
+    ],
+)
+def test_unstorable_characters_in_input_are_replaced_and_stored(
+    gateway: Gateway, scripted: ScriptedUpstream, raw_text: bytes
+) -> None:
     scripted.enqueue(MODEL, Reply(echo=True))
     body = b'{"model": "%s", "input": %s, "metadata": {"k\\u0000": %s}}' % (MODEL.encode(), raw_text, raw_text)
     resp = post_raw(gateway, body)
@@ -102,7 +111,7 @@ def test_unstorable_characters_in_input_are_replaced_and_stored(gateway: Gateway
     # What the model saw, what was answered and what is stored are the same text.
     sent = scripted.requests[-1].body["messages"][-1]["content"]
     assert "\ufffd" in json.dumps(sent, ensure_ascii=False) and "\x00" not in json.dumps(sent)
-    (key, value), = answer["metadata"].items()
+    ((key, value),) = answer["metadata"].items()
     assert key == "k\ufffd" and value.count("\ufffd") == 1
     client = gateway.openai()
     again = client.responses.retrieve(answer["id"])
@@ -122,17 +131,20 @@ def test_nul_in_model_output_is_stored_and_the_stream_ends(gateway: Gateway, scr
     assert stored_response.status == "completed" and stored_response.output_text == text
 
 
-@pytest.mark.parametrize("path, param", [
-    ("/v1/responses/resp_%00x", "response_id"),
-    ("/v1/responses/resp_%00x/input_items", "response_id"),
-    ("/v1/responses/resp_%00x/cancel", "response_id"),
-    ("/v1/responses?model=m%00", "model"),
-    ("/v1/responses?q=a%00b", "q"),
-    ("/v1/responses?metadata[k]=v%00", "metadata[k]"),
-    ("/v1/responses?after=resp_%00", "after"),
-    ("/v1/usage?model=m%00", "model"),
-    ("/v1/models/m%00", "model"),
-])
+@pytest.mark.parametrize(
+    "path, param",
+    [
+        ("/v1/responses/resp_%00x", "response_id"),
+        ("/v1/responses/resp_%00x/input_items", "response_id"),
+        ("/v1/responses/resp_%00x/cancel", "response_id"),
+        ("/v1/responses?model=m%00", "model"),
+        ("/v1/responses?q=a%00b", "q"),
+        ("/v1/responses?metadata[k]=v%00", "metadata[k]"),
+        ("/v1/responses?after=resp_%00", "after"),
+        ("/v1/usage?model=m%00", "model"),
+        ("/v1/models/m%00", "model"),
+    ],
+)
 def test_nul_in_ids_and_query_parameters_is_a_400(gateway: Gateway, path: str, param: str) -> None:
     method = "POST" if path.endswith("/cancel") else "GET"
     resp = gateway.http().request(method, path)
@@ -165,18 +177,24 @@ def poisoned_item_store(gateway: Gateway):  # type: ignore[no-untyped-def]
             cursor.execute("""CREATE OR REPLACE FUNCTION poison_check() RETURNS trigger AS $$
                 BEGIN IF NEW.data::text LIKE '%POISON%' THEN RAISE EXCEPTION 'poisoned item'; END IF;
                 RETURN NEW; END $$ LANGUAGE plpgsql""")
-            cursor.execute("CREATE TRIGGER poison BEFORE INSERT ON responses_api_item "
-                           "FOR EACH ROW EXECUTE FUNCTION poison_check()")
+            cursor.execute(
+                "CREATE TRIGGER poison BEFORE INSERT ON responses_api_item FOR EACH ROW EXECUTE FUNCTION poison_check()"
+            )
         else:
-            cursor.execute("CREATE TRIGGER poison BEFORE INSERT ON responses_api_item "
-                           "WHEN NEW.data LIKE '%POISON%' BEGIN SELECT RAISE(ABORT, 'poisoned item'); END")
+            cursor.execute(
+                "CREATE TRIGGER poison BEFORE INSERT ON responses_api_item "
+                "WHEN NEW.data LIKE '%POISON%' BEGIN SELECT RAISE(ABORT, 'poisoned item'); END"
+            )
     yield
     with connection.cursor() as cursor:
-        cursor.execute("DROP TRIGGER poison ON responses_api_item" if connection.vendor == "postgresql"
-                       else "DROP TRIGGER poison")
+        cursor.execute(
+            "DROP TRIGGER poison ON responses_api_item" if connection.vendor == "postgresql" else "DROP TRIGGER poison"
+        )
 
 
-def test_a_stream_whose_storage_fails_ends_failed(gateway: Gateway, scripted: ScriptedUpstream, poisoned_item_store) -> None:  # type: ignore[no-untyped-def]
+def test_a_stream_whose_storage_fails_ends_failed(
+    gateway: Gateway, scripted: ScriptedUpstream, poisoned_item_store
+) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import Response
 
     scripted.enqueue(MODEL, Reply(text="this is POISON to the store"))
@@ -191,7 +209,9 @@ def test_a_stream_whose_storage_fails_ends_failed(gateway: Gateway, scripted: Sc
     assert gateway.openai().responses.retrieve(final["id"]).output == []
 
 
-def test_a_create_whose_storage_fails_is_a_500_and_the_row_ends_failed(gateway: Gateway, scripted: ScriptedUpstream, poisoned_item_store) -> None:  # type: ignore[no-untyped-def]
+def test_a_create_whose_storage_fails_is_a_500_and_the_row_ends_failed(
+    gateway: Gateway, scripted: ScriptedUpstream, poisoned_item_store
+) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import Response
 
     before = set(Response.objects.values_list("id", flat=True))

@@ -1,4 +1,5 @@
 """A background run's MCP credentials are sealed in its stored job and gone once it ends."""
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,17 @@ def stored_job(response_id: str) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def test_mcp_tokens_are_sealed_at_rest_and_dropped_when_the_run_ends(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, worker) -> None:  # type: ignore[no-untyped-def]
+def test_mcp_tokens_are_sealed_at_rest_and_dropped_when_the_run_ends(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, worker
+) -> None:  # type: ignore[no-untyped-def]
     scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 3, "b": 4}, "c1")], delay=0.5), Reply(text="7"))
-    tool = {"type": "mcp", "server_label": "shop", "server_url": mcp_server.url, "require_approval": "never",
-            "headers": {"Authorization": f"Bearer {mcp_server.token}", "X-Team-Token": "team-token-5150"}}
+    tool = {
+        "type": "mcp",
+        "server_label": "shop",
+        "server_url": mcp_server.url,
+        "require_approval": "never",
+        "headers": {"Authorization": f"Bearer {mcp_server.token}", "X-Team-Token": "team-token-5150"},
+    }
     client = gateway.openai()
     started = client.responses.create(model=MODEL, input="3+4", tools=[tool], background=True)  # type: ignore[list-item]
     job = stored_job(started.id)
@@ -43,10 +51,14 @@ def test_mcp_tokens_are_sealed_at_rest_and_dropped_when_the_run_ends(gateway: Ga
 def test_the_credentials_split_round_trips() -> None:
     from responses_api.protocol.mcp import restore_mcp_credentials, split_mcp_credentials
 
-    body = {"model": "m", "tools": [{"type": "function", "name": "f"},
-                                    {"type": "mcp", "server_label": "a", "headers": {"k": "header-secret"},
-                                     "authorization": "auth-secret"},
-                                    {"type": "mcp", "server_label": "b"}]}
+    body = {
+        "model": "m",
+        "tools": [
+            {"type": "function", "name": "f"},
+            {"type": "mcp", "server_label": "a", "headers": {"k": "header-secret"}, "authorization": "auth-secret"},
+            {"type": "mcp", "server_label": "b"},
+        ],
+    }
     stripped, credentials = split_mcp_credentials(body)
     assert "header-secret" not in json.dumps(stripped) and "auth-secret" not in json.dumps(stripped)
     assert credentials == {"1": {"headers": {"k": "header-secret"}, "authorization": "auth-secret"}}

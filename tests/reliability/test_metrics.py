@@ -1,4 +1,5 @@
 """/metrics: not public by default, and counting what happened."""
+
 from __future__ import annotations
 
 import re

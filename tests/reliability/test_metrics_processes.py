@@ -1,4 +1,5 @@
 """/metrics with two uvicorn workers: every scrape counts both processes' requests."""
+
 from __future__ import annotations
 
 import shutil
@@ -25,8 +26,11 @@ def test_two_web_processes_are_scraped_as_one() -> None:
     multiproc.mkdir()
     with ScriptedUpstream() as upstream:
         upstream.set_default("m", Reply(echo=True))
-        deployed = Deployment(base, upstream.base_url, env={
-            "PROMETHEUS_MULTIPROC_DIR": str(multiproc), "GATEWAY_METRICS_TOKEN": "scrape-token-0987"})
+        deployed = Deployment(
+            base,
+            upstream.base_url,
+            env={"PROMETHEUS_MULTIPROC_DIR": str(multiproc), "GATEWAY_METRICS_TOKEN": "scrape-token-0987"},
+        )
         try:
             deployed.start_web(workers=2)
             n = 30
@@ -37,8 +41,7 @@ def test_two_web_processes_are_scraped_as_one() -> None:
                     resp = client.post("/v1/responses", json={"model": "m", "input": f"q{i}"})
                     assert resp.status_code == 200
             for _ in range(6):  # whichever process answers the scrape, the totals are the same
-                text = httpx.get(f"{deployed.url}/metrics",
-                                 headers={"Authorization": "Bearer scrape-token-0987"}).text
+                text = httpx.get(f"{deployed.url}/metrics", headers={"Authorization": "Bearer scrape-token-0987"}).text
                 assert value(text, "gateway_requests_total", route="v1/responses", model="m", status="200") == n
             files = {p.name for p in multiproc.iterdir()}
             pids = {name.rsplit("_", 1)[-1] for name in files if name.startswith("counter_")}

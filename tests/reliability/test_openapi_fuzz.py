@@ -5,6 +5,7 @@ Plain hypothesis over the document: each operation's path and query parameters a
 create call, a body whose fields come from the schema's properties, each either a value the
 schema allows or an arbitrary JSON value. Derandomized and bounded, so a run is repeatable and
 takes seconds."""
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,28 @@ pytestmark = pytest.mark.embedded
 
 HOSTILE_TEXT = st.one_of(
     st.text(max_size=40),
-    st.sampled_from(["", "\x00", "resp_\x00", "\ud800", "😀" * 3, "%00", "../../etc/passwd", "a" * 5000,
-                     "' OR 1=1 --", "{}", "[]", "null", "-1", "1e309", "NaN"]),
+    st.sampled_from(
+        [
+            "",
+            "\x00",
+            "resp_\x00",
+            "\ud800",
+            "😀" * 3,
+            "%00",
+            "../../etc/passwd",
+            "a" * 5000,
+            "' OR 1=1 --",
+            "{}",
+            "[]",
+            "null",
+            "-1",
+            "1e309",
+            "NaN",
+        ]
+    ),
 )
 ANY_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | HOSTILE_TEXT,
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | HOSTILE_TEXT,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(HOSTILE_TEXT, inner, max_size=4),
     max_leaves=12,
 )
@@ -84,16 +102,26 @@ def document(gateway: Gateway) -> dict[str, Any]:
 
 
 def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(method.upper(), path, op) for path, ops in document["paths"].items() for method, op in ops.items()
-            if method in ("get", "post", "delete") and path not in ("/v1/docs", "/v1/openapi.json")]
+    return [
+        (method.upper(), path, op)
+        for path, ops in document["paths"].items()
+        for method, op in ops.items()
+        if method in ("get", "post", "delete") and path not in ("/v1/docs", "/v1/openapi.json")
+    ]
 
 
-FUZZ = settings(max_examples=200, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                       HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
-def test_no_operation_of_the_served_document_answers_5xx(gateway: Gateway, scripted: ScriptedUpstream, document: dict[str, Any]) -> None:
+def test_no_operation_of_the_served_document_answers_5xx(
+    gateway: Gateway, scripted: ScriptedUpstream, document: dict[str, Any]
+) -> None:
     scripted.set_default(MODEL, Reply(echo=True))
     values = SchemaValues(document)
     client = gateway.http(timeout=30)
@@ -102,20 +130,26 @@ def test_no_operation_of_the_served_document_answers_5xx(gateway: Gateway, scrip
     for method, path, op in operations(document):
         params = [p for p in op.get("parameters", []) if p["in"] in ("path", "query")]
         path_params = {p["name"]: HOSTILE_TEXT | st.just("resp_missing") for p in params if p["in"] == "path"}
-        query_params = {p["name"]: st.one_of(values(p.get("schema") or {}).map(_as_query), HOSTILE_TEXT)
-                        for p in params if p["in"] == "query"}
+        query_params = {
+            p["name"]: st.one_of(values(p.get("schema") or {}).map(_as_query), HOSTILE_TEXT)
+            for p in params
+            if p["in"] == "query"
+        }
         body_schema = ((op.get("requestBody") or {}).get("content") or {}).get("application/json", {}).get("schema")
         if body_schema is not None:
-            body_strategy = values(body_schema).map(lambda body: {"model": MODEL, "input": "hi", **body}
-                                                    if isinstance(body, dict) else body)
+            body_strategy = values(body_schema).map(
+                lambda body: {"model": MODEL, "input": "hi", **body} if isinstance(body, dict) else body
+            )
             body_strategy = st.one_of(body_strategy, ANY_JSON)
         else:
             body_strategy = st.none()
 
         @FUZZ
-        @given(path_values=st.fixed_dictionaries(path_params),
-               query=st.fixed_dictionaries({}, optional=query_params),
-               body=body_strategy)
+        @given(
+            path_values=st.fixed_dictionaries(path_params),
+            query=st.fixed_dictionaries({}, optional=query_params),
+            body=body_strategy,
+        )
         def run(path_values: dict[str, str], query: dict[str, Any], body: Any) -> None:
             # Called right below, in this iteration: the loop variables are the ones meant.
             url = path  # noqa: B023

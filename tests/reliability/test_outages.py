@@ -1,6 +1,7 @@
 """PostgreSQL and Redis stopped and started again under a deployed gateway (real processes):
 503 with Retry-After within a bounded time, never a 500, no response left open, and
 recovery by itself."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -37,12 +38,18 @@ def upstream() -> Iterator[ScriptedUpstream]:
 @pytest.fixture(scope="module")
 def deployment(upstream: ScriptedUpstream) -> Iterator[Deployment]:
     base = Path(tempfile.mkdtemp(prefix="gateway-outage-"))
-    deployed = Deployment(base, upstream.base_url, env={
-        "DB_POOL_TIMEOUT": str(POOL_TIMEOUT), "DB_RECONNECT_TIMEOUT": "2", "GATEWAY_QUEUED_MAX_SECONDS": "3",
-        # The reaper's backstop for a foreground row its own request could not end (see the
-        # assertion on open rows): short here, an hour by default.
-        "GATEWAY_FOREGROUND_MAX_SECONDS": "15",
-    })
+    deployed = Deployment(
+        base,
+        upstream.base_url,
+        env={
+            "DB_POOL_TIMEOUT": str(POOL_TIMEOUT),
+            "DB_RECONNECT_TIMEOUT": "2",
+            "GATEWAY_QUEUED_MAX_SECONDS": "3",
+            # The reaper's backstop for a foreground row its own request could not end (see the
+            # assertion on open rows): short here, an hour by default.
+            "GATEWAY_FOREGROUND_MAX_SECONDS": "15",
+        },
+    )
     try:
         deployed.start_web(workers=2)
         deployed.start_worker()
@@ -96,8 +103,11 @@ def test_postgres_restarted_under_load(deployment: Deployment) -> None:
         recovered_at = time.monotonic()
         # Recovery by itself: requests succeed again soon after the database is back.
         with deployment.client() as probe:
-            wait_for(lambda: probe.post("/v1/responses", json={"model": "m", "input": "back?"}).status_code == 200,
-                     15, "the gateway to answer 200 again")
+            wait_for(
+                lambda: probe.post("/v1/responses", json={"model": "m", "input": "back?"}).status_code == 200,
+                15,
+                "the gateway to answer 200 again",
+            )
         recovery = time.monotonic() - recovered_at
         stop.set()
         for future in futures:
@@ -118,15 +128,20 @@ def test_postgres_restarted_under_load(deployment: Deployment) -> None:
     # Nothing is left open: a stream whose end could not be stored during the outage is
     # stored failed once the database is back (by its own request, in the background; for a
     # rare row created at the very moment of the halt, by the reaper's foreground backstop).
-    open_rows = "SELECT id, status, created_at, now() FROM responses_api_response " \
-                "WHERE status IN ('queued', 'in_progress') AND NOT on_worker"
+    open_rows = (
+        "SELECT id, status, created_at, now() FROM responses_api_response "
+        "WHERE status IN ('queued', 'in_progress') AND NOT on_worker"
+    )
     try:
         wait_for(lambda: deployment.rows(open_rows) == [], 45, "no open rows")
     except AssertionError:
         ids = [row[0] for row in deployment.rows(open_rows)]
         log = (deployment.base_dir / "web.log").read_text(errors="replace").splitlines()
-        mentions = [line for line in log if any(i in line for i in ids)
-                    or ("psycopg.pool" not in line and "gateway.outages" not in line)]
+        mentions = [
+            line
+            for line in log
+            if any(i in line for i in ids) or ("psycopg.pool" not in line and "gateway.outages" not in line)
+        ]
         raise AssertionError(f"open rows: {deployment.rows(open_rows)}\n" + "\n".join(mentions)) from None
 
 
@@ -152,9 +167,11 @@ def test_redis_stopped_and_restarted_around_background_creates(deployment: Deplo
             assert refused.headers["retry-after"] == "2"
             assert refused.json()["error"]["code"] == "service_unavailable"
             # No orphan: the row the create had written is failed with the reason, not queued.
-            rows = deployment.rows("SELECT status, error->>'code' FROM responses_api_response "
-                                   "WHERE background AND created_at > now() - interval '1 minute' "
-                                   "AND status IN ('queued', 'failed')")
+            rows = deployment.rows(
+                "SELECT status, error->>'code' FROM responses_api_response "
+                "WHERE background AND created_at > now() - interval '1 minute' "
+                "AND status IN ('queued', 'failed')"
+            )
             assert ("queued", None) not in rows and ("failed", "service_unavailable") in rows
             # Foreground requests do not need Redis.
             plain = client.post("/v1/responses", json={"model": "m", "input": "plain"})

@@ -1,5 +1,6 @@
 """Rate limits with two uvicorn worker processes on one PostgreSQL and one Redis: the counters
 are shared, so concurrent load across both processes never gets more than the limit."""
+
 from __future__ import annotations
 
 import shutil
@@ -30,8 +31,11 @@ def deployed() -> Iterator[tuple[Deployment, ScriptedUpstream, Path]]:
     multiproc = base / "prometheus"
     multiproc.mkdir()
     with ScriptedUpstream() as upstream:
-        deployment = Deployment(base, upstream.base_url, env={
-            "PROMETHEUS_MULTIPROC_DIR": str(multiproc), "GATEWAY_METRICS_TOKEN": "scrape-token-limits"})
+        deployment = Deployment(
+            base,
+            upstream.base_url,
+            env={"PROMETHEUS_MULTIPROC_DIR": str(multiproc), "GATEWAY_METRICS_TOKEN": "scrape-token-limits"},
+        )
         try:
             # Set before the processes start, so their key caches hold the limits from the start.
             deployment.rows("UPDATE responses_api_apikey SET requests_per_minute = 20 RETURNING id")
@@ -100,5 +104,6 @@ def test_concurrent_streams_hold_across_two_processes(deployed) -> None:  # type
         validate_sse(raw)
     upstream.set_default("m", Reply(text="ok"))
     with deployment.client() as client:  # every lease was given back
-        assert [client.post("/v1/responses", json={"model": "m", "input": "x"}).status_code
-                for _ in range(4)] == [200] * 4
+        assert [client.post("/v1/responses", json={"model": "m", "input": "x"}).status_code for _ in range(4)] == [
+            200
+        ] * 4

@@ -1,5 +1,6 @@
 """The router across two uvicorn worker processes sharing Redis: a target that fails is cooled
 down for both (after the one-second health cache), and both take it back once it recovers."""
+
 from __future__ import annotations
 
 import shutil
@@ -28,12 +29,26 @@ def test_a_failing_target_is_cooled_for_every_process_and_recovers() -> None:
     with ScriptedUpstream() as upstream:
         config = {
             "providers": [{"name": "pa", "base_url": upstream.base_url}, {"name": "pb", "base_url": upstream.base_url}],
-            "models": [{"name": "m", "targets": [{"provider": "pa", "model": "a", "weight": 1},
-                                                 {"provider": "pb", "model": "b", "weight": 1}]}],
+            "models": [
+                {
+                    "name": "m",
+                    "targets": [
+                        {"provider": "pa", "model": "a", "weight": 1},
+                        {"provider": "pb", "model": "b", "weight": 1},
+                    ],
+                }
+            ],
         }
-        deployment = Deployment(base, upstream.base_url, config=config, env={
-            "GATEWAY_ROUTER_COOLDOWN_FAILURES": "3", "GATEWAY_ROUTER_COOLDOWN_SECONDS": "4",
-            "GATEWAY_ROUTER_MAX_RETRIES": "0"})
+        deployment = Deployment(
+            base,
+            upstream.base_url,
+            config=config,
+            env={
+                "GATEWAY_ROUTER_COOLDOWN_FAILURES": "3",
+                "GATEWAY_ROUTER_COOLDOWN_SECONDS": "4",
+                "GATEWAY_ROUTER_MAX_RETRIES": "0",
+            },
+        )
         try:
             deployment.start_web(workers=2)
             upstream.set_default("a", Reply(status=503))

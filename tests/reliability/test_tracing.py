@@ -1,5 +1,6 @@
 """OpenTelemetry traces: exported over real OTLP/HTTP to a loopback receiver, decoded from
 protobuf, following the GenAI semantic conventions. Off (nothing imported) by default."""
+
 from __future__ import annotations
 
 import sys
@@ -62,8 +63,9 @@ def attributes(span: Any) -> dict[str, Any]:
     for attribute in span.attributes:
         value = attribute.value
         kind = value.WhichOneof("value")
-        out[attribute.key] = ([v.string_value for v in value.array_value.values] if kind == "array_value"
-                              else getattr(value, kind))
+        out[attribute.key] = (
+            [v.string_value for v in value.array_value.values] if kind == "array_value" else getattr(value, kind)
+        )
     return out
 
 
@@ -80,18 +82,29 @@ def receiver() -> Iterator[OtlpReceiver]:
         otlp.stop()
 
 
-def test_a_tool_loop_is_one_trace_with_genai_spans(gateway: Gateway, scripted: ScriptedUpstream, tools_env,  # type: ignore[no-untyped-def]
-                                                   receiver: OtlpReceiver) -> None:
+def test_a_tool_loop_is_one_trace_with_genai_spans(
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
+    tools_env,  # type: ignore[no-untyped-def]
+    receiver: OtlpReceiver,
+) -> None:
     from responses_api import tracing
 
-    scripted.enqueue(MODEL,
-                     Reply(tool_calls=[call("get_weather", {"city": "Oslo"}, "call_1")],
-                           usage={"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}),
-                     Reply(text="Sunny in Oslo.", usage={"prompt_tokens": 20, "completion_tokens": 4,
-                                                          "total_tokens": 24}))
+    scripted.enqueue(
+        MODEL,
+        Reply(
+            tool_calls=[call("get_weather", {"city": "Oslo"}, "call_1")],
+            usage={"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14},
+        ),
+        Reply(text="Sunny in Oslo.", usage={"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}),
+    )
     response = gateway.openai().responses.create(
-        model=MODEL, input="Weather in Oslo?", tools=[{"type": "function", "name": "get_weather"}],
-        max_output_tokens=200, temperature=0.5)
+        model=MODEL,
+        input="Weather in Oslo?",
+        tools=[{"type": "function", "name": "get_weather"}],
+        max_output_tokens=200,
+        temperature=0.5,
+    )
     assert response.output_text == "Sunny in Oslo."
     tracing.flush()
     spans = {span.name: (service, span) for service, span in receiver.spans}
@@ -99,10 +112,15 @@ def test_a_tool_loop_is_one_trace_with_genai_spans(gateway: Gateway, scripted: S
     service, root = spans[f"invoke_agent {MODEL}"]
     assert service["service.name"] == "open-responses-gateway"
     assert attributes(root) == {
-        "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "open-responses-gateway",
-        "gen_ai.agent.name": MODEL, "gen_ai.request.model": MODEL, "gen_ai.response.id": response.id,
-        "gen_ai.request.max_tokens": 200, "gen_ai.request.temperature": 0.5,
-        "gen_ai.usage.input_tokens": 31, "gen_ai.usage.output_tokens": 7,
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": "open-responses-gateway",
+        "gen_ai.agent.name": MODEL,
+        "gen_ai.request.model": MODEL,
+        "gen_ai.response.id": response.id,
+        "gen_ai.request.max_tokens": 200,
+        "gen_ai.request.temperature": 0.5,
+        "gen_ai.usage.input_tokens": 31,
+        "gen_ai.usage.output_tokens": 7,
         "gen_ai.response.finish_reasons": ["completed"],
     }
     model_calls = [span for _, span in receiver.spans if span.name == f"chat {MODEL}"]
@@ -114,17 +132,27 @@ def test_a_tool_loop_is_one_trace_with_genai_spans(gateway: Gateway, scripted: S
     assert attributes(first)["server.address"] == "127.0.0.1"
     assert (attributes(first)["gen_ai.usage.input_tokens"], attributes(first)["gen_ai.usage.output_tokens"]) == (11, 3)
     assert attributes(first)["gen_ai.response.finish_reasons"] == ["tool_calls"]
-    assert (attributes(second)["gen_ai.usage.input_tokens"], attributes(second)["gen_ai.usage.output_tokens"]) == (20, 4)
+    assert (attributes(second)["gen_ai.usage.input_tokens"], attributes(second)["gen_ai.usage.output_tokens"]) == (
+        20,
+        4,
+    )
     _, tool = spans["execute_tool get_weather"]
-    assert attributes(tool) == {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_weather",
-                                "gen_ai.tool.call.id": "call_1", "gen_ai.tool.type": "function"}
+    assert attributes(tool) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "get_weather",
+        "gen_ai.tool.call.id": "call_1",
+        "gen_ai.tool.type": "function",
+    }
     for span in (first, second, tool):  # one trace, each a child of the response's span
         assert span.trace_id == root.trace_id and span.parent_span_id == root.span_id
-    assert first.end_time_unix_nano <= tool.start_time_unix_nano <= tool.end_time_unix_nano <= second.start_time_unix_nano
+    assert (
+        first.end_time_unix_nano <= tool.start_time_unix_nano <= tool.end_time_unix_nano <= second.start_time_unix_nano
+    )
 
 
-def test_a_failed_upstream_call_is_an_error_span(gateway: Gateway, scripted: ScriptedUpstream,
-                                                 receiver: OtlpReceiver) -> None:
+def test_a_failed_upstream_call_is_an_error_span(
+    gateway: Gateway, scripted: ScriptedUpstream, receiver: OtlpReceiver
+) -> None:
     from responses_api import tracing
 
     scripted.enqueue(MODEL, Reply(status=500, error_body={"error": {"message": "boom"}}))
@@ -142,10 +170,12 @@ def test_without_an_exporter_no_sdk_is_loaded() -> None:
     span processing are this module's, and stay out.)"""
     import subprocess
 
-    code = ("import os, django; os.environ['DJANGO_SETTINGS_MODULE'] = 'project.settings'; "
-            "os.environ['DEBUG'] = '1'; django.setup(); import responses_api.views, responses_api.engine, sys; "
-            "from responses_api import tracing; assert not tracing.enabled(); "
-            "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))")
+    code = (
+        "import os, django; os.environ['DJANGO_SETTINGS_MODULE'] = 'project.settings'; "
+        "os.environ['DEBUG'] = '1'; django.setup(); import responses_api.views, responses_api.engine, sys; "
+        "from responses_api import tracing; assert not tracing.enabled(); "
+        "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))"
+    )
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "[]", out.stdout

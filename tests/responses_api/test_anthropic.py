@@ -1,6 +1,7 @@
 """Provider kind `anthropic`: Anthropic's Messages API scripted on loopback, the openai SDK as
 the client, every gateway stream checked by the strict validator. And one gateway config
 routing three model names to three dialects, driven by the same client code."""
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,13 @@ def anthropic(gateway: Gateway, scripted: ScriptedUpstream) -> Gateway:
     from responses_api import routing
     from responses_api.models import ModelRoute, Provider, RouteTarget
 
-    provider = Provider.objects.create(name="anthropic", kind="anthropic", base_url=scripted.base_url,
-                                       api_key_encrypted=routing.encrypt_secret("sk-ant-test"),
-                                       options={"max_tokens": 1000})
+    provider = Provider.objects.create(
+        name="anthropic",
+        kind="anthropic",
+        base_url=scripted.base_url,
+        api_key_encrypted=routing.encrypt_secret("sk-ant-test"),
+        options={"max_tokens": 1000},
+    )
     route = ModelRoute.objects.create(name=CLAUDE)
     RouteTarget.objects.create(route=route, provider=provider, upstream_model="claude-up")
     routing.clear_cache()
@@ -48,44 +53,80 @@ def test_text_streamed_and_not_with_anthropics_headers(anthropic: Gateway, scrip
     assert body["system"] == "Be brief." and body["max_tokens"] == 1000 and body["model"] == "claude-up"
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     with anthropic.http() as http:
-        raw = http.post("/v1/responses", json={"model": CLAUDE, "input": "again", "stream": True,
-                                                "max_output_tokens": 64}).content
+        raw = http.post(
+            "/v1/responses", json={"model": CLAUDE, "input": "again", "stream": True, "max_output_tokens": 64}
+        ).content
     final = validate_sse(raw)
     assert final["output"][0]["content"][0]["text"] == "Hello from Claude."
     assert sent(scripted)[-1].body["max_tokens"] == 64 and sent(scripted)[-1].body["stream"] is True
 
 
 def test_tool_use_and_tool_result_round_trip(anthropic: Gateway, scripted: ScriptedUpstream) -> None:
-    scripted.enqueue("claude-up", Reply(text="Let me look.", tool_calls=[call("lookup", {"q": "x"}, "toolu_1")],
-                                        chunk_chars=3), Reply(text="x is 42."))
-    tools = [{"type": "function", "name": "lookup", "description": "Look up.",
-              "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}]
+    scripted.enqueue(
+        "claude-up",
+        Reply(text="Let me look.", tool_calls=[call("lookup", {"q": "x"}, "toolu_1")], chunk_chars=3),
+        Reply(text="x is 42."),
+    )
+    tools = [
+        {
+            "type": "function",
+            "name": "lookup",
+            "description": "Look up.",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        }
+    ]
     with anthropic.http() as http:
-        raw = http.post("/v1/responses", json={"model": CLAUDE, "input": "find x", "tools": tools,
-                                                "tool_choice": "required", "stream": True}).content
+        raw = http.post(
+            "/v1/responses",
+            json={"model": CLAUDE, "input": "find x", "tools": tools, "tool_choice": "required", "stream": True},
+        ).content
     first = validate_sse(raw)
     (fc,) = [i for i in first["output"] if i["type"] == "function_call"]
     assert (fc["name"], fc["call_id"], json.loads(fc["arguments"])) == ("lookup", "toolu_1", {"q": "x"})
     body = sent(scripted)[-1].body
-    assert body["tools"] == [{"name": "lookup", "description": "Look up.",  # strict by default, as OpenAI's
-                              "input_schema": {**tools[0]["parameters"], "additionalProperties": False}}]
+    assert body["tools"] == [
+        {
+            "name": "lookup",
+            "description": "Look up.",  # strict by default, as OpenAI's
+            "input_schema": {**tools[0]["parameters"], "additionalProperties": False},
+        }
+    ]
     assert body["tool_choice"] == {"type": "any"}
-    answer = anthropic.openai().responses.create(model=CLAUDE, previous_response_id=first["id"], tools=tools, input=[
-        {"type": "function_call_output", "call_id": "toolu_1", "output": "42"}])
+    answer = anthropic.openai().responses.create(
+        model=CLAUDE,
+        previous_response_id=first["id"],
+        tools=tools,
+        input=[{"type": "function_call_output", "call_id": "toolu_1", "output": "42"}],
+    )
     assert answer.output_text == "x is 42."
     messages = sent(scripted)[-1].body["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]  # alternating, turns merged
-    assert messages[1]["content"] == [{"type": "text", "text": "Let me look."},
-                                      {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}}]
+    assert messages[1]["content"] == [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}},
+    ]
     assert messages[2]["content"] == [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "42"}]
 
 
 def test_thinking_usage_with_cache_and_stop_reasons(anthropic: Gateway, scripted: ScriptedUpstream) -> None:
-    scripted.enqueue("claude-up", Reply(reasoning="Consider it.", text="Cut", finish_reason="length", usage={
-        "input_tokens": 10, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 5, "output_tokens": 9}))
+    scripted.enqueue(
+        "claude-up",
+        Reply(
+            reasoning="Consider it.",
+            text="Cut",
+            finish_reason="length",
+            usage={
+                "input_tokens": 10,
+                "cache_read_input_tokens": 100,
+                "cache_creation_input_tokens": 5,
+                "output_tokens": 9,
+            },
+        ),
+    )
     with anthropic.http() as http:
-        raw = http.post("/v1/responses", json={"model": CLAUDE, "input": "q", "stream": True,
-                                                "reasoning": {"effort": "low"}}).content
+        raw = http.post(
+            "/v1/responses", json={"model": CLAUDE, "input": "q", "stream": True, "reasoning": {"effort": "low"}}
+        ).content
     final = validate_sse(raw)
     assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "max_output_tokens"}
     assert [i["type"] for i in final["output"]] == ["reasoning", "message"]
@@ -100,13 +141,20 @@ def test_thinking_usage_with_cache_and_stop_reasons(anthropic: Gateway, scripted
 
 def test_errors_and_a_dropped_stream(anthropic: Gateway, scripted: ScriptedUpstream) -> None:
     client = anthropic.openai()
-    scripted.enqueue("claude-up", Reply(status=400, error_body={
-        "type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long"}}))
+    scripted.enqueue(
+        "claude-up",
+        Reply(
+            status=400,
+            error_body={"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long"}},
+        ),
+    )
     with pytest.raises(openai.BadRequestError) as bad:
         client.responses.create(model=CLAUDE, input="x")
     assert "prompt is too long" in bad.value.body["message"]
-    scripted.enqueue("claude-up", Reply(status=529, error_body={
-        "type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}))
+    scripted.enqueue(
+        "claude-up",
+        Reply(status=529, error_body={"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    )
     with pytest.raises(openai.APIStatusError) as overloaded:
         client.responses.create(model=CLAUDE, input="x")
     assert overloaded.value.status_code == 502
@@ -114,8 +162,10 @@ def test_errors_and_a_dropped_stream(anthropic: Gateway, scripted: ScriptedUpstr
     with anthropic.http() as http:
         raw = http.post("/v1/responses", json={"model": CLAUDE, "input": "x", "stream": True}).content
     assert validate_sse(raw)["status"] == "failed"
-    error_events = [{"type": "message_start", "message": {"usage": {"input_tokens": 1, "output_tokens": 1}}},
-                    {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded mid-way"}}]
+    error_events = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 1, "output_tokens": 1}}},
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded mid-way"}},
+    ]
     scripted.enqueue("claude-up", Reply(raw_chunks=error_events))
     with anthropic.http() as http:
         raw = http.post("/v1/responses", json={"model": CLAUDE, "input": "x", "stream": True}).content
@@ -123,36 +173,54 @@ def test_errors_and_a_dropped_stream(anthropic: Gateway, scripted: ScriptedUpstr
     assert final["status"] == "failed" and "Overloaded mid-way" in final["error"]["message"]
 
 
-def test_one_config_three_dialects_the_same_client_code(gateway: Gateway, scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
-                                                        transactional_db) -> None:
+def test_one_config_three_dialects_the_same_client_code(
+    gateway: Gateway,
+    scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
+    transactional_db,
+) -> None:
     from responses_api import routing
     from responses_api.config_sync import sync_config
 
-    sync_config({
-        "providers": [
-            {"name": "chat-dialect", "kind": "chat_completions", "base_url": scripted.base_url},
-            {"name": "native-dialect", "kind": "responses", "base_url": scripted.base_url},
-            {"name": "anthropic-dialect", "kind": "anthropic", "base_url": scripted.base_url, "api_key": "k"},
-        ],
-        "models": [
-            {"name": "via-chat", "targets": [{"provider": "chat-dialect", "model": "weather"}]},
-            {"name": "via-responses", "targets": [{"provider": "native-dialect", "model": "weather"}]},
-            {"name": "via-anthropic", "targets": [{"provider": "anthropic-dialect", "model": "weather"}]},
-        ],
-    })
+    sync_config(
+        {
+            "providers": [
+                {"name": "chat-dialect", "kind": "chat_completions", "base_url": scripted.base_url},
+                {"name": "native-dialect", "kind": "responses", "base_url": scripted.base_url},
+                {"name": "anthropic-dialect", "kind": "anthropic", "base_url": scripted.base_url, "api_key": "k"},
+            ],
+            "models": [
+                {"name": "via-chat", "targets": [{"provider": "chat-dialect", "model": "weather"}]},
+                {"name": "via-responses", "targets": [{"provider": "native-dialect", "model": "weather"}]},
+                {"name": "via-anthropic", "targets": [{"provider": "anthropic-dialect", "model": "weather"}]},
+            ],
+        }
+    )
     routing.clear_cache()
-    tools = [{"type": "function", "name": "get_weather", "description": "Weather.",
-              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "description": "Weather.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        }
+    ]
     client = gateway.openai()
     paths = set()
     for model in ("via-chat", "via-responses", "via-anthropic"):
-        scripted.enqueue("weather", Reply(tool_calls=[call("get_weather", {"city": "Oslo"}, f"call_{model}")]),
-                         Reply(text="Sunny in Oslo."))
+        scripted.enqueue(
+            "weather",
+            Reply(tool_calls=[call("get_weather", {"city": "Oslo"}, f"call_{model}")]),
+            Reply(text="Sunny in Oslo."),
+        )
         first = client.responses.create(model=model, input="Weather in Oslo?", tools=tools)
         (fc,) = [i for i in first.output if i.type == "function_call"]
         assert json.loads(fc.arguments) == {"city": "Oslo"}
-        with client.responses.stream(model=model, previous_response_id=first.id, tools=tools, input=[
-                {"type": "function_call_output", "call_id": fc.call_id, "output": "sunny"}]) as stream:
+        with client.responses.stream(
+            model=model,
+            previous_response_id=first.id,
+            tools=tools,
+            input=[{"type": "function_call_output", "call_id": fc.call_id, "output": "sunny"}],
+        ) as stream:
             text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
         assert text == "Sunny in Oslo.", model
         paths.add(scripted.requests[-1].path)
@@ -165,11 +233,20 @@ def test_signed_thinking_goes_back_with_its_signature(anthropic: Gateway, script
     item's encrypted_content, for stored chains and for clients that carry items themselves."""
     tools = [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}]
     for stored in (True, False):
-        scripted.enqueue("claude-up", Reply(reasoning="I should look it up.", tool_calls=[call("lookup", {}, "toolu_s")],
-                                            chunk_chars=5), Reply(text="Done."))
+        scripted.enqueue(
+            "claude-up",
+            Reply(reasoning="I should look it up.", tool_calls=[call("lookup", {}, "toolu_s")], chunk_chars=5),
+            Reply(text="Done."),
+        )
         with anthropic.http() as http:
-            body = {"model": CLAUDE, "input": "go", "tools": tools, "stream": True, "store": stored,
-                    "reasoning": {"effort": "low"}}
+            body = {
+                "model": CLAUDE,
+                "input": "go",
+                "tools": tools,
+                "stream": True,
+                "store": stored,
+                "reasoning": {"effort": "low"},
+            }
             first = validate_sse(http.post("/v1/responses", json=body).content)
             reasoning = next(i for i in first["output"] if i["type"] == "reasoning")
             assert reasoning["encrypted_content"]  # sealed by the gateway: not the raw signature

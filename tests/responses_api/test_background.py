@@ -1,4 +1,5 @@
 """Background responses: real Celery workers and Redis (or the in-process worker when embedded)."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -54,10 +55,22 @@ def test_background_requires_store(gateway: Gateway) -> None:
 
 
 def test_stream_background_and_resume_at_random_points(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
-    scripted.enqueue(MODEL, Reply(text="one two three four five six seven eight nine ten", chunk_chars=3, interval=0.01))
-    with gateway.http() as http, http.stream("POST", "/v1/responses", json={
-        "model": MODEL, "input": "count", "stream": True, "background": True,
-    }) as r:
+    scripted.enqueue(
+        MODEL, Reply(text="one two three four five six seven eight nine ten", chunk_chars=3, interval=0.01)
+    )
+    with (
+        gateway.http() as http,
+        http.stream(
+            "POST",
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": "count",
+                "stream": True,
+                "background": True,
+            },
+        ) as r,
+    ):
         first_part = b""
         for chunk in r.iter_raw():
             first_part += chunk
@@ -126,9 +139,17 @@ def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: Sc
     req = parse_create_request(body)
     rid = new_id("resp")
     services.response_begin(
-        tenant_id=gateway.tenant_id, api_key_id=None, response_id=rid, created_at=datetime.now(UTC),
-        model=MODEL, previous_response_id=None, input_items=req.input_items, params=request_params(req),
-        status="queued", store=True, job={"body": body, "input_items": req.input_items, "opening": "in_progress"},
+        tenant_id=gateway.tenant_id,
+        api_key_id=None,
+        response_id=rid,
+        created_at=datetime.now(UTC),
+        model=MODEL,
+        previous_response_id=None,
+        input_items=req.input_items,
+        params=request_params(req),
+        status="queued",
+        store=True,
+        job={"body": body, "input_items": req.input_items, "opening": "in_progress"},
     )
     with gateway.http() as http:
         cancelled = http.post(f"/v1/responses/{rid}/cancel").json()
@@ -177,7 +198,10 @@ def test_foreground_stream_on_worker_survives_disconnect(gateway: Gateway, scrip
 
     ModelRoute.objects.filter(name=MODEL).update(run_on_worker=True)
     scripted.enqueue(MODEL, Reply(text="keeps going after you leave", chunk_chars=2, interval=0.02))
-    with gateway.http() as http, http.stream("POST", "/v1/responses", json={"model": MODEL, "input": "x", "stream": True}) as r:
+    with (
+        gateway.http() as http,
+        http.stream("POST", "/v1/responses", json={"model": MODEL, "input": "x", "stream": True}) as r,
+    ):
         head = b""
         for chunk in r.iter_raw():
             head += chunk
@@ -198,7 +222,9 @@ def test_enqueue_to_first_event_latency(gateway: Gateway, scripted: ScriptedUpst
     with gateway.http() as http:
         for _ in range(50):
             started = time.perf_counter()
-            with http.stream("POST", "/v1/responses", json={"model": MODEL, "input": "x", "stream": True, "background": True}) as r:
+            with http.stream(
+                "POST", "/v1/responses", json={"model": MODEL, "input": "x", "stream": True, "background": True}
+            ) as r:
                 for line in r.iter_lines():
                     if line.startswith("data:") and '"response.in_progress"' in line:
                         latencies.append(time.perf_counter() - started)
@@ -210,7 +236,9 @@ def test_enqueue_to_first_event_latency(gateway: Gateway, scripted: ScriptedUpst
     assert median_ms < 1000
 
 
-def test_background_three_step_tool_loop(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, worker) -> None:  # type: ignore[no-untyped-def]
+def test_background_three_step_tool_loop(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, worker
+) -> None:  # type: ignore[no-untyped-def]
     from tests.support.harness import call
 
     scripted.enqueue(
@@ -256,7 +284,9 @@ def test_cancel_while_a_tool_runs(tools_env, gateway: Gateway, scripted: Scripte
 
 
 @pytest.mark.skipif("os.environ.get('GATEWAY_TEST_DB') == 'sqlite'", reason="needs Celery worker processes")
-def test_sigkilled_worker_is_reaped_and_tools_never_rerun(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, settings) -> None:  # type: ignore[no-untyped-def]
+def test_sigkilled_worker_is_reaped_and_tools_never_rerun(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, settings
+) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import ResponseItem
     from tests.support.harness import CeleryWorker, call
     from tests.support.webhook import Route

@@ -1,4 +1,5 @@
 """Rebuilding a previous_response_id chain costs a constant number of queries, whatever its length."""
+
 from __future__ import annotations
 
 from datetime import datetime, UTC
@@ -20,8 +21,15 @@ def build_chain(tenant_id: int, length: int) -> str:
         rid = new_id("resp")
         user = message_item("user", f"question {turn}")
         services.response_begin(
-            tenant_id=tenant_id, api_key_id=None, response_id=rid, created_at=datetime.now(UTC),
-            model="m", previous_response_id=None, input_items=[user], params={}, status="in_progress",
+            tenant_id=tenant_id,
+            api_key_id=None,
+            response_id=rid,
+            created_at=datetime.now(UTC),
+            model="m",
+            previous_response_id=None,
+            input_items=[user],
+            params={},
+            status="in_progress",
             store=True,
         )
         from responses_api.models import Response
@@ -29,8 +37,13 @@ def build_chain(tenant_id: int, length: int) -> str:
         Response.objects.filter(id=rid).update(previous_response_id=previous)
         services.response_finish(
             tenant_id=tenant_id,
-            response={"id": rid, "status": "completed", "output": [message_item("assistant", f"answer {turn}")],
-                      "usage": None, "completed_at": None},
+            response={
+                "id": rid,
+                "status": "completed",
+                "output": [message_item("assistant", f"answer {turn}")],
+                "usage": None,
+                "completed_at": None,
+            },
             input_items=[user],
         )
         previous = rid
@@ -46,9 +59,16 @@ def test_chain_context_query_count_is_constant(length: int, django_assert_num_qu
     # chain head check + chain items (recursive CTE) + insert of the new open row
     with django_assert_num_queries(3):
         begin = services.response_begin(
-            tenant_id=tenant_id, api_key_id=None, response_id=new_id("resp"),
-            created_at=datetime.now(UTC), model="m", previous_response_id=head,
-            input_items=new_input, params={}, status="in_progress", store=True,
+            tenant_id=tenant_id,
+            api_key_id=None,
+            response_id=new_id("resp"),
+            created_at=datetime.now(UTC),
+            model="m",
+            previous_response_id=head,
+            input_items=new_input,
+            params={},
+            status="in_progress",
+            store=True,
         )
     texts = [item["content"][0]["text"] for item in begin.context]
     expected = [t for turn in range(length) for t in (f"question {turn}", f"answer {turn}")] + ["next"]

@@ -1,5 +1,6 @@
 """/v1/chat/completions routed to a native Responses or an Anthropic upstream: translated both
 ways, with the openai SDK as the client (streaming and not, tool calls, usage, errors)."""
+
 from __future__ import annotations
 
 import json
@@ -31,11 +32,17 @@ def routes(gateway: Gateway, scripted: ScriptedUpstream) -> Gateway:
 @pytest.mark.parametrize("model", list(DIALECTS))
 def test_a_chat_completion_is_translated(routes: Gateway, scripted: ScriptedUpstream, model: str) -> None:
     kind, path = DIALECTS[model]
-    scripted.set_default(f"up-{kind}", Reply(text="Translated answer.", usage={
-        "prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}))
+    scripted.set_default(
+        f"up-{kind}",
+        Reply(text="Translated answer.", usage={"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}),
+    )
     client = routes.openai()
-    completion = client.chat.completions.create(model=model, max_tokens=50, temperature=0.2, messages=[
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}])
+    completion = client.chat.completions.create(
+        model=model,
+        max_tokens=50,
+        temperature=0.2,
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"}],
+    )
     assert completion.object == "chat.completion" and completion.model == model
     assert completion.choices[0].message.content == "Translated answer."
     assert completion.choices[0].finish_reason == "stop"
@@ -46,8 +53,12 @@ def test_a_chat_completion_is_translated(routes: Gateway, scripted: ScriptedUpst
         assert upstream["input"][0]["content"] == [{"type": "input_text", "text": "hello"}]
     else:
         assert upstream["system"] == "Be brief." and upstream["max_tokens"] == 50
-    stream = client.chat.completions.create(model=model, stream=True, stream_options={"include_usage": True},
-                                            messages=[{"role": "user", "content": "again"}])
+    stream = client.chat.completions.create(
+        model=model,
+        stream=True,
+        stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "again"}],
+    )
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Translated answer."
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
@@ -57,19 +68,32 @@ def test_a_chat_completion_is_translated(routes: Gateway, scripted: ScriptedUpst
 @pytest.mark.parametrize("model", list(DIALECTS))
 def test_tool_calls_round_trip(routes: Gateway, scripted: ScriptedUpstream, model: str) -> None:
     kind, path = DIALECTS[model]
-    scripted.enqueue(f"up-{kind}", Reply(tool_calls=[call("get_weather", {"city": "Oslo"}, "call_7")]),
-                     Reply(text="Sunny."))
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    scripted.enqueue(
+        f"up-{kind}", Reply(tool_calls=[call("get_weather", {"city": "Oslo"}, "call_7")]), Reply(text="Sunny.")
+    )
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            },
+        }
+    ]
     client = routes.openai()
     messages: list = [{"role": "user", "content": "Weather in Oslo?"}]
     first = client.chat.completions.create(model=model, messages=messages, tools=tools)
     (tool_call,) = first.choices[0].message.tool_calls
     assert first.choices[0].finish_reason == "tool_calls"
     assert (tool_call.id, tool_call.function.name, json.loads(tool_call.function.arguments)) == (
-        "call_7", "get_weather", {"city": "Oslo"})
-    messages += [first.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": "call_7", "content": "sunny, 21 C"}]
+        "call_7",
+        "get_weather",
+        {"city": "Oslo"},
+    )
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": "call_7", "content": "sunny, 21 C"},
+    ]
     second = client.chat.completions.create(model=model, messages=messages, tools=tools)
     assert second.choices[0].message.content == "Sunny."
     upstream = [r for r in scripted.requests if r.path == path][-1].body
@@ -83,8 +107,9 @@ def test_what_cannot_be_translated_is_a_400_naming_it(routes: Gateway, scripted:
         client.chat.completions.create(model="via-anthropic", n=2, messages=[{"role": "user", "content": "x"}])
     assert refused.value.body["param"] == "n"
     with pytest.raises(openai.BadRequestError) as refused:
-        client.chat.completions.create(model="via-responses", messages=[{"role": "user", "content": "x"}],
-                                       logit_bias={"1": 1})
+        client.chat.completions.create(
+            model="via-responses", messages=[{"role": "user", "content": "x"}], logit_bias={"1": 1}
+        )
     assert refused.value.body["param"] == "logit_bias"
     with pytest.raises(openai.BadRequestError) as refused:
         client.embeddings.create(model="via-anthropic", input="x")
@@ -94,7 +119,9 @@ def test_what_cannot_be_translated_is_a_400_naming_it(routes: Gateway, scripted:
 def test_an_upstream_failure_mid_stream_ends_with_an_error_chunk(routes: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue("up-anthropic", Reply(text="this breaks off soon", chunk_chars=3, disconnect_after=5))
     with routes.http() as http:
-        raw = http.post("/v1/chat/completions", json={"model": "via-anthropic", "stream": True, "messages": [
-            {"role": "user", "content": "x"}]}).text
+        raw = http.post(
+            "/v1/chat/completions",
+            json={"model": "via-anthropic", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+        ).text
     frames = [line[6:] for line in raw.split("\n\n") if line.startswith("data: ")]
     assert frames[-1] != "[DONE]" and json.loads(frames[-1])["error"]["type"] == "server_error"

@@ -1,4 +1,5 @@
 """POST /v1/responses (non-streaming), retrieve, delete, input_items, chaining: through the real openai SDK."""
+
 from __future__ import annotations
 
 import json
@@ -14,14 +15,28 @@ pytestmark = pytest.mark.embedded
 
 
 def test_create_text_and_retrieve(gateway: Gateway, scripted: ScriptedUpstream) -> None:
-    scripted.enqueue(MODEL, Reply(text="Hello, world", usage={
-        "prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14,
-        "prompt_tokens_details": {"cached_tokens": 4}, "completion_tokens_details": {"reasoning_tokens": 0},
-    }))
+    scripted.enqueue(
+        MODEL,
+        Reply(
+            text="Hello, world",
+            usage={
+                "prompt_tokens": 11,
+                "completion_tokens": 3,
+                "total_tokens": 14,
+                "prompt_tokens_details": {"cached_tokens": 4},
+                "completion_tokens_details": {"reasoning_tokens": 0},
+            },
+        ),
+    )
     client = gateway.openai()
     resp = client.responses.create(
-        model=MODEL, input="Say hello", instructions="Be brief", temperature=0.2, top_p=0.9,
-        max_output_tokens=50, metadata={"team": "search"},
+        model=MODEL,
+        input="Say hello",
+        instructions="Be brief",
+        temperature=0.2,
+        top_p=0.9,
+        max_output_tokens=50,
+        metadata={"team": "search"},
     )
     assert resp.status == "completed"
     assert resp.output_text == "Hello, world"
@@ -71,15 +86,24 @@ def test_chain_with_previous_response_id(gateway: Gateway, scripted: ScriptedUps
 
 def test_function_call_round_trip_with_parallel_calls(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     tools = [
-        {"type": "function", "name": "get_weather", "description": "Weather",
-         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
-        {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}},
-         "strict": False},
+        {
+            "type": "function",
+            "name": "get_weather",
+            "description": "Weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+        {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}, "strict": False},
     ]
-    scripted.enqueue(MODEL, Reply(tool_calls=[
-        {"id": "call_a", "name": "get_weather", "arguments": '{"city":"Paris"}'},
-        {"id": "call_b", "name": "get_time", "arguments": "{}"},
-    ]), Reply(text="Sunny, 3pm"))
+    scripted.enqueue(
+        MODEL,
+        Reply(
+            tool_calls=[
+                {"id": "call_a", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+                {"id": "call_b", "name": "get_time", "arguments": "{}"},
+            ]
+        ),
+        Reply(text="Sunny, 3pm"),
+    )
     client = gateway.openai()
     first = client.responses.create(model=MODEL, input="Weather and time in Paris?", tools=tools)
     calls = [o for o in first.output if o.type == "function_call"]
@@ -95,7 +119,9 @@ def test_function_call_round_trip_with_parallel_calls(gateway: Gateway, scripted
     assert scripted.requests[-1].body["parallel_tool_calls"] is True
 
     second = client.responses.create(
-        model=MODEL, previous_response_id=first.id, tools=tools,
+        model=MODEL,
+        previous_response_id=first.id,
+        tools=tools,
         input=[
             {"type": "function_call_output", "call_id": "call_a", "output": "sunny"},
             {"type": "function_call_output", "call_id": "call_b", "output": "15:00"},
@@ -114,15 +140,29 @@ def test_allowed_tools_enforced(gateway: Gateway, scripted: ScriptedUpstream) ->
         {"type": "function", "name": "safe", "parameters": {"type": "object", "properties": {}}},
         {"type": "function", "name": "dangerous", "parameters": {"type": "object", "properties": {}}},
     ]
-    scripted.enqueue(MODEL, Reply(tool_calls=[
-        {"id": "c1", "name": "dangerous", "arguments": "{}"},
-        {"id": "c2", "name": "safe", "arguments": "{}"},
-    ]))
+    scripted.enqueue(
+        MODEL,
+        Reply(
+            tool_calls=[
+                {"id": "c1", "name": "dangerous", "arguments": "{}"},
+                {"id": "c2", "name": "safe", "arguments": "{}"},
+            ]
+        ),
+    )
     with gateway.http() as http:
-        body = http.post("/v1/responses", json={
-            "model": MODEL, "input": "go", "tools": tools,
-            "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "safe"}]},
-        }).json()
+        body = http.post(
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": "go",
+                "tools": tools,
+                "tool_choice": {
+                    "type": "allowed_tools",
+                    "mode": "auto",
+                    "tools": [{"type": "function", "name": "safe"}],
+                },
+            },
+        ).json()
     assert [o["name"] for o in body["output"]] == ["safe"]
     sent = scripted.requests[-1].body
     assert {t["function"]["name"] for t in sent["tools"]} == {"safe", "dangerous"}  # all stay visible
@@ -148,26 +188,42 @@ def test_length_finish_is_incomplete(gateway: Gateway, scripted: ScriptedUpstrea
 
 def test_text_format_json_schema_and_images(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue(MODEL, Reply(text='{"a": 1}'))
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
     gateway.openai().responses.create(
         model=MODEL,
-        input=[{"role": "user", "content": [
-            {"type": "input_text", "text": "Describe"},
-            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},
-            {"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "low"},
-            {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="},
-        ]}],
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "Describe"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},
+                    {"type": "input_image", "image_url": "https://example.com/cat.png", "detail": "low"},
+                    {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="},
+                ],
+            }
+        ],
         text={"format": {"type": "json_schema", "name": "thing", "schema": schema, "strict": True}},
     )
     sent = scripted.requests[-1].body
     assert sent["response_format"] == {
-        "type": "json_schema", "json_schema": {"name": "thing", "schema": schema, "strict": True}
+        "type": "json_schema",
+        "json_schema": {"name": "thing", "schema": schema, "strict": True},
     }
     parts = sent["messages"][0]["content"]
-    assert parts[1] == {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"}}
+    assert parts[1] == {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"},
+    }
     assert parts[2]["image_url"]["detail"] == "low"
-    assert parts[3] == {"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"}}
+    assert parts[3] == {
+        "type": "file",
+        "file": {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"},
+    }
 
 
 def test_store_false_is_not_retrievable_nor_chainable(gateway: Gateway, scripted: ScriptedUpstream) -> None:
@@ -202,8 +258,11 @@ def test_other_tenant_is_exactly_like_unknown(gateway: Gateway, scripted: Script
     mine = gateway.openai().responses.create(model=MODEL, input="q")
     other_key, _ = make_key(tenant="other-co")
     with gateway.http(other_key) as other, gateway.http() as me:
-        for method, path in [("GET", f"/v1/responses/{mine.id}"), ("DELETE", f"/v1/responses/{mine.id}"),
-                             ("GET", f"/v1/responses/{mine.id}/input_items")]:
+        for method, path in [
+            ("GET", f"/v1/responses/{mine.id}"),
+            ("DELETE", f"/v1/responses/{mine.id}"),
+            ("GET", f"/v1/responses/{mine.id}/input_items"),
+        ]:
             foreign = other.request(method, path)
             unknown = me.request(method, path.replace(mine.id, "resp_" + "0" * 48))
             assert foreign.status_code == unknown.status_code == 404
@@ -238,12 +297,28 @@ def test_input_items_paging(gateway: Gateway, scripted: ScriptedUpstream) -> Non
         ({"model": MODEL}, "input"),
         ({"model": MODEL, "input": [{"role": "user", "content": 5}]}, "input[0].content"),
         ({"model": MODEL, "input": ["x", {"role": "robot", "content": "x"}]}, "input[0]"),
-        ({"model": MODEL, "input": [{"role": "user", "content": "a"}, {"role": "robot", "content": "x"}]}, "input[1].role"),
+        (
+            {"model": MODEL, "input": [{"role": "user", "content": "a"}, {"role": "robot", "content": "x"}]},
+            "input[1].role",
+        ),
         ({"model": MODEL, "input": "x", "temperature": 5}, "temperature"),
         ({"model": MODEL, "input": "x", "background": True, "store": False}, "background"),
         ({"model": MODEL, "input": "x", "tools": [{"type": "function", "name": "bad name!"}]}, "tools[0].name"),
-        ({"model": MODEL, "input": "x", "tools": [{"type": "function", "name": "f", "strict": True,
-          "parameters": {"type": "object", "additionalProperties": True}}]}, "tools[0].parameters"),
+        (
+            {
+                "model": MODEL,
+                "input": "x",
+                "tools": [
+                    {
+                        "type": "function",
+                        "name": "f",
+                        "strict": True,
+                        "parameters": {"type": "object", "additionalProperties": True},
+                    }
+                ],
+            },
+            "tools[0].parameters",
+        ),
         ({"model": MODEL, "input": "x", "tool_choice": {"type": "function", "name": "nope"}}, "tool_choice.name"),
         ({"model": MODEL, "input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format.name"),
         ({"model": MODEL, "input": "x", "include": ["bogus"]}, "include[0]"),
@@ -264,12 +339,19 @@ def test_invalid_requests_name_the_field(gateway: Gateway, body: dict, param: st
 def test_unknown_fields_are_ignored_and_easy_forms_accepted(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue(MODEL, Reply(text="ok"))
     with gateway.http() as http:
-        r = http.post("/v1/responses", json={
-            "model": MODEL, "some_future_field": {"x": 1},
-            "input": [{"role": "developer", "content": "rules"}, {"role": "user", "content": "hi"},
-                      {"role": "assistant", "content": "hello", "phase": "final_answer"},
-                      {"role": "user", "content": [{"type": "input_text", "text": "again"}]}],
-        })
+        r = http.post(
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "some_future_field": {"x": 1},
+                "input": [
+                    {"role": "developer", "content": "rules"},
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello", "phase": "final_answer"},
+                    {"role": "user", "content": [{"type": "input_text", "text": "again"}]},
+                ],
+            },
+        )
     assert r.status_code == 200, r.text
     assert [m["role"] for m in scripted.requests[-1].body["messages"]] == ["system", "user", "assistant", "user"]
 

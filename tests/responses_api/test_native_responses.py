@@ -2,6 +2,7 @@
 loopback. The gateway keeps the state (the upstream gets the whole context with store: false)
 and re-issues its own events, checked by the strict stream validator; the openai SDK is the
 client, with the same code as against a Chat Completions route."""
+
 from __future__ import annotations
 
 import json
@@ -60,28 +61,43 @@ def test_the_gateway_keeps_the_chain_and_sends_the_whole_context(native: Gateway
     body = sent(scripted)[-1]
     assert "previous_response_id" not in body and body["store"] is False
     assert [(i["type"], i.get("role")) for i in body["input"]] == [
-        ("message", "user"), ("message", "assistant"), ("message", "user")]
+        ("message", "user"),
+        ("message", "assistant"),
+        ("message", "user"),
+    ]
     assert body["input"][1]["content"] == [{"type": "output_text", "text": "echo: one"}]
     assert not any("id" in item for item in body["input"])  # the upstream never saw the gateway's ids
     assert client.responses.retrieve(second.id).previous_response_id == first.id
 
 
 def test_a_function_call_and_its_output(native: Gateway, scripted: ScriptedUpstream) -> None:
-    scripted.enqueue("up-native", Reply(tool_calls=[call("lookup", {"q": "x"}, "call_9")], chunk_chars=3),
-                     Reply(text="Found it."))
-    tools = [{"type": "function", "name": "lookup", "description": "Look up.",
-              "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}]
+    scripted.enqueue(
+        "up-native", Reply(tool_calls=[call("lookup", {"q": "x"}, "call_9")], chunk_chars=3), Reply(text="Found it.")
+    )
+    tools = [
+        {
+            "type": "function",
+            "name": "lookup",
+            "description": "Look up.",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+        }
+    ]
     client = native.openai()
     with native.http() as http:
-        raw = http.post("/v1/responses", json={"model": NATIVE, "input": "find x", "tools": tools,
-                                                "stream": True}).content
+        raw = http.post(
+            "/v1/responses", json={"model": NATIVE, "input": "find x", "tools": tools, "stream": True}
+        ).content
     first = validate_sse(raw)
     (fc,) = [i for i in first["output"] if i["type"] == "function_call"]
     assert (fc["name"], fc["call_id"], json.loads(fc["arguments"])) == ("lookup", "call_9", {"q": "x"})
     body = sent(scripted)[-1]
     assert body["tools"][0]["name"] == "lookup" and body["tools"][0]["type"] == "function"
-    answer = client.responses.create(model=NATIVE, previous_response_id=first["id"], tools=tools, input=[
-        {"type": "function_call_output", "call_id": "call_9", "output": "x is 42"}])
+    answer = client.responses.create(
+        model=NATIVE,
+        previous_response_id=first["id"],
+        tools=tools,
+        input=[{"type": "function_call_output", "call_id": "call_9", "output": "x is 42"}],
+    )
     assert answer.output_text == "Found it."
     items = sent(scripted)[-1]["input"]
     assert items[-2] == {"type": "function_call", "call_id": "call_9", "name": "lookup", "arguments": '{"q": "x"}'}
@@ -89,12 +105,24 @@ def test_a_function_call_and_its_output(native: Gateway, scripted: ScriptedUpstr
 
 
 def test_reasoning_usage_and_an_incomplete_answer(native: Gateway, scripted: ScriptedUpstream) -> None:
-    scripted.enqueue("up-native", Reply(reasoning="Think first.", text="Cut", finish_reason="length",
-                                        usage={"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19,
-                                               "completion_tokens_details": {"reasoning_tokens": 3}}))
+    scripted.enqueue(
+        "up-native",
+        Reply(
+            reasoning="Think first.",
+            text="Cut",
+            finish_reason="length",
+            usage={
+                "prompt_tokens": 12,
+                "completion_tokens": 7,
+                "total_tokens": 19,
+                "completion_tokens_details": {"reasoning_tokens": 3},
+            },
+        ),
+    )
     with native.http() as http:
-        raw = http.post("/v1/responses", json={"model": NATIVE, "input": "q", "stream": True,
-                                                "reasoning": {"effort": "low"}}).content
+        raw = http.post(
+            "/v1/responses", json={"model": NATIVE, "input": "q", "stream": True, "reasoning": {"effort": "low"}}
+        ).content
     final = validate_sse(raw)
     assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "max_output_tokens"}
     assert [i["type"] for i in final["output"]] == ["reasoning", "message"]
@@ -117,9 +145,14 @@ def test_upstream_errors_and_a_dropped_stream(native: Gateway, scripted: Scripte
         raw = http.post("/v1/responses", json={"model": NATIVE, "input": "x", "stream": True}).content
     final = validate_sse(raw)
     assert final["status"] == "failed" and final["error"]["code"].startswith("upstream")
-    failed = [{"type": "response.created", "sequence_number": 0, "response": {"id": "r", "status": "in_progress"}},
-              {"type": "response.failed", "sequence_number": 1,
-               "response": {"id": "r", "status": "failed", "error": {"code": "server_error", "message": "overloaded"}}}]
+    failed = [
+        {"type": "response.created", "sequence_number": 0, "response": {"id": "r", "status": "in_progress"}},
+        {
+            "type": "response.failed",
+            "sequence_number": 1,
+            "response": {"id": "r", "status": "failed", "error": {"code": "server_error", "message": "overloaded"}},
+        },
+    ]
     scripted.enqueue("up-native", Reply(raw_chunks=failed, raw_done=False))
     with native.http() as http:
         raw = http.post("/v1/responses", json={"model": NATIVE, "input": "x", "stream": True}).content
@@ -132,8 +165,16 @@ def test_unknown_upstream_events_are_skipped(native: Gateway, scripted: Scripted
         {"type": "response.created", "sequence_number": 0, "response": {"id": "r", "status": "in_progress"}},
         {"type": "response.some_future_event", "sequence_number": 1, "payload": {"x": 1}},
         {"type": "response.output_text.delta", "sequence_number": 2, "output_index": 0, "delta": "fine"},
-        {"type": "response.completed", "sequence_number": 3,
-         "response": {"id": "r", "status": "completed", "output": [], "usage": {"input_tokens": 1, "output_tokens": 1}}},
+        {
+            "type": "response.completed",
+            "sequence_number": 3,
+            "response": {
+                "id": "r",
+                "status": "completed",
+                "output": [],
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            },
+        },
     ]
     scripted.enqueue("up-native", Reply(raw_chunks=events, raw_done=False))
     with native.http() as http:
@@ -144,10 +185,19 @@ def test_unknown_upstream_events_are_skipped(native: Gateway, scripted: Scripted
 def test_hosted_tools_go_to_the_upstream_and_their_items_come_back(native: Gateway, scripted: ScriptedUpstream) -> None:
     """A hosted tool no registry tool serves is run by a native upstream itself: sent on as the
     client sent it, its call item relayed (its progress events are not)."""
-    search = {"type": "web_search_call", "id": "ws_1", "status": "completed",
-              "action": {"type": "search", "query": "gateway news"}}
-    message = {"type": "message", "id": "msg_up", "role": "assistant", "status": "completed",
-               "content": [{"type": "output_text", "text": "Here is the news.", "annotations": []}]}
+    search = {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "gateway news"},
+    }
+    message = {
+        "type": "message",
+        "id": "msg_up",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "Here is the news.", "annotations": []}],
+    }
     events = [
         {"type": "response.created", "response": {"id": "r", "status": "in_progress", "output": []}},
         {"type": "response.output_item.added", "output_index": 0, "item": {**search, "status": "in_progress"}},
@@ -156,15 +206,29 @@ def test_hosted_tools_go_to_the_upstream_and_their_items_come_back(native: Gatew
         {"type": "response.output_item.added", "output_index": 1, "item": {**message, "content": []}},
         {"type": "response.output_text.delta", "output_index": 1, "content_index": 0, "delta": "Here is the news."},
         {"type": "response.output_item.done", "output_index": 1, "item": message},
-        {"type": "response.completed", "response": {"id": "r", "status": "completed", "output": [search, message],
-                                                    "usage": {"input_tokens": 30, "output_tokens": 5}}},
+        {
+            "type": "response.completed",
+            "response": {
+                "id": "r",
+                "status": "completed",
+                "output": [search, message],
+                "usage": {"input_tokens": 30, "output_tokens": 5},
+            },
+        },
     ]
     for number, event in enumerate(events):
         event["sequence_number"] = number
     scripted.enqueue("up-native", Reply(raw_chunks=events, raw_done=False))
     with native.http() as http:
-        reply = http.post("/v1/responses", json={"model": NATIVE, "input": "news?", "stream": True,
-                                                  "tools": [{"type": "web_search", "search_context_size": "low"}]})
+        reply = http.post(
+            "/v1/responses",
+            json={
+                "model": NATIVE,
+                "input": "news?",
+                "stream": True,
+                "tools": [{"type": "web_search", "search_context_size": "low"}],
+            },
+        )
     assert "x-gateway-dropped-tools" not in reply.headers
     final = validate_sse(reply.content)
     assert [i["type"] for i in final["output"]] == ["web_search_call", "message"]
@@ -177,8 +241,13 @@ def test_hosted_tools_go_to_the_upstream_and_their_items_come_back(native: Gatew
     # Continuing: the hosted call is not sent back (the upstream, storing nothing, could not
     # resolve its id); the answer it led to is. A hosted tool_choice goes on as the client sent it.
     scripted.enqueue("up-native", Reply(text="More."))
-    native.openai().responses.create(model=NATIVE, input="more", previous_response_id=final["id"],
-                                     tools=[{"type": "web_search"}], tool_choice={"type": "web_search"})
+    native.openai().responses.create(
+        model=NATIVE,
+        input="more",
+        previous_response_id=final["id"],
+        tools=[{"type": "web_search"}],
+        tool_choice={"type": "web_search"},
+    )
     body = sent(scripted)[-1]
     assert [i["type"] for i in body["input"]] == ["message", "message", "message"]
     assert body["tool_choice"] == {"type": "web_search"}

@@ -1,4 +1,5 @@
 """The strictest stream helper: openai 1.x's `responses.stream()` against the gateway, in a subprocess."""
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,11 @@ def run_v1(gateway: Gateway, case: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(OPENAI_V1))
     out = subprocess.run(
         [sys.executable, str(CLIENT), f"{gateway.url}/v1", gateway.key, MODEL, case],
-        env=env, capture_output=True, text=True, timeout=60, check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["version"].startswith("1."), result

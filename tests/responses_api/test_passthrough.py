@@ -1,4 +1,5 @@
 """/v1/chat/completions and /v1/embeddings through the gateway, with the real `openai` SDK."""
+
 from __future__ import annotations
 
 import time
@@ -43,8 +44,12 @@ def test_streamed_chat_completions_are_relayed_chunk_by_chunk(gateway: Gateway, 
     scripted.enqueue(MODEL, Reply(text="one two three four five", chunk_chars=4, interval=0.05))
     client = gateway.openai()
     arrivals, text = [], ""
-    for chunk in client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "count"}],
-                                                stream=True, stream_options={"include_usage": True}):
+    for chunk in client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "count"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    ):
         arrivals.append(time.monotonic())
         if chunk.choices and chunk.choices[0].delta.content:
             text += chunk.choices[0].delta.content
@@ -73,7 +78,9 @@ def test_same_keys_allowlists_and_errors(gateway: Gateway, scripted: ScriptedUps
         gateway.openai("sk-gw-wrong").embeddings.create(model=MODEL, input="x")
     missing = gateway.http().post("/v1/chat/completions", json={"messages": []})
     assert missing.status_code == 400 and missing.json()["error"]["param"] == "model"
-    scripted.enqueue(MODEL, Reply(status=400, error_body={"error": {"message": "bad messages", "type": "invalid_request_error"}}))
+    scripted.enqueue(
+        MODEL, Reply(status=400, error_body={"error": {"message": "bad messages", "type": "invalid_request_error"}})
+    )
     refused = gateway.http().post("/v1/chat/completions", json={"model": MODEL, "messages": "nope"})
     assert refused.status_code == 400 and "bad messages" in refused.json()["error"]["message"]
     assert gateway.http().get("/v1/nothing-here").status_code == 404

@@ -1,6 +1,7 @@
 """The operator's hard purge (manage.py purge_responses, the admin action): a response's content
 goes everywhere; what continued it can no longer be continued; usage stays. And what DELETE
 does, by contrast."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,10 @@ SECRET = "the launch code is 7401"
 @pytest.fixture(autouse=True)
 def _plain_static_storage(settings) -> None:  # type: ignore[no-untyped-def]
     # As tests/admin/conftest.py: admin pages render {% static %} without collectstatic's manifest.
-    settings.STORAGES = {**settings.STORAGES,
-                         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
 
 
 def chain(gateway: Gateway, scripted: ScriptedUpstream) -> tuple[str, str, str]:
@@ -37,9 +40,14 @@ def chain(gateway: Gateway, scripted: ScriptedUpstream) -> tuple[str, str, str]:
 def stored_text() -> str:
     from responses_api.models import ConversationItem, Item, Response
 
-    return json.dumps([list(Item.objects.values_list("data", flat=True)),
-                       list(Response.objects.values_list("job", "params")),
-                       list(ConversationItem.objects.values_list("item__data", flat=True))], default=str)
+    return json.dumps(
+        [
+            list(Item.objects.values_list("data", flat=True)),
+            list(Response.objects.values_list("job", "params")),
+            list(ConversationItem.objects.values_list("item__data", flat=True)),
+        ],
+        default=str,
+    )
 
 
 def usage_totals(gateway: Gateway) -> tuple[int, int]:
@@ -61,14 +69,21 @@ def test_delete_hides_but_keeps_the_context_of_what_continued_it(gateway: Gatewa
 
 
 def test_purge_removes_the_content_everywhere_and_breaks_what_continued_it(
-    gateway: Gateway, scripted: ScriptedUpstream, admin_client,  # type: ignore[no-untyped-def]
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
+    admin_client,  # type: ignore[no-untyped-def]
 ) -> None:
     a, b, c = chain(gateway, scripted)
     http = gateway.http()
     # Another response holds one of B's items by reference, and a conversation holds the secret too.
     b_message = next(i for i in http.get(f"/v1/responses/{b}/input_items").json()["data"] if i["type"] == "message")
-    d = http.post("/v1/responses", json={"model": MODEL, "input": [
-        {"type": "item_reference", "id": b_message["id"]}, {"role": "user", "content": "and?"}]}).json()["id"]
+    d = http.post(
+        "/v1/responses",
+        json={
+            "model": MODEL,
+            "input": [{"type": "item_reference", "id": b_message["id"]}, {"role": "user", "content": "and?"}],
+        },
+    ).json()["id"]
     before = usage_totals(gateway)
     assert SECRET in stored_text()
 
@@ -98,12 +113,16 @@ def test_purge_takes_a_conversations_items_with_it(gateway: Gateway, scripted: S
     call_command("purge_responses", secret["id"], stdout=StringIO())
     items = http.get(f"/v1/conversations/{conversation}/items").json()["data"]
     assert SECRET not in json.dumps(items) and "hello" in json.dumps(items)
-    assert http.post("/v1/responses", json={"model": MODEL, "input": "go on", "conversation": conversation}).status_code == 200
+    assert (
+        http.post("/v1/responses", json={"model": MODEL, "input": "go on", "conversation": conversation}).status_code
+        == 200
+    )
     assert kept["status"] == "completed"
 
 
 def test_purge_selects_deleted_or_a_tenants_old_responses_and_refuses_running_ones(
-    gateway: Gateway, scripted: ScriptedUpstream,
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
 ) -> None:
     from responses_api.models import Response
 
@@ -127,8 +146,11 @@ def test_purge_selects_deleted_or_a_tenants_old_responses_and_refuses_running_on
     assert not Response.objects.exists()
 
 
-def test_the_admin_purges_after_a_confirmation(gateway: Gateway, scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
-                                               admin_client) -> None:
+def test_the_admin_purges_after_a_confirmation(
+    gateway: Gateway,
+    scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
+    admin_client,
+) -> None:
     from responses_api.models import Response
 
     a, b, c = chain(gateway, scripted)

@@ -1,6 +1,7 @@
 """Rate limits and budgets through the gateway, with the real `openai` SDK: per key and per
 tenant, requests / tokens per minute, concurrent requests, token and cost budgets. Runs on
 both suites: Redis counters (PostgreSQL suite) and in-process counters (embedded)."""
+
 from __future__ import annotations
 
 import threading
@@ -79,7 +80,8 @@ def test_requests_per_minute_per_key_with_openai_headers(gateway: Gateway, scrip
 
 
 def test_a_tenants_limit_is_shared_by_its_keys_and_not_by_other_tenants(
-    gateway: Gateway, scripted: ScriptedUpstream,
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
 ) -> None:
     from responses_api.models import Tenant
 
@@ -97,7 +99,8 @@ def test_a_tenants_limit_is_shared_by_its_keys_and_not_by_other_tenants(
 
 
 def test_tokens_per_minute_reserve_the_estimate_and_settle_the_real_usage(
-    gateway: Gateway, scripted: ScriptedUpstream,
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
 ) -> None:
     from responses_api.models import ApiKey
 
@@ -112,8 +115,9 @@ def test_tokens_per_minute_reserve_the_estimate_and_settle_the_real_usage(
     assert second.status_code == 200, second.text
     assert int(second.headers["x-ratelimit-limit-tokens"]) == 1000
     # Real usage above the estimate puts the bucket in debt, which the next request waits out.
-    scripted.enqueue(MODEL, Reply(text="ok", usage={"prompt_tokens": 1500, "completion_tokens": 500,
-                                                    "total_tokens": 2000}))
+    scripted.enqueue(
+        MODEL, Reply(text="ok", usage={"prompt_tokens": 1500, "completion_tokens": 500, "total_tokens": 2000})
+    )
     assert create(gateway).status_code == 200
     refused = create(gateway)
     assert refused.status_code == 429
@@ -123,16 +127,22 @@ def test_tokens_per_minute_reserve_the_estimate_and_settle_the_real_usage(
 
 
 def test_concurrent_requests_hold_a_lease_until_the_stream_ends(
-    gateway: Gateway, scripted: ScriptedUpstream,
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
 ) -> None:
     from responses_api.models import ApiKey
 
     set_limits(ApiKey, key_id(gateway.key), max_concurrent_requests=1)
     scripted.enqueue(MODEL, Reply(text="slow words " * 10, chunk_chars=6, interval=0.05))
     client = gateway.openai()
-    with gateway.http() as http, http.stream(
-        "POST", "/v1/responses", json={"model": MODEL, "input": "long", "stream": True},
-    ) as stream:
+    with (
+        gateway.http() as http,
+        http.stream(
+            "POST",
+            "/v1/responses",
+            json={"model": MODEL, "input": "long", "stream": True},
+        ) as stream,
+    ):
         chunks = stream.iter_bytes()
         raw = [next(chunks)]
         with pytest.raises(openai.RateLimitError) as refused:
@@ -155,9 +165,14 @@ def test_a_client_that_leaves_gives_its_lease_back(gateway: Gateway, scripted: S
 
     set_limits(ApiKey, key_id(gateway.key), max_concurrent_requests=1)
     scripted.enqueue(MODEL, Reply(text="endless " * 200, chunk_chars=4, interval=0.05))
-    with gateway.http() as client, client.stream(
-        "POST", "/v1/responses", json={"model": MODEL, "input": "x", "stream": True},
-    ) as response:
+    with (
+        gateway.http() as client,
+        client.stream(
+            "POST",
+            "/v1/responses",
+            json={"model": MODEL, "input": "x", "stream": True},
+        ) as response,
+    ):
         lines = response.iter_lines()  # held: a dropped iterator would close the connection
         next(lines)
         assert create(gateway).status_code == 429
@@ -168,8 +183,7 @@ def test_a_client_that_leaves_gives_its_lease_back(gateway: Gateway, scripted: S
         time.sleep(0.1)
 
 
-def test_a_background_run_counts_until_its_worker_ends_it(gateway: Gateway, scripted: ScriptedUpstream,
-                                                           worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_background_run_counts_until_its_worker_ends_it(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import Tenant
 
     set_limits(Tenant, gateway.tenant_id, max_concurrent_requests=1)
@@ -210,18 +224,21 @@ def test_a_token_budget_counts_what_the_period_already_spent(gateway: Gateway, s
 
 
 def test_a_cost_budget_prices_tokens_with_the_routes_price_table(
-    gateway: Gateway, scripted: ScriptedUpstream,
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
 ) -> None:
     from responses_api import routing
     from responses_api.models import ModelRoute, Tenant
 
-    ModelRoute.objects.filter(name=MODEL).update(input_usd_per_million=Decimal("1000"),
-                                                 output_usd_per_million=Decimal("4000"))
+    ModelRoute.objects.filter(name=MODEL).update(
+        input_usd_per_million=Decimal("1000"), output_usd_per_million=Decimal("4000")
+    )
     routing.clear_cache()
     set_limits(Tenant, gateway.tenant_id, budget_period="month", budget_usd=Decimal("0.05"))
     # 10 * 1000 + 5 * 4000 = 30,000 micro-USD = $0.03 each.
-    scripted.set_default(MODEL, Reply(text="ok", usage={"prompt_tokens": 10, "completion_tokens": 5,
-                                                        "total_tokens": 15}))
+    scripted.set_default(
+        MODEL, Reply(text="ok", usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+    )
     assert create(gateway).status_code == 200
     assert create(gateway).status_code == 200
     refused = create(gateway)
@@ -251,8 +268,9 @@ def test_the_usage_api_shows_each_limit_with_its_use(gateway: Gateway, scripted:
     scripted.set_default(MODEL, Reply(text="ok"))
     set_limits(ApiKey, key_id(gateway.key), requests_per_minute=10, max_concurrent_requests=4)
     set_limits(Tenant, gateway.tenant_id, tokens_per_minute=10_000)
-    scripted.set_default(MODEL, Reply(text="ok", usage={"prompt_tokens": 100, "completion_tokens": 100,
-                                                        "total_tokens": 200}))
+    scripted.set_default(
+        MODEL, Reply(text="ok", usage={"prompt_tokens": 100, "completion_tokens": 100, "total_tokens": 200})
+    )
     assert gateway.http().get("/v1/usage").json()["limits"][0]["used"] == 0
     for _ in range(3):
         assert create(gateway).status_code == 200
@@ -266,7 +284,9 @@ def test_the_usage_api_shows_each_limit_with_its_use(gateway: Gateway, scripted:
 
 
 def test_with_the_counter_store_unreachable_the_setting_decides(
-    gateway: Gateway, scripted: ScriptedUpstream, settings,  # type: ignore[no-untyped-def]
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
+    settings,  # type: ignore[no-untyped-def]
 ) -> None:
     from responses_api import limits
     from responses_api.models import ApiKey
@@ -310,11 +330,23 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
 
     config = {
         "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
-        "models": [{"name": "m", "targets": [{"provider": "p", "model": "m"}],
-                    "price": {"input_usd_per_million": 0.5, "output_usd_per_million": 1.5}}],
-        "tenants": [{"name": "research", "requests_per_minute": 600, "tokens_per_minute": 200000,
-                     "max_concurrent_requests": 20, "retention_days": 30,
-                     "budget": {"period": "month", "tokens": 50_000_000, "usd": 500}}],
+        "models": [
+            {
+                "name": "m",
+                "targets": [{"provider": "p", "model": "m"}],
+                "price": {"input_usd_per_million": 0.5, "output_usd_per_million": 1.5},
+            }
+        ],
+        "tenants": [
+            {
+                "name": "research",
+                "requests_per_minute": 600,
+                "tokens_per_minute": 200000,
+                "max_concurrent_requests": 20,
+                "retention_days": 30,
+                "budget": {"period": "month", "tokens": 50_000_000, "usd": 500},
+            }
+        ],
     }
     assert sync_config(config)["tenants"] == 1
     assert sync_config(config)["tenants"] == 1  # idempotent
@@ -327,15 +359,27 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
     from responses_api.services import api_key_create
 
     key, _ = api_key_create(tenant_name="research", name="ci-bot")
-    sync_config({"tenants": [{"name": "research", "keys": [{"name": "ci-bot", "requests_per_minute": 30,
-                                                            "max_concurrent_requests": 2},
-                                                           {"name": "not-yet", "tokens_per_minute": 1000}]}]})
+    sync_config(
+        {
+            "tenants": [
+                {
+                    "name": "research",
+                    "keys": [
+                        {"name": "ci-bot", "requests_per_minute": 30, "max_concurrent_requests": 2},
+                        {"name": "not-yet", "tokens_per_minute": 1000},
+                    ],
+                }
+            ]
+        }
+    )
     key.refresh_from_db()
     assert (key.requests_per_minute, key.tokens_per_minute, key.max_concurrent_requests) == (30, None, 2)
     assert not ApiKey.objects.filter(name="not-yet").exists()  # logged; applied once the key exists
-    for bad, where in (({"name": "x", "rpm": 1}, "unknown field"), ({"name": "x", "budget": {"period": "week"}},
-                                                                    "budget_period"),
-                       ({"name": "x", "keys": [{"name": "k", "requests_per_minute": 0}]}, "positive integer")):
+    for bad, where in (
+        ({"name": "x", "rpm": 1}, "unknown field"),
+        ({"name": "x", "budget": {"period": "week"}}, "budget_period"),
+        ({"name": "x", "keys": [{"name": "k", "requests_per_minute": 0}]}, "positive integer"),
+    ):
         with pytest.raises(ConfigError, match=where):
             sync_config({"tenants": [bad]})
 
@@ -343,12 +387,18 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
 @pytest.fixture
 def plain_static(settings):  # type: ignore[no-untyped-def]
     # As tests/admin/conftest.py: render {% static %} without collectstatic's manifest.
-    settings.STORAGES = {**settings.STORAGES,
-                         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
 
 
-def test_the_admin_shows_limits_and_their_current_use(plain_static, admin_client, gateway: Gateway,  # type: ignore[no-untyped-def]
-                                                      scripted: ScriptedUpstream) -> None:
+def test_the_admin_shows_limits_and_their_current_use(
+    plain_static,
+    admin_client,
+    gateway: Gateway,  # type: ignore[no-untyped-def]
+    scripted: ScriptedUpstream,
+) -> None:
     from responses_api.models import ApiKey, Tenant
 
     scripted.set_default(MODEL, Reply(text="ok"))
@@ -358,9 +408,16 @@ def test_the_admin_shows_limits_and_their_current_use(plain_static, admin_client
     assert "Rate limits" in page and "requests per minute" in page and "monthly budget" in page
     key_page = admin_client.get(f"/admin/responses_api/apikey/{key_id(gateway.key)}/change/").content.decode()
     assert "Current use" in key_page and "No limits." in key_page
-    reply = admin_client.post(f"/admin/responses_api/apikey/{key_id(gateway.key)}/change/", {
-        "name": "test", "allowed_models": "", "requests_per_minute": "7", "tokens_per_minute": "",
-        "max_concurrent_requests": ""})
+    reply = admin_client.post(
+        f"/admin/responses_api/apikey/{key_id(gateway.key)}/change/",
+        {
+            "name": "test",
+            "allowed_models": "",
+            "requests_per_minute": "7",
+            "tokens_per_minute": "",
+            "max_concurrent_requests": "",
+        },
+    )
     assert reply.status_code == 302, reply.content.decode()[:2000]
     assert ApiKey.objects.get(id=key_id(gateway.key)).requests_per_minute == 7
 
@@ -379,12 +436,15 @@ def test_a_websocket_turn_over_the_limit_gets_a_429_error_event(gateway: Gateway
         assert "requests per minute" in refused[-1]["error"]["message"]
 
 
-def test_an_estimate_above_the_whole_limit_waits_for_a_full_bucket(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+def test_an_estimate_above_the_whole_limit_waits_for_a_full_bucket(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
     from responses_api.models import ApiKey
 
     set_limits(ApiKey, key_id(gateway.key), tokens_per_minute=100)
-    scripted.set_default(MODEL, Reply(text="ok", usage={"prompt_tokens": 5, "completion_tokens": 5,
-                                                        "total_tokens": 10}))
+    scripted.set_default(
+        MODEL, Reply(text="ok", usage={"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10})
+    )
     # 5,000 reserved against a limit of 100: admitted on a full bucket, which it empties...
     first = create(gateway, max_output_tokens=5000)
     assert first.status_code == 200 and first.headers["x-ratelimit-remaining-tokens"] == "0"

@@ -1,4 +1,5 @@
 """Retention: old responses and their items are deleted, live chains keep their context."""
+
 from __future__ import annotations
 
 from datetime import timedelta

@@ -1,6 +1,7 @@
 """The resilient router through the gateway: retries with backoff (and a 429's Retry-After),
 cooldown of a failing target and its recovery, priorities, per-target concurrency, health in
 the admin; for /v1/responses and the passed-through /v1/chat/completions."""
+
 from __future__ import annotations
 
 import threading
@@ -31,8 +32,9 @@ def _router(settings):  # type: ignore[no-untyped-def]
     router.reset()
 
 
-def two_targets(scripted: ScriptedUpstream, *, a: dict | None = None, b: dict | None = None,
-                a_url: str | None = None) -> None:
+def two_targets(
+    scripted: ScriptedUpstream, *, a: dict | None = None, b: dict | None = None, a_url: str | None = None
+) -> None:
     """Route MODEL to target 'a' (upstream model "a") and 'b' (upstream model "b")."""
     from responses_api import routing
     from responses_api.models import ModelRoute, Provider, RouteTarget
@@ -109,7 +111,8 @@ def test_a_failing_target_is_cooled_down_then_tried_again(gateway: Gateway, scri
 
 
 def test_priorities_send_everything_to_the_first_group_while_it_is_healthy(
-    gateway: Gateway, scripted: ScriptedUpstream,
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
 ) -> None:
     two_targets(scripted, a={"priority": 1, "weight": 5}, b={"priority": 0, "weight": 1})
     scripted.set_default("a", Reply(text="from a"))
@@ -139,9 +142,14 @@ def test_a_targets_concurrency_limit_sends_the_rest_elsewhere(gateway: Gateway, 
     statuses: list[tuple[int, str]] = []
 
     def stream() -> None:
-        with gateway.http() as client, client.stream(
-            "POST", "/v1/responses", json={"model": MODEL, "input": "x", "stream": True},
-        ) as response:
+        with (
+            gateway.http() as client,
+            client.stream(
+                "POST",
+                "/v1/responses",
+                json={"model": MODEL, "input": "x", "stream": True},
+            ) as response,
+        ):
             body = response.read().decode()
             statuses.append((response.status_code, body))
 
@@ -168,12 +176,18 @@ def test_chat_completions_passthrough_uses_the_same_router(gateway: Gateway, scr
     assert completion.choices[0].message.content == "retried" and hits(scripted, MODEL) == 2
 
 
-def test_the_admin_shows_each_targets_health(gateway: Gateway, scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
-                                             admin_client, settings) -> None:
+def test_the_admin_shows_each_targets_health(
+    gateway: Gateway,
+    scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
+    admin_client,
+    settings,
+) -> None:
     from responses_api.models import ModelRoute
 
-    settings.STORAGES = {**settings.STORAGES,  # as tests/admin/conftest.py: no collectstatic manifest
-                         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}
+    settings.STORAGES = {
+        **settings.STORAGES,  # as tests/admin/conftest.py: no collectstatic manifest
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
     two_targets(scripted)
     scripted.set_default("a", Reply(status=500, error_body={"error": {"message": "disk on fire"}}))
     scripted.set_default("b", Reply(text="ok"))

@@ -1,4 +1,5 @@
 """Sealed blobs: round trip, and refusal of anything altered or foreign."""
+
 import pytest
 
 from responses_api.sealing import PREFIX, SealBroken, Sealer
@@ -19,7 +20,7 @@ def test_round_trip_keeps_the_payload():
     "mutate",
     [
         lambda b: b[:-2] + ("A" if b[-2] != "A" else "B") + b[-1],  # one character of the tag
-        lambda b: b[: len(PREFIX) + 3] + ("x" if b[len(PREFIX) + 3] != "x" else "y") + b[len(PREFIX) + 4:],
+        lambda b: b[: len(PREFIX) + 3] + ("x" if b[len(PREFIX) + 3] != "x" else "y") + b[len(PREFIX) + 4 :],
         lambda b: b[: len(b) // 2],  # truncated
         lambda b: "gwsealed1.%%%",  # not base64
         lambda b: "gwsealed1.",  # empty

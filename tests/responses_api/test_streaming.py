@@ -1,4 +1,5 @@
 """POST /v1/responses with stream: true: exact SSE, failures mid-stream, disconnects, keep-alives."""
+
 from __future__ import annotations
 
 import time
@@ -14,8 +15,16 @@ from tests.support.upstream import Reply, ScriptedUpstream
 pytestmark = pytest.mark.embedded
 
 TOOLS = [
-    {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
-    {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}},
+    {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+    {
+        "type": "function",
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
+    },
 ]
 
 
@@ -41,11 +50,17 @@ def stream_and_validate(gateway: Gateway, body: dict) -> dict:
 
 CASES = {
     "text": Reply(text="The quick brown fox jumps over the lazy dog."),
-    "tool_call": Reply(tool_calls=[{"id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'}], chunk_chars=3),
+    "tool_call": Reply(
+        tool_calls=[{"id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'}], chunk_chars=3
+    ),
     "parallel_interleaved": Reply(
-        tool_calls=[{"id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
-                    {"id": "call_2", "name": "get_time", "arguments": '{"tz":"Europe/Paris"}'}],
-        interleave_tool_calls=True, chunk_chars=2),
+        tool_calls=[
+            {"id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
+            {"id": "call_2", "name": "get_time", "arguments": '{"tz":"Europe/Paris"}'},
+        ],
+        interleave_tool_calls=True,
+        chunk_chars=2,
+    ),
     "reasoning_and_text": Reply(reasoning="Let me think about it.", text="Forty-two."),
     "reasoning_field": Reply(reasoning="Hmm.", reasoning_field="reasoning", text="Yes."),
     "think_tags": Reply(text="<think>private thoughts</think>The answer.", chunk_chars=3),
@@ -61,10 +76,14 @@ def test_stream_shapes_are_strictly_valid(gateway: Gateway, scripted: ScriptedUp
     terminal = stream_and_validate(gateway, {"model": MODEL, "input": "hi", "tools": TOOLS})
     types = [o["type"] for o in terminal["output"]]
     expected = {
-        "text": ["message"], "tool_call": ["function_call"],
+        "text": ["message"],
+        "tool_call": ["function_call"],
         "parallel_interleaved": ["function_call", "function_call"],
-        "reasoning_and_text": ["reasoning", "message"], "reasoning_field": ["reasoning", "message"],
-        "think_tags": ["reasoning", "message"], "refusal": ["message"], "truncated": ["message"],
+        "reasoning_and_text": ["reasoning", "message"],
+        "reasoning_field": ["reasoning", "message"],
+        "think_tags": ["reasoning", "message"],
+        "refusal": ["message"],
+        "truncated": ["message"],
         "content_filter": ["message"],
     }[case]
     assert types == expected
@@ -75,13 +94,17 @@ def test_stream_shapes_are_strictly_valid(gateway: Gateway, scripted: ScriptedUp
         assert terminal["output"][1]["content"][0]["text"] == "The answer."
     if case in ("truncated", "content_filter"):
         assert terminal["status"] == "incomplete"
-        assert terminal["incomplete_details"]["reason"] == ("max_output_tokens" if case == "truncated" else "content_filter")
+        assert terminal["incomplete_details"]["reason"] == (
+            "max_output_tokens" if case == "truncated" else "content_filter"
+        )
     else:
         assert terminal["status"] == "completed"
     assert terminal["usage"]["total_tokens"] > 0
 
 
-@pytest.mark.parametrize("case", ["text", "tool_call", "parallel_interleaved", "reasoning_and_text", "refusal", "truncated"])
+@pytest.mark.parametrize(
+    "case", ["text", "tool_call", "parallel_interleaved", "reasoning_and_text", "refusal", "truncated"]
+)
 def test_openai_sdk_stream_helper(gateway: Gateway, scripted: ScriptedUpstream, case: str) -> None:
     scripted.enqueue(MODEL, CASES[case])
     client = gateway.openai()
@@ -118,8 +141,19 @@ def test_sdk_reports_mid_stream_upstream_failure(gateway: Gateway, scripted: Scr
     [
         (Reply(text="a long answer that will be cut", disconnect_after=3), "upstream_connection_error"),
         (Reply(text="a long answer with garbage", malformed_after=3), "upstream_malformed"),
-        (Reply(raw_chunks=[{"id": "x", "object": "chat.completion.chunk", "choices": [
-            {"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}], raw_done=False), "upstream_truncated"),
+        (
+            Reply(
+                raw_chunks=[
+                    {
+                        "id": "x",
+                        "object": "chat.completion.chunk",
+                        "choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}],
+                    }
+                ],
+                raw_done=False,
+            ),
+            "upstream_truncated",
+        ),
     ],
 )
 def test_mid_stream_failure_is_error_then_failed(
@@ -150,7 +184,9 @@ def test_upstream_timeout_mid_stream(gateway: Gateway, scripted: ScriptedUpstrea
     assert terminal["status"] == "failed" and terminal["error"]["code"] == "upstream_timeout"
 
 
-def test_all_targets_failing_before_first_byte_is_a_plain_http_error(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+def test_all_targets_failing_before_first_byte_is_a_plain_http_error(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
     scripted.enqueue(MODEL, Reply(status=500))
     r, raw = stream_raw(gateway, {"model": MODEL, "input": "hi"})
     assert r.status_code == 502
@@ -164,7 +200,10 @@ def test_client_disconnect_cancels_upstream_and_keeps_partial_output(
     from responses_api.models import Response
 
     scripted.enqueue(MODEL, Reply(text="word " * 200, chunk_chars=5, interval=0.05))
-    with gateway.http() as http, http.stream("POST", "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}) as r:
+    with (
+        gateway.http() as http,
+        http.stream("POST", "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}) as r,
+    ):
         seen = b""
         for chunk in r.iter_raw():
             seen += chunk
@@ -220,7 +259,9 @@ def test_store_false_stream(gateway: Gateway, scripted: ScriptedUpstream) -> Non
         assert http.get(f"/v1/responses/{terminal['id']}").status_code == 404
 
 
-def test_an_internal_bug_mid_stream_still_ends_the_response(gateway: Gateway, scripted: ScriptedUpstream, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_internal_bug_mid_stream_still_ends_the_response(
+    gateway: Gateway, scripted: ScriptedUpstream, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import Response
     from responses_api.protocol import events
 

@@ -1,4 +1,5 @@
 """The upstream HTTP client (aiohttp): stale keep-alive connections, proxies from the environment."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,7 +20,10 @@ from responses_api.upstreams.http import close_session, proxy_for
 pytestmark = pytest.mark.embedded
 
 COMPLETION = {
-    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
     "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
 }
@@ -32,26 +36,36 @@ async def _read_request(reader: asyncio.StreamReader) -> bool:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:
         return False
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length"))
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
     await reader.readexactly(length)
     return True
 
 
 @contextlib.asynccontextmanager
 async def _upstream(
-    serve: Handler, *, stream: bool, **timeouts: float,
+    serve: Handler,
+    *,
+    stream: bool,
+    **timeouts: float,
 ) -> AsyncIterator[tuple[Target, UpstreamRequest]]:
     """A raw HTTP server on loopback, a target pointing at it and a request to send it."""
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     limits = {"timeout": 5.0, "connect_timeout": 5.0, **timeouts}
-    target = Target(ProviderConfig(name="p", kind="chat_completions", base_url=f"http://127.0.0.1:{port}/v1",
-                                   api_key=None, **limits), "m", 1)
+    target = Target(
+        ProviderConfig(
+            name="p", kind="chat_completions", base_url=f"http://127.0.0.1:{port}/v1", api_key=None, **limits
+        ),
+        "m",
+        1,
+    )
     request = UpstreamRequest(
         request=parse_create_request({"model": "m", "input": "hi", "stream": stream}),
         items=[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
-        tools=[], stream=stream,
+        tools=[],
+        stream=stream,
     )
     try:
         yield target, request
@@ -78,10 +92,13 @@ async def test_a_pooled_connection_the_server_drops_is_retried_once_on_a_fresh_o
             if turn == 1:
                 if drop == "reset":  # RST instead of FIN
                     writer.get_extra_info("socket").setsockopt(
-                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
                 break  # drop the connection without an answer
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: keep-alive\r\n"
-                         b"content-length: %d\r\n\r\n%s" % (len(body), body))
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: keep-alive\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
             await writer.drain()
             answered.append(connection)
         writer.close()
@@ -94,8 +111,16 @@ async def test_a_pooled_connection_the_server_drops_is_retried_once_on_a_fresh_o
 
 
 def test_proxies_come_from_the_environment_once_per_origin(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "ALL_PROXY",
-                 "all_proxy"):
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
     monkeypatch.setenv("NO_PROXY", "models.internal,localhost")
@@ -111,8 +136,13 @@ def test_proxies_come_from_the_environment_once_per_origin(monkeypatch: pytest.M
 async def test_a_finished_stream_leaves_its_connection_in_the_pool() -> None:
     """After `[DONE]` the rest of the body is read, so the next call reuses the connection."""
     connections: list[int] = []
-    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-             "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}]}
+    chunk = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": "stop"}],
+    }
     events = [f"data: {json.dumps(chunk)}\n\n".encode(), b"data: [DONE]\n\n"]
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

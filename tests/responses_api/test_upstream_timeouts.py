@@ -1,4 +1,5 @@
 """Per-provider upstream timeouts: connect, first byte, silence between chunks."""
+
 from __future__ import annotations
 
 import asyncio
@@ -20,15 +21,25 @@ SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-enco
 
 
 def chunk(text: str) -> bytes:
-    payload = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-               "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+    payload = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+    }
     event = f"data: {json.dumps(payload)}\n\n".encode()
     return b"%x\r\n%s\r\n" % (len(event), event)
 
 
 def done() -> bytes:
-    stop = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    stop = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+    }
     events = f"data: {json.dumps(stop)}\n\ndata: [DONE]\n\n".encode()
     return b"%x\r\n%s\r\n0\r\n\r\n" % (len(events), events)
 
@@ -42,6 +53,7 @@ def hanging(before_hang: list[bytes], gaps: float = 0.0):  # type: ignore[no-unt
             await asyncio.sleep(gaps)
         await asyncio.sleep(30)  # hung: the socket stays open, nothing more comes
         writer.close()
+
     return serve
 
 
@@ -81,7 +93,10 @@ async def test_silence_mid_stream_ends_at_idle_timeout_after_the_partial_answer(
 async def test_a_slow_but_steady_stream_is_not_cut() -> None:
     # 12 chunks 0.1 s apart: 1.2 s in all, longer than both limits, never silent for 0.35 s.
     parts = [SSE_HEAD, *(chunk(str(i)) for i in range(12)), done()]
-    async with _upstream(hanging(parts, gaps=0.1), stream=True, first_byte_timeout=0.35, idle_timeout=0.35) as (target, request):
+    async with _upstream(hanging(parts, gaps=0.1), stream=True, first_byte_timeout=0.35, idle_timeout=0.35) as (
+        target,
+        request,
+    ):
         call = await open_call(target, request)
         deltas = [d async for d in call.deltas()]
     assert "".join(getattr(d, "text", "") or "" for d in deltas) == "01234567891011"
@@ -104,10 +119,21 @@ async def test_connect_timeout_bounds_an_unanswered_connect() -> None:
     from responses_api.upstreams import UpstreamRequest
     from responses_api.upstreams.http import close_session
 
-    target = Target(ProviderConfig(name="p", kind="chat_completions", base_url="http://10.255.255.1:9/v1",
-                                   api_key=None, timeout=30, connect_timeout=0.3), "m", 1)
-    request = UpstreamRequest(request=parse_create_request({"model": "m", "input": "hi", "stream": True}),
-                              items=[], tools=[], stream=True)
+    target = Target(
+        ProviderConfig(
+            name="p",
+            kind="chat_completions",
+            base_url="http://10.255.255.1:9/v1",
+            api_key=None,
+            timeout=30,
+            connect_timeout=0.3,
+        ),
+        "m",
+        1,
+    )
+    request = UpstreamRequest(
+        request=parse_create_request({"model": "m", "input": "hi", "stream": True}), items=[], tools=[], stream=True
+    )
     started = time.monotonic()
     try:
         with pytest.raises(UpstreamError):
@@ -120,12 +146,21 @@ async def test_connect_timeout_bounds_an_unanswered_connect() -> None:
 # -- through the gateway: 504 before the first byte, error + response.failed after ----------
 @pytest.fixture
 def impatient_route(gateway: Gateway, scripted: ScriptedUpstream) -> str:
-    make_route(scripted.base_url, name="impatient", upstream_model=MODEL, provider_name="impatient",
-               first_byte_timeout=0.5, idle_timeout=0.5, timeout=0.5)
+    make_route(
+        scripted.base_url,
+        name="impatient",
+        upstream_model=MODEL,
+        provider_name="impatient",
+        first_byte_timeout=0.5,
+        idle_timeout=0.5,
+        timeout=0.5,
+    )
     return "impatient"
 
 
-def test_a_hung_upstream_is_a_504_before_the_first_byte(gateway: Gateway, scripted: ScriptedUpstream, impatient_route: str) -> None:
+def test_a_hung_upstream_is_a_504_before_the_first_byte(
+    gateway: Gateway, scripted: ScriptedUpstream, impatient_route: str
+) -> None:
     from responses_api.models import Response
 
     for stream in (False, True):
@@ -138,12 +173,16 @@ def test_a_hung_upstream_is_a_504_before_the_first_byte(gateway: Gateway, script
     assert not Response.objects.filter(status__in=("queued", "in_progress")).exists()
 
 
-def test_an_upstream_that_stalls_mid_stream_ends_failed(gateway: Gateway, scripted: ScriptedUpstream, impatient_route: str) -> None:
+def test_an_upstream_that_stalls_mid_stream_ends_failed(
+    gateway: Gateway, scripted: ScriptedUpstream, impatient_route: str
+) -> None:
     from responses_api.models import Response
 
     scripted.enqueue(MODEL, Reply(text="one two three four", chunk_chars=4, interval=2.0))
     started = time.monotonic()
-    with gateway.http().stream("POST", "/v1/responses", json={"model": impatient_route, "input": "hi", "stream": True}) as resp:
+    with gateway.http().stream(
+        "POST", "/v1/responses", json={"model": impatient_route, "input": "hi", "stream": True}
+    ) as resp:
         events = parse_sse(resp.iter_bytes())
     assert time.monotonic() - started < 4
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]

@@ -1,6 +1,7 @@
 """The test harness's helpers: the gateway under test (uvicorn in a thread) and its client
 handle, keys and routes in the test database, a real Celery worker process, the MCP test
 server process, and small builders. The fixtures that use them are in tests/conftest.py."""
+
 from __future__ import annotations
 
 import asyncio
@@ -26,7 +27,11 @@ class ThreadedUvicorn:
         self.port = sock.getsockname()[1]
         sock.close()
         config = uvicorn.Config(
-            application, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
+            application,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
             timeout_graceful_shutdown=2,
         )
         self.server = uvicorn.Server(config)
@@ -73,16 +78,12 @@ class Gateway:
     tenant_id: int
 
     def http(self, key: str | None = None, timeout: float = 30.0) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {key or self.key}"}, timeout=timeout
-        )
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key or self.key}"}, timeout=timeout)
 
     def openai(self, key: str | None = None, **kwargs):  # type: ignore[no-untyped-def]
         import openai
 
-        return openai.OpenAI(
-            base_url=f"{self.url}/v1", api_key=key or self.key, max_retries=0, timeout=30.0, **kwargs
-        )
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or self.key, max_retries=0, timeout=30.0, **kwargs)
 
 
 def make_key(tenant: str = "acme", name: str = "test", **kwargs) -> tuple[str, int]:  # type: ignore[no-untyped-def]
@@ -115,19 +116,32 @@ class CeleryWorker:
 
         db = connection.settings_dict
         env = dict(os.environ)
-        env.update({
-            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-            "GATEWAY_HEARTBEAT_SECONDS": "0.5",
-            "GATEWAY_REAPER_INTERVAL_SECONDS": "1",
-            "GATEWAY_EGRESS_ALLOW": "127.0.0.1",
-            "GATEWAY_MCP_ADHOC_EGRESS_ALLOW": "127.0.0.1",  # the tests' own loopback MCP servers
-            "GATEWAY_PYTHON_TOOL_MODULES": "tests.tool_registry.pytools",
-            "GATEWAY_CACHE_SECONDS": "0",
-            "LOG_LEVEL": "WARNING",
-            **(extra_env or {}),
-        })
-        cmd = [sys.executable, "-m", "celery", "-A", "project", "worker", "--loglevel=WARNING",
-               f"--concurrency={concurrency}", "--without-gossip", "--without-mingle", "--prefetch-multiplier=1"]
+        env.update(
+            {
+                "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+                "GATEWAY_HEARTBEAT_SECONDS": "0.5",
+                "GATEWAY_REAPER_INTERVAL_SECONDS": "1",
+                "GATEWAY_EGRESS_ALLOW": "127.0.0.1",
+                "GATEWAY_MCP_ADHOC_EGRESS_ALLOW": "127.0.0.1",  # the tests' own loopback MCP servers
+                "GATEWAY_PYTHON_TOOL_MODULES": "tests.tool_registry.pytools",
+                "GATEWAY_CACHE_SECONDS": "0",
+                "LOG_LEVEL": "WARNING",
+                **(extra_env or {}),
+            }
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "project",
+            "worker",
+            "--loglevel=WARNING",
+            f"--concurrency={concurrency}",
+            "--without-gossip",
+            "--without-mingle",
+            "--prefetch-multiplier=1",
+        ]
         if beat:
             cmd += ["--beat", "--schedule", f"/tmp/celerybeat-{os.getpid()}-{id(self)}"]
         self.process = subprocess.Popen(cmd, env=env, start_new_session=True)

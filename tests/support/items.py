@@ -1,4 +1,5 @@
 """Stored items as the gateway writes them, for tests that fill the store directly."""
+
 from __future__ import annotations
 
 from responses_api.protocol.ids import new_id

@@ -6,6 +6,7 @@ tools, `add` and `lookup_order` (plus `slow` to test timeouts), and counts calls
 set, MCP requests must carry `Authorization: Bearer TOKEN` (the headers a registry
 entry or an ad-hoc tool supplies).
 """
+
 from __future__ import annotations
 
 import asyncio

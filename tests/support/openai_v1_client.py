@@ -2,6 +2,7 @@
 
 Usage: python openai_v1_client.py BASE_URL KEY MODEL CASE -> prints one JSON line with the outcome.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,16 @@ import sys
 import openai
 
 TOOLS = [
-    {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
-    {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}},
+    {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+    {
+        "type": "function",
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
+    },
 ]
 
 

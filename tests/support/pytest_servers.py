@@ -44,9 +44,7 @@ class _ServerState:
         self.postgres: servers.PostgresServer | None = None
         self.redis: servers.RedisServer | None = None
         self.base_dir: Path | None = None
-        self.saved_env: dict[str, str | None] = {
-            name: os.environ.get(name) for name in _MANAGED_VARS
-        }
+        self.saved_env: dict[str, str | None] = {name: os.environ.get(name) for name in _MANAGED_VARS}
         self.header: list[str] = []
         self._stopped = False
         # If pytest dies between our hook and pytest_configure (e.g. the
@@ -95,9 +93,7 @@ def _truthy(name: str) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(
-    early_config: pytest.Config, parser: pytest.Parser, args: list[str]
-) -> None:
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     # Settings refuse to start without a SECRET_KEY when DEBUG is off; tests
     # get a throwaway one (never a production default).
     os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production-0123456789abcdefghij")

@@ -214,9 +214,7 @@ def _setpriv_has_pdeathsig(setpriv: str) -> bool:
     # --pdeathsig appeared in util-linux 2.33; older ones would fail the spawn.
     if setpriv not in _setpriv_checked:
         try:
-            out = subprocess.run(
-                [setpriv, "--help"], check=False, capture_output=True, text=True, timeout=10
-            ).stdout
+            out = subprocess.run([setpriv, "--help"], check=False, capture_output=True, text=True, timeout=10).stdout
         except (OSError, subprocess.SubprocessError):
             out = ""
         _setpriv_checked[setpriv] = "--pdeathsig" in out
@@ -305,10 +303,7 @@ def find_postgres_bindir() -> Path:
         version = Path(path).parent.name
         return tuple(int(part) for part in re.findall(r"\d+", version)) or (0,)
 
-    candidates += [
-        Path(p)
-        for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version_key, reverse=True)
-    ]
+    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version_key, reverse=True)]
     initdb = shutil.which("initdb")
     if initdb:
         candidates.append(Path(initdb).resolve().parent)
@@ -451,9 +446,7 @@ def _identity_kwargs(ident: tuple[int, int] | None) -> dict[str, Any]:
     return {"user": uid, "group": gid, "extra_groups": []}
 
 
-def start_postgres(
-    base_dir: Path, *, database: str = "gateway", timeout: float = 60.0
-) -> PostgresServer:
+def start_postgres(base_dir: Path, *, database: str = "gateway", timeout: float = 60.0) -> PostgresServer:
     """Initialise and start a throwaway cluster under ``base_dir``.
 
     Trust authentication for role ``postgres``, listening on 127.0.0.1 at a
@@ -501,9 +494,7 @@ def start_postgres(
     if initdb.returncode != 0:
         if cleanup_dir is not None:
             shutil.rmtree(cleanup_dir, ignore_errors=True)
-        raise ServerStartError(
-            f"initdb failed (exit {initdb.returncode}):\n{initdb.stdout.decode(errors='replace')}"
-        )
+        raise ServerStartError(f"initdb failed (exit {initdb.returncode}):\n{initdb.stdout.decode(errors='replace')}")
 
     sock_dir = root / "sock"
     sock_dir.mkdir(exist_ok=True)
@@ -580,9 +571,7 @@ def start_postgres(
     raise ServerStartError(f"PostgreSQL found no free port in {_PORT_ATTEMPTS} attempts")
 
 
-def _wait_postgres_ready(
-    server: PostgresServer, data_dir: Path, log_path: Path, timeout: float
-) -> None:
+def _wait_postgres_ready(server: PostgresServer, data_dir: Path, log_path: Path, timeout: float) -> None:
     # postmaster.pid's 8th line is the postmaster status, "ready" once it
     # accepts connections (what pg_ctl -w polls, without the pg_ctl process).
     pid_file = data_dir / "postmaster.pid"
@@ -618,9 +607,7 @@ def _create_database(server: PostgresServer, env: dict[str, str], timeout: float
         server.database,
     ]
     if os.access(createdb, os.X_OK):
-        result = subprocess.run(
-            command, check=False, env=env, capture_output=True, text=True, timeout=timeout
-        )
+        result = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=timeout)
         if result.returncode != 0:
             raise ServerStartError(f"createdb failed: {result.stderr.strip()}")
         return
@@ -764,6 +751,4 @@ def _wait_redis_ready(server: RedisServer, timeout: float) -> None:
         if _redis_ping(server.host, server.port):
             return
         time.sleep(0.02)
-    raise ServerStartError(
-        f"redis-server did not answer PING after {timeout:.0f}s:\n{_log_tail(server.log_path)}"
-    )
+    raise ServerStartError(f"redis-server did not answer PING after {timeout:.0f}s:\n{_log_tail(server.log_path)}")

@@ -40,12 +40,39 @@ OPENAI_SPEC_PATH = SPEC_PATH.with_name("openai-responses.openapi.json")
 # ---------------------------------------------------------------------------------------------
 
 RESPONSE_FIELDS: tuple[str, ...] = (
-    "id", "object", "created_at", "completed_at", "status", "error", "incomplete_details",
-    "model", "previous_response_id", "instructions", "output", "tools", "tool_choice",
-    "truncation", "parallel_tool_calls", "text", "top_p", "presence_penalty",
-    "frequency_penalty", "top_logprobs", "temperature", "reasoning", "usage",
-    "max_output_tokens", "max_tool_calls", "store", "background", "service_tier", "metadata",
-    "safety_identifier", "prompt_cache_key", "conversation", "user",
+    "id",
+    "object",
+    "created_at",
+    "completed_at",
+    "status",
+    "error",
+    "incomplete_details",
+    "model",
+    "previous_response_id",
+    "instructions",
+    "output",
+    "tools",
+    "tool_choice",
+    "truncation",
+    "parallel_tool_calls",
+    "text",
+    "top_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "top_logprobs",
+    "temperature",
+    "reasoning",
+    "usage",
+    "max_output_tokens",
+    "max_tool_calls",
+    "store",
+    "background",
+    "service_tier",
+    "metadata",
+    "safety_identifier",
+    "prompt_cache_key",
+    "conversation",
+    "user",
 )
 OPEN_STATUSES = frozenset({"queued", "in_progress"})
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "incomplete"})
@@ -91,17 +118,36 @@ OPENAI_ONLY_EVENTS: dict[str, str] = {
 }
 # OpenAI's MCP and client-tool items, and its tool types, join the Open Responses unions (see
 # _add_openai_mcp): Open Responses has only functions; the gateway serves OpenAI's superset.
-OPENAI_ITEM_SCHEMAS = ("MCPListTools", "MCPToolCall", "MCPApprovalRequest", "CustomToolCall",
-                       "LocalShellToolCall", "FunctionShellCall", "ApplyPatchToolCall", "ComputerToolCall",
-                       "WebSearchToolCall", "FileSearchToolCall")
-OPENAI_TOOL_SCHEMAS = ("MCPTool", "NamespaceToolParam", "CustomToolParam", "LocalShellToolParam",
-                       "FunctionShellToolParam", "ApplyPatchToolParam", "ComputerUsePreviewTool",
-                       "WebSearchTool", "WebSearchPreviewTool", "FileSearchTool")
+OPENAI_ITEM_SCHEMAS = (
+    "MCPListTools",
+    "MCPToolCall",
+    "MCPApprovalRequest",
+    "CustomToolCall",
+    "LocalShellToolCall",
+    "FunctionShellCall",
+    "ApplyPatchToolCall",
+    "ComputerToolCall",
+    "WebSearchToolCall",
+    "FileSearchToolCall",
+)
+OPENAI_TOOL_SCHEMAS = (
+    "MCPTool",
+    "NamespaceToolParam",
+    "CustomToolParam",
+    "LocalShellToolParam",
+    "FunctionShellToolParam",
+    "ApplyPatchToolParam",
+    "ComputerUsePreviewTool",
+    "WebSearchTool",
+    "WebSearchPreviewTool",
+    "FileSearchTool",
+)
 # Hosted-tool call items: in_progress -> searching -> completed, each an event of its own.
 _HOSTED_CALL_STAGES = ("in_progress", "searching", "completed")
 # Client-tool calls arrive whole in output_item.done (a custom tool's input also streams).
-_CLIENT_CALL_ITEMS = frozenset({"custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call",
-                                "computer_call"})
+_CLIENT_CALL_ITEMS = frozenset(
+    {"custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call", "computer_call"}
+)
 # "Serve the superset": events that embed no Response are also checked against OpenAI's schema
 # for the same type. That is what demands the flat code/message/param on `error` (beside the
 # Open Responses nested `error`), `logprobs` on output_text deltas/done/parts, and `name` on
@@ -124,11 +170,9 @@ _TEXT_DONES: dict[str, tuple[str, str]] = {
     "response.reasoning_text.done": ("reasoning_text", "text"),
 }
 # Field of a content part that holds its text.
-_PART_TEXT_FIELD = {"output_text": "text", "refusal": "refusal", "reasoning_text": "text",
-                    "summary_text": "text"}
+_PART_TEXT_FIELD = {"output_text": "text", "refusal": "refusal", "reasoning_text": "text", "summary_text": "text"}
 # Content part types each item type may stream.
-_ITEM_PART_TYPES = {"message": frozenset({"output_text", "refusal"}),
-                    "reasoning": frozenset({"reasoning_text"})}
+_ITEM_PART_TYPES = {"message": frozenset({"output_text", "refusal"}), "reasoning": frozenset({"reasoning_text"})}
 # Item types without a status field (the compaction item is emitted whole; OpenAI's
 # mcp_list_tools and mcp_approval_request items have none).
 _STATUSLESS_ITEMS = frozenset({"compaction", "mcp_list_tools", "mcp_approval_request"})
@@ -137,20 +181,19 @@ _STATUSLESS_ITEMS = frozenset({"compaction", "mcp_list_tools", "mcp_approval_req
 class StreamViolation(AssertionError):
     """A broken wire rule. `rule` is a short stable tag tests can match on."""
 
-    def __init__(self, rule: str, detail: str, *, index: int | None = None,
-                 sequence_number: Any = None) -> None:
+    def __init__(self, rule: str, detail: str, *, index: int | None = None, sequence_number: Any = None) -> None:
         self.rule = rule
         self.detail = detail
         self.index = index
         self.sequence_number = sequence_number
-        where = ("stream" if index is None
-                 else f"event #{index} (sequence_number={sequence_number!r})")
+        where = "stream" if index is None else f"event #{index} (sequence_number={sequence_number!r})"
         super().__init__(f"[{rule}] {where}: {detail}")
 
 
 # ---------------------------------------------------------------------------------------------
 # Schemas
 # ---------------------------------------------------------------------------------------------
+
 
 def _spec_path() -> Path:
     return Path(os.environ.get("OPENRESPONSES_SPEC") or SPEC_PATH)
@@ -166,9 +209,7 @@ def _patch_openresponses(doc: dict[str, Any]) -> dict[str, Any]:
     # format is echoed with its schema. Accept an object too, or every json_schema response fails.
     fmt = doc.get("components", {}).get("schemas", {}).get("JsonSchemaResponseFormat", {})
     prop = fmt.get("properties", {}).get("schema")
-    if prop == {"anyOf": [{"type": "null"}]} or (
-        isinstance(prop, dict) and prop.get("anyOf") == [{"type": "null"}]
-    ):
+    if prop == {"anyOf": [{"type": "null"}]} or (isinstance(prop, dict) and prop.get("anyOf") == [{"type": "null"}]):
         fmt["properties"]["schema"] = {"anyOf": [{"type": "object"}, {"type": "null"}]}
     return doc
 
@@ -252,14 +293,15 @@ def _dispatch_on_type(branches: list[Any]) -> dict[str, Any] | None:
         "type": "object",
         "required": ["type"],
         "properties": {"type": {"enum": consts}},
-        "allOf": [{"if": {"properties": {"type": {"const": c}}, "required": ["type"]}, "then": b}
-                  for c, b in zip(consts, branches, strict=True)],
+        "allOf": [
+            {"if": {"properties": {"type": {"const": c}}, "required": ["type"]}, "then": b}
+            for c, b in zip(consts, branches, strict=True)
+        ],
     }
 
 
 @lru_cache(maxsize=256)
-def _validator_cached(path: str, openresponses: bool, name: str,
-                      skip_response: bool = False) -> Draft202012Validator:
+def _validator_cached(path: str, openresponses: bool, name: str, skip_response: bool = False) -> Draft202012Validator:
     doc = _load(path, openresponses)
     comps = doc["components"]["schemas"]
     if name not in comps:
@@ -274,8 +316,7 @@ def _validator_cached(path: str, openresponses: bool, name: str,
     return Draft202012Validator(schema)
 
 
-def _validator(name: str, *, openai: bool = False,
-               skip_response: bool = False) -> Draft202012Validator:
+def _validator(name: str, *, openai: bool = False, skip_response: bool = False) -> Draft202012Validator:
     if openai:
         return _validator_cached(str(_openai_spec_path()), False, name, skip_response)
     return _validator_cached(str(_spec_path()), True, name, skip_response)
@@ -328,8 +369,7 @@ def event_schema_names() -> dict[str, str]:
     return out
 
 
-def _schema_errors(instance: Any, name: str, *, openai: bool = False,
-                   skip_response: bool = False) -> str | None:
+def _schema_errors(instance: Any, name: str, *, openai: bool = False, skip_response: bool = False) -> str | None:
     v = _validator(name, openai=openai, skip_response=skip_response)
     err = best_match(v.iter_errors(instance))
     if err is None:
@@ -342,6 +382,7 @@ def _schema_errors(instance: Any, name: str, *, openai: bool = False,
 # ---------------------------------------------------------------------------------------------
 # SSE framing
 # ---------------------------------------------------------------------------------------------
+
 
 def _has_loose_whitespace(text: str) -> bool:
     """True if JSON text has whitespace outside string literals (i.e. is not compact)."""
@@ -368,8 +409,7 @@ def _join_chunks(raw: Iterable[bytes | str]) -> str:
     for n, chunk in enumerate(raw):
         text = _decode(chunk)
         if text and not text.endswith("\n\n"):
-            raise StreamViolation("sse-chunk", f"chunk #{n} does not end on a frame boundary: "
-                                  f"{text[-60:]!r}")
+            raise StreamViolation("sse-chunk", f"chunk #{n} does not end on a frame boundary: {text[-60:]!r}")
         parts.append(text)
     return "".join(parts)
 
@@ -398,8 +438,9 @@ def parse_sse(raw: bytes | str | Iterable[bytes | str]) -> list[dict[str, Any]]:
 
     if "\r" in body:
         pos = body.index("\r")
-        raise StreamViolation("sse-crlf", f"carriage return at offset {pos}: "
-                              f"{body[max(0, pos - 40):pos + 2]!r} (only \\n line endings)")
+        raise StreamViolation(
+            "sse-crlf", f"carriage return at offset {pos}: {body[max(0, pos - 40) : pos + 2]!r} (only \\n line endings)"
+        )
     if not body.endswith("\n\n"):
         raise StreamViolation("sse-done", f"body does not end with a blank line: {body[-60:]!r}")
     frames = body[:-2].split("\n\n")
@@ -412,34 +453,29 @@ def parse_sse(raw: bytes | str | Iterable[bytes | str]) -> list[dict[str, Any]]:
             raise StreamViolation("sse-framing", f"frame #{n} is empty (extra blank line)")
         lines = frame.split("\n")
         if any(line == "" for line in lines):
-            raise StreamViolation("sse-framing",
-                                  f"frame #{n} contains an empty line: {frame[:80]!r}")
+            raise StreamViolation("sse-framing", f"frame #{n} contains an empty line: {frame[:80]!r}")
         if all(line.startswith(":") for line in lines):
             continue  # keep-alive / comment
         if lines == ["data: [DONE]"]:
             done_seen = True
             continue
-        if (len(lines) != 2 or not lines[0].startswith("event: ")
-                or not lines[1].startswith("data: ")):
+        if len(lines) != 2 or not lines[0].startswith("event: ") or not lines[1].startswith("data: "):
             # Also catches a bare `event: ping` (no data), which crashes the OpenAI SDK.
-            raise StreamViolation("sse-framing", f"frame #{n} is not exactly "
-                                  f"'event: <type>\\ndata: <json>': {frame[:120]!r}")
-        name = lines[0][len("event: "):]
-        data = lines[1][len("data: "):]
+            raise StreamViolation(
+                "sse-framing", f"frame #{n} is not exactly 'event: <type>\\ndata: <json>': {frame[:120]!r}"
+            )
+        name = lines[0][len("event: ") :]
+        data = lines[1][len("data: ") :]
         try:
             obj = json.loads(data)
         except ValueError as exc:
-            raise StreamViolation("sse-json", f"frame #{n} data is not JSON ({exc}): "
-                                  f"{data[:120]!r}") from None
+            raise StreamViolation("sse-json", f"frame #{n} data is not JSON ({exc}): {data[:120]!r}") from None
         if not isinstance(obj, dict):
-            raise StreamViolation("sse-json",
-                                  f"frame #{n} data is not a JSON object: {data[:80]!r}")
+            raise StreamViolation("sse-json", f"frame #{n} data is not a JSON object: {data[:80]!r}")
         if _has_loose_whitespace(data):
-            raise StreamViolation("sse-compact", f"frame #{n} data is not compact JSON: "
-                                  f"{data[:120]!r}")
+            raise StreamViolation("sse-compact", f"frame #{n} data is not compact JSON: {data[:120]!r}")
         if name != obj.get("type"):
-            raise StreamViolation("sse-event-name", f"frame #{n} 'event: {name}' but JSON type is "
-                                  f"{obj.get('type')!r}")
+            raise StreamViolation("sse-event-name", f"frame #{n} 'event: {name}' but JSON type is {obj.get('type')!r}")
         events.append(obj)
     if not done_seen:
         raise StreamViolation("sse-done", "stream does not end with 'data: [DONE]\\n\\n'")
@@ -449,6 +485,7 @@ def parse_sse(raw: bytes | str | Iterable[bytes | str]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------
 # JSON comparison
 # ---------------------------------------------------------------------------------------------
+
 
 def _json_diff(a: Any, b: Any, path: str = "$", limit: int = 5) -> list[str]:
     """Paths where two JSON values differ. bool is never equal to a number (Python's == says
@@ -497,6 +534,7 @@ def _is_int(v: Any) -> bool:
 # Response object
 # ---------------------------------------------------------------------------------------------
 
+
 def validate_response_object(resp: dict[str, Any]) -> None:
     """Validate a Response object against ResponseResource and the PROTOCOL.md extras.
 
@@ -508,18 +546,18 @@ def validate_response_object(resp: dict[str, Any]) -> None:
         raise StreamViolation("response-shape", f"Response is not an object: {_short(resp)}")
     missing = [f for f in RESPONSE_FIELDS if f not in resp]
     if missing:
-        raise StreamViolation("response-field", f"Response {resp.get('id')!r} lacks {missing} "
-                              "(unknown values are null, never missing)")
+        raise StreamViolation(
+            "response-field", f"Response {resp.get('id')!r} lacks {missing} (unknown values are null, never missing)"
+        )
     # PROTOCOL-only shape rules first: their messages say more than a oneOf failure does.
     text = resp["text"]
     if not isinstance(text, dict) or "format" not in text or "verbosity" not in text:
-        raise StreamViolation("response-field",
-                              f"text must carry format and verbosity: {_short(text)}")
+        raise StreamViolation("response-field", f"text must carry format and verbosity: {_short(text)}")
     reasoning = resp["reasoning"]
-    if reasoning is not None and (not isinstance(reasoning, dict)
-                                  or not {"effort", "summary"} <= reasoning.keys()):
-        raise StreamViolation("response-field", "reasoning must be null or carry effort and "
-                              f"summary: {_short(reasoning)}")
+    if reasoning is not None and (not isinstance(reasoning, dict) or not {"effort", "summary"} <= reasoning.keys()):
+        raise StreamViolation(
+            "response-field", f"reasoning must be null or carry effort and summary: {_short(reasoning)}"
+        )
     tools = resp["tools"] if isinstance(resp["tools"], list) else []  # non-list: schema reports
     for n, tool in enumerate(tools):
         if isinstance(tool, dict) and tool.get("type") != "function":
@@ -546,8 +584,9 @@ def validate_response_object(resp: dict[str, Any]) -> None:
     error = resp["error"]
     if status == "failed":
         if not isinstance(error, dict) or not error.get("code") or not error.get("message"):
-            raise StreamViolation("response-error", "failed Response needs error {code, "
-                                  f"message}}, got {_short(error)}")
+            raise StreamViolation(
+                "response-error", f"failed Response needs error {{code, message}}, got {_short(error)}"
+            )
     elif status != "cancelled" and error is not None:
         raise StreamViolation("response-error", f"status {status!r} but error is {_short(error)}")
 
@@ -555,12 +594,14 @@ def validate_response_object(resp: dict[str, Any]) -> None:
     if status == "incomplete":
         reason = details.get("reason") if isinstance(details, dict) else None
         if reason not in INCOMPLETE_REASONS:
-            raise StreamViolation("incomplete-details", f"incomplete Response needs "
-                                  f"incomplete_details.reason in {sorted(INCOMPLETE_REASONS)}, "
-                                  f"got {_short(details)}")
+            raise StreamViolation(
+                "incomplete-details",
+                f"incomplete Response needs "
+                f"incomplete_details.reason in {sorted(INCOMPLETE_REASONS)}, "
+                f"got {_short(details)}",
+            )
     elif details is not None:
-        raise StreamViolation("incomplete-details",
-                              f"status {status!r} but incomplete_details is {_short(details)}")
+        raise StreamViolation("incomplete-details", f"status {status!r} but incomplete_details is {_short(details)}")
 
     # completed_at is known exactly when the response completed; open responses cannot have it.
     if status == "completed" and not _is_int(resp["completed_at"]):
@@ -580,8 +621,7 @@ def _check_usage(usage: Any) -> None:
     def need_int(obj: Any, key: str, where: str) -> int:
         v = obj.get(key) if isinstance(obj, dict) else None
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise StreamViolation("usage", f"usage{where}.{key} must be a non-negative integer, "
-                                  f"got {_short(v)}")
+            raise StreamViolation("usage", f"usage{where}.{key} must be a non-negative integer, got {_short(v)}")
         return v
 
     inp = need_int(usage, "input_tokens", "")
@@ -593,13 +633,13 @@ def _check_usage(usage: Any) -> None:
     # Chat Completions and Responses both define total = input + output; a mismatch is a
     # mapping bug (e.g. reasoning tokens added twice).
     if total != inp + out:
-        raise StreamViolation("usage", f"total_tokens {total} != input_tokens {inp} + "
-                              f"output_tokens {out}")
+        raise StreamViolation("usage", f"total_tokens {total} != input_tokens {inp} + output_tokens {out}")
 
 
 # ---------------------------------------------------------------------------------------------
 # Event grammar
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class _Part:
@@ -607,7 +647,7 @@ class _Part:
 
     index: int
     type: str | None
-    known: bool                      # its `added` event was seen (not only a resumed tail)
+    known: bool  # its `added` event was seen (not only a resumed tail)
     added: dict[str, Any] | None = None
     deltas: list[str] = field(default_factory=list)
     annotations: list[Any] = field(default_factory=list)
@@ -646,8 +686,7 @@ class _Checker:
         self.background = background
         self.tail = starting_after is not None and starting_after >= 0
         self.next_seq = (starting_after + 1) if starting_after is not None else 0
-        self.head = (LIFECYCLE_HEAD if background
-                     else tuple(t for t in LIFECYCLE_HEAD if t != "response.queued"))
+        self.head = LIFECYCLE_HEAD if background else tuple(t for t in LIFECYCLE_HEAD if t != "response.queued")
         self.items: dict[int, _Item] = {}
         # Index the next output_item.added must use; unknown at the start of a resumed tail.
         self.next_output: int | None = None if self.tail else 0
@@ -672,21 +711,19 @@ class _Checker:
             # it must then sit below any index added inside the tail.
             first_added = min((k for k, v in self.items.items() if v.known), default=None)
             if self.tail and idx >= 0 and (first_added is None or idx < first_added):
-                item = _Item(index=idx, id=ev.get("item_id"), type=None, known=False,
-                             next_part=None, next_summary=None)
+                item = _Item(index=idx, id=ev.get("item_id"), type=None, known=False, next_part=None, next_summary=None)
                 self.items[idx] = item
             else:
-                raise self.fail("output-index", f"{ev['type']} uses output_index {idx} before "
-                                "its response.output_item.added")
+                raise self.fail(
+                    "output-index", f"{ev['type']} uses output_index {idx} before its response.output_item.added"
+                )
         if item.closed:
-            raise self.fail("output-index", f"{ev['type']} uses output_index {idx} after its "
-                            "response.output_item.done")
+            raise self.fail("output-index", f"{ev['type']} uses output_index {idx} after its response.output_item.done")
         if "item_id" in ev:
             if item.id is None:
                 item.id = ev["item_id"]
             elif ev["item_id"] != item.id:
-                raise self.fail("item-id", f"item_id {ev['item_id']!r} but output_index {idx} is "
-                                f"item {item.id!r}")
+                raise self.fail("item-id", f"item_id {ev['item_id']!r} but output_index {idx} is item {item.id!r}")
         return item
 
     def part_for(self, item: _Item, ev: dict[str, Any], *, summary: bool = False) -> _Part:
@@ -701,10 +738,8 @@ class _Checker:
                 part = _Part(index=idx, type=None, known=False)
                 table[idx] = part
             else:
-                added = ("response.reasoning_summary_part.added" if summary
-                         else "response.content_part.added")
-                raise self.fail("delta-order", f"{ev['type']} for {key} {idx} of item "
-                                f"{item.id!r} before its {added}")
+                added = "response.reasoning_summary_part.added" if summary else "response.content_part.added"
+                raise self.fail("delta-order", f"{ev['type']} for {key} {idx} of item {item.id!r} before its {added}")
         return part
 
     # -- entry points ----------------------------------------------------------------------
@@ -723,13 +758,11 @@ class _Checker:
             raise self.fail("sequence", f"expected sequence_number {self.next_seq}, got {self.seq}")
         self.next_seq += 1
         if self.terminal is not None:
-            raise self.fail("terminal-last", f"{etype} after the terminal event "
-                            f"(event #{self.terminal_index})")
+            raise self.fail("terminal-last", f"{etype} after the terminal event (event #{self.terminal_index})")
         if etype.startswith("gateway:"):
             return  # custom events: clients ignore them; only their numbering matters
         if self.pending_error is not None and etype != "response.failed":
-            raise self.fail("error-placement", f"{etype} after an error event; only "
-                            "response.failed may follow it")
+            raise self.fail("error-placement", f"{etype} after an error event; only response.failed may follow it")
 
         if etype in _RESPONSE_EVENTS and isinstance(ev.get("response"), dict):
             # Checked before the event schema so a bad Response is reported by its own rule
@@ -743,11 +776,13 @@ class _Checker:
         pos = self.seq
         if pos < len(self.head):
             if etype != self.head[pos]:
-                raise self.fail("order", f"sequence_number {pos} must be {self.head[pos]}, got "
-                                f"{etype}")
+                raise self.fail("order", f"sequence_number {pos} must be {self.head[pos]}, got {etype}")
         elif etype in LIFECYCLE_HEAD:
-            raise self.fail("order", f"{etype} out of place (lifecycle head is "
-                            f"{list(self.head)} at sequence_numbers 0..{len(self.head) - 1})")
+            raise self.fail(
+                "order",
+                f"{etype} out of place (lifecycle head is "
+                f"{list(self.head)} at sequence_numbers 0..{len(self.head) - 1})",
+            )
 
         handler = _HANDLERS.get(etype)
         if handler is not None:
@@ -760,8 +795,7 @@ class _Checker:
         elif etype in OPENAI_ONLY_EVENTS:
             err = _schema_errors(ev, OPENAI_ONLY_EVENTS[etype], openai=True)
         else:
-            raise self.fail("unknown-type", f"unknown event type {etype!r} (custom events need the "
-                            "'gateway:' prefix)")
+            raise self.fail("unknown-type", f"unknown event type {etype!r} (custom events need the 'gateway:' prefix)")
         if err:
             raise self.fail("schema", f"{etype} {err}")
         if CHECK_OPENAI_EVENT_SCHEMAS and etype not in _RESPONSE_EVENTS:
@@ -773,8 +807,9 @@ class _Checker:
     def check_response(self, ev: dict[str, Any]) -> dict[str, Any]:
         resp: dict[str, Any] = ev["response"]  # already through validate_response_object
         if resp["background"] is not self.background:
-            raise self.fail("background", f"response.background is {resp['background']!r}, "
-                            f"expected {self.background!r}")
+            raise self.fail(
+                "background", f"response.background is {resp['background']!r}, expected {self.background!r}"
+            )
         # Fields fixed at creation must not drift between lifecycle snapshots (the OpenAI SDK
         # raises on a changed id).
         identity = {k: resp[k] for k in ("id", "created_at", "previous_response_id", "background")}
@@ -798,12 +833,12 @@ class _Checker:
         else:
             want = "in_progress"
         if resp["status"] != want:
-            raise self.fail("lifecycle-status", f"{etype} with response.status "
-                            f"{resp['status']!r}, expected {want!r}")
+            raise self.fail("lifecycle-status", f"{etype} with response.status {resp['status']!r}, expected {want!r}")
         # All head events precede the first item, so their snapshots have nothing to show.
         if resp["output"] != []:
-            raise self.fail("lifecycle-output", f"{etype} response.output must be [], got "
-                            f"{len(resp['output'])} item(s)")
+            raise self.fail(
+                "lifecycle-output", f"{etype} response.output must be [], got {len(resp['output'])} item(s)"
+            )
 
     def on_terminal(self, ev: dict[str, Any]) -> None:
         etype = ev["type"]
@@ -812,35 +847,41 @@ class _Checker:
         if status not in TERMINAL_EVENT_STATUSES[etype]:
             raise self.fail("terminal-status", f"{etype} with response.status {status!r}")
         if self.incomplete_item is not None and etype != "response.incomplete":
-            raise self.fail("incomplete-item", f"item at output_index {self.incomplete_item} ended "
-                            f"incomplete but the response ends with {etype}")
+            raise self.fail(
+                "incomplete-item",
+                f"item at output_index {self.incomplete_item} ended incomplete but the response ends with {etype}",
+            )
         strict = etype != "response.failed"  # failed/cancelled may cut items short
         if strict:
             open_items = [k for k, it in sorted(self.items.items()) if not it.closed]
             if open_items:
-                raise self.fail("item-open", f"{etype} while output_index {open_items} not closed "
-                                "by response.output_item.done")
+                raise self.fail(
+                    "item-open", f"{etype} while output_index {open_items} not closed by response.output_item.done"
+                )
         output = resp["output"]
         done = {k: it.done_item for k, it in self.items.items() if it.done_item is not None}
         if self.tail:
             top = max(self.items, default=-1)
             if strict and len(output) <= top:
-                raise self.fail("terminal-output", f"response.output has {len(output)} items but "
-                                f"the stream used output_index {top}")
+                raise self.fail(
+                    "terminal-output", f"response.output has {len(output)} items but the stream used output_index {top}"
+                )
         else:
             want_len = len(self.items)
             if strict and len(output) != want_len:
-                raise self.fail("terminal-output", f"response.output has {len(output)} items, "
-                                f"{want_len} were streamed")
+                raise self.fail("terminal-output", f"response.output has {len(output)} items, {want_len} were streamed")
             if not strict and not len(done) <= len(output) <= want_len:
-                raise self.fail("terminal-output", f"response.output has {len(output)} items; "
-                                f"{len(done)} closed and {want_len} added")
+                raise self.fail(
+                    "terminal-output",
+                    f"response.output has {len(output)} items; {len(done)} closed and {want_len} added",
+                )
         for k, item in sorted(done.items()):
             if k < len(output):
                 diff = _json_diff(item, output[k], f"output[{k}]")
                 if diff:
-                    raise self.fail("terminal-output", "response.output differs from "
-                                    f"response.output_item.done: {diff}")
+                    raise self.fail(
+                        "terminal-output", f"response.output differs from response.output_item.done: {diff}"
+                    )
             elif strict:
                 raise self.fail("terminal-output", f"response.output lacks item {k}")
         self.pending_error = None
@@ -851,8 +892,10 @@ class _Checker:
         nested = ev["error"]
         for key in ("code", "message", "param"):
             if nested.get(key) != ev.get(key):
-                raise self.fail("error-event", f"error.{key} {nested.get(key)!r} != flat {key} "
-                                f"{ev.get(key)!r} (both shapes must agree)")
+                raise self.fail(
+                    "error-event",
+                    f"error.{key} {nested.get(key)!r} != flat {key} {ev.get(key)!r} (both shapes must agree)",
+                )
         self.pending_error = (self.i, ev)
 
     # -- items -----------------------------------------------------------------------------
@@ -863,49 +906,60 @@ class _Checker:
         if not isinstance(item, dict):
             raise self.fail("item-added", "response.output_item.added without an item")
         if self.incomplete_item is not None:
-            raise self.fail("incomplete-item", f"item added after output_index "
-                            f"{self.incomplete_item} ended incomplete (it must be the last)")
+            raise self.fail(
+                "incomplete-item",
+                f"item added after output_index {self.incomplete_item} ended incomplete (it must be the last)",
+            )
         if self.next_output is None:
             # First item of a resumed tail: must come after every item the tail already touched.
             floor = max(self.items, default=-1) + 1
             if idx < floor:
-                raise self.fail("output-index", f"output_item.added at {idx}, but output_index "
-                                f"{floor - 1} is already in use")
+                raise self.fail(
+                    "output-index", f"output_item.added at {idx}, but output_index {floor - 1} is already in use"
+                )
             self.next_output = idx
         if idx != self.next_output:
-            raise self.fail("output-index", f"output_item.added at output_index {idx}, expected "
-                            f"{self.next_output} (dense from 0 in order of addition)")
+            raise self.fail(
+                "output-index",
+                f"output_item.added at output_index {idx}, expected "
+                f"{self.next_output} (dense from 0 in order of addition)",
+            )
         self.next_output += 1
         itype, iid = item.get("type"), item.get("id")
         if any(it.id == iid for it in self.items.values()):
             raise self.fail("item-id", f"item id {iid!r} reused")
         if itype not in _STATUSLESS_ITEMS and item.get("status") != "in_progress":
-            raise self.fail("item-added", f"added {itype} item status {item.get('status')!r}, "
-                            "expected 'in_progress'")
+            raise self.fail("item-added", f"added {itype} item status {item.get('status')!r}, expected 'in_progress'")
         if itype == "message":
             if item.get("role") != "assistant" or item.get("content") != []:
-                raise self.fail("item-added", "added message must have role 'assistant' and "
-                                f"content [], got role {item.get('role')!r}, content "
-                                f"{_short(item.get('content'))}")
+                raise self.fail(
+                    "item-added",
+                    "added message must have role 'assistant' and "
+                    f"content [], got role {item.get('role')!r}, content "
+                    f"{_short(item.get('content'))}",
+                )
         elif itype == "function_call":
             if item.get("arguments") != "":
-                raise self.fail("item-added", "added function_call must have arguments \"\" (they "
-                                f"stream as deltas), got {_short(item.get('arguments'))}")
-        elif itype == "mcp_call" and (item.get("arguments") != "" or item.get("output") is not None
-                                      or item.get("error") is not None):
-            raise self.fail("item-added", "added mcp_call must have arguments \"\" and no output or "
-                            "error yet")
+                raise self.fail(
+                    "item-added",
+                    'added function_call must have arguments "" (they '
+                    f"stream as deltas), got {_short(item.get('arguments'))}",
+                )
+        elif itype == "mcp_call" and (
+            item.get("arguments") != "" or item.get("output") is not None or item.get("error") is not None
+        ):
+            raise self.fail("item-added", 'added mcp_call must have arguments "" and no output or error yet')
         elif itype == "mcp_list_tools" and item.get("tools") != []:
-            raise self.fail("item-added", "added mcp_list_tools must have tools [] (they arrive "
-                            "with output_item.done)")
+            raise self.fail("item-added", "added mcp_list_tools must have tools [] (they arrive with output_item.done)")
         elif itype == "custom_tool_call" and item.get("input") != "":
-            raise self.fail("item-added", "added custom_tool_call must have input \"\" (it streams "
-                            "as custom_tool_call_input deltas)")
+            raise self.fail(
+                "item-added", 'added custom_tool_call must have input "" (it streams as custom_tool_call_input deltas)'
+            )
         elif itype == "reasoning" and (item.get("summary") != [] or item.get("content", []) != []):
-                raise self.fail("item-added", "added reasoning item must have summary [] and no "
-                                "content (they stream as parts)")
-        self.items[idx] = _Item(index=idx, id=iid, type=itype, known=True,
-                                added=copy.deepcopy(item))
+            raise self.fail(
+                "item-added", "added reasoning item must have summary [] and no content (they stream as parts)"
+            )
+        self.items[idx] = _Item(index=idx, id=iid, type=itype, known=True, added=copy.deepcopy(item))
 
     def on_item_done(self, ev: dict[str, Any]) -> None:
         item = ev["item"]
@@ -916,24 +970,30 @@ class _Checker:
         if st.type is not None and itype != st.type:
             raise self.fail("item-done", f"item type changed from {st.type!r} to {itype!r}")
         status = item.get("status")
-        final_statuses = ("completed", "incomplete", "failed") if itype in (
-            "mcp_call", "web_search_call", "file_search_call") else ("completed", "incomplete")
+        final_statuses = (
+            ("completed", "incomplete", "failed")
+            if itype in ("mcp_call", "web_search_call", "file_search_call")
+            else ("completed", "incomplete")
+        )
         if itype not in _STATUSLESS_ITEMS and status not in final_statuses:
-            raise self.fail("item-done", f"done item status {status!r}, expected one of "
-                            f"{list(final_statuses)}")
+            raise self.fail("item-done", f"done item status {status!r}, expected one of {list(final_statuses)}")
         if st.added is not None:
-            keep = {"message": ("role",), "function_call": ("name", "call_id"),
-                    "mcp_call": ("name", "server_label"), "mcp_list_tools": ("server_label",),
-                    "mcp_approval_request": ("name", "server_label")}.get(itype or "", ())
+            keep = {
+                "message": ("role",),
+                "function_call": ("name", "call_id"),
+                "mcp_call": ("name", "server_label"),
+                "mcp_list_tools": ("server_label",),
+                "mcp_approval_request": ("name", "server_label"),
+            }.get(itype or "", ())
             for key in keep:
                 if item.get(key) != st.added.get(key):
-                    raise self.fail("item-done", f"{itype}.{key} changed from "
-                                    f"{st.added.get(key)!r} to {item.get(key)!r}")
+                    raise self.fail(
+                        "item-done", f"{itype}.{key} changed from {st.added.get(key)!r} to {item.get(key)!r}"
+                    )
         for table, what in ((st.parts, "content part"), (st.summaries, "summary part")):
             still_open = [k for k, p in sorted(table.items()) if not p.closed]
             if still_open:
-                raise self.fail("part-open", f"output_item.done while {what} {still_open} of item "
-                                f"{st.id!r} not done")
+                raise self.fail("part-open", f"output_item.done while {what} {still_open} of item {st.id!r} not done")
         if itype in _ITEM_PART_TYPES:
             self.compare_parts(st, st.parts, item.get("content", []), "content")
         else:
@@ -943,51 +1003,65 @@ class _Checker:
             self.compare_parts(st, st.summaries, item.get("summary"), "summary")
         if itype == "function_call":
             if st.known and st.args_done is None:
-                raise self.fail("function-args", "output_item.done for a function_call before "
-                                "response.function_call_arguments.done")
+                raise self.fail(
+                    "function-args", "output_item.done for a function_call before response.function_call_arguments.done"
+                )
             if st.args_done is not None and item.get("arguments") != st.args_done:
-                raise self.fail("function-args", f"final arguments {_short(item.get('arguments'))} "
-                                f"!= function_call_arguments.done {_short(st.args_done)}")
+                raise self.fail(
+                    "function-args",
+                    f"final arguments {_short(item.get('arguments'))} "
+                    f"!= function_call_arguments.done {_short(st.args_done)}",
+                )
         if itype == "custom_tool_call" and st.known:
             if st.args_done is None:
-                raise self.fail("custom-input", "output_item.done for a custom_tool_call before "
-                                "response.custom_tool_call_input.done")
+                raise self.fail(
+                    "custom-input",
+                    "output_item.done for a custom_tool_call before response.custom_tool_call_input.done",
+                )
             if item.get("input") != st.args_done:
-                raise self.fail("custom-input", f"final input {_short(item.get('input'))} != "
-                                f"custom_tool_call_input.done {_short(st.args_done)}")
+                raise self.fail(
+                    "custom-input",
+                    f"final input {_short(item.get('input'))} != custom_tool_call_input.done {_short(st.args_done)}",
+                )
         if itype in _CLIENT_CALL_ITEMS and st.added is not None and item.get("call_id") != st.added.get("call_id"):
             raise self.fail("item-done", f"{itype}.call_id changed")
-        if itype in ("web_search_call", "file_search_call") and st.known and status == "completed" \
-                and st.mcp_end != f"response.{itype}.completed":
-            raise self.fail("hosted-call", f"{itype} done completed after {st.mcp_end!r}, expected "
-                            f"response.{itype}.completed")
+        if (
+            itype in ("web_search_call", "file_search_call")
+            and st.known
+            and status == "completed"
+            and st.mcp_end != f"response.{itype}.completed"
+        ):
+            raise self.fail(
+                "hosted-call", f"{itype} done completed after {st.mcp_end!r}, expected response.{itype}.completed"
+            )
         if itype == "mcp_call" and st.known:
             if st.args_done is None:
-                raise self.fail("mcp-call", "output_item.done for an mcp_call before "
-                                "response.mcp_call_arguments.done")
+                raise self.fail("mcp-call", "output_item.done for an mcp_call before response.mcp_call_arguments.done")
             if item.get("arguments") != st.args_done:
-                raise self.fail("mcp-call", f"final arguments {_short(item.get('arguments'))} "
-                                f"!= mcp_call_arguments.done {_short(st.args_done)}")
-            want = {"completed": "response.mcp_call.completed",
-                    "failed": "response.mcp_call.failed"}.get(status or "")
+                raise self.fail(
+                    "mcp-call",
+                    f"final arguments {_short(item.get('arguments'))} "
+                    f"!= mcp_call_arguments.done {_short(st.args_done)}",
+                )
+            want = {"completed": "response.mcp_call.completed", "failed": "response.mcp_call.failed"}.get(status or "")
             if want is not None and st.mcp_end != want:
-                raise self.fail("mcp-call", f"mcp_call done with status {status!r} after "
-                                f"{st.mcp_end!r}, expected {want}")
+                raise self.fail(
+                    "mcp-call", f"mcp_call done with status {status!r} after {st.mcp_end!r}, expected {want}"
+                )
             if status == "completed" and (item.get("output") is None or item.get("error")):
                 raise self.fail("mcp-call", "completed mcp_call needs output and no error")
             if status == "failed" and not item.get("error"):
                 raise self.fail("mcp-call", "failed mcp_call needs an error")
         if itype == "mcp_list_tools" and st.known:
-            want = "response.mcp_list_tools.failed" if item.get("error") else (
-                "response.mcp_list_tools.completed")
+            want = "response.mcp_list_tools.failed" if item.get("error") else ("response.mcp_list_tools.completed")
             if st.mcp_end != want:
-                raise self.fail("mcp-list", f"mcp_list_tools done after {st.mcp_end!r}, "
-                                f"expected {want}")
+                raise self.fail("mcp-list", f"mcp_list_tools done after {st.mcp_end!r}, expected {want}")
         if status == "incomplete":
             top = max(self.items)
             if st.index != top:
-                raise self.fail("incomplete-item", f"incomplete item at output_index {st.index} is "
-                                f"not the last item ({top})")
+                raise self.fail(
+                    "incomplete-item", f"incomplete item at output_index {st.index} is not the last item ({top})"
+                )
             self.incomplete_item = st.index
         st.type = itype
         st.done_item = copy.deepcopy(item)
@@ -995,15 +1069,13 @@ class _Checker:
     def compare_parts(self, st: _Item, parts: dict[int, _Part], final: Any, key: str) -> None:
         final = final if isinstance(final, list) else []
         if st.known and len(final) != len(parts):
-            raise self.fail("item-content", f"done item {key} has {len(final)} part(s), "
-                            f"{len(parts)} were streamed")
+            raise self.fail("item-content", f"done item {key} has {len(final)} part(s), {len(parts)} were streamed")
         for k, part in sorted(parts.items()):
             if k >= len(final):
                 raise self.fail("item-content", f"done item {key} lacks part {k}")
             diff = _json_diff(part.done_part, final[k], f"item.{key}[{k}]")
             if diff:
-                raise self.fail("item-content",
-                                f"done item {key} differs from the done part: {diff}")
+                raise self.fail("item-content", f"done item {key} differs from the done part: {diff}")
 
     # -- content parts ---------------------------------------------------------------------
 
@@ -1025,15 +1097,18 @@ class _Checker:
         if nxt is None:  # item from before a resumed tail: density is checkable from here on
             nxt = max(table, default=-1) + 1 if table else idx
         if idx != nxt:
-            raise self.fail("content-index" if not summary else "summary",
-                            f"{key} {idx}, expected {nxt} (dense from 0)")
+            raise self.fail(
+                "content-index" if not summary else "summary", f"{key} {idx}, expected {nxt} (dense from 0)"
+            )
         open_parts = [k for k, p in table.items() if not p.closed]
         if open_parts:
             raise self.fail("part-open", f"new part {idx} while part {open_parts} still open")
         text_field = _PART_TEXT_FIELD.get(ptype or "")
         if text_field and part.get(text_field) != "":
-            raise self.fail("part-added", f"added {ptype} part must start empty (its text streams "
-                            f"as deltas), got {_short(part.get(text_field))}")
+            raise self.fail(
+                "part-added",
+                f"added {ptype} part must start empty (its text streams as deltas), got {_short(part.get(text_field))}",
+            )
         if ptype == "output_text" and part.get("annotations") != []:
             raise self.fail("part-added", "added output_text part must have annotations []")
         table[idx] = _Part(index=idx, type=ptype, known=True, added=copy.deepcopy(part))
@@ -1042,14 +1117,14 @@ class _Checker:
         else:
             st.next_part = idx + 1
 
-    def open_part(self, ev: dict[str, Any], *, summary: bool = False,
-                  want_type: str | None = None) -> tuple[_Item, _Part]:
+    def open_part(
+        self, ev: dict[str, Any], *, summary: bool = False, want_type: str | None = None
+    ) -> tuple[_Item, _Part]:
         st = self.item_for(ev)
         if summary and st.type not in (None, "reasoning"):
             raise self.fail("summary", f"{ev['type']} on a {st.type!r} item")
         if not summary and st.type is not None and st.type not in _ITEM_PART_TYPES:
-            raise self.fail("content-part",
-                            f"{ev['type']} on a {st.type!r} item (no content parts)")
+            raise self.fail("content-part", f"{ev['type']} on a {st.type!r} item (no content parts)")
         part = self.part_for(st, ev, summary=summary)
         if part.closed:
             raise self.fail("delta-order", f"{ev['type']} after its part was done")
@@ -1076,16 +1151,18 @@ class _Checker:
         joined = "".join(part.deltas)
         ok = text == joined if part.known else text.endswith(joined)
         if not ok:
-            raise self.fail("text-mismatch", f"{ev['type']}.{fld} {_short(text)} != concatenated "
-                            f"deltas {_short(joined)}")
+            raise self.fail(
+                "text-mismatch", f"{ev['type']}.{fld} {_short(text)} != concatenated deltas {_short(joined)}"
+            )
         part.text_done = text
 
     def on_annotation(self, ev: dict[str, Any]) -> None:
         # Allowed until content_part.done (citations may arrive after the text is complete).
         _, part = self.open_part(ev, want_type="output_text")
         if part.known and ev["annotation_index"] != len(part.annotations):
-            raise self.fail("content-index", f"annotation_index {ev['annotation_index']}, expected "
-                            f"{len(part.annotations)}")
+            raise self.fail(
+                "content-index", f"annotation_index {ev['annotation_index']}, expected {len(part.annotations)}"
+            )
         part.annotations.append(ev["annotation"])
 
     def on_part_done(self, ev: dict[str, Any], *, summary: bool = False) -> None:
@@ -1096,20 +1173,24 @@ class _Checker:
         part.type = ptype
         saw_stream = part.known or bool(part.deltas)
         if part.text_done is None and saw_stream:
-            done_name = ("response.reasoning_summary_text.done" if summary
-                         else {"output_text": "response.output_text.done",
-                               "refusal": "response.refusal.done"}.get(ptype or "",
-                                                                       "reasoning text done"))
+            done_name = (
+                "response.reasoning_summary_text.done"
+                if summary
+                else {"output_text": "response.output_text.done", "refusal": "response.refusal.done"}.get(
+                    ptype or "", "reasoning text done"
+                )
+            )
             raise self.fail("delta-order", f"part done before its {done_name}")
         fld = _PART_TEXT_FIELD.get(ptype or "")
         if fld and part.text_done is not None and ev["part"].get(fld) != part.text_done:
-            raise self.fail("part-mismatch", f"done part {fld} {_short(ev['part'].get(fld))} != "
-                            f"streamed text {_short(part.text_done)}")
+            raise self.fail(
+                "part-mismatch",
+                f"done part {fld} {_short(ev['part'].get(fld))} != streamed text {_short(part.text_done)}",
+            )
         if ptype == "output_text" and part.known:
             diff = _json_diff(ev["part"].get("annotations"), part.annotations, "part.annotations")
             if diff:
-                raise self.fail("part-mismatch", f"done part annotations differ from the added "
-                                f"ones: {diff}")
+                raise self.fail("part-mismatch", f"done part annotations differ from the added ones: {diff}")
         part.done_part = copy.deepcopy(ev["part"])
 
     # -- function calls ---------------------------------------------------------------------
@@ -1131,8 +1212,7 @@ class _Checker:
         joined = "".join(st.args_deltas)
         args = ev["arguments"]
         if not (args == joined if st.known else args.endswith(joined)):
-            raise self.fail("function-args", f"arguments {_short(args)} != concatenated deltas "
-                            f"{_short(joined)}")
+            raise self.fail("function-args", f"arguments {_short(args)} != concatenated deltas {_short(joined)}")
         st.args_done = args
 
     def on_custom_input_delta(self, ev: dict[str, Any]) -> None:
@@ -1151,8 +1231,7 @@ class _Checker:
             raise self.fail("custom-input", "second custom_tool_call_input.done")
         joined = "".join(st.args_deltas)
         if not (ev["input"] == joined if st.known else ev["input"].endswith(joined)):
-            raise self.fail("custom-input", f"input {_short(ev['input'])} != concatenated deltas "
-                            f"{_short(joined)}")
+            raise self.fail("custom-input", f"input {_short(ev['input'])} != concatenated deltas {_short(joined)}")
         st.args_done = ev["input"]
 
     def on_hosted_stage(self, ev: dict[str, Any]) -> None:
@@ -1206,8 +1285,7 @@ class _Checker:
             raise self.fail("mcp-call", "second mcp_call_arguments.done")
         joined = "".join(st.args_deltas)
         if not (ev["arguments"] == joined if st.known else ev["arguments"].endswith(joined)):
-            raise self.fail("mcp-call", f"arguments {_short(ev['arguments'])} != concatenated "
-                            f"deltas {_short(joined)}")
+            raise self.fail("mcp-call", f"arguments {_short(ev['arguments'])} != concatenated deltas {_short(joined)}")
         st.args_done = ev["arguments"]
 
     # -- end -------------------------------------------------------------------------------
@@ -1219,8 +1297,9 @@ class _Checker:
             self.seq = ev.get("sequence_number")
             raise self.fail("error-placement", "error event not followed by response.failed")
         if self.terminal is None:
-            raise StreamViolation("terminal-missing", "no response.completed / response.incomplete "
-                                  "/ response.failed event")
+            raise StreamViolation(
+                "terminal-missing", "no response.completed / response.incomplete / response.failed event"
+            )
         if final_response is not None:
             try:
                 validate_response_object(final_response)
@@ -1228,8 +1307,7 @@ class _Checker:
                 raise StreamViolation(exc.rule, f"final_response: {exc.detail}") from None
             diff = _json_diff(self.terminal, final_response, "response")
             if diff:
-                raise StreamViolation("final-response", "retrieved Response differs from the "
-                                      f"terminal event's: {diff}")
+                raise StreamViolation("final-response", f"retrieved Response differs from the terminal event's: {diff}")
         return self.terminal
 
 
@@ -1245,14 +1323,10 @@ _HANDLERS: dict[str, Any] = {
     "response.output_item.done": _Checker.on_item_done,
     "response.content_part.added": _Checker.on_part_added,
     "response.content_part.done": _Checker.on_part_done,
-    "response.reasoning_summary_part.added":
-        lambda c, ev: c.on_part_added(ev, summary=True),
-    "response.reasoning_summary_part.done":
-        lambda c, ev: c.on_part_done(ev, summary=True),
-    "response.reasoning_summary_text.delta":
-        lambda c, ev: c.on_text_delta(ev, summary=True),
-    "response.reasoning_summary_text.done":
-        lambda c, ev: c.on_text_done(ev, summary=True),
+    "response.reasoning_summary_part.added": lambda c, ev: c.on_part_added(ev, summary=True),
+    "response.reasoning_summary_part.done": lambda c, ev: c.on_part_done(ev, summary=True),
+    "response.reasoning_summary_text.delta": lambda c, ev: c.on_text_delta(ev, summary=True),
+    "response.reasoning_summary_text.done": lambda c, ev: c.on_text_done(ev, summary=True),
     "response.output_text.annotation.added": _Checker.on_annotation,
     "response.function_call_arguments.delta": _Checker.on_args_delta,
     "response.function_call_arguments.done": _Checker.on_args_done,
@@ -1264,8 +1338,11 @@ _HANDLERS: dict[str, Any] = {
     "response.mcp_call_arguments.done": _Checker.on_mcp_args_done,
     "response.mcp_call.completed": _Checker.on_mcp_end,
     "response.mcp_call.failed": _Checker.on_mcp_end,
-    **{f"response.{kind}.{stage}": _Checker.on_hosted_stage
-       for kind in ("web_search_call", "file_search_call") for stage in _HOSTED_CALL_STAGES},
+    **{
+        f"response.{kind}.{stage}": _Checker.on_hosted_stage
+        for kind in ("web_search_call", "file_search_call")
+        for stage in _HOSTED_CALL_STAGES
+    },
     "response.custom_tool_call_input.delta": _Checker.on_custom_input_delta,
     "response.custom_tool_call_input.done": _Checker.on_custom_input_done,
     **{t: _Checker.on_text_delta for t in _TEXT_DELTAS},
@@ -1273,9 +1350,13 @@ _HANDLERS: dict[str, Any] = {
 }
 
 
-def validate_events(events: list[dict[str, Any]], *, background: bool = False,
-                    final_response: dict[str, Any] | None = None,
-                    starting_after: int | None = None) -> dict[str, Any]:
+def validate_events(
+    events: list[dict[str, Any]],
+    *,
+    background: bool = False,
+    final_response: dict[str, Any] | None = None,
+    starting_after: int | None = None,
+) -> dict[str, Any]:
     """Check one response's event sequence strictly; return the terminal event's Response.
 
     `background`: expect `response.queued` between created and in_progress, created `queued`.

@@ -57,9 +57,7 @@ def test_postgres_starts_answers_and_stops(tmp_path: Path) -> None:
     try:
         assert server.url == f"postgres://postgres@127.0.0.1:{server.port}/gateway"
         with psycopg.connect(server.url, connect_timeout=10) as conn:
-            row = conn.execute(
-                "select 1, current_database(), current_user, current_setting('fsync')"
-            ).fetchone()
+            row = conn.execute("select 1, current_database(), current_user, current_setting('fsync')").fetchone()
         assert row == (1, "gateway", "postgres", "off")
         assert server.is_running()
     finally:
@@ -103,9 +101,7 @@ def test_two_servers_of_each_kind_side_by_side(tmp_path: Path) -> None:
             server.stop()
 
 
-def test_missing_binaries_give_a_clear_message(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_binaries_give_a_clear_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on PATH
     monkeypatch.setattr(glob, "glob", lambda pattern: [])
     monkeypatch.setattr(os, "access", lambda path, mode: False)

@@ -27,6 +27,7 @@ def _fresh_caches() -> None:
     """Shadow tests/conftest.py's autouse cache reset: it imports Django models, and these
     self-tests are pure (they run with `-p no:django`, no settings configured)."""
 
+
 USAGE: dict[str, Any] = {
     "input_tokens": 12,
     "output_tokens": 7,
@@ -148,8 +149,11 @@ class StreamBuilder:
             part.update(annotations=[], logprobs=[])
         common = {"item_id": item["id"], "output_index": idx, "content_index": ci}
         self.emit("response.content_part.added", **common, part=copy.deepcopy(part))
-        family = {"output_text": "response.output_text", "refusal": "response.refusal",
-                  "reasoning_text": "response.reasoning_text"}[kind]
+        family = {
+            "output_text": "response.output_text",
+            "refusal": "response.refusal",
+            "reasoning_text": "response.reasoning_text",
+        }[kind]
         extra: dict[str, Any] = {"logprobs": []} if kind == "output_text" else {}
         for chunk in chunks:
             self.emit(f"{family}.delta", **common, delta=chunk, **extra)
@@ -161,43 +165,54 @@ class StreamBuilder:
 
     # -- items ------------------------------------------------------------------------------
 
-    def message(self, chunks: list[str], *, kind: str = "output_text",
-                status: str = "completed") -> int:
-        idx = self.add({"id": self.new_id("msg"), "type": "message", "role": "assistant",
-                        "status": "in_progress", "content": []})
+    def message(self, chunks: list[str], *, kind: str = "output_text", status: str = "completed") -> int:
+        idx = self.add(
+            {"id": self.new_id("msg"), "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+        )
         self.text_part(idx, chunks, kind)
         self.close(idx, status)
         return idx
 
     def open_call(self, name: str) -> int:
-        return self.add({"id": self.new_id("fc"), "type": "function_call", "status": "in_progress",
-                         "call_id": self.new_id("call"), "name": name, "arguments": ""})
+        return self.add(
+            {
+                "id": self.new_id("fc"),
+                "type": "function_call",
+                "status": "in_progress",
+                "call_id": self.new_id("call"),
+                "name": name,
+                "arguments": "",
+            }
+        )
 
     def args(self, idx: int, chunk: str) -> None:
         item = self.items[idx]
         item["arguments"] += chunk
-        self.emit("response.function_call_arguments.delta", item_id=item["id"], output_index=idx,
-                  delta=chunk)
+        self.emit("response.function_call_arguments.delta", item_id=item["id"], output_index=idx, delta=chunk)
 
     def args_done(self, idx: int) -> None:
         item = self.items[idx]
-        self.emit("response.function_call_arguments.done", item_id=item["id"], output_index=idx,
-                  name=item["name"], arguments=item["arguments"])
+        self.emit(
+            "response.function_call_arguments.done",
+            item_id=item["id"],
+            output_index=idx,
+            name=item["name"],
+            arguments=item["arguments"],
+        )
 
     def reasoning(self, text: list[str], summary: list[list[str]]) -> int:
-        idx = self.add({"id": self.new_id("rs"), "type": "reasoning", "status": "in_progress",
-                        "summary": [], "content": []})
+        idx = self.add(
+            {"id": self.new_id("rs"), "type": "reasoning", "status": "in_progress", "summary": [], "content": []}
+        )
         item = self.items[idx]
         for si, chunks in enumerate(summary):
             common = {"item_id": item["id"], "output_index": idx, "summary_index": si}
-            self.emit("response.reasoning_summary_part.added", **common,
-                      part={"type": "summary_text", "text": ""})
+            self.emit("response.reasoning_summary_part.added", **common, part={"type": "summary_text", "text": ""})
             for chunk in chunks:
                 self.emit("response.reasoning_summary_text.delta", **common, delta=chunk)
             full = "".join(chunks)
             self.emit("response.reasoning_summary_text.done", **common, text=full)
-            self.emit("response.reasoning_summary_part.done", **common,
-                      part={"type": "summary_text", "text": full})
+            self.emit("response.reasoning_summary_part.done", **common, part={"type": "summary_text", "text": full})
             item["summary"].append({"type": "summary_text", "text": full})
         self.text_part(idx, text, "reasoning_text")
         self.close(idx)
@@ -209,24 +224,37 @@ class StreamBuilder:
         return [copy.deepcopy(self.done[k]) for k in sorted(self.done)]
 
     def complete(self, usage: dict[str, Any] | None = None) -> list[Event]:
-        self.emit("response.completed", response=self.snapshot(
-            "completed", output=self.output(), usage=usage or USAGE, completed_at=1_760_000_003))
+        self.emit(
+            "response.completed",
+            response=self.snapshot("completed", output=self.output(), usage=usage or USAGE, completed_at=1_760_000_003),
+        )
         return self.events
 
     def incomplete(self, reason: str = "max_output_tokens") -> list[Event]:
-        self.emit("response.incomplete", response=self.snapshot(
-            "incomplete", output=self.output(), usage=USAGE,
-            incomplete_details={"reason": reason}))
+        self.emit(
+            "response.incomplete",
+            response=self.snapshot(
+                "incomplete", output=self.output(), usage=USAGE, incomplete_details={"reason": reason}
+            ),
+        )
         return self.events
 
     def error(self, code: str = "server_error", message: str = "upstream failed") -> None:
-        self.emit("error", code=code, message=message, param=None,
-                  error={"type": "server_error", "code": code, "message": message, "param": None})
+        self.emit(
+            "error",
+            code=code,
+            message=message,
+            param=None,
+            error={"type": "server_error", "code": code, "message": message, "param": None},
+        )
 
     def fail(self, code: str = "server_error", message: str = "upstream failed") -> list[Event]:
-        self.emit("response.failed", response=self.snapshot(
-            "failed", output=self.output(), usage=USAGE,
-            error={"code": code, "message": message}))
+        self.emit(
+            "response.failed",
+            response=self.snapshot(
+                "failed", output=self.output(), usage=USAGE, error={"code": code, "message": message}
+            ),
+        )
         return self.events
 
 
@@ -246,6 +274,7 @@ def renumber(events: list[Event]) -> list[Event]:
 # ---------------------------------------------------------------------------------------------
 # Valid fixtures
 # ---------------------------------------------------------------------------------------------
+
 
 def text_stream() -> list[Event]:
     b = StreamBuilder().start()
@@ -290,12 +319,22 @@ def incomplete_stream() -> list[Event]:
 
 def failed_stream() -> list[Event]:
     b = StreamBuilder().start()
-    idx = b.add({"id": "msg_fail", "type": "message", "role": "assistant",
-                 "status": "in_progress", "content": []})
-    b.emit("response.content_part.added", item_id="msg_fail", output_index=idx, content_index=0,
-           part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})
-    b.emit("response.output_text.delta", item_id="msg_fail", output_index=idx, content_index=0,
-           delta="Partial", logprobs=[])
+    idx = b.add({"id": "msg_fail", "type": "message", "role": "assistant", "status": "in_progress", "content": []})
+    b.emit(
+        "response.content_part.added",
+        item_id="msg_fail",
+        output_index=idx,
+        content_index=0,
+        part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+    )
+    b.emit(
+        "response.output_text.delta",
+        item_id="msg_fail",
+        output_index=idx,
+        content_index=0,
+        delta="Partial",
+        logprobs=[],
+    )
     b.error()
     return b.fail()
 
@@ -332,7 +371,7 @@ def test_every_resumed_tail_passes(name: str) -> None:
     build, kw = VALID[name]
     events = build()
     for k in range(-1, len(events) - 1):
-        validate_events(events[k + 1:], starting_after=k, **kw)
+        validate_events(events[k + 1 :], starting_after=k, **kw)
 
 
 # A failed response may end without an error event and with a half-streamed item, so in the
@@ -348,9 +387,9 @@ def test_dropping_or_duplicating_any_event_is_caught(name: str) -> None:
         if ev["type"] in LEGAL_DROPS.get(name, ()):
             continue
         with pytest.raises(StreamViolation):
-            validate_events(renumber(copy.deepcopy(events[:k] + events[k + 1:])), **kw)
+            validate_events(renumber(copy.deepcopy(events[:k] + events[k + 1 :])), **kw)
         with pytest.raises(StreamViolation):
-            validate_events(renumber(copy.deepcopy(events[:k + 1] + events[k:])), **kw)
+            validate_events(renumber(copy.deepcopy(events[: k + 1] + events[k:])), **kw)
 
 
 def test_fixture_shapes() -> None:
@@ -360,7 +399,10 @@ def test_fixture_shapes() -> None:
     assert "response.reasoning_summary_part.added" in types
     assert "response.reasoning_text.delta" in types
     assert [e["type"] for e in background_stream()][:3] == [
-        "response.created", "response.queued", "response.in_progress"]
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+    ]
     assert len(parallel_calls_stream()[-1]["response"]["output"]) == 2
 
 
@@ -381,8 +423,7 @@ def test_sse_comments_chunks_and_gateway_events_are_accepted() -> None:
 
 def test_cancelled_background_response_may_end_with_failed() -> None:
     b = StreamBuilder(background=True).start()
-    b.add({"id": "msg_c", "type": "message", "role": "assistant", "status": "in_progress",
-           "content": []})
+    b.add({"id": "msg_c", "type": "message", "role": "assistant", "status": "in_progress", "content": []})
     b.emit("response.failed", response=b.snapshot("cancelled", usage=USAGE))
     assert validate_events(b.events, background=True)["status"] == "cancelled"
 
@@ -414,15 +455,14 @@ def test_compiled_schemas_agree_with_the_spec() -> None:
         elif isinstance(node, list):
             for i, x in enumerate(node):
                 for sub in perturbed(x):
-                    yield [*node[:i], sub, *node[i + 1:]]
+                    yield [*node[:i], sub, *node[i + 1 :]]
 
     checked = 0
     for etype, ev in samples.items():
         name = names[etype]
         if name.startswith("openai:"):
             continue
-        plain = Draft202012Validator({"$ref": f"#/components/schemas/{name}",
-                                      "components": doc["components"]})
+        plain = Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": doc["components"]})
         fast = sv._validator(name)
         for inst in [ev, *perturbed(ev)]:
             assert plain.is_valid(inst) == fast.is_valid(inst), (etype, inst)
@@ -447,14 +487,20 @@ def test_event_schema_map_covers_the_spec() -> None:
 
 
 def test_json_schema_text_format_is_accepted() -> None:
-    fmt = {"type": "json_schema", "name": "w", "description": None, "strict": True,
-           "schema": {"type": "object", "properties": {}, "additionalProperties": False}}
+    fmt = {
+        "type": "json_schema",
+        "name": "w",
+        "description": None,
+        "strict": True,
+        "schema": {"type": "object", "properties": {}, "additionalProperties": False},
+    }
     validate_response_object(make_response(text={"format": fmt, "verbosity": "medium"}))
 
 
 # ---------------------------------------------------------------------------------------------
 # Mutations: each must fail, and for the intended reason.
 # ---------------------------------------------------------------------------------------------
+
 
 def _find(events: list[Event], type_: str, nth: int = 0) -> int:
     return [i for i, e in enumerate(events) if e["type"] == type_][nth]
@@ -464,6 +510,7 @@ def _delete(type_: str) -> Callable[[list[Event]], list[Event]]:
     def mut(ev: list[Event]) -> list[Event]:
         del ev[_find(ev, type_)]
         return renumber(ev)
+
     return mut
 
 
@@ -501,10 +548,17 @@ def _no_usage(ev: list[Event]) -> list[Event]:
 
 
 def _completed_after_error(ev: list[Event]) -> list[Event]:
-    ev.insert(len(ev) - 1, {"type": "error", "sequence_number": 0, "code": "server_error",
-                            "message": "boom", "param": None,
-                            "error": {"type": "server_error", "code": "server_error",
-                                      "message": "boom", "param": None}})
+    ev.insert(
+        len(ev) - 1,
+        {
+            "type": "error",
+            "sequence_number": 0,
+            "code": "server_error",
+            "message": "boom",
+            "param": None,
+            "error": {"type": "server_error", "code": "server_error", "message": "boom", "param": None},
+        },
+    )
     return renumber(ev)
 
 
@@ -561,7 +615,8 @@ def _wrong_item_id(ev: list[Event]) -> list[Event]:
 
 def _added_message_with_content(ev: list[Event]) -> list[Event]:
     ev[_find(ev, "response.output_item.added")]["item"]["content"] = [
-        {"type": "output_text", "text": "", "annotations": [], "logprobs": []}]
+        {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+    ]
     return ev
 
 
@@ -593,8 +648,7 @@ def _incomplete_reason_missing(ev: list[Event]) -> list[Event]:
 def _incomplete_item_but_completed(ev: list[Event]) -> list[Event]:
     last = ev[-1]
     last["type"] = "response.completed"
-    last["response"].update(status="completed", incomplete_details=None,
-                            completed_at=1_760_000_003)
+    last["response"].update(status="completed", incomplete_details=None, completed_at=1_760_000_003)
     return ev
 
 
@@ -638,18 +692,32 @@ def _args_done_differs(ev: list[Event]) -> list[Event]:
 
 def _content_part_on_call(ev: list[Event]) -> list[Event]:
     i = _find(ev, "response.function_call_arguments.delta")
-    ev.insert(i, {"type": "response.content_part.added", "sequence_number": 0,
-                  "item_id": ev[i]["item_id"], "output_index": ev[i]["output_index"],
-                  "content_index": 0,
-                  "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}})
+    ev.insert(
+        i,
+        {
+            "type": "response.content_part.added",
+            "sequence_number": 0,
+            "item_id": ev[i]["item_id"],
+            "output_index": ev[i]["output_index"],
+            "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+        },
+    )
     return renumber(ev)
 
 
 def _args_on_message(ev: list[Event]) -> list[Event]:
     i = _find(ev, "response.output_text.delta")
-    ev.insert(i, {"type": "response.function_call_arguments.delta", "sequence_number": 0,
-                  "item_id": ev[i]["item_id"], "output_index": ev[i]["output_index"],
-                  "delta": "{}"})
+    ev.insert(
+        i,
+        {
+            "type": "response.function_call_arguments.delta",
+            "sequence_number": 0,
+            "item_id": ev[i]["item_id"],
+            "output_index": ev[i]["output_index"],
+            "delta": "{}",
+        },
+    )
     return renumber(ev)
 
 
@@ -703,13 +771,13 @@ def _reasoning_one_key(ev: list[Event]) -> list[Event]:
     return ev
 
 
-EVENT_MUTATIONS: list[tuple[str, Callable[[], list[Event]], Callable[[list[Event]], list[Event]],
-                            str, dict[str, Any]]] = [
+EVENT_MUTATIONS: list[
+    tuple[str, Callable[[], list[Event]], Callable[[list[Event]], list[Event]], str, dict[str, Any]]
+] = [
     ("sequence gap", text_stream, _gap, "sequence", {}),
     ("sequence starts at 1", text_stream, _start_at_one, "sequence", {}),
     ("sequence_number not int", text_stream, _sequence_as_string, "sequence", {}),
-    ("missing output_text.done", text_stream, _delete("response.output_text.done"),
-     "delta-order", {}),
+    ("missing output_text.done", text_stream, _delete("response.output_text.done"), "delta-order", {}),
     ("delta before content_part.added", text_stream, _delta_before_part, "delta-order", {}),
     ("wrong output_index", text_stream, _wrong_output_index, "output-index", {}),
     ("created with output", text_stream, _created_with_output, "lifecycle-output", {}),
@@ -726,8 +794,7 @@ EVENT_MUTATIONS: list[tuple[str, Callable[[], list[Event]], Callable[[list[Event
     ("missing terminal", text_stream, _delete("response.completed"), "terminal-missing", {}),
     ("unknown event type", text_stream, _unknown_type, "unknown-type", {}),
     ("item content != parts", text_stream, _item_content_differs, "item-content", {}),
-    ("terminal output != done items", text_stream, _terminal_output_differs,
-     "terminal-output", {}),
+    ("terminal output != done items", text_stream, _terminal_output_differs, "terminal-output", {}),
     ("item left open", text_stream, _item_left_open, "item-open", {}),
     ("item_id mismatch", text_stream, _wrong_item_id, "item-id", {}),
     ("added message has content", text_stream, _added_message_with_content, "item-added", {}),
@@ -735,44 +802,37 @@ EVENT_MUTATIONS: list[tuple[str, Callable[[], list[Event]], Callable[[list[Event
     ("part.done != streamed text", text_stream, _part_done_differs, "part-mismatch", {}),
     ("done item still in_progress", text_stream, _item_done_status_in_progress, "item-done", {}),
     ("response id changes", text_stream, _lifecycle_id_changes, "response-identity", {}),
-    ("background stream read as foreground", background_stream, lambda ev: ev,
-     "background", {}),
-    ("foreground stream read as background", text_stream, lambda ev: ev, "background",
-     {"background": True}),
-    ("incomplete without reason", incomplete_stream, _incomplete_reason_missing,
-     "incomplete-details", {}),
-    ("incomplete item, response completed", incomplete_stream, _incomplete_item_but_completed,
-     "incomplete-item", {}),
+    ("background stream read as foreground", background_stream, lambda ev: ev, "background", {}),
+    ("foreground stream read as background", text_stream, lambda ev: ev, "background", {"background": True}),
+    ("incomplete without reason", incomplete_stream, _incomplete_reason_missing, "incomplete-details", {}),
+    ("incomplete item, response completed", incomplete_stream, _incomplete_item_but_completed, "incomplete-item", {}),
     ("failed without error", failed_stream, _failed_without_error, "response-error", {}),
     ("error shapes disagree", failed_stream, _error_shapes_disagree, "error-event", {}),
-    ("error without OpenAI flat fields", failed_stream, _error_without_flat_fields,
-     "schema-openai", {}),
-    ("output_text.delta without logprobs", text_stream, _delta_without_logprobs,
-     "schema-openai", {}),
-    ("arguments.done without name", parallel_calls_stream, _args_done_without_name,
-     "schema-openai", {}),
-    ("event between error and failed", failed_stream, _error_not_before_failed,
-     "error-placement", {}),
+    ("error without OpenAI flat fields", failed_stream, _error_without_flat_fields, "schema-openai", {}),
+    ("output_text.delta without logprobs", text_stream, _delta_without_logprobs, "schema-openai", {}),
+    ("arguments.done without name", parallel_calls_stream, _args_done_without_name, "schema-openai", {}),
+    ("event between error and failed", failed_stream, _error_not_before_failed, "error-placement", {}),
     ("arguments done != deltas", parallel_calls_stream, _args_done_differs, "function-args", {}),
-    ("content part on function_call", parallel_calls_stream, _content_part_on_call,
-     "content-part", {}),
+    ("content part on function_call", parallel_calls_stream, _content_part_on_call, "content-part", {}),
     ("arguments delta on message", text_stream, _args_on_message, "function-args", {}),
-    ("function_call added with arguments", parallel_calls_stream, _call_added_with_args,
-     "item-added", {}),
-    ("tool without description", parallel_calls_stream, _missing_tool_description,
-     "response-field", {}),
+    ("function_call added with arguments", parallel_calls_stream, _call_added_with_args, "item-added", {}),
+    ("tool without description", parallel_calls_stream, _missing_tool_description, "response-field", {}),
     ("reasoning with one key", reasoning_stream, _reasoning_one_key, "response-field", {}),
     ("summary_index not dense", reasoning_stream, _summary_index_skips, "summary", {}),
-    ("summary part done before text done", reasoning_stream, _summary_done_before_text_done,
-     "delta-order", {}),
+    ("summary part done before text done", reasoning_stream, _summary_done_before_text_done, "delta-order", {}),
 ]
 
 
-@pytest.mark.parametrize(("name", "build", "mutate", "rule", "kw"), EVENT_MUTATIONS,
-                         ids=[m[0] for m in EVENT_MUTATIONS])
-def test_event_mutation_is_caught(name: str, build: Callable[[], list[Event]],
-                                  mutate: Callable[[list[Event]], list[Event]], rule: str,
-                                  kw: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("name", "build", "mutate", "rule", "kw"), EVENT_MUTATIONS, ids=[m[0] for m in EVENT_MUTATIONS]
+)
+def test_event_mutation_is_caught(
+    name: str,
+    build: Callable[[], list[Event]],
+    mutate: Callable[[list[Event]], list[Event]],
+    rule: str,
+    kw: dict[str, Any],
+) -> None:
     events = mutate(build())
     with pytest.raises(StreamViolation) as info:
         validate_events(events, **kw)
@@ -785,29 +845,38 @@ def _sse(raw_events: Callable[[], list[Event]] = text_stream) -> str:
 
 SSE_MUTATIONS: list[tuple[str, Callable[[str], Any], str]] = [
     ("CRLF line endings", lambda s: s.replace("\n", "\r\n"), "sse-crlf"),
-    ("event name != type", lambda s: s.replace("event: response.in_progress\n",
-                                               "event: response.progress\n", 1), "sse-event-name"),
+    (
+        "event name != type",
+        lambda s: s.replace("event: response.in_progress\n", "event: response.progress\n", 1),
+        "sse-event-name",
+    ),
     ("missing [DONE]", lambda s: s[: -len("data: [DONE]\n\n")], "sse-done"),
     ("[DONE] without blank line", lambda s: s[:-1], "sse-done"),
     ("frame after [DONE]", lambda s: s + ": late\n\n", "sse-done"),
     ("bare event: ping", lambda s: s.replace(": keep-alive\n\n", "event: ping\n\n"), "sse-framing"),
-    ("data without event line", lambda s: s.replace("event: response.created\n", "", 1),
-     "sse-framing"),
+    ("data without event line", lambda s: s.replace("event: response.created\n", "", 1), "sse-framing"),
     ("extra blank line", lambda s: s.replace("\n\n", "\n\n\n", 2), "sse-framing"),
-    ("non-compact JSON", lambda s: s.replace('"type":"response.created"',
-                                             '"type": "response.created"', 1), "sse-compact"),
-    ("data not JSON", lambda s: s.replace('data: {"type":"response.created"',
-                                          'data: {type:"response.created"', 1), "sse-json"),
-    ("frame split across writes",
-     lambda s: [s[:40], s[40:]], "sse-chunk"),
+    (
+        "non-compact JSON",
+        lambda s: s.replace('"type":"response.created"', '"type": "response.created"', 1),
+        "sse-compact",
+    ),
+    (
+        "data not JSON",
+        lambda s: s.replace('data: {"type":"response.created"', 'data: {type:"response.created"', 1),
+        "sse-json",
+    ),
+    ("frame split across writes", lambda s: [s[:40], s[40:]], "sse-chunk"),
     ("not UTF-8", lambda s: s.encode().replace(b"Hel", b"\xffel"), "sse-encoding"),
-    ("id line in frame", lambda s: s.replace("event: response.created\n",
-                                             "id: 0\nevent: response.created\n", 1), "sse-framing"),
+    (
+        "id line in frame",
+        lambda s: s.replace("event: response.created\n", "id: 0\nevent: response.created\n", 1),
+        "sse-framing",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "mutate", "rule"), SSE_MUTATIONS,
-                         ids=[m[0] for m in SSE_MUTATIONS])
+@pytest.mark.parametrize(("name", "mutate", "rule"), SSE_MUTATIONS, ids=[m[0] for m in SSE_MUTATIONS])
 def test_sse_mutation_is_caught(name: str, mutate: Callable[[str], Any], rule: str) -> None:
     raw = mutate(_sse())
     with pytest.raises(StreamViolation) as info:
@@ -906,8 +975,7 @@ def test_valid_fixtures_satisfy_the_openai_sdk_stream_helper(name: str) -> None:
     events = build()
     emitted: list[Any] = []
     for ev in events:
-        emitted = state.handle_event(construct_type_unchecked(type_=cast(Any, ResponseStreamEvent),
-                                                              value=ev))
+        emitted = state.handle_event(construct_type_unchecked(type_=cast(Any, ResponseStreamEvent), value=ev))
     if events[-1]["type"] == "response.completed":
         # The SDK rebuilt its completed Response; it must hold every item we streamed.
         assert len(emitted[-1].response.output) == len(events[-1]["response"]["output"])

@@ -154,9 +154,7 @@ def test_tool_calls_interleaved(upstream: ScriptedUpstream, client: httpx.Client
         "name": "get_weather",
         "arguments": '{"city":"Paris","unit":"c"}',
     }
-    assert assembled[1]["id"] == "call_b" and json.loads(assembled[1]["arguments"]) == {
-        "tz": "Europe/Paris"
-    }
+    assert assembled[1]["id"] == "call_b" and json.loads(assembled[1]["arguments"]) == {"tz": "Europe/Paris"}
     assert json_chunks(payloads)[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
     upstream.enqueue("m", Reply(tool_calls=calls))
@@ -208,10 +206,7 @@ def test_unscripted_model_is_404(upstream: ScriptedUpstream, client: httpx.Clien
 def test_delay_and_latency(upstream: ScriptedUpstream, client: httpx.Client) -> None:
     upstream.enqueue("m", Reply(text="late", delay=0.3))
     start = time.monotonic()
-    assert (
-        client.post("/chat/completions", json=chat("m")).json()["choices"][0]["message"]["content"]
-        == "late"
-    )
+    assert client.post("/chat/completions", json=chat("m")).json()["choices"][0]["message"]["content"] == "late"
     assert time.monotonic() - start >= 0.3
 
     upstream.latency = 0.2
@@ -228,9 +223,7 @@ def test_interval_paces_chunks(upstream: ScriptedUpstream, client: httpx.Client)
     assert time.monotonic() - start >= 0.2
 
 
-def test_disconnect_after_is_protocol_error(
-    upstream: ScriptedUpstream, client: httpx.Client
-) -> None:
+def test_disconnect_after_is_protocol_error(upstream: ScriptedUpstream, client: httpx.Client) -> None:
     upstream.enqueue("m", Reply(text="a" * 40, chunk_chars=4, disconnect_after=3))
     received: list[str] = []
     with (
@@ -341,9 +334,7 @@ def test_echo(upstream: ScriptedUpstream, client: httpx.Client) -> None:
 def test_records_requests(upstream: ScriptedUpstream, client: httpx.Client) -> None:
     upstream.enqueue("m", Reply(text="ok"))
     body = chat("m", temperature=0.5)
-    client.post(
-        "/chat/completions", json=body, headers={"Authorization": "Bearer sk-test", "X-Trace": "1"}
-    )
+    client.post("/chat/completions", json=body, headers={"Authorization": "Bearer sk-test", "X-Trace": "1"})
     client.get("/models")
     first, second = upstream.requests
     assert first.path == "/v1/chat/completions" and first.method == "POST"

@@ -175,11 +175,7 @@ def _message_text(content: Any) -> str:
         return content
     if isinstance(content, list):
         # Accept both Chat Completions ("text") and Responses ("input_text") parts.
-        return "".join(
-            part["text"]
-            for part in content
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
-        )
+        return "".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
     return ""
 
 
@@ -196,8 +192,11 @@ def _responses_as_chat(body: dict[str, Any]) -> dict[str, Any]:
     """A Responses request seen as Chat Completions, for the scripting (model, echo, usage)."""
     raw = body.get("input")
     items = [{"type": "message", "role": "user", "content": raw}] if isinstance(raw, str) else raw or []
-    messages = [{"role": item.get("role"), "content": item.get("content")} for item in items
-                if isinstance(item, dict) and item.get("type", "message") == "message"]
+    messages = [
+        {"role": item.get("role"), "content": item.get("content")}
+        for item in items
+        if isinstance(item, dict) and item.get("type", "message") == "message"
+    ]
     return {**body, "messages": messages}
 
 
@@ -217,11 +216,15 @@ def _messages_as_chat(body: dict[str, Any]) -> dict[str, Any]:
 def _responses_usage(usage: dict[str, Any]) -> dict[str, Any]:
     if "input_tokens" in usage:
         return usage
-    return {"input_tokens": usage.get("prompt_tokens", 0), "output_tokens": usage.get("completion_tokens", 0),
-            "total_tokens": usage.get("total_tokens", 0),
-            "input_tokens_details": {"cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)},
-            "output_tokens_details": {"reasoning_tokens":
-                                      (usage.get("completion_tokens_details") or {}).get("reasoning_tokens", 0)}}
+    return {
+        "input_tokens": usage.get("prompt_tokens", 0),
+        "output_tokens": usage.get("completion_tokens", 0),
+        "total_tokens": usage.get("total_tokens", 0),
+        "input_tokens_details": {"cached_tokens": (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)},
+        "output_tokens_details": {
+            "reasoning_tokens": (usage.get("completion_tokens_details") or {}).get("reasoning_tokens", 0)
+        },
+    }
 
 
 def _usage(body: dict[str, Any], text: str | None, reasoning: str | None) -> dict[str, Any]:
@@ -517,9 +520,7 @@ class ScriptedUpstream:
 
         if method == "POST" and path == "/v1/chat/completions":
             if bad_json:
-                await self._send_json(
-                    send, 400, _error("request body is not a JSON object", "invalid_request_error")
-                )
+                await self._send_json(send, 400, _error("request body is not a JSON object", "invalid_request_error"))
                 return
             await self._chat(body, index, receive, send)
         elif method == "POST" and path == "/v1/responses":
@@ -531,8 +532,13 @@ class ScriptedUpstream:
         elif method == "GET" and path == "/v1/models":
             created = int(time.time())
             data = [
-                {"id": name, "object": "model", "created": created, "owned_by": "scripted-upstream",
-                 **self.model_info.get(name, {})}
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "scripted-upstream",
+                    **self.model_info.get(name, {}),
+                }
                 for name in self._known_models()
             ]
             await self._send_json(send, 200, {"object": "list", "data": data})
@@ -540,12 +546,25 @@ class ScriptedUpstream:
             # Deterministic 4-dimensional vectors; 1 token per word.
             texts = body.get("input")
             texts = [texts] if isinstance(texts, str) else texts if isinstance(texts, list) else []
-            data = [{"object": "embedding", "index": i,
-                     "embedding": [len(str(t)) / 10, i / 10, 0.5, float(str(t).count(" "))]}
-                    for i, t in enumerate(texts)]
+            data = [
+                {
+                    "object": "embedding",
+                    "index": i,
+                    "embedding": [len(str(t)) / 10, i / 10, 0.5, float(str(t).count(" "))],
+                }
+                for i, t in enumerate(texts)
+            ]
             tokens = sum(len(str(t).split()) for t in texts)
-            await self._send_json(send, 200, {"object": "list", "data": data, "model": body.get("model"),
-                                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+            await self._send_json(
+                send,
+                200,
+                {
+                    "object": "list",
+                    "data": data,
+                    "model": body.get("model"),
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                },
+            )
         elif method == "POST" and path == "/tokenize" and self.tokenizer:
             messages = body.get("messages") or []
             chars = sum(len(json.dumps(m.get("content"))) for m in messages if isinstance(m, dict))
@@ -558,16 +577,21 @@ class ScriptedUpstream:
             )
 
     @staticmethod
-    async def _send_json(send: Send, status: int, payload: dict[str, Any] | str,
-                         extra_headers: dict[str, str] | None = None) -> None:
+    async def _send_json(
+        send: Send, status: int, payload: dict[str, Any] | str, extra_headers: dict[str, str] | None = None
+    ) -> None:
         data = payload.encode() if isinstance(payload, str) else _dumps(payload).encode()
-        headers = [*_JSON_HEADERS, (b"content-length", str(len(data)).encode()),
-                   *((k.encode(), v.encode()) for k, v in (extra_headers or {}).items())]
+        headers = [
+            *_JSON_HEADERS,
+            (b"content-length", str(len(data)).encode()),
+            *((k.encode(), v.encode()) for k, v in (extra_headers or {}).items()),
+        ]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data, "more_body": False})
 
-    async def _chat(self, body: dict[str, Any], index: int, receive: Receive, send: Send,
-                    dialect: str = "chat") -> None:
+    async def _chat(
+        self, body: dict[str, Any], index: int, receive: Receive, send: Send, dialect: str = "chat"
+    ) -> None:
         model = body.get("model")
         reply = self._pick(model)
         if reply is None:
@@ -599,9 +623,12 @@ class ScriptedUpstream:
                 if watch is not None:
                     watch.finished = True
                 payload = (
-                    reply.raw_body if reply.raw_body is not None
-                    else self._response_object(body, reply) if dialect == "responses"
-                    else self._anthropic_message(body, reply) if dialect == "anthropic"
+                    reply.raw_body
+                    if reply.raw_body is not None
+                    else self._response_object(body, reply)
+                    if dialect == "responses"
+                    else self._anthropic_message(body, reply)
+                    if dialect == "anthropic"
                     else self._completion(body, reply)
                 )
                 await self._send_json(send, 200, payload)
@@ -612,9 +639,7 @@ class ScriptedUpstream:
                 self._add_active(-1)
 
     @staticmethod
-    def _resolve(
-        body: dict[str, Any], reply: Reply
-    ) -> tuple[str | None, list[dict[str, Any]], str]:
+    def _resolve(body: dict[str, Any], reply: Reply) -> tuple[str | None, list[dict[str, Any]], str]:
         text = _echo_text(body) if reply.echo else reply.text
         calls = _normalize_tool_calls(reply.tool_calls) if reply.tool_calls else []
         finish = reply.finish_reason or ("tool_calls" if calls else "stop")
@@ -635,9 +660,7 @@ class ScriptedUpstream:
             "created": int(time.time()),
             "model": body.get("model"),
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": reply.usage
-            if reply.usage is not None
-            else _usage(body, text, reply.reasoning),
+            "usage": reply.usage if reply.usage is not None else _usage(body, text, reply.reasoning),
         }
 
     def _response_object(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
@@ -645,23 +668,48 @@ class ScriptedUpstream:
         text, calls, finish = self._resolve(body, reply)
         output: list[dict[str, Any]] = []
         if reply.reasoning:
-            output.append({"type": "reasoning", "id": f"rs_{uuid.uuid4().hex}", "summary": [],
-                           "content": [{"type": "reasoning_text", "text": reply.reasoning}]})
+            output.append(
+                {
+                    "type": "reasoning",
+                    "id": f"rs_{uuid.uuid4().hex}",
+                    "summary": [],
+                    "content": [{"type": "reasoning_text", "text": reply.reasoning}],
+                }
+            )
         parts = ([{"type": "output_text", "text": text, "annotations": []}] if text else []) + (
-            [{"type": "refusal", "refusal": reply.refusal}] if reply.refusal else [])
+            [{"type": "refusal", "refusal": reply.refusal}] if reply.refusal else []
+        )
         if parts:
-            output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}", "role": "assistant",
-                           "status": "completed", "content": parts})
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{uuid.uuid4().hex}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": parts,
+                }
+            )
         for call in calls:
-            output.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex}", "call_id": call["id"],
-                           "name": call["function"]["name"], "arguments": call["function"]["arguments"],
-                           "status": "completed"})
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{uuid.uuid4().hex}",
+                    "call_id": call["id"],
+                    "name": call["function"]["name"],
+                    "arguments": call["function"]["arguments"],
+                    "status": "completed",
+                }
+            )
         usage = reply.usage if reply.usage is not None else _usage(body, text, reply.reasoning)
         return {
-            "id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": int(time.time()),
-            "model": body.get("model"), "status": "incomplete" if finish == "length" else "completed",
+            "id": f"resp_{uuid.uuid4().hex}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": body.get("model"),
+            "status": "incomplete" if finish == "length" else "completed",
             "incomplete_details": {"reason": "max_output_tokens"} if finish == "length" else None,
-            "output": output, "usage": _responses_usage(usage),
+            "output": output,
+            "usage": _responses_usage(usage),
         }
 
     def _anthropic_message(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
@@ -673,49 +721,96 @@ class ScriptedUpstream:
         if text:
             blocks.append({"type": "text", "text": text})
         for call in calls:
-            blocks.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
-                           "input": json.loads(call["function"]["arguments"] or "{}")})
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": call["id"],
+                    "name": call["function"]["name"],
+                    "input": json.loads(call["function"]["arguments"] or "{}"),
+                }
+            )
         usage = reply.usage if reply.usage is not None else _usage(body, text, reply.reasoning)
         if "prompt_tokens" in usage:
             usage = {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"]}
-        stop = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
-                "content_filter": "refusal"}.get(finish, finish)
-        return {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": body.get("model"),
-                "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
+        stop = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}.get(
+            finish, finish
+        )
+        return {
+            "id": f"msg_{uuid.uuid4().hex}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model"),
+            "content": blocks,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": usage,
+        }
 
     def _anthropic_events(self, body: dict[str, Any], reply: Reply) -> tuple[list[bytes], bool]:
         if reply.raw_chunks is not None:
-            return [(f"event: {c['type']}\n".encode() if isinstance(c, dict) else b"") + _sse(c)
-                    for c in reply.raw_chunks], False
+            return [
+                (f"event: {c['type']}\n".encode() if isinstance(c, dict) else b"") + _sse(c) for c in reply.raw_chunks
+            ], False
         final = self._anthropic_message(body, reply)
         usage = final["usage"]
         start_usage = {**usage, "output_tokens": 1}
-        events: list[dict[str, Any]] = [{"type": "message_start", "message": {
-            **final, "content": [], "stop_reason": None, "usage": start_usage}}]
+        events: list[dict[str, Any]] = [
+            {"type": "message_start", "message": {**final, "content": [], "stop_reason": None, "usage": start_usage}}
+        ]
         size = reply.chunk_chars
         for index, block in enumerate(final["content"]):
             if block["type"] == "thinking":
-                events.append({"type": "content_block_start", "index": index,
-                               "content_block": {"type": "thinking", "thinking": ""}})
-                events += [{"type": "content_block_delta", "index": index,
-                            "delta": {"type": "thinking_delta", "thinking": p}} for p in _pieces(block["thinking"], size)]
-                events.append({"type": "content_block_delta", "index": index,
-                               "delta": {"type": "signature_delta", "signature": block["signature"]}})
+                events.append(
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {"type": "thinking", "thinking": ""},
+                    }
+                )
+                events += [
+                    {"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": p}}
+                    for p in _pieces(block["thinking"], size)
+                ]
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "signature_delta", "signature": block["signature"]},
+                    }
+                )
             elif block["type"] == "text":
-                events.append({"type": "content_block_start", "index": index,
-                               "content_block": {"type": "text", "text": ""}})
+                events.append(
+                    {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
+                )
                 events.append({"type": "ping"})
-                events += [{"type": "content_block_delta", "index": index,
-                            "delta": {"type": "text_delta", "text": p}} for p in _pieces(block["text"], size)]
+                events += [
+                    {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": p}}
+                    for p in _pieces(block["text"], size)
+                ]
             else:
-                events.append({"type": "content_block_start", "index": index, "content_block": {
-                    "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}})
-                events += [{"type": "content_block_delta", "index": index,
-                            "delta": {"type": "input_json_delta", "partial_json": p}}
-                           for p in _pieces(json.dumps(block["input"]), size)]
+                events.append(
+                    {
+                        "type": "content_block_start",
+                        "index": index,
+                        "content_block": {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}},
+                    }
+                )
+                events += [
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": p},
+                    }
+                    for p in _pieces(json.dumps(block["input"]), size)
+                ]
             events.append({"type": "content_block_stop", "index": index})
-        events.append({"type": "message_delta", "delta": {"stop_reason": final["stop_reason"], "stop_sequence": None},
-                       "usage": {"output_tokens": usage.get("output_tokens", 0)}})
+        events.append(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": final["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": usage.get("output_tokens", 0)},
+            }
+        )
         events.append({"type": "message_stop"})
         return [f"event: {e['type']}\n".encode() + _sse(e) for e in events], False
 
@@ -725,34 +820,80 @@ class ScriptedUpstream:
             return [_sse(c) for c in reply.raw_chunks], reply.raw_done
         final = self._response_object(body, reply)
         shell = {**final, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
-        events: list[dict[str, Any]] = [{"type": "response.created", "response": shell},
-                                        {"type": "response.in_progress", "response": shell}]
+        events: list[dict[str, Any]] = [
+            {"type": "response.created", "response": shell},
+            {"type": "response.in_progress", "response": shell},
+        ]
         size = reply.chunk_chars
         for index, item in enumerate(final["output"]):
             if item["type"] == "function_call":
-                events.append({"type": "response.output_item.added", "output_index": index,
-                               "item": {**item, "arguments": "", "status": "in_progress"}})
-                events += [{"type": "response.function_call_arguments.delta", "output_index": index,
-                            "item_id": item["id"], "delta": p} for p in _pieces(item["arguments"], size)]
-                events.append({"type": "response.function_call_arguments.done", "output_index": index,
-                               "item_id": item["id"], "arguments": item["arguments"]})
+                events.append(
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": index,
+                        "item": {**item, "arguments": "", "status": "in_progress"},
+                    }
+                )
+                events += [
+                    {
+                        "type": "response.function_call_arguments.delta",
+                        "output_index": index,
+                        "item_id": item["id"],
+                        "delta": p,
+                    }
+                    for p in _pieces(item["arguments"], size)
+                ]
+                events.append(
+                    {
+                        "type": "response.function_call_arguments.done",
+                        "output_index": index,
+                        "item_id": item["id"],
+                        "arguments": item["arguments"],
+                    }
+                )
             elif item["type"] == "reasoning":
-                events.append({"type": "response.output_item.added", "output_index": index,
-                               "item": {**item, "content": []}})
-                events += [{"type": "response.reasoning_text.delta", "output_index": index, "content_index": 0,
-                            "item_id": item["id"], "delta": p}
-                           for p in _pieces(item["content"][0]["text"], size)]
+                events.append(
+                    {"type": "response.output_item.added", "output_index": index, "item": {**item, "content": []}}
+                )
+                events += [
+                    {
+                        "type": "response.reasoning_text.delta",
+                        "output_index": index,
+                        "content_index": 0,
+                        "item_id": item["id"],
+                        "delta": p,
+                    }
+                    for p in _pieces(item["content"][0]["text"], size)
+                ]
             else:
-                events.append({"type": "response.output_item.added", "output_index": index,
-                               "item": {**item, "content": [], "status": "in_progress"}})
+                events.append(
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": index,
+                        "item": {**item, "content": [], "status": "in_progress"},
+                    }
+                )
                 for part_index, part in enumerate(item["content"]):
                     kind = "output_text" if part["type"] == "output_text" else "refusal"
-                    events.append({"type": "response.content_part.added", "output_index": index,
-                                   "content_index": part_index, "item_id": item["id"],
-                                   "part": {**part, kind if kind == "refusal" else "text": ""}})
-                    events += [{"type": f"response.{kind}.delta", "output_index": index,
-                                "content_index": part_index, "item_id": item["id"], "delta": p}
-                               for p in _pieces(part["text" if kind == "output_text" else "refusal"], size)]
+                    events.append(
+                        {
+                            "type": "response.content_part.added",
+                            "output_index": index,
+                            "content_index": part_index,
+                            "item_id": item["id"],
+                            "part": {**part, kind if kind == "refusal" else "text": ""},
+                        }
+                    )
+                    events += [
+                        {
+                            "type": f"response.{kind}.delta",
+                            "output_index": index,
+                            "content_index": part_index,
+                            "item_id": item["id"],
+                            "delta": p,
+                        }
+                        for p in _pieces(part["text" if kind == "output_text" else "refusal"], size)
+                    ]
             events.append({"type": "response.output_item.done", "output_index": index, "item": item})
         events.append({"type": f"response.{final['status']}", "response": final})
         for number, event in enumerate(events):
@@ -766,12 +907,8 @@ class ScriptedUpstream:
 
         text, calls, finish = self._resolve(body, reply)
         stream_options = body.get("stream_options")
-        requested_usage = isinstance(stream_options, dict) and bool(
-            stream_options.get("include_usage")
-        )
-        include_usage = (
-            requested_usage if reply.include_usage_chunk is None else reply.include_usage_chunk
-        )
+        requested_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
+        include_usage = requested_usage if reply.include_usage_chunk is None else reply.include_usage_chunk
         base = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion.chunk",
@@ -785,14 +922,7 @@ class ScriptedUpstream:
         tail = b',"usage":null}\n\n' if include_usage else b"}\n\n"
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-            return (
-                head
-                + _dumps(delta).encode()
-                + b',"finish_reason":'
-                + _dumps(finish_reason).encode()
-                + b"}]"
-                + tail
-            )
+            return head + _dumps(delta).encode() + b',"finish_reason":' + _dumps(finish_reason).encode() + b"}]" + tail
 
         size = reply.chunk_chars
         events = [chunk({"role": "assistant", "content": ""})]
@@ -831,12 +961,21 @@ class ScriptedUpstream:
         return events, True
 
     async def _stream(
-        self, body: dict[str, Any], reply: Reply, index: int, watch: _DisconnectWatch, send: Send,
+        self,
+        body: dict[str, Any],
+        reply: Reply,
+        index: int,
+        watch: _DisconnectWatch,
+        send: Send,
         dialect: str = "chat",
     ) -> None:
-        events, send_done = (self._responses_events(body, reply) if dialect == "responses"
-                             else self._anthropic_events(body, reply) if dialect == "anthropic"
-                             else self._stream_events(body, reply))
+        events, send_done = (
+            self._responses_events(body, reply)
+            if dialect == "responses"
+            else self._anthropic_events(body, reply)
+            if dialect == "anthropic"
+            else self._stream_events(body, reply)
+        )
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
 
         async def emit(data: bytes) -> bool:
@@ -891,14 +1030,10 @@ def main(argv: Iterable[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Scripted OpenAI-compatible upstream (echo mode).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8091)
-    parser.add_argument(
-        "--latency", type=float, default=0.0, help="seconds of delay before every reply"
-    )
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds of delay before every reply")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(list(argv) if argv is not None else None)
-    upstream = ScriptedUpstream(
-        host=args.host, port=args.port, latency=args.latency, default_echo=True
-    )
+    upstream = ScriptedUpstream(host=args.host, port=args.port, latency=args.latency, default_echo=True)
     upstream.run(log_level=args.log_level)
 
 

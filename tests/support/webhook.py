@@ -1,4 +1,5 @@
 """A real HTTP webhook server on loopback for tool tests: records calls, scripted behaviour per path."""
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,12 @@ class WebhookServer:
 
             def _serve(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                call = WebhookCall(self.path, {k.lower(): v for k, v in self.headers.items()},
-                                   self.rfile.read(length), time.monotonic())
+                call = WebhookCall(
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    self.rfile.read(length),
+                    time.monotonic(),
+                )
                 with outer._lock:
                     outer.calls.append(call)
                 route = outer.routes.get(self.path, Route(status=404, body={"error": "no route"}))

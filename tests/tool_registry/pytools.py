@@ -1,4 +1,5 @@
 """Python tools used by the tests (allowlisted via GATEWAY_PYTHON_TOOL_MODULES in tests)."""
+
 from __future__ import annotations
 
 import asyncio

@@ -109,9 +109,7 @@ class LoopbackServer(ThreadingHTTPServer):
         super().__init__((host, port), _Handler)
         self.host = host
         self.port: int = self.server_address[1]
-        self._thread = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
     def get_request(self) -> tuple[socket.socket, Any]:
@@ -183,9 +181,7 @@ class FakeDNS:
     def sequence(self, name: str, first: list[str], later: list[str]) -> None:
         self.answers[name] = lambda n: first if n == 1 else later
 
-    def __call__(
-        self, host: Any, port: Any, family: int = 0, type: int = 0, proto: int = 0, flags: int = 0
-    ) -> Any:
+    def __call__(self, host: Any, port: Any, family: int = 0, type: int = 0, proto: int = 0, flags: int = 0) -> Any:
         name = host.decode() if isinstance(host, bytes) else str(host)
         if name not in self.answers:
             if name.endswith((".test", ".example")):
@@ -195,9 +191,7 @@ class FakeDNS:
         infos = []
         for text in self.answers[name](self.calls[name]):
             if ":" in text:
-                infos.append(
-                    (socket.AF_INET6, socket.SOCK_STREAM, 6, "", (text, int(port or 0), 0, 0))
-                )
+                infos.append((socket.AF_INET6, socket.SOCK_STREAM, 6, "", (text, int(port or 0), 0, 0)))
             else:
                 infos.append((socket.AF_INET, socket.SOCK_STREAM, 6, "", (text, int(port or 0))))
         return infos
@@ -245,14 +239,10 @@ LOOPBACK_TARGETS = [
     ("http://[::1]:{p6}/", "v6"),
 ]
 
-PERMISSIVE = EgressPolicy.from_strings(
-    ["127.0.0.0/8", "::1", "0.0.0.0/32", "evil.test", "localhost"]
-)
+PERMISSIVE = EgressPolicy.from_strings(["127.0.0.0/8", "::1", "0.0.0.0/32", "evil.test", "localhost"])
 
 
-def _target(
-    template: str, which: str, request: pytest.FixtureRequest
-) -> tuple[str, LoopbackServer]:
+def _target(template: str, which: str, request: pytest.FixtureRequest) -> tuple[str, LoopbackServer]:
     server: LoopbackServer = request.getfixturevalue("canary6" if which == "v6" else "canary")
     return template.format(p4=server.port, p6=server.port), server
 
@@ -334,9 +324,7 @@ async def test_every_resolved_address_must_pass(
     # A public address first does not excuse a loopback one later: the connector may use either.
     dns.set("mixed.test", "93.184.216.34", "127.0.0.1")
     with pytest.raises(EgressDenied, match="127.0.0.1"):
-        await send_checked(
-            "GET", f"http://mixed.test:{canary.port}/", policy=NOTHING_ALLOWED, timeout=TIMEOUT
-        )
+        await send_checked("GET", f"http://mixed.test:{canary.port}/", policy=NOTHING_ALLOWED, timeout=TIMEOUT)
     assert sent == []
     await assert_untouched(canary)
 
@@ -380,9 +368,7 @@ async def test_redirect_targets_are_rechecked(
     b = serve("127.0.0.1")
     b.routes["/go"] = Route(302, {"Location": location.format(c=loop2.port, b=b.port)})
     with pytest.raises(EgressDenied):
-        await send_checked(
-            "POST", f"http://127.0.0.1:{b.port}/go", policy=ONLY_B, json={}, timeout=TIMEOUT
-        )
+        await send_checked("POST", f"http://127.0.0.1:{b.port}/go", policy=ONLY_B, json={}, timeout=TIMEOUT)
     assert b.connections == 1  # the allowlisted server was reached...
     await assert_untouched(loop2)  # ...its redirect target was not
 
@@ -414,9 +400,7 @@ async def test_relative_redirect_and_303_becomes_get(serve: Callable[..., Loopba
 
 
 @pytest.mark.parametrize("status", [301, 302])
-async def test_301_302_become_get_without_body(
-    status: int, serve: Callable[..., LoopbackServer]
-) -> None:
+async def test_301_302_become_get_without_body(status: int, serve: Callable[..., LoopbackServer]) -> None:
     b = serve("127.0.0.1")
     b.routes["/old"] = Route(status, {"Location": "/new"})
     response = await send_checked(
@@ -427,9 +411,7 @@ async def test_301_302_become_get_without_body(
 
 
 @pytest.mark.parametrize("status", [307, 308])
-async def test_307_308_keep_method_and_body(
-    status: int, serve: Callable[..., LoopbackServer]
-) -> None:
+async def test_307_308_keep_method_and_body(status: int, serve: Callable[..., LoopbackServer]) -> None:
     b = serve("127.0.0.1")
     b.routes["/old"] = Route(status, {"Location": f"http://127.0.0.1:{b.port}/new"})
     response = await send_checked(
@@ -460,9 +442,7 @@ async def test_redirect_response_without_location_is_returned(
 ) -> None:
     b = serve("127.0.0.1")
     b.routes["/x"] = Route(302, {}, b"no location")
-    response = await send_checked(
-        "GET", f"http://127.0.0.1:{b.port}/x", policy=ONLY_B, timeout=TIMEOUT
-    )
+    response = await send_checked("GET", f"http://127.0.0.1:{b.port}/x", policy=ONLY_B, timeout=TIMEOUT)
     assert response.status_code == 302 and response.content == b"no location"
 
 
@@ -514,9 +494,7 @@ async def test_dns_rebinding_between_redirect_hops_is_caught(
         b.routes["/hop"] = Route(302, {"Location": "/after"})
         dns.sequence("rebind.test", first=["127.0.0.1"], later=["127.0.0.2"])
         with pytest.raises(EgressDenied, match="127.0.0.2"):
-            await send_checked(
-                "GET", f"http://rebind.test:{b.port}/hop", policy=ONLY_B, timeout=TIMEOUT
-            )
+            await send_checked("GET", f"http://rebind.test:{b.port}/hop", policy=ONLY_B, timeout=TIMEOUT)
         assert dns.calls["rebind.test"] == 2  # once per hop
         assert b.connections == 1
         await assert_untouched(twin)
@@ -529,9 +507,7 @@ async def test_dns_rebinding_between_redirect_hops_is_caught(
 # --------------------------------------------------------------------------------------------
 
 
-async def test_allowlisted_hostname_and_wildcard(
-    serve: Callable[..., LoopbackServer], dns: FakeDNS
-) -> None:
+async def test_allowlisted_hostname_and_wildcard(serve: Callable[..., LoopbackServer], dns: FakeDNS) -> None:
     b = serve("127.0.0.1")
     dns.set("tools.corp.test", "127.0.0.1")
     dns.set("deep.tools.corp.test", "127.0.0.1")
@@ -539,9 +515,7 @@ async def test_allowlisted_hostname_and_wildcard(
     dns.set("exact.test", "127.0.0.1")
     policy = EgressPolicy.from_strings(["*.corp.test", "EXACT.test."])
     for name in ("tools.corp.test", "deep.tools.corp.test", "exact.test", "Exact.Test"):
-        response = await send_checked(
-            "GET", f"http://{name}:{b.port}/", policy=policy, timeout=TIMEOUT
-        )
+        response = await send_checked("GET", f"http://{name}:{b.port}/", policy=policy, timeout=TIMEOUT)
         assert response.status_code == 200
     assert b.connections == 4
     with pytest.raises(EgressDenied, match="corp.test"):  # the wildcard covers subdomains only
@@ -551,9 +525,7 @@ async def test_allowlisted_hostname_and_wildcard(
     assert b.connections == 4
 
 
-async def test_connect_falls_back_to_next_checked_address(
-    serve: Callable[..., LoopbackServer], dns: FakeDNS
-) -> None:
+async def test_connect_falls_back_to_next_checked_address(serve: Callable[..., LoopbackServer], dns: FakeDNS) -> None:
     b = serve("127.0.0.1")
     if not _can_bind("127.0.0.3", b.port):
         pytest.skip("127.0.0.3 unusable here")
@@ -619,9 +591,7 @@ def test_policy_validation() -> None:
 
 
 def test_policy_matching() -> None:
-    policy = EgressPolicy.from_strings(
-        ["*.corp.example", "api.example.com", "10.0.0.0/8", "fd00::/8"]
-    )
+    policy = EgressPolicy.from_strings(["*.corp.example", "api.example.com", "10.0.0.0/8", "fd00::/8"])
     assert policy.host_allowed("a.corp.example") and policy.host_allowed("A.B.Corp.Example.")
     assert not policy.host_allowed("corp.example") and not policy.host_allowed("evilcorp.example")
     assert policy.host_allowed("API.example.com.") and not policy.host_allowed("x.api.example.com")
@@ -634,9 +604,16 @@ def test_policy_matching() -> None:
 
 def test_policy_entries_with_a_port_allow_that_port_only() -> None:
     policy = EgressPolicy.from_strings(
-        ["MCP.Internal:8443", "*.svc.example:80", "10.0.0.5:8080", "10.1.0.0/16:443", "[FD00::5]:8080", "fd00::6"])
-    assert policy.allow == ("mcp.internal:8443", "*.svc.example:80", "10.0.0.5:8080", "10.1.0.0/16:443",
-                            "[fd00::5]:8080", "fd00::6")
+        ["MCP.Internal:8443", "*.svc.example:80", "10.0.0.5:8080", "10.1.0.0/16:443", "[FD00::5]:8080", "fd00::6"]
+    )
+    assert policy.allow == (
+        "mcp.internal:8443",
+        "*.svc.example:80",
+        "10.0.0.5:8080",
+        "10.1.0.0/16:443",
+        "[fd00::5]:8080",
+        "fd00::6",
+    )
     assert policy.host_allowed("mcp.internal", 8443)
     assert not policy.host_allowed("mcp.internal", 8444) and not policy.host_allowed("mcp.internal")
     assert policy.host_allowed("a.svc.example", 80) and not policy.host_allowed("a.svc.example", 6379)
@@ -769,9 +746,7 @@ def test_embedded_ipv4_extraction() -> None:
     assert embedded_ipv4(ipaddress.ip_address("64:ff9b::7f00:1")) == [v4("127.0.0.1")]
     assert embedded_ipv4(ipaddress.ip_address("2002:7f00:1::")) == [v4("127.0.0.1")]
     assert embedded_ipv4(ipaddress.ip_address("::127.0.0.1")) == [v4("127.0.0.1")]
-    assert v4("127.0.0.1") in embedded_ipv4(
-        ipaddress.ip_address("2001:0:4136:e378:8000:63bf:80ff:fffe")
-    )
+    assert v4("127.0.0.1") in embedded_ipv4(ipaddress.ip_address("2001:0:4136:e378:8000:63bf:80ff:fffe"))
     assert embedded_ipv4(ipaddress.ip_address("::1")) == []
     assert embedded_ipv4(ipaddress.ip_address("2606:4700::1")) == []
 
@@ -852,9 +827,7 @@ def test_parse_url_rejects(url: str) -> None:
 async def test_rejected_urls_never_reach_a_client(sent: list[httpx.Request]) -> None:
     for url in ("http://user@127.0.0.1/", "ftp://127.0.0.1/", "file:///etc/passwd"):
         with pytest.raises(EgressDenied):
-            await send_checked(
-                "GET", url, policy=EgressPolicy.from_strings(["127.0.0.1"]), timeout=TIMEOUT
-            )
+            await send_checked("GET", url, policy=EgressPolicy.from_strings(["127.0.0.1"]), timeout=TIMEOUT)
     assert sent == []
 
 
@@ -907,9 +880,7 @@ async def test_pinned_request_variants(dns: FakeDNS) -> None:
         timeout=TIMEOUT,
         transport=transport,
     )
-    await send_checked(
-        "GET", "http://plain.example/", policy=NOTHING_ALLOWED, timeout=TIMEOUT, transport=transport
-    )
+    await send_checked("GET", "http://plain.example/", policy=NOTHING_ALLOWED, timeout=TIMEOUT, transport=transport)
     await send_checked(
         "GET",
         "https://93.184.216.34/",
@@ -932,9 +903,7 @@ async def test_cross_origin_redirect_drops_credentials(dns: FakeDNS) -> None:
     recorder = Recorder(
         {
             "https://93.184.216.34/a": httpx.Response(307, headers={"Location": "/b"}),
-            "https://93.184.216.34/b": httpx.Response(
-                307, headers={"Location": "https://other.example/c"}
-            ),
+            "https://93.184.216.34/b": httpx.Response(307, headers={"Location": "https://other.example/c"}),
         }
     )
     headers = {"Authorization": "Bearer t", "X-Api-Key": "k", "User-Agent": "gw", "Cookie": "s=1"}
@@ -948,19 +917,9 @@ async def test_cross_origin_redirect_drops_credentials(dns: FakeDNS) -> None:
         transport=httpx.MockTransport(recorder),
     )
     _first, same_origin, other = recorder.requests
-    assert (
-        same_origin.headers["authorization"] == "Bearer t"
-        and same_origin.headers["x-api-key"] == "k"
-    )
-    assert (
-        str(other.url) == "https://93.184.216.35/c"
-        and other.extensions["sni_hostname"] == "other.example"
-    )
-    assert (
-        "authorization" not in other.headers
-        and "x-api-key" not in other.headers
-        and "cookie" not in other.headers
-    )
+    assert same_origin.headers["authorization"] == "Bearer t" and same_origin.headers["x-api-key"] == "k"
+    assert str(other.url) == "https://93.184.216.35/c" and other.extensions["sni_hostname"] == "other.example"
+    assert "authorization" not in other.headers and "x-api-key" not in other.headers and "cookie" not in other.headers
     assert other.headers["user-agent"] == "gw" and other.content == b"{}" and other.method == "POST"
 
 

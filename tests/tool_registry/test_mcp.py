@@ -1,5 +1,6 @@
 """MCP tools end to end: a real MCP server (the `mcp` package, streamable HTTP, in a
 subprocess), the scripted upstream, the real `openai` SDK and the strict stream validator."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,14 @@ pytestmark = pytest.mark.embedded
 
 
 def adhoc(server: McpServerProcess, **extra) -> dict:  # type: ignore[no-untyped-def]
-    return {"type": "mcp", "server_label": "shop", "server_url": server.url,
-            "headers": {"Authorization": f"Bearer {server.token}"}, "require_approval": "never", **extra}
+    return {
+        "type": "mcp",
+        "server_label": "shop",
+        "server_url": server.url,
+        "headers": {"Authorization": f"Bearer {server.token}"},
+        "require_approval": "never",
+        **extra,
+    }
 
 
 def stream(gateway: Gateway, body: dict) -> tuple[bytes, dict]:
@@ -31,7 +38,9 @@ def stream(gateway: Gateway, body: dict) -> tuple[bytes, dict]:
     return raw, terminal
 
 
-def test_list_and_call_in_one_response(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
+def test_list_and_call_in_one_response(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess
+) -> None:
     scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 2, "b": 40}, "c1")]), Reply(text="It is 42."))
     resp = gateway.openai().responses.create(model=MODEL, input="2+40?", tools=[adhoc(mcp_server)])
     assert resp.status == "completed"
@@ -55,27 +64,34 @@ def test_list_and_call_in_one_response(gateway: Gateway, scripted: ScriptedUpstr
     assert tool.type == "mcp" and tool.server_label == "shop" and not tool.headers
 
 
-def test_streamed_mcp_response_is_valid(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
-    scripted.enqueue(MODEL, Reply(tool_calls=[call("lookup_order", {"order_id": "A7"}, "c1")]),
-                     Reply(text="Shipped."))
+def test_streamed_mcp_response_is_valid(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess
+) -> None:
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("lookup_order", {"order_id": "A7"}, "c1")]), Reply(text="Shipped."))
     raw, terminal = stream(gateway, {"model": MODEL, "input": "Where is A7?", "tools": [adhoc(mcp_server)]})
     events = [json.loads(line[6:]) for line in raw.decode().split("\n") if line.startswith("data: {")]
     types = [e["type"] for e in events]
     mcp_events = [t for n, t in enumerate(types) if "mcp" in t and t != types[n - 1]]
     assert mcp_events == [
-        "response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed",
-        "response.mcp_call.in_progress", "response.mcp_call_arguments.delta",
-        "response.mcp_call_arguments.done", "response.mcp_call.completed",
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.completed",
+        "response.mcp_call.in_progress",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.completed",
     ]
     # The call item stays open while the server runs it: done comes after completed.
-    done_at = max(n for n, e in enumerate(events) if e["type"] == "response.output_item.done"
-                  and e["item"]["type"] == "mcp_call")
+    done_at = max(
+        n for n, e in enumerate(events) if e["type"] == "response.output_item.done" and e["item"]["type"] == "mcp_call"
+    )
     assert types.index("response.mcp_call.completed") == done_at - 1
     assert terminal["output"][1]["output"] == "order A7: shipped"
     assert mcp_server.counts() == {"lookup_order": 1}
 
 
-def test_loop_mixes_mcp_registry_and_client_tools(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer, mcp_server: McpServerProcess) -> None:  # type: ignore[no-untyped-def]
+def test_loop_mixes_mcp_registry_and_client_tools(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer, mcp_server: McpServerProcess
+) -> None:  # type: ignore[no-untyped-def]
     scripted.enqueue(
         MODEL,
         # step 1: an MCP call and a registry http call, in parallel
@@ -84,18 +100,31 @@ def test_loop_mixes_mcp_registry_and_client_tools(tools_env, gateway: Gateway, s
         Reply(tool_calls=[call("notify_user", {"text": "3, sunny"}, "c3")]),
         Reply(text="Told them."),
     )
-    tools = [adhoc(mcp_server), {"type": "function", "name": "get_weather"},
-             {"type": "function", "name": "notify_user", "parameters": {
-                 "type": "object", "properties": {"text": {"type": "string"}}}}]
+    tools = [
+        adhoc(mcp_server),
+        {"type": "function", "name": "get_weather"},
+        {
+            "type": "function",
+            "name": "notify_user",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+        },
+    ]
     raw, first = stream(gateway, {"model": MODEL, "input": "go", "tools": tools})
     assert [o["type"] for o in first["output"]] == [
-        "mcp_list_tools", "mcp_call", "function_call", "function_call_output", "function_call"]
+        "mcp_list_tools",
+        "mcp_call",
+        "function_call",
+        "function_call_output",
+        "function_call",
+    ]
     assert first["output"][1]["output"] == "3"
     assert "sunny" in first["output"][3]["output"]
     assert first["output"][4]["name"] == "notify_user"
     client = gateway.openai()
     second = client.responses.create(
-        model=MODEL, previous_response_id=first["id"], tools=tools,
+        model=MODEL,
+        previous_response_id=first["id"],
+        tools=tools,
         input=[{"type": "function_call_output", "call_id": first["output"][4]["call_id"], "output": "ok"}],
     )
     assert second.output_text == "Told them."
@@ -109,7 +138,9 @@ def test_loop_mixes_mcp_registry_and_client_tools(tools_env, gateway: Gateway, s
     assert [m["content"] for m in tool_messages][0] == "3" and tool_messages[-1]["content"] == "ok"
 
 
-def test_approval_required_then_approved_runs_once(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
+def test_approval_required_then_approved_runs_once(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess
+) -> None:
     tools = [adhoc(mcp_server, require_approval="always")]
     scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 20, "b": 22}, "c1")]))
     client = gateway.openai()
@@ -121,10 +152,15 @@ def test_approval_required_then_approved_runs_once(gateway: Gateway, scripted: S
     assert mcp_server.counts() == {}  # nothing runs before the user says so
 
     scripted.enqueue(MODEL, Reply(text="42."))
-    raw, second = stream(gateway, {
-        "model": MODEL, "previous_response_id": first.id, "tools": tools,
-        "input": [{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}],
-    })
+    raw, second = stream(
+        gateway,
+        {
+            "model": MODEL,
+            "previous_response_id": first.id,
+            "tools": tools,
+            "input": [{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}],
+        },
+    )
     assert [o["type"] for o in second["output"]] == ["mcp_call", "message"]
     assert second["output"][0]["approval_request_id"] == request.id
     assert second["output"][0]["output"] == "42"
@@ -137,14 +173,18 @@ def test_approval_required_then_approved_runs_once(gateway: Gateway, scripted: S
     # Answering the same request again (another branch of the chain) never runs it twice.
     scripted.enqueue(MODEL, Reply(text="Still 42."))
     third = client.responses.create(
-        model=MODEL, previous_response_id=first.id, tools=tools,
+        model=MODEL,
+        previous_response_id=first.id,
+        tools=tools,
         input=[{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}],
     )
     assert third.output[0].type == "mcp_call" and third.output[0].output == "42"
     assert mcp_server.counts() == {"add": 1}
 
 
-def test_denied_call_is_not_run_and_the_model_hears_it(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
+def test_denied_call_is_not_run_and_the_model_hears_it(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess
+) -> None:
     tools = [adhoc(mcp_server, require_approval={"never": {"tool_names": ["add"]}})]
     scripted.enqueue(MODEL, Reply(tool_calls=[call("lookup_order", {"order_id": "A1"}, "c1")]))
     client = gateway.openai()
@@ -153,9 +193,12 @@ def test_denied_call_is_not_run_and_the_model_hears_it(gateway: Gateway, scripte
     assert request.type == "mcp_approval_request" and request.name == "lookup_order"
     scripted.enqueue(MODEL, Reply(text="Understood, I will not look it up."))
     second = client.responses.create(
-        model=MODEL, previous_response_id=first.id, tools=tools,
-        input=[{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": False,
-                "reason": "private"}],
+        model=MODEL,
+        previous_response_id=first.id,
+        tools=tools,
+        input=[
+            {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": False, "reason": "private"}
+        ],
     )
     assert [o.type for o in second.output] == ["message"]
     assert mcp_server.counts() == {}
@@ -164,26 +207,36 @@ def test_denied_call_is_not_run_and_the_model_hears_it(gateway: Gateway, scripte
     assert "denied" in messages[-1]["content"] and "private" in messages[-1]["content"]
 
 
-def test_approval_response_must_answer_a_request_in_the_chain(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
+def test_approval_response_must_answer_a_request_in_the_chain(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess
+) -> None:
     with gateway.http() as http:
-        r = http.post("/v1/responses", json={
-            "model": MODEL, "tools": [adhoc(mcp_server)],
-            "input": [{"type": "mcp_approval_response", "approval_request_id": "mcpr_nope", "approve": True}],
-        })
+        r = http.post(
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "tools": [adhoc(mcp_server)],
+                "input": [{"type": "mcp_approval_response", "approval_request_id": "mcpr_nope", "approve": True}],
+            },
+        )
         assert r.status_code == 400, r.text
         assert "mcpr_nope" in r.json()["error"]["message"]
-        bad = http.post("/v1/responses", json={
-            "model": MODEL, "input": [{"type": "mcp_approval_response", "approval_request_id": "x"}],
-        })
+        bad = http.post(
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": [{"type": "mcp_approval_response", "approval_request_id": "x"}],
+            },
+        )
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[0].approve"
     assert mcp_server.counts() == {}
 
 
-def test_allowed_tools_filter_what_the_model_sees(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
+def test_allowed_tools_filter_what_the_model_sees(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess
+) -> None:
     scripted.enqueue(MODEL, Reply(tool_calls=[call("lookup_order", {"order_id": "A1"}, "c1")]), Reply(text="no"))
-    resp = gateway.openai().responses.create(
-        model=MODEL, input="hi", tools=[adhoc(mcp_server, allowed_tools=["add"])]
-    )
+    resp = gateway.openai().responses.create(model=MODEL, input="hi", tools=[adhoc(mcp_server, allowed_tools=["add"])])
     sent = scripted.requests[0].body
     assert [t["function"]["name"] for t in sent["tools"]] == ["add"]
     # The listing item reports what the model could use; a call outside it never runs.
@@ -192,11 +245,16 @@ def test_allowed_tools_filter_what_the_model_sees(gateway: Gateway, scripted: Sc
     assert mcp_server.counts() == {}
 
 
-def test_server_down_and_tool_errors_are_clean_outputs(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings) -> None:  # type: ignore[no-untyped-def]
+def test_server_down_and_tool_errors_are_clean_outputs(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
+) -> None:  # type: ignore[no-untyped-def]
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW += ["127.0.0.1:9"]
     down = {"type": "mcp", "server_label": "down", "server_url": "http://127.0.0.1:9/mcp", "require_approval": "never"}
-    scripted.enqueue(MODEL, Reply(tool_calls=[call("lookup_order", {"order_id": "missing"}, "c1")]),
-                     Reply(text="That order does not exist."))
+    scripted.enqueue(
+        MODEL,
+        Reply(tool_calls=[call("lookup_order", {"order_id": "missing"}, "c1")]),
+        Reply(text="That order does not exist."),
+    )
     raw, resp = stream(gateway, {"model": MODEL, "input": "?", "tools": [down, adhoc(mcp_server)]})
     kinds = [o["type"] for o in resp["output"]]
     assert kinds == ["mcp_list_tools", "mcp_list_tools", "mcp_call", "message"]
@@ -213,13 +271,18 @@ def test_server_down_and_tool_errors_are_clean_outputs(gateway: Gateway, scripte
     assert resp["status"] == "completed"
 
 
-def test_server_dying_mid_response_fails_the_call_not_the_response(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+def test_server_dying_mid_response_fails_the_call_not_the_response(
+    gateway: Gateway, scripted: ScriptedUpstream, settings
+) -> None:  # type: ignore[no-untyped-def]
     server = McpServerProcess(token="t")
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{server.port}"]
     try:
         tools = [adhoc(server)]
-        scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 1, "b": 1}, "c1")], delay=1.5),
-                         Reply(text="The tool server is down."))
+        scripted.enqueue(
+            MODEL,
+            Reply(tool_calls=[call("add", {"a": 1, "b": 1}, "c1")], delay=1.5),
+            Reply(text="The tool server is down."),
+        )
         import threading
 
         threading.Timer(0.5, server.stop).start()
@@ -231,23 +294,47 @@ def test_server_dying_mid_response_fails_the_call_not_the_response(gateway: Gate
     assert resp.output[1].error.type == "http_error" and resp.output[1].error.code == 502
 
 
-def test_adhoc_server_url_passes_the_egress_policy(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings) -> None:  # type: ignore[no-untyped-def]
+def test_adhoc_server_url_passes_the_egress_policy(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
+) -> None:  # type: ignore[no-untyped-def]
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = []
     with gateway.http() as http:
-        for url in (mcp_server.url, "http://169.254.169.254/mcp", "http://[::ffff:127.0.0.1]:80/mcp",
-                    "http://2130706433/mcp", "http://10.0.0.8/mcp"):
-            r = http.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": [
-                {"type": "function", "name": "f"}, {"type": "mcp", "server_label": "s", "server_url": url}]})
+        for url in (
+            mcp_server.url,
+            "http://169.254.169.254/mcp",
+            "http://[::ffff:127.0.0.1]:80/mcp",
+            "http://2130706433/mcp",
+            "http://10.0.0.8/mcp",
+        ):
+            r = http.post(
+                "/v1/responses",
+                json={
+                    "model": MODEL,
+                    "input": "x",
+                    "tools": [
+                        {"type": "function", "name": "f"},
+                        {"type": "mcp", "server_label": "s", "server_url": url},
+                    ],
+                },
+            )
             assert r.status_code == 400, (url, r.text)
             assert r.json()["error"]["param"] == "tools[1].server_url"
-        r = http.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": [
-            {"type": "mcp", "server_label": "s", "server_url": "file:///etc/passwd"}]})
+        r = http.post(
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": "x",
+                "tools": [{"type": "mcp", "server_label": "s", "server_url": "file:///etc/passwd"}],
+            },
+        )
         assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].server_url"
     assert scripted.requests == []
     assert mcp_server.counts() == {}
 
 
-def test_adhoc_servers_can_be_switched_off(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings) -> None:  # type: ignore[no-untyped-def]
+def test_adhoc_servers_can_be_switched_off(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
+) -> None:  # type: ignore[no-untyped-def]
     settings.GATEWAY_MCP_ADHOC = False
     with gateway.http() as http:
         r = http.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": [adhoc(mcp_server)]})
@@ -256,15 +343,23 @@ def test_adhoc_servers_can_be_switched_off(gateway: Gateway, scripted: ScriptedU
     assert "switched off" in r.json()["error"]["message"]
 
 
-@pytest.mark.parametrize("tool, param", [
-    ({"type": "mcp", "server_label": "bad label!", "server_url": "http://x/mcp"}, "tools[0].server_label"),
-    ({"type": "mcp", "server_label": "s", "server_url": "http://x/mcp", "require_approval": "sometimes"},
-     "tools[0].require_approval"),
-    ({"type": "mcp", "server_label": "s", "server_url": "http://x/mcp", "allowed_tools": "add"}, "tools[0].allowed_tools"),
-    ({"type": "mcp", "server_label": "s", "connector_id": "connector_gmail"}, "tools[0].connector_id"),
-    ({"type": "mcp", "server_label": "s", "server_url": "http://x/mcp", "headers": {"a": 1}}, "tools[0].headers"),
-    ({"type": "mcp", "server_label": "unregistered"}, "tools[0].server_label"),
-])
+@pytest.mark.parametrize(
+    "tool, param",
+    [
+        ({"type": "mcp", "server_label": "bad label!", "server_url": "http://x/mcp"}, "tools[0].server_label"),
+        (
+            {"type": "mcp", "server_label": "s", "server_url": "http://x/mcp", "require_approval": "sometimes"},
+            "tools[0].require_approval",
+        ),
+        (
+            {"type": "mcp", "server_label": "s", "server_url": "http://x/mcp", "allowed_tools": "add"},
+            "tools[0].allowed_tools",
+        ),
+        ({"type": "mcp", "server_label": "s", "connector_id": "connector_gmail"}, "tools[0].connector_id"),
+        ({"type": "mcp", "server_label": "s", "server_url": "http://x/mcp", "headers": {"a": 1}}, "tools[0].headers"),
+        ({"type": "mcp", "server_label": "unregistered"}, "tools[0].server_label"),
+    ],
+)
 def test_bad_mcp_tools_are_400s_naming_the_field(gateway: Gateway, tool: dict, param: str) -> None:
     with gateway.http() as http:
         r = http.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": [tool]})
@@ -272,8 +367,12 @@ def test_bad_mcp_tools_are_400s_naming_the_field(gateway: Gateway, tool: dict, p
     assert r.json()["error"]["param"] == param
 
 
-def test_max_tool_calls_bounds_mcp_calls(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
-    scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 1, "b": 1}, "c1"), call("add", {"a": 2, "b": 2}, "c2")]))
+def test_max_tool_calls_bounds_mcp_calls(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess
+) -> None:
+    scripted.enqueue(
+        MODEL, Reply(tool_calls=[call("add", {"a": 1, "b": 1}, "c1"), call("add", {"a": 2, "b": 2}, "c2")])
+    )
     raw, resp = stream(gateway, {"model": MODEL, "input": "x", "tools": [adhoc(mcp_server)], "max_tool_calls": 1})
     assert resp["status"] == "incomplete" and resp["incomplete_details"]["reason"] == "max_tool_calls"
     calls = [o for o in resp["output"] if o["type"] == "mcp_call"]
@@ -282,22 +381,33 @@ def test_max_tool_calls_bounds_mcp_calls(gateway: Gateway, scripted: ScriptedUps
     assert mcp_server.counts() == {"add": 1}
 
 
-def test_registered_server_by_label_and_by_route(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_registered_server_by_label_and_by_route(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import ModelRoute, Tenant
     from tool_registry.models import McpServer
 
     monkeypatch.setenv("SHOP_MCP_TOKEN", f"Bearer {mcp_server.token}")
-    server = McpServer(label="shop", url=mcp_server.url, headers_env={"Authorization": "SHOP_MCP_TOKEN"},
-                       approval="per_tool", approval_tools=["lookup_order"], allowed_tools=["add", "lookup_order"])
+    server = McpServer(
+        label="shop",
+        url=mcp_server.url,
+        headers_env={"Authorization": "SHOP_MCP_TOKEN"},
+        approval="per_tool",
+        approval_tools=["lookup_order"],
+        allowed_tools=["add", "lookup_order"],
+    )
     server.full_clean()
     server.save()
     # By label: the registry brings URL and credentials; the request cannot loosen approval.
-    scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 5, "b": 5}, "c1"),
-                                              call("lookup_order", {"order_id": "Z"}, "c2")]),
-                     Reply(text="10"))
+    scripted.enqueue(
+        MODEL,
+        Reply(tool_calls=[call("add", {"a": 5, "b": 5}, "c1"), call("lookup_order", {"order_id": "Z"}, "c2")]),
+        Reply(text="10"),
+    )
     client = gateway.openai()
-    resp = client.responses.create(model=MODEL, input="x", tools=[
-        {"type": "mcp", "server_label": "shop", "require_approval": "never"}])
+    resp = client.responses.create(
+        model=MODEL, input="x", tools=[{"type": "mcp", "server_label": "shop", "require_approval": "never"}]
+    )
     assert [o.type for o in resp.output] == ["mcp_list_tools", "mcp_call", "mcp_approval_request"]
     assert resp.output[1].output == "10"
     assert mcp_server.counts() == {"add": 1}
@@ -323,8 +433,9 @@ def test_registered_server_by_label_and_by_route(gateway: Gateway, scripted: Scr
     other, _ = make_key(tenant="other")
     gateway_module_clear()
     with gateway.http(key=other) as http:
-        r = http.post("/v1/responses", json={"model": MODEL, "input": "x",
-                                             "tools": [{"type": "mcp", "server_label": "shop"}]})
+        r = http.post(
+            "/v1/responses", json={"model": MODEL, "input": "x", "tools": [{"type": "mcp", "server_label": "shop"}]}
+        )
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].server_label"
 
 
@@ -334,7 +445,9 @@ def gateway_module_clear() -> None:
     gateway_module.clear_cache()
 
 
-def test_mcp_on_a_background_worker(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, worker) -> None:  # type: ignore[no-untyped-def]
+def test_mcp_on_a_background_worker(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, worker
+) -> None:  # type: ignore[no-untyped-def]
     scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 3, "b": 4}, "c1")]), Reply(text="7"))
     client = gateway.openai()
     started = client.responses.create(model=MODEL, input="3+4", tools=[adhoc(mcp_server)], background=True)
@@ -351,7 +464,9 @@ def test_mcp_on_a_background_worker(gateway: Gateway, scripted: ScriptedUpstream
     assert mcp_server.counts() == {"add": 1}
 
 
-def test_openai_sdk_stream_helper_accumulates_mcp_items(gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess) -> None:
+def test_openai_sdk_stream_helper_accumulates_mcp_items(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess
+) -> None:
     scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 6, "b": 7}, "c1")]), Reply(text="13"))
     wire: list[bytes] = []
     client = gateway.openai(http_client=httpx.Client(transport=_TeeTransport(wire)))
@@ -386,5 +501,9 @@ class _TeeTransport(httpx.HTTPTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = super().handle_request(request)
-        return httpx.Response(response.status_code, headers=response.headers,
-                              stream=_TeeStream(response.stream, self.sink), extensions=response.extensions)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_TeeStream(response.stream, self.sink),
+            extensions=response.extensions,
+        )

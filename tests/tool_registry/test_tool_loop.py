@@ -1,4 +1,5 @@
 """Server-side tool loops with registry tools: real webhook server, real upstream, real SDK."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,13 @@ from tool_registry.executors import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 pytestmark = pytest.mark.embedded
 
-def test_one_step_loop_signed_webhook(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
-    scripted.enqueue(MODEL, Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "call_1")]),
-                     Reply(text="It is sunny in Paris."))
+
+def test_one_step_loop_signed_webhook(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
+) -> None:  # type: ignore[no-untyped-def]
+    scripted.enqueue(
+        MODEL, Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "call_1")]), Reply(text="It is sunny in Paris.")
+    )
     resp = gateway.openai().responses.create(
         model=MODEL, input="Weather in Paris?", tools=[{"type": "function", "name": "get_weather"}]
     )
@@ -39,7 +44,9 @@ def test_one_step_loop_signed_webhook(tools_env, gateway: Gateway, scripted: Scr
     assert resp.usage.output_tokens >= 2 and resp.usage.input_tokens >= 2
 
 
-def test_three_step_loop_streamed_is_valid(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
+def test_three_step_loop_streamed_is_valid(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
+) -> None:  # type: ignore[no-untyped-def]
     scripted.enqueue(
         MODEL,
         Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "c1")]),
@@ -47,10 +54,19 @@ def test_three_step_loop_streamed_is_valid(tools_env, gateway: Gateway, scripted
         Reply(tool_calls=[call("get_weather", {"city": "Oslo"}, "c3")]),
         Reply(text="Paris, Rome and Oslo are sunny."),
     )
-    with gateway.http() as http, http.stream("POST", "/v1/responses", json={
-        "model": MODEL, "input": "Weather tour", "stream": True,
-        "tools": [{"type": "function", "name": "get_weather"}],
-    }) as r:
+    with (
+        gateway.http() as http,
+        http.stream(
+            "POST",
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": "Weather tour",
+                "stream": True,
+                "tools": [{"type": "function", "name": "get_weather"}],
+            },
+        ) as r,
+    ):
         raw = r.read()
     terminal = validate_sse(raw)
     assert [o["type"] for o in terminal["output"]] == ["function_call", "function_call_output"] * 3 + ["message"]
@@ -60,13 +76,18 @@ def test_three_step_loop_streamed_is_valid(tools_env, gateway: Gateway, scripted
     validate_sse(raw, final_response=stored)
 
 
-def test_parallel_tools_run_concurrently(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
+def test_parallel_tools_run_concurrently(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
+) -> None:  # type: ignore[no-untyped-def]
     tools_env("slow_a", "/slow_a")
     tools_env("slow_b", "/slow_b")
     webhook.routes["/slow_a"] = Route(delay=1.0, body={"a": 1})
     webhook.routes["/slow_b"] = Route(delay=1.0, body={"b": 2})
-    scripted.enqueue(MODEL, Reply(tool_calls=[call("slow_a", {"city": "x"}, "a"), call("slow_b", {"city": "y"}, "b")]),
-                     Reply(text="done"))
+    scripted.enqueue(
+        MODEL,
+        Reply(tool_calls=[call("slow_a", {"city": "x"}, "a"), call("slow_b", {"city": "y"}, "b")]),
+        Reply(text="done"),
+    )
     started = time.monotonic()
     resp = gateway.openai().responses.create(
         model=MODEL, input="go", tools=[{"type": "function", "name": "slow_a"}, {"type": "function", "name": "slow_b"}]
@@ -76,13 +97,18 @@ def test_parallel_tools_run_concurrently(tools_env, gateway: Gateway, scripted: 
     assert elapsed < 1.8, f"two 1 s tools took {elapsed:.2f} s"
 
 
-def test_failing_and_timing_out_tools_become_error_outputs(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
+def test_failing_and_timing_out_tools_become_error_outputs(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
+) -> None:  # type: ignore[no-untyped-def]
     tools_env("broken", "/broken")
     tools_env("sleepy", "/sleepy", timeout=0.3)
     webhook.routes["/broken"] = Route(status=500, body={"error": "db down"})
     webhook.routes["/sleepy"] = Route(delay=2.0)
-    scripted.enqueue(MODEL, Reply(tool_calls=[call("broken", {"city": "x"}, "b1"), call("sleepy", {"city": "y"}, "s1")]),
-                     Reply(text="Sorry, the tools failed."))
+    scripted.enqueue(
+        MODEL,
+        Reply(tool_calls=[call("broken", {"city": "x"}, "b1"), call("sleepy", {"city": "y"}, "s1")]),
+        Reply(text="Sorry, the tools failed."),
+    )
     resp = gateway.openai().responses.create(
         model=MODEL, input="go", tools=[{"type": "function", "name": "broken"}, {"type": "function", "name": "sleepy"}]
     )
@@ -92,9 +118,14 @@ def test_failing_and_timing_out_tools_become_error_outputs(tools_env, gateway: G
     assert "timed out" in outputs[1]["error"]
 
 
-def test_max_tool_calls_ends_incomplete(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
-    scripted.enqueue(MODEL, Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "c1")]),
-                     Reply(tool_calls=[call("get_weather", {"city": "Rome"}, "c2")]))
+def test_max_tool_calls_ends_incomplete(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
+) -> None:  # type: ignore[no-untyped-def]
+    scripted.enqueue(
+        MODEL,
+        Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "c1")]),
+        Reply(tool_calls=[call("get_weather", {"city": "Rome"}, "c2")]),
+    )
     resp = gateway.openai().responses.create(
         model=MODEL, input="go", max_tool_calls=1, tools=[{"type": "function", "name": "get_weather"}]
     )
@@ -102,34 +133,56 @@ def test_max_tool_calls_ends_incomplete(tools_env, gateway: Gateway, scripted: S
     assert len(webhook.calls_to("/weather")) == 1
 
 
-def test_allowed_tools_never_runs_a_disallowed_server_tool(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
+def test_allowed_tools_never_runs_a_disallowed_server_tool(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
+) -> None:  # type: ignore[no-untyped-def]
     tools_env("delete_everything", "/delete")
     scripted.enqueue(MODEL, Reply(tool_calls=[call("delete_everything", {"city": "x"}, "d1")]))
     with gateway.http() as http:
-        body = http.post("/v1/responses", json={
-            "model": MODEL, "input": "go",
-            "tools": [{"type": "function", "name": "get_weather"}, {"type": "function", "name": "delete_everything"}],
-            "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_weather"}]},
-        }).json()
+        body = http.post(
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": "go",
+                "tools": [
+                    {"type": "function", "name": "get_weather"},
+                    {"type": "function", "name": "delete_everything"},
+                ],
+                "tool_choice": {
+                    "type": "allowed_tools",
+                    "mode": "auto",
+                    "tools": [{"type": "function", "name": "get_weather"}],
+                },
+            },
+        ).json()
     assert body["status"] == "completed" and body["output"] == []
     assert webhook.calls_to("/delete") == []
 
 
-def test_mixed_server_and_client_tools_round_trip(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
-    client_tool = {"type": "function", "name": "ask_user", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+def test_mixed_server_and_client_tools_round_trip(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
+) -> None:  # type: ignore[no-untyped-def]
+    client_tool = {
+        "type": "function",
+        "name": "ask_user",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
     scripted.enqueue(
         MODEL,
         Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "w1"), call("ask_user", {"q": "umbrella?"}, "u1")]),
         Reply(text="Take an umbrella anyway."),
     )
     client = gateway.openai()
-    first = client.responses.create(model=MODEL, input="Plan my day",
-                                    tools=[{"type": "function", "name": "get_weather"}, client_tool])
+    first = client.responses.create(
+        model=MODEL, input="Plan my day", tools=[{"type": "function", "name": "get_weather"}, client_tool]
+    )
     assert [o.type for o in first.output] == ["function_call", "function_call", "function_call_output"]
     assert first.output[2].call_id == "w1"  # the server call ran; the client call is for the client
     assert len(webhook.calls_to("/weather")) == 1
     second = client.responses.create(
-        model=MODEL, previous_response_id=first.id, tools=[{"type": "function", "name": "get_weather"}, client_tool],
+        model=MODEL,
+        previous_response_id=first.id,
+        tools=[{"type": "function", "name": "get_weather"}, client_tool],
         input=[{"type": "function_call_output", "call_id": "u1", "output": "yes"}],
     )
     assert second.output_text == "Take an umbrella anyway."
@@ -142,9 +195,13 @@ def test_python_tool_and_route_attached_tools(tools_env, gateway: Gateway, scrip
     from responses_api.models import ModelRoute
     from tool_registry.models import Tool
 
-    adder = Tool(name="add", description="Add two ints", executor="python",
-                 python_callable="tests.tool_registry.pytools:add",
-                 parameters={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}})
+    adder = Tool(
+        name="add",
+        description="Add two ints",
+        executor="python",
+        python_callable="tests.tool_registry.pytools:add",
+        parameters={"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    )
     adder.full_clean()
     adder.save()
     adder.routes.add(ModelRoute.objects.get(name=MODEL))
@@ -154,14 +211,18 @@ def test_python_tool_and_route_attached_tools(tools_env, gateway: Gateway, scrip
     assert [t.name for t in resp.tools] == ["add"]
 
 
-def test_tenant_restricted_tool_is_invisible_to_others(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
+def test_tenant_restricted_tool_is_invisible_to_others(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
+) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import Tenant
     from tool_registry.models import Tool
 
     other = Tenant.objects.create(name="someone-else")
     Tool.objects.get(name="get_weather").tenants.add(other)
     scripted.enqueue(MODEL, Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "c1")]))
-    resp = gateway.openai().responses.create(model=MODEL, input="go", tools=[{"type": "function", "name": "get_weather"}])
+    resp = gateway.openai().responses.create(
+        model=MODEL, input="go", tools=[{"type": "function", "name": "get_weather"}]
+    )
     # not a registry tool for this tenant: it is the client's (bare) tool, returned, never run
     assert [o.type for o in resp.output] == ["function_call"]
     assert webhook.calls_to("/weather") == []
@@ -185,19 +246,27 @@ def test_a_call_is_never_executed_twice_for_the_same_call_id(tools_env, webhook:
 def _search_route(tools_env) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import ModelRoute
 
-    tools_env("corp_search", "/search", parameters={
-        "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]})
+    tools_env(
+        "corp_search",
+        "/search",
+        parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    )
     ModelRoute.objects.filter(name=MODEL).update(hosted_tools={"web_search": "corp_search"})
 
 
-def test_web_search_served_by_a_registry_tool(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
+def test_web_search_served_by_a_registry_tool(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
+) -> None:  # type: ignore[no-untyped-def]
     _search_route(tools_env)
     webhook.routes["/search"] = Route(handler=lambda call: {"results": [f"{call.json['query']}: 42 is the answer"]})
-    scripted.enqueue(MODEL, Reply(tool_calls=[call("corp_search", {"query": "meaning of life"}, "c1")]),
-                     Reply(text="It is 42."))
+    scripted.enqueue(
+        MODEL, Reply(tool_calls=[call("corp_search", {"query": "meaning of life"}, "c1")]), Reply(text="It is 42.")
+    )
     with gateway.http() as http:
-        raw = http.post("/v1/responses", json={"model": MODEL, "input": "Search it", "stream": True,
-                                               "tools": [{"type": "web_search_preview"}]})
+        raw = http.post(
+            "/v1/responses",
+            json={"model": MODEL, "input": "Search it", "stream": True, "tools": [{"type": "web_search_preview"}]},
+        )
     assert "x-gateway-dropped-tools" not in raw.headers
     terminal = validate_sse(raw.text)
     search, message = terminal["output"]
@@ -215,12 +284,23 @@ def test_web_search_served_by_a_registry_tool(tools_env, gateway: Gateway, scrip
     assert json.loads(webhook.calls_to("/search")[0].body) == {"query": "meaning of life"}
 
 
-def test_hosted_tools_a_route_does_not_serve_are_dropped_visibly(tools_env, gateway: Gateway, scripted: ScriptedUpstream) -> None:  # type: ignore[no-untyped-def]
+def test_hosted_tools_a_route_does_not_serve_are_dropped_visibly(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream
+) -> None:  # type: ignore[no-untyped-def]
     _search_route(tools_env)
     scripted.enqueue(MODEL, Reply(text="no tools for that"))
     with gateway.http() as http:
-        raw = http.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": [
-            {"type": "code_interpreter", "container": {"type": "auto"}}, {"type": "file_search", "vector_store_ids": ["vs_1"]}]})
+        raw = http.post(
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": "x",
+                "tools": [
+                    {"type": "code_interpreter", "container": {"type": "auto"}},
+                    {"type": "file_search", "vector_store_ids": ["vs_1"]},
+                ],
+            },
+        )
     assert raw.status_code == 200, raw.text
     assert raw.headers["x-gateway-dropped-tools"] == "code_interpreter,file_search"
     assert "tools" not in scripted.requests[-1].body

@@ -1,5 +1,6 @@
 """POST /v1/responses/compact with the real `openai` SDK, and the compacted window feeding the
 next response over HTTP and over a WebSocket."""
+
 from __future__ import annotations
 
 
@@ -34,15 +35,22 @@ def test_compact_then_continue_over_http(gateway: Gateway, scripted: ScriptedUps
     assert compacted.object == "response.compaction"
     kinds = [(item.type, getattr(item, "role", None)) for item in compacted.output]
     assert kinds == [("message", "user"), ("message", "user"), ("compaction", None)]
-    assert [item.content[0].text for item in compacted.output[:2]] == ["Build a dog cafe landing page.", "Now the menu."]
+    assert [item.content[0].text for item in compacted.output[:2]] == [
+        "Build a dog cafe landing page.",
+        "Now the menu.",
+    ]
     sealed = compacted.output[-1].encrypted_content
     assert SUMMARY not in sealed and "dog" not in sealed  # opaque to the client
     assert compacted.usage.input_tokens > 0 and compacted.usage.output_tokens > 0
     # The model was asked to summarise the whole conversation.
     asked = scripted.requests[-1].body["messages"]
     assert COMPACTION_INSTRUCTIONS in asked[0]["content"]
-    assert [m["content"] for m in asked[1:5]] == ["Build a dog cafe landing page.", "Here is the header.",
-                                                  "Now the menu.", "Menu drafted."]
+    assert [m["content"] for m in asked[1:5]] == [
+        "Build a dog cafe landing page.",
+        "Here is the header.",
+        "Now the menu.",
+        "Menu drafted.",
+    ]
     # Usage is recorded like any response's; the conversation is not stored a second time.
     row = Response.objects.get(id=compacted.id)
     assert (row.status, row.output_tokens) == ("completed", compacted.usage.output_tokens)
@@ -61,8 +69,10 @@ def test_compact_then_continue_over_http(gateway: Gateway, scripted: ScriptedUps
 
 def test_compact_from_input_and_continue_over_a_websocket(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue(MODEL, Reply(text=SUMMARY), Reply(text="Prices added."))
-    items = [{"role": "user", "content": "Build a page."},
-             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]}]
+    items = [
+        {"role": "user", "content": "Build a page."},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]},
+    ]
     resp = gateway.http().post("/v1/responses/compact", json={"model": MODEL, "input": items})
     assert resp.status_code == 200, resp.text
     window = resp.json()["output"]
@@ -70,7 +80,10 @@ def test_compact_from_input_and_continue_over_a_websocket(gateway: Gateway, scri
         events = turn(ws, model=MODEL, input=[*window, {"role": "user", "content": "Prices?"}])
     assert validate_events(events)["output"][0]["content"][0]["text"] == "Prices added."
     assert [m["content"] for m in scripted.requests[-1].body["messages"]] == [
-        "Build a page.", SUMMARY_PREFIX + SUMMARY, "Prices?"]
+        "Build a page.",
+        SUMMARY_PREFIX + SUMMARY,
+        "Prices?",
+    ]
 
 
 def test_compact_errors(gateway: Gateway, scripted: ScriptedUpstream) -> None:
@@ -85,7 +98,10 @@ def test_compact_errors(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     tampered = {**item, "encrypted_content": item["encrypted_content"][:-4] + "AAAA"}
     bad = http.post("/v1/responses", json={"model": MODEL, "input": [tampered, {"role": "user", "content": "x"}]})
     assert bad.status_code == 400
-    assert (bad.json()["error"]["code"], bad.json()["error"]["param"]) == ("invalid_encrypted_content", "input[0].encrypted_content")
+    assert (bad.json()["error"]["code"], bad.json()["error"]["param"]) == (
+        "invalid_encrypted_content",
+        "input[0].encrypted_content",
+    )
     other_key, _ = make_key(tenant="other-co", name="other")
     foreign = gateway.http(other_key).post("/v1/responses", json={"model": MODEL, "input": [item]})
     assert foreign.status_code == 400 and foreign.json()["error"]["code"] == "invalid_encrypted_content"

@@ -1,5 +1,6 @@
 """WebSocket mode of /v1/responses with a real WebSocket client (the `websockets` library)
 through uvicorn: every message sequence checked by the strict stream validator."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,9 @@ TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 @contextmanager
 def socket(gateway: Gateway, key: str | None = None) -> Iterator[ClientConnection]:
     url = gateway.url.replace("http://", "ws://") + "/v1/responses"
-    with connect(url, additional_headers={"Authorization": f"Bearer {key or gateway.key}"},
-                 open_timeout=10, max_size=None) as ws:
+    with connect(
+        url, additional_headers={"Authorization": f"Bearer {key or gateway.key}"}, open_timeout=10, max_size=None
+    ) as ws:
         yield ws
 
 
@@ -77,21 +79,39 @@ def test_messages_sent_while_a_response_runs_wait_their_turn(gateway: Gateway, s
 
 def test_store_false_chains_continue_on_the_socket_only(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue(MODEL, Reply(tool_calls=[call("lookup", {"q": "x"}, "c1")]), Reply(text="found it"))
-    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+    tool = {
+        "type": "function",
+        "name": "lookup",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
     with socket(gateway) as ws:
         first = completed(ws, input="find x", store=False, tools=[tool])
         assert first["output"][-1]["type"] == "function_call"
-        second = completed(ws, previous_response_id=first["id"], store=False, tools=[tool],
-                           input=[{"type": "function_call_output", "call_id": "c1", "output": "x=1"}])
+        second = completed(
+            ws,
+            previous_response_id=first["id"],
+            store=False,
+            tools=[tool],
+            input=[{"type": "function_call_output", "call_id": "c1", "output": "x=1"}],
+        )
         assert second["output"][0]["content"][0]["text"] == "found it"
     messages = scripted.requests[-1].body["messages"]
     assert messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": "x=1"}
     # Nothing was stored, and a new connection (or HTTP) cannot continue it.
     with socket(gateway) as ws:
         events = turn(ws, model=MODEL, input="more", previous_response_id=second["id"])
-    assert events == [{"type": "error", "status": 400, "error": {
-        "type": "invalid_request_error", "code": "previous_response_not_found",
-        "message": events[0]["error"]["message"], "param": "previous_response_id"}}]
+    assert events == [
+        {
+            "type": "error",
+            "status": 400,
+            "error": {
+                "type": "invalid_request_error",
+                "code": "previous_response_not_found",
+                "message": events[0]["error"]["message"],
+                "param": "previous_response_id",
+            },
+        }
+    ]
 
 
 def test_an_older_stored_response_is_hydrated_from_the_database(gateway: Gateway, scripted: ScriptedUpstream) -> None:
@@ -106,7 +126,9 @@ def test_an_older_stored_response_is_hydrated_from_the_database(gateway: Gateway
     assert contents == ["remember me", "stored answer", "and now?"]
 
 
-def test_a_failed_continuation_evicts_the_id_and_the_connection_stays_open(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+def test_a_failed_continuation_evicts_the_id_and_the_connection_stays_open(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
     scripted.enqueue(MODEL, Reply(text="base"), Reply(status=500), Reply(text="fresh"))
     with socket(gateway) as ws:
         base = completed(ws, input="start", store=False)
@@ -138,8 +160,11 @@ def test_authentication_happens_at_the_handshake(gateway: Gateway) -> None:
         assert info.value.response.status_code == 401
         assert json.loads(info.value.response.body)["error"]["code"] == "invalid_api_key"
     with pytest.raises(InvalidStatus):
-        connect(gateway.url.replace("http://", "ws://") + "/v1/models", open_timeout=10,
-                additional_headers={"Authorization": f"Bearer {gateway.key}"})
+        connect(
+            gateway.url.replace("http://", "ws://") + "/v1/models",
+            open_timeout=10,
+            additional_headers={"Authorization": f"Bearer {gateway.key}"},
+        )
 
 
 def test_a_client_that_closes_mid_response_cancels_it(gateway: Gateway, scripted: ScriptedUpstream) -> None:

@@ -7,67 +7,136 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('responses_api', '0001_initial'),
+        ("responses_api", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='EgressAllow',
+            name="EgressAllow",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('entry', models.CharField(max_length=255, unique=True)),
-                ('note', models.CharField(blank=True, max_length=255)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("entry", models.CharField(max_length=255, unique=True)),
+                ("note", models.CharField(blank=True, max_length=255)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'verbose_name': 'egress allowlist entry',
-                'verbose_name_plural': 'egress allowlist',
+                "verbose_name": "egress allowlist entry",
+                "verbose_name_plural": "egress allowlist",
             },
         ),
         migrations.CreateModel(
-            name='Tool',
+            name="Tool",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64, unique=True, validators=[django.core.validators.RegexValidator('^[a-zA-Z0-9_-]{1,64}$', "1-64 letters, digits, '_' or '-'.")])),
-                ('description', models.TextField(blank=True)),
-                ('parameters', models.JSONField(default=dict, help_text='JSON Schema of the arguments (type: object).', validators=[tool_registry.models.validate_json_schema])),
-                ('strict', models.BooleanField(default=True, help_text='Send the schema in strict form.')),
-                ('enabled', models.BooleanField(default=True)),
-                ('timeout', models.FloatField(default=30.0, help_text='Seconds before the call counts as failed.')),
-                ('executor', models.CharField(choices=[('http', 'HTTP webhook'), ('python', 'Python function')], default='http', max_length=16)),
-                ('url', models.URLField(blank=True, help_text='http executor: where arguments are POSTed.', max_length=500)),
-                ('headers_env', models.JSONField(blank=True, default=dict, help_text='http executor: header name -> environment variable holding its value, e.g. {"Authorization": "WEATHER_TOKEN"}.')),
-                ('signing_secret_env', models.CharField(blank=True, help_text='http executor: environment variable holding the HMAC-SHA256 signing secret.', max_length=200)),
-                ('python_callable', models.CharField(blank=True, help_text="python executor: 'module.path:function'; the module must be allowlisted in GATEWAY_PYTHON_TOOL_MODULES.", max_length=300)),
-                ('run_on_worker', models.BooleanField(default=False, help_text='Responses using this tool run on a background worker.')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('routes', models.ManyToManyField(blank=True, help_text='Model routes that get this tool automatically.', related_name='tools', to='responses_api.modelroute')),
-                ('tenants', models.ManyToManyField(blank=True, help_text='Tenants that may use this tool; none selected means every tenant.', related_name='tools', to='responses_api.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=64,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[a-zA-Z0-9_-]{1,64}$", "1-64 letters, digits, '_' or '-'."
+                            )
+                        ],
+                    ),
+                ),
+                ("description", models.TextField(blank=True)),
+                (
+                    "parameters",
+                    models.JSONField(
+                        default=dict,
+                        help_text="JSON Schema of the arguments (type: object).",
+                        validators=[tool_registry.models.validate_json_schema],
+                    ),
+                ),
+                ("strict", models.BooleanField(default=True, help_text="Send the schema in strict form.")),
+                ("enabled", models.BooleanField(default=True)),
+                ("timeout", models.FloatField(default=30.0, help_text="Seconds before the call counts as failed.")),
+                (
+                    "executor",
+                    models.CharField(
+                        choices=[("http", "HTTP webhook"), ("python", "Python function")], default="http", max_length=16
+                    ),
+                ),
+                (
+                    "url",
+                    models.URLField(blank=True, help_text="http executor: where arguments are POSTed.", max_length=500),
+                ),
+                (
+                    "headers_env",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text='http executor: header name -> environment variable holding its value, e.g. {"Authorization": "WEATHER_TOKEN"}.',
+                    ),
+                ),
+                (
+                    "signing_secret_env",
+                    models.CharField(
+                        blank=True,
+                        help_text="http executor: environment variable holding the HMAC-SHA256 signing secret.",
+                        max_length=200,
+                    ),
+                ),
+                (
+                    "python_callable",
+                    models.CharField(
+                        blank=True,
+                        help_text="python executor: 'module.path:function'; the module must be allowlisted in GATEWAY_PYTHON_TOOL_MODULES.",
+                        max_length=300,
+                    ),
+                ),
+                (
+                    "run_on_worker",
+                    models.BooleanField(
+                        default=False, help_text="Responses using this tool run on a background worker."
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "routes",
+                    models.ManyToManyField(
+                        blank=True,
+                        help_text="Model routes that get this tool automatically.",
+                        related_name="tools",
+                        to="responses_api.modelroute",
+                    ),
+                ),
+                (
+                    "tenants",
+                    models.ManyToManyField(
+                        blank=True,
+                        help_text="Tenants that may use this tool; none selected means every tenant.",
+                        related_name="tools",
+                        to="responses_api.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='ToolCallRecord',
+            name="ToolCallRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('response_id', models.CharField(max_length=64)),
-                ('call_id', models.CharField(max_length=128)),
-                ('tool_name', models.CharField(max_length=64)),
-                ('arguments', models.TextField()),
-                ('output', models.TextField(blank=True, null=True)),
-                ('succeeded', models.BooleanField(null=True)),
-                ('started_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("response_id", models.CharField(max_length=64)),
+                ("call_id", models.CharField(max_length=128)),
+                ("tool_name", models.CharField(max_length=64)),
+                ("arguments", models.TextField()),
+                ("output", models.TextField(blank=True, null=True)),
+                ("succeeded", models.BooleanField(null=True)),
+                ("started_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('response_id', 'call_id'), name='one_execution_per_call')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("response_id", "call_id"), name="one_execution_per_call")
+                ],
             },
         ),
     ]

@@ -7,38 +7,113 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0004_provider_base_url_any_host'),
-        ('tool_registry', '0001_initial'),
+        ("responses_api", "0004_provider_base_url_any_host"),
+        ("tool_registry", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='McpServer',
+            name="McpServer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('label', models.CharField(help_text='The server_label clients use, and that mcp_call items carry.', max_length=64, unique=True, validators=[django.core.validators.RegexValidator('^[a-zA-Z0-9_-]{1,64}$', "1-64 letters, digits, '_' or '-'.")])),
-                ('description', models.TextField(blank=True)),
-                ('url', models.URLField(help_text='The streamable-HTTP endpoint, e.g. https://mcp.example.com/mcp.', max_length=500)),
-                ('headers_env', models.JSONField(blank=True, default=dict, help_text='Header name -> environment variable holding its value, e.g. {"Authorization": "DOCS_MCP_TOKEN"}.', validators=[tool_registry.models.validate_headers_env])),
-                ('allowed_tools', models.JSONField(blank=True, default=list, help_text='Tool names requests may use; empty means every tool the server lists.', validators=[tool_registry.models.validate_name_list])),
-                ('approval', models.CharField(choices=[('always', "Always: every call waits for the user's approval"), ('never', 'Never: calls run at once'), ('per_tool', "Per tool: only the tools listed under 'approval tools'")], default='always', max_length=16)),
-                ('approval_tools', models.JSONField(blank=True, default=list, help_text='Per-tool approval: the tools whose calls wait for approval.', validators=[tool_registry.models.validate_name_list])),
-                ('timeout', models.FloatField(default=30.0, help_text='Seconds for one list or call before it counts as failed.')),
-                ('cache_seconds', models.PositiveIntegerField(default=300, help_text='How long a tool listing is reused.')),
-                ('enabled', models.BooleanField(default=True)),
-                ('tools_cache', models.JSONField(blank=True, default=list, editable=False)),
-                ('tools_fetched_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_error', models.TextField(blank=True, editable=False)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('routes', models.ManyToManyField(blank=True, help_text="Model routes that get this server's tools automatically.", related_name='mcp_servers', to='responses_api.modelroute')),
-                ('tenants', models.ManyToManyField(blank=True, help_text='Tenants that may use this server; none selected means every tenant.', related_name='mcp_servers', to='responses_api.tenant')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "label",
+                    models.CharField(
+                        help_text="The server_label clients use, and that mcp_call items carry.",
+                        max_length=64,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[a-zA-Z0-9_-]{1,64}$", "1-64 letters, digits, '_' or '-'."
+                            )
+                        ],
+                    ),
+                ),
+                ("description", models.TextField(blank=True)),
+                (
+                    "url",
+                    models.URLField(
+                        help_text="The streamable-HTTP endpoint, e.g. https://mcp.example.com/mcp.", max_length=500
+                    ),
+                ),
+                (
+                    "headers_env",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text='Header name -> environment variable holding its value, e.g. {"Authorization": "DOCS_MCP_TOKEN"}.',
+                        validators=[tool_registry.models.validate_headers_env],
+                    ),
+                ),
+                (
+                    "allowed_tools",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="Tool names requests may use; empty means every tool the server lists.",
+                        validators=[tool_registry.models.validate_name_list],
+                    ),
+                ),
+                (
+                    "approval",
+                    models.CharField(
+                        choices=[
+                            ("always", "Always: every call waits for the user's approval"),
+                            ("never", "Never: calls run at once"),
+                            ("per_tool", "Per tool: only the tools listed under 'approval tools'"),
+                        ],
+                        default="always",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "approval_tools",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="Per-tool approval: the tools whose calls wait for approval.",
+                        validators=[tool_registry.models.validate_name_list],
+                    ),
+                ),
+                (
+                    "timeout",
+                    models.FloatField(
+                        default=30.0, help_text="Seconds for one list or call before it counts as failed."
+                    ),
+                ),
+                (
+                    "cache_seconds",
+                    models.PositiveIntegerField(default=300, help_text="How long a tool listing is reused."),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                ("tools_cache", models.JSONField(blank=True, default=list, editable=False)),
+                ("tools_fetched_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("last_error", models.TextField(blank=True, editable=False)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "routes",
+                    models.ManyToManyField(
+                        blank=True,
+                        help_text="Model routes that get this server's tools automatically.",
+                        related_name="mcp_servers",
+                        to="responses_api.modelroute",
+                    ),
+                ),
+                (
+                    "tenants",
+                    models.ManyToManyField(
+                        blank=True,
+                        help_text="Tenants that may use this server; none selected means every tenant.",
+                        related_name="mcp_servers",
+                        to="responses_api.tenant",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'MCP server',
-                'ordering': ['label'],
+                "verbose_name": "MCP server",
+                "ordering": ["label"],
             },
         ),
     ]

@@ -1,4 +1,5 @@
 """`manage.py create_api_key NAME`: the secret is printed once, as the last line."""
+
 from django.core.management.base import BaseCommand
 
 from responses_api.services import api_key_create
@@ -14,5 +15,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):  # type: ignore[no-untyped-def]
         key, secret = api_key_create(tenant_name=options["tenant"], name=options["name"], is_admin=options["admin"])
-        self.stdout.write(f"Created key '{key.name}' for tenant '{key.tenant.name}'. Store it now: it is not shown again.")
+        self.stdout.write(
+            f"Created key '{key.name}' for tenant '{key.tenant.name}'. Store it now: it is not shown again."
+        )
         self.stdout.write(secret)

@@ -7,6 +7,7 @@ ready-to-paste examples, and supervises both children until Ctrl-C or SIGTERM.
 
 With ``--setup-only`` it stops after the database, key and config steps (tests, scripts).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -78,9 +79,9 @@ def ensure_state_dir(path: Path) -> Path:
 
 
 def key_is_valid(raw: str) -> bool:
-    if not raw.startswith(KEY_PREFIX) or "_" not in raw[len(KEY_PREFIX):]:
+    if not raw.startswith(KEY_PREFIX) or "_" not in raw[len(KEY_PREFIX) :]:
         return False
-    prefix = raw[len(KEY_PREFIX):].split("_", 1)[0]
+    prefix = raw[len(KEY_PREFIX) :].split("_", 1)[0]
     return ApiKey.objects.filter(prefix=prefix, secret_hash=hash_key(raw), revoked_at__isnull=True).exists()
 
 
@@ -173,24 +174,27 @@ class Command(BaseCommand):
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--local-model-port", type=int, default=int(os.environ.get("LOCAL_MODEL_PORT", "8091")))
         parser.add_argument(
-            "--local-model-port", type=int, default=int(os.environ.get("LOCAL_MODEL_PORT", "8091"))
-        )
-        parser.add_argument(
-            "--local-model-threads", type=int,
+            "--local-model-threads",
+            type=int,
             default=int(os.environ.get("LOCAL_MODEL_THREADS", str(local_model.DEFAULT_THREADS))),
         )
         parser.add_argument(
-            "--no-local-model", action="store_true",
+            "--no-local-model",
+            action="store_true",
             default=os.environ.get("LOCAL_MODEL", "1").strip().lower() in {"0", "false", "no", "off"},
             help="Do not start the bundled model (also: LOCAL_MODEL=0).",
         )
         parser.add_argument(
-            "--state-dir", type=Path, default=Path(os.environ.get("GATEWAY_STATE_DIR", DEFAULT_STATE_DIR)),
+            "--state-dir",
+            type=Path,
+            default=Path(os.environ.get("GATEWAY_STATE_DIR", DEFAULT_STATE_DIR)),
             help="Where the dev key, the generated config and the model log live (default: .gateway/).",
         )
         parser.add_argument(
-            "--setup-only", action="store_true",
+            "--setup-only",
+            action="store_true",
             help="Migrate, key and config only; print the key as the last line and exit.",
         )
 
@@ -246,7 +250,9 @@ class Command(BaseCommand):
             )
 
         stop = threading.Event()
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        previous = {
+            sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        }
         model_proc: subprocess.Popen[bytes] | None = None
         web_proc: subprocess.Popen[bytes] | None = None
         try:
@@ -318,12 +324,23 @@ class Command(BaseCommand):
 
     def start_web(self, host: str, port: int) -> subprocess.Popen[bytes]:
         cmd = [
-            sys.executable, "-m", "uvicorn", "project.asgi:application",
-            "--host", host, "--port", str(port),
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "project.asgi:application",
+            "--host",
+            host,
+            "--port",
+            str(port),
             # One process: the embedded worker and event log live in it. The gateway's own
             # JSON access log (gateway.access) replaces uvicorn's.
-            "--workers", "1", "--no-access-log", "--log-level", "warning",
-            "--timeout-graceful-shutdown", "5",
+            "--workers",
+            "1",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--timeout-graceful-shutdown",
+            "5",
         ]
         self.say(f"gateway: starting uvicorn on {host}:{port}")
         return subprocess.Popen(

@@ -1,4 +1,5 @@
 """`manage.py purge_responses`: remove responses and their content everywhere (services.responses_purge)."""
+
 from __future__ import annotations
 
 from datetime import datetime, UTC
@@ -10,14 +11,17 @@ from responses_api.services import PurgeRefused, response_descendants, responses
 
 
 class Command(BaseCommand):
-    help = ("Purge responses: delete them and every item they used or produced, everywhere (other "
-            "responses' references, conversations). Later responses that continue them can no longer be "
-            "continued. Their token usage is kept. Select by id, and/or with --deleted, --tenant, --before.")
+    help = (
+        "Purge responses: delete them and every item they used or produced, everywhere (other "
+        "responses' references, conversations). Later responses that continue them can no longer be "
+        "continued. Their token usage is kept. Select by id, and/or with --deleted, --tenant, --before."
+    )
 
     def add_arguments(self, parser):  # type: ignore[no-untyped-def]
         parser.add_argument("response_ids", nargs="*", help="Response ids (resp_...).")
-        parser.add_argument("--deleted", action="store_true",
-                            help="Every response deleted through the API (DELETE /v1/responses/{id}).")
+        parser.add_argument(
+            "--deleted", action="store_true", help="Every response deleted through the API (DELETE /v1/responses/{id})."
+        )
         parser.add_argument("--tenant", help="Only this tenant's responses (required with --before alone).")
         parser.add_argument("--before", help="Only responses created before this date (YYYY-MM-DD, UTC).")
         parser.add_argument("--dry-run", action="store_true", help="Say what would be purged; change nothing.")
@@ -47,12 +51,16 @@ class Command(BaseCommand):
             rows = rows.filter(created_at__lt=before)
         selected = list(rows.values_list("id", flat=True))
         if options["dry_run"]:
-            self.stdout.write(f"Would purge {len(selected)} response(s); {len(response_descendants(selected))} "
-                              "later response(s) could then no longer be continued.")
+            self.stdout.write(
+                f"Would purge {len(selected)} response(s); {len(response_descendants(selected))} "
+                "later response(s) could then no longer be continued."
+            )
             return
         try:
             counts = responses_purge(response_ids=selected)
         except PurgeRefused as exc:
             raise CommandError(f"Nothing purged: {exc}") from None
-        self.stdout.write(f"Purged {counts['responses']} response(s) and {counts['items']} item(s); "
-                          f"{counts['broken_chains']} later response(s) can no longer be continued.")
+        self.stdout.write(
+            f"Purged {counts['responses']} response(s) and {counts['items']} item(s); "
+            f"{counts['broken_chains']} later response(s) can no longer be continued."
+        )

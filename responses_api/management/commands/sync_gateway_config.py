@@ -1,4 +1,5 @@
 """`manage.py sync_gateway_config [PATH]`: load providers and routes from GATEWAY_CONFIG."""
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
