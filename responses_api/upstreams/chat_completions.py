@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import AsyncIterator
 
 import aiohttp
 
@@ -142,7 +143,7 @@ class ChatCompletionCall:
         decoder = ChunkDecoder()
         done = False
         guard = self._guard
-        try:
+        with reading(self._target, self._response, guard):
             async for payloads in data_lines(self._response, guard):
                 for payload in payloads:
                     if payload == b"[DONE]":
@@ -162,16 +163,6 @@ class ChatCompletionCall:
                 if guard is not None:
                     guard.cancel()
                 await _drain(self._response)
-        except TRANSPORT_ERRORS as exc:
-            if guard is not None and guard.stalled:
-                raise guard.error(self._target) from None
-            raise transport_error(self._target, exc) from exc
-        finally:
-            if guard is not None:
-                guard.cancel()
-            self._response.release()
-        if guard is not None and guard.stalled:
-            raise guard.error(self._target)
         if not done and decoder.finish is None:
             raise UpstreamError(
                 f"Upstream '{self._target.label}' ended the stream before finishing.",
@@ -183,6 +174,24 @@ class ChatCompletionCall:
     async def aclose(self) -> None:
         if self._response is not None:
             self._response.close()  # mid-stream: drop the connection, the upstream stops generating
+
+
+@contextlib.contextmanager
+def reading(target: Target, response: aiohttp.ClientResponse, guard: StallGuard | None) -> Iterator[None]:
+    """Around the reading of an upstream stream, whatever its dialect: a transport failure or a
+    stall becomes the gateway's error, and the response goes back to the pool (or is closed)."""
+    try:
+        yield
+    except TRANSPORT_ERRORS as exc:
+        if guard is not None and guard.stalled:
+            raise guard.error(target) from None
+        raise transport_error(target, exc) from exc
+    finally:
+        if guard is not None:
+            guard.cancel()
+        response.release()
+    if guard is not None and guard.stalled:  # the stall closed the body: it read as a clean end
+        raise guard.error(target)
 
 
 async def _drain(response: aiohttp.ClientResponse) -> None:

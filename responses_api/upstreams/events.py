@@ -11,7 +11,7 @@ import aiohttp
 from ..protocol.deltas import Delta, UpstreamFailed
 from ..protocol.errors import UpstreamError
 from ..routing import Target
-from .chat_completions import TRANSPORT_ERRORS, Opened, StallGuard, _drain, data_lines, parse_data, transport_error
+from .chat_completions import Opened, StallGuard, _drain, data_lines, parse_data, reading
 
 
 class EventStreamCall:
@@ -43,7 +43,7 @@ class EventStreamCall:
         assert self._response is not None
         decoder = self._decoder()
         guard = self._guard
-        try:
+        with reading(self._target, self._response, guard):
             async for payloads in data_lines(self._response, guard):
                 for payload in payloads:
                     if payload == b"[DONE]":
@@ -69,16 +69,6 @@ class EventStreamCall:
                 if guard is not None:
                     guard.cancel()
                 await _drain(self._response)
-        except TRANSPORT_ERRORS as exc:
-            if guard is not None and guard.stalled:
-                raise guard.error(self._target) from None
-            raise transport_error(self._target, exc) from exc
-        finally:
-            if guard is not None:
-                guard.cancel()
-            self._response.release()
-        if guard is not None and guard.stalled:
-            raise guard.error(self._target)
         if not decoder.finished:
             raise UpstreamError(
                 f"Upstream '{self._target.label}' ended the stream before finishing.", code="upstream_truncated"
