@@ -286,52 +286,36 @@ def as_model_items(items: list[dict[str, Any]], names: dict[tuple[str, str], str
     for item in items:
         kind = item["type"]
         if kind == "mcp_call":
-            name = names.get((item["server_label"], item["name"])) or fallback_name(item["server_label"], item["name"])
-            out.append(
-                {
-                    "type": "function_call",
-                    "id": item["id"],
-                    "call_id": item["id"],
-                    "name": name,
-                    "arguments": item.get("arguments") or "{}",
-                    "status": "completed",
-                }
-            )
-            out.append(
-                {
-                    "type": "function_call_output",
-                    "id": item["id"] + "_out",
-                    "call_id": item["id"],
-                    "output": _call_output(item),
-                    "status": "completed",
-                }
-            )
+            out += _as_function_call(item, names, _call_output(item))
         elif kind == "mcp_approval_request" and item["id"] in denied:
-            name = names.get((item["server_label"], item["name"])) or fallback_name(item["server_label"], item["name"])
             reason = denied[item["id"]]
             message = "The user denied this tool call" + (f": {reason}" if reason else ".")
-            out.append(
-                {
-                    "type": "function_call",
-                    "id": item["id"],
-                    "call_id": item["id"],
-                    "name": name,
-                    "arguments": item.get("arguments") or "{}",
-                    "status": "completed",
-                }
-            )
-            out.append(
-                {
-                    "type": "function_call_output",
-                    "id": item["id"] + "_out",
-                    "call_id": item["id"],
-                    "output": json.dumps({"error": message}),
-                    "status": "completed",
-                }
-            )
+            out += _as_function_call(item, names, json.dumps({"error": message}))
         elif not kind.startswith("mcp_"):
             out.append(item)
     return out
+
+
+def _as_function_call(item: dict[str, Any], names: dict[tuple[str, str], str], output: str) -> list[dict[str, Any]]:
+    """An MCP call (or a denied request) as the function call and output a model without MCP
+    understands, under the function name it was offered."""
+    name = names.get((item["server_label"], item["name"])) or fallback_name(item["server_label"], item["name"])
+    call = {
+        "type": "function_call",
+        "id": item["id"],
+        "call_id": item["id"],
+        "name": name,
+        "arguments": item.get("arguments") or "{}",
+        "status": "completed",
+    }
+    result = {
+        "type": "function_call_output",
+        "id": item["id"] + "_out",
+        "call_id": item["id"],
+        "output": output,
+        "status": "completed",
+    }
+    return [call, result]
 
 
 def pending_approvals(
