@@ -129,6 +129,7 @@ class EventStream(StreamingHttpResponse):
         last_write = loop.time()
         sending = False
         ping: asyncio.Task[None] | None = None
+        timer: asyncio.TimerHandle | None = None  # armed below, re-armed by silent() itself
 
         def silent() -> None:
             nonlocal timer, ping, last_write
