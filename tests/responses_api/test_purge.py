@@ -8,6 +8,7 @@ import json
 from io import StringIO
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.core.management import CommandError, call_command
 
 from tests.support.harness import MODEL, Gateway
@@ -101,7 +102,7 @@ def test_purge_removes_the_content_everywhere_and_breaks_what_continued_it(
         assert refused.status_code == 400 and refused.json()["error"]["code"] == "previous_response_not_found"
     assert http.post("/v1/responses", json={"model": MODEL, "input": "x", "previous_response_id": a}).status_code == 200
     assert http.get(f"/v1/responses/{c}").status_code == 200  # C itself stays readable
-    assert SECRET not in admin_client.get(f"/admin/responses_api/response/{c}/change/").content.decode()
+    assert SECRET not in admin_client.get(f"/admin/responses_api/response/{quote(c)}/change/").content.decode()
 
 
 def test_purge_takes_a_conversations_items_with_it(gateway: Gateway, scripted: ScriptedUpstream) -> None:
