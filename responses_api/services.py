@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, UTC
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import F, Func, JSONField
 from django.utils import timezone
 
 from . import selectors
@@ -151,6 +152,27 @@ def _final_fields(response: dict[str, Any], upstream: str, latency_ms: int | Non
     }
 
 
+class _JobWithoutCredentials(Func):
+    """The row's `job` without its sealed MCP credentials: every write that ends a response
+    drops them in the same statement, so no reader ever sees an ended run still holding them."""
+
+    output_field = JSONField()
+
+    def __init__(self) -> None:
+        super().__init__(F("job"))
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        return self.as_sql(compiler, connection, template="(%(expressions)s - 'mcp_credentials')", **extra)
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        return self.as_sql(compiler, connection, template="json_remove(%(expressions)s, '$.mcp_credentials')", **extra)
+
+
+def _ended(fields: dict[str, Any]) -> dict[str, Any]:
+    """An ORM update's fields ending a response: with the job's credentials dropped."""
+    return {**fields, "job": _JobWithoutCredentials()}
+
+
 def response_finish(
     *,
     tenant_id: int,
@@ -185,7 +207,7 @@ def response_finish(
         if create_row is not None:
             # A non-streaming create writes its row once, here, with its items.
             Response.objects.create(**create_row, **final)
-        elif not Response.objects.filter(id=response["id"], status__in=Response.RUNNING).update(**final):
+        elif not Response.objects.filter(id=response["id"], status__in=Response.RUNNING).update(**_ended(final)):
             return False
         _attach_items(tenant_id, response["id"], input_items, response["output"])
     return True
@@ -288,9 +310,16 @@ def _finish_sql(insert: bool, fields: tuple[str, ...]) -> str:
     if insert:
         head = _insert_sql(fields)
     else:
-        head = "UPDATE {} SET {} WHERE id = %(response_id)s AND status IN ('queued', 'in_progress')".format(
+        # The job's sealed MCP credentials go in the same write (see _JobWithoutCredentials); a
+        # job without them is assigned unchanged, so its stored (TOASTed) value is not rewritten.
+        job = quote(Response._meta.get_field("job").column)
+        head = (
+            "UPDATE {} SET {}, {job} = CASE WHEN {job} ? 'mcp_credentials' THEN {job} - 'mcp_credentials' "
+            "ELSE {job} END WHERE id = %(response_id)s AND status IN ('queued', 'in_progress')"
+        ).format(
             quote(Response._meta.db_table),
             ", ".join(f"{quote(n)} = %(f_{n})s" for n in fields),
+            job=job,
         )
     return _FINISH_SQL.format(
         head=head, item=quote(Item._meta.db_table), response_item=quote(ResponseItem._meta.db_table)
@@ -382,7 +411,7 @@ def response_finish_in_conversation(
             final = _final_fields(response, upstream, latency_ms)
             if create_row is not None:
                 Response.objects.create(**create_row, **final)
-            elif not Response.objects.filter(id=response["id"], status__in=Response.RUNNING).update(**final):
+            elif not Response.objects.filter(id=response["id"], status__in=Response.RUNNING).update(**_ended(final)):
                 return False
             items = _attach_items(tenant_id, response["id"], input_items, response["output"])
         else:
@@ -436,7 +465,9 @@ def response_job_drop_credentials(*, response_id: str, only_if_ended: bool = Tru
 def response_cancel_queued(*, response_id: str) -> bool:
     """queued -> cancelled (compare-and-swap); False if a worker took it or it ended."""
     return bool(
-        Response.objects.filter(id=response_id, status=Response.Status.QUEUED).update(status=Response.Status.CANCELLED)
+        Response.objects.filter(id=response_id, status=Response.Status.QUEUED).update(
+            **_ended({"status": Response.Status.CANCELLED})
+        )
     )
 
 
@@ -444,7 +475,7 @@ def response_force_cancel(*, response_id: str) -> bool:
     """in_progress -> cancelled when its worker did not answer the cancel request."""
     return bool(
         Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(
-            status=Response.Status.CANCELLED
+            **_ended({"status": Response.Status.CANCELLED})
         )
     )
 
@@ -529,7 +560,7 @@ def response_end_open(*, response_id: str, error: dict[str, Any]) -> bool:
     """Fail a response row left open by a request that could not go on (if there is one)."""
     return bool(
         Response.objects.filter(id=response_id, status__in=Response.RUNNING).update(
-            status=Response.Status.FAILED, error=error, completed_at=timezone.now()
+            **_ended({"status": Response.Status.FAILED, "error": error, "completed_at": timezone.now()})
         )
     )
 
