@@ -189,11 +189,17 @@ SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
+# The /v1 views (responses_api.drf.ApiView) name these classes themselves; the defaults say the
+# same for any other DRF view.
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["responses_api.auth.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["responses_api.drf_policies.BearerKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["responses_api.drf_policies.HasApiKey"],
+    "DEFAULT_PARSER_CLASSES": ["responses_api.drf_policies.ProtocolJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["responses_api.drf_policies.ProtocolJSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "responses_api.drf_policies.ProtocolNegotiation",
     "EXCEPTION_HANDLER": "responses_api.exception_handlers.drf_exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "UNAUTHENTICATED_TOKEN": None,
 }
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")

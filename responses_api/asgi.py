@@ -89,6 +89,9 @@ class ApiApplication:
             body, rejected = b"", exc
         set_script_prefix(get_script_prefix(scope))
         request = ASGIRequest(scope, io.BytesIO(body))
+        if body and "CONTENT_LENGTH" not in request.META:
+            # A chunked body, read whole above: its length, as a parser (DRF's) looks for one.
+            request.META["CONTENT_LENGTH"] = str(len(body))
         request.resolver_match = match
         request.rejected = rejected  # type: ignore[attr-defined]
 
@@ -136,6 +139,8 @@ class ApiApplication:
             if response is None:
                 match = request.resolver_match
                 response = await match.func(request, *match.args, **match.kwargs)
+                if getattr(response, "is_rendered", True) is False:
+                    response = response.render()  # a DRF Response: JSON encoding only, no I/O
             response = self.security.process_response(request, response)
             response = self.common.process_response(request, response)
             return self.xframe.process_response(request, response)

@@ -1,4 +1,4 @@
-"""API key authentication, shared by the async views and DRF views.
+"""API key authentication (the DRF authentication class is `drf.BearerKeyAuthentication`).
 
 Keys look like `sk-gw-<prefix>_<secret>`; the database keeps the prefix and
 the SHA-256 of the whole key. Successful look-ups are cached in-process for
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
+from . import db
 from .limits import Budget, Quota
 from .models import ApiKey, Tenant
 from .protocol.errors import AuthenticationFailed
@@ -58,6 +59,11 @@ def cached_principal(raw_key: str) -> Principal | None:
     """The cached principal for a key, without touching the database."""
     cached = _cache.get(hash_key(raw_key))
     return cached[0] if cached is not None else None
+
+
+async def principal_for(raw_key: str) -> Principal:
+    """Async: the cached principal, or a look-up off the event loop."""
+    return cached_principal(raw_key) or await db.run(authenticate_key, raw_key)
 
 
 def authenticate_key(raw_key: str) -> Principal:
@@ -110,18 +116,3 @@ def budget_of(tenant: Tenant) -> Budget | None:
 
 def clear_cache() -> None:
     _cache.clear()
-
-
-try:  # DRF integration for the history/REST views.
-    from rest_framework.authentication import BaseAuthentication
-
-    class ApiKeyAuthentication(BaseAuthentication):
-        def authenticate(self, request):  # type: ignore[no-untyped-def]
-            header = request.META.get("HTTP_AUTHORIZATION")
-            principal = authenticate_key(bearer_token(header))
-            return principal, None
-
-        def authenticate_header(self, request) -> str:  # type: ignore[no-untyped-def]
-            return "Bearer"
-except ImportError:  # pragma: no cover
-    pass

@@ -31,23 +31,40 @@ def error_response(error: GatewayError) -> HttpResponse:
 
 
 def drf_exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
-    """DRF views answer with the same error body as the async views."""
+    """The exception handler of every /v1 view (DRF's EXCEPTION_HANDLER): the gateway's own
+    errors, DRF's (405, throttles, permissions) and outages (503) become the protocol's error
+    body; anything else goes on up to the ASGI lane, which logs it and answers a plain 500."""
     from rest_framework import exceptions
+
+    from .outages import unavailable
 
     if isinstance(exc, GatewayError):
         return error_response(exc)
     if isinstance(exc, exceptions.APIException):
-        status = exc.status_code
-        kind = "invalid_request_error"
-        code = {401: "invalid_api_key", 403: "permission_denied", 404: "not_found"}.get(status)
-        detail = exc.detail
-        param = None
-        if isinstance(detail, dict) and detail:
-            param, messages = next(iter(detail.items()))
-            message = f"{param}: {messages[0] if isinstance(messages, list) else messages}"
-        elif isinstance(detail, list) and detail:
-            message = str(detail[0])
-        else:
-            message = str(detail)
-        return json_response({"error": {"message": message, "type": kind, "param": param, "code": code}}, status=status)
-    return None
+        return error_response(_from_drf(exc, context))
+    outage = unavailable(exc)
+    return error_response(outage) if outage is not None else None
+
+
+def _from_drf(exc: Any, context: dict) -> GatewayError:
+    from rest_framework import exceptions
+
+    detail, param = exc.detail, None
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        request = context.get("request")
+        message = f"Method {getattr(request, 'method', '?')} not allowed."
+    elif isinstance(detail, dict) and detail:
+        param, messages = next(iter(detail.items()))
+        message = f"{param}: {messages[0] if isinstance(messages, list) else messages}"
+    elif isinstance(detail, list) and detail:
+        message = str(detail[0])
+    else:
+        message = str(detail)
+    code = getattr(detail, "code", None) or exc.default_code
+    headers = {}
+    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
+        headers["Retry-After"] = str(max(1, int(exc.wait)))
+    error = GatewayError(message, param=param, code=code, status=exc.status_code, headers=headers)
+    if exc.status_code == 429:
+        error.error_type = "rate_limit_error"
+    return error

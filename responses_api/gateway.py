@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from . import db, services
-from .auth import Principal, authenticate_key, cached_principal
+from .auth import Principal
 from .engine import ResponseJob, ResponseRun
 from .limits import Grant, admit
 from .outages import unavailable
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
     from tool_registry.executors import ToolSpec
 
 log = logging.getLogger("gateway.tools")
-
-
-async def principal_for(raw_key: str) -> Principal:
-    return cached_principal(raw_key) or await db.run(authenticate_key, raw_key)
 
 
 async def route_for(principal: Principal, model: str) -> Route:

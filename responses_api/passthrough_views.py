@@ -10,7 +10,8 @@ import logging
 import time
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
+from rest_framework.request import Request
 
 from . import db, services
 from .auth import Principal
@@ -26,15 +27,15 @@ from .protocol.ids import new_id
 from .protocol.request import parse_create_request
 from .upstreams import UpstreamRequest, open_call
 from .upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
-from .views import _json_body, api_endpoint
+from .drf import ApiView
 
 log = logging.getLogger("gateway.passthrough")
 
 _recording: set[asyncio.Task] = set()
 
 
-async def _relay(request: HttpRequest, principal: Principal, *, path: str, endpoint: str) -> HttpResponse:
-    body = _json_body(request)
+async def _relay(request: Request, principal: Principal, *, path: str, endpoint: str) -> HttpResponse:
+    body = request.data
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
     model = body.get("model")
@@ -65,7 +66,7 @@ def _estimate(raw: bytes, body: dict[str, Any]) -> int:
 
 
 async def _forward(
-    request: HttpRequest,
+    request: Request,
     principal: Principal,
     route: Any,
     body: dict[str, Any],
@@ -147,7 +148,7 @@ async def _forward(
 
 
 async def _translated(
-    request: HttpRequest,
+    request: Request,
     principal: Principal,
     call: Any,
     slot: Any,
@@ -209,7 +210,7 @@ async def _translated(
     return response
 
 
-def _note_tokens(request: HttpRequest, usage: dict[str, Any] | None) -> None:
+def _note_tokens(request: Request, usage: dict[str, Any] | None) -> None:
     """For the access log and the metrics."""
     input_tokens, output_tokens = usage_tokens(usage)
     request.log_extra.update(input_tokens=input_tokens, output_tokens=output_tokens)  # type: ignore[attr-defined]
@@ -252,13 +253,17 @@ def _recorded(task: asyncio.Task) -> None:
         log.warning("could not record usage: %s", task.exception())
 
 
-async def chat_completions(request: HttpRequest, principal: Principal) -> HttpResponse:
-    return await _relay(request, principal, path="/chat/completions", endpoint=UsageRecord.Endpoint.CHAT_COMPLETIONS)
+class ChatCompletionsView(ApiView):
+    """`/v1/chat/completions`, passed through to the routed upstream (usage recorded)."""
+
+    async def post(self, request: Request) -> HttpResponseBase:
+        return await _relay(
+            request, self.principal, path="/chat/completions", endpoint=UsageRecord.Endpoint.CHAT_COMPLETIONS
+        )
 
 
-async def embeddings(request: HttpRequest, principal: Principal) -> HttpResponse:
-    return await _relay(request, principal, path="/embeddings", endpoint=UsageRecord.Endpoint.EMBEDDINGS)
+class EmbeddingsView(ApiView):
+    """`/v1/embeddings`, passed through to the routed upstream (usage recorded)."""
 
-
-chat_completions_endpoint = api_endpoint({"POST": chat_completions})
-embeddings_endpoint = api_endpoint({"POST": embeddings})
+    async def post(self, request: Request) -> HttpResponseBase:
+        return await _relay(request, self.principal, path="/embeddings", endpoint=UsageRecord.Endpoint.EMBEDDINGS)

@@ -28,9 +28,9 @@ from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 
-from .auth import Principal, bearer_token
+from .auth import Principal, bearer_token, principal_for
 from .exception_handlers import dumps
-from .gateway import PriorContext, WorkerStarted, principal_for, start_response
+from .gateway import PriorContext, WorkerStarted, start_response
 from .outages import unavailable
 from .protocol import jsonlimits
 from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError

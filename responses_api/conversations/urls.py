@@ -3,8 +3,8 @@ from django.urls import path
 from . import views
 
 urlpatterns = [
-    path("conversations", views.conversations),
-    path("conversations/<str:conversation_id>", views.conversation_detail),
-    path("conversations/<str:conversation_id>/items", views.conversation_items),
-    path("conversations/<str:conversation_id>/items/<str:item_id>", views.conversation_item),
+    path("conversations", views.ConversationsView.as_view()),
+    path("conversations/<str:conversation_id>", views.ConversationDetailView.as_view()),
+    path("conversations/<str:conversation_id>/items", views.ConversationItemsView.as_view()),
+    path("conversations/<str:conversation_id>/items/<str:item_id>", views.ConversationItemView.as_view()),
 ]

@@ -1,14 +1,15 @@
 """The OpenAPI 3.1 document of /v1, generated from the URLconf at request time.
 
-Paths and methods come from the routes themselves (every `api_endpoint`
-exposes its method table), query parameters of the history endpoints from
+Paths and methods come from the routes themselves (each DRF view's handler
+methods), query parameters of the history endpoints from
 the same `Param` declarations that parse them, and the protocol's object
 schemas from the Open Responses specification, vendored beside this module
 (`openresponses-schemas.json`, Apache-2.0) so production needs no spec files.
 A route nobody documented still appears, described by its handler's docstring.
 
-drf-spectacular is not used: it only introspects DRF views, and /v1 is
-served by plain async Django views (see ARCHITECTURE.md: async on the hot path).
+drf-spectacular is not used yet: the views are DRF views, but their bodies are
+the protocol's (the vendored JSON Schema), not DRF serializers, so this module
+still names each operation's schemas itself.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def _declared(params: tuple[Param, ...]) -> list[dict[str, Any]]:
 # Operation documentation by handler. Keyed by the handler's dotted name so
 # this module imports no view (and the views never import it).
 OPERATIONS: dict[str, dict[str, Any]] = {
-    "responses_api.views.create_response": {
+    "responses_api.views.ResponsesView.post": {
         "operationId": "createResponse",
         "tags": ["Responses"],
         "summary": "Create a response",
@@ -178,7 +179,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             }
         },
     },
-    "responses_api.views.compact_response": {
+    "responses_api.views.ResponseCompactView.post": {
         "operationId": "compactResponse",
         "tags": ["Responses"],
         "summary": "Compact a conversation",
@@ -226,7 +227,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             )
         },
     },
-    "responses_api.history.views.list_responses": {
+    "responses_api.views.ResponsesView.get": {
         "operationId": "listResponses",
         "tags": ["History"],
         "summary": "List stored responses",
@@ -236,7 +237,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "parameters": _declared(RESPONSE_LIST_PARAMS),
         "responses": {"200": _json(ref("ResponseList"))},
     },
-    "responses_api.views.retrieve_response": {
+    "responses_api.views.ResponseDetailView.get": {
         "operationId": "getResponse",
         "tags": ["Responses"],
         "summary": "Retrieve a response",
@@ -254,19 +255,19 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             }
         },
     },
-    "responses_api.views.delete_response": {
+    "responses_api.views.ResponseDetailView.delete": {
         "operationId": "deleteResponse",
         "tags": ["Responses"],
         "summary": "Delete a response",
         "responses": {"200": _json(ref("DeletedResponse"))},
     },
-    "responses_api.views.cancel_response": {
+    "responses_api.views.ResponseCancelView.post": {
         "operationId": "cancelResponse",
         "tags": ["Responses"],
         "summary": "Cancel a background response",
         "responses": {"200": _json(ref("ResponseResource"))},
     },
-    "responses_api.views.list_input_items": {
+    "responses_api.views.ResponseInputItemsView.get": {
         "operationId": "listInputItems",
         "tags": ["Responses"],
         "summary": "List a response's input items",
@@ -277,7 +278,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         ],
         "responses": {"200": _json(ref("ItemList"))},
     },
-    "responses_api.history.views.response_thread": {
+    "responses_api.history.views.ResponseThreadView.get": {
         "operationId": "getResponseThread",
         "tags": ["History"],
         "summary": "The conversation up to a response",
@@ -287,7 +288,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "parameters": _declared(THREAD_PARAMS),
         "responses": {"200": _json(ref("ThreadList"))},
     },
-    "responses_api.history.views.usage": {
+    "responses_api.history.views.UsageView.get": {
         "operationId": "getUsage",
         "tags": ["History"],
         "summary": "Token usage summary",
@@ -296,13 +297,13 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "parameters": _declared(USAGE_PARAMS),
         "responses": {"200": _json(ref("UsageList"))},
     },
-    "responses_api.views.list_models": {
+    "responses_api.views.ModelsView.get": {
         "operationId": "listModels",
         "tags": ["Models"],
         "summary": "List the models this key may use",
         "responses": {"200": _json(ref("ModelList"))},
     },
-    "responses_api.views.retrieve_model": {
+    "responses_api.views.ModelDetailView.get": {
         "operationId": "getModel",
         "tags": ["Models"],
         "summary": "Retrieve a model",
@@ -337,16 +338,18 @@ _CONVERTER = re.compile(r"<(?:(?P<converter>[^>:]+):)?(?P<name>[^>]+)>")
 
 
 def _handlers(callback: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
-    """The method table of a view: an `api_endpoint`'s closure, or a plain view's `openapi_methods`."""
+    """The method table of a view: a DRF view's handler methods, or a plain view's `openapi_methods`."""
     declared = getattr(callback, "openapi_methods", None)
     if declared is not None:
         return dict(declared)
-    endpoint = inspect.unwrap(callback)
-    try:
-        methods = inspect.getclosurevars(endpoint).nonlocals.get("methods")
-    except TypeError:
-        methods = None
-    return dict(methods) if isinstance(methods, dict) else {}
+    view = getattr(callback, "cls", None)
+    if view is None:
+        return {}
+    return {
+        method.upper(): getattr(view, method)
+        for method in view.http_method_names
+        if method not in ("head", "options") and hasattr(view, method)
+    }
 
 
 def _routes(patterns: list[Any], prefix: str = "") -> list[tuple[str, Callable[..., Any]]]:
@@ -369,9 +372,11 @@ def _dotted(fn: Callable[..., Any]) -> str:
 def _operation(path: str, method: str, handler: Callable[..., Any]) -> dict[str, Any]:
     doc = OPERATIONS.get(_dotted(handler))
     if doc is None:  # undocumented: say what the code says
-        text = inspect.getdoc(handler) or handler.__name__.replace("_", " ")
+        owner = getattr(inspect.getmodule(handler), handler.__qualname__.split(".")[0], None)
+        own_doc = handler.__doc__ and inspect.cleandoc(handler.__doc__)
+        text = own_doc or (inspect.getdoc(owner) if owner is not None else None) or handler.__name__.replace("_", " ")
         doc = {
-            "operationId": handler.__name__,
+            "operationId": handler.__qualname__.replace(".", "_"),
             "summary": text.splitlines()[0],
             "description": text,
             "responses": {"200": _json({"type": "object"})},

@@ -1,18 +1,18 @@
-"""The history API: async handlers in the style of responses_api.views (thin: parse, select, render).
+"""The history API: DRF views in the style of responses_api.views (thin: parse, select, render).
 
-They are wired through `api_endpoint` (auth + error body) in `history/urls.py`, and
-`GET /v1/responses` is dispatched here by `responses_api.views.responses`.
+`GET /v1/responses` is answered here for `responses_api.views.ResponsesView`.
 An admin key reads every tenant; any other key only its own.
 """
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from .. import db
 from ..auth import Principal
+from ..drf import ApiView
 from ..limits import current_use
-from ..exception_handlers import json_response
 from ..protocol.errors import InvalidRequest
 from . import selectors
 from .params import RESPONSE_LIST_PARAMS, THREAD_PARAMS, USAGE_PARAMS, parse_query
@@ -23,9 +23,9 @@ def _scope(principal: Principal) -> int | None:
     return None if principal.is_admin else principal.tenant_id
 
 
-async def list_responses(request: HttpRequest, principal: Principal) -> HttpResponse:
+async def list_responses(request: Request, principal: Principal) -> Response:
     """List stored responses, newest first, with filters and cursor paging."""
-    args = parse_query(request.GET, RESPONSE_LIST_PARAMS)
+    args = parse_query(request.query_params, RESPONSE_LIST_PARAMS)
     filters = selectors.ResponseFilters(
         model=args["model"],
         status=args["status"] or (),
@@ -44,45 +44,50 @@ async def list_responses(request: HttpRequest, principal: Principal) -> HttpResp
         limit=args["limit"],
         order=args["order"],
     )
-    return json_response(page.as_dict())
+    return Response(page.as_dict())
 
 
-async def response_thread(request: HttpRequest, principal: Principal, response_id: str) -> HttpResponse:
-    """Every item of the chain ending at this response, in conversation order."""
-    args = parse_query(request.GET, THREAD_PARAMS)
-    page = await db.run(
-        selectors.thread_page,
-        tenant_id=_scope(principal),
-        response_id=response_id,
-        after=args["after"],
-        limit=args["limit"],
-        order=args["order"],
-    )
-    return json_response(page.as_dict())
+class ResponseThreadView(ApiView):
+    async def get(self, request: Request, response_id: str) -> Response:
+        """Every item of the chain ending at this response, in conversation order."""
+        args = parse_query(request.query_params, THREAD_PARAMS)
+        page = await db.run(
+            selectors.thread_page,
+            tenant_id=_scope(self.principal),
+            response_id=response_id,
+            after=args["after"],
+            limit=args["limit"],
+            order=args["order"],
+        )
+        return Response(page.as_dict())
 
 
-async def usage(request: HttpRequest, principal: Principal) -> HttpResponse:
-    """Token and request totals of the caller's tenant (every tenant for admin keys)."""
-    args = parse_query(request.GET, USAGE_PARAMS)
-    group_by = args["group_by"]
-    if "tenant" in group_by and not principal.is_admin:
-        raise InvalidRequest("Grouping by 'tenant' needs an admin key.", param="group_by", code="admin_key_required")
-    data = await db.run(
-        selectors.usage_summary,
-        tenant_id=_scope(principal),
-        group_by=group_by,
-        start=args["start"],
-        end=args["end"],
-        model=args["model"],
-    )
-    return json_response(
-        {
-            "object": "list",
-            "group_by": list(group_by),
-            "start": int(args["start"].timestamp()) if args["start"] else None,
-            "end": int(args["end"].timestamp()) if args["end"] else None,
-            "data": data,
-            # Each rate limit and budget of this key and its tenant, with its use now.
-            "limits": await db.run(current_use, principal.quotas, principal.budget),
-        }
-    )
+class UsageView(ApiView):
+    async def get(self, request: Request) -> Response:
+        """Token and request totals of the caller's tenant (every tenant for admin keys)."""
+        principal = self.principal
+        args = parse_query(request.query_params, USAGE_PARAMS)
+        group_by = args["group_by"]
+        if "tenant" in group_by and not principal.is_admin:
+            raise InvalidRequest(
+                "Grouping by 'tenant' needs an admin key.", param="group_by", code="admin_key_required"
+            )
+        data = await db.run(
+            selectors.usage_summary,
+            tenant_id=_scope(principal),
+            group_by=group_by,
+            start=args["start"],
+            end=args["end"],
+            model=args["model"],
+        )
+        return Response(
+            {
+                "object": "list",
+                "group_by": list(group_by),
+                "start": int(args["start"].timestamp()) if args["start"] else None,
+                "end": int(args["end"].timestamp()) if args["end"] else None,
+                "data": data,
+                # Each rate limit and budget of this key and its tenant, with its use now.
+                "limits": await db.run(current_use, principal.quotas, principal.budget),
+            }
+        )

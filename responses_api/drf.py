@@ -1,0 +1,123 @@
+"""Django REST framework on the event loop: the base class of every /v1 view.
+
+Each /v1 endpoint is an `ApiView` (a DRF `APIView`): bearer-key authentication,
+permission and throttle classes, a parser and a renderer, and one exception
+handler that answers with the protocol's error body. What differs from stock DRF
+is where it runs. DRF's `dispatch` is synchronous, and adrf (the async DRF
+package) runs authentication, permissions and throttles through
+`sync_to_async`: a thread hop per request, the cost the ASGI fast lane exists
+to avoid (bench/README.md: asgiref was 27% of a create's CPU). `ApiView`
+awaits the same steps on the event loop (async or plain `authenticate`,
+`has_permission` and `allow_request` alike), and its views are served by the
+fast lane (`asgi.ApiApplication`), which renders their `Response` in place.
+The policies (authentication, permissions, parser, renderer) are in drf_policies.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from django.http import HttpRequest, HttpResponseBase
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from .asgi import fast_lane
+from .auth import Principal
+from .drf_policies import (
+    BearerKeyAuthentication,
+    HasApiKey,
+    ProtocolJSONParser,
+    ProtocolJSONRenderer,
+    ProtocolNegotiation,
+)
+
+
+class ApiView(APIView):
+    """A DRF view whose handlers are coroutines, dispatched on the event loop."""
+
+    authentication_classes = (BearerKeyAuthentication,)
+    permission_classes: tuple[type[BasePermission], ...] = (HasApiKey,)
+    throttle_classes = ()
+    parser_classes = (ProtocolJSONParser,)
+    renderer_classes = (ProtocolJSONRenderer,)
+    content_negotiation_class = ProtocolNegotiation
+    # No OPTIONS (no CORS preflight or DRF metadata here): 405 like any method an endpoint lacks.
+    http_method_names = ["get", "post", "delete", "head"]
+    metadata_class = None
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        return fast_lane(super().as_view(**initkwargs))
+
+    @property
+    def principal(self) -> Principal:
+        return self.request.user  # type: ignore[return-value]
+
+    def initialize_request(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Request:
+        if request.META.get("CONTENT_LENGTH") and not request.META.get("CONTENT_TYPE"):
+            # DRF ignores a body without a media type; this API's bodies are JSON.
+            request.META["CONTENT_TYPE"] = "application/json"
+        return super().initialize_request(request, *args, **kwargs)
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return self.dispatch_async(request, *args, **kwargs)
+
+    async def dispatch_async(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        """DRF's `dispatch`, awaiting each step instead of running it in a thread."""
+        self.args = args
+        self.kwargs = kwargs
+        drf_request = self.initialize_request(request, *args, **kwargs)
+        self.request = drf_request
+        self.headers = self.default_response_headers
+        try:
+            await self.initial_async(drf_request, *args, **kwargs)
+            method = (drf_request.method or "").lower()
+            handler = getattr(self, method, None) if method in self.http_method_names else None
+            response = (handler or self.http_method_not_allowed)(drf_request, *args, **kwargs)
+            if inspect.isawaitable(response):
+                response = await response
+        except Exception as exc:
+            response = self.handle_exception(exc)
+        self.response = self.finalize_response(drf_request, response, *args, **kwargs)
+        return self.response
+
+    async def initial_async(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        self.format_kwarg = None  # one format: no `.json` suffixes, no `?format=`
+        request.accepted_renderer, request.accepted_media_type = self.perform_content_negotiation(request)
+        request.version, request.versioning_scheme = None, None
+        await self._authenticate(request)
+        for permission in self.get_permissions():
+            allowed = permission.has_permission(request, self)
+            if inspect.isawaitable(allowed):
+                allowed = await allowed
+            if not allowed:
+                self.permission_denied(
+                    request, message=getattr(permission, "message", None), code=getattr(permission, "code", None)
+                )
+        waits = []
+        for throttle in self.get_throttles():
+            allowed = throttle.allow_request(request, self)
+            if inspect.isawaitable(allowed):
+                allowed = await allowed
+            if not allowed:
+                waits.append(throttle.wait())
+        if waits:
+            self.throttled(request, max((w for w in waits if w is not None), default=None))
+
+    async def _authenticate(self, request: Request) -> None:
+        """`Request._authenticate`, awaiting async authenticators."""
+        for authenticator in request.authenticators:
+            try:
+                result = authenticator.authenticate(request)
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception:
+                request._not_authenticated()
+                raise
+            if result is not None:
+                request._authenticator = authenticator
+                request.user, request.auth = result
+                return
+        request._not_authenticated()

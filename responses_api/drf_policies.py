@@ -1,0 +1,87 @@
+"""The DRF policies of the /v1 API: authentication, permissions, parsing, rendering.
+
+Apart from `drf.py` (the view base class) so that REST_FRAMEWORK's defaults can name
+them: DRF imports its default classes while `rest_framework.views` is being imported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
+from rest_framework.permissions import BasePermission
+from rest_framework.renderers import BaseRenderer
+from rest_framework.request import Request
+
+from .auth import Principal, bearer_token, principal_for
+from .protocol import jsonlimits
+from .protocol.errors import InvalidRequest
+from .protocol.wirejson import dumpb
+
+
+class BearerKeyAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <API key>`; the principal is the request's `user`."""
+
+    async def authenticate(self, request: Request) -> tuple[Principal, None]:
+        principal = await principal_for(bearer_token(request.META.get("HTTP_AUTHORIZATION")))
+        log_extra = getattr(request._request, "log_extra", None)
+        if log_extra is not None:
+            log_extra["tenant"] = principal.tenant_name
+        return principal, None
+
+    def authenticate_header(self, request: Request) -> str:
+        return "Bearer"
+
+
+class HasApiKey(BasePermission):
+    """Every /v1 endpoint needs a valid key (authentication raises before this for a bad one)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.user, Principal)
+
+
+class ProtocolJSONParser(BaseParser):
+    """Request bodies are JSON whatever the client labels them (curl's `-d` says form data),
+    within the gateway's nesting limit; the size limit is enforced while the body is read
+    (`asgi.ApiApplication`), before any of it is buffered past the limit."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        # The whole body is already in memory (the fast lane read it): take it as bytes, so a
+        # view that also forwards the raw body (the pass-through endpoints) can still read it.
+        request = (parser_context or {}).get("request")
+        raw = request.body if request is not None else stream.read()
+        try:
+            return jsonlimits.loads(raw or b"null")
+        except jsonlimits.JsonTooDeep as exc:
+            raise InvalidRequest(f"The request body {exc}; this gateway accepts at most {exc.limit}.") from None
+        except ValueError as exc:
+            raise InvalidRequest(f"The request body is not valid JSON: {exc}.") from None
+
+
+class ProtocolJSONRenderer(BaseRenderer):
+    """JSON as the protocol's clients expect it (`application/json`, no charset parameter),
+    encoded by orjson (protocol/wirejson.py)."""
+
+    media_type = "application/json"
+    format = "json"
+    charset = None
+
+    def render(self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None) -> bytes:
+        return dumpb(data)
+
+
+class ProtocolNegotiation(BaseContentNegotiation):
+    """The API speaks one format: `Accept` (text/event-stream for streams, */* from curl) never
+    turns a request into a 406, and a body is parsed as JSON whatever its label."""
+
+    def select_parser(self, request: Request, parsers: list[BaseParser]) -> BaseParser:
+        return parsers[0]
+
+    def select_renderer(
+        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        return renderers[0], renderers[0].media_type
