@@ -1,4 +1,4 @@
-"""Worker-run responses: enqueue, claim, run with heartbeat and cancellation, reap the stale.
+"""Worker-run responses: claim, run with heartbeat and cancellation, reap the stale (tasks.enqueue hands them here).
 
 The same engine as the web path runs here; its events go to the event log
 (eventlog.py) instead of a socket. A Celery task calls `run_claimed` in
@@ -17,17 +17,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 
 from . import db, selectors, services
 from .engine import ResponseJob, ResponseRun
 from .eventlog import event_log
 from .limits import Grant, drain as limits_drain
-from .gateway import DatabasePersistence, merge_registry_tools, serve_hosted_tools, served_hosted_tools, tool_runner
+from .persistence import DatabasePersistence
+from .toolplan import mcp_plan, mcp_toolset, merge_registry_tools, serve_hosted_tools, served_hosted_tools, tool_runner
 from .models import Response
 from .protocol.deltas import Usage
 from .protocol.errors import GatewayError, ServerError
@@ -37,35 +36,7 @@ from .routing import route_get
 
 log = logging.getLogger("gateway.background")
 
-_embedded_tasks: set[asyncio.Task] = set()
-
-
-async def enqueue(response_id: str) -> None:
-    """Hand a stored (committed) response to a worker: Celery, or an in-process task when embedded."""
-    if settings.EMBEDDED_WORKER:
-        task = asyncio.get_running_loop().create_task(run_claimed(response_id))
-        _embedded_tasks.add(task)  # keep a reference: the loop holds tasks only weakly
-        task.add_done_callback(_embedded_tasks.discard)
-        return
-    from .tasks import run_response
-
-    await asyncio.to_thread(run_response.delay, response_id)
-
-
-# -- sync database steps --------------------------------------------------------
-
-
-def _claim(response_id: str) -> Response | None:
-    """Take an unclaimed run (heartbeat still null), compare-and-swap: exactly one worker wins."""
-    now = timezone.now()
-    won = Response.objects.filter(
-        id=response_id, status__in=Response.RUNNING, on_worker=True, heartbeat_at__isnull=True
-    ).update(status=Response.Status.IN_PROGRESS, heartbeat_at=now)
-    return Response.objects.get(id=response_id) if won else None
-
-
-def _heartbeat(response_id: str) -> None:
-    Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
+# -- assembling a run from its stored job ------------------------------------------
 
 
 def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
@@ -92,8 +63,6 @@ def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
     serve_hosted_tools(req, route, specs)
     merge_registry_tools(req, specs)
     from tool_registry.services import adhoc_egress_policy, egress_policy, mcp_servers_for
-
-    from .gateway import mcp_plan, mcp_toolset
 
     labels = [m.server_label for m in req.mcp_tools if m.server_url is None]
     plan = mcp_plan(req, mcp_servers_for(tenant_id=row.tenant_id, route_name=req.model, labels=labels))
@@ -132,7 +101,7 @@ async def _append_all(response_id: str, events: list[dict[str, Any]]) -> None:
 async def _heartbeat_loop(response_id: str) -> None:
     while True:
         await asyncio.sleep(settings.GATEWAY_HEARTBEAT_SECONDS)
-        await db.run(_heartbeat, response_id)
+        await db.run(services.response_job_heartbeat, response_id=response_id)
 
 
 async def _cancel_watch(response_id: str, run: ResponseRun) -> None:
@@ -143,7 +112,7 @@ async def _cancel_watch(response_id: str, run: ResponseRun) -> None:
 
 async def run_claimed(response_id: str) -> str:
     """Claim and run one worker-run response to its end. Returns what happened."""
-    row = await db.run(_claim, response_id)
+    row = await db.run(services.response_job_claim, response_id=response_id)
     if row is None:
         await reap_one(response_id)
         return "not-claimed"
@@ -235,24 +204,8 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
 # -- reaping -----------------------------------------------------------------------
 
 
-def _stale_ids() -> list[str]:
-    cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
-    return list(
-        Response.objects.filter(
-            status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=cutoff
-        ).values_list("id", flat=True)[:500]
-    )
-
-
-def _is_stale(response_id: str) -> bool:
-    cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
-    return Response.objects.filter(
-        id=response_id, status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=cutoff
-    ).exists()
-
-
 async def reap_one(response_id: str) -> bool:
-    if not await db.run(_is_stale, response_id):
+    if not await db.run(selectors.response_job_is_stale, response_id=response_id):
         return False
     await _fail_with_event(
         response_id, ServerError("The worker running this response stopped; it was not completed.", code="worker_lost")
@@ -260,31 +213,11 @@ async def reap_one(response_id: str) -> bool:
     return True
 
 
-def _reap_abandoned_foreground() -> int:
-    """Foreground responses whose web process died mid-stream: nothing will ever finish them."""
-    cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_FOREGROUND_MAX_SECONDS)
-    return Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=False, created_at__lt=cutoff).update(
-        status=Response.Status.FAILED,
-        error={"code": "interrupted", "message": "The gateway process serving this response stopped."},
-    )
-
-
-def _stuck_queued_ids() -> list[str]:
-    """Background responses no worker took within GATEWAY_QUEUED_MAX_SECONDS: their task was
-    lost (a broker restarted without persistence) or never sent."""
-    cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_QUEUED_MAX_SECONDS)
-    return list(
-        Response.objects.filter(
-            status=Response.Status.QUEUED, on_worker=True, heartbeat_at__isnull=True, created_at__lt=cutoff
-        ).values_list("id", flat=True)[:500]
-    )
-
-
 async def reap_stale() -> int:
-    reaped = await db.run(_reap_abandoned_foreground)
-    for response_id in await db.run(_stale_ids):
+    reaped = await db.run(services.response_fail_abandoned_foreground)
+    for response_id in await db.run(selectors.response_jobs_stale):
         reaped += await reap_one(response_id)
-    for response_id in await db.run(_stuck_queued_ids):
+    for response_id in await db.run(selectors.response_jobs_stuck_queued):
         await _fail_with_event(
             response_id,
             ServerError(
@@ -306,14 +239,14 @@ async def cancel_background(response_id: str, wait: float = 3.0) -> None:
     if await db.run(services.response_cancel_queued, response_id=response_id):
         await _log_cancelled(response_id)
         return
-    status = await db.run(_status, response_id)
+    status = await db.run(selectors.response_status, response_id=response_id)
     if status != "in_progress":
         return  # already terminal: a cancel changes nothing
     await event_log().request_cancel(response_id)
     deadline = asyncio.get_running_loop().time() + wait
     while asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.05)
-        if await db.run(_status, response_id) != "in_progress":
+        if await db.run(selectors.response_status, response_id=response_id) != "in_progress":
             return
     # The worker did not answer (dead, or stuck outside the engine): end it here.
     if await db.run(services.response_force_cancel, response_id=response_id):
@@ -328,7 +261,3 @@ async def _log_cancelled(response_id: str) -> None:
     body = await db.run(selectors.response_retrieve, tenant_id=None, response_id=response_id)
     sequence = await event_log().last_sequence_number(response_id) + 1
     await event_log().append(response_id, {"type": "response.failed", "sequence_number": sequence, "response": body})
-
-
-def _status(response_id: str) -> str:
-    return Response.objects.filter(id=response_id).values_list("status", flat=True).get()

@@ -1,8 +1,9 @@
-"""The async orchestration between views (or workers) and the engine: prepare a run."""
+"""The async orchestration between the views and the engine: route, admit, plan the tools,
+then prepare a run here or hand it to a worker (tasks.enqueue). The store adapter is in
+persistence.py, tool and MCP planning in toolplan.py; the worker's side in background.py."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import logging
@@ -18,14 +19,24 @@ from .auth import Principal
 from .engine import ResponseJob, ResponseRun
 from .limits import Grant, admit
 from .outages import unavailable
-from .protocol.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
+from .protocol.errors import InvalidRequest, NotFound, UpstreamError
 from .protocol.events import EventBuilder
 from .protocol.ids import new_id
 from .protocol.request import CreateRequest
 from .protocol.response import request_params, response_object
-from .protocol.tools import HostedTool, Tool, make_tool
+from .persistence import DatabasePersistence
 from .routing import Route, route_cached, route_get
-from .ttlcache import TTLCache
+from .tasks import enqueue
+from .toolplan import (
+    check_adhoc_urls,
+    mcp_plan,
+    mcp_toolset,
+    merge_registry_tools,
+    registry_mcp,
+    registry_specs,
+    serve_hosted_tools,
+    tool_runner,
+)
 
 if TYPE_CHECKING:
     from tool_registry.executors import ToolSpec
@@ -41,187 +52,8 @@ async def route_for(principal: Principal, model: str) -> Route:
             param="model",
             code="model_not_found",
         )
-    return route_cached(model) or await db.run(route_get, model)
-
-
-class DatabasePersistence:
-    """Stores the response (store: true) or nothing at all (store: false).
-
-    `create_row`: the request-time fields of a row not yet written. A stream's
-    row is inserted by `open()`, while the upstream call is being opened, so it
-    is visible (in_progress) from the first event on and can be cancelled; a
-    non-streaming create writes its row once, in `finish()`."""
-
-    def __init__(
-        self,
-        *,
-        tenant_id: int,
-        input_items: list[dict[str, Any]],
-        store: bool,
-        create_row: dict[str, Any] | None = None,
-        insert_at_open: bool = False,
-        conversation_id: str | None = None,
-        grant: Grant | None = None,
-    ) -> None:
-        self.conversation_id = conversation_id
-        self.grant = grant  # the rate limits this run holds: settled and released at its end
-        self.tenant_id = tenant_id
-        self.input_items = input_items
-        self.store = store
-        self.keep_items = True  # False: the row records the response (status, usage), not its items
-        self.create_row = create_row
-        self.insert_at_open = insert_at_open
-
-    async def open(self) -> None:
-        if not (self.store and self.insert_at_open and self.create_row is not None):
-            return
-        try:
-            if db.native_async():
-                await db.fetch_one(*services.insert_statement(row=self.create_row, status="in_progress"))
-            else:
-                await db.run(services.response_insert, row=self.create_row, status="in_progress")
-        except Exception as exc:
-            outage = unavailable(exc)
-            if outage is None:
-                raise
-            # The insert may have committed before the connection broke (the client gets a
-            # 503 either way): end that row, if it exists, once the database answers again.
-            log.warning(
-                "response %s: its row may be half-written; it is ended once the database is back", self.create_row["id"]
-            )
-            task = asyncio.ensure_future(_fail_if_written(self.create_row["id"], outage))
-            _background.add(task)
-            task.add_done_callback(_background.discard)
-            raise outage from exc
-        self.create_row = None  # finish() updates the row from now on
-
-    async def finish(
-        self,
-        response: dict[str, Any],
-        *,
-        upstream: str,
-        latency_ms: int,
-        input_items: list[dict[str, Any]] | None = None,
-    ) -> None:
-        try:
-            await self._write(response, upstream=upstream, latency_ms=latency_ms, input_items=input_items)
-        finally:
-            if self.grant is not None:  # after the write: a budget seeded from the store then counts it
-                await self.grant.end(response.get("usage"))
-
-    async def _write(
-        self,
-        response: dict[str, Any],
-        *,
-        upstream: str,
-        latency_ms: int,
-        input_items: list[dict[str, Any]] | None,
-    ) -> None:
-        if not self.store and self.conversation_id is None:
-            return
-        input_items = self.input_items if input_items is None else input_items
-        if not self.keep_items:
-            response, input_items = {**response, "output": []}, []
-        fields = dict(
-            tenant_id=self.tenant_id,
-            response=response,
-            input_items=input_items,
-            upstream=upstream,
-            latency_ms=latency_ms,
-            create_row=self.create_row,
-        )
-        try:
-            if self.conversation_id is not None:  # with the conversation's append, one transaction
-                await db.run(
-                    services.response_finish_in_conversation,
-                    **fields,
-                    conversation_id=self.conversation_id,
-                    store=self.store,
-                )
-            elif db.native_async() and services.item_sequence_known():
-                await db.fetch_one(*services.finish_statement(**fields))
-            else:  # SQLite, or the first write of this process (it looks up the item sequence)
-                await db.run(services.response_finish, **fields)
-        except Exception as exc:
-            outage = unavailable(exc)
-            if outage is not None:
-                raise outage from exc
-            raise
-
-    async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
-        await self.finish({**response, "output": []}, upstream=upstream, latency_ms=latency_ms, input_items=[])
-
-
-_background: set[asyncio.Task] = set()  # the loop holds tasks only weakly
-
-
-async def _fail_if_written(response_id: str, error: GatewayError, attempts: int = 20) -> None:
-    delay = 0.5
-    for _ in range(attempts):
-        await asyncio.sleep(delay)
-        try:
-            await db.run(services.response_end_open, response_id=response_id, error=error.as_response_error())
-            return
-        except Exception:  # noqa: BLE001 - still down: wait and try again
-            delay = min(delay * 2, 5.0)
-    log.warning("response %s: could not check for a half-written row; the reaper will end it", response_id)
-
-
-_tool_cache: TTLCache[tuple[int, str, tuple[str, ...]], list[ToolSpec]] = TTLCache(
-    lambda: settings.GATEWAY_CACHE_SECONDS
-)
-
-
-def clear_cache() -> None:
-    _tool_cache.clear()
-    _mcp_cache.clear()
-
-
-async def registry_specs(principal: Principal, req: CreateRequest, route: Route | None = None) -> list[ToolSpec]:
-    """Registry tools named by the request, serving its hosted tools, or attached to its route
-    (cached briefly)."""
-    from tool_registry.services import registry_tools_for
-
-    served = [name for _, name in served_hosted_tools(req, route)] if route is not None else []
-    names = tuple(sorted({t.name for t in req.tools if t.bare} | set(served)))
-    return await _cached_lookup(
-        _tool_cache,
-        (principal.tenant_id, req.model, names),
-        registry_tools_for,
-        tenant_id=principal.tenant_id,
-        route_name=req.model,
-        names=list(names),
-    )
-
-
-async def _cached_lookup(cache: TTLCache, key: tuple, lookup: Any, **kwargs: Any) -> Any:
-    """`lookup(**kwargs)` in a thread, remembered under `key` for GATEWAY_CACHE_SECONDS."""
-    cached = cache.get(key)
-    if cached is not None:
-        return cached[0]
-    return cache.put(key, await db.run(lookup, **kwargs))
-
-
-def merge_registry_tools(req: CreateRequest, specs: list[ToolSpec]) -> None:
-    """Bare `{type, name}` tools become registry tools; route-attached tools are appended."""
-    by_name = {s.name: s for s in specs}
-    merged: list[Tool] = []
-    for tool in req.tools:
-        spec = by_name.pop(tool.name, None) if tool.bare else None
-        merged.append(tool if spec is None else _registry_tool(spec))
-    merged += [_registry_tool(s) for s in by_name.values() if s.name not in {t.name for t in merged}]
-    req.tools = merged
-
-
-def _registry_tool(spec: ToolSpec) -> Tool:
-    return make_tool(
-        name=spec.name,
-        description=spec.description or None,
-        parameters=spec.parameters,
-        strict=spec.strict,
-        param=f"registry tool {spec.name}",
-        source="registry",
-    )
+    cached = route_cached(model)
+    return cached if cached is not None else await db.run(route_get, model)
 
 
 @dataclass(slots=True)
@@ -323,15 +155,6 @@ async def prepare_run(
     )
 
 
-async def tool_runner(response_id: str, specs: list[ToolSpec]) -> Any:
-    from tool_registry.runner import NoTools, RegistryToolRunner
-    from tool_registry.services import egress_policy
-
-    if not specs:
-        return NoTools()
-    return RegistryToolRunner(response_id=response_id, specs=specs, policy=await db.run(egress_policy))
-
-
 @dataclass(slots=True)
 class WorkerStarted:
     """A response handed to a worker: what the create call answers with."""
@@ -348,7 +171,6 @@ async def start_on_worker(
     grant: Grant | None = None,
 ) -> WorkerStarted:
     """Store the run as a job, write its opening events to the log, enqueue it."""
-    from .background import enqueue
     from .eventlog import event_log
 
     response_id = new_id("resp")
@@ -453,48 +275,6 @@ def open_sealed_reasoning(items: list[dict[str, Any]], tenant_id: int) -> None:
             item["content"] = [{"type": "reasoning_text", "text": payload["text"]}]
 
 
-def served_hosted_tools(req: CreateRequest, route: Route) -> list[tuple[HostedTool, str]]:
-    """The request's hosted tools the route serves, each with the registry tool serving it."""
-    from .protocol.client_tools import HOSTED_ALIASES
-
-    policy = dict(route.hosted_tools)
-    out = []
-    for hosted in req.hosted_tools:
-        name = policy.get(HOSTED_ALIASES.get(hosted.type, hosted.type))
-        if name is not None:
-            out.append((hosted, name))
-    return out
-
-
-def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) -> list[str]:
-    """Hosted tools (web_search, ...) become the route's registry tools that serve them; the
-    rest go on to the upstream when every target is a native Responses server, and are
-    dropped otherwise, and said so in the log. Returns the dropped types, which the view also
-    names in `x-gateway-dropped-tools`: the model answers without them."""
-    from .protocol.client_tools import HOSTED_ALIASES
-
-    by_name = {s.name: s for s in specs}
-    served: set[int] = set()
-    for hosted, name in served_hosted_tools(req, route):
-        spec = by_name.get(name)
-        if spec is None or any(t.name == name and t.kind != "function" for t in req.tools):
-            continue  # the registry has no such tool for this tenant (or it already serves another type)
-        tool = _registry_tool(spec)
-        tool.kind, tool.report = HOSTED_ALIASES.get(hosted.type, hosted.type), hosted.spec
-        req.tools = [t for t in req.tools if t.name != name] + [tool]
-        served.add(id(hosted))
-    unserved = [h for h in req.hosted_tools if id(h) not in served]
-    if unserved and route.targets and all(t.provider.kind == "responses" for t in route.targets):
-        # A native Responses upstream runs hosted tools itself: sent on as the client sent them,
-        # their items relayed back (protocol/native.py).
-        req.upstream_hosted_tools = [dict(h.spec) for h in unserved]
-        return []
-    dropped = list(dict.fromkeys(h.type for h in unserved))
-    if dropped:
-        log.info("hosted tools dropped for model %s: %s", req.model, ", ".join(dropped))
-    return dropped
-
-
 async def start_response(
     principal: Principal,
     req: CreateRequest,
@@ -540,140 +320,6 @@ async def admit_request(
 
     lease = settings.GATEWAY_QUEUED_MAX_SECONDS + settings.CELERY_TASK_TIME_LIMIT if on_worker else None
     return await admit(principal, price=route.price, estimate=estimate, lease_seconds=lease)
-
-
-# -- MCP -------------------------------------------------------------------------
-
-_mcp_cache: TTLCache[tuple[int, str, tuple[str, ...]], list] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
-
-
-async def registry_mcp(principal: Principal, req: CreateRequest) -> list:
-    """Registered MCP servers the request names by label or its route attaches (cached briefly)."""
-    from tool_registry.services import mcp_servers_for
-
-    labels = tuple(sorted(m.server_label for m in req.mcp_tools if m.server_url is None))
-    return await _cached_lookup(
-        _mcp_cache,
-        (principal.tenant_id, req.model, labels),
-        mcp_servers_for,
-        tenant_id=principal.tenant_id,
-        route_name=req.model,
-        labels=list(labels),
-    )
-
-
-def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:
-    """The servers of one response: (specs, fresh cached listings, request approval policies).
-
-    A declaration with `server_url` is ad hoc; without, it names a registered server (which the
-    request may narrow with `allowed_tools` and make stricter with `require_approval`)."""
-    import dataclasses
-
-    from tool_registry.mcp import McpServerSpec
-    from responses_api.protocol.mcp import McpTool, ToolFilter
-
-    by_label = {spec.label: (spec, listing) for spec, listing in registry}
-    specs: list[McpServerSpec] = []
-    cached: dict[str, list] = {}
-    approvals: dict = {}
-    for decl in req.mcp_tools:
-        if decl.server_url is None:
-            entry = by_label.pop(decl.server_label, None)
-            if entry is None:
-                raise InvalidRequest(
-                    f"No registered MCP server is labelled {decl.server_label!r} for this key; give "
-                    "'server_url' for an ad-hoc server.",
-                    param=f"{decl.param}.server_label",
-                )
-            spec, listing = entry
-            if decl.allowed is not None:
-                names = decl.allowed.tool_names
-                if spec.allowed is not None and spec.allowed.tool_names is not None:
-                    names = spec.allowed.tool_names if names is None else names & spec.allowed.tool_names
-                spec = dataclasses.replace(spec, allowed=ToolFilter(names, decl.allowed.read_only))
-            if decl.approval_given:
-                approvals[decl.server_label] = decl.approval
-        else:
-            if not settings.GATEWAY_MCP_ADHOC:
-                raise InvalidRequest(
-                    "Ad-hoc MCP servers are switched off on this gateway; use a registered server's "
-                    "label without 'server_url'.",
-                    param=f"{decl.param}.server_url",
-                )
-            if decl.server_label in by_label:
-                raise InvalidRequest(
-                    f"{decl.server_label!r} is a registered MCP server's label; omit 'server_url' to use "
-                    "it, or choose another label.",
-                    param=f"{decl.param}.server_label",
-                )
-            spec, listing = (
-                McpServerSpec(
-                    label=decl.server_label,
-                    url=decl.server_url,
-                    headers=dict(decl.headers),
-                    allowed=decl.allowed,
-                    approval=decl.approval,
-                    timeout=settings.GATEWAY_MCP_TIMEOUT,
-                    description=decl.server_description,
-                ),
-                None,
-            )
-        specs.append(spec)
-        if listing is not None and listing["fresh"]:
-            cached[spec.label] = listing["tools"]
-    for spec, listing in by_label.values():  # attached by the route
-        specs.append(spec)
-        if listing["fresh"]:
-            cached[spec.label] = listing["tools"]
-        # Reported in the Response's `tools` like the route's registry function tools.
-        req.mcp_tools.append(
-            McpTool(
-                server_label=spec.label,
-                server_url=None,
-                allowed=spec.allowed,
-                approval=spec.approval,
-                server_description=spec.description,
-            )
-        )
-    return specs, cached, approvals
-
-
-async def check_adhoc_urls(req: CreateRequest, tenant_id: int) -> None:
-    """Ad-hoc server URLs pass the ad-hoc egress policy now, so a refusal is a 400 naming the
-    field. (Each connection checks again and pins the address it checked.) A URL a client sends
-    never gets the operator's allowlist for registered tools: public addresses only, unless
-    GATEWAY_MCP_ADHOC_EGRESS_ALLOW or the tenant's own allowance names it."""
-    from tool_registry.egress import EgressDenied, parse_url, resolve_checked
-    from tool_registry.services import adhoc_egress_policy
-
-    adhoc = [d for d in req.mcp_tools if d.server_url is not None]
-    if not adhoc:
-        return
-    policy = await db.run(adhoc_egress_policy, tenant_id)
-    for decl in adhoc:
-        try:
-            _, host, port, _ = parse_url(decl.server_url)
-            await resolve_checked(host, port, policy)
-        except EgressDenied as exc:
-            raise InvalidRequest(f"Refused 'server_url': {exc}", param=f"{decl.param}.server_url") from None
-        except ValueError as exc:
-            raise InvalidRequest(f"Invalid 'server_url': {exc}", param=f"{decl.param}.server_url") from None
-
-
-def mcp_toolset(response_id: str, plan: tuple[list, dict, dict], policy: Any, adhoc_policy: Any) -> Any:
-    from tool_registry.runner import McpToolset
-
-    specs, cached, approvals = plan
-    if not specs:
-        return None
-    return McpToolset(
-        response_id=response_id,
-        servers=specs,
-        policy=policy,
-        adhoc_policy=adhoc_policy,
-        cached=cached,
-        request_approval=approvals,
-    )
 
 
 # -- /v1/responses/compact -----------------------------------------------------------

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from .models import Item, ModelRoute, Response, ResponseItem
 from .protocol.errors import InvalidRequest, NotFound
@@ -233,3 +235,39 @@ def items_page(links: Any, *, after: str | None, limit: int, order: str, unknown
         links.order_by("-position" if descending else "position").values_list("item__data", flat=True)[: limit + 1]
     )
     return ListPage([_loads(r) for r in rows[:limit]], len(rows) > limit)
+
+
+# -- worker-run responses ---------------------------------------------------------------
+
+
+def response_status(*, response_id: str) -> str:
+    return Response.objects.filter(id=response_id).values_list("status", flat=True).get()
+
+
+def _heartbeat_cutoff() -> datetime:
+    """A worker whose heartbeat is older than this is presumed dead (4 missed beats)."""
+    return timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
+
+
+def response_jobs_stale() -> list[str]:
+    """Worker runs whose worker stopped beating (at most 500 per sweep)."""
+    rows = Response.objects.filter(
+        status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=_heartbeat_cutoff()
+    )
+    return list(rows.values_list("id", flat=True)[:500])
+
+
+def response_job_is_stale(*, response_id: str) -> bool:
+    return Response.objects.filter(
+        id=response_id, status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=_heartbeat_cutoff()
+    ).exists()
+
+
+def response_jobs_stuck_queued() -> list[str]:
+    """Background responses no worker took within GATEWAY_QUEUED_MAX_SECONDS: their task was
+    lost (a broker restarted without persistence) or never sent."""
+    cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_QUEUED_MAX_SECONDS)
+    rows = Response.objects.filter(
+        status=Response.Status.QUEUED, on_worker=True, heartbeat_at__isnull=True, created_at__lt=cutoff
+    )
+    return list(rows.values_list("id", flat=True)[:500])

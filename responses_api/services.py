@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, UTC
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Func, JSONField
 from django.utils import timezone
@@ -161,10 +162,10 @@ class _JobWithoutCredentials(Func):
     def __init__(self) -> None:
         super().__init__(F("job"))
 
-    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
         return self.as_sql(compiler, connection, template="(%(expressions)s - 'mcp_credentials')", **extra)
 
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
         return self.as_sql(compiler, connection, template="json_remove(%(expressions)s, '$.mcp_credentials')", **extra)
 
 
@@ -281,7 +282,7 @@ def finish_statement(
 
 
 def _json_adapter(field: str) -> Any:
-    model_field = Response._meta.get_field(field)
+    model_field: Any = Response._meta.get_field(field)
     if connection.vendor == "postgresql" and getattr(model_field, "encoder", None) is None:
         # What Django's adapter gives (psycopg's Jsonb), encoded by orjson.
         from psycopg.types.json import Jsonb
@@ -312,7 +313,7 @@ def _finish_sql(insert: bool, fields: tuple[str, ...]) -> str:
     else:
         # The job's sealed MCP credentials go in the same write (see _JobWithoutCredentials); a
         # job without them is assigned unchanged, so its stored (TOASTed) value is not rewritten.
-        job = quote(Response._meta.get_field("job").column)
+        job = quote(str(Response._meta.get_field("job").column))
         head = (
             "UPDATE {} SET {}, {job} = CASE WHEN {job} ? 'mcp_credentials' THEN {job} - 'mcp_credentials' "
             "ELSE {job} END WHERE id = %(response_id)s AND status IN ('queued', 'in_progress')"
@@ -373,19 +374,17 @@ def _attach_items(tenant_id: int, response_id: str | None, input_items: list[dic
     ]
     Item.objects.bulk_create(new_items)
     fresh = iter(new_items)
-    links: list[ResponseItem] = []
-    ordered: list[Item] = []
-    for position, item in enumerate(input_items):
-        stored = existing[item["id"]] if item["type"] == "item_reference" else next(fresh)
-        ordered.append(stored)
-        links.append(ResponseItem(response_id=response_id, item_id=stored.id, role=0, position=position))
-    for position, _ in enumerate(output):
-        stored = next(fresh)
-        ordered.append(stored)
-        links.append(ResponseItem(response_id=response_id, item_id=stored.id, role=1, position=position))
+    inputs = [existing[i["id"]] if i["type"] == "item_reference" else next(fresh) for i in input_items]
+    outputs = list(fresh)
     if response_id is not None:
-        ResponseItem.objects.bulk_create(links)
-    return ordered
+        ResponseItem.objects.bulk_create(
+            [
+                ResponseItem(response_id=response_id, item_id=stored.id, role=role, position=position)
+                for role, stored_items in ((0, inputs), (1, outputs))
+                for position, stored in enumerate(stored_items)
+            ]
+        )
+    return inputs + outputs
 
 
 def response_finish_in_conversation(
@@ -457,7 +456,7 @@ def response_job_drop_credentials(*, response_id: str, only_if_ended: bool = Tru
         row = rows.select_for_update().only("id", "job").first()
         if row is None:
             return False
-        row.job = {k: v for k, v in row.job.items() if k != "mcp_credentials"}
+        row.job = {k: v for k, v in (row.job or {}).items() if k != "mcp_credentials"}
         row.save(update_fields=["job"])
     return True
 
@@ -634,3 +633,33 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
 
     forget_now(ids)  # a background response's log holds its content too
     return counts
+
+
+# -- worker-run responses: the job lifecycle (background.py drives it) ---------------
+
+
+def response_job_claim(*, response_id: str) -> Response | None:
+    """Take an unclaimed run (heartbeat still null), compare-and-swap: exactly one worker wins."""
+    won = Response.objects.filter(
+        id=response_id, status__in=Response.RUNNING, on_worker=True, heartbeat_at__isnull=True
+    ).update(status=Response.Status.IN_PROGRESS, heartbeat_at=timezone.now())
+    return Response.objects.get(id=response_id) if won else None
+
+
+def response_job_heartbeat(*, response_id: str) -> None:
+    """The worker running this response is alive (selectors.response_jobs_stale reads it)."""
+    Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
+
+
+def response_fail_abandoned_foreground() -> int:
+    """Fail foreground responses whose web process died mid-stream: nothing will ever finish them."""
+    cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_FOREGROUND_MAX_SECONDS)
+    return Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=False, created_at__lt=cutoff).update(
+        **_ended(
+            {
+                "status": Response.Status.FAILED,
+                "error": {"code": "interrupted", "message": "The gateway process serving this response stopped."},
+                "completed_at": timezone.now(),
+            }
+        )
+    )

@@ -1,4 +1,4 @@
-"""Celery tasks: thin, take ids, call the background service.
+"""Celery tasks (thin: take ids, call background.py), and `enqueue`, the hand-off to them.
 
 Each worker process keeps one event loop in a thread (created lazily, after
 the prefork fork), so that a task reuses warm DB threads, the upstream HTTP
@@ -15,6 +15,9 @@ from collections.abc import Coroutine
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+
+from .background import reap_stale, run_claimed
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -40,15 +43,11 @@ def run_on_worker_loop(coro: Coroutine[Any, Any, Any]) -> Any:
 
 @shared_task(name="responses_api.run_response", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_response(response_id: str) -> str:
-    from .background import run_claimed
-
     return run_on_worker_loop(run_claimed(response_id))
 
 
 @shared_task(name="responses_api.reap_stale_responses", ignore_result=True)
 def reap_stale_responses() -> int:
-    from .background import reap_stale
-
     return run_on_worker_loop(reap_stale())
 
 
@@ -57,3 +56,16 @@ def expire_responses() -> dict:
     from .services import retention_expire
 
     return retention_expire()
+
+
+_embedded_tasks: set[asyncio.Task] = set()
+
+
+async def enqueue(response_id: str) -> None:
+    """Hand a stored (committed) response to a worker: Celery, or an in-process task when embedded."""
+    if settings.EMBEDDED_WORKER:
+        task = asyncio.get_running_loop().create_task(run_claimed(response_id))
+        _embedded_tasks.add(task)  # keep a reference: the loop holds tasks only weakly
+        task.add_done_callback(_embedded_tasks.discard)
+        return
+    await asyncio.to_thread(run_response.delay, response_id)

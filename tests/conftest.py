@@ -61,13 +61,13 @@ def _forget_target_health() -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_caches() -> Iterator[None]:
-    from responses_api import auth, gateway, routing
+    from responses_api import auth, routing, toolplan
     from tool_registry import services as tool_services
 
     clears = (
         auth.clear_cache,
         routing.clear_cache,
-        gateway.clear_cache,
+        toolplan.clear_cache,
         tool_services.clear_cache,
         _forget_target_health,
     )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
+
+from .egress import EgressDenied, EgressPolicy, EgressResolutionError, check_url_sync, parse_url
 
 TOOL_NAME_VALIDATOR = RegexValidator(r"^[a-zA-Z0-9_-]{1,64}$", "1-64 letters, digits, '_' or '-'.")
 
@@ -85,11 +89,8 @@ class Tool(models.Model):
         if self.executor == self.Executor.HTTP:
             if not self.url:
                 raise ValidationError({"url": "An http tool needs a URL."})
-            from .egress import EgressDenied, check_url_sync
-            from .services import egress_policy
-
             try:
-                check_url_sync(self.url, egress_policy())
+                check_url_sync(self.url, EgressAllow.objects.policy())
             except EgressDenied as exc:
                 raise ValidationError({"url": str(exc)}) from None
             except ValueError as exc:
@@ -102,12 +103,35 @@ class Tool(models.Model):
                 raise ValidationError({"python_callable": f"Module '{module}' is not in GATEWAY_PYTHON_TOOL_MODULES."})
 
 
+class EgressAllowManager(models.Manager["EgressAllow"]):
+    _cached: tuple[float, EgressPolicy] | None = None
+
+    def policy(self) -> EgressPolicy:
+        """Settings' GATEWAY_EGRESS_ALLOW plus the admin's allowlist (cached GATEWAY_CACHE_SECONDS):
+        what registered tools and MCP servers may reach."""
+        now = time.monotonic()
+        cached = EgressAllowManager._cached
+        if cached is None or cached[0] <= now:
+            entries = [*settings.GATEWAY_EGRESS_ALLOW, *self.values_list("entry", flat=True)]
+            cached = EgressAllowManager._cached = (
+                now + settings.GATEWAY_CACHE_SECONDS,
+                EgressPolicy.from_strings(entries),
+            )
+        return cached[1]
+
+    @staticmethod
+    def forget_policy() -> None:
+        EgressAllowManager._cached = None
+
+
 class EgressAllow(models.Model):
     """An exception to the egress policy: a hostname (or *.domain), an IP or a CIDR."""
 
     entry = models.CharField(max_length=255, unique=True)
     note = models.CharField(max_length=255, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = EgressAllowManager()
 
     class Meta:
         verbose_name = "egress allowlist entry"
@@ -117,8 +141,6 @@ class EgressAllow(models.Model):
         return self.entry
 
     def clean(self) -> None:
-        from .egress import EgressPolicy
-
         try:
             EgressPolicy.from_strings([self.entry])
         except ValueError as exc:
@@ -220,11 +242,8 @@ class McpServer(models.Model):
         return self.label
 
     def clean(self) -> None:
-        from .egress import EgressDenied, EgressResolutionError, check_url_sync, parse_url
-        from .services import egress_policy
-
         if self.url:
-            policy = egress_policy()
+            policy = EgressAllow.objects.policy()
             try:
                 check_url_sync(self.url, policy)
             except EgressResolutionError as exc:

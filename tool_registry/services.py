@@ -12,19 +12,12 @@ from django.utils import timezone
 from .egress import EgressPolicy
 from .executors import ToolSpec
 from .mcp import McpServerSpec
-from .models import EgressAllow, McpServer, Tool, ToolCallRecord
-
-_policy_cache: tuple[float, EgressPolicy] | None = None
+from .models import EgressAllow, EgressAllowManager, McpServer, Tool, ToolCallRecord
 
 
 def egress_policy() -> EgressPolicy:
     """Settings' GATEWAY_EGRESS_ALLOW plus the admin's allowlist (cached briefly)."""
-    global _policy_cache
-    now = time.monotonic()
-    if _policy_cache is None or _policy_cache[0] <= now:
-        entries = [*settings.GATEWAY_EGRESS_ALLOW, *EgressAllow.objects.values_list("entry", flat=True)]
-        _policy_cache = (now + settings.GATEWAY_CACHE_SECONDS, EgressPolicy.from_strings(entries))
-    return _policy_cache[1]
+    return EgressAllow.objects.policy()
 
 
 _adhoc_policies: dict[int, tuple[float, EgressPolicy]] = {}
@@ -47,8 +40,7 @@ def adhoc_egress_policy(tenant_id: int) -> EgressPolicy:
 
 
 def clear_cache() -> None:
-    global _policy_cache
-    _policy_cache = None
+    EgressAllowManager.forget_policy()
     _adhoc_policies.clear()
 
 

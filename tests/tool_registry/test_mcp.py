@@ -440,9 +440,9 @@ def test_registered_server_by_label_and_by_route(
 
 
 def gateway_module_clear() -> None:
-    from responses_api import gateway as gateway_module
+    from responses_api import toolplan
 
-    gateway_module.clear_cache()
+    toolplan.clear_cache()
 
 
 def test_mcp_on_a_background_worker(
