@@ -129,7 +129,7 @@ class AllowedModelsField(forms.CharField):
             return ", ".join(value)
         return value or ""
 
-    def to_python(self, value: Any) -> list[str]:
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]  # a list field, typed as text
         if isinstance(value, list):
             return value
         return list(dict.fromkeys(p.strip() for p in (value or "").split(",") if p.strip()))
@@ -176,7 +176,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     ordering = ("-created_at",)
     actions = ("revoke_keys",)
 
-    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
         if obj is None:
             return ["tenant", "name", "is_admin", "allowed_models"]
         return [
@@ -400,6 +400,7 @@ class RouteTargetInline(admin.TabularInline):
             return "unknown (the health store is unreachable)"
         health, in_flight = found
         now = time.time()
+        state: str
         if health.cooling(now):
             state = format_html(
                 "<strong>cooling down</strong> for {} s more ({} failures in a row)",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from typing import Any
+from typing import Any, cast
 from collections.abc import Awaitable, Callable
 
 from django.conf import settings
@@ -28,7 +28,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.security import SecurityMiddleware
-from django.urls import Resolver404, get_resolver, set_script_prefix
+from django.urls import ResolverMatch, Resolver404, get_resolver, set_script_prefix
 
 from .exception_handlers import error_response
 from .middleware import RequestIdMiddleware
@@ -40,7 +40,7 @@ log = logging.getLogger("gateway.asgi")
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = Callable[[Any], Awaitable[None]]
 
 
 def fast_lane(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -135,9 +135,9 @@ class ApiApplication:
             # No database stores NUL in text, and no id or filter of ours contains one.
             return error_response(InvalidRequest(f"'{nul}' must not contain a NUL character.", param=nul))
         try:
-            response = self.security.process_request(request) or self.common.process_request(request)
+            response: Any = self.security.process_request(request) or self.common.process_request(request)
             if response is None:
-                match = request.resolver_match
+                match = cast(ResolverMatch, request.resolver_match)  # set by __call__
                 response = await match.func(request, *match.args, **match.kwargs)
                 if getattr(response, "is_rendered", True) is False:
                     response = response.render()  # a DRF Response: JSON encoding only, no I/O
@@ -210,7 +210,7 @@ def _start(response: HttpResponseBase) -> dict[str, Any]:
 def _nul_parameter(request: HttpRequest) -> str | None:
     """The path or query parameter holding a NUL character, if any."""
     if "\x00" in request.path_info:
-        match = request.resolver_match
+        match = cast(ResolverMatch, request.resolver_match)
         return next((name for name, value in match.kwargs.items() if "\x00" in str(value)), "path")
     query = request.META.get("QUERY_STRING", "")
     if "%00" in query or "\x00" in query:

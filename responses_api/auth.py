@@ -63,7 +63,8 @@ def cached_principal(raw_key: str) -> Principal | None:
 
 async def principal_for(raw_key: str) -> Principal:
     """Async: the cached principal, or a look-up off the event loop."""
-    return cached_principal(raw_key) or await db.run(authenticate_key, raw_key)
+    cached = cached_principal(raw_key)
+    return cached if cached is not None else await db.run(authenticate_key, raw_key)
 
 
 def authenticate_key(raw_key: str) -> Principal:

@@ -92,13 +92,13 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
         wanted = []
         for j, target in enumerate(targets):
             provider_name = _require(target, "provider", f"{where}.targets[{j}]")
-            provider = providers.get(provider_name) or Provider.objects.filter(name=provider_name).first()
-            if provider is None:
+            target_provider = providers.get(provider_name) or Provider.objects.filter(name=provider_name).first()
+            if target_provider is None:
                 raise ConfigError(f"{where}.targets[{j}]: unknown provider {provider_name!r}")
             limit = target.get("max_concurrent")
             wanted.append(
                 (
-                    provider.id,
+                    target_provider.id,
                     str(_require(target, "model", f"{where}.targets[{j}]")),
                     int(target.get("weight", 1)),
                     int(target.get("priority", 0)),

@@ -36,7 +36,8 @@ def _release(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run `fn` in the loop's default executor (not a per-request thread)."""
-    return await sync_to_async(functools.partial(_release, fn), thread_sensitive=False)(*args, **kwargs)
+    result: T = await sync_to_async(functools.partial(_release, fn), thread_sensitive=False)(*args, **kwargs)
+    return result
 
 
 def native_async() -> bool:

@@ -34,6 +34,14 @@ from .drf_policies import (
 )
 
 
+class ApiRequest(Request):
+    """DRF's Request with the access-log fields the ASGI lane's RequestIdMiddleware set."""
+
+    @property
+    def log_extra(self) -> dict[str, Any]:
+        return self._request.log_extra  # type: ignore[attr-defined]
+
+
 class ApiView(APIView):
     """A DRF view whose handlers are coroutines, dispatched on the event loop."""
 
@@ -55,11 +63,17 @@ class ApiView(APIView):
     def principal(self) -> Principal:
         return self.request.user  # type: ignore[return-value]
 
-    def initialize_request(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Request:
+    def initialize_request(self, request: HttpRequest, *args: Any, **kwargs: Any) -> ApiRequest:
         if request.META.get("CONTENT_LENGTH") and not request.META.get("CONTENT_TYPE"):
             # DRF ignores a body without a media type; this API's bodies are JSON.
             request.META["CONTENT_TYPE"] = "application/json"
-        return super().initialize_request(request, *args, **kwargs)
+        return ApiRequest(
+            request,
+            parsers=self.get_parsers(),
+            authenticators=self.get_authenticators(),
+            negotiator=self.get_content_negotiator(),
+            parser_context=self.get_parser_context(request),
+        )
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
         return self.dispatch_async(request, *args, **kwargs)
@@ -104,20 +118,21 @@ class ApiView(APIView):
             if not allowed:
                 waits.append(throttle.wait())
         if waits:
-            self.throttled(request, max((w for w in waits if w is not None), default=None))
+            # None when no throttle knows how long (DRF's own check_throttles passes it on too).
+            self.throttled(request, max((w for w in waits if w is not None), default=None))  # type: ignore[arg-type]
 
     async def _authenticate(self, request: Request) -> None:
-        """`Request._authenticate`, awaiting async authenticators."""
-        for authenticator in request.authenticators:
+        """`Request._authenticate`, awaiting async authenticators (its private steps as DRF's own)."""
+        for authenticator in request.authenticators or ():
             try:
-                result = authenticator.authenticate(request)
+                result: Any = authenticator.authenticate(request)
                 if inspect.isawaitable(result):
                     result = await result
             except Exception:
-                request._not_authenticated()
+                request._not_authenticated()  # type: ignore[attr-defined]
                 raise
             if result is not None:
-                request._authenticator = authenticator
+                request._authenticator = authenticator  # type: ignore[attr-defined]
                 request.user, request.auth = result
                 return
-        request._not_authenticated()
+        request._not_authenticated()  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@ them: DRF imports its default classes while `rest_framework.views` is being impo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from rest_framework.authentication import BaseAuthentication
@@ -24,7 +25,8 @@ from .protocol.wirejson import dumpb
 class BearerKeyAuthentication(BaseAuthentication):
     """`Authorization: Bearer <API key>`; the principal is the request's `user`."""
 
-    async def authenticate(self, request: Request) -> tuple[Principal, None]:
+    # Async: awaited by drf.ApiView's dispatch (DRF's own Request would not await it).
+    async def authenticate(self, request: Request) -> tuple[Principal, None]:  # type: ignore[override]
         principal = await principal_for(bearer_token(request.META.get("HTTP_AUTHORIZATION")))
         log_extra = getattr(request._request, "log_extra", None)
         if log_extra is not None:
@@ -78,10 +80,11 @@ class ProtocolNegotiation(BaseContentNegotiation):
     """The API speaks one format: `Accept` (text/event-stream for streams, */* from curl) never
     turns a request into a 406, and a body is parsed as JSON whatever its label."""
 
-    def select_parser(self, request: Request, parsers: list[BaseParser]) -> BaseParser:
-        return parsers[0]
+    def select_parser(self, request: Request, parsers: Iterable[BaseParser]) -> BaseParser:
+        return next(iter(parsers))
 
     def select_renderer(
-        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
     ) -> tuple[BaseRenderer, str]:
-        return renderers[0], renderers[0].media_type
+        renderer = next(iter(renderers))
+        return renderer, renderer.media_type

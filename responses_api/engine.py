@@ -549,7 +549,8 @@ class ResponseRun:
         }
         listed: list[tuple[str, dict[str, Any]]] = []
         mcp = self.mcp
-        for label in mcp.labels if mcp else []:
+        for label in mcp.labels if mcp is not None else []:
+            assert mcp is not None  # labels come from it
 
             def allowed(tools: list[dict[str, Any]], label: str = label) -> list[dict[str, Any]]:
                 return [t for t in tools if mcp.allows(label, t["name"], t.get("annotations"))]
@@ -584,9 +585,8 @@ class ResponseRun:
                     source="mcp",
                 )
             )
-            bindings[name] = McpBinding(
-                label, tool["name"], self.mcp.requires_approval(label, tool["name"], tool.get("annotations"))
-            )
+            needs_approval = mcp is not None and mcp.requires_approval(label, tool["name"], tool.get("annotations"))
+            bindings[name] = McpBinding(label, tool["name"], needs_approval)
         self.builder.mcp_bindings = bindings
         self.builder.allowed_tools = allowed_tool_names(req.tool_choice, req.tools + self.mcp_tools)
         for request, _answer in self._approved:

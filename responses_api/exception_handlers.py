@@ -62,8 +62,9 @@ def _from_drf(exc: Any, context: dict) -> GatewayError:
         message = str(detail)
     code = getattr(detail, "code", None) or exc.default_code
     headers = {}
-    if isinstance(exc, exceptions.Throttled) and exc.wait is not None:
-        headers["Retry-After"] = str(max(1, int(exc.wait)))
+    wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None
+    if wait is not None:
+        headers["Retry-After"] = str(max(1, int(wait)))
     error = GatewayError(message, param=param, code=code, status=exc.status_code, headers=headers)
     if exc.status_code == 429:
         error.error_type = "rate_limit_error"

@@ -195,7 +195,7 @@ class MemoryLimitStore(LimitStore):
 
     def snapshot(self, checks: list[Check]) -> list[dict[str, Any]]:
         now = self.clock()
-        out = []
+        out: list[dict[str, int | None]] = []
         for check in checks:
             if check.kind == "bucket":
                 out.append({"used": max(0, round(check.limit - self._level(check.key, check.limit, now)))})
@@ -414,7 +414,7 @@ class RedisLimitStore(LimitStore):
         if self._sync is None:
             self._sync = redis.Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=2)
         now = time.time()
-        out = []
+        out: list[dict[str, int | None]] = []
         for check in checks:
             key = self.PREFIX + check.key
             if check.kind == "bucket":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from typing import Any
 import uuid
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
@@ -93,7 +94,7 @@ async def _log_at_end(content, request, response, started: float):  # type: igno
         ended = True
     finally:
         OPEN_STREAMS.dec()
-        more = {"first_byte_ms": round((first_byte - started) * 1000, 2) if first_byte else None}
+        more: dict[str, Any] = {"first_byte_ms": round((first_byte - started) * 1000, 2) if first_byte else None}
         if not ended:
             more["stream_end"] = "client_disconnected"
         _access_line(request, response, started, **more)
@@ -105,7 +106,7 @@ def _log_stream_at_end(response: EventStream, request, started: float) -> None: 
 
     def ended(first_write: float | None, finished: bool) -> None:
         OPEN_STREAMS.dec()
-        more = {"first_byte_ms": round((first_write - started) * 1000, 2) if first_write else None}
+        more: dict[str, Any] = {"first_byte_ms": round((first_write - started) * 1000, 2) if first_write else None}
         if not finished:
             more["stream_end"] = "client_disconnected"
         _access_line(request, response, started, **more)

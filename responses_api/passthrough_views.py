@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
-from rest_framework.request import Request
 
 from . import db, services
 from .auth import Principal
@@ -27,14 +26,14 @@ from .protocol.ids import new_id
 from .protocol.request import parse_create_request
 from .upstreams import UpstreamRequest, open_call
 from .upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
-from .drf import ApiView
+from .drf import ApiRequest, ApiView
 
 log = logging.getLogger("gateway.passthrough")
 
 _recording: set[asyncio.Task] = set()
 
 
-async def _relay(request: Request, principal: Principal, *, path: str, endpoint: str) -> HttpResponse:
+async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoint: str) -> HttpResponseBase:
     body = request.data
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
@@ -66,7 +65,7 @@ def _estimate(raw: bytes, body: dict[str, Any]) -> int:
 
 
 async def _forward(
-    request: Request,
+    request: ApiRequest,
     principal: Principal,
     route: Any,
     body: dict[str, Any],
@@ -76,7 +75,7 @@ async def _forward(
     model: str,
     stream: bool,
     grant: Grant | None,
-) -> HttpResponse:
+) -> HttpResponseBase:
     started = time.monotonic()
 
     def failed(target: Any, exc: GatewayError) -> None:  # fall back / retry before the first byte, as responses do
@@ -135,20 +134,21 @@ async def _forward(
     finally:
         forwarded.response.release()
         await slot.release()
+    answer: Any
     try:
         answer = json.loads(raw)
     except ValueError:
         answer = None
-    usage = answer.get("usage") if isinstance(answer, dict) else None
-    _note_tokens(request, usage)
-    _record(principal, endpoint, model, forwarded.target.label, 200, usage, started)
+    answered_usage = answer.get("usage") if isinstance(answer, dict) else None
+    _note_tokens(request, answered_usage)
+    _record(principal, endpoint, model, forwarded.target.label, 200, answered_usage, started)
     if grant is not None:
-        await grant.end(usage)
+        await grant.end(answered_usage)
     return HttpResponse(raw, content_type=content_type)
 
 
 async def _translated(
-    request: Request,
+    request: ApiRequest,
     principal: Principal,
     call: Any,
     slot: Any,
@@ -159,7 +159,7 @@ async def _translated(
     stream: bool,
     grant: Grant | None,
     started: float,
-) -> HttpResponse:
+) -> HttpResponseBase:
     """A Chat Completions answer written from a native Responses or Anthropic upstream's deltas."""
     writer = ChatWriter(model, "chatcmpl-" + new_id("gw").split("_", 1)[1])
     endpoint = UsageRecord.Endpoint.CHAT_COMPLETIONS
@@ -210,7 +210,7 @@ async def _translated(
     return response
 
 
-def _note_tokens(request: Request, usage: dict[str, Any] | None) -> None:
+def _note_tokens(request: ApiRequest, usage: dict[str, Any] | None) -> None:
     """For the access log and the metrics."""
     input_tokens, output_tokens = usage_tokens(usage)
     request.log_extra.update(input_tokens=input_tokens, output_tokens=output_tokens)  # type: ignore[attr-defined]
@@ -256,7 +256,7 @@ def _recorded(task: asyncio.Task) -> None:
 class ChatCompletionsView(ApiView):
     """`/v1/chat/completions`, passed through to the routed upstream (usage recorded)."""
 
-    async def post(self, request: Request) -> HttpResponseBase:
+    async def post(self, request: ApiRequest) -> HttpResponseBase:
         return await _relay(
             request, self.principal, path="/chat/completions", endpoint=UsageRecord.Endpoint.CHAT_COMPLETIONS
         )
@@ -265,5 +265,5 @@ class ChatCompletionsView(ApiView):
 class EmbeddingsView(ApiView):
     """`/v1/embeddings`, passed through to the routed upstream (usage recorded)."""
 
-    async def post(self, request: Request) -> HttpResponseBase:
+    async def post(self, request: ApiRequest) -> HttpResponseBase:
         return await _relay(request, self.principal, path="/embeddings", endpoint=UsageRecord.Endpoint.EMBEDDINGS)

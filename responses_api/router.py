@@ -252,13 +252,13 @@ async def _health(labels: list[str]) -> dict[str, Health]:
 
 def attempt_order(route: Route, rng: random.Random | None = None) -> list[Target]:
     """Priority groups in order; weighted random within a group, its weight-0 targets after."""
-    rng = rng or random
+    pick_from: Any = rng or random  # a Random, or the module's shared one
     order: list[Target] = []
     for priority in sorted({t.priority for t in route.targets}):
         group = [t for t in route.targets if t.priority == priority]
         pool = [t for t in group if t.weight > 0]
         while pool:
-            pick = rng.choices(pool, weights=[t.weight for t in pool])[0]
+            pick = pick_from.choices(pool, weights=[t.weight for t in pool])[0]
             order.append(pick)
             pool.remove(pick)
         order += [t for t in group if t.weight == 0]

@@ -135,7 +135,7 @@ class EventStream(StreamingHttpResponse):
             nonlocal timer, ping, last_write
             now = loop.time()
             if now - last_write >= interval and not sending and (ping is None or ping.done()):
-                ping = loop.create_task(send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True}))
+                ping = asyncio.ensure_future(send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True}))
                 ping.add_done_callback(_quiet)
                 last_write = now
             timer = loop.call_at(last_write + interval, silent)

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 from django.conf import settings
-from django.http import HttpResponseBase
-from rest_framework.request import Request
+from django.http import HttpRequest, HttpResponseBase
 from rest_framework.response import Response
 
 from . import db, selectors, services
 from .asgi import fast_lane
 from .background import cancel_background
-from .drf import ApiView
+from .drf import ApiRequest, ApiView
 from .engine import ResponseRun
 from .eventlog import event_log
 from .exception_handlers import error_response
@@ -31,18 +31,18 @@ from .sse import EventStream, note_response
 log = logging.getLogger("gateway.views")
 
 
-def _sse_response(request: Request, events: AsyncIterator[Event]) -> EventStream:
+def _sse_response(request: ApiRequest, events: AsyncIterator[Event]) -> EventStream:
     return EventStream(events, settings.GATEWAY_SSE_KEEPALIVE_SECONDS, request.log_extra)
 
 
 class ResponsesView(ApiView):
     """`/v1/responses`: create a response; list stored ones (history)."""
 
-    async def post(self, request: Request) -> HttpResponseBase:
+    async def post(self, request: ApiRequest) -> HttpResponseBase:
         body = request.data
-        req = parse_create_request(body)
+        req = parse_create_request(body)  # refuses anything but a JSON object
         request.log_extra["model"] = req.model
-        started = await start_response(self.principal, req, body)
+        started = await start_response(self.principal, req, cast(dict[str, Any], body))
         request.log_extra["routed"] = True
         response = await _answer(request, req, started)
         for name, value in _rate_limit_headers(started).items():
@@ -51,7 +51,7 @@ class ResponsesView(ApiView):
             response["x-gateway-dropped-tools"] = ",".join(req.dropped_tools)
         return response
 
-    async def get(self, request: Request) -> Response:
+    async def get(self, request: ApiRequest) -> Response:
         return await list_responses(request, self.principal)
 
 
@@ -62,7 +62,7 @@ def _rate_limit_headers(started: ResponseRun | WorkerStarted) -> dict[str, str]:
     return grant.headers if grant is not None else {}
 
 
-async def _answer(request: Request, req: CreateRequest, started: ResponseRun | WorkerStarted) -> HttpResponseBase:
+async def _answer(request: ApiRequest, req: CreateRequest, started: ResponseRun | WorkerStarted) -> HttpResponseBase:
     if isinstance(started, WorkerStarted):
         if req.stream:  # relay the worker's events live; the work survives a disconnect
             return _sse_response(request, event_log().read(started.response_id))
@@ -97,7 +97,7 @@ async def _current(tenant_id: int, response_id: str) -> dict:
 class ResponseDetailView(ApiView):
     """`/v1/responses/{id}`: retrieve (or stream again, for a background response); delete."""
 
-    async def get(self, request: Request, response_id: str) -> HttpResponseBase:
+    async def get(self, request: ApiRequest, response_id: str) -> HttpResponseBase:
         params = request.query_params
         if params.get("stream") not in ("true", "1", "True"):
             return Response(await _current(self.principal.tenant_id, response_id))
@@ -113,7 +113,7 @@ class ResponseDetailView(ApiView):
             raise NotFound("The event log of this response has expired.", param="stream", code="event_log_expired")
         return _sse_response(request, event_log().read(response_id, after))
 
-    async def delete(self, request: Request, response_id: str) -> Response:
+    async def delete(self, request: ApiRequest, response_id: str) -> Response:
         await db.run(services.response_delete, tenant_id=self.principal.tenant_id, response_id=response_id)
         return Response({"id": response_id, "object": "response", "deleted": True})
 
@@ -121,7 +121,7 @@ class ResponseDetailView(ApiView):
 class ResponseCancelView(ApiView):
     """`/v1/responses/{id}/cancel`: stop a background response."""
 
-    async def post(self, request: Request, response_id: str) -> Response:
+    async def post(self, request: ApiRequest, response_id: str) -> Response:
         tenant_id = self.principal.tenant_id
         row = await db.run(selectors.response_get_row, tenant_id=tenant_id, response_id=response_id)
         if not row.background:
@@ -158,7 +158,7 @@ def page_order(raw: str | None) -> str:
 class ResponseInputItemsView(ApiView):
     """`/v1/responses/{id}/input_items`: the items a response was given, paged."""
 
-    async def get(self, request: Request, response_id: str) -> Response:
+    async def get(self, request: ApiRequest, response_id: str) -> Response:
         params = request.query_params
         page = await db.run(
             selectors.input_items_page,
@@ -174,14 +174,14 @@ class ResponseInputItemsView(ApiView):
 class ModelsView(ApiView):
     """`/v1/models`: the models this key may use."""
 
-    async def get(self, request: Request) -> Response:
+    async def get(self, request: ApiRequest) -> Response:
         return Response({"object": "list", "data": await db.run(selectors.models_visible, self.principal)})
 
 
 class ModelDetailView(ApiView):
     """`/v1/models/{model}`."""
 
-    async def get(self, request: Request, model: str) -> Response:
+    async def get(self, request: ApiRequest, model: str) -> Response:
         data = [m for m in await db.run(selectors.models_visible, self.principal) if m["id"] == model]
         if not data:
             raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
@@ -191,7 +191,7 @@ class ModelDetailView(ApiView):
 class ResponseCompactView(ApiView):
     """`/v1/responses/compact`: a conversation's context, compacted into one item."""
 
-    async def post(self, request: Request) -> Response:
+    async def post(self, request: ApiRequest) -> Response:
         compacted = await compact_conversation(self.principal, request.data)
         request.log_extra.update(response_id=compacted["id"], response_status="completed")
         return Response(compacted)
@@ -200,7 +200,7 @@ class ResponseCompactView(ApiView):
 class ResponseInputTokensView(ApiView):
     """`/v1/responses/input_tokens`: what a create with this body would send, counted."""
 
-    async def post(self, request: Request) -> Response:
+    async def post(self, request: ApiRequest) -> Response:
         count, exact = await count_input_tokens(self.principal, request.data)
         return Response(
             {"object": "response.input_tokens", "input_tokens": count},
@@ -209,5 +209,5 @@ class ResponseInputTokensView(ApiView):
 
 
 @fast_lane
-async def not_found(request: Request, *args: object, **kwargs: object) -> HttpResponseBase:
+async def not_found(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponseBase:
     return error_response(NotFound(f"Unknown endpoint {request.method} {request.path}.", code="unknown_url"))

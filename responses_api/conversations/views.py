@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import db
-from ..drf import ApiView
+from ..drf import ApiRequest, ApiView
 from ..protocol.errors import InvalidRequest
 from ..protocol.items import normalize_item
 from ..protocol.request import _metadata
@@ -32,7 +31,7 @@ def _items(raw: Any, required: bool) -> list[dict[str, Any]]:
     return items
 
 
-def _body(request: Request) -> dict[str, Any]:
+def _body(request: ApiRequest) -> dict[str, Any]:
     body = request.data
     if body is None:
         return {}
@@ -41,7 +40,7 @@ def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _page_args(request: Request) -> dict[str, Any]:
+def _page_args(request: ApiRequest) -> dict[str, Any]:
     params = request.query_params
     return {
         "after": params.get("after"),
@@ -53,7 +52,7 @@ def _page_args(request: Request) -> dict[str, Any]:
 class ConversationsView(ApiView):
     """`/v1/conversations`: create one; list the tenant's (history; every tenant's for an admin key)."""
 
-    async def post(self, request: Request) -> Response:
+    async def post(self, request: ApiRequest) -> Response:
         body = _body(request)
         items = _items(body.get("items"), required=False)
         metadata = _metadata(body.get("metadata")) or {}
@@ -62,7 +61,7 @@ class ConversationsView(ApiView):
         )
         return Response(selectors.conversation_object(conversation))
 
-    async def get(self, request: Request) -> Response:
+    async def get(self, request: ApiRequest) -> Response:
         principal = self.principal
         page = await db.run(
             selectors.conversations_page,
@@ -75,13 +74,13 @@ class ConversationsView(ApiView):
 class ConversationDetailView(ApiView):
     """`/v1/conversations/{id}`: retrieve, update its metadata, delete."""
 
-    async def get(self, request: Request, conversation_id: str) -> Response:
+    async def get(self, request: ApiRequest, conversation_id: str) -> Response:
         conversation = await db.run(
             selectors.conversation_get, tenant_id=self.principal.tenant_id, conversation_id=conversation_id
         )
         return Response(selectors.conversation_object(conversation))
 
-    async def post(self, request: Request, conversation_id: str) -> Response:
+    async def post(self, request: ApiRequest, conversation_id: str) -> Response:
         body = _body(request)
         if "metadata" not in body:
             raise InvalidRequest("Missing required parameter: 'metadata'.", param="metadata")
@@ -93,7 +92,7 @@ class ConversationDetailView(ApiView):
         )
         return Response(selectors.conversation_object(conversation))
 
-    async def delete(self, request: Request, conversation_id: str) -> Response:
+    async def delete(self, request: ApiRequest, conversation_id: str) -> Response:
         await db.run(services.conversation_delete, tenant_id=self.principal.tenant_id, conversation_id=conversation_id)
         return Response({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
 
@@ -101,7 +100,7 @@ class ConversationDetailView(ApiView):
 class ConversationItemsView(ApiView):
     """`/v1/conversations/{id}/items`: list (paged) and add items."""
 
-    async def get(self, request: Request, conversation_id: str) -> Response:
+    async def get(self, request: ApiRequest, conversation_id: str) -> Response:
         page = await db.run(
             selectors.conversation_items_page,
             tenant_id=self.principal.tenant_id,
@@ -110,7 +109,7 @@ class ConversationItemsView(ApiView):
         )
         return Response(page.as_dict())
 
-    async def post(self, request: Request, conversation_id: str) -> Response:
+    async def post(self, request: ApiRequest, conversation_id: str) -> Response:
         items = _items(_body(request).get("items"), required=True)
         added = await db.run(
             services.conversation_items_add,
@@ -132,7 +131,7 @@ class ConversationItemsView(ApiView):
 class ConversationItemView(ApiView):
     """`/v1/conversations/{id}/items/{item_id}`: retrieve, delete."""
 
-    async def get(self, request: Request, conversation_id: str, item_id: str) -> Response:
+    async def get(self, request: ApiRequest, conversation_id: str, item_id: str) -> Response:
         item = await db.run(
             selectors.conversation_item_get,
             tenant_id=self.principal.tenant_id,
@@ -141,7 +140,7 @@ class ConversationItemView(ApiView):
         )
         return Response(item)
 
-    async def delete(self, request: Request, conversation_id: str, item_id: str) -> Response:
+    async def delete(self, request: ApiRequest, conversation_id: str, item_id: str) -> Response:
         conversation = await db.run(
             services.conversation_item_delete,
             tenant_id=self.principal.tenant_id,

@@ -6,12 +6,11 @@ An admin key reads every tenant; any other key only its own.
 
 from __future__ import annotations
 
-from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import db
 from ..auth import Principal
-from ..drf import ApiView
+from ..drf import ApiRequest, ApiView
 from ..limits import current_use
 from ..protocol.errors import InvalidRequest
 from . import selectors
@@ -23,7 +22,7 @@ def _scope(principal: Principal) -> int | None:
     return None if principal.is_admin else principal.tenant_id
 
 
-async def list_responses(request: Request, principal: Principal) -> Response:
+async def list_responses(request: ApiRequest, principal: Principal) -> Response:
     """List stored responses, newest first, with filters and cursor paging."""
     args = parse_query(request.query_params, RESPONSE_LIST_PARAMS)
     filters = selectors.ResponseFilters(
@@ -48,7 +47,7 @@ async def list_responses(request: Request, principal: Principal) -> Response:
 
 
 class ResponseThreadView(ApiView):
-    async def get(self, request: Request, response_id: str) -> Response:
+    async def get(self, request: ApiRequest, response_id: str) -> Response:
         """Every item of the chain ending at this response, in conversation order."""
         args = parse_query(request.query_params, THREAD_PARAMS)
         page = await db.run(
@@ -63,7 +62,7 @@ class ResponseThreadView(ApiView):
 
 
 class UsageView(ApiView):
-    async def get(self, request: Request) -> Response:
+    async def get(self, request: ApiRequest) -> Response:
         """Token and request totals of the caller's tenant (every tenant for admin keys)."""
         principal = self.principal
         args = parse_query(request.query_params, USAGE_PARAMS)

@@ -537,7 +537,7 @@ class EventBuilder:
     # -- MCP ---------------------------------------------------------------------
     def open_list_tools(self, server_label: str) -> tuple[dict[str, Any], list[Event]]:
         """An mcp_list_tools item, open while the server is asked for its tools."""
-        item = {
+        item: dict[str, Any] = {
             "id": new_id("mcpl"),
             "type": "mcp_list_tools",
             "server_label": server_label,
@@ -563,7 +563,7 @@ class EventBuilder:
     ) -> tuple[dict[str, Any], list[Event]]:
         """An mcp_call the gateway makes on its own (an approved request): streamed whole."""
         events = self._close_content_item()
-        item = {
+        item: dict[str, Any] = {
             "id": new_id("mcp"),
             "type": "mcp_call",
             "status": "in_progress",

@@ -116,6 +116,7 @@ class McpTool:
 
 
 def _filter(raw: Any, param: str) -> ToolFilter:
+    names: list[Any] | None
     if isinstance(raw, list):
         names = raw
         read_only = None

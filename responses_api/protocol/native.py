@@ -200,13 +200,14 @@ class EventDecoder:
             item = event.get("item") or {}
             return [OutputItem(item)] if item.get("type") in HOSTED_ITEM_TYPES else []
         if kind == "response.function_call_arguments.delta":
-            index = self._calls.get(int(event.get("output_index", -1)))
-            return [] if index is None else [ToolCallDelta(index, arguments=event.get("delta") or "")]
+            call = self._calls.get(int(event.get("output_index", -1)))
+            return [] if call is None else [ToolCallDelta(call, arguments=event.get("delta") or "")]
         if kind in ("response.completed", "response.incomplete"):
             self.finished = True
             response = event.get("response") or {}
             usage = usage_of(response.get("usage"))
-            return ([usage] if usage else []) + [Finish(finish_of(response, bool(self._calls)))]
+            deltas: list[Delta] = [usage] if usage else []
+            return [*deltas, Finish(finish_of(response, bool(self._calls)))]
         if kind == "response.failed":
             error = (event.get("response") or {}).get("error") or {}
             raise UpstreamFailed(str(error.get("code") or "upstream_error"), str(error.get("message") or "failed"))

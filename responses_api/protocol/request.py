@@ -199,7 +199,7 @@ def _include(value: Any) -> list[str]:
 
 # Known fields the gateway accepts without acting on them: their shape is still checked, so
 # a wrong value is the client's 400 (as OpenAI answers it), not silently nothing.
-_SHAPES: dict[str, tuple[type, str]] = {
+_SHAPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "prompt": (dict, "an object"),
     "stream_options": (dict, "an object"),
     "prompt_cache_options": (dict, "an object"),

@@ -131,8 +131,8 @@ def _make_strict(node: Any, path: str) -> None:
 
 def make_tool(
     *,
-    name: str,
-    description: str | None,
+    name: Any,  # as sent: checked here
+    description: Any,
     parameters: Any,
     strict: bool | None,
     param: str,
