@@ -94,8 +94,21 @@ class ApiView(APIView):
                 response = await response
         except Exception as exc:
             response = self.handle_exception(exc)
-        self.response = self.finalize_response(drf_request, response, *args, **kwargs)
-        return self.response
+        response = self.finalize_response(drf_request, response, *args, **kwargs)
+        return self._released(drf_request, response)
+
+    def _released(self, request: Request, response: HttpResponseBase) -> HttpResponseBase:
+        """Render a JSON answer now (no I/O) and drop the references DRF leaves between the
+        view, its Request and the Response: the parser and renderer contexts name each other,
+        about 23 objects in cycles per request that only the cyclic GC frees. With requests
+        in flight they outlive young collections and pile up for full ones: at concurrency 64
+        they cost about 0.4 ms of CPU a request (bench/README.md, "DRF views")."""
+        if getattr(response, "is_rendered", True) is False:
+            response.render()  # type: ignore[attr-defined]
+            response.renderer_context = None  # type: ignore[attr-defined]
+        request.parser_context = None  # type: ignore[assignment]
+        self.request = None  # type: ignore[assignment]
+        return response
 
     async def initial_async(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.format_kwarg = None  # one format: no `.json` suffixes, no `?format=`
