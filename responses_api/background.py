@@ -133,9 +133,9 @@ async def run_claimed(response_id: str) -> str:
         await tool_runner(response_id, specs),
         max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
         mcp=toolset,
+        stream_upstream=True,
+        first_sequence_number=await event_log().last_sequence_number(response_id) + 1,
     )
-    run.stream_upstream = True
-    run.builder.sequence_number = await event_log().last_sequence_number(response_id) + 1
     heart = asyncio.create_task(_heartbeat_loop(response_id))
     watcher = asyncio.create_task(_cancel_watch(response_id, run))
     try:

@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from .protocol.errors import GatewayError, InvalidRequest, ServerError, UpstreamError
 from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
@@ -140,7 +140,14 @@ class ResponseRun:
         *,
         max_iterations: int = 10,
         mcp: McpRunner | None = None,
+        stream_upstream: bool | None = None,
+        first_sequence_number: int = 0,
+        open_upstream: Callable[[Target, UpstreamRequest], Awaitable[UpstreamCall]] = open_call,
     ) -> None:
+        """`stream_upstream`: stream from the upstream even when the client does not (workers
+        do, so that a cancel stops generation and a poll sees the output so far); default: as
+        the client asked. `first_sequence_number`: where this run's events continue an event
+        log. `open_upstream`: how a model call is opened on a target (upstreams.open_call)."""
         self.job = job
         self.persistence = persistence
         self.tools = tools
@@ -154,9 +161,8 @@ class ResponseRun:
         self._prelude = bool(mcp and mcp.labels) or bool(self._approved)
         self.max_iterations = max_iterations
         self.tool_calls_made = 0
-        # Stream from the upstream even when the client does not: workers do, so
-        # that a cancel stops generation and a poll sees the output so far.
-        self.stream_upstream = job.request.stream
+        self.stream_upstream = job.request.stream if stream_upstream is None else stream_upstream
+        self._open_upstream = open_upstream
         req = job.request
         self.response = response_object(
             response_id=job.response_id,
@@ -174,6 +180,7 @@ class ResponseRun:
             reasoning_summary=bool(req.reasoning and req.reasoning.get("summary")),
             seal_reasoning=_reasoning_sealer(job.tenant_id) if "reasoning.encrypted_content" in req.include else None,
             seal_signed=_signed_reasoning_sealer(job.tenant_id),
+            sequence_number=first_sequence_number,
         )
         self.error: GatewayError | None = None
         # OpenTelemetry (tracing.py): None unless an exporter is configured.
@@ -249,7 +256,7 @@ class ResponseRun:
         async def open_one(target: Target) -> UpstreamCall:
             span = tracing.model_call_span(self._span, target, self.job.request)
             try:
-                call = await open_call(target, self._upstream_request())
+                call = await self._open_upstream(target, self._upstream_request())
             except BaseException as exc:
                 tracing.end_model_call(span, error=exc)
                 raise
