@@ -24,6 +24,7 @@ from typing import Any
 
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from ..protocol.client_tools import CLIENT_BUILTINS, HOSTED_ITEM_TYPES, HOSTED_TOOL_TYPES
 from .params import RESPONSE_LIST_PARAMS, THREAD_PARAMS, USAGE_PARAMS, Param
 
 SCHEMAS_FILE = Path(__file__).with_name("openresponses-schemas.json")
@@ -51,6 +52,106 @@ def _list_of(item: dict[str, Any], description: str) -> dict[str, Any]:
             "has_more": {"type": "boolean"},
         },
     }
+
+
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_TOOL_NAMES = {
+    "anyOf": [
+        _STRINGS,
+        {
+            "type": "object",
+            "properties": {"tool_names": _STRINGS, "read_only": {"type": "boolean"}},
+            "additionalProperties": False,
+        },
+    ]
+}
+
+# What the gateway accepts beyond the Open Responses schema's function tools and items
+# (their types come from the protocol core's own tables), merged into its unions by
+# `_with_gateway_unions`.
+EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
+    "McpToolParam": {
+        "type": "object",
+        "title": "MCP tool",
+        "description": "An MCP server: a registered one by `server_label`, or an ad-hoc one with "
+        "`server_url` (public addresses only, unless allowed for the tenant). The gateway lists "
+        "its tools and runs the calls (`mcp_list_tools`, `mcp_call` items).",
+        "required": ["type", "server_label"],
+        "properties": {
+            "type": {"const": "mcp"},
+            "server_label": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+            "server_url": {"type": "string", "pattern": "^https?://"},
+            "server_description": {"type": "string"},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "authorization": {"type": "string"},
+            "allowed_tools": _TOOL_NAMES,
+            "require_approval": {
+                "anyOf": [
+                    {"enum": ["always", "never"]},
+                    {"type": "object", "properties": {"always": _TOOL_NAMES, "never": _TOOL_NAMES}},
+                ]
+            },
+        },
+    },
+    "HostedToolParam": {
+        "type": "object",
+        "title": "Hosted tool",
+        "description": "A tool OpenAI runs on its servers. Served by the route's registry tool where "
+        "the operator configured one, passed on to a native Responses upstream, or else dropped and "
+        "named in the `x-gateway-dropped-tools` header (the model answers without it).",
+        "required": ["type"],
+        "properties": {"type": {"enum": sorted(HOSTED_TOOL_TYPES)}},
+    },
+    "ClientToolParam": {
+        "type": "object",
+        "title": "Client-run tool",
+        "description": "A custom (free-form input) tool, a namespace of tools, or a built-in tool the "
+        "client runs itself (shell, apply_patch, computer use): the model's calls come back as items.",
+        "required": ["type"],
+        "properties": {"type": {"enum": sorted({"custom", "namespace", *CLIENT_BUILTINS})}},
+    },
+    "McpApprovalResponseItemParam": {
+        "type": "object",
+        "title": "MCP approval response",
+        "required": ["type", "approval_request_id", "approve"],
+        "properties": {
+            "type": {"const": "mcp_approval_response"},
+            "id": {"type": ["string", "null"]},
+            "approval_request_id": {"type": "string"},
+            "approve": {"type": "boolean"},
+            "reason": {"type": ["string", "null"]},
+        },
+    },
+    "GatewayOutputItemParam": {
+        "type": "object",
+        "title": "Output item sent back",
+        "description": "An output item of an earlier response, given back as input (store: false "
+        "conversations): MCP, hosted-tool and client-tool calls and their outputs.",
+        "required": ["type"],
+        "properties": {
+            "type": {
+                "enum": sorted(
+                    {"mcp_call", "mcp_list_tools", "mcp_approval_request", *HOSTED_ITEM_TYPES}
+                    | {call for call, _ in CLIENT_BUILTINS.values()}
+                    | {output for _, output in CLIENT_BUILTINS.values()}
+                    | {"custom_tool_call", "custom_tool_call_output"}
+                )
+            }
+        },
+    },
+}
+
+
+def _with_gateway_unions(schemas: dict[str, Any]) -> dict[str, Any]:
+    """The protocol's tool and input-item unions, widened to what the gateway accepts."""
+    schemas = json.loads(json.dumps(schemas))
+    tool_union = schemas["ResponsesToolParam"]
+    tool_union["oneOf"] += [ref(name) for name in ("McpToolParam", "HostedToolParam", "ClientToolParam")]
+    tool_union.pop("discriminator", None)  # the added members are keyed by enums, not one constant each
+    item_union = schemas["ItemParam"]
+    item_union["oneOf"] += [ref("McpApprovalResponseItemParam"), ref("GatewayOutputItemParam")]
+    item_union.pop("discriminator", None)
+    return schemas
 
 
 GATEWAY_SCHEMAS: dict[str, Any] = {
@@ -422,6 +523,6 @@ def build_document(server_url: str = "/") -> dict[str, Any]:
         "paths": dict(sorted(paths.items())),
         "components": {
             "securitySchemes": {"ApiKey": {"type": "http", "scheme": "bearer"}},
-            "schemas": {**protocol_schemas(), **GATEWAY_SCHEMAS},
+            "schemas": {**_with_gateway_unions(protocol_schemas()), **EXTRA_TOOL_SCHEMAS, **GATEWAY_SCHEMAS},
         },
     }

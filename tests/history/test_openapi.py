@@ -83,3 +83,33 @@ def test_docs_page_loads_nothing_from_the_internet(api: HistoryApi) -> None:
     assert bundle.status_code == 200
     assert bundle.headers["content-type"].startswith("application/javascript")
     assert len(bundle.content) > 100_000  # the real Redoc bundle from drf-spectacular-sidecar
+
+
+def test_the_document_accepts_every_tool_and_item_kind_the_gateway_does(document: dict[str, Any]) -> None:
+    """MCP servers, hosted and client-run tools, and MCP approvals are in the served schema,
+    as the gateway accepts them (the Open Responses schema alone has only function tools)."""
+    body = _validator(document, "CreateResponseBody")
+    accepted = {
+        "model": "m",
+        "input": [
+            {"type": "message", "role": "user", "content": "hi"},
+            {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True},
+            {"type": "mcp_call", "id": "mcp_1", "server_label": "docs", "name": "search", "arguments": "{}"},
+        ],
+        "tools": [
+            {"type": "function", "name": "f", "parameters": {"type": "object"}},
+            {
+                "type": "mcp",
+                "server_label": "docs",
+                "server_url": "https://mcp.example.com/mcp",
+                "require_approval": "never",
+                "allowed_tools": ["search"],
+            },
+            {"type": "web_search"},
+            {"type": "shell"},
+            {"type": "custom", "name": "grammar"},
+        ],
+    }
+    body.validate(accepted)
+    assert not body.is_valid({**accepted, "tools": [{"type": "teleport"}]})
+    assert not body.is_valid({**accepted, "tools": [{"type": "mcp", "server_label": "bad label!"}]})
