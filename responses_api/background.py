@@ -240,13 +240,13 @@ async def cancel_background(response_id: str, wait: float = 3.0) -> None:
         await _log_cancelled(response_id)
         return
     status = await db.run(selectors.response_status, response_id=response_id)
-    if status != "in_progress":
+    if status != Response.Status.IN_PROGRESS:
         return  # already terminal: a cancel changes nothing
     await event_log().request_cancel(response_id)
     deadline = asyncio.get_running_loop().time() + wait
     while asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.05)
-        if await db.run(selectors.response_status, response_id=response_id) != "in_progress":
+        if await db.run(selectors.response_status, response_id=response_id) != Response.Status.IN_PROGRESS:
             return
     # The worker did not answer (dead, or stuck outside the engine): end it here.
     if await db.run(services.response_force_cancel, response_id=response_id):
