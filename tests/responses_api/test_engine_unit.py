@@ -104,10 +104,10 @@ class Upstream:
         return Call(self.answers.pop(0))
 
 
-def _drive(run: ResponseRun) -> list[dict[str, Any]]:
+def _drive(run: ResponseRun, **events_args: Any) -> list[dict[str, Any]]:
     async def go() -> list[dict[str, Any]]:
         await run.connect()
-        return [event async for event in run.events()]
+        return [event async for event in run.events(**events_args)]
 
     return asyncio.run(go())
 
@@ -185,6 +185,7 @@ def test_a_worker_run_continues_the_event_log_and_streams_from_the_upstream() ->
         first_sequence_number=2,  # the worker's log already holds created and in_progress
         open_upstream=upstream,
     )
-    events = _drive(run)
+    events = _drive(run, opening="none")  # as background.run_claimed: the log holds the opening
+    validate_events(events, starting_after=1)
     assert upstream.requests[0][1].stream is True
     assert events[0]["sequence_number"] == 2
