@@ -139,8 +139,6 @@ class ApiApplication:
             if response is None:
                 match = cast(ResolverMatch, request.resolver_match)  # set by __call__
                 response = await match.func(request, *match.args, **match.kwargs)
-                if getattr(response, "is_rendered", True) is False:
-                    response = response.render()  # a DRF Response: JSON encoding only, no I/O
             response = self.security.process_response(request, response)
             response = self.common.process_response(request, response)
             return self.xframe.process_response(request, response)

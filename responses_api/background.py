@@ -154,14 +154,11 @@ async def run_claimed(response_id: str) -> str:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
         await limits_drain()
 
 
 async def _fail_with_event(response_id: str, error: GatewayError) -> None:
     """End an open worker-run response as failed, keeping the output its log shows so far."""
-    from . import services
-
     row = await db.run(selectors.response_get_row, tenant_id=None, response_id=response_id)
     logged = await event_log().snapshot(response_id)
     output = output_from_events(logged)
@@ -176,7 +173,6 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
         response=response,
         input_items=(row.job or {}).get("input_items", []),
     )
-    await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
     if not stored:
         return  # it reached a terminal state meanwhile
     grant = Grant.from_job((row.job or {}).get("limits"))
@@ -234,8 +230,6 @@ async def reap_stale() -> int:
 
 async def cancel_background(response_id: str, wait: float = 3.0) -> None:
     """Idempotent: a queued run is cancelled at once; a running one is asked to stop and waited for."""
-    from . import services
-
     if await db.run(services.response_cancel_queued, response_id=response_id):
         await _log_cancelled(response_id)
         return
@@ -255,9 +249,6 @@ async def cancel_background(response_id: str, wait: float = 3.0) -> None:
 
 async def _log_cancelled(response_id: str) -> None:
     """The log's terminal event for a response cancelled outside its worker."""
-    from . import services
-
-    await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
     body = await db.run(selectors.response_retrieve, tenant_id=None, response_id=response_id)
     sequence = await event_log().last_sequence_number(response_id) + 1
     await event_log().append(response_id, {"type": "response.failed", "sequence_number": sequence, "response": body})

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.http import HttpResponse
 
-from .protocol.errors import GatewayError
+from .protocol.errors import GatewayError, RateLimited
 from .protocol.wirejson import dumpb, dumps
 
 __all__ = ["dumps", "error_response", "json_response"]
@@ -65,7 +65,5 @@ def _from_drf(exc: Any, context: dict) -> GatewayError:
     wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None
     if wait is not None:
         headers["Retry-After"] = str(max(1, int(wait)))
-    error = GatewayError(message, param=param, code=code, status=exc.status_code, headers=headers)
-    if exc.status_code == 429:
-        error.error_type = "rate_limit_error"
-    return error
+    kind = RateLimited if exc.status_code == 429 else GatewayError
+    return kind(message, param=param, code=code, status=exc.status_code, headers=headers)

@@ -234,7 +234,6 @@ async def start_on_worker(
             response=builder.response,
             input_items=req.input_items,
         )
-        await db.run(services.response_job_drop_credentials, response_id=response_id, only_if_ended=True)
         raise outage from exc
     return WorkerStarted(
         response=copy.deepcopy(builder.response),

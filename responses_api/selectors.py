@@ -244,23 +244,19 @@ def response_status(*, response_id: str) -> str:
     return Response.objects.filter(id=response_id).values_list("status", flat=True).get()
 
 
-def _heartbeat_cutoff() -> datetime:
-    """A worker whose heartbeat is older than this is presumed dead (4 missed beats)."""
-    return timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
+def _stale_jobs() -> QuerySet[Response]:
+    """Worker runs whose worker stopped beating: presumed dead after 4 missed beats."""
+    cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
+    return Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=cutoff)
 
 
 def response_jobs_stale() -> list[str]:
-    """Worker runs whose worker stopped beating (at most 500 per sweep)."""
-    rows = Response.objects.filter(
-        status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=_heartbeat_cutoff()
-    )
-    return list(rows.values_list("id", flat=True)[:500])
+    """At most 500 per sweep."""
+    return list(_stale_jobs().values_list("id", flat=True)[:500])
 
 
 def response_job_is_stale(*, response_id: str) -> bool:
-    return Response.objects.filter(
-        id=response_id, status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=_heartbeat_cutoff()
-    ).exists()
+    return _stale_jobs().filter(id=response_id).exists()
 
 
 def response_jobs_stuck_queued() -> list[str]:

@@ -446,21 +446,6 @@ def api_key_revoke(*, key: ApiKey) -> None:
     ApiKey.objects.filter(id=key.id, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
-def response_job_drop_credentials(*, response_id: str, only_if_ended: bool = True) -> bool:
-    """Forget a worker run's sealed MCP credentials (once it has ended: a redelivered run still
-    needs them). Returns whether there were any."""
-    rows = Response.objects.filter(id=response_id, job__has_key="mcp_credentials")
-    if only_if_ended:
-        rows = rows.exclude(status__in=Response.RUNNING)
-    with transaction.atomic():
-        row = rows.select_for_update().only("id", "job").first()
-        if row is None:
-            return False
-        row.job = {k: v for k, v in (row.job or {}).items() if k != "mcp_credentials"}
-        row.save(update_fields=["job"])
-    return True
-
-
 def response_cancel_queued(*, response_id: str) -> bool:
     """queued -> cancelled (compare-and-swap); False if a worker took it or it ended."""
     return bool(

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
+
+from responses_api.ttlcache import TTLCache
 
 from .egress import EgressDenied, EgressPolicy, EgressResolutionError, check_url_sync, parse_url
 
@@ -103,25 +103,22 @@ class Tool(models.Model):
                 raise ValidationError({"python_callable": f"Module '{module}' is not in GATEWAY_PYTHON_TOOL_MODULES."})
 
 
-class EgressAllowManager(models.Manager["EgressAllow"]):
-    _cached: tuple[float, EgressPolicy] | None = None
+_policy_cache: TTLCache[str, EgressPolicy] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 
+
+class EgressAllowManager(models.Manager["EgressAllow"]):
     def policy(self) -> EgressPolicy:
         """Settings' GATEWAY_EGRESS_ALLOW plus the admin's allowlist (cached GATEWAY_CACHE_SECONDS):
         what registered tools and MCP servers may reach."""
-        now = time.monotonic()
-        cached = EgressAllowManager._cached
-        if cached is None or cached[0] <= now:
-            entries = [*settings.GATEWAY_EGRESS_ALLOW, *self.values_list("entry", flat=True)]
-            cached = EgressAllowManager._cached = (
-                now + settings.GATEWAY_CACHE_SECONDS,
-                EgressPolicy.from_strings(entries),
-            )
-        return cached[1]
+        cached = _policy_cache.get("policy")
+        if cached is not None:
+            return cached[0]
+        entries = [*settings.GATEWAY_EGRESS_ALLOW, *self.values_list("entry", flat=True)]
+        return _policy_cache.put("policy", EgressPolicy.from_strings(entries))
 
     @staticmethod
     def forget_policy() -> None:
-        EgressAllowManager._cached = None
+        _policy_cache.clear()
 
 
 class EgressAllow(models.Model):

@@ -25,6 +25,8 @@ from typing import Any
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from ..protocol.client_tools import CLIENT_BUILTINS, HOSTED_ITEM_TYPES, HOSTED_TOOL_TYPES
+from ..protocol.mcp import LABEL as MCP_LABEL
+from ..protocol.wirejson import copy_json
 from .params import RESPONSE_LIST_PARAMS, THREAD_PARAMS, USAGE_PARAMS, Param
 
 SCHEMAS_FILE = Path(__file__).with_name("openresponses-schemas.json")
@@ -79,7 +81,7 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
         "required": ["type", "server_label"],
         "properties": {
             "type": {"const": "mcp"},
-            "server_label": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+            "server_label": {"type": "string", "pattern": MCP_LABEL.pattern},
             "server_url": {"type": "string", "pattern": "^https?://"},
             "server_description": {"type": "string"},
             "headers": {"type": "object", "additionalProperties": {"type": "string"}},
@@ -144,7 +146,7 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
 
 def _with_gateway_unions(schemas: dict[str, Any]) -> dict[str, Any]:
     """The protocol's tool and input-item unions, widened to what the gateway accepts."""
-    schemas = json.loads(json.dumps(schemas))
+    schemas = copy_json(schemas)
     tool_union = schemas["ResponsesToolParam"]
     tool_union["oneOf"] += [ref(name) for name in ("McpToolParam", "HostedToolParam", "ClientToolParam")]
     tool_union.pop("discriminator", None)  # the added members are keyed by enums, not one constant each
