@@ -22,73 +22,16 @@ from typing import Any
 from django.conf import settings
 
 from . import db, selectors, services
-from .engine import ResponseJob, ResponseRun
+from .assembly import run_for_job
+from .engine import ResponseRun
 from .eventlog import event_log
 from .limits import Grant, drain as limits_drain
-from .persistence import DatabasePersistence
-from .toolplan import mcp_plan, mcp_toolset, merge_registry_tools, serve_hosted_tools, served_hosted_tools, tool_runner
 from .models import Response
 from .protocol.deltas import Usage
 from .protocol.errors import GatewayError, ServerError
 from .protocol.events import output_from_events
-from .protocol.request import parse_create_request
-from .routing import route_get
 
 log = logging.getLogger("gateway.background")
-
-# -- assembling a run from its stored job ------------------------------------------
-
-
-def _load_job(row: Response) -> tuple[ResponseJob, tuple[list[Any], Any], str]:
-    job = row.job or {}
-    body = job["body"]
-    if job.get("mcp_credentials"):
-        from .protocol.mcp import restore_mcp_credentials
-        from .sealing import sealer
-
-        body = restore_mcp_credentials(
-            body, sealer().unseal(job["mcp_credentials"], tenant_id=row.tenant_id, purpose="mcp-credentials")
-        )
-    req = parse_create_request(body)
-    req.input_items = job["input_items"]
-    route = route_get(req.model)
-    from tool_registry.services import registry_tools_for
-
-    served = [name for _, name in served_hosted_tools(req, route)]
-    specs = registry_tools_for(
-        tenant_id=row.tenant_id,
-        route_name=req.model,
-        names=sorted({t.name for t in req.tools if t.bare} | set(served)),
-    )
-    serve_hosted_tools(req, route, specs)
-    merge_registry_tools(req, specs)
-    from tool_registry.services import adhoc_egress_policy, egress_policy, mcp_servers_for
-
-    labels = [m.server_label for m in req.mcp_tools if m.server_url is None]
-    plan = mcp_plan(req, mcp_servers_for(tenant_id=row.tenant_id, route_name=req.model, labels=labels))
-    toolset = mcp_toolset(row.id, plan, egress_policy(), adhoc_egress_policy(row.tenant_id))
-    context: list[dict] = []
-    if row.previous_response_id:
-        context = selectors.chain_items_list(response_id=row.previous_response_id)
-    elif row.conversation_id:  # the conversation as it is when the run starts
-        from .conversations.selectors import conversation_context
-
-        context = conversation_context(tenant_id=row.tenant_id, conversation_id=row.conversation_id)
-    from .services import resolve_references
-
-    resolved = resolve_references(row.tenant_id, req.input_items)
-    run_job = ResponseJob(
-        response_id=row.id,
-        created_at=int(row.created_at.timestamp()),
-        tenant_id=row.tenant_id,
-        request=req,
-        params=row.params,
-        route=route,
-        context=context + resolved,
-        input_items=req.input_items,
-    )
-    return run_job, (specs, toolset), job.get("opening", "in_progress")
-
 
 # -- the run ---------------------------------------------------------------------
 
@@ -117,25 +60,10 @@ async def run_claimed(response_id: str) -> str:
         await reap_one(response_id)
         return "not-claimed"
     try:
-        job, (specs, toolset), opening = await db.run(_load_job, row)
+        run, opening = await run_for_job(row)
     except GatewayError as exc:
         await _fail_with_event(response_id, exc)
         return "failed"
-    run = ResponseRun(
-        job,
-        DatabasePersistence(
-            tenant_id=job.tenant_id,
-            input_items=job.input_items,
-            store=True,
-            conversation_id=job.request.conversation,
-            grant=Grant.from_job((row.job or {}).get("limits")),
-        ),
-        await tool_runner(response_id, specs),
-        max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
-        mcp=toolset,
-        stream_upstream=True,
-        first_sequence_number=await event_log().last_sequence_number(response_id) + 1,
-    )
     heart = asyncio.create_task(_heartbeat_loop(response_id))
     watcher = asyncio.create_task(_cancel_watch(response_id, run))
     try:

@@ -1,22 +1,22 @@
 """The async orchestration between the views and the engine: route, admit, plan the tools,
-then prepare a run here or hand it to a worker (tasks.enqueue). The store adapter is in
-persistence.py, tool and MCP planning in toolplan.py; the worker's side in background.py."""
+then run here (assembly.run_for_request) or hand the run to a worker (tasks.enqueue). Tool and
+MCP planning are in toolplan.py, run assembly in assembly.py, the worker's side in background.py."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, UTC
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 
 from . import db, services
+from .assembly import PriorContext, run_for_request
 from .auth import Principal
-from .engine import ResponseJob, ResponseRun
+from .engine import ResponseRun
 from .limits import Grant, admit
 from .outages import unavailable
 from .protocol.errors import InvalidRequest, NotFound, UpstreamError
@@ -24,24 +24,9 @@ from .protocol.events import EventBuilder
 from .protocol.ids import new_id
 from .protocol.request import CreateRequest
 from .protocol.response import request_params, response_object
-from .persistence import DatabasePersistence
 from .routing import Route, route_cached, route_get
 from .tasks import enqueue
-from .toolplan import (
-    check_adhoc_urls,
-    mcp_plan,
-    mcp_toolset,
-    merge_registry_tools,
-    registry_mcp,
-    registry_specs,
-    serve_hosted_tools,
-    tool_runner,
-)
-
-if TYPE_CHECKING:
-    from tool_registry.executors import ToolSpec
-
-log = logging.getLogger("gateway.tools")
+from .toolplan import ToolPlan, check_adhoc_urls, plan_tools, registry_mcp, registry_specs
 
 
 async def route_for(principal: Principal, model: str) -> Route:
@@ -57,110 +42,12 @@ async def route_for(principal: Principal, model: str) -> Route:
 
 
 @dataclass(slots=True)
-class PriorContext:
-    """A WebSocket connection's most recent response, kept in memory: a continuation from it
-    needs no chain read, and works for `store: false` responses too."""
-
-    response_id: str
-    items: list[dict[str, Any]]  # its whole context: input (with what it continued) and output
-    stored: bool
-
-
-async def prepare_run(
-    principal: Principal,
-    req: CreateRequest,
-    *,
-    route: Route,
-    specs: list[ToolSpec],
-    mcp: tuple[list, dict, dict] | None = None,
-    prior: PriorContext | None = None,
-    grant: Grant | None = None,
-) -> ResponseRun:
-    """Validate access and load the chain: one thread hop, and only for a chain or item references."""
-    merge_registry_tools(req, specs)
-    route = await with_context_window(route)
-    response_id = new_id("resp")
-    now = time.time()
-    params = request_params(req)
-    created_at = datetime.fromtimestamp(now, UTC)
-    references = any(i["type"] == "item_reference" for i in req.input_items)
-    stored_input, stored_previous = req.input_items, req.previous_response_id
-    if prior is not None and req.previous_response_id == prior.response_id and not references:
-        context = prior.items + req.input_items
-        if not prior.stored:
-            # Continuing an unstored response: a stored one keeps its whole context as input,
-            # so its chain never points at a response the database does not have.
-            stored_input, stored_previous = context, None
-    elif req.previous_response_id or references or req.conversation:
-        begin = await db.run(
-            services.response_begin,
-            tenant_id=principal.tenant_id,
-            api_key_id=principal.key_id,
-            response_id=response_id,
-            created_at=created_at,
-            model=req.model,
-            previous_response_id=req.previous_response_id,
-            input_items=req.input_items,
-            params=params,
-            status="in_progress",
-            store=False,
-            conversation_id=req.conversation,
-        )
-        context = begin.context
-    else:
-        context = list(req.input_items)
-    create_row = None
-    if req.store:
-        create_row = services.response_row(
-            response_id=response_id,
-            tenant_id=principal.tenant_id,
-            api_key_id=principal.key_id,
-            previous_response_id=stored_previous,
-            model=req.model,
-            params=params,
-            created_at=created_at,
-        )
-    job = ResponseJob(
-        response_id=response_id,
-        created_at=int(now),
-        tenant_id=principal.tenant_id,
-        request=req,
-        params=params,
-        route=route,
-        context=context,
-        input_items=req.input_items,
-    )
-    persistence = DatabasePersistence(
-        tenant_id=principal.tenant_id,
-        input_items=stored_input,
-        store=req.store,
-        create_row=create_row,
-        insert_at_open=req.stream,
-        conversation_id=req.conversation,
-        grant=grant,
-    )
-    toolset = None
-    if mcp is not None and mcp[0]:
-        from tool_registry.services import adhoc_egress_policy, egress_policy
-
-        toolset = mcp_toolset(
-            response_id, mcp, await db.run(egress_policy), await db.run(adhoc_egress_policy, principal.tenant_id)
-        )
-    return ResponseRun(
-        job,
-        persistence,
-        await tool_runner(response_id, specs),
-        max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
-        mcp=toolset,
-    )
-
-
-@dataclass(slots=True)
 class WorkerStarted:
     """A response handed to a worker: what the create call answers with."""
 
     response: dict[str, Any]
     response_id: str
+    request: CreateRequest  # as planned: its `dropped_tools` are named in a header
     rate_limit_headers: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
@@ -238,16 +125,19 @@ async def start_on_worker(
     return WorkerStarted(
         response=copy.deepcopy(builder.response),
         response_id=response_id,
+        request=req,
         rate_limit_headers=grant.headers if grant is not None else {},
     )
 
 
-def open_sealed_reasoning(items: list[dict[str, Any]], tenant_id: int) -> None:
+def open_sealed_reasoning(req: CreateRequest, tenant_id: int) -> CreateRequest:
     """Reasoning items a client carries back (store: false) get their text again from
-    `encrypted_content`, which this gateway sealed for this tenant; anything else there is a 400."""
+    `encrypted_content`, which this gateway sealed for this tenant; anything else there is a 400.
+    The result is `req` with those items opened (copies: the parsed request is not changed)."""
     from .sealing import SealBroken, sealer
 
-    for i, item in enumerate(items):
+    opened: dict[int, dict[str, Any]] = {}
+    for i, item in enumerate(req.input_items):
         if item["type"] == "compaction":
             try:  # checked here so a bad one is a 400 before any work; the engine opens it again
                 sealer().unseal(item["encrypted_content"], tenant_id=tenant_id, purpose="compaction")
@@ -271,7 +161,10 @@ def open_sealed_reasoning(items: list[dict[str, Any]], tenant_id: int) -> None:
                 code="invalid_encrypted_content",
             ) from None
         if not item.get("content") and isinstance(payload, dict) and payload.get("text"):
-            item["content"] = [{"type": "reasoning_text", "text": payload["text"]}]
+            opened[i] = {**item, "content": [{"type": "reasoning_text", "text": payload["text"]}]}
+    if not opened:
+        return req
+    return dataclasses.replace(req, input_items=[opened.get(i, item) for i, item in enumerate(req.input_items)])
 
 
 async def start_response(
@@ -284,21 +177,19 @@ async def start_response(
 
     `prior`: a WebSocket connection's most recent response, which `req` may continue."""
     route = await route_for(principal, req.model)
-    open_sealed_reasoning(req.input_items, principal.tenant_id)
+    req = open_sealed_reasoning(req, principal.tenant_id)
     specs = await registry_specs(principal, req, route)
-    req.dropped_tools = serve_hosted_tools(req, route, specs)
-    plan = mcp_plan(req, await registry_mcp(principal, req))
-    await check_adhoc_urls(req, principal.tenant_id)
+    plan = plan_tools(req, route, specs, await registry_mcp(principal, req))
+    await check_adhoc_urls(plan.request, principal.tenant_id)
     on_worker = req.background or route.run_on_worker or any(s.run_on_worker for s in specs)
     if on_worker and not req.store:
         raise InvalidRequest("This model runs on background workers, which requires 'store': true.", param="store")
     # Before any upstream call; a worker run holds its lease until the worker ends it.
-    grant = await admit_request(principal, req, route, on_worker=on_worker)
+    grant = await admit_request(principal, plan.request, route, on_worker=on_worker)
     try:
         if on_worker:
-            merge_registry_tools(req, specs)
-            return await start_on_worker(principal, req, body, grant)
-        return await prepare_run(principal, req, route=route, specs=specs, mcp=plan, prior=prior, grant=grant)
+            return await start_on_worker(principal, plan.request, body, grant)
+        return await run_for_request(principal, plan, route=route, prior=prior, grant=grant)
     except BaseException:
         if grant is not None:
             await grant.end(None)
@@ -346,18 +237,18 @@ async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any
         }
     )
     route = await route_for(principal, req.model)
-    open_sealed_reasoning(req.input_items, principal.tenant_id)
-    req.input_items.append(summary_request_item())
+    req = open_sealed_reasoning(req, principal.tenant_id)
+    req = dataclasses.replace(req, input_items=[*req.input_items, summary_request_item()])
     grant = await admit_request(principal, req, route)
     try:
-        run = await prepare_run(principal, req, route=route, specs=[], grant=grant)
+        # Usage and history record the compaction like any response; the conversation itself
+        # is not stored again (the client may have sent it with store: false).
+        plan = ToolPlan(req, specs=[], mcp=([], {}, {}))
+        run = await run_for_request(principal, plan, route=route, grant=grant, keep_items=False)
     except BaseException:
         if grant is not None:
             await grant.end(None)
         raise
-    # Usage and history record the compaction like any response; the conversation itself is
-    # not stored again (the client may have sent it with store: false).
-    run.persistence.keep_items = False  # type: ignore[attr-defined]
     await run.connect()
     result = await run.run_to_end()
     if run.error is not None:
@@ -381,17 +272,6 @@ async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any
     }
 
 
-async def with_context_window(route: Route) -> Route:
-    """The route, with the context window its first target's upstream reports when the
-    operator set none (cached; see upstreams/tokenize.py)."""
-    if route.context_window or not route.targets:
-        return route
-    from .upstreams.tokenize import context_window
-
-    learned = await context_window(route.targets[0])
-    return dataclasses.replace(route, context_window=learned) if learned else route
-
-
 # -- /v1/responses/input_tokens --------------------------------------------------------
 
 
@@ -410,7 +290,7 @@ async def count_input_tokens(principal: Principal, body: Any) -> tuple[int, bool
         raise InvalidRequest("The request body must be a JSON object.", param=None)
     req = parse_create_request({k: v for k, v in body.items() if k not in ("stream", "background", "store")})
     route = await route_for(principal, req.model)
-    open_sealed_reasoning(req.input_items, principal.tenant_id)
+    req = open_sealed_reasoning(req, principal.tenant_id)
     context = list(req.input_items)
     if req.previous_response_id or req.conversation or any(i["type"] == "item_reference" for i in context):
         begin = await db.run(

@@ -1,6 +1,6 @@
 """The store side of a run: `DatabasePersistence`, what the engine calls to write a response.
 
-Used by the web path (gateway.prepare_run) and the worker (background.run_claimed) alike.
+Used by the web path and the worker alike (assembly.py builds both runs).
 """
 
 from __future__ import annotations
@@ -35,13 +35,14 @@ class DatabasePersistence:
         insert_at_open: bool = False,
         conversation_id: str | None = None,
         grant: Grant | None = None,
+        keep_items: bool = True,
     ) -> None:
         self.conversation_id = conversation_id
         self.grant = grant  # the rate limits this run holds: settled and released at its end
         self.tenant_id = tenant_id
         self.input_items = input_items
         self.store = store
-        self.keep_items = True  # False: the row records the response (status, usage), not its items
+        self.keep_items = keep_items  # False: the row records the response (status, usage), not its items
         self.create_row = create_row
         self.insert_at_open = insert_at_open
 

@@ -8,6 +8,7 @@ is in protocol/mcp.py and the client in tool_registry/mcp.py.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.tools")
 
+# One response's MCP servers: (server specs, fresh cached listings by label, the request's
+# approval policies by label); see mcp_plan.
+McpPlan = tuple[list, dict[str, list], dict[str, Any]]
+
 _tool_cache: TTLCache[tuple[int, str, tuple[str, ...]], list[ToolSpec]] = TTLCache(
     lambda: settings.GATEWAY_CACHE_SECONDS
 )
@@ -36,20 +41,31 @@ def clear_cache() -> None:
     _mcp_cache.clear()
 
 
+def registry_tool_names(req: CreateRequest, route: Route | None) -> list[str]:
+    """The registry tools a request names: bare `{type, name}` tools, and those serving its
+    hosted tools on this route (the route's own attached tools come with any lookup)."""
+    served = [name for _, name in served_hosted_tools(req, route)] if route is not None else []
+    return sorted({t.name for t in req.tools if t.bare} | set(served))
+
+
+def registry_mcp_labels(req: CreateRequest) -> list[str]:
+    """The registered MCP servers a request names (declarations without `server_url`)."""
+    return sorted(m.server_label for m in req.mcp_tools if m.server_url is None)
+
+
 async def registry_specs(principal: Principal, req: CreateRequest, route: Route | None = None) -> list[ToolSpec]:
     """Registry tools named by the request, serving its hosted tools, or attached to its route
     (cached briefly)."""
     from tool_registry.services import registry_tools_for
 
-    served = [name for _, name in served_hosted_tools(req, route)] if route is not None else []
-    names = tuple(sorted({t.name for t in req.tools if t.bare} | set(served)))
+    names = registry_tool_names(req, route)
     return await _cached_lookup(
         _tool_cache,
-        (principal.tenant_id, req.model, names),
+        (principal.tenant_id, req.model, tuple(names)),
         registry_tools_for,
         tenant_id=principal.tenant_id,
         route_name=req.model,
-        names=list(names),
+        names=names,
     )
 
 
@@ -61,15 +77,17 @@ async def _cached_lookup(cache: TTLCache, key: tuple, lookup: Any, **kwargs: Any
     return cache.put(key, await db.run(lookup, **kwargs))
 
 
-def merge_registry_tools(req: CreateRequest, specs: list[ToolSpec]) -> None:
+def merge_registry_tools(req: CreateRequest, specs: list[ToolSpec]) -> CreateRequest:
     """Bare `{type, name}` tools become registry tools; route-attached tools are appended."""
+    if not specs:
+        return req
     by_name = {s.name: s for s in specs}
     merged: list[Tool] = []
     for tool in req.tools:
         spec = by_name.pop(tool.name, None) if tool.bare else None
         merged.append(tool if spec is None else _registry_tool(spec))
     merged += [_registry_tool(s) for s in by_name.values() if s.name not in {t.name for t in merged}]
-    req.tools = merged
+    return dataclasses.replace(req, tools=merged)
 
 
 def _registry_tool(spec: ToolSpec) -> Tool:
@@ -105,33 +123,36 @@ def served_hosted_tools(req: CreateRequest, route: Route) -> list[tuple[HostedTo
     return out
 
 
-def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) -> list[str]:
+def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) -> CreateRequest:
     """Hosted tools (web_search, ...) become the route's registry tools that serve them; the
     rest go on to the upstream when every target is a native Responses server, and are
-    dropped otherwise, and said so in the log. Returns the dropped types, which the view also
-    names in `x-gateway-dropped-tools`: the model answers without them."""
+    dropped otherwise, and said so in the log. The dropped types are the result's
+    `dropped_tools`, which the view names in `x-gateway-dropped-tools`: the model answers
+    without them."""
     from .protocol.client_tools import HOSTED_ALIASES
 
+    if not req.hosted_tools:
+        return req
     by_name = {s.name: s for s in specs}
+    tools = list(req.tools)
     served: set[int] = set()
     for hosted, name in served_hosted_tools(req, route):
         spec = by_name.get(name)
-        if spec is None or any(t.name == name and t.kind != "function" for t in req.tools):
+        if spec is None or any(t.name == name and t.kind != "function" for t in tools):
             continue  # the registry has no such tool for this tenant (or it already serves another type)
         tool = _registry_tool(spec)
         tool.kind, tool.report = HOSTED_ALIASES.get(hosted.type, hosted.type), hosted.spec
-        req.tools = [t for t in req.tools if t.name != name] + [tool]
+        tools = [t for t in tools if t.name != name] + [tool]
         served.add(id(hosted))
     unserved = [h for h in req.hosted_tools if id(h) not in served]
     if unserved and route.targets and all(t.provider.kind == "responses" for t in route.targets):
         # A native Responses upstream runs hosted tools itself: sent on as the client sent them,
         # their items relayed back (protocol/native.py).
-        req.upstream_hosted_tools = [dict(h.spec) for h in unserved]
-        return []
+        return dataclasses.replace(req, tools=tools, upstream_hosted_tools=[dict(h.spec) for h in unserved])
     dropped = list(dict.fromkeys(h.type for h in unserved))
     if dropped:
         log.info("hosted tools dropped for model %s: %s", req.model, ", ".join(dropped))
-    return dropped
+    return dataclasses.replace(req, tools=tools, dropped_tools=dropped)
 
 
 # -- MCP -------------------------------------------------------------------------
@@ -143,24 +164,24 @@ async def registry_mcp(principal: Principal, req: CreateRequest) -> list:
     """Registered MCP servers the request names by label or its route attaches (cached briefly)."""
     from tool_registry.services import mcp_servers_for
 
-    labels = tuple(sorted(m.server_label for m in req.mcp_tools if m.server_url is None))
+    labels = registry_mcp_labels(req)
     return await _cached_lookup(
         _mcp_cache,
-        (principal.tenant_id, req.model, labels),
+        (principal.tenant_id, req.model, tuple(labels)),
         mcp_servers_for,
         tenant_id=principal.tenant_id,
         route_name=req.model,
-        labels=list(labels),
+        labels=labels,
     )
 
 
-def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:
-    """The servers of one response: (specs, fresh cached listings, request approval policies).
+def mcp_plan(req: CreateRequest, registry: list) -> tuple[CreateRequest, McpPlan]:
+    """The servers of one response: (specs, fresh cached listings, request approval policies),
+    with the request that also declares the servers its route attaches (reported in the
+    Response's `tools`).
 
     A declaration with `server_url` is ad hoc; without, it names a registered server (which the
     request may narrow with `allowed_tools` and make stricter with `require_approval`)."""
-    import dataclasses
-
     from tool_registry.mcp import McpServerSpec
     from responses_api.protocol.mcp import McpTool, ToolFilter
 
@@ -213,12 +234,13 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:
         specs.append(spec)
         if listing is not None and listing["fresh"]:
             cached[spec.label] = listing["tools"]
+    attached: list[McpTool] = []
     for spec, listing in by_label.values():  # attached by the route
         specs.append(spec)
         if listing["fresh"]:
             cached[spec.label] = listing["tools"]
         # Reported in the Response's `tools` like the route's registry function tools.
-        req.mcp_tools.append(
+        attached.append(
             McpTool(
                 server_label=spec.label,
                 server_url=None,
@@ -227,7 +249,9 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[list, dict, dict]:
                 server_description=spec.description,
             )
         )
-    return specs, cached, approvals
+    if attached:
+        req = dataclasses.replace(req, mcp_tools=[*req.mcp_tools, *attached])
+    return req, (specs, cached, approvals)
 
 
 async def check_adhoc_urls(req: CreateRequest, tenant_id: int) -> None:
@@ -252,7 +276,7 @@ async def check_adhoc_urls(req: CreateRequest, tenant_id: int) -> None:
             raise InvalidRequest(f"Invalid 'server_url': {exc}", param=f"{decl.param}.server_url") from None
 
 
-def mcp_toolset(response_id: str, plan: tuple[list, dict, dict], policy: Any, adhoc_policy: Any) -> Any:
+def mcp_toolset(response_id: str, plan: McpPlan, policy: Any, adhoc_policy: Any) -> Any:
     from tool_registry.runner import McpToolset
 
     specs, cached, approvals = plan
@@ -266,3 +290,23 @@ def mcp_toolset(response_id: str, plan: tuple[list, dict, dict], policy: Any, ad
         cached=cached,
         request_approval=approvals,
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolPlan:
+    """The tools of one run. `request` is the request as the run sees it (registry tools
+    merged, hosted tools served or dropped, the route's MCP servers declared); the parsed
+    request it came from is left as the client sent it."""
+
+    request: CreateRequest
+    specs: list[ToolSpec]  # the registry tools the tool runner executes
+    mcp: McpPlan
+
+
+def plan_tools(req: CreateRequest, route: Route, specs: list[ToolSpec], mcp_registry: list) -> ToolPlan:
+    """The one tool planning of the web path and the worker: `specs` are the registry tools the
+    request names, serves hosted tools with, or its route attaches (registry_specs), and
+    `mcp_registry` the registered MCP servers it names or its route attaches (registry_mcp)."""
+    req = serve_hosted_tools(req, route, specs)
+    req, mcp = mcp_plan(req, mcp_registry)
+    return ToolPlan(merge_registry_tools(req, specs), specs, mcp)

@@ -47,8 +47,9 @@ class ResponsesView(ApiView):
         response = await _answer(request, req, started)
         for name, value in _rate_limit_headers(started).items():
             response[name] = value
-        if req.dropped_tools:
-            response["x-gateway-dropped-tools"] = ",".join(req.dropped_tools)
+        planned = started.request if isinstance(started, WorkerStarted) else started.job.request
+        if planned.dropped_tools:
+            response["x-gateway-dropped-tools"] = ",".join(planned.dropped_tools)
         return response
 
     async def get(self, request: ApiRequest) -> Response:

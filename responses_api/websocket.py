@@ -30,7 +30,8 @@ from django.conf import settings
 
 from .auth import Principal, bearer_token, principal_for
 from .exception_handlers import dumps
-from .gateway import PriorContext, WorkerStarted, start_response
+from .assembly import PriorContext
+from .gateway import WorkerStarted, start_response
 from .outages import unavailable
 from .protocol import jsonlimits
 from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
@@ -204,8 +205,8 @@ class Connection:
                     param="previous_response_id",
                     code="previous_response_not_found",
                 )
-            req = parse_create_request(body)
-            req.stream = True  # the row is written at the start, so the response can be cancelled
+            # Streamed: the row is written at the start, so the response can be cancelled.
+            req = parse_create_request({**body, "stream": True})
             started = await start_response(self.principal, req, body, prior=self.prior)
             if isinstance(started, WorkerStarted):  # a route that runs on workers: relay its log
                 from .eventlog import event_log

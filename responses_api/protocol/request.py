@@ -33,7 +33,7 @@ VERBOSITIES = frozenset({"low", "medium", "high"})
 SERVICE_TIERS = frozenset({"auto", "default", "flex", "priority", "scale"})
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class CreateRequest:
     model: str
     input_items: list[dict[str, Any]]

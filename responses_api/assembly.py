@@ -1,0 +1,228 @@
+"""The one place a ResponseRun is assembled: from a request on the web path (`run_for_request`)
+and from a stored job on a worker (`run_for_job`).
+
+Both plan their tools with toolplan.plan_tools and end in `_assemble`, which gives the run its
+tool runner, MCP toolset and limits; they differ only in where the context comes from (the
+web path reads the chain while it checks access, a worker reads it when the run starts) and
+in where events go (the worker streams from the upstream into the event log).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from datetime import datetime, UTC
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+
+from . import db, selectors, services
+from .auth import Principal
+from .engine import ResponseJob, ResponseRun
+from .eventlog import event_log
+from .limits import Grant
+from .persistence import DatabasePersistence
+from .protocol.ids import new_id
+from .protocol.request import parse_create_request
+from .protocol.response import request_params
+from .routing import Route, route_get
+from .toolplan import ToolPlan, mcp_toolset, plan_tools, registry_mcp_labels, registry_tool_names, tool_runner
+
+if TYPE_CHECKING:
+    from .models import Response
+
+__all__ = ["PriorContext", "run_for_job", "run_for_request"]
+
+
+@dataclass(slots=True)
+class PriorContext:
+    """A WebSocket connection's most recent response, kept in memory: a continuation from it
+    needs no chain read, and works for `store: false` responses too."""
+
+    response_id: str
+    items: list[dict[str, Any]]  # its whole context: input (with what it continued) and output
+    stored: bool
+
+
+async def run_for_request(
+    principal: Principal,
+    plan: ToolPlan,
+    *,
+    route: Route,
+    prior: PriorContext | None = None,
+    grant: Grant | None = None,
+    keep_items: bool = True,
+) -> ResponseRun:
+    """A run of `plan.request` in this process. Validates access and loads the chain: one
+    thread hop, and only for a chain or item references.
+
+    `keep_items=False` records the response (usage, history) without its input and output
+    items: /v1/responses/compact's summary run."""
+    req = plan.request
+    route = await with_context_window(route)
+    response_id = new_id("resp")
+    now = time.time()
+    params = request_params(req)
+    created_at = datetime.fromtimestamp(now, UTC)
+    references = any(i["type"] == "item_reference" for i in req.input_items)
+    stored_input, stored_previous = req.input_items, req.previous_response_id
+    if prior is not None and req.previous_response_id == prior.response_id and not references:
+        context = prior.items + req.input_items
+        if not prior.stored:
+            # Continuing an unstored response: a stored one keeps its whole context as input,
+            # so its chain never points at a response the database does not have.
+            stored_input, stored_previous = context, None
+    elif req.previous_response_id or references or req.conversation:
+        begin = await db.run(
+            services.response_begin,
+            tenant_id=principal.tenant_id,
+            api_key_id=principal.key_id,
+            response_id=response_id,
+            created_at=created_at,
+            model=req.model,
+            previous_response_id=req.previous_response_id,
+            input_items=req.input_items,
+            params=params,
+            status="in_progress",
+            store=False,
+            conversation_id=req.conversation,
+        )
+        context = begin.context
+    else:
+        context = list(req.input_items)
+    create_row = None
+    if req.store:
+        create_row = services.response_row(
+            response_id=response_id,
+            tenant_id=principal.tenant_id,
+            api_key_id=principal.key_id,
+            previous_response_id=stored_previous,
+            model=req.model,
+            params=params,
+            created_at=created_at,
+        )
+    job = ResponseJob(
+        response_id=response_id,
+        created_at=int(now),
+        tenant_id=principal.tenant_id,
+        request=req,
+        params=params,
+        route=route,
+        context=context,
+        input_items=req.input_items,
+    )
+    persistence = DatabasePersistence(
+        tenant_id=principal.tenant_id,
+        input_items=stored_input,
+        store=req.store,
+        create_row=create_row,
+        insert_at_open=req.stream,
+        conversation_id=req.conversation,
+        grant=grant,
+        keep_items=keep_items,
+    )
+    return await _assemble(job, persistence, plan)
+
+
+async def run_for_job(row: Response) -> tuple[ResponseRun, str]:
+    """A worker's run of a stored job, continuing its event log; with the status its opening
+    events still have to announce ("in_progress", or "none" when the web process did)."""
+    stored = row.job or {}
+    job, plan = await db.run(_job_from_row, row)
+    persistence = DatabasePersistence(
+        tenant_id=job.tenant_id,
+        input_items=job.input_items,
+        store=True,
+        conversation_id=job.request.conversation,
+        grant=Grant.from_job(stored.get("limits")),
+    )
+    run = await _assemble(
+        job,
+        persistence,
+        plan,
+        stream_upstream=True,
+        first_sequence_number=await event_log().last_sequence_number(row.id) + 1,
+    )
+    return run, stored.get("opening", "in_progress")
+
+
+def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
+    """The stored job's request, tools and context, read in one thread hop."""
+    from tool_registry.services import mcp_servers_for, registry_tools_for
+
+    from .services import resolve_references
+
+    stored = row.job or {}
+    body = stored["body"]
+    if stored.get("mcp_credentials"):
+        from .protocol.mcp import restore_mcp_credentials
+        from .sealing import sealer
+
+        body = restore_mcp_credentials(
+            body, sealer().unseal(stored["mcp_credentials"], tenant_id=row.tenant_id, purpose="mcp-credentials")
+        )
+    # The input as the web process stored it (reasoning it opened included), not as sent.
+    req = dataclasses.replace(parse_create_request(body), input_items=stored["input_items"])
+    route = route_get(req.model)
+    specs = registry_tools_for(tenant_id=row.tenant_id, route_name=req.model, names=registry_tool_names(req, route))
+    servers = mcp_servers_for(tenant_id=row.tenant_id, route_name=req.model, labels=registry_mcp_labels(req))
+    plan = plan_tools(req, route, specs, servers)
+    context: list[dict] = []
+    if row.previous_response_id:
+        context = selectors.chain_items_list(response_id=row.previous_response_id)
+    elif row.conversation_id:  # the conversation as it is when the run starts
+        from .conversations.selectors import conversation_context
+
+        context = conversation_context(tenant_id=row.tenant_id, conversation_id=row.conversation_id)
+    job = ResponseJob(
+        response_id=row.id,
+        created_at=int(row.created_at.timestamp()),
+        tenant_id=row.tenant_id,
+        request=plan.request,
+        params=row.params,
+        route=route,
+        context=context + resolve_references(row.tenant_id, req.input_items),
+        input_items=req.input_items,
+    )
+    return job, plan
+
+
+async def _assemble(
+    job: ResponseJob,
+    persistence: DatabasePersistence,
+    plan: ToolPlan,
+    *,
+    stream_upstream: bool | None = None,
+    first_sequence_number: int = 0,
+) -> ResponseRun:
+    toolset = None
+    if plan.mcp[0]:
+        from tool_registry.services import adhoc_egress_policy, egress_policy
+
+        toolset = mcp_toolset(
+            job.response_id,
+            plan.mcp,
+            await db.run(egress_policy),
+            await db.run(adhoc_egress_policy, job.tenant_id),
+        )
+    return ResponseRun(
+        job,
+        persistence,
+        await tool_runner(job.response_id, plan.specs),
+        max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
+        mcp=toolset,
+        stream_upstream=stream_upstream,
+        first_sequence_number=first_sequence_number,
+    )
+
+
+async def with_context_window(route: Route) -> Route:
+    """The route, with the context window its first target's upstream reports when the
+    operator set none (cached; see upstreams/tokenize.py)."""
+    if route.context_window or not route.targets:
+        return route
+    from .upstreams.tokenize import context_window
+
+    learned = await context_window(route.targets[0])
+    return dataclasses.replace(route, context_window=learned) if learned else route
