@@ -48,7 +48,7 @@ def _message(role: str, text: str, new_id) -> dict:  # type: ignore[no-untyped-d
 
 def build_chain(tenant_id: int, length: int, heads_at: set[int]) -> dict[int, str]:
     """Store `length` chained turns through the services; returns {turn count: head id} for heads_at."""
-    from responses_api import services
+    from responses_api.store import services
     from responses_api.models import Response
     from responses_api.protocol.ids import new_id
 
@@ -105,7 +105,7 @@ def in_process(db_url: str, lengths: list[int], repeats: int) -> dict:
     from django.core.management import call_command
 
     call_command("migrate", "--noinput", verbosity=0)
-    from responses_api import services
+    from responses_api.store import services
 
     key, _ = services.api_key_create(tenant_name="chain-inproc", name="bench")
     tenant_id = key.tenant_id
@@ -123,7 +123,7 @@ def in_process_measure(lengths: list[int], repeats: int) -> dict:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from responses_api import selectors, services
+    from responses_api.store import selectors, services
     from responses_api.protocol.ids import new_id
 
     tenant_id, heads = _INPROC["tenant_id"], _INPROC["heads"]
@@ -306,7 +306,7 @@ def explain_chain(db_url: str, head: str) -> str:
     """EXPLAIN ANALYZE of the chain query (selectors.CHAIN_ITEMS_SQL) for one head."""
     import psycopg
 
-    from responses_api.selectors import CHAIN_ITEMS_SQL, CHAIN_SELECT, CHAIN_STEP_SQL
+    from responses_api.store.selectors import CHAIN_ITEMS_SQL, CHAIN_SELECT, CHAIN_STEP_SQL
 
     response = '"responses_api_response"'
     sql = CHAIN_ITEMS_SQL.format(

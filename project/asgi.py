@@ -1,6 +1,6 @@
 """ASGI entry point (`project.asgi:application`), served by uvicorn.
 
-`responses_api.asgi.ApiApplication` serves the /v1 API and hands every other
+`responses_api.api.asgi.ApiApplication` serves the /v1 API and hands every other
 request to Django's handler.
 
 When GATEWAY_CONFIG names a file, its providers, routes and tools are synced
@@ -16,7 +16,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 _django = get_asgi_application()  # sets Django up first
 
-from responses_api.asgi import ApiApplication  # noqa: E402
+from responses_api.api.asgi import ApiApplication  # noqa: E402
 
 # The /v1 API's views directly (no per-request thread hops), the rest through Django.
 application = ApiApplication(_django)
@@ -26,7 +26,7 @@ def _sync_config_at_startup() -> None:
     from django.conf import settings
     from django.db import connections
 
-    from responses_api.config_sync import sync_config_file
+    from responses_api.ops.config_sync import sync_config_file
 
     if not settings.GATEWAY_CONFIG:
         return

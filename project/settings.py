@@ -53,9 +53,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "responses_api.middleware.RequestIdMiddleware",
+    "responses_api.api.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "responses_api.static.AsyncStaticFilesMiddleware",
+    "responses_api.api.static.AsyncStaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -90,7 +90,7 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
     # psycopg 3's pool: connections are reused across requests without
     # CONN_MAX_AGE (which must stay 0 with a pool).
     # During an outage a request waits at most DB_POOL_TIMEOUT for a connection, then gets a
-    # 503 (responses_api/outages.py). A pool that cannot reconnect gives up after
+    # 503 (responses_api/orchestration/outages.py). A pool that cannot reconnect gives up after
     # DB_RECONNECT_TIMEOUT and the next request starts a fresh attempt, so the pool's
     # doubling backoff never leaves a recovered database unused for long.
     _db.setdefault("OPTIONS", {})["pool"] = {
@@ -152,7 +152,7 @@ GATEWAY_GC_THRESHOLDS = tuple(int(v) for v in env.list("GATEWAY_GC_THRESHOLDS", 
 GATEWAY_MAX_REQUEST_BYTES = env.int("GATEWAY_MAX_REQUEST_BYTES", default=32 * 1024 * 1024)
 # Prometheus /metrics: served only to this bearer token (empty: no /metrics at all).
 GATEWAY_METRICS_TOKEN = env.str("GATEWAY_METRICS_TOKEN", default="")
-# WebSocket mode (responses_api/websocket.py).
+# WebSocket mode (responses_api/api/websocket.py).
 GATEWAY_WS_MAX_SECONDS = env.float("GATEWAY_WS_MAX_SECONDS", default=3600.0)
 GATEWAY_WS_IDLE_SECONDS = env.float("GATEWAY_WS_IDLE_SECONDS", default=600.0)
 GATEWAY_WS_MAX_CONNECTIONS_PER_KEY = env.int("GATEWAY_WS_MAX_CONNECTIONS_PER_KEY", default=64)
@@ -189,15 +189,15 @@ SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 
-# The /v1 views (responses_api.drf.ApiView) name these classes themselves; the defaults say the
+# The /v1 views (responses_api.api.drf.ApiView) name these classes themselves; the defaults say the
 # same for any other DRF view.
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["responses_api.drf_policies.BearerKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["responses_api.drf_policies.HasApiKey"],
-    "DEFAULT_PARSER_CLASSES": ["responses_api.drf_policies.ProtocolJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["responses_api.drf_policies.ProtocolJSONRenderer"],
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "responses_api.drf_policies.ProtocolNegotiation",
-    "EXCEPTION_HANDLER": "responses_api.exception_handlers.drf_exception_handler",
+    "DEFAULT_AUTHENTICATION_CLASSES": ["responses_api.api.drf_policies.BearerKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["responses_api.api.drf_policies.HasApiKey"],
+    "DEFAULT_PARSER_CLASSES": ["responses_api.api.drf_policies.ProtocolJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["responses_api.api.drf_policies.ProtocolJSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "responses_api.api.drf_policies.ProtocolNegotiation",
+    "EXCEPTION_HANDLER": "responses_api.api.exception_handlers.drf_exception_handler",
     "UNAUTHENTICATED_USER": None,
     "UNAUTHENTICATED_TOKEN": None,
 }

@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from responses_api import health
+from responses_api.api import health
 
 urlpatterns = [
     path("v1/", include("responses_api.urls")),

@@ -1,7 +1,7 @@
 """The operator's admin: stored responses and their conversations, usage, keys, providers, routes.
 
 Reads go through responses_api.history.selectors and writes through
-responses_api.services; lists join what they show (`list_select_related`)
+responses_api.store.services; lists join what they show (`list_select_related`)
 and never load the large JSON columns.
 """
 
@@ -24,8 +24,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from . import routing, services
-from .limits import current_use
+from .orchestration import routing
+from .store import services
+from .orchestration.limits import current_use
 from .history import presenters
 from .history import selectors as history
 from .models import ApiKey, ModelRoute, Provider, Response, RouteTarget, Tenant
@@ -103,7 +104,7 @@ class TenantAdmin(admin.ModelAdmin):
 
     @admin.display(description="Current use")
     def current_use(self, obj: Tenant) -> str:
-        from .auth import budget_of, tenant_quota
+        from .api.auth import budget_of, tenant_quota
 
         if obj.pk is None:
             return "—"
@@ -196,7 +197,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.display(description="Current use")
     def current_use(self, obj: ApiKey) -> str:
-        from .auth import key_quota
+        from .api.auth import key_quota
 
         quota = key_quota(obj)
         return _use_table(current_use((quota,) if quota else (), None))
@@ -390,7 +391,7 @@ class RouteTargetInline(admin.TabularInline):
 
     @admin.display(description="Health (shared by every process)")
     def health(self, obj: RouteTarget) -> str:
-        from .router import target_health
+        from .engine.router import target_health
 
         if obj.pk is None:
             return "—"

@@ -7,6 +7,6 @@ class ResponsesApiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import tracing
+        from .engine import tracing
 
         tracing.configure()  # only with OTEL_EXPORTER_OTLP_ENDPOINT set: else nothing is imported

@@ -17,7 +17,7 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
-from .background import reap_stale, run_claimed
+from .engine.background import reap_stale, run_claimed
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -53,7 +53,7 @@ def reap_stale_responses() -> int:
 
 @shared_task(name="responses_api.expire_responses", ignore_result=True)
 def expire_responses() -> dict:
-    from .services import retention_expire
+    from .store.services import retention_expire
 
     return retention_expire()
 

@@ -1,6 +1,6 @@
 from django.urls import include, path, re_path
 
-from . import passthrough_views, views
+from .api import passthrough_views, views
 
 urlpatterns = [
     path("responses", views.ResponsesView.as_view()),

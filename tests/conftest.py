@@ -53,7 +53,7 @@ def gateway_server(django_db_setup, django_db_blocker) -> Iterator[ThreadedUvico
 
 def _forget_target_health() -> None:
     """Each test starts with every upstream target healthy (the router's cooldowns are shared)."""
-    from responses_api import router
+    from responses_api.engine import router
 
     router.reset()
     forget_redis_keys("gw:rt:*")
@@ -61,7 +61,8 @@ def _forget_target_health() -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_caches() -> Iterator[None]:
-    from responses_api import auth, routing, toolplan
+    from responses_api.api import auth
+    from responses_api.orchestration import routing, toolplan
     from tool_registry import services as tool_services
 
     clears = (

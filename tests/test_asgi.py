@@ -90,7 +90,7 @@ def test_a_client_gone_before_its_body_arrived_costs_nothing(gateway: Gateway, s
 @pytest.mark.django_db(transaction=True)
 async def test_lifespan_shutdown_closes_the_upstream_session_and_the_async_pool() -> None:
     from project.asgi import application
-    from responses_api import db
+    from responses_api.store import db
     from responses_api.upstreams.http import get_session
 
     session = get_session()
@@ -113,17 +113,17 @@ async def test_lifespan_shutdown_closes_the_upstream_session_and_the_async_pool(
         assert pool.closed and asyncio.get_running_loop() not in db._pools
 
 
-# What settings.MIDDLEWARE does, as the API lane (responses_api/asgi.py) sees it: applied inline,
+# What settings.MIDDLEWARE does, as the API lane (responses_api/api/asgi.py) sees it: applied inline,
 # or not wanted by a bearer-key JSON API. A middleware added to the settings fails this test
 # until the lane decides which it is, so the two cannot drift apart silently.
 APPLIED_BY_THE_API_LANE = {
-    "responses_api.middleware.RequestIdMiddleware",
+    "responses_api.api.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 }
 NOT_WANTED_BY_THE_API = {
-    "responses_api.static.AsyncStaticFilesMiddleware",  # static files are not under /v1
+    "responses_api.api.static.AsyncStaticFilesMiddleware",  # static files are not under /v1
     "django.contrib.sessions.middleware.SessionMiddleware",  # no cookies: bearer keys
     "django.middleware.csrf.CsrfViewMiddleware",  # the API views are CSRF-exempt
     "django.contrib.auth.middleware.AuthenticationMiddleware",  # no Django users: API keys
@@ -176,7 +176,7 @@ async def test_the_api_lane_answers_with_the_headers_djangos_full_chain_gives(se
     from asgiref.sync import sync_to_async
 
     from project.asgi import application
-    from responses_api.services import api_key_create
+    from responses_api.store.services import api_key_create
 
     settings.ALLOWED_HOSTS = ["testserver"]
     _, raw = await sync_to_async(api_key_create)(tenant_name="drift", name="drift")

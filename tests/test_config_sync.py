@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from responses_api.config_sync import ConfigError, sync_config
+from responses_api.ops.config_sync import ConfigError, sync_config
 from responses_api.models import ModelRoute, Provider, RouteTarget
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]

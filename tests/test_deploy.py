@@ -45,7 +45,7 @@ COMPOSE_ONLY_VARS = {
     "CELERY_CONCURRENCY",  # celery worker --concurrency
     "INSTALL_LOCAL_MODEL",  # Docker build arg
     "OPENAI_API_KEY",  # read through a provider's api_key_env (deploy/gateway.yaml)
-    "PROMETHEUS_MULTIPROC_DIR",  # read by prometheus_client (responses_api/metrics.py)
+    "PROMETHEUS_MULTIPROC_DIR",  # read by prometheus_client (responses_api/api/metrics.py)
 }
 # The official images' own variables, set on those services only.
 IMAGE_VARS = {"postgres": {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD"}}
@@ -106,7 +106,7 @@ def test_services_and_commands() -> None:
     assert command_words("local-model") == [
         "python",
         "-m",
-        "responses_api.local_model",
+        "responses_api.ops.local_model",
         "--host",
         "0.0.0.0",
         "--port",
@@ -435,7 +435,7 @@ def test_entry_points_import() -> None:
     assert {"responses_api.run_response", "responses_api.reap_stale_responses"} <= set(app.tasks)
     for entry in app.conf.beat_schedule.values():
         assert entry["task"] in app.tasks
-    assert importlib.util.find_spec("responses_api.local_model") is not None
+    assert importlib.util.find_spec("responses_api.ops.local_model") is not None
 
 
 # --- Health endpoints through the live server ------------------------------------------------
@@ -483,7 +483,7 @@ def setup_only(state_dir: Path, port: int = 8091) -> str:
 
 def test_gateway_up_creates_then_reuses_the_dev_key(transactional_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import ApiKey, ModelRoute, Provider
-    from responses_api.services import hash_key
+    from responses_api.store.services import hash_key
 
     state = tmp_path / "state"
     key = setup_only(state, port=18091)

@@ -25,8 +25,8 @@ def _v1_routes(patterns: list, prefix: str = "") -> list[tuple[str, object]]:
 
 
 def test_every_v1_endpoint_is_a_drf_view_served_by_the_fast_lane() -> None:
-    from responses_api.drf import ApiView
-    from responses_api.drf_policies import BearerKeyAuthentication, HasApiKey
+    from responses_api.api.drf import ApiView
+    from responses_api.api.drf_policies import BearerKeyAuthentication, HasApiKey
 
     views = {}
     for route, callback in _v1_routes(get_resolver().url_patterns):
@@ -81,7 +81,7 @@ def test_drf_errors_have_the_protocols_body(gateway: Gateway) -> None:
 
 def test_a_throttle_class_plugs_into_the_async_dispatch(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
     """Operators' own DRF policies (here a throttle, async or plain) run in the same dispatch."""
-    from responses_api import views
+    from responses_api.api import views
 
     class OnePerKey:
         seen: set[int] = set()

@@ -1,6 +1,6 @@
-"""The bundled local model (responses_api.local_model) as a real upstream process.
+"""The bundled local model (responses_api.ops.local_model) as a real upstream process.
 
-Starts ``python -m responses_api.local_model`` on a free loopback port, talks to its
+Starts ``python -m responses_api.ops.local_model`` on a free loopback port, talks to its
 OpenAI-compatible chat completions endpoint with httpx, and stops it. Skipped when the
 optional packages are not installed (see ``local_model.INSTALL_HINT``); the checks of the
 "not installed" path run everywhere.
@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from responses_api import local_model
-from responses_api.local_model import (
+from responses_api.ops import local_model
+from responses_api.ops.local_model import (
     LOCAL_MODEL_NAME,
     LocalModelStartError,
     LocalModelUnavailable,

@@ -8,7 +8,7 @@ from django.http import HttpResponse
 from django.test import AsyncRequestFactory
 from django.utils.module_loading import import_string
 
-from responses_api.static import AsyncStaticFilesMiddleware
+from responses_api.api.static import AsyncStaticFilesMiddleware
 
 pytestmark = pytest.mark.embedded
 

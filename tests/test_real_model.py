@@ -1,6 +1,6 @@
 """The gateway in front of a real model: the bundled SmolLM2-135M on llama.cpp.
 
-One local model process serves the whole session (responses_api.local_model); each test
+One local model process serves the whole session (responses_api.ops.local_model); each test
 routes a model to it through the ORM and talks to the gateway with the `openai` SDK and raw
 HTTP. Assertions are about structure (status, items, usage, event grammar), never wording.
 
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from responses_api import local_model
+from responses_api.ops import local_model
 from tests.support.harness import Gateway
 from tests.support.stream_validator import validate_sse
 

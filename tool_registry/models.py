@@ -8,7 +8,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from responses_api.ttlcache import TTLCache
+from responses_api.store.ttlcache import TTLCache
 
 from .egress import EgressDenied, EgressPolicy, EgressResolutionError, check_url_sync, parse_url
 

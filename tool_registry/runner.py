@@ -7,7 +7,7 @@ import time
 
 from django.conf import settings
 
-from responses_api import db
+from responses_api.store import db
 
 from . import services
 from .egress import STRICT, EgressPolicy

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..models import Conversation, ConversationItem
 from ..protocol.errors import InvalidRequest, NotFound
-from ..selectors import ListPage, epoch, items_page
+from ..store.selectors import ListPage, epoch, items_page
 
 
 def _loads(value: Any) -> Any:

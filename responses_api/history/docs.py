@@ -8,7 +8,7 @@ from pathlib import Path
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 
-from ..exception_handlers import json_response
+from ..api.exception_handlers import json_response
 from .openapi import build_document
 
 

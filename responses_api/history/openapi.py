@@ -266,7 +266,7 @@ def _declared(params: tuple[Param, ...]) -> list[dict[str, Any]]:
 # Operation documentation by handler. Keyed by the handler's dotted name so
 # this module imports no view (and the views never import it).
 OPERATIONS: dict[str, dict[str, Any]] = {
-    "responses_api.views.ResponsesView.post": {
+    "responses_api.api.views.ResponsesView.post": {
         "operationId": "createResponse",
         "tags": ["Responses"],
         "summary": "Create a response",
@@ -282,7 +282,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             }
         },
     },
-    "responses_api.views.ResponseCompactView.post": {
+    "responses_api.api.views.ResponseCompactView.post": {
         "operationId": "compactResponse",
         "tags": ["Responses"],
         "summary": "Compact a conversation",
@@ -330,7 +330,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             )
         },
     },
-    "responses_api.views.ResponsesView.get": {
+    "responses_api.api.views.ResponsesView.get": {
         "operationId": "listResponses",
         "tags": ["History"],
         "summary": "List stored responses",
@@ -340,7 +340,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "parameters": _declared(RESPONSE_LIST_PARAMS),
         "responses": {"200": _json(ref("ResponseList"))},
     },
-    "responses_api.views.ResponseDetailView.get": {
+    "responses_api.api.views.ResponseDetailView.get": {
         "operationId": "getResponse",
         "tags": ["Responses"],
         "summary": "Retrieve a response",
@@ -358,19 +358,19 @@ OPERATIONS: dict[str, dict[str, Any]] = {
             }
         },
     },
-    "responses_api.views.ResponseDetailView.delete": {
+    "responses_api.api.views.ResponseDetailView.delete": {
         "operationId": "deleteResponse",
         "tags": ["Responses"],
         "summary": "Delete a response",
         "responses": {"200": _json(ref("DeletedResponse"))},
     },
-    "responses_api.views.ResponseCancelView.post": {
+    "responses_api.api.views.ResponseCancelView.post": {
         "operationId": "cancelResponse",
         "tags": ["Responses"],
         "summary": "Cancel a background response",
         "responses": {"200": _json(ref("ResponseResource"))},
     },
-    "responses_api.views.ResponseInputItemsView.get": {
+    "responses_api.api.views.ResponseInputItemsView.get": {
         "operationId": "listInputItems",
         "tags": ["Responses"],
         "summary": "List a response's input items",
@@ -400,13 +400,13 @@ OPERATIONS: dict[str, dict[str, Any]] = {
         "parameters": _declared(USAGE_PARAMS),
         "responses": {"200": _json(ref("UsageList"))},
     },
-    "responses_api.views.ModelsView.get": {
+    "responses_api.api.views.ModelsView.get": {
         "operationId": "listModels",
         "tags": ["Models"],
         "summary": "List the models this key may use",
         "responses": {"200": _json(ref("ModelList"))},
     },
-    "responses_api.views.ModelDetailView.get": {
+    "responses_api.api.views.ModelDetailView.get": {
         "operationId": "getModel",
         "tags": ["Models"],
         "summary": "Retrieve a model",

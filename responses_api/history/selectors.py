@@ -22,7 +22,7 @@ from django.db.models.lookups import Exact
 
 from ..models import Item, Response, ResponseItem, Tenant
 from ..protocol.errors import InvalidRequest, NotFound
-from ..selectors import ListPage, _loads, chain_step_sql, response_object_from_row, responses_visible
+from ..store.selectors import ListPage, _loads, chain_step_sql, response_object_from_row, responses_visible
 
 # The Postgres text-search document of an item: every "text" string at any
 # depth (message parts, reasoning summaries), as a 'simple' (language-neutral,

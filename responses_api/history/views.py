@@ -1,6 +1,6 @@
-"""The history API: DRF views in the style of responses_api.views (thin: parse, select, render).
+"""The history API: DRF views in the style of responses_api.api.views (thin: parse, select, render).
 
-`GET /v1/responses` is answered here for `responses_api.views.ResponsesView`.
+`GET /v1/responses` is answered here for `responses_api.api.views.ResponsesView`.
 An admin key reads every tenant; any other key only its own.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from rest_framework.response import Response
 
-from .. import db
-from ..auth import Principal
-from ..drf import ApiRequest, ApiView
-from ..limits import current_use
+from ..store import db
+from ..api.auth import Principal
+from ..api.drf import ApiRequest, ApiView
+from ..orchestration.limits import current_use
 from ..protocol.errors import InvalidRequest
 from . import selectors
 from .params import RESPONSE_LIST_PARAMS, THREAD_PARAMS, USAGE_PARAMS, parse_query

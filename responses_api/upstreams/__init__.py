@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..routing import Target
+from ..orchestration.routing import Target
 from .base import UpstreamCall, UpstreamRequest
 from .chat_completions import open_chat_completion
 

@@ -22,7 +22,7 @@ from ..protocol.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from ..routing import Target
+from ..orchestration.routing import Target
 from .base import UpstreamRequest
 from .http import get_session, proxy_for
 

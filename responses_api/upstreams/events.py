@@ -10,7 +10,7 @@ import aiohttp
 
 from ..protocol.deltas import Delta, UpstreamFailed
 from ..protocol.errors import UpstreamError
-from ..routing import Target
+from ..orchestration.routing import Target
 from .chat_completions import Opened, StallGuard, _drain, data_lines, parse_data, reading
 
 

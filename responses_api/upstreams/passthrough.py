@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from ..protocol.errors import GatewayError, UpstreamTimeout
-from ..routing import Target
+from ..orchestration.routing import Target
 from .chat_completions import TRANSPORT_ERRORS, error_for_status, transport_error
 from .http import get_session, proxy_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..protocol.errors import UpstreamError
 from ..protocol.native import EventDecoder, build_responses_request, response_to_deltas
-from ..routing import Target
+from ..orchestration.routing import Target
 from .base import UpstreamRequest
 from .chat_completions import Opened, post_json
 from ..protocol.deltas import UpstreamFailed

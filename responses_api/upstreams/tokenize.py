@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from ..protocol import jsonlimits
-from ..routing import Target
+from ..orchestration.routing import Target
 from .http import get_session, proxy_for
 
 log = logging.getLogger("gateway.upstreams")

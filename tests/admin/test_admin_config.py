@@ -7,11 +7,11 @@ import socket
 import pytest
 from django.urls import reverse
 
-from responses_api import routing
-from responses_api.auth import authenticate_key
+from responses_api.orchestration import routing
+from responses_api.api.auth import authenticate_key
 from responses_api.models import ApiKey, ModelRoute, Provider, Tenant
 from responses_api.protocol.errors import AuthenticationFailed
-from responses_api.services import KEY_PREFIX, hash_key
+from responses_api.store.services import KEY_PREFIX, hash_key
 from tests.support.upstream import ScriptedUpstream
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]

@@ -47,7 +47,7 @@ def test_truncate_drops_oldest_whole_turns_and_keeps_instructions() -> None:
 @pytest.fixture
 def small_window(gateway: Gateway) -> None:
     from responses_api.models import ModelRoute
-    from responses_api.routing import clear_cache as clear_route_cache
+    from responses_api.orchestration.routing import clear_cache as clear_route_cache
 
     ModelRoute.objects.filter(name=MODEL).update(context_window=700)
     clear_route_cache()
@@ -87,7 +87,7 @@ def test_without_auto_an_over_long_context_is_a_400_before_the_upstream(
 
 
 def test_the_window_is_learned_from_the_upstream(gateway: Gateway, scripted: ScriptedUpstream) -> None:
-    from responses_api.routing import clear_cache as clear_route_cache
+    from responses_api.orchestration.routing import clear_cache as clear_route_cache
     from responses_api.upstreams import tokenize
 
     scripted.set_default(MODEL, Reply(text="never sent"))  # listed by the upstream's /v1/models

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from responses_api.ttlcache import TTLCache
+from responses_api.store.ttlcache import TTLCache
 
 pytestmark = pytest.mark.embedded
 

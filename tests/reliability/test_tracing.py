@@ -71,7 +71,7 @@ def attributes(span: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:
-    from responses_api import tracing
+    from responses_api.engine import tracing
 
     otlp = OtlpReceiver()
     assert tracing.configure(otlp.endpoint)
@@ -88,7 +88,7 @@ def test_a_tool_loop_is_one_trace_with_genai_spans(
     tools_env,  # type: ignore[no-untyped-def]
     receiver: OtlpReceiver,
 ) -> None:
-    from responses_api import tracing
+    from responses_api.engine import tracing
 
     scripted.enqueue(
         MODEL,
@@ -153,7 +153,7 @@ def test_a_tool_loop_is_one_trace_with_genai_spans(
 def test_a_failed_upstream_call_is_an_error_span(
     gateway: Gateway, scripted: ScriptedUpstream, receiver: OtlpReceiver
 ) -> None:
-    from responses_api import tracing
+    from responses_api.engine import tracing
 
     scripted.enqueue(MODEL, Reply(status=500, error_body={"error": {"message": "boom"}}))
     reply = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "x"})
@@ -172,8 +172,8 @@ def test_without_an_exporter_no_sdk_is_loaded() -> None:
 
     code = (
         "import os, django; os.environ['DJANGO_SETTINGS_MODULE'] = 'project.settings'; "
-        "os.environ['DEBUG'] = '1'; django.setup(); import responses_api.views, responses_api.engine, sys; "
-        "from responses_api import tracing; assert not tracing.enabled(); "
+        "os.environ['DEBUG'] = '1'; django.setup(); import responses_api.api.views, responses_api.engine.run, sys; "
+        "from responses_api.engine import tracing; assert not tracing.enabled(); "
         "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))"
     )
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}

@@ -20,7 +20,7 @@ CLAUDE = "claude-house"
 
 @pytest.fixture
 def anthropic(gateway: Gateway, scripted: ScriptedUpstream) -> Gateway:
-    from responses_api import routing
+    from responses_api.orchestration import routing
     from responses_api.models import ModelRoute, Provider, RouteTarget
 
     provider = Provider.objects.create(
@@ -178,8 +178,8 @@ def test_one_config_three_dialects_the_same_client_code(
     scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
     transactional_db,
 ) -> None:
-    from responses_api import routing
-    from responses_api.config_sync import sync_config
+    from responses_api.orchestration import routing
+    from responses_api.ops.config_sync import sync_config
 
     sync_config(
         {

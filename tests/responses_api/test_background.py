@@ -129,7 +129,9 @@ def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: Sc
     import asyncio
     from datetime import datetime
 
-    from responses_api import background, services
+    from responses_api.engine import background
+
+    from responses_api.store import services
     from responses_api.protocol.ids import new_id
     from responses_api.protocol.request import parse_create_request
     from responses_api.protocol.response import request_params
@@ -330,7 +332,7 @@ def test_reaper_fails_abandoned_foreground_responses(gateway: Gateway, scripted:
 
     from django.utils import timezone
 
-    from responses_api import background
+    from responses_api.engine import background
     from responses_api.models import Response
 
     scripted.enqueue(MODEL, Reply(text="fine"), Reply(text="ok"))

@@ -6,7 +6,7 @@ from datetime import datetime, UTC
 
 import pytest
 
-from responses_api import services
+from responses_api.store import services
 from responses_api.protocol.ids import new_id
 from tests.support.harness import make_key
 from tests.support.items import message_item

@@ -18,7 +18,7 @@ DIALECTS = {"via-responses": ("responses", "/v1/responses"), "via-anthropic": ("
 
 @pytest.fixture
 def routes(gateway: Gateway, scripted: ScriptedUpstream) -> Gateway:
-    from responses_api import routing
+    from responses_api.orchestration import routing
     from responses_api.models import ModelRoute, Provider, RouteTarget
 
     for name, (kind, _) in DIALECTS.items():

@@ -8,7 +8,7 @@ from datetime import datetime, UTC
 import pytest
 from django.db import connection
 
-from responses_api import selectors, services
+from responses_api.store import selectors, services
 from responses_api.models import Item, Response, ResponseItem
 from responses_api.protocol.ids import new_id
 from tests.support.harness import make_key

@@ -21,7 +21,7 @@ NATIVE = "native-model"
 
 @pytest.fixture
 def native(gateway: Gateway, scripted: ScriptedUpstream) -> Gateway:
-    from responses_api import routing
+    from responses_api.orchestration import routing
     from responses_api.models import ModelRoute, Provider, RouteTarget
 
     provider = Provider.objects.create(name="native", kind="responses", base_url=scripted.base_url)

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.embedded
 
 @pytest.fixture(autouse=True)
 def _fresh_counters():  # type: ignore[no-untyped-def]
-    from responses_api import limits
+    from responses_api.orchestration import limits
 
     def clear() -> None:
         limits.reset_store()
@@ -34,7 +34,7 @@ def _fresh_counters():  # type: ignore[no-untyped-def]
 
 
 def set_limits(model_cls: type, pk: int, **fields: object) -> None:
-    from responses_api import auth
+    from responses_api.api import auth
 
     model_cls.objects.filter(pk=pk).update(**fields)
     auth.clear_cache()  # the gateway serves in this process: its key cache sees the change now
@@ -227,7 +227,7 @@ def test_a_cost_budget_prices_tokens_with_the_routes_price_table(
     gateway: Gateway,
     scripted: ScriptedUpstream,
 ) -> None:
-    from responses_api import routing
+    from responses_api.orchestration import routing
     from responses_api.models import ModelRoute, Tenant
 
     ModelRoute.objects.filter(name=MODEL).update(
@@ -288,7 +288,7 @@ def test_with_the_counter_store_unreachable_the_setting_decides(
     scripted: ScriptedUpstream,
     settings,  # type: ignore[no-untyped-def]
 ) -> None:
-    from responses_api import limits
+    from responses_api.orchestration import limits
     from responses_api.models import ApiKey
 
     scripted.set_default(MODEL, Reply(text="ok"))
@@ -325,7 +325,7 @@ def test_parallel_requests_never_overshoot(gateway: Gateway, scripted: ScriptedU
 
 
 def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from responses_api.config_sync import ConfigError, sync_config
+    from responses_api.ops.config_sync import ConfigError, sync_config
     from responses_api.models import ModelRoute, Tenant
 
     config = {
@@ -356,7 +356,7 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
     route = ModelRoute.objects.get(name="m")
     assert (route.input_usd_per_million, route.output_usd_per_million) == (Decimal("0.5"), Decimal("1.5"))
     from responses_api.models import ApiKey
-    from responses_api.services import api_key_create
+    from responses_api.store.services import api_key_create
 
     key, _ = api_key_create(tenant_name="research", name="ci-bot")
     sync_config(

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
 def test_expired_responses_go_with_their_items_and_live_chains_stay(settings) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import Item, Response, Tenant
-    from responses_api.services import retention_expire
+    from responses_api.store.services import retention_expire
 
     _, tenant = make_key(tenant="short-memory")
     _, keeper = make_key(tenant="keeps-everything")
@@ -43,7 +43,7 @@ def test_expired_responses_go_with_their_items_and_live_chains_stay(settings) ->
     assert counts == {"responses": 3, "items": 6}  # 3 responses x (1 input + 1 output)
     assert Item.objects.filter(tenant_id=tenant).count() == items_before - 6
     # The kept chain still reads whole.
-    from responses_api.selectors import chain_items_list
+    from responses_api.store.selectors import chain_items_list
 
     assert len(chain_items_list(response_id=b2.id)) == 4
     assert retention_expire(now=now) == {"responses": 0, "items": 0}  # idempotent
@@ -51,7 +51,7 @@ def test_expired_responses_go_with_their_items_and_live_chains_stay(settings) ->
 
 def test_the_global_default_applies_to_tenants_without_their_own(settings) -> None:  # type: ignore[no-untyped-def]
     from responses_api.models import Response, Tenant
-    from responses_api.services import retention_expire
+    from responses_api.store.services import retention_expire
 
     _, tenant = make_key(tenant="default-policy")
     _, forever = make_key(tenant="explicit-forever")

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.embedded
 
 @pytest.fixture(autouse=True)
 def _router(settings):  # type: ignore[no-untyped-def]
-    from responses_api import router
+    from responses_api.engine import router
 
     settings.GATEWAY_ROUTER_MAX_RETRIES = 2
     settings.GATEWAY_ROUTER_BACKOFF_SECONDS = 0.2
@@ -36,7 +36,7 @@ def two_targets(
     scripted: ScriptedUpstream, *, a: dict | None = None, b: dict | None = None, a_url: str | None = None
 ) -> None:
     """Route MODEL to target 'a' (upstream model "a") and 'b' (upstream model "b")."""
-    from responses_api import routing
+    from responses_api.orchestration import routing
     from responses_api.models import ModelRoute, Provider, RouteTarget
 
     route = ModelRoute.objects.get(name=MODEL)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from responses_api.sealing import PREFIX, SealBroken, Sealer
+from responses_api.store.sealing import PREFIX, SealBroken, Sealer
 
 pytestmark = pytest.mark.embedded
 

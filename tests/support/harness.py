@@ -87,7 +87,7 @@ class Gateway:
 
 
 def make_key(tenant: str = "acme", name: str = "test", **kwargs) -> tuple[str, int]:  # type: ignore[no-untyped-def]
-    from responses_api.services import api_key_create
+    from responses_api.store.services import api_key_create
 
     key, raw = api_key_create(tenant_name=tenant, name=name, **kwargs)
     return raw, key.tenant_id

@@ -440,7 +440,7 @@ def test_registered_server_by_label_and_by_route(
 
 
 def gateway_module_clear() -> None:
-    from responses_api import toolplan
+    from responses_api.orchestration import toolplan
 
     toolplan.clear_cache()
 

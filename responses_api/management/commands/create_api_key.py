@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from responses_api.services import api_key_create
+from responses_api.store.services import api_key_create
 
 
 class Command(BaseCommand):

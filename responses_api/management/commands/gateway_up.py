@@ -1,7 +1,7 @@
 """`manage.py gateway_up`: the one-command development gateway that `scripts/run` starts.
 
 Migrates the database, creates (or reuses) a development API key, syncs a config that
-routes the models `local` and `smollm2` to the bundled SmolLM2 (responses_api.local_model),
+routes the models `local` and `smollm2` to the bundled SmolLM2 (responses_api.ops.local_model),
 starts that model and uvicorn as child processes, waits for /readyz, prints the key with
 ready-to-paste examples, and supervises both children until Ctrl-C or SIGTERM.
 
@@ -32,10 +32,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from responses_api import local_model
-from responses_api.config_sync import ConfigError, sync_config, sync_config_file
+from responses_api.ops import local_model
+from responses_api.ops.config_sync import ConfigError, sync_config, sync_config_file
 from responses_api.models import ApiKey
-from responses_api.services import KEY_PREFIX, api_key_create, hash_key
+from responses_api.store.services import KEY_PREFIX, api_key_create, hash_key
 
 LOCAL_PROVIDER = "local"
 # Both names route to the same model: `local` is what the examples use, `smollm2` says what it is.

@@ -7,7 +7,7 @@ from datetime import datetime, UTC
 from django.core.management.base import BaseCommand, CommandError
 
 from responses_api.models import Response, Tenant
-from responses_api.services import PurgeRefused, response_descendants, responses_purge
+from responses_api.store.services import PurgeRefused, response_descendants, responses_purge
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from responses_api.config_sync import ConfigError, sync_config_file
+from responses_api.ops.config_sync import ConfigError, sync_config_file
 
 
 class Command(BaseCommand):

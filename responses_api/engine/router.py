@@ -29,8 +29,8 @@ from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 
-from .protocol.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError, UpstreamUnavailable
-from .routing import Route, Target
+from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError, UpstreamUnavailable
+from ..orchestration.routing import Route, Target
 
 log = logging.getLogger("gateway.router")
 

@@ -10,9 +10,9 @@ import logging
 from typing import Any
 
 from . import db, services
-from .limits import Grant
-from .outages import unavailable
-from .protocol.errors import GatewayError
+from ..orchestration.limits import Grant
+from ..orchestration.outages import unavailable
+from ..protocol.errors import GatewayError
 
 log = logging.getLogger("gateway.persistence")
 

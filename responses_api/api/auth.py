@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
-from . import db
-from .limits import Budget, Quota
-from .models import ApiKey, Tenant
-from .protocol.errors import AuthenticationFailed
-from .services import KEY_PREFIX, hash_key
-from .ttlcache import TTLCache
+from ..store import db
+from ..orchestration.limits import Budget, Quota
+from ..models import ApiKey, Tenant
+from ..protocol.errors import AuthenticationFailed
+from ..store.services import KEY_PREFIX, hash_key
+from ..store.ttlcache import TTLCache
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from django.conf import settings
 
 from .outages import ServiceUnavailable
-from .protocol.errors import RateLimited
+from ..protocol.errors import RateLimited
 
 log = logging.getLogger("gateway.limits")
 
@@ -599,7 +599,7 @@ async def admit(
 
 
 def _refuse(check: Check, retry_after: float) -> None:
-    from .metrics import rate_limited
+    from ..api.metrics import rate_limited
 
     rate_limited(check.what)
     seconds = max(1, math.ceil(retry_after))
@@ -647,8 +647,8 @@ def _duration(seconds: float) -> str:
 
 
 async def _seed_budget(store: LimitStore, budget: Budget, check: Check, now: float) -> None:
-    from . import db
-    from .history.selectors import spend_since
+    from ..store import db
+    from ..history.selectors import spend_since
 
     _, start, left = budget.window(now)
     tokens, micro_usd = await db.run(spend_since, tenant_id=budget.tenant_id, start=datetime.fromtimestamp(start, UTC))

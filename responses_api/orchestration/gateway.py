@@ -13,19 +13,19 @@ from typing import Any
 
 from django.conf import settings
 
-from . import db, services
+from ..store import db, services
 from .assembly import PriorContext, run_for_request
-from .auth import Principal
-from .engine import ResponseRun
+from ..api.auth import Principal
+from ..engine.run import ResponseRun
 from .limits import Grant, admit
 from .outages import unavailable
-from .protocol.errors import InvalidRequest, NotFound, UpstreamError
-from .protocol.events import EventBuilder
-from .protocol.ids import new_id
-from .protocol.request import CreateRequest
-from .protocol.response import request_params, response_object
+from ..protocol.errors import InvalidRequest, NotFound, UpstreamError
+from ..protocol.events import EventBuilder
+from ..protocol.ids import new_id
+from ..protocol.request import CreateRequest
+from ..protocol.response import request_params, response_object
 from .routing import Route, route_cached, route_get
-from .tasks import enqueue
+from ..tasks import enqueue
 from .toolplan import ToolPlan, check_adhoc_urls, plan_tools, registry_mcp, registry_specs
 
 
@@ -58,12 +58,12 @@ async def start_on_worker(
     grant: Grant | None = None,
 ) -> WorkerStarted:
     """Store the run as a job, write its opening events to the log, enqueue it."""
-    from .eventlog import event_log
+    from ..engine.eventlog import event_log
 
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
-    from .protocol.mcp import split_mcp_credentials
+    from ..protocol.mcp import split_mcp_credentials
 
     job_body, credentials = split_mcp_credentials({k: v for k, v in body.items() if k != "stream"})
     job: dict[str, Any] = {
@@ -76,7 +76,7 @@ async def start_on_worker(
         job["limits"] = grant.as_job()
     if credentials:
         # MCP tokens never sit in the database in plain text; they are dropped when the run ends.
-        from .sealing import sealer
+        from ..store.sealing import sealer
 
         job["mcp_credentials"] = sealer().seal(credentials, tenant_id=principal.tenant_id, purpose="mcp-credentials")
     await db.run(
@@ -134,7 +134,7 @@ def open_sealed_reasoning(req: CreateRequest, tenant_id: int) -> CreateRequest:
     """Reasoning items a client carries back (store: false) get their text again from
     `encrypted_content`, which this gateway sealed for this tenant; anything else there is a 400.
     The result is `req` with those items opened (copies: the parsed request is not changed)."""
-    from .sealing import SealBroken, sealer
+    from ..store.sealing import SealBroken, sealer
 
     opened: dict[int, dict[str, Any]] = {}
     for i, item in enumerate(req.input_items):
@@ -202,7 +202,7 @@ async def admit_request(
     """The rate limits and budget of the principal, for one create (None: it has none)."""
     if not principal.quotas and principal.budget is None:
         return None
-    from .protocol.tokens import estimate_request
+    from ..protocol.tokens import estimate_request
 
     def estimate() -> int:  # the new input only: a chain's context is settled at the end
         tools = [t.as_dict() for t in req.tools]
@@ -217,9 +217,9 @@ async def admit_request(
 
 async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any]:
     """Summarise a conversation with its routed model; the `response.compaction` object."""
-    from .protocol.compaction import COMPACTION_INSTRUCTIONS, compacted_output, summary_request_item
-    from .protocol.request import parse_create_request
-    from .sealing import sealer
+    from ..protocol.compaction import COMPACTION_INSTRUCTIONS, compacted_output, summary_request_item
+    from ..protocol.request import parse_create_request
+    from ..store.sealing import sealer
 
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
@@ -278,13 +278,13 @@ async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any
 async def count_input_tokens(principal: Principal, body: Any) -> tuple[int, bool]:
     """The input tokens a create request with this body would send its routed model, and
     whether the count is exact (the upstream tokenized it) or the gateway's estimate."""
-    from .protocol.chat import build_chat_request
-    from .protocol.compaction import expand_compactions
-    from .protocol.request import parse_create_request
-    from .protocol.tokens import estimate_request
-    from .sealing import sealer
-    from .upstreams.chat_completions import chat_options
-    from .upstreams.tokenize import count_tokens
+    from ..protocol.chat import build_chat_request
+    from ..protocol.compaction import expand_compactions
+    from ..protocol.request import parse_create_request
+    from ..protocol.tokens import estimate_request
+    from ..store.sealing import sealer
+    from ..upstreams.chat_completions import chat_options
+    from ..upstreams.tokenize import count_tokens
 
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)

@@ -14,20 +14,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-from .protocol.errors import GatewayError, InvalidRequest, ServerError, UpstreamError
-from .protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
-from .protocol.ids import new_id
+from ..protocol.errors import GatewayError, InvalidRequest, ServerError, UpstreamError
+from ..protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
+from ..protocol.ids import new_id
 from . import tracing
-from .metrics import upstream_error
-from .protocol.compaction import expand_compactions
-from .protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
-from .protocol.mcp import McpBinding, as_model_items, model_names, pending_approvals
-from .protocol.request import CreateRequest
-from .protocol.response import response_object
-from .protocol.tools import Tool, allowed_tool_names, make_tool
+from ..api.metrics import upstream_error
+from ..protocol.compaction import expand_compactions
+from ..protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
+from ..protocol.mcp import McpBinding, as_model_items, model_names, pending_approvals
+from ..protocol.request import CreateRequest
+from ..protocol.response import response_object
+from ..protocol.tools import Tool, allowed_tool_names, make_tool
 from .router import Slot, route_call
-from .routing import Route, Target
-from .upstreams import UpstreamCall, UpstreamRequest, open_call
+from ..orchestration.routing import Route, Target
+from ..upstreams import UpstreamCall, UpstreamRequest, open_call
 
 log = logging.getLogger("gateway.engine")
 
@@ -90,7 +90,7 @@ _retries: set[asyncio.Task] = set()
 
 def _reasoning_sealer(tenant_id: int) -> Callable[[str], str]:
     """Reasoning text -> `encrypted_content` only this gateway can open, for this tenant."""
-    from .sealing import sealer
+    from ..store.sealing import sealer
 
     seal = sealer().seal
     return lambda text: seal({"text": text}, tenant_id=tenant_id, purpose="reasoning")
@@ -99,7 +99,7 @@ def _reasoning_sealer(tenant_id: int) -> Callable[[str], str]:
 def _signed_reasoning_sealer(tenant_id: int) -> Callable[[str, str], str]:
     """Reasoning an upstream signed (Anthropic's thinking): text and signature sealed into
     `encrypted_content`, so that the next turn can give the upstream both back."""
-    from .sealing import sealer
+    from ..store.sealing import sealer
 
     return lambda text, signature: sealer().seal(
         {"text": text, "signature": signature}, tenant_id=tenant_id, purpose="reasoning"
@@ -276,7 +276,7 @@ class ResponseRun:
 
     def _open_summary(self, sealed: str) -> str:
         """A compaction item's summary (its seal was checked when the request came in)."""
-        from .sealing import sealer
+        from ..store.sealing import sealer
 
         return sealer().unseal(sealed, tenant_id=self.job.tenant_id, purpose="compaction")["summary"]
 

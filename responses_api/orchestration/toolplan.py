@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from . import db
-from .auth import Principal
-from .protocol.errors import InvalidRequest
-from .protocol.request import CreateRequest
-from .protocol.tools import HostedTool, Tool, make_tool
+from ..store import db
+from ..api.auth import Principal
+from ..protocol.errors import InvalidRequest
+from ..protocol.request import CreateRequest
+from ..protocol.tools import HostedTool, Tool, make_tool
 from .routing import Route
-from .ttlcache import TTLCache
+from ..store.ttlcache import TTLCache
 
 if TYPE_CHECKING:
     from tool_registry.executors import ToolSpec
@@ -112,7 +112,7 @@ async def tool_runner(response_id: str, specs: list[ToolSpec]) -> Any:
 
 def served_hosted_tools(req: CreateRequest, route: Route) -> list[tuple[HostedTool, str]]:
     """The request's hosted tools the route serves, each with the registry tool serving it."""
-    from .protocol.client_tools import HOSTED_ALIASES
+    from ..protocol.client_tools import HOSTED_ALIASES
 
     policy = dict(route.hosted_tools)
     out = []
@@ -129,7 +129,7 @@ def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) 
     dropped otherwise, and said so in the log. The dropped types are the result's
     `dropped_tools`, which the view names in `x-gateway-dropped-tools`: the model answers
     without them."""
-    from .protocol.client_tools import HOSTED_ALIASES
+    from ..protocol.client_tools import HOSTED_ALIASES
 
     if not req.hosted_tools:
         return req

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from django.http import StreamingHttpResponse
 
-from .protocol.events import Event
-from .protocol.wirejson import dumpb
+from ..protocol.events import Event
+from ..protocol.wirejson import dumpb
 
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"

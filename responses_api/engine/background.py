@@ -21,15 +21,15 @@ from typing import Any
 
 from django.conf import settings
 
-from . import db, selectors, services
-from .assembly import run_for_job
-from .engine import ResponseRun
+from ..store import db, selectors, services
+from ..orchestration.assembly import run_for_job
+from .run import ResponseRun
 from .eventlog import event_log
-from .limits import Grant, drain as limits_drain
-from .models import Response
-from .protocol.deltas import Usage
-from .protocol.errors import GatewayError, ServerError
-from .protocol.events import output_from_events
+from ..orchestration.limits import Grant, drain as limits_drain
+from ..models import Response
+from ..protocol.deltas import Usage
+from ..protocol.errors import GatewayError, ServerError
+from ..protocol.events import output_from_events
 
 log = logging.getLogger("gateway.background")
 

@@ -14,8 +14,8 @@ import yaml
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from .models import ModelRoute, Provider, RouteTarget
-from .routing import clear_cache, encrypt_secret
+from ..models import ModelRoute, Provider, RouteTarget
+from ..orchestration.routing import clear_cache, encrypt_secret
 
 
 class ConfigError(ValueError):
@@ -120,7 +120,7 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
     counts["tools"] = _sync_tools(data.get("tools") or [])
     counts["mcp_servers"] = _sync_mcp_servers(data.get("mcp_servers") or [])
     clear_cache()
-    from .auth import clear_cache as clear_key_cache  # tenants' limits are cached with the keys
+    from ..api.auth import clear_cache as clear_key_cache  # tenants' limits are cached with the keys
 
     clear_key_cache()
     return counts
@@ -134,7 +134,7 @@ def _sync_tenants(entries: list[dict[str, Any]]) -> int:
     their own limits are set in the admin). A field left out of an entry is left as it is."""
     from decimal import Decimal, InvalidOperation
 
-    from .models import Tenant
+    from ..models import Tenant
 
     for i, entry in enumerate(entries):
         where = f"tenants[{i}]"
@@ -171,7 +171,7 @@ def _sync_key_limits(tenant: Any, entries: list[Any], where: str) -> None:
     error, so a deployment's config may name keys created after it)."""
     import logging
 
-    from .models import ApiKey
+    from ..models import ApiKey
 
     for j, entry in enumerate(entries):
         at = f"{where}.keys[{j}]"

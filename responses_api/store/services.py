@@ -19,9 +19,9 @@ from django.db.models import F, Func, JSONField
 from django.utils import timezone
 
 from . import selectors
-from .models import ApiKey, Item, Response, ResponseItem, Tenant
-from .protocol import wirejson
-from .protocol.errors import InvalidRequest
+from ..models import ApiKey, Item, Response, ResponseItem, Tenant
+from ..protocol import wirejson
+from ..protocol.errors import InvalidRequest
 
 KEY_PREFIX = "sk-gw-"
 
@@ -109,7 +109,7 @@ def response_begin(
         selectors.chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
         context = selectors.chain_items_list(response_id=previous_response_id)
     elif conversation_id is not None:
-        from .conversations.selectors import conversation_context
+        from ..conversations.selectors import conversation_context
 
         context = conversation_context(tenant_id=tenant_id, conversation_id=conversation_id)
     resolved = resolve_references(tenant_id, input_items)
@@ -401,7 +401,7 @@ def response_finish_in_conversation(
     """Finish a response that belongs to a conversation, in one transaction: the conversation
     row is locked first, so responses finishing at once append one after the other, each its
     input then its output. A response that did not complete (failed, cancelled) appends nothing."""
-    from .conversations.services import conversation_append_items, conversation_lock
+    from ..conversations.services import conversation_append_items, conversation_lock
 
     with transaction.atomic():
         conversation_lock(tenant_id, conversation_id)
@@ -477,7 +477,7 @@ def usage_record(
     latency_ms: int,
 ) -> None:
     """The usage of a passed-through call (/v1/chat/completions, /v1/embeddings)."""
-    from .models import UsageRecord
+    from ..models import UsageRecord
 
     UsageRecord.objects.create(
         tenant_id=tenant_id,
@@ -505,7 +505,7 @@ def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
     from django.conf import settings as django_settings
     from django.db.models import Exists, OuterRef, Q
 
-    from .models import ConversationItem, Tenant
+    from ..models import ConversationItem, Tenant
 
     now = now or timezone.now()
     default_days = django_settings.GATEWAY_RETENTION_DAYS
@@ -580,7 +580,7 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
     cancel them first."""
     from django.db.models import Q
 
-    from .models import UsageRecord
+    from ..models import UsageRecord
 
     wanted = set(response_ids)
     counts = {"responses": 0, "items": 0, "broken_chains": 0}
@@ -614,7 +614,7 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
         counts["items"] = Item.objects.filter(id__in=set(item_ids)).delete()[1].get("responses_api.Item", 0)
         Response.objects.filter(Q(id__in=ids) | Q(previous_response_id__in=ids)).update(previous_response=None)
         counts["responses"] = Response.objects.filter(id__in=ids).delete()[1].get("responses_api.Response", 0)
-    from .eventlog import forget_now
+    from ..engine.eventlog import forget_now
 
     forget_now(ids)  # a background response's log holds its content too
     return counts

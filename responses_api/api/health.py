@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 
-from . import db
+from ..store import db
 from .exception_handlers import json_response
 
 

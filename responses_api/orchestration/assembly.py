@@ -17,20 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from . import db, selectors, services
-from .auth import Principal
-from .engine import ResponseJob, ResponseRun
-from .eventlog import event_log
+from ..store import db, selectors, services
+from ..api.auth import Principal
+from ..engine.run import ResponseJob, ResponseRun
+from ..engine.eventlog import event_log
 from .limits import Grant
-from .persistence import DatabasePersistence
-from .protocol.ids import new_id
-from .protocol.request import parse_create_request
-from .protocol.response import request_params
+from ..store.persistence import DatabasePersistence
+from ..protocol.ids import new_id
+from ..protocol.request import parse_create_request
+from ..protocol.response import request_params
 from .routing import Route, route_get
 from .toolplan import ToolPlan, mcp_toolset, plan_tools, registry_mcp_labels, registry_tool_names, tool_runner
 
 if TYPE_CHECKING:
-    from .models import Response
+    from ..models import Response
 
 __all__ = ["PriorContext", "run_for_job", "run_for_request"]
 
@@ -151,13 +151,13 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
     """The stored job's request, tools and context, read in one thread hop."""
     from tool_registry.services import mcp_servers_for, registry_tools_for
 
-    from .services import resolve_references
+    from ..store.services import resolve_references
 
     stored = row.job or {}
     body = stored["body"]
     if stored.get("mcp_credentials"):
-        from .protocol.mcp import restore_mcp_credentials
-        from .sealing import sealer
+        from ..protocol.mcp import restore_mcp_credentials
+        from ..store.sealing import sealer
 
         body = restore_mcp_credentials(
             body, sealer().unseal(stored["mcp_credentials"], tenant_id=row.tenant_id, purpose="mcp-credentials")
@@ -172,7 +172,7 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
     if row.previous_response_id:
         context = selectors.chain_items_list(response_id=row.previous_response_id)
     elif row.conversation_id:  # the conversation as it is when the run starts
-        from .conversations.selectors import conversation_context
+        from ..conversations.selectors import conversation_context
 
         context = conversation_context(tenant_id=row.tenant_id, conversation_id=row.conversation_id)
     job = ResponseJob(
@@ -222,7 +222,7 @@ async def with_context_window(route: Route) -> Route:
     operator set none (cached; see upstreams/tokenize.py)."""
     if route.context_window or not route.targets:
         return route
-    from .upstreams.tokenize import context_window
+    from ..upstreams.tokenize import context_window
 
     learned = await context_window(route.targets[0])
     return dataclasses.replace(route, context_window=learned) if learned else route

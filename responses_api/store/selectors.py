@@ -1,6 +1,6 @@
 """Reads: responses, their items and chains, keys and routes. Plain sync ORM functions.
 
-Async callers go through `responses_api.db.run`, which runs them in a worker
+Async callers go through `responses_api.store.db.run`, which runs them in a worker
 thread and releases the connection at once.
 """
 
@@ -18,12 +18,12 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from .models import Item, ModelRoute, Response, ResponseItem
-from .protocol.errors import InvalidRequest, NotFound
-from .protocol.response import response_object
+from ..models import Item, ModelRoute, Response, ResponseItem
+from ..protocol.errors import InvalidRequest, NotFound
+from ..protocol.response import response_object
 
 if TYPE_CHECKING:
-    from .auth import Principal
+    from ..api.auth import Principal
 
 CHAIN_ITEMS_SQL = """
 WITH RECURSIVE chain(id, prev, depth) AS (

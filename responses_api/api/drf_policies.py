@@ -17,9 +17,9 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 
 from .auth import Principal, bearer_token, principal_for
-from .protocol import jsonlimits
-from .protocol.errors import InvalidRequest
-from .protocol.wirejson import dumpb
+from ..protocol import jsonlimits
+from ..protocol.errors import InvalidRequest
+from ..protocol.wirejson import dumpb
 
 
 class BearerKeyAuthentication(BaseAuthentication):

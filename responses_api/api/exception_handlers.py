@@ -6,8 +6,8 @@ from typing import Any
 
 from django.http import HttpResponse
 
-from .protocol.errors import GatewayError, RateLimited
-from .protocol.wirejson import dumpb, dumps
+from ..protocol.errors import GatewayError, RateLimited
+from ..protocol.wirejson import dumpb, dumps
 
 __all__ = ["dumps", "error_response", "json_response"]
 
@@ -36,7 +36,7 @@ def drf_exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
     body; anything else goes on up to the ASGI lane, which logs it and answers a plain 500."""
     from rest_framework import exceptions
 
-    from .outages import unavailable
+    from ..orchestration.outages import unavailable
 
     if isinstance(exc, GatewayError):
         return error_response(exc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from .protocol.errors import GatewayError
+from ..protocol.errors import GatewayError
 
 log = logging.getLogger("gateway.outages")
 

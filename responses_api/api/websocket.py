@@ -30,12 +30,12 @@ from django.conf import settings
 
 from .auth import Principal, bearer_token, principal_for
 from .exception_handlers import dumps
-from .assembly import PriorContext
-from .gateway import WorkerStarted, start_response
-from .outages import unavailable
-from .protocol import jsonlimits
-from .protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
-from .protocol.request import parse_create_request
+from ..orchestration.assembly import PriorContext
+from ..orchestration.gateway import WorkerStarted, start_response
+from ..orchestration.outages import unavailable
+from ..protocol import jsonlimits
+from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
+from ..protocol.request import parse_create_request
 
 log = logging.getLogger("gateway.websocket")
 
@@ -209,7 +209,7 @@ class Connection:
             req = parse_create_request({**body, "stream": True})
             started = await start_response(self.principal, req, body, prior=self.prior)
             if isinstance(started, WorkerStarted):  # a route that runs on workers: relay its log
-                from .eventlog import event_log
+                from ..engine.eventlog import event_log
 
                 await self._relay(event_log().read(started.response_id), previous)
                 return

@@ -12,20 +12,20 @@ from typing import Any
 
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
-from . import db, services
+from ..store import db, services
 from .auth import Principal
-from .gateway import route_for
-from .limits import Grant, admit
-from .router import route_call
+from ..orchestration.gateway import route_for
+from ..orchestration.limits import Grant, admit
+from ..engine.router import route_call
 from .metrics import upstream_error
-from .models import UsageRecord
-from .protocol.errors import GatewayError, InvalidRequest
+from ..models import UsageRecord
+from ..protocol.errors import GatewayError, InvalidRequest
 from .exception_handlers import json_response
-from .protocol.chat_translation import ChatWriter, chat_usage, chat_to_responses_body, sse
-from .protocol.ids import new_id
-from .protocol.request import parse_create_request
-from .upstreams import UpstreamRequest, open_call
-from .upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
+from ..protocol.chat_translation import ChatWriter, chat_usage, chat_to_responses_body, sse
+from ..protocol.ids import new_id
+from ..protocol.request import parse_create_request
+from ..upstreams import UpstreamRequest, open_call
+from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
 from .drf import ApiRequest, ApiView
 
 log = logging.getLogger("gateway.passthrough")

@@ -32,8 +32,8 @@ from django.urls import ResolverMatch, Resolver404, get_resolver, set_script_pre
 
 from .exception_handlers import error_response
 from .middleware import RequestIdMiddleware
-from .outages import unavailable
-from .protocol.errors import GatewayError, InvalidRequest, RequestTooLarge, ServerError
+from ..orchestration.outages import unavailable
+from ..protocol.errors import GatewayError, InvalidRequest, RequestTooLarge, ServerError
 from .sse import EventStream
 
 log = logging.getLogger("gateway.asgi")
@@ -178,8 +178,8 @@ class ApiApplication:
 async def _lifespan(receive: Receive, send: Send) -> None:
     """Django has no lifespan support; at shutdown the upstream and async database connections
     are closed cleanly."""
-    from .db import close_pool
-    from .upstreams.http import close_session
+    from ..store.db import close_pool
+    from ..upstreams.http import close_session
 
     while True:
         message = await receive()

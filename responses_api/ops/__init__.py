@@ -1,0 +1,1 @@
+"""Operator tooling outside the request path: the config file sync and the bundled local model."""
