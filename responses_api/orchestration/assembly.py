@@ -13,13 +13,14 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from datetime import datetime, UTC
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 
 from ..store import db, selectors, services
 from ..api.auth import Principal
 from ..engine.run import ResponseJob, ResponseRun
+from ..models import Response
 from ..engine.eventlog import event_log
 from .limits import Grant
 from ..store.persistence import DatabasePersistence
@@ -28,9 +29,6 @@ from ..protocol.request import parse_create_request
 from ..protocol.response import request_params
 from .routing import Route, route_get
 from .toolplan import ToolPlan, mcp_toolset, plan_tools, registry_mcp_labels, registry_tool_names, tool_runner
-
-if TYPE_CHECKING:
-    from ..models import Response
 
 __all__ = ["PriorContext", "run_for_job", "run_for_request"]
 
@@ -84,7 +82,7 @@ async def run_for_request(
             previous_response_id=req.previous_response_id,
             input_items=req.input_items,
             params=params,
-            status="in_progress",
+            status=Response.Status.IN_PROGRESS,
             store=False,
             conversation_id=req.conversation,
         )

@@ -27,6 +27,7 @@ from ..protocol.response import request_params, response_object
 from .routing import Route, route_cached, route_get
 from ..tasks import enqueue
 from .toolplan import ToolPlan, check_adhoc_urls, plan_tools, registry_mcp, registry_specs
+from ..models import Response
 
 
 async def route_for(principal: Principal, model: str) -> Route:
@@ -89,7 +90,7 @@ async def start_on_worker(
         previous_response_id=req.previous_response_id,
         input_items=req.input_items,
         params=params,
-        status="queued" if req.background else "in_progress",
+        status=Response.Status.QUEUED if req.background else Response.Status.IN_PROGRESS,
         store=True,
         job=job,
         conversation_id=req.conversation,
@@ -303,7 +304,7 @@ async def count_input_tokens(principal: Principal, body: Any) -> tuple[int, bool
             previous_response_id=req.previous_response_id,
             input_items=req.input_items,
             params=request_params(req),
-            status="in_progress",
+            status=Response.Status.IN_PROGRESS,
             store=False,
             conversation_id=req.conversation,
         )

@@ -13,6 +13,7 @@ from . import db, services
 from ..orchestration.limits import Grant
 from ..orchestration.outages import unavailable
 from ..protocol.errors import GatewayError
+from ..models import Response
 
 log = logging.getLogger("gateway.persistence")
 
@@ -51,9 +52,9 @@ class DatabasePersistence:
             return
         try:
             if db.native_async():
-                await db.fetch_one(*services.insert_statement(row=self.create_row, status="in_progress"))
+                await db.fetch_one(*services.insert_statement(row=self.create_row, status=Response.Status.IN_PROGRESS))
             else:
-                await db.run(services.response_insert, row=self.create_row, status="in_progress")
+                await db.run(services.response_insert, row=self.create_row, status=Response.Status.IN_PROGRESS)
         except Exception as exc:
             outage = unavailable(exc)
             if outage is None:

@@ -601,7 +601,7 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
                 endpoint=UsageRecord.Endpoint.PURGED_RESPONSE,
                 model=r.model,
                 upstream=r.upstream,
-                status=200 if r.status != "failed" else 500,
+                status=200 if r.status != Response.Status.FAILED else 500,
                 input_tokens=r.input_tokens,
                 output_tokens=r.output_tokens,
                 latency_ms=r.latency_ms,
