@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import json
 import os
 import platform
@@ -49,6 +48,8 @@ PYTHON = sys.executable
 
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from responses_api.ops.processes import die_with_parent, stop_process  # noqa: E402 - after REPO is on the path
 
 # Upper bound on any server start, in seconds.
 START_TIMEOUT = 60.0
@@ -102,13 +103,9 @@ def raise_nofile(target: int = 65536) -> int:
 
 
 def _child_setup() -> None:
-    """preexec_fn: many fds, and die with the parent (PR_SET_PDEATHSIG)."""
+    """preexec_fn: many fds, and die with the parent."""
     raise_nofile()
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    die_with_parent()
 
 
 class Proc:
@@ -157,19 +154,7 @@ class Proc:
     def stop(self, timeout: float = 10.0) -> None:
         if self in _live:
             _live.remove(self)
-        if self.popen.poll() is None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGTERM)  # the session we created for it
-            except ProcessLookupError:
-                pass
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.popen.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.popen.wait(5)
+        stop_process(self.popen, timeout=timeout, group=True)  # the session we created for it
         self._log.close()
 
 

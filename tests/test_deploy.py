@@ -27,6 +27,8 @@ import yaml
 from django.conf import settings
 from django.core.management import call_command
 
+from responses_api.ops.processes import stop_process
+
 pytestmark = pytest.mark.embedded
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -328,12 +330,7 @@ def test_migrate_then_web_start_with_the_example_config(tmp_path: Path) -> None:
         assert api is not None and api.status_code == 301
         assert api.headers["location"].startswith("https://gateway.example.com/")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=15)
         log.close()
 
 

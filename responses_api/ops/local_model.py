@@ -44,11 +44,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import IO
+
+from . import processes
 
 __all__ = [
     "DEFAULT_CTX_SIZE",
@@ -294,31 +295,20 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
 
     Idempotent. A clean SIGTERM exit takes about a second (llama.cpp joins its loop).
     """
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    processes.stop_process(proc, timeout=timeout)
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, wait: float) -> None:
-    deadline = time.monotonic() + wait
-    while True:
-        code = proc.poll()
-        if code is not None:
-            raise LocalModelStartError(f"local model process exited with code {code} before it was ready")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass  # not listening yet (or still loading: 503)
-        if time.monotonic() >= deadline:
-            raise LocalModelStartError(f"local model did not answer {url} within {wait:g} s")
-        time.sleep(0.1)
+    def answers() -> bool:  # the listener opens only after the model has loaded (else 503)
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+
+    try:
+        processes.wait_until(proc, answers, timeout=wait, what="local model process")
+    except processes.ProcessExited as exc:
+        raise LocalModelStartError(str(exc)) from None
+    except TimeoutError:
+        raise LocalModelStartError(f"local model did not answer {url} within {wait:g} s") from None
 
 
 def _tail(log: IO[bytes], limit: int = 4000) -> str:

@@ -5,6 +5,7 @@ server process, and small builders. The fixtures that use them are in tests/conf
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
 import threading
 import time
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from responses_api.ops.processes import stop_process, wait_until
 
 MODEL = "test-model"
 
@@ -149,33 +152,16 @@ class CeleryWorker:
     def wait_ready(self, timeout: float = 30.0) -> None:
         from project.celery import app
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError("the celery worker exited")
-            replies = app.control.ping(timeout=0.5)
-            if replies:
-                return
-        raise RuntimeError("the celery worker did not answer ping")
+        wait_until(self.process, lambda: bool(app.control.ping(timeout=0.5)), timeout=timeout, what="the celery worker")
 
     def kill(self) -> None:
-        import os
-        import signal
-
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        """As a crash would: SIGKILL to the main process and the pool it forked."""
+        stop_process(self.process, sig=signal.SIGKILL, group=True)
 
     def stop(self) -> None:
-        import os
-        import signal
-
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)  # warm shutdown: the main process stops its children
-            try:
-                self.process.wait(timeout=10)
-            except Exception:
-                self.kill()
+        # Warm shutdown: SIGTERM to the main process, which stops its children; the pool too
+        # is killed if that takes longer than 10 s.
+        stop_process(self.process, timeout=10, kill_group=True)
 
 
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -203,16 +189,15 @@ class McpServerProcess:
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         args = [sys.executable, "-m", "tests.support.mcp_server", str(self.port)] + ([token] if token else [])
         self.process = subprocess.Popen(args, cwd=str(Path(__file__).resolve().parents[2]))
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{self.port}/counts", timeout=1).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    self.stop()
-                    raise RuntimeError("the MCP test server did not start") from None
-                time.sleep(0.1)
+
+        def answers() -> bool:
+            return httpx.get(f"http://127.0.0.1:{self.port}/counts", timeout=1).status_code == 200
+
+        try:
+            wait_until(self.process, answers, timeout=20, what="the MCP test server", retry_on=(httpx.TransportError,))
+        except BaseException:
+            self.stop()
+            raise
 
     def counts(self) -> dict[str, int]:
         return httpx.get(f"http://127.0.0.1:{self.port}/counts", timeout=5).json()
@@ -221,8 +206,4 @@ class McpServerProcess:
         httpx.post(f"http://127.0.0.1:{self.port}/counts/reset", timeout=5).raise_for_status()
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except Exception:
-            self.process.kill()
+        stop_process(self.process, timeout=10)

@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import IO, Any, Self
 
+from responses_api.ops.processes import stop_process
+
 __all__ = [
     "INSTALL_HINT",
     "PostgresServer",
@@ -142,7 +144,7 @@ class _ManagedServer:
         self._stopped = True
         if self in _live:
             _live.remove(self)
-        _terminate(self._proc, self.stop_signal, timeout)
+        stop_process(self._proc, sig=self.stop_signal, timeout=timeout)
         self._log_file.close()
         if self._cleanup_dir is not None:
             shutil.rmtree(self._cleanup_dir, ignore_errors=True)
@@ -160,7 +162,7 @@ class _ManagedServer:
     def halt(self) -> None:
         """Stop the server's process (as a crash or an operator would), keeping its data
         directory and port for `resume()`."""
-        _terminate(self._proc, self.stop_signal, 10.0)
+        stop_process(self._proc, sig=self.stop_signal, timeout=10.0)
 
     def resume(self, timeout: float = 30.0) -> None:
         command, popen_kwargs = self._respawn
@@ -171,17 +173,6 @@ class _ManagedServer:
 
     def _wait_ready(self, timeout: float) -> None:
         raise NotImplementedError
-
-
-def _terminate(proc: subprocess.Popen[bytes], sig: int, timeout: float) -> None:
-    if proc.poll() is None:
-        try:
-            proc.send_signal(sig)
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    # Always reap, whatever happened above, so no zombie is left.
-    proc.wait()
 
 
 def _free_port() -> int:

@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from responses_api.ops.processes import stop_process
 from tests.support.upstream import Reply, ScriptedUpstream
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -429,5 +430,4 @@ def test_cli_serves_echo_for_any_model() -> None:
                 time.sleep(0.05)
         assert r.json()["choices"][0]["message"]["content"] == "echo: ping"
     finally:
-        proc.terminate()
-        proc.wait(timeout=5)
+        stop_process(proc, timeout=5)

@@ -10,7 +10,6 @@ With ``--setup-only`` it stops after the database, key and config steps (tests, 
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import json
 import os
@@ -20,7 +19,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -32,7 +30,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from responses_api.ops import local_model
+from responses_api.ops import local_model, processes
 from responses_api.ops.config_sync import ConfigError, sync_config, sync_config_file
 from responses_api.models import ApiKey
 from responses_api.store.services import KEY_PREFIX, api_key_create, hash_key
@@ -157,14 +155,6 @@ def http_get_json(url: str, timeout: float = 2.0) -> tuple[int, Any]:
         return 0, None
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    # Linux: SIGTERM the child when its parent dies, even by SIGKILL, so no orphan keeps the port.
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 class Command(BaseCommand):
     help = (
         "Start the development gateway: migrate, dev API key, local model config, the bundled "
@@ -276,13 +266,8 @@ class Command(BaseCommand):
                     )
         finally:
             self.say("stopping ...")
-            if web_proc is not None and web_proc.poll() is None:
-                web_proc.terminate()  # uvicorn: graceful shutdown on SIGTERM
-                try:
-                    web_proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    web_proc.kill()
-                    web_proc.wait()
+            if web_proc is not None:
+                processes.stop_process(web_proc, timeout=10)  # uvicorn: graceful shutdown on SIGTERM
             if model_proc is not None:
                 local_model.stop_process(model_proc)
             for sig, handler in previous.items():
@@ -350,21 +335,22 @@ class Command(BaseCommand):
             # Own session: Ctrl-C reaches this supervisor only, which then stops the children in order.
             start_new_session=True,
             # Safe here: the supervisor runs no threads of its own (the usual preexec_fn risk).
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+            preexec_fn=processes.die_with_parent,  # noqa: PLW1509
         )
 
     def wait_ready(self, web_proc: subprocess.Popen[bytes], base: str, stop: threading.Event) -> bool:
-        deadline = time.monotonic() + 90
-        while not stop.is_set():
-            if web_proc.poll() is not None:
-                raise CommandError(f"the gateway (uvicorn) exited with code {web_proc.returncode} while starting")
+        def ready() -> bool:
+            return http_get_json(f"{base}/readyz")[0] == 200
+
+        try:
+            return processes.wait_until(
+                web_proc, ready, timeout=90, interval=0.2, what="the gateway (uvicorn)", stop=stop.is_set
+            )
+        except processes.ProcessExited as exc:
+            raise CommandError(f"the gateway (uvicorn) exited with code {exc.returncode} while starting") from None
+        except TimeoutError:
             status, body = http_get_json(f"{base}/readyz")
-            if status == 200:
-                return True
-            if time.monotonic() > deadline:
-                raise CommandError(f"the gateway did not become ready at {base}/readyz: {status} {body}")
-            stop.wait(0.2)
-        return False
+            raise CommandError(f"the gateway did not become ready at {base}/readyz: {status} {body}") from None
 
     # --- output -------------------------------------------------------------------------
     def say(self, text: str, err: bool = False) -> None:
