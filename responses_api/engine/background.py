@@ -27,9 +27,8 @@ from .run import ResponseRun
 from .eventlog import event_log
 from ..orchestration.limits import Grant, drain as limits_drain
 from ..models import Response
-from ..protocol.deltas import Usage
 from ..protocol.errors import GatewayError, ServerError
-from ..protocol.events import output_from_events
+from ..protocol.events import EventBuilder, output_from_events
 
 log = logging.getLogger("gateway.background")
 
@@ -93,12 +92,13 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
     for item in output:
         if item.get("status") == "in_progress":
             item["status"] = "incomplete"
-    response = selectors.response_object_from_row(row, output)
-    response.update(status="failed", error=error.as_response_error(), usage=Usage().as_dict())
+    sequence = (logged[-1]["sequence_number"] + 1) if logged else 0
+    builder = EventBuilder(selectors.response_object_from_row(row, output), sequence_number=sequence)
+    events = builder.fail(error)  # the same error and response.failed events a run would send
     stored = await db.run(
         services.response_finish,
         tenant_id=row.tenant_id,
-        response=response,
+        response=builder.response,
         input_items=(row.job or {}).get("input_items", []),
     )
     if not stored:
@@ -107,22 +107,7 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
     if grant is not None:  # the run never reached its end: its reservation and lease go back
         await grant.end(None)
         await limits_drain()
-    sequence = (logged[-1]["sequence_number"] + 1) if logged else 0
-    payload = {"type": error.error_type, "code": error.code, "message": error.message, "param": error.param}
-    await _append_all(
-        response_id,
-        [
-            {
-                "type": "error",
-                "sequence_number": sequence,
-                "code": error.code,
-                "message": error.message,
-                "param": error.param,
-                "error": payload,
-            },
-            {"type": "response.failed", "sequence_number": sequence + 1, "response": response},
-        ],
-    )
+    await _append_all(response_id, events)
 
 
 # -- reaping -----------------------------------------------------------------------
