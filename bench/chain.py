@@ -48,9 +48,9 @@ def _message(role: str, text: str, new_id) -> dict:  # type: ignore[no-untyped-d
 
 def build_chain(tenant_id: int, length: int, heads_at: set[int]) -> dict[int, str]:
     """Store `length` chained turns through the services; returns {turn count: head id} for heads_at."""
-    from responses_api.store import services
     from responses_api.models import Response
     from responses_api.protocol.ids import new_id
+    from responses_api.store import services
 
     previous = None
     heads: dict[int, str] = {}
@@ -123,8 +123,8 @@ def in_process_measure(lengths: list[int], repeats: int) -> dict:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from responses_api.store import selectors, services
     from responses_api.protocol.ids import new_id
+    from responses_api.store import selectors, services
 
     tenant_id, heads = _INPROC["tenant_id"], _INPROC["heads"]
     out: dict = {}

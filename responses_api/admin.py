@@ -24,13 +24,13 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from .orchestration import routing
-from .store import services
-from .orchestration.limits import current_use
 from .history import presenters
 from .history import selectors as history
 from .models import ApiKey, ModelRoute, Provider, Response, RouteTarget, Tenant
+from .orchestration import routing
+from .orchestration.limits import current_use
 from .protocol.errors import GatewayError
+from .store import services
 
 STATUS_COLOURS = {
     "completed": "ok",

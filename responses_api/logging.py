@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 _STANDARD = set(vars(logging.makeLogRecord({})))
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any
-from collections.abc import Coroutine
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded

@@ -7,8 +7,8 @@ to it over real HTTP: the `openai` SDK and httpx.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 

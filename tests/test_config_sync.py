@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from responses_api.ops.config_sync import ConfigError, sync_config
 from responses_api.models import ModelRoute, Provider, RouteTarget
+from responses_api.ops.config_sync import ConfigError, sync_config
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 

@@ -7,13 +7,13 @@ import time
 
 from django.conf import settings
 
+from responses_api.protocol.mcp import ApprovalPolicy
 from responses_api.store import db
 
 from . import services
 from .egress import STRICT, EgressPolicy
 from .executors import ToolSpec, execute
 from .mcp import CallOutcome, McpServerSpec, McpUnavailable, call_tool, list_tools
-from responses_api.protocol.mcp import ApprovalPolicy
 
 
 class RegistryToolRunner:

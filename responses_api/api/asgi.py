@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from typing import Any, cast
 from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
@@ -28,12 +28,12 @@ from django.http import HttpRequest, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.security import SecurityMiddleware
-from django.urls import ResolverMatch, Resolver404, get_resolver, set_script_prefix
+from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_prefix
 
-from .exception_handlers import error_response
-from .middleware import RequestIdMiddleware
 from ..orchestration.outages import unavailable
 from ..protocol.errors import GatewayError, InvalidRequest, RequestTooLarge, ServerError
+from .exception_handlers import error_response
+from .middleware import RequestIdMiddleware
 from .sse import EventStream
 
 log = logging.getLogger("gateway.asgi")

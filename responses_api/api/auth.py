@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
-from ..store import db
-from ..orchestration.limits import Budget, Quota
 from ..models import ApiKey, Tenant
+from ..orchestration.limits import Budget, Quota
 from ..protocol.errors import AuthenticationFailed
+from ..store import db
 from ..store.services import KEY_PREFIX, hash_key
 from ..store.ttlcache import TTLCache
 

@@ -16,10 +16,10 @@ from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 
-from .auth import Principal, bearer_token, principal_for
 from ..protocol import jsonlimits
 from ..protocol.errors import InvalidRequest
 from ..protocol.wirejson import dumpb
+from .auth import Principal, bearer_token, principal_for
 
 
 class BearerKeyAuthentication(BaseAuthentication):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before prometheus_client reads it: writes go there
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import Any
 import uuid
+from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 

@@ -12,21 +12,21 @@ from typing import Any
 
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 
-from ..store import db, services
-from .auth import Principal
+from ..engine.router import route_call
+from ..models import UsageRecord
 from ..orchestration.gateway import route_for
 from ..orchestration.limits import Grant, admit
-from ..engine.router import route_call
-from .metrics import upstream_error
-from ..models import UsageRecord
+from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat_usage, sse
 from ..protocol.errors import GatewayError, InvalidRequest
-from .exception_handlers import json_response
-from ..protocol.chat_translation import ChatWriter, chat_usage, chat_to_responses_body, sse
 from ..protocol.ids import new_id
 from ..protocol.request import parse_create_request
+from ..store import db, services
 from ..upstreams import UpstreamRequest, open_call
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
+from .auth import Principal
 from .drf import ApiRequest, ApiView
+from .exception_handlers import json_response
+from .metrics import upstream_error
 
 log = logging.getLogger("gateway.passthrough")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from django.http import StreamingHttpResponse
 

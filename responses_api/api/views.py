@@ -14,18 +14,18 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
 from rest_framework.response import Response
 
-from ..store import db, selectors, services
-from .asgi import fast_lane
 from ..engine.background import cancel_background
-from .drf import ApiRequest, ApiView
-from ..engine.run import ResponseRun
 from ..engine.eventlog import event_log
-from .exception_handlers import error_response
-from ..orchestration.gateway import WorkerStarted, compact_conversation, count_input_tokens, start_response
+from ..engine.run import ResponseRun
 from ..history.views import list_responses
+from ..orchestration.gateway import WorkerStarted, compact_conversation, count_input_tokens, start_response
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.events import Event, output_from_events
 from ..protocol.request import CreateRequest, parse_create_request
+from ..store import db, selectors, services
+from .asgi import fast_lane
+from .drf import ApiRequest, ApiView
+from .exception_handlers import error_response
 from .sse import EventStream, note_response
 
 log = logging.getLogger("gateway.views")

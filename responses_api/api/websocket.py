@@ -23,19 +23,19 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from typing import Any
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from django.conf import settings
 
-from .auth import Principal, bearer_token, principal_for
-from .exception_handlers import dumps
 from ..orchestration.assembly import PriorContext
 from ..orchestration.gateway import WorkerStarted, start_response
 from ..orchestration.outages import unavailable
 from ..protocol import jsonlimits
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
 from ..protocol.request import parse_create_request
+from .auth import Principal, bearer_token, principal_for
+from .exception_handlers import dumps
 
 log = logging.getLogger("gateway.websocket")
 

@@ -4,8 +4,8 @@ take consecutive positions and a response's items stay together."""
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import transaction
 

@@ -6,12 +6,12 @@ from typing import Any
 
 from rest_framework.response import Response
 
-from ..store import db
 from ..api.drf import ApiRequest, ApiView
+from ..api.views import page_limit, page_order
 from ..protocol.errors import InvalidRequest
 from ..protocol.items import normalize_item
 from ..protocol.request import _metadata
-from ..api.views import page_limit, page_order
+from ..store import db
 from . import selectors, services
 
 MAX_ITEMS_PER_CALL = 20  # as OpenAI: "You may add up to 20 items at a time."

@@ -21,14 +21,15 @@ from typing import Any
 
 from django.conf import settings
 
-from ..store import db, selectors, services
-from ..orchestration.assembly import run_for_job
-from .run import ResponseRun
-from .eventlog import event_log
-from ..orchestration.limits import Grant, drain as limits_drain
 from ..models import Response
+from ..orchestration.assembly import run_for_job
+from ..orchestration.limits import Grant
+from ..orchestration.limits import drain as limits_drain
 from ..protocol.errors import GatewayError, ServerError
 from ..protocol.events import EventBuilder, output_from_events
+from ..store import db, selectors, services
+from .eventlog import event_log
+from .run import ResponseRun
 
 log = logging.getLogger("gateway.background")
 

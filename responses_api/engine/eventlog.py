@@ -13,8 +13,8 @@ import json
 import time
 import weakref
 from collections import defaultdict
-from typing import Any
 from collections.abc import AsyncIterator
+from typing import Any
 
 from django.conf import settings
 

@@ -23,14 +23,14 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 
-from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError, UpstreamUnavailable
 from ..orchestration.routing import Route, Target
+from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError, UpstreamUnavailable
 
 log = logging.getLogger("gateway.router")
 

@@ -10,24 +10,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+from ..api.metrics import upstream_error
+from ..orchestration.routing import Route, Target
+from ..protocol.compaction import expand_compactions
 from ..protocol.errors import GatewayError, InvalidRequest, ServerError, UpstreamError
 from ..protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from ..protocol.ids import new_id
-from . import tracing
-from ..api.metrics import upstream_error
-from ..protocol.compaction import expand_compactions
-from ..protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
 from ..protocol.mcp import McpBinding, as_model_items, model_names, pending_approvals
 from ..protocol.request import CreateRequest
 from ..protocol.response import response_object
+from ..protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
 from ..protocol.tools import Tool, allowed_tool_names, make_tool
-from .router import Slot, route_call
-from ..orchestration.routing import Route, Target
 from ..upstreams import UpstreamCall, UpstreamRequest, open_call
+from . import tracing
+from .router import Slot, route_call
 
 log = logging.getLogger("gateway.engine")
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from rest_framework.response import Response
 
-from ..store import db
 from ..api.auth import Principal
 from ..api.drf import ApiRequest, ApiView
 from ..orchestration.limits import current_use
 from ..protocol.errors import InvalidRequest
+from ..store import db
 from . import selectors
 from .params import RESPONSE_LIST_PARAMS, THREAD_PARAMS, USAGE_PARAMS, parse_query
 

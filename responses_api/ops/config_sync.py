@@ -250,8 +250,8 @@ def _sync_tools(entries: list[dict[str, Any]]) -> int:
 def _sync_mcp_servers(entries: list[dict[str, Any]]) -> int:
     """`mcp_servers:` entries: label, url, headers_env, allowed_tools, require_approval
     (always | never | a list of the tools that need it), timeout, cache_seconds, routes, tenants."""
-    from tool_registry.models import McpServer
     from responses_api.models import Tenant
+    from tool_registry.models import McpServer
 
     for i, entry in enumerate(entries):
         where = f"mcp_servers[{i}]"

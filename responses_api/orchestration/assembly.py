@@ -12,21 +12,21 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 
-from ..store import db, selectors, services
 from ..api.auth import Principal
+from ..engine.eventlog import event_log
 from ..engine.run import ResponseJob, ResponseRun
 from ..models import Response
-from ..engine.eventlog import event_log
-from .limits import Grant
-from ..store.persistence import DatabasePersistence
 from ..protocol.ids import new_id
 from ..protocol.request import parse_create_request
 from ..protocol.response import request_params
+from ..store import db, selectors, services
+from ..store.persistence import DatabasePersistence
+from .limits import Grant
 from .routing import Route, route_get
 from .toolplan import ToolPlan, mcp_toolset, plan_tools, registry_mcp_labels, registry_tool_names, tool_runner
 

@@ -8,26 +8,26 @@ import copy
 import dataclasses
 import time
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 
-from ..store import db, services
-from .assembly import PriorContext, run_for_request
 from ..api.auth import Principal
 from ..engine.run import ResponseRun
-from .limits import Grant, admit
-from .outages import unavailable
+from ..models import Response
 from ..protocol.errors import InvalidRequest, NotFound, UpstreamError
 from ..protocol.events import EventBuilder
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest
 from ..protocol.response import request_params, response_object
-from .routing import Route, route_cached, route_get
+from ..store import db, services
 from ..tasks import enqueue
+from .assembly import PriorContext, run_for_request
+from .limits import Grant, admit
+from .outages import unavailable
+from .routing import Route, route_cached, route_get
 from .toolplan import ToolPlan, check_adhoc_urls, plan_tools, registry_mcp, registry_specs
-from ..models import Response
 
 
 async def route_for(principal: Principal, model: str) -> Route:

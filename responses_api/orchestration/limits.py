@@ -26,16 +26,16 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
-from collections.abc import Callable
 
 from django.conf import settings
 
-from .outages import ServiceUnavailable
 from ..protocol.errors import RateLimited
+from .outages import ServiceUnavailable
 
 log = logging.getLogger("gateway.limits")
 
@@ -647,8 +647,8 @@ def _duration(seconds: float) -> str:
 
 
 async def _seed_budget(store: LimitStore, budget: Budget, check: Check, now: float) -> None:
-    from ..store import db
     from ..history.selectors import spend_since
+    from ..store import db
 
     _, start, left = budget.window(now)
     tokens, micro_usd = await db.run(spend_since, tenant_id=budget.tenant_id, start=datetime.fromtimestamp(start, UTC))

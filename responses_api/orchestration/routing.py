@@ -15,10 +15,10 @@ from typing import Any
 
 from django.conf import settings
 
-from .limits import Price
 from ..models import ModelRoute, Provider
 from ..protocol.errors import NotFound, ServerError
 from ..store.ttlcache import TTLCache
+from .limits import Price
 
 
 @dataclass(frozen=True, slots=True)

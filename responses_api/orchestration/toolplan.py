@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from ..store import db
 from ..api.auth import Principal
 from ..protocol.errors import InvalidRequest
 from ..protocol.request import CreateRequest
 from ..protocol.tools import HostedTool, Tool, make_tool
-from .routing import Route
+from ..store import db
 from ..store.ttlcache import TTLCache
+from .routing import Route
 
 if TYPE_CHECKING:
     from tool_registry.executors import ToolSpec
@@ -182,8 +182,8 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[CreateRequest, McpPlan
 
     A declaration with `server_url` is ad hoc; without, it names a registered server (which the
     request may narrow with `allowed_tools` and make stricter with `require_approval`)."""
-    from tool_registry.mcp import McpServerSpec
     from responses_api.protocol.mcp import McpTool, ToolFilter
+    from tool_registry.mcp import McpServerSpec
 
     by_label = {spec.label: (spec, listing) for spec, listing in registry}
     specs: list[McpServerSpec] = []

@@ -5,8 +5,8 @@ tenant); a later request that carries the item gives the model the summary in it
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from .ids import new_id
 

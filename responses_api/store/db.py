@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import weakref
-from typing import Any, TypeVar
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings

@@ -9,11 +9,11 @@ import asyncio
 import logging
 from typing import Any
 
-from . import db, services
+from ..models import Response
 from ..orchestration.limits import Grant
 from ..orchestration.outages import unavailable
 from ..protocol.errors import GatewayError
-from ..models import Response
+from . import db, services
 
 log = logging.getLogger("gateway.persistence")
 

@@ -10,7 +10,7 @@ import functools
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -18,10 +18,10 @@ from django.db import connection, transaction
 from django.db.models import F, Func, JSONField
 from django.utils import timezone
 
-from . import selectors
 from ..models import ApiKey, Item, Response, ResponseItem, Tenant
 from ..protocol import wirejson
 from ..protocol.errors import InvalidRequest
+from . import selectors
 
 KEY_PREFIX = "sk-gw-"
 

@@ -5,8 +5,8 @@ process without a cache bus."""
 from __future__ import annotations
 
 import time
-from typing import Generic, TypeVar
 from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -5,9 +5,9 @@ protocol/anthropic.py. The key goes in `x-api-key`, the API version in `anthropi
 
 from __future__ import annotations
 
+from ..orchestration.routing import Target
 from ..protocol.anthropic import API_VERSION, EventDecoder, build_messages_request, message_to_deltas
 from ..protocol.errors import UpstreamError
-from ..orchestration.routing import Target
 from .base import UpstreamRequest
 from .chat_completions import Opened, post_json
 from .events import EventStreamCall

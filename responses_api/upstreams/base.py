@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
-from collections.abc import AsyncIterator
 
 from ..protocol.deltas import Delta
 from ..protocol.request import CreateRequest

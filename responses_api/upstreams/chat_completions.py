@@ -10,8 +10,8 @@ from typing import Any
 
 import aiohttp
 
+from ..orchestration.routing import Target
 from ..protocol import jsonlimits
-from ..protocol.wirejson import dumpb
 from ..protocol.chat import ChatOptions, ChunkDecoder, build_chat_request, completion_to_deltas
 from ..protocol.deltas import Delta
 from ..protocol.errors import (
@@ -22,7 +22,7 @@ from ..protocol.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from ..orchestration.routing import Target
+from ..protocol.wirejson import dumpb
 from .base import UpstreamRequest
 from .http import get_session, proxy_for
 

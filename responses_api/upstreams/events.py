@@ -3,14 +3,14 @@ type, given the dialect's decoder, for the stream's reading, stall and transport
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 
+from ..orchestration.routing import Target
 from ..protocol.deltas import Delta, UpstreamFailed
 from ..protocol.errors import UpstreamError
-from ..orchestration.routing import Target
 from .chat_completions import Opened, StallGuard, _drain, data_lines, parse_data, reading
 
 

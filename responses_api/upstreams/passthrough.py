@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import AsyncIterator
 
 import aiohttp
 
-from ..protocol.errors import GatewayError, UpstreamTimeout
 from ..orchestration.routing import Target
+from ..protocol.errors import GatewayError, UpstreamTimeout
 from .chat_completions import TRANSPORT_ERRORS, error_for_status, transport_error
 from .http import get_session, proxy_for
 

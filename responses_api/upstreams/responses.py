@@ -3,12 +3,12 @@ SGLang). The request and the reading of its events are in protocol/native.py."""
 
 from __future__ import annotations
 
+from ..orchestration.routing import Target
+from ..protocol.deltas import UpstreamFailed
 from ..protocol.errors import UpstreamError
 from ..protocol.native import EventDecoder, build_responses_request, response_to_deltas
-from ..orchestration.routing import Target
 from .base import UpstreamRequest
 from .chat_completions import Opened, post_json
-from ..protocol.deltas import UpstreamFailed
 from .events import EventStreamCall, failed
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import aiohttp
 
-from ..protocol import jsonlimits
 from ..orchestration.routing import Target
+from ..protocol import jsonlimits
 from .http import get_session, proxy_for
 
 log = logging.getLogger("gateway.upstreams")

@@ -7,9 +7,9 @@ import socket
 import pytest
 from django.urls import reverse
 
-from responses_api.orchestration import routing
 from responses_api.api.auth import authenticate_key
 from responses_api.models import ApiKey, ModelRoute, Provider, Tenant
+from responses_api.orchestration import routing
 from responses_api.protocol.errors import AuthenticationFailed
 from responses_api.store.services import KEY_PREFIX, hash_key
 from tests.support.upstream import ScriptedUpstream

@@ -12,7 +12,6 @@ from django.urls import reverse
 from django.utils import timezone
 
 from responses_api.models import ModelRoute, Provider, Response, RouteTarget
-from tests.support.harness import make_key
 from tests.history.factories import (
     T0,
     assistant,
@@ -22,6 +21,7 @@ from tests.history.factories import (
     tool_loop_conversation,
     user,
 )
+from tests.support.harness import make_key
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 

@@ -18,8 +18,8 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.utils import timezone
 
-from tests.support.harness import make_key
 from tests.history.factories import T0, make_response, tool_loop_conversation, user
+from tests.support.harness import make_key
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from tests.support.harness import MODEL, Gateway
 from tests.history.conftest import HistoryApi
 from tests.history.factories import T0, assistant, make_response, user
+from tests.support.harness import MODEL, Gateway
 from tests.support.stream_validator import validate_response_object
 from tests.support.upstream import Reply, ScriptedUpstream
 

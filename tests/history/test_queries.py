@@ -9,8 +9,8 @@ from django.db import connection
 
 from responses_api.history import selectors
 from responses_api.history.selectors import ResponseFilters
-from tests.support.harness import make_key
 from tests.history.factories import T0, assistant, make_response, user
+from tests.support.harness import make_key
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 

@@ -6,8 +6,8 @@ No database, no network."""
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 

@@ -9,8 +9,8 @@ import shutil
 import tempfile
 import threading
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest

@@ -20,8 +20,8 @@ CLAUDE = "claude-house"
 
 @pytest.fixture
 def anthropic(gateway: Gateway, scripted: ScriptedUpstream) -> Gateway:
-    from responses_api.orchestration import routing
     from responses_api.models import ModelRoute, Provider, RouteTarget
+    from responses_api.orchestration import routing
 
     provider = Provider.objects.create(
         name="anthropic",
@@ -178,8 +178,8 @@ def test_one_config_three_dialects_the_same_client_code(
     scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
     transactional_db,
 ) -> None:
-    from responses_api.orchestration import routing
     from responses_api.ops.config_sync import sync_config
+    from responses_api.orchestration import routing
 
     sync_config(
         {

@@ -5,13 +5,13 @@ from __future__ import annotations
 import concurrent.futures
 import random
 import time
+from datetime import UTC
 
 import pytest
 
 from tests.support.harness import MODEL, Gateway
 from tests.support.stream_validator import parse_sse, validate_events, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
-from datetime import UTC
 
 pytestmark = pytest.mark.embedded
 
@@ -130,11 +130,10 @@ def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: Sc
     from datetime import datetime
 
     from responses_api.engine import background
-
-    from responses_api.store import services
     from responses_api.protocol.ids import new_id
     from responses_api.protocol.request import parse_create_request
     from responses_api.protocol.response import request_params
+    from responses_api.store import services
 
     # a queued job no worker has taken yet
     body = {"model": MODEL, "input": "x", "background": True}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import pytest
 
-from responses_api.store import services
 from responses_api.protocol.ids import new_id
+from responses_api.store import services
 from tests.support.harness import make_key
 from tests.support.items import message_item
 

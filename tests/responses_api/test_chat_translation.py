@@ -18,8 +18,8 @@ DIALECTS = {"via-responses": ("responses", "/v1/responses"), "via-anthropic": ("
 
 @pytest.fixture
 def routes(gateway: Gateway, scripted: ScriptedUpstream) -> Gateway:
-    from responses_api.orchestration import routing
     from responses_api.models import ModelRoute, Provider, RouteTarget
+    from responses_api.orchestration import routing
 
     for name, (kind, _) in DIALECTS.items():
         provider = Provider.objects.create(name=f"p-{kind}", kind=kind, base_url=scripted.base_url)

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from responses_api.engine.run import ResponseJob, ResponseRun
+from responses_api.orchestration.routing import ProviderConfig, Route, Target
 from responses_api.protocol.deltas import Finish, TextDelta, ToolCallDelta, Usage
 from responses_api.protocol.errors import UpstreamUnavailable
 from responses_api.protocol.ids import new_id
 from responses_api.protocol.request import parse_create_request
 from responses_api.protocol.response import request_params
-from responses_api.orchestration.routing import ProviderConfig, Route, Target
 from responses_api.upstreams import UpstreamRequest
 from tests.support.stream_validator import validate_events
 

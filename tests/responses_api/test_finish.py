@@ -3,14 +3,14 @@ on PostgreSQL, the ORM on SQLite), item references linked rather than copied, te
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection
 
-from responses_api.store import selectors, services
 from responses_api.models import Item, Response, ResponseItem
 from responses_api.protocol.ids import new_id
+from responses_api.store import selectors, services
 from tests.support.harness import make_key
 from tests.support.items import message_item
 

@@ -21,8 +21,8 @@ NATIVE = "native-model"
 
 @pytest.fixture
 def native(gateway: Gateway, scripted: ScriptedUpstream) -> Gateway:
-    from responses_api.orchestration import routing
     from responses_api.models import ModelRoute, Provider, RouteTarget
+    from responses_api.orchestration import routing
 
     provider = Provider.objects.create(name="native", kind="responses", base_url=scripted.base_url)
     route = ModelRoute.objects.create(name=NATIVE)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.harness import MODEL, Gateway
 from tests.responses_api.test_streaming import CASES
+from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import httpx
@@ -227,8 +227,8 @@ def test_a_cost_budget_prices_tokens_with_the_routes_price_table(
     gateway: Gateway,
     scripted: ScriptedUpstream,
 ) -> None:
-    from responses_api.orchestration import routing
     from responses_api.models import ModelRoute, Tenant
+    from responses_api.orchestration import routing
 
     ModelRoute.objects.filter(name=MODEL).update(
         input_usd_per_million=Decimal("1000"), output_usd_per_million=Decimal("4000")
@@ -288,8 +288,8 @@ def test_with_the_counter_store_unreachable_the_setting_decides(
     scripted: ScriptedUpstream,
     settings,  # type: ignore[no-untyped-def]
 ) -> None:
-    from responses_api.orchestration import limits
     from responses_api.models import ApiKey
+    from responses_api.orchestration import limits
 
     scripted.set_default(MODEL, Reply(text="ok"))
     set_limits(ApiKey, key_id(gateway.key), requests_per_minute=1)
@@ -325,8 +325,8 @@ def test_parallel_requests_never_overshoot(gateway: Gateway, scripted: ScriptedU
 
 
 def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from responses_api.ops.config_sync import ConfigError, sync_config
     from responses_api.models import ModelRoute, Tenant
+    from responses_api.ops.config_sync import ConfigError, sync_config
 
     config = {
         "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.support.harness import make_key
 from tests.history.factories import make_response
+from tests.support.harness import make_key
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 

@@ -36,8 +36,8 @@ def two_targets(
     scripted: ScriptedUpstream, *, a: dict | None = None, b: dict | None = None, a_url: str | None = None
 ) -> None:
     """Route MODEL to target 'a' (upstream model "a") and 'b' (upstream model "b")."""
-    from responses_api.orchestration import routing
     from responses_api.models import ModelRoute, Provider, RouteTarget
+    from responses_api.orchestration import routing
 
     route = ModelRoute.objects.get(name=MODEL)
     route.targets.all().delete()

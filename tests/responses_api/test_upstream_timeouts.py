@@ -10,8 +10,8 @@ import pytest
 
 from responses_api.protocol.errors import UpstreamTimeout
 from responses_api.upstreams import open_call
-from tests.support.harness import MODEL, Gateway, make_route
 from tests.responses_api.test_upstream_client import _read_request, _upstream
+from tests.support.harness import MODEL, Gateway, make_route
 from tests.support.stream_validator import parse_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 

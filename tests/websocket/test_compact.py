@@ -3,7 +3,6 @@ next response over HTTP and over a WebSocket."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from responses_api.protocol.compaction import COMPACTION_INSTRUCTIONS, SUMMARY_PREFIX

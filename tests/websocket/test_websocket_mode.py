@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from collections.abc import Iterator
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus

@@ -30,9 +30,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
+from responses_api.models import ApiKey
 from responses_api.ops import local_model, processes
 from responses_api.ops.config_sync import ConfigError, sync_config, sync_config_file
-from responses_api.models import ApiKey
 from responses_api.store.services import KEY_PREFIX, api_key_create, hash_key
 
 LOCAL_PROVIDER = "local"
