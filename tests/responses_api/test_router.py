@@ -205,4 +205,5 @@ def test_the_admin_shows_each_targets_health(
             break
     route = ModelRoute.objects.get(name=MODEL)
     page = admin_client.get(f"/admin/responses_api/modelroute/{route.id}/change/").content.decode()
-    assert "cooling down" in page and "disk on fire" in page and "healthy" in page
+    # (The route's help text says "cooling down" too: the state is the bold one.)
+    assert "<strong>cooling down</strong>" in page and "disk on fire" in page and "healthy" in page
