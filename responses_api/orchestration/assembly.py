@@ -149,8 +149,6 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
     """The stored job's request, tools and context, read in one thread hop."""
     from tool_registry.services import mcp_servers_for, registry_tools_for
 
-    from ..store.services import resolve_references
-
     stored = row.job or {}
     body = stored["body"]
     if stored.get("mcp_credentials"):
@@ -180,7 +178,7 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
         request=plan.request,
         params=row.params,
         route=route,
-        context=context + resolve_references(row.tenant_id, req.input_items),
+        context=context + services.resolve_references(row.tenant_id, req.input_items),
         input_items=req.input_items,
     )
     return job, plan

@@ -41,10 +41,10 @@ def clear_cache() -> None:
     _mcp_cache.clear()
 
 
-def registry_tool_names(req: CreateRequest, route: Route | None) -> list[str]:
+def registry_tool_names(req: CreateRequest, route: Route) -> list[str]:
     """The registry tools a request names: bare `{type, name}` tools, and those serving its
     hosted tools on this route (the route's own attached tools come with any lookup)."""
-    served = [name for _, name in served_hosted_tools(req, route)] if route is not None else []
+    served = [name for _, name in served_hosted_tools(req, route)]
     return sorted({t.name for t in req.tools if t.bare} | set(served))
 
 
@@ -53,7 +53,7 @@ def registry_mcp_labels(req: CreateRequest) -> list[str]:
     return sorted(m.server_label for m in req.mcp_tools if m.server_url is None)
 
 
-async def registry_specs(principal: Principal, req: CreateRequest, route: Route | None = None) -> list[ToolSpec]:
+async def registry_specs(principal: Principal, req: CreateRequest, route: Route) -> list[ToolSpec]:
     """Registry tools named by the request, serving its hosted tools, or attached to its route
     (cached briefly)."""
     from tool_registry.services import registry_tools_for
