@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",  # the OpenAPI document (api/openapi_generation.py) and `manage.py spectacular`
     "responses_api",
     "tool_registry",
 ]
@@ -200,6 +201,32 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "responses_api.api.exception_handlers.drf_exception_handler",
     "UNAUTHENTICATED_USER": None,
     "UNAUTHENTICATED_TOKEN": None,
+    "DEFAULT_SCHEMA_CLASS": "responses_api.api.openapi_generation.GatewayAutoSchema",
+}
+
+# The OpenAPI document of /v1 (responses_api/api/openapi_generation.py), served at /v1/openapi.json.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Open Responses gateway",
+    "VERSION": "v1",
+    "OAS_VERSION": "3.1.0",
+    "DESCRIPTION": "The Open Responses / OpenAI Responses API, with stored history, served in front of "
+    "any LLM upstream. Authenticate with `Authorization: Bearer <API key>`.",
+    "SERVERS": [{"url": "/"}],
+    "SCHEMA_PATH_PREFIX": "/v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_GENERATE_CHOICE_DESCRIPTION": False,  # the choices are their own names
+    "TAGS": [
+        {"name": "Responses", "description": "Create, retrieve, cancel and delete responses."},
+        {"name": "Conversations", "description": "Conversations and their items."},
+        {"name": "History", "description": "Browse stored responses, threads and usage."},
+        {"name": "Models", "description": "The models this gateway routes."},
+        {"name": "Pass-through", "description": "OpenAI-compatible endpoints relayed to the routed upstream."},
+        {"name": "Documentation"},
+    ],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "responses_api.api.openapi_generation.add_components",
+    ],
 }
 
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")

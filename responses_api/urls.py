@@ -1,6 +1,6 @@
 from django.urls import include, path, re_path
 
-from .api import passthrough_views, views
+from .api import docs, passthrough_views, views
 
 urlpatterns = [
     path("responses", views.ResponsesView.as_view()),
@@ -15,5 +15,8 @@ urlpatterns = [
     path("models/<path:model>", views.ModelDetailView.as_view()),
     path("", include("responses_api.conversations.urls")),
     path("", include("responses_api.history.urls")),
+    path("openapi.json", docs.OpenApiDocumentView.as_view(), name="openapi"),
+    path("docs", docs.DocsPageView.as_view(), name="docs"),
+    path("docs/redoc.standalone.js", docs.RedocBundleView.as_view(), name="redoc-js"),
     re_path(r"^.*$", views.not_found),
 ]

@@ -19,6 +19,7 @@ import inspect
 from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -45,7 +46,7 @@ class ApiRequest(Request):
 class ApiView(APIView):
     """A DRF view whose handlers are coroutines, dispatched on the event loop."""
 
-    authentication_classes = (BearerKeyAuthentication,)
+    authentication_classes: tuple[type[BaseAuthentication], ...] = (BearerKeyAuthentication,)
     permission_classes: tuple[type[BasePermission], ...] = (HasApiKey,)
     throttle_classes = ()
     parser_classes = (ProtocolJSONParser,)

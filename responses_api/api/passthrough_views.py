@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from ..engine.router import route_call
 from ..models import UsageRecord
@@ -27,6 +28,7 @@ from .auth import Principal
 from .drf import ApiRequest, ApiView
 from .exception_handlers import json_response
 from .metrics import upstream_error
+from .openapi import json_body
 
 log = logging.getLogger("gateway.passthrough")
 
@@ -256,6 +258,18 @@ def _recorded(task: asyncio.Task) -> None:
 class ChatCompletionsView(ApiView):
     """`/v1/chat/completions`, passed through to the routed upstream (usage recorded)."""
 
+    @extend_schema(
+        operation_id="createChatCompletion",
+        tags=["Pass-through"],
+        summary="Chat Completions, passed through",
+        description="Relayed to the upstream the model routes to, and its usage recorded; "
+        "the body and the answer (JSON or server-sent events) are the upstream's own.",
+        request=json_body("PassThroughBody"),
+        responses={
+            (200, "application/json"): OpenApiResponse({"type": "object"}, description="The upstream's answer."),
+            (200, "text/event-stream"): OpenApiResponse({"type": "object"}),
+        },
+    )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
         return await _relay(
             request, self.principal, path="/chat/completions", endpoint=UsageRecord.Endpoint.CHAT_COMPLETIONS
@@ -265,5 +279,13 @@ class ChatCompletionsView(ApiView):
 class EmbeddingsView(ApiView):
     """`/v1/embeddings`, passed through to the routed upstream (usage recorded)."""
 
+    @extend_schema(
+        operation_id="createEmbedding",
+        tags=["Pass-through"],
+        summary="Embeddings, passed through",
+        description="Relayed to the upstream the model routes to, and its usage recorded.",
+        request=json_body("PassThroughBody"),
+        responses={200: OpenApiResponse({"type": "object"}, description="The upstream's answer.")},
+    )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
         return await _relay(request, self.principal, path="/embeddings", endpoint=UsageRecord.Endpoint.EMBEDDINGS)

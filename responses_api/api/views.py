@@ -12,12 +12,13 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
 from ..engine.background import cancel_background
 from ..engine.eventlog import event_log
 from ..engine.run import ResponseRun
-from ..history.views import list_responses
+from ..history.views import list_responses, list_responses_schema
 from ..orchestration.gateway import WorkerStarted, compact_conversation, count_input_tokens, start_response
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.events import Event, output_from_events
@@ -26,6 +27,8 @@ from ..store import db, selectors, services
 from .asgi import fast_lane
 from .drf import ApiRequest, ApiView
 from .exception_handlers import error_response
+from .openapi import json_body, json_or_stream, ref, response_header
+from .queries import PageQuery, RetrieveQuery
 from .sse import EventStream, note_response
 
 log = logging.getLogger("gateway.views")
@@ -38,6 +41,28 @@ def _sse_response(request: ApiRequest, events: AsyncIterator[Event]) -> EventStr
 class ResponsesView(ApiView):
     """`/v1/responses`: create a response; list stored ones (history)."""
 
+    @extend_schema(
+        operation_id="createResponse",
+        tags=["Responses"],
+        summary="Create a response",
+        description="Run a model response: a JSON body, or server-sent events with `stream: true`. "
+        "With `background: true` a worker runs it, and the answer is the queued response.",
+        request=json_body("CreateResponseBody"),
+        responses={
+            **json_or_stream("ResponseResource"),
+            429: OpenApiResponse(ref("GatewayError"), description="A rate limit or budget is used up."),
+        },
+        parameters=[
+            response_header(
+                "x-gateway-dropped-tools",
+                "Hosted tools this route cannot serve, dropped from the request (comma-separated).",
+            ),
+            response_header(
+                "x-gateway-truncated-items",
+                "With `truncation: auto`: how many of the oldest items were dropped to fit the context window.",
+            ),
+        ],
+    )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
         body = request.data
         req = parse_create_request(body)  # refuses anything but a JSON object
@@ -52,6 +77,7 @@ class ResponsesView(ApiView):
             response["x-gateway-dropped-tools"] = ",".join(planned.dropped_tools)
         return response
 
+    @list_responses_schema
     async def get(self, request: ApiRequest) -> Response:
         return await list_responses(request, self.principal)
 
@@ -98,22 +124,31 @@ async def _current(tenant_id: int, response_id: str) -> dict:
 class ResponseDetailView(ApiView):
     """`/v1/responses/{id}`: retrieve (or stream again, for a background response); delete."""
 
+    @extend_schema(
+        operation_id="getResponse",
+        tags=["Responses"],
+        summary="Retrieve a response",
+        description="The stored response; a running background response with its output so far.",
+        parameters=RetrieveQuery.openapi_parameters(),
+        responses=json_or_stream("ResponseResource"),
+    )
     async def get(self, request: ApiRequest, response_id: str) -> HttpResponseBase:
-        params = request.query_params
-        if params.get("stream") not in ("true", "1", "True"):
+        args = RetrieveQuery.parse(request.query_params)
+        if not args["stream"]:
             return Response(await _current(self.principal.tenant_id, response_id))
         row = await db.run(selectors.response_get_row, tenant_id=self.principal.tenant_id, response_id=response_id)
         if not row.on_worker:
             raise InvalidRequest("Only background (worker-run) responses can be streamed again.", param="stream")
-        raw_after = params.get("starting_after")
-        try:
-            after = int(raw_after) if raw_after is not None else -1
-        except ValueError:
-            raise InvalidRequest("'starting_after' must be an integer.", param="starting_after") from None
         if await event_log().last_sequence_number(response_id) < 0:
             raise NotFound("The event log of this response has expired.", param="stream", code="event_log_expired")
-        return _sse_response(request, event_log().read(response_id, after))
+        return _sse_response(request, event_log().read(response_id, args["starting_after"]))
 
+    @extend_schema(
+        operation_id="deleteResponse",
+        tags=["Responses"],
+        summary="Delete a response",
+        responses={200: ref("DeletedResponse")},
+    )
     async def delete(self, request: ApiRequest, response_id: str) -> Response:
         await db.run(services.response_delete, tenant_id=self.principal.tenant_id, response_id=response_id)
         return Response({"id": response_id, "object": "response", "deleted": True})
@@ -122,6 +157,13 @@ class ResponseDetailView(ApiView):
 class ResponseCancelView(ApiView):
     """`/v1/responses/{id}/cancel`: stop a background response."""
 
+    @extend_schema(
+        operation_id="cancelResponse",
+        tags=["Responses"],
+        summary="Cancel a background response",
+        request=None,
+        responses={200: ref("ResponseResource")},
+    )
     async def post(self, request: ApiRequest, response_id: str) -> Response:
         tenant_id = self.principal.tenant_id
         row = await db.run(selectors.response_get_row, tenant_id=tenant_id, response_id=response_id)
@@ -135,39 +177,22 @@ class ResponseCancelView(ApiView):
         return Response(await _current(tenant_id, response_id))
 
 
-def page_limit(raw: str | None) -> int:
-    """The `limit` query parameter of the list endpoints (1-100, default 20)."""
-    if raw is None:
-        return 20
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequest("'limit' must be an integer between 1 and 100.", param="limit") from None
-    if not 1 <= value <= 100:
-        raise InvalidRequest("'limit' must be an integer between 1 and 100.", param="limit")
-    return value
-
-
-def page_order(raw: str | None) -> str:
-    """The `order` query parameter of the list endpoints."""
-    order = raw or "desc"
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("'order' must be 'asc' or 'desc'.", param="order")
-    return order
-
-
 class ResponseInputItemsView(ApiView):
     """`/v1/responses/{id}/input_items`: the items a response was given, paged."""
 
+    @extend_schema(
+        operation_id="listInputItems",
+        tags=["Responses"],
+        summary="List a response's input items",
+        parameters=PageQuery.openapi_parameters(),
+        responses={200: ref("ItemList")},
+    )
     async def get(self, request: ApiRequest, response_id: str) -> Response:
-        params = request.query_params
         page = await db.run(
             selectors.input_items_page,
             tenant_id=self.principal.tenant_id,
             response_id=response_id,
-            after=params.get("after"),
-            limit=page_limit(params.get("limit")),
-            order=page_order(params.get("order")),
+            **PageQuery.parse(request.query_params),
         )
         return Response(page.as_dict())
 
@@ -175,6 +200,12 @@ class ResponseInputItemsView(ApiView):
 class ModelsView(ApiView):
     """`/v1/models`: the models this key may use."""
 
+    @extend_schema(
+        operation_id="listModels",
+        tags=["Models"],
+        summary="List the models this key may use",
+        responses={200: ref("ModelList")},
+    )
     async def get(self, request: ApiRequest) -> Response:
         return Response({"object": "list", "data": await db.run(selectors.models_visible, self.principal)})
 
@@ -182,6 +213,7 @@ class ModelsView(ApiView):
 class ModelDetailView(ApiView):
     """`/v1/models/{model}`."""
 
+    @extend_schema(operation_id="getModel", tags=["Models"], summary="Retrieve a model", responses={200: ref("Model")})
     async def get(self, request: ApiRequest, model: str) -> Response:
         data = [m for m in await db.run(selectors.models_visible, self.principal) if m["id"] == model]
         if not data:
@@ -192,6 +224,17 @@ class ModelDetailView(ApiView):
 class ResponseCompactView(ApiView):
     """`/v1/responses/compact`: a conversation's context, compacted into one item."""
 
+    @extend_schema(
+        operation_id="compactResponse",
+        tags=["Responses"],
+        summary="Compact a conversation",
+        description="The routed model summarises the conversation (`input` and/or `previous_response_id`); "
+        "the answer keeps the user messages verbatim and adds a `compaction` item whose "
+        "`encrypted_content` (sealed by this gateway for the key's tenant) stands for the rest "
+        "in a later request's `input`.",
+        request=json_body("CompactRequest"),
+        responses={200: ref("CompactedResponse")},
+    )
     async def post(self, request: ApiRequest) -> Response:
         compacted = await compact_conversation(self.principal, request.data)
         request.log_extra.update(response_id=compacted["id"], response_status="completed")
@@ -201,6 +244,16 @@ class ResponseCompactView(ApiView):
 class ResponseInputTokensView(ApiView):
     """`/v1/responses/input_tokens`: what a create with this body would send, counted."""
 
+    @extend_schema(
+        operation_id="countInputTokens",
+        tags=["Responses"],
+        summary="Count a request's input tokens",
+        description="What a create with this body would send to the model, counted: exactly where the "
+        "upstream counts (`x-gateway-token-count: exact`), else estimated.",
+        request=json_body("CreateResponseBody"),
+        responses={200: ref("InputTokens")},
+        parameters=[response_header("x-gateway-token-count", "`exact` or `estimate`.")],
+    )
     async def post(self, request: ApiRequest) -> Response:
         count, exact = await count_input_tokens(self.principal, request.data)
         return Response(

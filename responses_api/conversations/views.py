@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
 from ..api.drf import ApiRequest, ApiView
-from ..api.views import page_limit, page_order
+from ..api.openapi import json_body, ref
+from ..api.queries import PageQuery
 from ..protocol.errors import InvalidRequest
 from ..protocol.items import normalize_item
 from ..protocol.request import _metadata
@@ -40,18 +42,17 @@ def _body(request: ApiRequest) -> dict[str, Any]:
     return body
 
 
-def _page_args(request: ApiRequest) -> dict[str, Any]:
-    params = request.query_params
-    return {
-        "after": params.get("after"),
-        "limit": page_limit(params.get("limit")),
-        "order": page_order(params.get("order")),
-    }
-
-
 class ConversationsView(ApiView):
     """`/v1/conversations`: create one; list the tenant's (history; every tenant's for an admin key)."""
 
+    @extend_schema(
+        operation_id="createConversation",
+        tags=["Conversations"],
+        summary="Create a conversation",
+        description="With up to 20 initial items and metadata.",
+        request=json_body("CreateConversationBody"),
+        responses={200: ref("Conversation")},
+    )
     async def post(self, request: ApiRequest) -> Response:
         body = _body(request)
         items = _items(body.get("items"), required=False)
@@ -61,12 +62,20 @@ class ConversationsView(ApiView):
         )
         return Response(selectors.conversation_object(conversation))
 
+    @extend_schema(
+        operation_id="listConversations",
+        tags=["Conversations"],
+        summary="List conversations",
+        description="The key's tenant's conversations, newest first; every tenant's for an admin key.",
+        parameters=PageQuery.openapi_parameters(),
+        responses={200: ref("ConversationList")},
+    )
     async def get(self, request: ApiRequest) -> Response:
         principal = self.principal
         page = await db.run(
             selectors.conversations_page,
             tenant_id=None if principal.is_admin else principal.tenant_id,
-            **_page_args(request),
+            **PageQuery.parse(request.query_params),
         )
         return Response(page.as_dict())
 
@@ -74,12 +83,25 @@ class ConversationsView(ApiView):
 class ConversationDetailView(ApiView):
     """`/v1/conversations/{id}`: retrieve, update its metadata, delete."""
 
+    @extend_schema(
+        operation_id="getConversation",
+        tags=["Conversations"],
+        summary="Retrieve a conversation",
+        responses={200: ref("Conversation")},
+    )
     async def get(self, request: ApiRequest, conversation_id: str) -> Response:
         conversation = await db.run(
             selectors.conversation_get, tenant_id=self.principal.tenant_id, conversation_id=conversation_id
         )
         return Response(selectors.conversation_object(conversation))
 
+    @extend_schema(
+        operation_id="updateConversation",
+        tags=["Conversations"],
+        summary="Update a conversation's metadata",
+        request=json_body("UpdateConversationBody"),
+        responses={200: ref("Conversation")},
+    )
     async def post(self, request: ApiRequest, conversation_id: str) -> Response:
         body = _body(request)
         if "metadata" not in body:
@@ -92,6 +114,13 @@ class ConversationDetailView(ApiView):
         )
         return Response(selectors.conversation_object(conversation))
 
+    @extend_schema(
+        operation_id="deleteConversation",
+        tags=["Conversations"],
+        summary="Delete a conversation",
+        description="Its items stay with the responses that used them.",
+        responses={200: ref("DeletedConversation")},
+    )
     async def delete(self, request: ApiRequest, conversation_id: str) -> Response:
         await db.run(services.conversation_delete, tenant_id=self.principal.tenant_id, conversation_id=conversation_id)
         return Response({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
@@ -100,15 +129,30 @@ class ConversationDetailView(ApiView):
 class ConversationItemsView(ApiView):
     """`/v1/conversations/{id}/items`: list (paged) and add items."""
 
+    @extend_schema(
+        operation_id="listConversationItems",
+        tags=["Conversations"],
+        summary="List a conversation's items",
+        parameters=PageQuery.openapi_parameters(),
+        responses={200: ref("ItemList")},
+    )
     async def get(self, request: ApiRequest, conversation_id: str) -> Response:
         page = await db.run(
             selectors.conversation_items_page,
             tenant_id=self.principal.tenant_id,
             conversation_id=conversation_id,
-            **_page_args(request),
+            **PageQuery.parse(request.query_params),
         )
         return Response(page.as_dict())
 
+    @extend_schema(
+        operation_id="createConversationItems",
+        tags=["Conversations"],
+        summary="Add items to a conversation",
+        description="Up to 20 items at a time; the answer lists them with their ids.",
+        request=json_body("AddConversationItemsBody"),
+        responses={200: ref("ItemList")},
+    )
     async def post(self, request: ApiRequest, conversation_id: str) -> Response:
         items = _items(_body(request).get("items"), required=True)
         added = await db.run(
@@ -131,6 +175,12 @@ class ConversationItemsView(ApiView):
 class ConversationItemView(ApiView):
     """`/v1/conversations/{id}/items/{item_id}`: retrieve, delete."""
 
+    @extend_schema(
+        operation_id="getConversationItem",
+        tags=["Conversations"],
+        summary="Retrieve a conversation item",
+        responses={200: ref("ItemField")},
+    )
     async def get(self, request: ApiRequest, conversation_id: str, item_id: str) -> Response:
         item = await db.run(
             selectors.conversation_item_get,
@@ -140,6 +190,13 @@ class ConversationItemView(ApiView):
         )
         return Response(item)
 
+    @extend_schema(
+        operation_id="deleteConversationItem",
+        tags=["Conversations"],
+        summary="Delete a conversation item",
+        description="The answer is the conversation.",
+        responses={200: ref("Conversation")},
+    )
     async def delete(self, request: ApiRequest, conversation_id: str, item_id: str) -> Response:
         conversation = await db.run(
             services.conversation_item_delete,

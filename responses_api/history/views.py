@@ -6,15 +6,17 @@ An admin key reads every tenant; any other key only its own.
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
 from ..api.auth import Principal
 from ..api.drf import ApiRequest, ApiView
+from ..api.openapi import ref
+from ..api.queries import ResponseListQuery, ThreadQuery, UsageQuery
 from ..orchestration.limits import current_use
 from ..protocol.errors import InvalidRequest
 from ..store import db
 from . import selectors
-from .params import RESPONSE_LIST_PARAMS, THREAD_PARAMS, USAGE_PARAMS, parse_query
 
 
 def _scope(principal: Principal) -> int | None:
@@ -22,15 +24,26 @@ def _scope(principal: Principal) -> int | None:
     return None if principal.is_admin else principal.tenant_id
 
 
+list_responses_schema = extend_schema(
+    operation_id="listResponses",
+    tags=["History"],
+    summary="List stored responses",
+    description="Newest first, with filters; cursor paging with `after` = the last page's `last_id`. "
+    "An admin key lists every tenant's responses. Deleted and `store: false` responses are never listed.",
+    parameters=ResponseListQuery.openapi_parameters(),
+    responses={200: ref("ResponseList")},
+)
+
+
 async def list_responses(request: ApiRequest, principal: Principal) -> Response:
     """List stored responses, newest first, with filters and cursor paging."""
-    args = parse_query(request.query_params, RESPONSE_LIST_PARAMS)
+    args = ResponseListQuery.parse(request.query_params)
     filters = selectors.ResponseFilters(
         model=args["model"],
-        status=args["status"] or (),
+        status=args["status"],
         created_after=args["created_after"],
         created_before=args["created_before"],
-        metadata=args["metadata"],
+        metadata=tuple(args["metadata"].items()),
         previous_response_id=args["previous_response_id"],
         root=args["root"],
         q=args["q"],
@@ -47,9 +60,18 @@ async def list_responses(request: ApiRequest, principal: Principal) -> Response:
 
 
 class ResponseThreadView(ApiView):
+    @extend_schema(
+        operation_id="getResponseThread",
+        tags=["History"],
+        summary="The conversation up to a response",
+        description="Every item of the `previous_response_id` chain ending at this response: for each "
+        "response, oldest first, its input items then its output items, each with the id of "
+        "the response it belongs to. Cursor paging with `after`.",
+        parameters=ThreadQuery.openapi_parameters(),
+        responses={200: ref("ThreadList")},
+    )
     async def get(self, request: ApiRequest, response_id: str) -> Response:
-        """Every item of the chain ending at this response, in conversation order."""
-        args = parse_query(request.query_params, THREAD_PARAMS)
+        args = ThreadQuery.parse(request.query_params)
         page = await db.run(
             selectors.thread_page,
             tenant_id=_scope(self.principal),
@@ -62,10 +84,19 @@ class ResponseThreadView(ApiView):
 
 
 class UsageView(ApiView):
+    @extend_schema(
+        operation_id="getUsage",
+        tags=["History"],
+        summary="Token usage summary",
+        description="Requests and tokens of the caller's tenant (every tenant for admin keys), grouped by "
+        "model, UTC day and/or tenant, with each rate limit and budget of the key and its tenant. "
+        "Deleted responses count: their tokens were spent.",
+        parameters=UsageQuery.openapi_parameters(),
+        responses={200: ref("UsageList")},
+    )
     async def get(self, request: ApiRequest) -> Response:
-        """Token and request totals of the caller's tenant (every tenant for admin keys)."""
         principal = self.principal
-        args = parse_query(request.query_params, USAGE_PARAMS)
+        args = UsageQuery.parse(request.query_params)
         group_by = args["group_by"]
         if "tenant" in group_by and not principal.is_admin:
             raise InvalidRequest(
