@@ -72,17 +72,21 @@ class QueryParameters(serializers.Serializer):
 
     @classmethod
     def _validated(cls, data: dict[str, Any]) -> dict[str, Any]:
-        serializer = cls(data=data)
-        if not serializer.is_valid():
-            name, details = next(iter(serializer.errors.items()))
-            detail = details[0] if isinstance(details, list) else next(iter(details.values()))[0]
-            raise InvalidRequest(f"Invalid '{name}': {_sentence(str(detail))}", param=name)
+        # One serializer per class, validating every query: `run_validation` keeps no state
+        # on the serializer (`is_valid` would), and a new serializer deep-copies its fields
+        # first, 8 times the cost of the validation itself (170 µs for the response list).
+        try:
+            values = _serializer(cls).run_validation(data)
+        except serializers.ValidationError as exc:
+            errors = exc.detail if isinstance(exc.detail, dict) else {"query": exc.detail}
+            name, details = next(iter(errors.items()))
+            raise InvalidRequest(f"Invalid '{name}': {_sentence(_first(details))}", param=name) from None
         # Lists as tuples: the values are shared (the cached defaults) and hashed (filters).
-        return {name: tuple(v) if isinstance(v, list) else v for name, v in serializer.validated_data.items()}
+        return {name: tuple(v) if isinstance(v, list) else v for name, v in values.items()}
 
     @classmethod
     def _fields(cls) -> dict[str, serializers.Field]:
-        return _declared_fields(cls)
+        return dict(_serializer(cls).fields)
 
     @classmethod
     def _defaults(cls) -> dict[str, Any]:
@@ -90,8 +94,8 @@ class QueryParameters(serializers.Serializer):
 
 
 @functools.cache
-def _declared_fields(cls: type[QueryParameters]) -> dict[str, serializers.Field]:
-    return dict(cls().fields)
+def _serializer(cls: type[QueryParameters]) -> QueryParameters:
+    return cls()
 
 
 @functools.cache
@@ -101,6 +105,13 @@ def _defaults(cls: type[QueryParameters]) -> dict[str, Any]:
 
 def _in_deep_object(key: str, prefix: str) -> bool:
     return key.startswith(prefix) and key.endswith("]")
+
+
+def _first(detail: Any) -> str:
+    """The first message of a field's errors (a list field's are keyed by the value's index)."""
+    while isinstance(detail, list | dict):
+        detail = detail[0] if isinstance(detail, list) else next(iter(detail.values()))
+    return str(detail)
 
 
 def _sentence(text: str) -> str:
