@@ -391,13 +391,15 @@ class ResponseItem(models.Model):
 
 
 class UsageRecord(models.Model):
-    """The tokens of a call that is not a response: /v1/chat/completions and /v1/embeddings
-    passed through to an upstream. The usage API and the admin chart add them to responses'."""
+    """The tokens of a call with no stored response: /v1/chat/completions and /v1/embeddings
+    passed through to an upstream, a `store: false` response, a purged response. The usage
+    API, budgets and the admin chart add them to the stored responses'."""
 
     class Endpoint(models.TextChoices):
         CHAT_COMPLETIONS = "chat.completions"
         EMBEDDINGS = "embeddings"
         PURGED_RESPONSE = "responses (purged)"  # a purged response's tokens, kept for usage and budgets
+        UNSTORED_RESPONSE = "responses (store: false)"  # nothing else of it is kept
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")

@@ -119,6 +119,7 @@ async def run_for_request(
         conversation_id=req.conversation,
         grant=grant,
         keep_items=keep_items,
+        api_key_id=principal.key_id,
     )
     return await _assemble(job, persistence, plan)
 

@@ -9,7 +9,7 @@ import asyncio
 import logging
 from typing import Any
 
-from ..models import Response
+from ..models import Response, UsageRecord
 from ..orchestration.limits import Grant
 from ..orchestration.outages import unavailable
 from ..protocol.errors import GatewayError
@@ -19,7 +19,7 @@ log = logging.getLogger("gateway.persistence")
 
 
 class DatabasePersistence:
-    """Stores the response (store: true) or nothing at all (store: false).
+    """Stores the response (store: true), or only its usage (store: false).
 
     `create_row`: the request-time fields of a row not yet written. A stream's
     row is inserted by `open()`, while the upstream call is being opened, so it
@@ -37,8 +37,10 @@ class DatabasePersistence:
         conversation_id: str | None = None,
         grant: Grant | None = None,
         keep_items: bool = True,
+        api_key_id: int | None = None,
     ) -> None:
         self.conversation_id = conversation_id
+        self.api_key_id = api_key_id  # whose usage a store: false response is
         self.grant = grant  # the rate limits this run holds: settled and released at its end
         self.tenant_id = tenant_id
         self.input_items = input_items
@@ -93,6 +95,7 @@ class DatabasePersistence:
         input_items: list[dict[str, Any]] | None,
     ) -> None:
         if not self.store and self.conversation_id is None:
+            self._record_usage(response, upstream=upstream, latency_ms=latency_ms)
             return
         input_items = self.input_items if input_items is None else input_items
         if not self.keep_items:
@@ -123,11 +126,39 @@ class DatabasePersistence:
                 raise outage from exc
             raise
 
+    def _record_usage(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
+        """A `store: false` response keeps no row, but its tokens were spent: the usage API and
+        the budgets (seeded from the database) count them. Written after the answer, like a
+        passed-through call's: nothing a client waits for."""
+        usage = response.get("usage") or {}
+        task = asyncio.ensure_future(
+            db.run(
+                services.usage_record,
+                tenant_id=self.tenant_id,
+                api_key_id=self.api_key_id,
+                endpoint=UsageRecord.Endpoint.UNSTORED_RESPONSE,
+                model=str(response.get("model") or ""),
+                upstream=upstream,
+                status=200,  # the client got the response; its own status says how it ended
+                input_tokens=usage.get("input_tokens"),
+                output_tokens=usage.get("output_tokens"),
+                latency_ms=latency_ms,
+            )
+        )
+        _background.add(task)
+        task.add_done_callback(_usage_recorded)
+
     async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
         await self.finish({**response, "output": []}, upstream=upstream, latency_ms=latency_ms, input_items=[])
 
 
 _background: set[asyncio.Task] = set()  # the loop holds tasks only weakly
+
+
+def _usage_recorded(task: asyncio.Task) -> None:
+    _background.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not record the usage of a store: false response: %s", task.exception())
 
 
 async def _fail_if_written(response_id: str, error: GatewayError, attempts: int = 20) -> None:

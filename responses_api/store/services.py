@@ -476,7 +476,7 @@ def usage_record(
     output_tokens: int | None,
     latency_ms: int,
 ) -> None:
-    """The usage of a passed-through call (/v1/chat/completions, /v1/embeddings)."""
+    """The usage of a call with no stored response (passed through, or `store: false`)."""
     from ..models import UsageRecord
 
     UsageRecord.objects.create(

@@ -223,6 +223,37 @@ def test_a_token_budget_counts_what_the_period_already_spent(gateway: Gateway, s
     assert budget["value"] == 100 and budget["used"] == 110
 
 
+def test_store_false_responses_count_in_usage_and_budgets(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """Codex CLI sends `store: false`: no response row is kept, but the tokens were spent, so
+    /v1/usage shows them and a budget seeded from the database counts them."""
+    from responses_api.models import Tenant, UsageRecord
+
+    usage = {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}
+    scripted.enqueue(MODEL, Reply(text="ok", usage=usage))
+    assert create(gateway, store=False).status_code == 200
+    scripted.enqueue(MODEL, Reply(text="ok", usage=usage))
+    with gateway.http() as client:  # streamed, as Codex CLI does
+        with client.stream(
+            "POST", "/v1/responses", json={"model": MODEL, "input": "hi", "store": False, "stream": True}
+        ) as sse:
+            assert sse.status_code == 200 and "response.completed" in "".join(sse.iter_text())
+    deadline = time.monotonic() + 5
+    while UsageRecord.objects.filter(tenant_id=gateway.tenant_id).count() < 2:  # written just after the answer
+        assert time.monotonic() < deadline, "no usage record for a store: false response"
+        time.sleep(0.05)
+    rows = list(UsageRecord.objects.filter(tenant_id=gateway.tenant_id))
+    assert {(r.endpoint, r.model, r.input_tokens, r.output_tokens, r.api_key_id) for r in rows} == {
+        ("responses (store: false)", MODEL, 30, 10, key_id(gateway.key))
+    }
+    (bucket,) = gateway.http().get("/v1/usage", params={"group_by": "model"}).json()["data"]
+    assert (bucket["model"], bucket["requests"], bucket["total_tokens"]) == (MODEL, 2, 80)
+    set_limits(Tenant, gateway.tenant_id, budget_period="day", budget_tokens=100)
+    scripted.enqueue(MODEL, Reply(text="ok", usage=usage))
+    assert create(gateway, store=False).status_code == 200  # 80 spent < 100
+    refused = create(gateway, store=False)  # 120 spent
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
+
+
 def test_a_cost_budget_prices_tokens_with_the_routes_price_table(
     gateway: Gateway,
     scripted: ScriptedUpstream,
