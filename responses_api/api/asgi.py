@@ -186,9 +186,11 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         if message["type"] == "lifespan.startup":
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            from ..store.usage import usage_writer
             from .metrics import process_exit
 
             await close_session()
+            await usage_writer.flush()  # the usage records of the last calls
             await close_pool()
             process_exit()
             await send({"type": "lifespan.shutdown.complete"})

@@ -4,7 +4,6 @@ targets (upstreams/passthrough.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -21,7 +20,7 @@ from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat
 from ..protocol.errors import GatewayError, InvalidRequest
 from ..protocol.ids import new_id
 from ..protocol.request import parse_create_request
-from ..store import db, services
+from ..store.usage import usage_writer
 from ..upstreams import UpstreamRequest, open_call
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
 from .auth import Principal
@@ -31,8 +30,6 @@ from .metrics import upstream_error
 from .openapi import json_body
 
 log = logging.getLogger("gateway.passthrough")
-
-_recording: set[asyncio.Task] = set()
 
 
 async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoint: str) -> HttpResponseBase:
@@ -227,32 +224,22 @@ def _record(
     usage: dict[str, Any] | None,
     started: float,
 ) -> None:
-    """Store the call's usage without holding up the answer (and even if the client left)."""
+    """Store the call's usage without holding up the answer (and even if the client left):
+    in the next batch of usage records (store/usage.py)."""
     input_tokens, output_tokens = usage_tokens(usage)
     if endpoint == UsageRecord.Endpoint.EMBEDDINGS and output_tokens is None and input_tokens is not None:
         output_tokens = 0
-    task = asyncio.ensure_future(
-        db.run(
-            services.usage_record,
-            tenant_id=principal.tenant_id,
-            api_key_id=principal.key_id,
-            endpoint=endpoint,
-            model=model,
-            upstream=upstream,
-            status=status,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            latency_ms=int((time.monotonic() - started) * 1000),
-        )
+    usage_writer.add(
+        tenant_id=principal.tenant_id,
+        api_key_id=principal.key_id,
+        endpoint=endpoint,
+        model=model,
+        upstream=upstream,
+        status=status,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        latency_ms=int((time.monotonic() - started) * 1000),
     )
-    _recording.add(task)
-    task.add_done_callback(_recorded)
-
-
-def _recorded(task: asyncio.Task) -> None:
-    _recording.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("could not record usage: %s", task.exception())
 
 
 class ChatCompletionsView(ApiView):

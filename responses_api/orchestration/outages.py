@@ -40,6 +40,11 @@ def _redis_errors() -> tuple[type[BaseException], ...]:
 _errors: dict[str, tuple[type[BaseException], ...]] = {}
 
 
+def database_unreachable(exc: BaseException) -> bool:
+    """Whether `exc` means the database cannot be reached (as `unavailable` tells, without its log line)."""
+    return isinstance(exc, _database_errors())
+
+
 def unavailable(exc: BaseException) -> ServiceUnavailable | None:
     """The 503 for an exception that means the database or Redis is unreachable; else None."""
     if not _errors:

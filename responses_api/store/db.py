@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -80,6 +80,14 @@ async def fetch_one(sql: str, params: dict[str, Any]) -> tuple | None:
         return await cursor.fetchone() if cursor.description is not None else None
 
 
+async def copy_rows(sql: str, rows: Iterable[Sequence[Any]]) -> None:
+    """`COPY ... FROM STDIN` the rows (PostgreSQL): one statement, atomic by itself."""
+    pool = await _pool()
+    async with pool.connection() as conn, conn.cursor() as cursor, cursor.copy(sql) as copy:
+        for row in rows:
+            await copy.write_row(row)
+
+
 async def close_pool() -> None:
     """Close this loop's async pool (at shutdown)."""
     pool = _pools.pop(asyncio.get_running_loop(), None)
@@ -87,4 +95,4 @@ async def close_pool() -> None:
         await pool.close()
 
 
-__all__ = ["run", "fetch_one", "native_async", "close_pool", "close_old_connections"]
+__all__ = ["run", "fetch_one", "copy_rows", "native_async", "close_pool", "close_old_connections"]

@@ -14,6 +14,7 @@ from ..orchestration.limits import Grant
 from ..orchestration.outages import unavailable
 from ..protocol.errors import GatewayError
 from . import db, services
+from .usage import usage_writer
 
 log = logging.getLogger("gateway.persistence")
 
@@ -128,37 +129,26 @@ class DatabasePersistence:
 
     def _record_usage(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
         """A `store: false` response keeps no row, but its tokens were spent: the usage API and
-        the budgets (seeded from the database) count them. Written after the answer, like a
-        passed-through call's: nothing a client waits for."""
+        the budgets (seeded from the database) count them. Written after the answer, in a batch
+        (store/usage.py): nothing a client waits for."""
         usage = response.get("usage") or {}
-        task = asyncio.ensure_future(
-            db.run(
-                services.usage_record,
-                tenant_id=self.tenant_id,
-                api_key_id=self.api_key_id,
-                endpoint=UsageRecord.Endpoint.UNSTORED_RESPONSE,
-                model=str(response.get("model") or ""),
-                upstream=upstream,
-                status=200,  # the client got the response; its own status says how it ended
-                input_tokens=usage.get("input_tokens"),
-                output_tokens=usage.get("output_tokens"),
-                latency_ms=latency_ms,
-            )
+        usage_writer.add(
+            tenant_id=self.tenant_id,
+            api_key_id=self.api_key_id,
+            endpoint=UsageRecord.Endpoint.UNSTORED_RESPONSE,
+            model=str(response.get("model") or ""),
+            upstream=upstream,
+            status=200,  # the client got the response; its own status says how it ended
+            input_tokens=usage.get("input_tokens"),
+            output_tokens=usage.get("output_tokens"),
+            latency_ms=latency_ms,
         )
-        _background.add(task)
-        task.add_done_callback(_usage_recorded)
 
     async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
         await self.finish({**response, "output": []}, upstream=upstream, latency_ms=latency_ms, input_items=[])
 
 
 _background: set[asyncio.Task] = set()  # the loop holds tasks only weakly
-
-
-def _usage_recorded(task: asyncio.Task) -> None:
-    _background.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("could not record the usage of a store: false response: %s", task.exception())
 
 
 async def _fail_if_written(response_id: str, error: GatewayError, attempts: int = 20) -> None:

@@ -464,34 +464,6 @@ def response_force_cancel(*, response_id: str) -> bool:
     )
 
 
-def usage_record(
-    *,
-    tenant_id: int,
-    api_key_id: int | None,
-    endpoint: str,
-    model: str,
-    upstream: str,
-    status: int,
-    input_tokens: int | None,
-    output_tokens: int | None,
-    latency_ms: int,
-) -> None:
-    """The usage of a call with no stored response (passed through, or `store: false`)."""
-    from ..models import UsageRecord
-
-    UsageRecord.objects.create(
-        tenant_id=tenant_id,
-        api_key_id=api_key_id,
-        endpoint=endpoint,
-        model=model,
-        upstream=upstream,
-        status=status,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        latency_ms=latency_ms,
-    )
-
-
 RETENTION_BATCH = 1000
 
 

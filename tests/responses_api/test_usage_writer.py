@@ -1,0 +1,109 @@
+"""Usage records (store/usage.py) go to the database in batches: one INSERT for many calls,
+written within the flush interval, kept and written later when the database fails."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from responses_api.store import db, usage
+from responses_api.store.usage import UsageWriter
+
+pytestmark = pytest.mark.embedded
+
+
+def _record(tenant_id: int, n: int) -> dict[str, Any]:
+    return dict(
+        tenant_id=tenant_id,
+        api_key_id=None,
+        endpoint="responses (store: false)",
+        model="m",
+        upstream="u",
+        status=200,
+        input_tokens=n,
+        output_tokens=1,
+        latency_ms=3,
+    )
+
+
+@pytest.fixture(autouse=True)
+async def _close_the_pool():  # type: ignore[no-untyped-def]
+    """The writer COPYs on this test loop's async pool (PostgreSQL)."""
+    yield
+    from responses_api.store.db import close_pool
+
+    await close_pool()
+
+
+@pytest.fixture
+def tenant_id(transactional_db) -> int:  # type: ignore[no-untyped-def]
+    from responses_api.models import Tenant
+
+    return Tenant.objects.create(name="usage-writer").id
+
+
+def _stored(tenant_id: int) -> list[int]:
+    from responses_api.models import UsageRecord
+
+    return sorted(UsageRecord.objects.filter(tenant_id=tenant_id).values_list("input_tokens", flat=True))
+
+
+@pytest.fixture
+def inserts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each INSERT the writer sends."""
+    sizes: list[int] = []
+    real = usage._insert
+
+    async def counted(batch: list[dict[str, Any]]) -> None:
+        sizes.append(len(batch))
+        await real(batch)
+
+    monkeypatch.setattr(usage, "_insert", counted)
+    return sizes
+
+
+async def test_many_calls_are_one_insert_within_the_interval(tenant_id: int, inserts: list[int]) -> None:
+    writer = UsageWriter(flush_seconds=0.2)
+    for n in range(50):
+        writer.add(**_record(tenant_id, n))
+    assert await db.run(_stored, tenant_id) == []  # not yet: the answer never waits for it
+    for _ in range(50):
+        await asyncio.sleep(0.05)
+        if inserts:
+            break
+    await asyncio.sleep(0.05)
+    assert inserts == [50]
+    assert await db.run(_stored, tenant_id) == list(range(50))
+
+
+async def test_records_survive_a_failed_write(
+    tenant_id: int, inserts: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = UsageWriter(flush_seconds=60)  # flushed by hand below
+    real = usage._insert
+    from django.db.utils import OperationalError
+
+    async def down(batch: list[dict[str, Any]]) -> None:
+        raise OperationalError("could not connect to server")
+
+    monkeypatch.setattr(usage, "_insert", down)
+    writer.add(**_record(tenant_id, 1))
+    assert await writer.flush() is False
+    writer.add(**_record(tenant_id, 2))
+    monkeypatch.setattr(usage, "_insert", real)
+    assert await writer.flush() is True
+    assert await db.run(_stored, tenant_id) == [1, 2]
+    assert await writer.flush() is True  # nothing left: no empty INSERT
+    assert await db.run(_stored, tenant_id) == [1, 2]
+
+
+async def test_a_record_the_database_refuses_does_not_stop_the_others(tenant_id: int, inserts: list[int]) -> None:
+    writer = UsageWriter(flush_seconds=60)
+    writer.add(**_record(tenant_id, 1))
+    writer.add(**_record(tenant_id + 10_000, 2))  # its tenant is gone: a foreign-key violation
+    writer.add(**_record(tenant_id, 3))
+    assert await writer.flush() is True
+    assert await db.run(_stored, tenant_id) == [1, 3]
+    assert await writer.flush() is True  # the refused record is not tried again
