@@ -2,10 +2,11 @@
 
 A call that leaves no stored response (a `store: false` response, a call passed through to
 /v1/chat/completions or /v1/embeddings) leaves a `UsageRecord`, so the usage API, budgets and
-the admin chart count its tokens. One INSERT per call cost a `store: false` create half of
-its CPU at concurrency 64 (a thread hop and the ORM's create: 0.60 → 0.97-1.28 ms per request,
-bench/README.md), so records wait up to `FLUSH_SECONDS` in memory and go out as one
-multi-row INSERT. These are accounting rows, not responses (a response is still committed
+the admin chart count its tokens. An INSERT per call (a thread hop and the ORM's create) cost
+the `store: false` path a tenth of its throughput at concurrency 64 (bench/README.md), so
+records wait up to `FLUSH_SECONDS` in memory and go out together: one COPY on the async pool
+(PostgreSQL), one bulk INSERT (SQLite). Web processes only: the worker runs no `store: false`
+response and no pass-through call. These are accounting rows, not responses (a response is still committed
 before it is answered): a crash loses at most the last `FLUSH_SECONDS` of them, and the ASGI
 lifespan's shutdown writes what is pending. While the database is unavailable they are kept
 (up to `MAX_PENDING`) and tried again every `FLUSH_SECONDS`.
@@ -49,7 +50,7 @@ class UsageWriter:
             await self.flush()
 
     async def flush(self) -> bool:
-        """Write every pending record now (one INSERT). While the database is unavailable they
+        """Write every pending record now, in one statement. While the database is unavailable they
         stay for the next try; a record it refuses (its tenant deleted meanwhile) is dropped,
         not the batch."""
         batch, self._pending = self._pending, []
