@@ -7,7 +7,6 @@ to it over real HTTP: the `openai` SDK and httpx.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -87,15 +86,9 @@ def gateway(transactional_db, gateway_server: ThreadedUvicorn, scripted: Scripte
     yield Gateway(url=gateway_server.url, key=raw, tenant_id=tenant_id)
     # The usage records of this test's last calls (written in batches) go to this test's
     # database, not into the next test's.
-    asyncio.run(_flush_usage())
-
-
-async def _flush_usage() -> None:
-    from responses_api.store.db import close_pool
     from responses_api.store.usage import usage_writer
 
-    await usage_writer.flush()
-    await close_pool()  # this loop's, if the flush opened one
+    gateway_server.call(usage_writer.flush())
 
 
 @pytest.fixture

@@ -190,7 +190,7 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             from .metrics import process_exit
 
             await close_session()
-            await usage_writer.flush()  # the usage records of the last calls
+            await usage_writer.close()  # the usage records of the last calls
             await close_pool()
             process_exit()
             await send({"type": "lifespan.shutdown.complete"})

@@ -35,7 +35,7 @@ class QueryParameters(serializers.Serializer):
     @classmethod
     def parse(cls, query: QueryDict) -> dict[str, Any]:
         if not query:  # the common case (a poll, a first page): the defaults, validated once
-            return dict(cls._defaults())
+            return {name: dict(v) if isinstance(v, dict) else v for name, v in cls._defaults().items()}
         data: dict[str, Any] = {}
         for name, field in cls._fields().items():
             if isinstance(field, DeepObjectField):
@@ -116,7 +116,8 @@ def _first(detail: Any) -> str:
 
 def _sentence(text: str) -> str:
     """DRF's messages ("Ensure this value ...") inside ours ("Invalid 'limit': ensure ...")."""
-    return text[:1].lower() + text[1:] if text[:2] != text[:2].upper() else text
+    first_word = text.split(" ", 1)[0]
+    return text if len(first_word) > 1 and first_word.isupper() else text[:1].lower() + text[1:]
 
 
 # --------------------------------------------------------------------------- fields
@@ -268,7 +269,8 @@ class UsageQuery(QueryParameters):
         child=_choice(USAGE_GROUPS),
         allow_empty=False,
         default=["model", "day"],
-        help_text="Dimensions to group by, comma-separated; `tenant` needs an admin key. Default: per model per day.",
+        help_text="Dimensions to group by: repeat the parameter or separate with commas; `tenant` needs an "
+        "admin key. Default: per model per day.",
     )
     start = UnixTimeField(default=None, help_text="Only responses created at or after this time.")
     end = UnixTimeField(default=None, help_text="Only responses created before this time.")

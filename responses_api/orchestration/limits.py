@@ -649,8 +649,10 @@ def _duration(seconds: float) -> str:
 async def _seed_budget(store: LimitStore, budget: Budget, check: Check, now: float) -> None:
     from ..history.selectors import spend_since
     from ..store import db
+    from ..store.usage import usage_writer
 
     _, start, left = budget.window(now)
+    await usage_writer.flush()  # the calls of the last half second, queued as usage records
     tokens, micro_usd = await db.run(spend_since, tenant_id=budget.tenant_id, start=datetime.fromtimestamp(start, UTC))
     await store.seed(check.key, tokens, micro_usd, left + 86400)
 

@@ -95,9 +95,10 @@ class DatabasePersistence:
         latency_ms: int,
         input_items: list[dict[str, Any]] | None,
     ) -> None:
-        if not self.store and self.conversation_id is None:
+        if not self.store:  # no response row (a conversation keeps only its items): a usage record
             self._record_usage(response, upstream=upstream, latency_ms=latency_ms)
-            return
+            if self.conversation_id is None:
+                return
         input_items = self.input_items if input_items is None else input_items
         if not self.keep_items:
             response, input_items = {**response, "output": []}, []

@@ -8,7 +8,8 @@ records wait up to `FLUSH_SECONDS` in memory and go out together: one COPY on th
 (PostgreSQL), one bulk INSERT (SQLite). Web processes only: the worker runs no `store: false`
 response and no pass-through call. These are accounting rows, not responses (a response is still committed
 before it is answered): a crash loses at most the last `FLUSH_SECONDS` of them, and the ASGI
-lifespan's shutdown writes what is pending. While the database is unavailable they are kept
+lifespan's shutdown writes what is pending (`close`). A connection that breaks just after the
+database committed a batch makes that batch be written twice: accepted, for accounting rows. While the database is unavailable they are kept
 (up to `MAX_PENDING`) and tried again every `FLUSH_SECONDS`.
 """
 
@@ -35,6 +36,10 @@ class UsageWriter:
         self._pending: list[dict[str, Any]] = []
         self._writer: asyncio.Task | None = None
         self._failing = False  # warned once per outage
+        # One write at a time per event loop: a flush returns once what was queued before it
+        # is written, even when the writer task was in the middle of writing part of it.
+        self._lock: asyncio.Lock | None = None
+        self._lock_loop: asyncio.AbstractEventLoop | None = None
 
     def add(self, **record: Any) -> None:
         """Queue a record (the `UsageRecord` fields); it is written within `flush_seconds`."""
@@ -50,9 +55,24 @@ class UsageWriter:
             await self.flush()
 
     async def flush(self) -> bool:
-        """Write every pending record now, in one statement. While the database is unavailable they
-        stay for the next try; a record it refuses (its tenant deleted meanwhile) is dropped,
-        not the batch."""
+        """Write every record queued so far, in one statement, after any write under way. While
+        the database is unavailable they stay for the next try; a record it refuses (its tenant
+        deleted meanwhile) is dropped, not the batch."""
+        async with self._loop_lock():
+            return await self._write_pending()
+
+    async def close(self) -> None:
+        """At shutdown (the ASGI lifespan): write what is queued, and say what could not be."""
+        if not await self.flush():
+            log.error("%d usage records are lost: the database is unreachable at shutdown", len(self._pending))
+
+    def _loop_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        return self._lock
+
+    async def _write_pending(self) -> bool:
         batch, self._pending = self._pending, []
         if not batch:
             return True
@@ -114,7 +134,10 @@ def _insert_each(batch: list[dict[str, Any]]) -> None:
         try:
             UsageRecord.objects.create(**record)
         except Exception as exc:  # noqa: BLE001 - one refused record must not stop the others
-            log.warning("dropped a usage record the database refused (%s): %s", record, exc)
+            if record.get("api_key_id") is not None:  # the key was deleted meanwhile: as SET_NULL does
+                _insert_each([{**record, "api_key_id": None}])
+            else:
+                log.warning("dropped a usage record the database refused (%s): %s", record, exc)
 
 
 usage_writer = UsageWriter()

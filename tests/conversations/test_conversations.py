@@ -133,6 +133,18 @@ def test_store_false_responses_still_append_to_the_conversation(gateway: Gateway
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(resp.id)
     assert texts(client.conversations.items.list(conv.id, order="asc").data) == ["remember 42", "noted"]
+    # No response row is kept, but the tokens were spent: a usage record counts them.
+    import time
+
+    from responses_api.models import UsageRecord
+
+    deadline = time.monotonic() + 5
+    while not UsageRecord.objects.filter(tenant_id=gateway.tenant_id).exists():  # written just after
+        assert time.monotonic() < deadline, "no usage record for a store: false response in a conversation"
+        time.sleep(0.05)
+    (record,) = UsageRecord.objects.filter(tenant_id=gateway.tenant_id)
+    assert (record.endpoint, record.model) == ("responses (store: false)", MODEL)
+    assert record.input_tokens == resp.usage.input_tokens and record.output_tokens == resp.usage.output_tokens
 
 
 def test_background_responses_append_when_the_worker_finishes(

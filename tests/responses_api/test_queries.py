@@ -31,6 +31,8 @@ def test_an_empty_query_gives_the_defaults() -> None:
     first = PageQuery.parse(QueryDict(""))
     first["limit"] = 5  # a caller's copy: the cached defaults stay as they are
     assert PageQuery.parse(QueryDict(""))["limit"] == 20
+    ResponseListQuery.parse(QueryDict(""))["metadata"]["k"] = "v"
+    assert ResponseListQuery.parse(QueryDict(""))["metadata"] == {}
 
 
 def test_values_are_parsed() -> None:
@@ -74,6 +76,8 @@ def test_a_bad_value_is_an_invalid_request_naming_the_parameter(query: str, para
 
 
 def test_usage_and_retrieve_refuse_what_they_cannot_read() -> None:
+    with pytest.raises(InvalidRequest, match="Invalid 'starting_after': a valid integer is required"):
+        RetrieveQuery.parse(QueryDict("starting_after=x"))
     with pytest.raises(InvalidRequest) as caught:
         UsageQuery.parse(QueryDict("group_by=week"))
     assert caught.value.param == "group_by"

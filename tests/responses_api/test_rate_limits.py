@@ -254,6 +254,21 @@ def test_store_false_responses_count_in_usage_and_budgets(gateway: Gateway, scri
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
 
 
+def test_a_budget_seeded_just_after_a_store_false_call_counts_it(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """The call's usage record may still be queued (store/usage.py) when the budget's counter is
+    seeded from the database: the seed writes the queue first."""
+    from responses_api.models import Tenant
+
+    scripted.set_default(
+        MODEL, Reply(text="ok", usage={"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40})
+    )
+    assert create(gateway, store=False).status_code == 200  # 40 tokens, before any budget
+    set_limits(Tenant, gateway.tenant_id, budget_period="day", budget_tokens=50)  # at once: within the queue's 0.5 s
+    assert create(gateway, store=False).status_code == 200  # seeded with 40 < 50; now 80
+    refused = create(gateway, store=False)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
+
+
 def test_a_cost_budget_prices_tokens_with_the_routes_price_table(
     gateway: Gateway,
     scripted: ScriptedUpstream,

@@ -107,3 +107,60 @@ async def test_a_record_the_database_refuses_does_not_stop_the_others(tenant_id:
     assert await writer.flush() is True
     assert await db.run(_stored, tenant_id) == [1, 3]
     assert await writer.flush() is True  # the refused record is not tried again
+
+
+async def test_a_flush_waits_for_the_write_under_way(tenant_id: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shutdown's flush (and a budget's seed) must not return while the writer task is still
+    writing records queued before it: they would be lost with the loop, or missed by the seed."""
+    real = usage._insert
+    writing = asyncio.Event()
+
+    async def slow(batch: list[dict[str, Any]]) -> None:
+        if not writing.is_set():  # the writer task's write is slow; later ones are not
+            writing.set()
+            await asyncio.sleep(0.3)
+        await real(batch)
+
+    monkeypatch.setattr(usage, "_insert", slow)
+    writer = UsageWriter(flush_seconds=0.01)
+    writer.add(**_record(tenant_id, 1))
+    await asyncio.wait_for(writing.wait(), 5)  # the writer task took record 1 and is writing it
+    writer.add(**_record(tenant_id, 2))
+    await writer.close()
+    assert await db.run(_stored, tenant_id) == [1, 2]
+
+
+async def test_the_writer_tries_again_until_the_database_is_back(
+    tenant_id: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db.utils import OperationalError
+
+    real = usage._insert
+    failures = [OperationalError("could not connect to server")] * 2
+
+    async def flaky(batch: list[dict[str, Any]]) -> None:
+        if failures:
+            raise failures.pop()
+        await real(batch)
+
+    monkeypatch.setattr(usage, "_insert", flaky)
+    writer = UsageWriter(flush_seconds=0.05)
+    writer.add(**_record(tenant_id, 1))
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if await db.run(_stored, tenant_id):
+            break
+    assert failures == [] and await db.run(_stored, tenant_id) == [1]
+
+
+async def test_a_deleted_keys_record_is_kept_without_its_key(tenant_id: int) -> None:
+    writer = UsageWriter(flush_seconds=60)
+    writer.add(**{**_record(tenant_id, 1), "api_key_id": 987_654})  # deleted before the flush
+    assert await writer.flush() is True
+
+    def key_ids() -> list[int | None]:
+        from responses_api.models import UsageRecord
+
+        return list(UsageRecord.objects.filter(tenant_id=tenant_id).values_list("api_key_id", flat=True))
+
+    assert await db.run(key_ids) == [None]

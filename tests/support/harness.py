@@ -9,14 +9,18 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import httpx
 
 from responses_api.ops.processes import stop_process, wait_until
 
 MODEL = "test-model"
+
+T = TypeVar("T")
 
 
 class ThreadedUvicorn:
@@ -41,7 +45,15 @@ class ThreadedUvicorn:
         self.thread = threading.Thread(target=self._serve, name="gateway-under-test", daemon=True)
 
     def _serve(self) -> None:
-        asyncio.run(self.server.serve())
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self.server.serve()
+
+    def call(self, coroutine: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        """Run `coroutine` on the gateway's own event loop (where its tasks and pools live)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
     def start(self) -> None:
         self.thread.start()
