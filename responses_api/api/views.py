@@ -236,9 +236,9 @@ class ResponseCompactView(ApiView):
         responses={200: ref("CompactedResponse")},
     )
     async def post(self, request: ApiRequest) -> Response:
-        compacted = await compact_conversation(self.principal, request.data)
+        compacted, rate_limit_headers = await compact_conversation(self.principal, request.data)
         request.log_extra.update(response_id=compacted["id"], response_status="completed")
-        return Response(compacted)
+        return Response(compacted, headers=rate_limit_headers)
 
 
 class ResponseInputTokensView(ApiView):

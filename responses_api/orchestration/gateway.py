@@ -216,8 +216,9 @@ async def admit_request(
 # -- /v1/responses/compact -----------------------------------------------------------
 
 
-async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any]:
-    """Summarise a conversation with its routed model; the `response.compaction` object."""
+async def compact_conversation(principal: Principal, body: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """Summarise a conversation with its routed model: the `response.compaction` object, and
+    the rate-limit headers of its admission (OpenAI's `x-ratelimit-*`, as a create has)."""
     from ..protocol.compaction import COMPACTION_INSTRUCTIONS, compacted_output, summary_request_item
     from ..protocol.request import parse_create_request
     from ..store.sealing import sealer
@@ -264,13 +265,14 @@ async def compact_conversation(principal: Principal, body: Any) -> dict[str, Any
     if not summary:
         raise UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
     sealed = sealer().seal({"summary": summary}, tenant_id=principal.tenant_id, purpose="compaction")
-    return {
+    compacted = {
         "id": result["id"],
         "object": "response.compaction",
         "created_at": result["created_at"],
         "output": compacted_output(run.job.context[:-1], sealed),
         "usage": result["usage"],
     }
+    return compacted, grant.headers if grant is not None else {}
 
 
 # -- /v1/responses/input_tokens --------------------------------------------------------

@@ -254,6 +254,18 @@ def test_store_false_responses_count_in_usage_and_budgets(gateway: Gateway, scri
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
 
 
+def test_compact_answers_carry_the_rate_limit_headers(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import ApiKey
+
+    scripted.set_default(MODEL, Reply(text="A summary."))
+    set_limits(ApiKey, key_id(gateway.key), requests_per_minute=5)
+    with gateway.http() as client:
+        reply = client.post("/v1/responses/compact", json={"model": MODEL, "input": "hi"})
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-ratelimit-limit-requests"] == "5"
+    assert reply.headers["x-ratelimit-remaining-requests"] == "4"
+
+
 def test_a_budget_seeded_just_after_a_store_false_call_counts_it(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     """The call's usage record may still be queued (store/usage.py) when the budget's counter is
     seeded from the database: the seed writes the queue first."""
