@@ -35,9 +35,9 @@ class QueryParameters(serializers.Serializer):
     @classmethod
     def parse(cls, query: QueryDict) -> dict[str, Any]:
         if not query:  # the common case (a poll, a first page): the defaults, validated once
-            return {name: dict(v) if isinstance(v, dict) else v for name, v in cls._defaults().items()}
+            return {name: dict(v) if isinstance(v, dict) else v for name, v in _defaults(cls).items()}
         data: dict[str, Any] = {}
-        for name, field in cls._fields().items():
+        for name, field in _serializer(cls).fields.items():
             if isinstance(field, DeepObjectField):
                 prefix = f"{name}["
                 given = {key[len(prefix) : -1]: query.getlist(key) for key in query if _in_deep_object(key, prefix)}
@@ -65,7 +65,7 @@ class QueryParameters(serializers.Serializer):
                 explode=True,
                 description=str(field.help_text),
             )
-            for name, field in cls._fields().items()
+            for name, field in _serializer(cls).fields.items()
             if isinstance(field, DeepObjectField)
         ]
         return [cls, *deep]
@@ -83,14 +83,6 @@ class QueryParameters(serializers.Serializer):
             raise InvalidRequest(f"Invalid '{name}': {_sentence(_first(details))}", param=name) from None
         # Lists as tuples: the values are shared (the cached defaults) and hashed (filters).
         return {name: tuple(v) if isinstance(v, list) else v for name, v in values.items()}
-
-    @classmethod
-    def _fields(cls) -> dict[str, serializers.Field]:
-        return dict(_serializer(cls).fields)
-
-    @classmethod
-    def _defaults(cls) -> dict[str, Any]:
-        return _defaults(cls)
 
 
 @functools.cache
