@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from responses_api.engine import router
 from responses_api.engine.run import ResponseJob, ResponseRun
 from responses_api.orchestration.routing import ProviderConfig, Route, Target
 from responses_api.protocol.deltas import Finish, TextDelta, ToolCallDelta, Usage
@@ -189,3 +190,33 @@ def test_a_worker_run_continues_the_event_log_and_streams_from_the_upstream() ->
     validate_events(events, starting_after=1)
     assert upstream.requests[0][1].stream is True
     assert events[0]["sequence_number"] == 2
+
+
+def test_a_streams_row_is_written_after_its_upstream_request_went_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp sends a request from a task of its own, queued behind whatever is ready on the
+    loop (Python 3.11): a row insert started at the same moment went first and delayed the
+    upstream request (bench/README.md, performance round 4). Target health as between two
+    reads of the shared store (in memory, or Redis within the router's cache time)."""
+    monkeypatch.setattr(router, "_store", router.MemoryHealthStore())
+    order: list[str] = []
+
+    class SendsFromATask(Upstream):
+        async def __call__(self, target: Target, request: UpstreamRequest) -> Call:
+            async def write() -> None:
+                order.append("upstream request sent")
+
+            sent = asyncio.ensure_future(write())  # as aiohttp's ClientRequest.send
+            await sent
+            return await super().__call__(target, request)
+
+    class RecordsTheInsert(Stored):
+        async def open(self) -> None:
+            order.append("row inserted")
+            await super().open()
+
+    upstream = SendsFromATask([TextDelta("hi"), Finish("stop")])
+    stored = RecordsTheInsert()
+    run = ResponseRun(_job({"input": "hi", "stream": True}), stored, Tools(), open_upstream=upstream)
+    events = _drive(run)
+    validate_events(events)
+    assert order == ["upstream request sent", "row inserted"]
