@@ -40,8 +40,11 @@ def get_session() -> aiohttp.ClientSession:
             keepalive_timeout=4.0,
         )
         session = aiohttp.ClientSession(
-            # trust_env would re-read the environment (and ~/.netrc) on every request: proxy_for().
             connector=connector,
+            # Every tenant's calls share this session: a cookie one answer set (a load
+            # balancer's, a proxying server's session) must not go out with anyone's next call.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            # trust_env would re-read the environment (and ~/.netrc) on every request: proxy_for().
             trust_env=False,
             auto_decompress=True,
             timeout=aiohttp.ClientTimeout(

@@ -48,16 +48,15 @@ async def _upstream(
     serve: Handler,
     *,
     stream: bool,
+    host: str = "127.0.0.1",
     **timeouts: float,
 ) -> AsyncIterator[tuple[Target, UpstreamRequest]]:
-    """A raw HTTP server on loopback, a target pointing at it and a request to send it."""
+    """A raw HTTP server on loopback, a target pointing at it (by `host`) and a request to send it."""
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     limits = {"timeout": 5.0, "connect_timeout": 5.0, **timeouts}
     target = Target(
-        ProviderConfig(
-            name="p", kind="chat_completions", base_url=f"http://127.0.0.1:{port}/v1", api_key=None, **limits
-        ),
+        ProviderConfig(name="p", kind="chat_completions", base_url=f"http://{host}:{port}/v1", api_key=None, **limits),
         "m",
         1,
     )
@@ -108,6 +107,37 @@ async def test_a_pooled_connection_the_server_drops_is_retried_once_on_a_fresh_o
             call = await open_call(target, request)
             assert [d async for d in call.deltas()]
         assert len(answered) == 2 and answered[0] != answered[1]
+
+
+async def test_cookies_an_upstream_sets_are_not_sent_with_later_calls() -> None:
+    """The session is shared by every tenant's calls: a cookie one answer sets (a load
+    balancer's, a proxy's session) must not ride along with anyone's next request. By host
+    name, since aiohttp's default jar ignores cookies from IP addresses anyway."""
+    cookies: list[bytes | None] = []
+    body = json.dumps(COMPLETION).encode()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            lines = head.split(b"\r\n")
+            cookies.append(next((line for line in lines if line.lower().startswith(b"cookie:")), None))
+            length = next(int(line.split(b":")[1]) for line in lines if line.lower().startswith(b"content-length"))
+            await reader.readexactly(length)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nset-cookie: session=first-caller; Path=/\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            await writer.drain()
+        writer.close()
+
+    async with _upstream(serve, stream=False, host="localhost") as (target, request):
+        for _ in range(2):
+            call = await open_call(target, request)
+            assert [d async for d in call.deltas()]
+    assert cookies == [None, None]
 
 
 def test_proxies_come_from_the_environment_once_per_origin(monkeypatch: pytest.MonkeyPatch) -> None:
