@@ -649,6 +649,25 @@ class RawHttp:
         self._proto = None
 
 
+class LeanUpstream:
+    """bench/lean_upstream.py in its own process: `slow-N` Chat Completions streams, one token
+    every `interval` seconds, at a fraction of the scripted upstream's CPU per chunk."""
+
+    def __init__(self, *, log_dir: Path, name: str = "upstream", interval: float = 0.1) -> None:
+        self.port = free_port()
+        cmd = [PYTHON, str(BENCH / "lean_upstream.py"), "--port", str(self.port), "--interval", str(interval)]
+        self.proc = Proc(name, cmd, log_dir=log_dir)
+        wait_http(f"http://127.0.0.1:{self.port}/v1/models", self.proc)
+        log(f"{name} (lean) at {self.base_url} (pid {self.proc.pid})")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
 def use_uvloop() -> str:
     try:
         import uvloop

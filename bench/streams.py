@@ -23,9 +23,12 @@ Memory: the gateway's VmRSS in the window minus its RSS before the level,
 divided by N (and the same against its idle RSS after warm-up).
 
 Processes: one gateway (uvicorn, production settings) whose route spreads
-over --upstreams upstream processes (bench/upstream_server.py), Postgres and
-this load generator (asyncio + uvloop + raw HTTP client): all share the
-machine's cores.
+over --upstreams upstream processes, Postgres and this load generator
+(asyncio + uvloop + raw HTTP client): all share the machine's cores. The
+upstreams are bench/lean_upstream.py unless --upstream scripted (the tests'
+scripted upstream, 3.7 times the CPU per chunk): a model server runs on
+machines of its own, and on two cores every cycle the stand-in spends is one
+the gateway under test does not get.
 
     /tmp/venv/bin/python bench/streams.py [--levels 100,250,500,1000,1500] [--hold 3]
 """
@@ -207,6 +210,14 @@ def main() -> None:
     ap.add_argument("--max-opening", type=int, default=32, help="creates waiting for their first token at once")
     ap.add_argument("--max-ramp", type=float, default=60.0, help="give up opening a level after this many s")
     ap.add_argument("--upstreams", type=int, default=2, help="upstream processes")
+    ap.add_argument(
+        "--upstream",
+        choices=("lean", "scripted"),
+        default="lean",
+        help="the upstream server: bench/lean_upstream.py (default; a fraction of the CPU per chunk, "
+        "so that the gateway gets the machine) or the scripted upstream of the tests (the figures "
+        "before 2026-11-26 afternoon)",
+    )
     ap.add_argument("--bound-ms", type=float, default=50.0, help="p99 added inter-event delay bound")
     ap.add_argument("--settings", default="", help="DJANGO_SETTINGS_MODULE for the gateway (diagnostics only)")
     ap.add_argument(
@@ -245,7 +256,9 @@ def main() -> None:
     d = c.run_dir("streams")
     pg = c.start_postgres(d)
     ups = [
-        c.Upstream(latency=0.0, log_dir=d, name=f"upstream{i}", slow_interval=args.interval)
+        c.LeanUpstream(log_dir=d, name=f"upstream{i}", interval=args.interval)
+        if args.upstream == "lean"
+        else c.Upstream(latency=0.0, log_dir=d, name=f"upstream{i}", slow_interval=args.interval)
         for i in range(args.upstreams)
     ]
     providers = {f"up{i}": u.base_url for i, u in enumerate(ups)}
@@ -402,8 +415,8 @@ def main() -> None:
                     "benchmark)"
                 ),
                 (
-                    f"GATEWAY_UPSTREAM_MAX_CONNECTIONS={max_conn} (the default, 1000, caps one process at 1000 "
-                    "simultaneous upstream streams)"
+                    f"GATEWAY_UPSTREAM_MAX_CONNECTIONS={max_conn} for both trees (the default was 1000 before "
+                    "2026-11-26 afternoon, 4000 since: one connection per simultaneous upstream stream)"
                 ),
             ],
             "runtime_s": round(time.perf_counter() - t_begin, 1),
