@@ -59,5 +59,37 @@ def _tune_garbage_collection() -> None:
     gc.set_threshold(*settings.GATEWAY_GC_THRESHOLDS)
 
 
+def _raise_open_file_limit() -> None:
+    """The soft limit on open files up to the hard one.
+
+    Every stream holds two sockets (the client's and the upstream's), and container runtimes
+    commonly start processes with a soft limit of 1024: a process would refuse connections
+    at about 500 streams, well under the 2,000 it relays (bench/README.md, performance round
+    4). Raising the soft limit needs no privilege; the hard limit is the operator's."""
+    import logging
+    import resource
+
+    from django.conf import settings
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):  # e.g. above the kernel's nr_open: keep the soft limit
+            pass
+    needed = 2 * settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS + 256
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        logging.getLogger("gateway").warning(
+            "open-file limit %d is below %d (two sockets per stream for GATEWAY_UPSTREAM_MAX_CONNECTIONS=%d): "
+            "raise the hard limit (compose: ulimits.nofile)",
+            soft,
+            needed,
+            settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS,
+        )
+
+
 _sync_config_at_startup()
 _tune_garbage_collection()
+_raise_open_file_limit()

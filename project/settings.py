@@ -144,7 +144,8 @@ GATEWAY_ENCRYPTION_KEY = env.str("GATEWAY_ENCRYPTION_KEY", default="")
 GATEWAY_SSE_KEEPALIVE_SECONDS = env.float("GATEWAY_SSE_KEEPALIVE_SECONDS", default=15.0)
 GATEWAY_UPSTREAM_TIMEOUT = env.float("GATEWAY_UPSTREAM_TIMEOUT", default=120.0)
 GATEWAY_UPSTREAM_CONNECT_TIMEOUT = env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=5.0)
-GATEWAY_UPSTREAM_MAX_CONNECTIONS = env.int("GATEWAY_UPSTREAM_MAX_CONNECTIONS", default=1000)
+# Upstream connections per process: one per open stream (bench: 2,000 streams per process).
+GATEWAY_UPSTREAM_MAX_CONNECTIONS = env.int("GATEWAY_UPSTREAM_MAX_CONNECTIONS", default=4000)
 # How long authenticated keys and model routes are cached in-process; an
 # admin change or a revoked key takes effect within this many seconds.
 GATEWAY_CACHE_SECONDS = env.float("GATEWAY_CACHE_SECONDS", default=5.0)

@@ -187,3 +187,38 @@ async def test_the_api_lane_answers_with_the_headers_djangos_full_chain_gives(se
         assert lane[0] == full[0], path
         assert lane[2] == full[2], path
         assert lane[1] == full[1], (path, set(lane[1].items()) ^ set(full[1].items()))
+
+
+def test_the_open_file_limit_is_raised_to_the_hard_limit(settings) -> None:  # type: ignore[no-untyped-def]
+    """Two sockets per stream: a soft limit of 1024, common in containers, would refuse
+    connections at about 500 streams. Below what the upstream pool needs, a warning says so."""
+    import logging
+    import resource
+
+    from project.asgi import _raise_open_file_limit
+
+    class Warnings(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    warnings = Warnings()
+    logging.getLogger("gateway").addHandler(warnings)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS = 64
+        _raise_open_file_limit()
+        raised = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert raised == hard or (hard == resource.RLIM_INFINITY and raised > 256)
+        assert not [m for m in warnings.messages if "open-file limit" in m]
+
+        settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS = raised  # two sockets each: more than the limit
+        _raise_open_file_limit()
+        assert [m for m in warnings.messages if "open-file limit" in m]
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        logging.getLogger("gateway").removeHandler(warnings)

@@ -98,6 +98,9 @@ def test_services_and_commands() -> None:
     log_config = web[web.index("--log-config") + 1]
     assert (ROOT / log_config).is_file()
     json.loads((ROOT / log_config).read_text())
+    # Two sockets per open stream: room for the upstream pool's connections and their clients.
+    nofile = SERVICES["web"]["ulimits"]["nofile"]
+    assert min(nofile["soft"], nofile["hard"]) >= 2 * 4000 + 256
 
     worker = command_words("worker")
     assert worker[:4] == ["celery", "-A", "project", "worker"]
