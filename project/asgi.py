@@ -60,7 +60,7 @@ def _tune_garbage_collection() -> None:
 
 
 def _raise_open_file_limit() -> None:
-    """The soft limit on open files up to the hard one.
+    """The soft limit on open files up to the hard one (at most what the pool needs, or 65536).
 
     Every stream holds two sockets (the client's and the upstream's), and container runtimes
     commonly start processes with a soft limit of 1024: a process would refuse connections
@@ -71,15 +71,16 @@ def _raise_open_file_limit() -> None:
 
     from django.conf import settings
 
+    needed = 2 * settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS + 256
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    # Not the whole hard limit when it is huge (or unlimited): child processes inherit it.
+    wanted = max(needed, 65536) if hard == resource.RLIM_INFINITY else min(hard, max(needed, 65536))
+    if soft != resource.RLIM_INFINITY and soft < wanted:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
             soft = wanted
-        except (ValueError, OSError):  # e.g. above the kernel's nr_open: keep the soft limit
+        except (ValueError, OSError):  # e.g. above the kernel's limit: keep the soft limit
             pass
-    needed = 2 * settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS + 256
     if soft != resource.RLIM_INFINITY and soft < needed:
         logging.getLogger("gateway").warning(
             "open-file limit %d is below %d (two sockets per stream for GATEWAY_UPSTREAM_MAX_CONNECTIONS=%d): "

@@ -99,8 +99,10 @@ def test_services_and_commands() -> None:
     assert (ROOT / log_config).is_file()
     json.loads((ROOT / log_config).read_text())
     # Two sockets per open stream: room for the upstream pool's connections and their clients.
+    # One process relays 2,000 streams (bench/README.md, round 4): one upstream connection each.
+    assert settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS >= 2000
     nofile = SERVICES["web"]["ulimits"]["nofile"]
-    assert min(nofile["soft"], nofile["hard"]) >= 2 * 4000 + 256
+    assert min(nofile["soft"], nofile["hard"]) >= 2 * settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS + 256
 
     worker = command_words("worker")
     assert worker[:4] == ["celery", "-A", "project", "worker"]
