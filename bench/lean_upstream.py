@@ -3,14 +3,15 @@
 bench/streams.py measures how many slow streams one gateway process relays. The
 upstream it talks to stands for a model server, which in production runs on
 machines of its own (GPUs). The scripted upstream (tests/support/upstream.py,
-uvicorn + ASGI, a disconnect watcher per stream) costs about 47 µs of CPU per
-chunk here, so at 2,000 streams of one token per 100 ms two of its processes and
-the load generator took 1.1-1.4 of this machine's 2 cores before the gateway got
-any (bench/README.md, performance rounds 3 and 4). This server sends the same
-Chat Completions chunks for about 13 µs each: an asyncio protocol on uvloop, the
-request parsed by httptools, every chunk's bytes built once, one timer per
-stream re-armed after each chunk (relative, as the scripted upstream's sleep:
-a late tick delays the rest of the stream instead of being caught up).
+uvicorn + ASGI, a disconnect watcher per stream) is costly per chunk: at 2,000
+streams of one token per 100 ms its two processes took 0.94-1.16 of this
+machine's 2 cores (bench/README.md, performance rounds 3 and 4), which the
+gateway under test then did not get. This server sends the same Chat Completions
+chunks (the finish, usage and [DONE] go with the last token) for 3.5 times less
+CPU: an asyncio protocol on uvloop, the request parsed by httptools, every
+chunk's bytes built once, one timer per stream re-armed after each chunk
+(relative, as the scripted upstream's sleep: a late tick delays the rest of the
+stream instead of being caught up).
 
 It answers `POST .../chat/completions` only, for the models the benchmark uses:
 `slow-N` streams N tokens of 4 characters, one every `--interval` seconds after
@@ -56,14 +57,15 @@ def _json_answer(status: int, body: dict, keep_alive: bool) -> bytes:
 
 
 class _Stream:
-    """One streamed reply: the chunks after the first, one per tick."""
+    """One streamed reply: the chunks after the first, one per tick (`chunks` is shared by
+    every stream of the model, so each keeps only its position)."""
 
     __slots__ = ("conn", "chunks", "next", "interval", "timer")
 
     def __init__(self, conn: Server, chunks: list[bytes], interval: float) -> None:
         self.conn = conn
         self.chunks = chunks
-        self.next = 0
+        self.next = 1
         self.interval = interval
         self.timer: asyncio.TimerHandle | None = None
 
@@ -158,7 +160,7 @@ class Server(asyncio.Protocol):
             if not self.keep_alive:
                 self.transport.close()
             return
-        self.stream = _Stream(self, chunks[1:], self.interval)
+        self.stream = _Stream(self, chunks, self.interval)
         self.stream.timer = self.loop.call_later(self.interval, self.stream.tick)
 
 

@@ -26,7 +26,7 @@ Processes: one gateway (uvicorn, production settings) whose route spreads
 over --upstreams upstream processes, Postgres and this load generator
 (asyncio + uvloop + raw HTTP client): all share the machine's cores. The
 upstreams are bench/lean_upstream.py unless --upstream scripted (the tests'
-scripted upstream, 3.7 times the CPU per chunk): a model server runs on
+scripted upstream, 3.5 times the CPU): a model server runs on
 machines of its own, and on two cores every cycle the stand-in spends is one
 the gateway under test does not get.
 
