@@ -233,7 +233,10 @@ class ResponseCompactView(ApiView):
         "`encrypted_content` (sealed by this gateway for the key's tenant) stands for the rest "
         "in a later request's `input`.",
         request=json_body("CompactRequest"),
-        responses={200: ref("CompactedResponse")},
+        responses={
+            200: ref("CompactedResponse"),
+            429: OpenApiResponse(ref("GatewayError"), description="A rate limit or budget is used up."),
+        },
     )
     async def post(self, request: ApiRequest) -> Response:
         compacted, rate_limit_headers = await compact_conversation(self.principal, request.data)
@@ -251,14 +254,17 @@ class ResponseInputTokensView(ApiView):
         description="What a create with this body would send to the model, counted: exactly where the "
         "upstream counts (`x-gateway-token-count: exact`), else estimated.",
         request=json_body("CreateResponseBody"),
-        responses={200: ref("InputTokens")},
+        responses={
+            200: ref("InputTokens"),
+            429: OpenApiResponse(ref("GatewayError"), description="A rate limit or budget is used up."),
+        },
         parameters=[response_header("x-gateway-token-count", "`exact` or `estimate`.")],
     )
     async def post(self, request: ApiRequest) -> Response:
-        count, exact = await count_input_tokens(self.principal, request.data)
+        count, exact, rate_limit_headers = await count_input_tokens(self.principal, request.data)
         return Response(
             {"object": "response.input_tokens", "input_tokens": count},
-            headers={"x-gateway-token-count": "exact" if exact else "estimate"},
+            headers={"x-gateway-token-count": "exact" if exact else "estimate", **rate_limit_headers},
         )
 
 

@@ -278,21 +278,36 @@ async def compact_conversation(principal: Principal, body: Any) -> tuple[dict[st
 # -- /v1/responses/input_tokens --------------------------------------------------------
 
 
-async def count_input_tokens(principal: Principal, body: Any) -> tuple[int, bool]:
-    """The input tokens a create request with this body would send its routed model, and
-    whether the count is exact (the upstream tokenized it) or the gateway's estimate."""
+async def count_input_tokens(principal: Principal, body: Any) -> tuple[int, bool, dict[str, str]]:
+    """The input tokens a create request with this body would send its routed model, whether
+    the count is exact (the upstream tokenized it) or the gateway's estimate, and the
+    rate-limit headers of its admission.
+
+    A count is admitted as a request (it may call the upstream's tokenizer): it takes one from
+    the requests-per-minute limits, reserves no tokens and holds no concurrency slot."""
+    from ..protocol.request import parse_create_request
+
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", param=None)
+    req = parse_create_request({k: v for k, v in body.items() if k not in ("stream", "background", "store")})
+    route = await route_for(principal, req.model)  # as a create: an unknown model is refused first
+    grant = await admit(principal, concurrent=False)
+    try:
+        count, exact = await _count_input_tokens(principal, req, route)
+    finally:
+        if grant is not None:
+            await grant.end(None)
+    return count, exact, grant.headers if grant is not None else {}
+
+
+async def _count_input_tokens(principal: Principal, req: CreateRequest, route: Route) -> tuple[int, bool]:
     from ..protocol.chat import build_chat_request
     from ..protocol.compaction import expand_compactions
-    from ..protocol.request import parse_create_request
     from ..protocol.tokens import estimate_request
     from ..store.sealing import sealer
     from ..upstreams.chat_completions import chat_options
     from ..upstreams.tokenize import count_tokens
 
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.", param=None)
-    req = parse_create_request({k: v for k, v in body.items() if k not in ("stream", "background", "store")})
-    route = await route_for(principal, req.model)
     req = open_sealed_reasoning(req, principal.tenant_id)
     context = list(req.input_items)
     if req.previous_response_id or req.conversation or any(i["type"] == "item_reference" for i in context):

@@ -266,6 +266,27 @@ def test_compact_answers_carry_the_rate_limit_headers(gateway: Gateway, scripted
     assert reply.headers["x-ratelimit-remaining-requests"] == "4"
 
 
+def test_input_token_counts_take_from_the_request_limit(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """A count may call the upstream's tokenizer: it is a request like any other, though it
+    reserves no tokens."""
+    from responses_api.models import ApiKey
+
+    set_limits(ApiKey, key_id(gateway.key), requests_per_minute=2, tokens_per_minute=1000)
+    body = {"model": MODEL, "input": "How many tokens is this?"}
+    with gateway.http() as client:
+        first = client.post("/v1/responses/input_tokens", json=body)
+        assert first.status_code == 200, first.text
+        assert first.headers["x-ratelimit-remaining-requests"] == "1"
+        assert first.headers["x-ratelimit-remaining-tokens"] == "999"  # one reserved while it counts
+        second = client.post("/v1/responses/input_tokens", json=body)
+        assert second.status_code == 200
+        assert second.headers["x-ratelimit-remaining-tokens"] == "999"  # the first one's was given back
+        refused = client.post("/v1/responses/input_tokens", json=body)
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert "requests per minute" in refused.json()["error"]["message"]
+
+
 def test_a_budget_seeded_just_after_a_store_false_call_counts_it(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     """The call's usage record may still be queued (store/usage.py) when the budget's counter is
     seeded from the database: the seed writes the queue first."""
