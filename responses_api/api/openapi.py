@@ -351,6 +351,11 @@ def json_or_stream(what: str) -> dict[Any, Any]:
     }
 
 
+def rate_limited() -> dict[int, OpenApiResponse]:
+    """The 429 of an endpoint admitted against the rate limits and budgets (orchestration/limits.py)."""
+    return {429: OpenApiResponse(ref("GatewayError"), description="A rate limit or budget is used up.")}
+
+
 def json_body(name: str) -> dict[str, Any]:
     return {"application/json": ref(name)}
 

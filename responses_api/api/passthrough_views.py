@@ -27,7 +27,7 @@ from .auth import Principal
 from .drf import ApiRequest, ApiView
 from .exception_handlers import json_response
 from .metrics import upstream_error
-from .openapi import json_body
+from .openapi import json_body, rate_limited
 
 log = logging.getLogger("gateway.passthrough")
 
@@ -255,6 +255,7 @@ class ChatCompletionsView(ApiView):
         responses={
             (200, "application/json"): OpenApiResponse({"type": "object"}, description="The upstream's answer."),
             (200, "text/event-stream"): OpenApiResponse({"type": "object"}),
+            **rate_limited(),
         },
     )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
@@ -272,7 +273,7 @@ class EmbeddingsView(ApiView):
         summary="Embeddings, passed through",
         description="Relayed to the upstream the model routes to, and its usage recorded.",
         request=json_body("PassThroughBody"),
-        responses={200: OpenApiResponse({"type": "object"}, description="The upstream's answer.")},
+        responses={200: OpenApiResponse({"type": "object"}, description="The upstream's answer."), **rate_limited()},
     )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
         return await _relay(request, self.principal, path="/embeddings", endpoint=UsageRecord.Endpoint.EMBEDDINGS)

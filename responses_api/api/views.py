@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
 from ..engine.background import cancel_background
@@ -27,7 +27,7 @@ from ..store import db, selectors, services
 from .asgi import fast_lane
 from .drf import ApiRequest, ApiView
 from .exception_handlers import error_response
-from .openapi import json_body, json_or_stream, ref, response_header
+from .openapi import json_body, json_or_stream, rate_limited, ref, response_header
 from .queries import PageQuery, RetrieveQuery
 from .sse import EventStream, note_response
 
@@ -50,7 +50,7 @@ class ResponsesView(ApiView):
         request=json_body("CreateResponseBody"),
         responses={
             **json_or_stream("ResponseResource"),
-            429: OpenApiResponse(ref("GatewayError"), description="A rate limit or budget is used up."),
+            **rate_limited(),
         },
         parameters=[
             response_header(
@@ -235,7 +235,7 @@ class ResponseCompactView(ApiView):
         request=json_body("CompactRequest"),
         responses={
             200: ref("CompactedResponse"),
-            429: OpenApiResponse(ref("GatewayError"), description="A rate limit or budget is used up."),
+            **rate_limited(),
         },
     )
     async def post(self, request: ApiRequest) -> Response:
@@ -256,7 +256,7 @@ class ResponseInputTokensView(ApiView):
         request=json_body("CreateResponseBody"),
         responses={
             200: ref("InputTokens"),
-            429: OpenApiResponse(ref("GatewayError"), description="A rate limit or budget is used up."),
+            **rate_limited(),
         },
         parameters=[response_header("x-gateway-token-count", "`exact` or `estimate`.")],
     )
