@@ -60,7 +60,8 @@ def _tune_garbage_collection() -> None:
 
 
 def _raise_open_file_limit() -> None:
-    """The soft limit on open files up to the hard one (at most what the pool needs, or 65536).
+    """The soft limit on open files raised to what the upstream pool needs (at least 65536),
+    within the hard limit.
 
     Every stream holds two sockets (the client's and the upstream's), and container runtimes
     commonly start processes with a soft limit of 1024: a process would refuse connections
