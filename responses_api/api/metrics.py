@@ -47,6 +47,9 @@ TOKENS = Counter("gateway_tokens", "Tokens of finished responses and passed-thro
 UPSTREAM_ERRORS = Counter("gateway_upstream_errors", "Upstream failures, by target and error code.", ["target", "code"])
 RATE_LIMITED = Counter("gateway_rate_limited", "Requests refused by a rate limit or budget, by limit.", ["limit"])
 OPEN_STREAMS = Gauge("gateway_open_streams", "Streams being answered now.", multiprocess_mode="livesum")
+OPEN_WEBSOCKETS = Gauge(
+    "gateway_open_websockets", "WebSocket connections to /v1/responses open now.", multiprocess_mode="livesum"
+)
 
 
 def observe_request(
@@ -109,7 +112,7 @@ def exposition() -> tuple[bytes, str]:
 
         multiprocess.MultiProcessCollector(registry)
     else:
-        for collector in (REQUESTS, LATENCY, FIRST_BYTE, TOKENS, UPSTREAM_ERRORS, OPEN_STREAMS):
+        for collector in (REQUESTS, LATENCY, FIRST_BYTE, TOKENS, UPSTREAM_ERRORS, OPEN_STREAMS, OPEN_WEBSOCKETS):
             registry.register(collector)
     registry.register(_QueueCollector())
     return generate_latest(registry), CONTENT_TYPE_LATEST

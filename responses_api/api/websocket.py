@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,12 +39,19 @@ from .auth import Principal, bearer_token, principal_for
 from .exception_handlers import dumps
 
 log = logging.getLogger("gateway.websocket")
+access_log = logging.getLogger("gateway.access")
+# The route label of WebSocket turns in the request metrics (HTTP's are URL patterns).
+WEBSOCKET_ROUTE = "v1/responses (websocket)"
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-# Fields of the HTTP create call that the WebSocket `response.create` must not carry.
-HTTP_ONLY_FIELDS = ("stream", "stream_options", "background")
+# What OpenAI's clients send on the socket (Codex's responses_websocket.rs, the openai SDK's
+# responses_client_event.py). `stream: true` and `stream_options` come with every Codex and
+# Agents SDK frame: every response streams here, so they are accepted; what contradicts the
+# socket (`stream: false`, `background: true`) is a 400 naming the field.
+CREATE = "response.create"
+STEER = "response.steer"
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 _open_per_key: Counter[int] = Counter()
@@ -53,12 +61,128 @@ class _Closed(Exception):
     """The client closed the connection."""
 
 
-def error_envelope(error: GatewayError) -> dict[str, Any]:
+class _Steer(Exception):
+    """A `response.steer` message: answered on its own, never a turn."""
+
+    def __init__(self, message: dict[str, Any]) -> None:
+        super().__init__("response.steer")
+        self.message = message
+
+
+def _steer_failed(message: dict[str, Any]) -> dict[str, Any]:
+    """The answer to `response.steer` until steering is served: the input handed back."""
+    previous = message.get("previous_response_id")
     return {
-        "type": "error",
-        "status": error.status,
-        "error": {"type": error.error_type, "code": error.code, "message": error.message, "param": error.param},
+        "type": "response.steer.failed",
+        "sequence_number": 0,
+        "error": {
+            "type": "invalid_request_error",
+            "code": "steering_not_supported",
+            "message": "This gateway does not support steering yet: send the input in the next 'response.create'.",
+        },
+        "steer": {
+            "input": message.get("input") if message.get("input") is not None else [],
+            "previous_response_id": previous if isinstance(previous, str) else "",
+        },
     }
+
+
+class _TurnRecord:
+    """What one WebSocket turn's access-log line and metrics say."""
+
+    __slots__ = (
+        "connection_id",
+        "started",
+        "first_event",
+        "kind",
+        "model",
+        "response_id",
+        "status",
+        "state",
+        "usage",
+        "error",
+    )
+
+    def __init__(self, connection_id: str) -> None:
+        self.connection_id = connection_id
+        self.started = time.monotonic()
+        self.first_event: float | None = None
+        self.kind = "response.create"
+        self.model = ""  # set once the request reached a route (no client-typed label otherwise)
+        self.response_id: str | None = None
+        self.status = 200
+        self.state: str | None = None  # the response's final status
+        self.usage: dict[str, Any] = {}
+        self.error: GatewayError | None = None
+
+    def saw(self, event: dict[str, Any]) -> None:
+        if self.first_event is None:
+            self.first_event = time.monotonic()
+        response = event.get("response")
+        if response is not None:
+            self.response_id = response["id"]
+            if event["type"] in TERMINAL:
+                self.state = response["status"]
+                self.usage = response.get("usage") or {}
+
+    def fail(self, error: GatewayError) -> None:
+        self.status = error.status
+        self.error = error
+
+    def log(self) -> None:
+        from . import metrics
+
+        elapsed = time.monotonic() - self.started
+        first_byte = self.first_event - self.started if self.first_event is not None else None
+        tokens = (self.usage.get("input_tokens"), self.usage.get("output_tokens"))
+        if self.kind != "steer":
+            metrics.observe_request(WEBSOCKET_ROUTE, self.model, self.status, elapsed, first_byte, tokens)
+        fields: dict[str, Any] = {
+            "request_id": self.connection_id,
+            "method": "WEBSOCKET",
+            "path": "/v1/responses",
+            "message_type": self.kind,
+            "status": self.status,
+            "latency_ms": round(elapsed * 1000, 2),
+            "first_byte_ms": round(first_byte * 1000, 2) if first_byte is not None else None,
+        }
+        if self.model:
+            fields["model"] = self.model
+        if self.response_id is not None:
+            fields["response_id"] = self.response_id
+        if self.state is not None:
+            fields["response_status"] = self.state
+            fields["input_tokens"], fields["output_tokens"] = tokens
+        if self.error is not None:
+            fields["error_code"] = self.error.code
+            fields["error_param"] = self.error.param
+        access_log.info("websocket turn", extra=fields)
+
+
+def error_envelope(error: GatewayError) -> dict[str, Any]:
+    """The error frame: HTTP's status and body, and its headers (`Retry-After`, `x-ratelimit-*`)
+    where it has any: Codex reads them at the top level, the SDK's `ResponseWsError` in `error`."""
+    body: dict[str, Any] = {
+        "type": error.error_type,
+        "code": error.code,
+        "message": error.message,
+        "param": error.param,
+    }
+    envelope: dict[str, Any] = {"type": "error", "status": error.status, "error": body}
+    if error.headers:
+        headers = {name.lower(): value for name, value in error.headers.items()}
+        body["headers"] = headers
+        envelope["headers"] = headers
+    return envelope
+
+
+def handshake_headers(connection_id: str) -> list[tuple[bytes, bytes]]:
+    """The upgrade response's headers. Of those Codex reads, only `x-request-id` means something
+    here (the connection's id, on each turn's access-log line too). `openai-model` names the model
+    that serves a connection: a gateway routes each turn by its own `model`, so none is known
+    at the handshake; `x-reasoning-included` says usage already counts earlier reasoning, which
+    holds only where an upstream is given its reasoning back (README, "Clients")."""
+    return [(b"x-request-id", connection_id.encode())]
 
 
 async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -84,10 +208,15 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
             ),
         )
     _open_per_key[principal.key_id] += 1
+    from .metrics import OPEN_WEBSOCKETS
+
+    OPEN_WEBSOCKETS.inc()
+    connection_id = f"ws_{uuid.uuid4().hex}"
     try:
-        await send({"type": "websocket.accept"})
-        await Connection(principal, receive, send).run()
+        await send({"type": "websocket.accept", "headers": handshake_headers(connection_id)})
+        await Connection(principal, receive, send, connection_id).run()
     finally:
+        OPEN_WEBSOCKETS.dec()
         _open_per_key[principal.key_id] -= 1
         if not _open_per_key[principal.key_id]:
             del _open_per_key[principal.key_id]
@@ -108,7 +237,8 @@ async def _deny(scope: dict[str, Any], send: Send, error: GatewayError) -> None:
 
 
 class Connection:
-    def __init__(self, principal: Principal, receive: Receive, send: Send) -> None:
+    def __init__(self, principal: Principal, receive: Receive, send: Send, connection_id: str = "") -> None:
+        self.connection_id = connection_id
         self.principal = principal
         self._receive = receive
         self._send = send
@@ -194,6 +324,10 @@ class Connection:
             raise _Closed() from exc
 
     async def _turn(self, text: str) -> None:
+        """One client message: a response (its events, or an error envelope), or a steer's answer.
+
+        Each turn is observed like an HTTP request: one access-log line and the same metrics."""
+        turn = _TurnRecord(self.connection_id)
         previous: str | None = None
         try:
             body = self._create_body(text)
@@ -208,14 +342,19 @@ class Connection:
             # Streamed: the row is written at the start, so the response can be cancelled.
             req = parse_create_request({**body, "stream": True})
             started = await start_response(self.principal, req, body, prior=self.prior)
+            turn.model = req.model
             if isinstance(started, WorkerStarted):  # a route that runs on workers: relay its log
                 from ..engine.eventlog import event_log
 
-                await self._relay(event_log().read(started.response_id), previous)
+                await self._relay(event_log().read(started.response_id), previous, turn)
                 return
             await started.connect()
-            await self._relay(started.events(), previous, run=started)
+            await self._relay(started.events(), previous, turn, run=started)
+        except _Steer as steer:
+            turn.kind = "steer"
+            await self._emit(_steer_failed(steer.message))
         except _Closed:
+            turn.status = 499
             raise
         except Exception as exc:
             if isinstance(exc, GatewayError):
@@ -224,8 +363,11 @@ class Connection:
                 error = unavailable(exc) or ServerError("The gateway failed to handle this request.")
                 if error.status == 500:
                     log.exception("websocket turn failed")
+            turn.fail(error)
             self._evict(previous)
             await self._emit(error_envelope(error))
+        finally:
+            turn.log()
 
     def _create_body(self, text: str) -> dict[str, Any]:
         if len(text.encode()) > settings.GATEWAY_MAX_REQUEST_BYTES:
@@ -239,16 +381,31 @@ class Connection:
             raise InvalidRequest(f"The message {exc}; this gateway accepts at most {exc.limit}.") from None
         except ValueError as exc:
             raise InvalidRequest(f"The message is not valid JSON: {exc}.") from None
-        if not isinstance(message, dict) or message.get("type") != "response.create":
-            raise InvalidRequest("Expected a message of type 'response.create'.", param="type")
-        for field in HTTP_ONLY_FIELDS:
-            if field in message:
-                raise InvalidRequest(
-                    f"'{field}' is not allowed in WebSocket mode: every response streams over the socket.", param=field
-                )
-        return {k: v for k, v in message.items() if k != "type"}
+        if not isinstance(message, dict):
+            raise InvalidRequest("The message must be a JSON object with a 'type'.", param="type")
+        kind = message.get("type")
+        if kind == STEER:
+            raise _Steer(message)
+        if kind != CREATE:
+            received = repr(kind) if isinstance(kind, str) else "none"
+            raise InvalidRequest(
+                f"Unknown message type {received[:80]}: this gateway takes '{CREATE}' and '{STEER}'.",
+                param="type",
+                code="unknown_message_type",
+            )
+        if message.get("stream") is False:
+            raise InvalidRequest(
+                "'stream': false is not possible in WebSocket mode: every response streams over the socket.",
+                param="stream",
+            )
+        if message.get("background") is True:
+            raise InvalidRequest(
+                "'background': true is not available in WebSocket mode; create background responses over HTTP.",
+                param="background",
+            )
+        return {k: v for k, v in message.items() if k not in ("type", "stream", "background")}
 
-    async def _relay(self, events: Any, previous: str | None, run: Any = None) -> None:
+    async def _relay(self, events: Any, previous: str | None, turn: _TurnRecord, run: Any = None) -> None:
         """Send a response's events; a client that goes away cancels it."""
         final: dict[str, Any] | None = None
         stream = events.__aiter__()
@@ -267,6 +424,7 @@ class Connection:
                 except StopAsyncIteration:
                     break
                 await self._emit(event)
+                turn.saw(event)
                 if event["type"] in TERMINAL:
                     final = event["response"]
         finally:

@@ -8,6 +8,7 @@ A view (JSON or SSE), a Celery task or a WebSocket consumer drives the same
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -16,7 +17,13 @@ from typing import Any, Protocol
 
 from ..api.metrics import upstream_error
 from ..orchestration.routing import Route, Target
-from ..protocol.compaction import expand_compactions
+from ..protocol.compaction import (
+    WHOLE_CONTEXT_INSTRUCTIONS,
+    expand_compactions,
+    summary_payload,
+    summary_request_item,
+)
+from ..protocol.deltas import TextDelta, Usage
 from ..protocol.errors import GatewayError, InvalidRequest, ServerError, UpstreamError
 from ..protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from ..protocol.ids import new_id
@@ -157,8 +164,10 @@ class ResponseRun:
         self._approved, unknown = pending_approvals(job.context, job.input_items)
         self._unknown_approvals = unknown
         # Listing servers and running approved calls come before the first model call; then
-        # the upstream is opened inside the stream instead of before it.
-        self._prelude = bool(mcp and mcp.labels) or bool(self._approved)
+        # the upstream is opened inside the stream instead of before it. A compaction or a
+        # warm-up (generate: false) runs no tool.
+        plain = job.request.generate and not job.request.compact
+        self._prelude = plain and (bool(mcp and mcp.labels) or bool(self._approved))
         self.max_iterations = max_iterations
         self.tool_calls_made = 0
         self.stream_upstream = job.request.stream if stream_upstream is None else stream_upstream
@@ -220,7 +229,7 @@ class ResponseRun:
             # The row is written while the upstream is being asked, not before.
             opening = asyncio.ensure_future(self._open_row())
             try:
-                if not self._prelude:
+                if not self._prelude and self.job.request.generate:
                     self._call = await self._open_with_fallback()
             finally:
                 try:
@@ -285,14 +294,16 @@ class ResponseRun:
         self._call_usage = (self.builder.usage.input_tokens, self.builder.usage.output_tokens)
         return call if slot.lease is None else _SlotCall(call, slot)
 
-    def _open_summary(self, sealed: str) -> str:
-        """A compaction item's summary (its seal was checked when the request came in)."""
+    def _open_compaction(self, sealed: str) -> dict[str, Any]:
+        """A compaction item's sealed payload (its seal was checked when the request came in)."""
         from ..store.sealing import sealer
 
-        return sealer().unseal(sealed, tenant_id=self.job.tenant_id, purpose="compaction")["summary"]
+        return sealer().unseal(sealed, tenant_id=self.job.tenant_id, purpose="compaction")
 
     def _upstream_request(self) -> UpstreamRequest:
         req = self.job.request
+        if req.compact:
+            return self._compaction_request()
         # Later steps of a tool loop see what this response produced so far; a served hosted
         # tool's call is shown to the model as the function call it made, with its output.
         output: list[dict[str, Any]] = []
@@ -311,7 +322,7 @@ class ResponseRun:
                 ]
             else:
                 output.append(item)
-        items = expand_compactions(as_model_items(self.job.context + output, self._mcp_names), self._open_summary)
+        items = expand_compactions(as_model_items(self.job.context + output, self._mcp_names), self._open_compaction)
         tools = req.tools + self.mcp_tools
         if self.job.route.context_window:
             items = self._fit(items, tools, self.job.route.context_window)
@@ -319,10 +330,36 @@ class ResponseRun:
             request=req, items=items, tools=tools, stream=self.stream_upstream, tenant_id=self.job.tenant_id
         )
 
-    def _fit(self, items: list[dict[str, Any]], tools: list[Any], window: int) -> list[dict[str, Any]]:
+    def _compaction_request(self) -> UpstreamRequest:
+        """The model call of a compaction: the context, then a request to summarise it, with the
+        summariser's instructions and no tools; the oldest items give way if it does not fit."""
+        req = self.job.request
+        instructions = (
+            f"{req.instructions}\n\n{WHOLE_CONTEXT_INSTRUCTIONS}" if req.instructions else WHOLE_CONTEXT_INSTRUCTIONS
+        )
+        summarise = dataclasses.replace(
+            req,
+            instructions=instructions,
+            tools=[],
+            tool_choice="none",
+            text={"format": {"type": "text"}, "verbosity": "medium"},
+            truncation="auto",
+            max_output_tokens=None,
+        )
+        items = expand_compactions(as_model_items(self.job.context, {}), self._open_compaction)
+        items = [*items, summary_request_item()]
+        if self.job.route.context_window:
+            items = self._fit(items, [], self.job.route.context_window, summarise)
+        return UpstreamRequest(
+            request=summarise, items=items, tools=[], stream=self.stream_upstream, tenant_id=self.job.tenant_id
+        )
+
+    def _fit(
+        self, items: list[dict[str, Any]], tools: list[Any], window: int, req: CreateRequest | None = None
+    ) -> list[dict[str, Any]]:
         """The context within the model's window: with truncation "auto" the oldest items are
         dropped; with "disabled" an over-long context is a 400 before the upstream is called."""
-        req = self.job.request
+        req = req or self.job.request
         budget = window - (req.max_output_tokens or min(DEFAULT_OUTPUT_RESERVE, window // 4))
         tool_dicts = [t.as_dict() for t in tools]
         if req.truncation == "auto":
@@ -359,7 +396,7 @@ class ResponseRun:
         `opening`: "created" emits response.created + response.in_progress;
         "in_progress" (a worker taking a queued response) only the latter;
         "none" (a worker continuing a stream the web process opened) neither."""
-        assert self._call is not None or self._prelude, "connect() first"
+        assert self._call is not None or self._prelude or not self.job.request.generate, "connect() first"
         try:
             opening_events = {"created": self.builder.start, "in_progress": self.builder.begin}
             for event in opening_events.get(opening, list)():
@@ -416,6 +453,13 @@ class ResponseRun:
 
     async def _steps(self, terminal: list[Event]) -> AsyncIterator[Event]:
         """Model calls and server tool calls until an answer; fills `terminal` at the end."""
+        if not self.job.request.generate:  # a warm-up: the context is prepared, nothing generated
+            terminal += self.builder.finish()
+            return
+        if self.job.request.compact:
+            async for event in self._compaction(terminal):
+                yield event
+            return
         if self._prelude:
             async for event in self._mcp_prelude():
                 yield event
@@ -499,6 +543,36 @@ class ResponseRun:
                 raise _Cancelled()
             self.builder.new_step()
             self._call = await self._open_with_fallback()
+
+    async def _compaction(self, terminal: list[Event]) -> AsyncIterator[Event]:
+        """The summary the model writes becomes the response's one output item, a `compaction`
+        item sealed for the tenant; its text is never streamed (the client gets the item whole)."""
+        assert self._call is not None
+        text: list[str] = []
+        try:
+            async for delta in self._call.deltas():
+                if self._cancel_requested:
+                    raise _Cancelled()
+                if isinstance(delta, TextDelta):
+                    text.append(delta.text)
+                elif isinstance(delta, Usage):
+                    self.builder.feed(delta)
+        except _Cancelled:
+            raise
+        except Exception:
+            if self._cancel_requested:
+                raise _Cancelled() from None
+            raise
+        self._end_call_span()
+        summary = "".join(text).strip()
+        if not summary:
+            raise UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
+        from ..store.sealing import sealer
+
+        sealed = sealer().seal(summary_payload(summary, whole=True), tenant_id=self.job.tenant_id, purpose="compaction")
+        for event in self.builder.add_item({"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed}):
+            yield event
+        terminal += self.builder.finish()
 
     async def _run_tools(
         self, calls: list[dict[str, Any]], mcp_calls: list[dict[str, Any]], hosted: Sequence[dict[str, Any]] = ()

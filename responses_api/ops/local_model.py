@@ -87,13 +87,15 @@ _MODEL_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # (the gateway itself, a test run) 2 threads can drop to 5-30 tokens/s while 1 thread
 # stays at ~80: pass threads=1 where the CPU is shared and steady speed matters more.
 DEFAULT_THREADS = 2
-# Total KV-cache context, split evenly between the parallel slots (8192 / 2 = 4096 tokens
-# per request). SmolLM2 was trained on 8192; more only costs memory.
-DEFAULT_CTX_SIZE = 8192
 # Two slots: a second request starts at once instead of queueing behind a long one.
 # On 2 cores more slots do not raise throughput (~115-125 tokens/s in total either way);
-# they only slice it thinner and shrink each slot's context.
+# they only slice it thinner.
 DEFAULT_PARALLEL = 2
+# Each slot holds SmolLM2's whole trained context (8,192 tokens): Codex's first prompt alone is
+# about 4,600 tokens, over the 4,096 a slot had when the total was 8,192. llama.cpp splits the
+# total KV cache evenly between the slots; the cost is memory (~90 MB more for the 135M model).
+SLOT_CTX_SIZE = 8192
+DEFAULT_CTX_SIZE = SLOT_CTX_SIZE * DEFAULT_PARALLEL
 # Applied only to requests without max_tokens: a 135M model tends to ramble until the
 # context is full (tens of seconds holding a slot). An explicit max_tokens is not capped.
 DEFAULT_MAX_TOKENS = 1024

@@ -21,8 +21,10 @@ from ..api.auth import Principal
 from ..engine.eventlog import event_log
 from ..engine.run import ResponseJob, ResponseRun
 from ..models import Response
+from ..protocol.answers import check_outputs_answer_calls
+from ..protocol.errors import InvalidRequest
 from ..protocol.ids import new_id
-from ..protocol.request import parse_create_request
+from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.response import request_params
 from ..store import db, selectors, services
 from ..store.persistence import DatabasePersistence
@@ -30,7 +32,7 @@ from .limits import Grant
 from .routing import Route, route_get
 from .toolplan import ToolPlan, mcp_toolset, plan_tools, registry_mcp_labels, registry_tool_names, tool_runner
 
-__all__ = ["PriorContext", "run_for_job", "run_for_request"]
+__all__ = ["PriorContext", "check_answers_before_hand_off", "run_for_job", "run_for_request"]
 
 
 @dataclass(slots=True)
@@ -89,6 +91,7 @@ async def run_for_request(
         context = begin.context
     else:
         context = list(req.input_items)
+    check_outputs_answer_calls(context, len(req.input_items))
     create_row = None
     if req.store:
         create_row = services.response_row(
@@ -122,6 +125,33 @@ async def run_for_request(
         api_key_id=principal.key_id,
     )
     return await _assemble(job, persistence, plan)
+
+
+async def check_answers_before_hand_off(principal: Principal, req: CreateRequest) -> None:
+    """The tool outputs of a request a worker will run answer calls (a 400 now, not a failed
+    run later): read the chain or conversation only when the input alone does not show it."""
+    if not any(item["type"] == "item_reference" for item in req.input_items):
+        try:
+            check_outputs_answer_calls(req.input_items, len(req.input_items))
+            return
+        except InvalidRequest:
+            if not (req.previous_response_id or req.conversation):
+                raise  # the input is the whole context: the call is nowhere
+    begin = await db.run(
+        services.response_begin,
+        tenant_id=principal.tenant_id,
+        api_key_id=principal.key_id,
+        response_id=new_id("resp"),
+        created_at=datetime.now(UTC),
+        model=req.model,
+        previous_response_id=req.previous_response_id,
+        input_items=req.input_items,
+        params={},
+        status=Response.Status.IN_PROGRESS,
+        store=False,
+        conversation_id=req.conversation,
+    )
+    check_outputs_answer_calls(begin.context, len(req.input_items))
 
 
 async def run_for_job(row: Response) -> tuple[ResponseRun, str]:

@@ -23,7 +23,7 @@ from ..protocol.request import CreateRequest
 from ..protocol.response import request_params, response_object
 from ..store import db, services
 from ..tasks import enqueue
-from .assembly import PriorContext, run_for_request
+from .assembly import PriorContext, check_answers_before_hand_off, run_for_request
 from .limits import Grant, admit
 from .outages import unavailable
 from .routing import Route, route_cached, route_get
@@ -185,6 +185,8 @@ async def start_response(
     on_worker = req.background or route.run_on_worker or any(s.run_on_worker for s in specs)
     if on_worker and not req.store:
         raise InvalidRequest("This model runs on background workers, which requires 'store': true.", param="store")
+    if on_worker:
+        await check_answers_before_hand_off(principal, plan.request)
     # Before any upstream call; a worker run holds its lease until the worker ends it.
     grant = await admit_request(principal, plan.request, route, on_worker=on_worker)
     try:
@@ -203,6 +205,8 @@ async def admit_request(
     """The rate limits and budget of the principal, for one create (None: it has none)."""
     if not principal.quotas and principal.budget is None:
         return None
+    if not req.generate:  # a warm-up calls no model: one request, no tokens, no slot held
+        return await admit(principal, concurrent=False)
     from ..protocol.tokens import estimate_request
 
     def estimate() -> int:  # the new input only: a chain's context is settled at the end
@@ -219,7 +223,7 @@ async def admit_request(
 async def compact_conversation(principal: Principal, body: Any) -> tuple[dict[str, Any], dict[str, str]]:
     """Summarise a conversation with its routed model: the `response.compaction` object, and
     the rate-limit headers of its admission (OpenAI's `x-ratelimit-*`, as a create has)."""
-    from ..protocol.compaction import COMPACTION_INSTRUCTIONS, compacted_output, summary_request_item
+    from ..protocol.compaction import COMPACTION_INSTRUCTIONS, compacted_output, summary_payload, summary_request_item
     from ..protocol.request import parse_create_request
     from ..store.sealing import sealer
 
@@ -264,7 +268,7 @@ async def compact_conversation(principal: Principal, body: Any) -> tuple[dict[st
     ).strip()
     if not summary:
         raise UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
-    sealed = sealer().seal({"summary": summary}, tenant_id=principal.tenant_id, purpose="compaction")
+    sealed = sealer().seal(summary_payload(summary, whole=False), tenant_id=principal.tenant_id, purpose="compaction")
     compacted = {
         "id": result["id"],
         "object": "response.compaction",
@@ -328,7 +332,7 @@ async def _count_input_tokens(principal: Principal, req: CreateRequest, route: R
         context = begin.context
     unseal = sealer().unseal
     items = expand_compactions(
-        context, lambda sealed: unseal(sealed, tenant_id=principal.tenant_id, purpose="compaction")["summary"]
+        context, lambda sealed: unseal(sealed, tenant_id=principal.tenant_id, purpose="compaction")
     )
     if route.targets:
         target = route.targets[0]

@@ -1,7 +1,11 @@
-"""`/v1/responses/compact`: a conversation becomes its user messages, verbatim, and one
-`compaction` item whose `encrypted_content` holds a summary the routed model wrote of
-everything else. The gateway seals the summary (sealing.py: authenticated, bound to the
-tenant); a later request that carries the item gives the model the summary in its place."""
+"""Compaction: a conversation becomes a `compaction` item whose `encrypted_content` holds a
+summary the routed model wrote. The gateway seals the summary (sealing.py: authenticated, bound
+to the tenant); a later request that carries the item gives the model the summary in its place.
+
+Two forms. `/v1/responses/compact` (v1) answers the user messages, verbatim, then the item,
+whose summary covers everything else. A `compaction_trigger` as the last input item of a create
+(v2, Codex's remote compaction) answers the item alone, whose summary covers the whole context:
+its payload says so (`whole`), and a later context starts at it."""
 
 from __future__ import annotations
 
@@ -18,10 +22,19 @@ COMPACTION_INSTRUCTIONS = (
     "values), what failed, and what remains to do next. Be complete but concise; do not address "
     "the user; write only the summary."
 )
+# v2: nothing is kept verbatim beside the summary, so it must carry the user's requests too.
+WHOLE_CONTEXT_INSTRUCTIONS = (
+    COMPACTION_INSTRUCTIONS
+    + " Nothing of the conversation is kept beside your summary: include the user's requests and "
+    "constraints (verbatim where the wording matters) and the current state of the work."
+)
 SUMMARY_REQUEST = "Summarize the conversation above as instructed, for continuing it later."
 SUMMARY_PREFIX = (
     "Summary of the earlier part of this conversation (compacted; the user's own messages precede it verbatim):\n\n"
 )
+
+
+WHOLE_SUMMARY_PREFIX = "Summary of this conversation so far (compacted; it replaces everything before it):\n\n"
 
 
 def summary_request_item() -> dict[str, Any]:
@@ -49,18 +62,54 @@ def compacted_output(context: list[dict[str, Any]], sealed_summary: str) -> list
     return [*kept, {"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed_summary}]
 
 
-def expand_compactions(items: list[dict[str, Any]], open_summary: Callable[[str], str]) -> list[dict[str, Any]]:
-    """The items the model is given: each compaction item becomes a message holding its summary."""
+def summary_payload(summary: str, *, whole: bool) -> dict[str, Any]:
+    """What a compaction item seals: the summary, and whether it stands for the whole context
+    before it (v2) or for all but the user messages kept beside it (v1)."""
+    return {"summary": summary, "whole": True} if whole else {"summary": summary}
+
+
+# The items that answer a call (by call_id); after a trim they need their call in what is kept.
+_OUTPUT_TYPES = frozenset(
+    {
+        "function_call_output",
+        "custom_tool_call_output",
+        "local_shell_call_output",
+        "shell_call_output",
+        "apply_patch_call_output",
+        "computer_call_output",
+        "tool_search_output",
+    }
+)
+
+
+def expand_compactions(
+    items: list[dict[str, Any]], open_payload: Callable[[str], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The items the model is given: each compaction item becomes a message holding its summary,
+    and the context starts at the last one whose summary stands for the whole context before it
+    (tool outputs whose calls were before it go with them)."""
     if not any(item["type"] == "compaction" for item in items):
         return items
-    return [
-        {
+    expanded: list[dict[str, Any]] = []
+    for item in items:
+        if item["type"] != "compaction":
+            expanded.append(item)
+            continue
+        payload = open_payload(item["encrypted_content"])
+        summary = {
             "type": "message",
             "id": item["id"],
             "role": "user",
-            "content": [{"type": "input_text", "text": SUMMARY_PREFIX + open_summary(item["encrypted_content"])}],
+            "content": [
+                {
+                    "type": "input_text",
+                    "text": (WHOLE_SUMMARY_PREFIX if payload.get("whole") else SUMMARY_PREFIX) + payload["summary"],
+                }
+            ],
         }
-        if item["type"] == "compaction"
-        else item
-        for item in items
-    ]
+        if payload.get("whole"):
+            expanded = [summary]
+        else:
+            expanded.append(summary)
+    calls = {item.get("call_id") for item in expanded if item["type"] not in _OUTPUT_TYPES}
+    return [item for item in expanded if item["type"] not in _OUTPUT_TYPES or item.get("call_id") in calls]

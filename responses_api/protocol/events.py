@@ -631,8 +631,9 @@ class EventBuilder:
         return events
 
     def add_item(self, item: dict[str, Any]) -> list[Event]:
-        """Append an item produced by the gateway itself (e.g. a tool's output)."""
-        added = dict(item, status="in_progress")
+        """Append an item produced by the gateway itself (e.g. a tool's output, a compaction)."""
+        # A compaction item has no status: it is emitted whole.
+        added = dict(item) if item["type"] == "compaction" else dict(item, status="in_progress")
         output_index = len(self.output)
         self.output.append(item)
         return [

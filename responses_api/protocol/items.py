@@ -368,6 +368,9 @@ def normalize_item(raw: Any, param: str) -> dict:
         return _item_reference(raw, param)
     if kind == "compaction":
         return _compaction(raw, param)
+    if kind == "compaction_trigger":
+        # Compaction v2: the request's answer is one `compaction` item (request.py checks it is last).
+        return {"type": "compaction_trigger"}
     if kind in _MCP_ITEMS:
         return _MCP_ITEMS[kind](raw, param)
     if kind in _CLIENT_TOOL_ITEMS:

@@ -67,6 +67,12 @@ class CreateRequest:
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     service_tier: str | None = None
+    # The input ended with a `compaction_trigger` (taken off `input_items`): the answer is one
+    # `compaction` item summarising the context (compaction v2, Codex's remote compaction).
+    compact: bool = False
+    # False (`generate: false`, or `prompt_cache_options.prewarm: true`): prepare the context,
+    # call no model; the response completes with no output (Codex's WebSocket warm-up).
+    generate: bool = True
 
 
 def _type_name(value: Any) -> str:
@@ -288,6 +294,15 @@ def parse_create_request(body: Any) -> CreateRequest:
     if raw_input is None and previous_response_id is None and conversation is None:
         raise InvalidRequest("Missing required parameter: 'input'.", param="input")
     input_items = normalize_input(raw_input if raw_input is not None else [])
+    compact = _compaction_trigger(input_items)
+    if compact:
+        input_items = input_items[:-1]
+    generate = _generate(body)
+    if compact and not generate:
+        raise InvalidRequest(
+            "A compaction generates its summary: 'compaction_trigger' cannot be combined with 'generate': false.",
+            param="generate",
+        )
 
     store = _bool(body, "store", True)
     background = _bool(body, "background", False)
@@ -345,4 +360,34 @@ def parse_create_request(body: Any) -> CreateRequest:
         safety_identifier=_optional_str(body, "safety_identifier", 512),
         prompt_cache_key=_optional_str(body, "prompt_cache_key", 1024),
         service_tier=service_tier,
+        compact=compact,
+        generate=generate,
     )
+
+
+def _compaction_trigger(items: list[dict[str, Any]]) -> bool:
+    """Whether the input ends with a `compaction_trigger`; anywhere else it is a 400."""
+    for index, item in enumerate(items):
+        if item["type"] == "compaction_trigger" and index != len(items) - 1:
+            raise InvalidRequest(
+                "A 'compaction_trigger' item must be the last item of 'input'.",
+                param=f"input[{index}]",
+            )
+    return bool(items) and items[-1]["type"] == "compaction_trigger"
+
+
+def _generate(body: dict) -> bool:
+    """`generate: false`, or a cache prewarm (`prompt_cache_options.prewarm: true`, which the SDK
+    documents as implying it): no model call."""
+    generate = _bool(body, "generate", True)
+    options = body.get("prompt_cache_options")
+    prewarm = options.get("prewarm") if isinstance(options, dict) else None
+    if prewarm is not None:
+        expect(prewarm, bool, "prompt_cache_options.prewarm", "a boolean")
+    if prewarm and body.get("generate") is True:
+        raise InvalidRequest(
+            "'prompt_cache_options.prewarm': true prepares the cache without generating; it cannot be "
+            "combined with 'generate': true.",
+            param="generate",
+        )
+    return generate and not prewarm

@@ -303,6 +303,8 @@ class ScriptedUpstream:
         self._aborted_cond = threading.Condition(self._lock)
         self._queues: dict[str, deque[Reply]] = {}
         self._defaults: dict[str, Reply] = {}
+        # model -> a function of the request body that picks the reply (None: the queue decides)
+        self._responders: dict[str, Callable[[dict[str, Any]], Reply | None]] = {}
         self.model_info: dict[str, dict[str, Any]] = {}  # extra /v1/models fields, e.g. max_model_len
         self.tokenizer = False  # answer vLLM's POST /tokenize (count = characters // 3 + 3 per message)
         self._requests: list[RecordedRequest] = []
@@ -421,15 +423,31 @@ class ScriptedUpstream:
             else:
                 self._defaults[model] = reply
 
+    def set_responder(self, model: str, responder: Callable[[dict[str, Any]], Reply | None] | None) -> None:
+        """Pick ``model``'s replies from each request body (a client whose call order is its
+        own, such as Codex compacting when it decides to); None from it falls back to the queue."""
+        with self._lock:
+            if responder is None:
+                self._responders.pop(model, None)
+            else:
+                self._responders[model] = responder
+
     def reset(self) -> None:
         """Forget all scripts, recorded requests and recorded aborts."""
         with self._lock:
+            self._responders.clear()
             self._queues.clear()
             self._defaults.clear()
             self._requests.clear()
             self._aborted.clear()
 
-    def _pick(self, model: Any) -> Reply | None:
+    def _pick(self, model: Any, body: dict[str, Any] | None = None) -> Reply | None:
+        with self._lock:
+            responder = self._responders.get(model) if isinstance(model, str) else None
+        if responder is not None and body is not None:
+            chosen = responder(body)
+            if chosen is not None:
+                return chosen
         with self._lock:
             queue = self._queues.get(model) if isinstance(model, str) else None
             if queue:
@@ -593,7 +611,7 @@ class ScriptedUpstream:
         self, body: dict[str, Any], index: int, receive: Receive, send: Send, dialect: str = "chat"
     ) -> None:
         model = body.get("model")
-        reply = self._pick(model)
+        reply = self._pick(model, body)
         if reply is None:
             await self._send_json(
                 send,

@@ -1,0 +1,170 @@
+"""WebSocket mode as OpenAI's own clients speak it: `stream: true` on every frame (Codex, the
+Agents SDK), Codex's warm-up (`generate: false`), `response.steer` before steering is served,
+and each turn observed like an HTTP request (access log, metrics)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.harness import MODEL, Gateway, forget_redis_keys, make_key
+from tests.support.stream_validator import validate_events
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.websocket.test_websocket_mode import completed, socket, turn
+
+pytestmark = pytest.mark.embedded
+
+
+def test_stream_true_and_stream_options_are_accepted_as_codex_sends_them(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    scripted.enqueue(MODEL, Reply(text="hello"))
+    with socket(gateway) as ws:
+        final = completed(ws, input="hi", stream=True, stream_options={"include_obfuscation": False}, background=False)
+    assert final["output"][0]["content"][0]["text"] == "hello"
+
+
+@pytest.mark.parametrize(("field", "value"), [("stream", False), ("background", True)])
+def test_what_contradicts_the_socket_is_refused_naming_the_field(gateway: Gateway, field: str, value: bool) -> None:
+    with socket(gateway) as ws:
+        events = turn(ws, model=MODEL, input="x", **{field: value})
+        assert events == [
+            {
+                "type": "error",
+                "status": 400,
+                "error": {
+                    "type": "invalid_request_error",
+                    "code": "invalid_request",
+                    "message": events[0]["error"]["message"],
+                    "param": field,
+                },
+            }
+        ]
+
+
+def test_an_unknown_message_type_is_named_and_the_connection_stays_open(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    scripted.enqueue(MODEL, Reply(text="still here"))
+    with socket(gateway) as ws:
+        ws.send(json.dumps({"type": "response.cancel"}))
+        error = json.loads(ws.recv(timeout=10))
+        assert (error["status"], error["error"]["param"]) == (400, "type")
+        assert "'response.cancel'" in error["error"]["message"]
+        assert completed(ws, input="hi")["output"][0]["content"][0]["text"] == "still here"
+
+
+def test_a_steer_is_answered_steering_not_supported_with_its_input_handed_back(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    scripted.enqueue(MODEL, Reply(text="base"))
+    with socket(gateway) as ws:
+        base = completed(ws, input="start")
+        steer = {"type": "response.steer", "previous_response_id": base["id"], "input": "go left"}
+        ws.send(json.dumps(steer))
+        failed = json.loads(ws.recv(timeout=10))
+    assert failed["type"] == "response.steer.failed"
+    assert failed["error"]["code"] == "steering_not_supported"
+    assert failed["error"]["type"] == "invalid_request_error"
+    assert failed["steer"] == {"input": "go left", "previous_response_id": base["id"]}
+    from openai.types.responses.response_steer_failed_event import ResponseSteerFailedEvent
+
+    ResponseSteerFailedEvent.model_validate(failed)  # the newest SDK parses it
+
+
+def test_a_warm_up_calls_no_model_and_is_the_context_of_the_next_turn(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    from responses_api.models import Response
+
+    scripted.enqueue(MODEL, Reply(text="answered"))
+    with socket(gateway) as ws:
+        events = turn(ws, model=MODEL, input="the context", instructions="be brief", generate=False, stream=True)
+        warm = validate_events(events)
+        assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.completed"]
+        assert warm["output"] == [] and warm["status"] == "completed"
+        usage = warm["usage"]
+        assert (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"]) == (0, 0, 0)
+        assert scripted.requests == []  # no upstream call
+        nxt = completed(ws, input="the question", previous_response_id=warm["id"])
+    assert nxt["output"][0]["content"][0]["text"] == "answered"
+    (request,) = scripted.requests
+    assert [m["content"] for m in request.body["messages"] if m["role"] == "user"] == ["the context", "the question"]
+    row = Response.objects.get(id=warm["id"])
+    assert (row.status, row.input_tokens, row.output_tokens) == ("completed", 0, 0)
+
+
+def test_a_cache_prewarm_is_a_warm_up_too(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    with socket(gateway) as ws:
+        events = turn(ws, model=MODEL, input="x", prompt_cache_options={"prewarm": True}, store=False)
+    assert validate_events(events)["output"] == []
+    assert scripted.requests == []
+
+
+def test_a_warm_up_takes_one_request_and_no_tokens(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import ApiKey
+    from responses_api.orchestration import limits
+    from tests.responses_api.test_rate_limits import key_id, set_limits
+
+    limits.reset_store()
+    forget_redis_keys("gw:rl:*")
+    key, _ = make_key(tenant="warm")
+    set_limits(ApiKey, key_id(key), requests_per_minute=2, tokens_per_minute=50)
+    with socket(gateway, key) as ws:
+        for _ in range(2):
+            completed(ws, input="a long context " * 200, generate=False)  # far more than 50 tokens
+        refused = turn(ws, model=MODEL, input="x", generate=False)
+    assert refused[-1]["status"] == 429 and "requests per minute" in refused[-1]["error"]["message"]
+    assert scripted.requests == []
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def access_lines() -> Iterator[Lines]:
+    handler = Lines()
+    logger = logging.getLogger("gateway.access")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_each_turn_has_an_access_line_and_request_metrics(
+    gateway: Gateway, scripted: ScriptedUpstream, access_lines: Lines
+) -> None:
+    from prometheus_client import REGISTRY
+
+    from responses_api.api.metrics import REQUESTS
+    from responses_api.api.websocket import WEBSOCKET_ROUTE
+
+    def count(status: str, model: str = MODEL) -> float:
+        return REQUESTS.labels(WEBSOCKET_ROUTE, model, status)._value.get()
+
+    before_ok, before_bad = count("200"), count("400", "")
+    scripted.enqueue(MODEL, Reply(text="fine"))
+    with socket(gateway) as ws:
+        good = completed(ws, input="hi")
+        turn(ws, model=MODEL, input=[{"type": "function_call_output", "call_id": "nope", "output": "x"}])
+        opened = REGISTRY.get_sample_value("gateway_open_websockets")
+        assert opened is not None and opened >= 1
+    lines = [vars(r) for r in access_lines.records if getattr(r, "method", None) == "WEBSOCKET"]
+    ok = next(line for line in lines if line.get("response_id") == good["id"])
+    assert (ok["status"], ok["model"], ok["response_status"]) == (200, MODEL, "completed")
+    assert ok["input_tokens"] == good["usage"]["input_tokens"] and ok["first_byte_ms"] is not None
+    bad = next(line for line in lines if line["status"] == 400)
+    assert (bad["error_code"], bad["error_param"]) == ("invalid_request", "input[0].call_id")
+    # As over HTTP, a model label only for a turn that reached a route and ran.
+    assert count("200") == before_ok + 1 and count("400", "") == before_bad + 1
