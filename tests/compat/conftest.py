@@ -14,6 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.responses_api.test_anthropic import anthropic  # noqa: F401 - the fixture upstream_model uses
+from tests.support.harness import MODEL, Gateway
+from tests.support.upstream import ScriptedUpstream
+
 COMPAT_DIR = Path(__file__).resolve().parent
 NODE_BIN = COMPAT_DIR / "node_modules" / ".bin"
 
@@ -31,3 +35,15 @@ def node_tool(name: str) -> Path:
     path = NODE_BIN / name
     need(f"{name} (npm, tests/compat)", path.exists() and shutil.which("node") is not None)
     return path
+
+
+@pytest.fixture(params=["chat", "anthropic"])
+def upstream_model(request: pytest.FixtureRequest, gateway: Gateway, scripted: ScriptedUpstream) -> tuple[str, str]:
+    """Each client over a Chat Completions and an Anthropic Messages upstream: (the model name
+    the client asks the gateway for, the upstream model the scripted server plays)."""
+    if request.param == "chat":
+        return MODEL, MODEL
+    from tests.responses_api.test_anthropic import CLAUDE
+
+    request.getfixturevalue("anthropic")  # the route CLAUDE -> a scripted Messages server
+    return CLAUDE, "claude-up"

@@ -10,8 +10,10 @@ reasoning, `client_metadata`, ...) must be accepted as it is.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,13 +39,54 @@ env_key = "GATEWAY_API_KEY"
 wire_api = "responses"
 """
 
+# The recommended setup (README, "Clients"): Codex's built-in OpenAI provider pointed at the
+# gateway, which turns on remote compaction (compaction v2), and WebSocket mode.
+OPENAI_CONFIG = """\
+model = "{model}"
+model_provider = "openai"
+openai_base_url = "{base_url}/v1"
+check_for_update_on_startup = false
+[analytics]
+enabled = false
+[feedback]
+enabled = false
+"""
 
-def run_codex(gateway: Gateway, workdir: Path, home: Path, prompt: str, *extra: str) -> subprocess.CompletedProcess:
+
+def run_codex(
+    gateway: Gateway,
+    workdir: Path,
+    home: Path,
+    prompt: str,
+    *extra: str,
+    model: str = MODEL,
+    websockets: bool = False,
+    openai_provider: bool = False,
+    settings: str = "",
+) -> subprocess.CompletedProcess:
     codex = node_tool("codex")
     home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text(CONFIG.format(model=MODEL, base_url=gateway.url))
+    if openai_provider:
+        config = OPENAI_CONFIG.format(model=model, base_url=gateway.url)
+    else:
+        config = CONFIG.format(model=model, base_url=gateway.url)
+        if websockets:
+            config += "supports_websockets = true\n"
+    # Top-level keys go before the first table.
+    head, _, tables = config.partition("[")
+    (home / "config.toml").write_text(head + settings + "[" + tables)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
     env.update(CODEX_HOME=str(home), GATEWAY_API_KEY=gateway.key, NO_COLOR="1", RUST_LOG="error")
+    if openai_provider:  # the built-in provider takes a key stored by `codex login`
+        subprocess.run(
+            [str(codex), "login", "--with-api-key"],
+            input=gateway.key,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
     return subprocess.run(
         [str(codex), "exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "--json", *extra, prompt],
         cwd=workdir,
@@ -105,3 +148,115 @@ def test_codex_with_a_feature_switched_off_still_works(
         for i in [e["item"]]
         if i.get("type") == "agent_message"
     ] == ["hello"]
+
+
+# -- WebSocket mode, remote compaction, resume: over Chat Completions and Anthropic upstreams ----
+
+
+@pytest.fixture
+def access_lines() -> Iterator[list[logging.LogRecord]]:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler, logger = Keep(logging.INFO), logging.getLogger("gateway.access")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def websocket_turns(records: list[logging.LogRecord]) -> list[dict]:
+    return [vars(r) for r in records if getattr(r, "method", None) == "WEBSOCKET"]
+
+
+def is_tool_result(body: dict, marker: str) -> bool:
+    """Whether the upstream request carries a tool result containing `marker` (either dialect)."""
+    return marker in json.dumps(body.get("messages", []))
+
+
+def test_codex_over_websockets_runs_a_shell_tool_loop(
+    gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path, upstream_model: tuple[str, str], access_lines: list
+) -> None:
+    model, upstream = upstream_model
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("the answer is 42\n")
+    scripted.enqueue(
+        upstream,
+        Reply(tool_calls=[{"id": "call_read", "name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}]),
+        Reply(text="The notes say the answer is 42."),
+    )
+    done = run_codex(gateway, work, tmp_path / "home", "What do my notes say?", model=model, websockets=True)
+    assert done.returncode == 0, f"codex failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    items = [e["item"] for e in events_of(done.stdout) if e.get("type") == "item.completed"]
+    commands = [i for i in items if i.get("type") == "command_execution"]
+    assert commands and "the answer is 42" in commands[0]["aggregated_output"]
+    assert [i["text"] for i in items if i.get("type") == "agent_message"][-1] == "The notes say the answer is 42."
+    # Every turn went over the socket: no POST /v1/responses, and the tool output's turn
+    # continued the first by previous_response_id (Codex sends only the new items).
+    turns = websocket_turns(access_lines)
+    assert len([t for t in turns if t.get("response_status") == "completed"]) >= 2, turns
+    assert not [r for r in access_lines if getattr(r, "method", None) == "POST" and r.path == "/v1/responses"]
+    assert is_tool_result(scripted.requests[-1].body, "the answer is 42")
+
+
+def test_codex_remote_compaction_completes_and_the_session_continues(
+    gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path, upstream_model: tuple[str, str], access_lines: list
+) -> None:
+    """The built-in OpenAI provider at the gateway (`openai_base_url`) compacts remotely: a
+    create whose last input item is `compaction_trigger`, answered by one compaction item."""
+    model, upstream = upstream_model
+    summary = "SUMMARY: the user asked about notes.txt; it says the answer is 42."
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("the answer is 42\n" + "padding line\n" * 1000)
+    calls = {"n": 0}
+
+    def respond(body: dict) -> Reply:
+        text = json.dumps(body)
+        if "Summarize the conversation above" in text:
+            return Reply(text=summary)
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return Reply(
+                tool_calls=[{"id": "call_read", "name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}]
+            )
+        return Reply(text="The notes say the answer is 42.")
+
+    scripted.set_responder(upstream, respond)
+    settings = "model_auto_compact_token_limit = 1500\n"
+    first = run_codex(
+        gateway, work, tmp_path / "home", "What do my notes say?", model=model, openai_provider=True, settings=settings
+    )
+    assert first.returncode == 0, f"codex failed:\n{first.stdout[-3000:]}\n{first.stderr[-3000:]}"
+    bodies = [r.body for r in scripted.requests]
+    compactions = [b for b in bodies if "Summarize the conversation above" in json.dumps(b)]
+    from responses_api.models import Response
+
+    usage = list(Response.objects.values_list("input_tokens", "output_tokens"))
+    assert compactions, f"Codex never compacted remotely (usage of its responses: {usage})"
+    # The built-in provider speaks WebSocket mode: the compaction was one of its turns.
+    compacted = [t for t in websocket_turns(access_lines) if t.get("response_status") == "completed"]
+    assert len(compacted) >= 3, compacted  # the tool call, the compaction, the answer
+    # The session goes on after the compaction: `exec resume` continues it, and its upstream
+    # context starts at the compaction's summary, not at the whole history.
+    resumed = run_codex(
+        gateway,
+        work,
+        tmp_path / "home",
+        "And again?",
+        "resume",
+        "--last",
+        model=model,
+        openai_provider=True,
+        settings=settings,
+    )
+    assert resumed.returncode == 0, f"resume failed:\n{resumed.stdout[-3000:]}\n{resumed.stderr[-3000:]}"
+    last = scripted.requests[-1].body
+    assert summary in json.dumps(last)
+    assert "padding line\\npadding line" not in json.dumps(last)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 from typing import Any
 
 import pytest
@@ -83,6 +84,89 @@ def test_agents_sdk_run_streamed(gateway: Gateway, scripted: ScriptedUpstream) -
     scripted.enqueue(MODEL, Reply(text="It is sunny in Paris."))
     with gateway.http() as http:
         validate_sse(http.post("/v1/responses", json={"model": MODEL, "input": "hi", "stream": True}).text)
+
+
+# -- The Agents SDK's WebSocket transport, and the openai SDK's responses.connect ---------------
+
+
+def _ws_agent(gateway: Gateway, model: str) -> Any:
+    need("openai-agents", importlib.util.find_spec("agents") is not None)
+    from agents import Agent, function_tool, set_tracing_disabled
+    from agents.models.openai_responses import OpenAIResponsesWSModel
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"Sunny in {city}, 21C"
+
+    client = AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key, max_retries=0)
+    return Agent(
+        name="forecaster",
+        instructions="Answer with the weather.",
+        tools=[get_weather],
+        model=OpenAIResponsesWSModel(model=model, openai_client=client),
+    )
+
+
+def test_agents_sdk_websocket_transport_run_and_run_streamed(
+    gateway: Gateway, scripted: ScriptedUpstream, upstream_model: tuple[str, str]
+) -> None:
+    """The Agents SDK forces `stream: true` into every `response.create` frame."""
+    model, upstream = upstream_model
+    from agents import Runner
+
+    agent = _ws_agent(gateway, model)
+    scripted.enqueue(upstream, weather_tool_call(), Reply(text="It is sunny in Paris."))
+    scripted.enqueue(upstream, weather_tool_call(), Reply(text="Still sunny in Paris."))
+
+    async def run() -> tuple[str, str, list[str]]:
+        first = await Runner.run(agent, "Weather in Paris?")
+        streamed = Runner.run_streamed(agent, "And now?")
+        kinds = [event.type async for event in streamed.stream_events()]
+        return first.final_output, streamed.final_output, kinds
+
+    first, second, kinds = asyncio.run(run())
+    assert (first, second) == ("It is sunny in Paris.", "Still sunny in Paris.")
+    assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
+    assert "Sunny in Paris, 21C" in str(scripted.requests[-1].body)
+
+
+def test_openai_sdk_responses_connect_runs_a_tool_loop(
+    gateway: Gateway, scripted: ScriptedUpstream, upstream_model: tuple[str, str]
+) -> None:
+    from tests.support.stream_validator import validate_events
+
+    model, upstream = upstream_model
+    scripted.enqueue(upstream, weather_tool_call(), Reply(text="It is sunny in Paris."))
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    }
+    client = gateway.openai()
+
+    def one_turn(connection: Any, **body: Any) -> dict:
+        connection.response.create(model=model, tools=[tool], store=False, **body)
+        events = []
+        while True:
+            raw = connection.recv_bytes()
+            event = connection.parse_event(raw)  # the SDK parses each event ...
+            events.append(json.loads(raw))  # ... and the strict validator checks it as sent
+            if event.type in ("response.completed", "response.failed", "response.incomplete", "error"):
+                return validate_events(events)
+
+    with client.responses.connect() as connection:
+        first = one_turn(connection, input="Weather in Paris?")
+        (call,) = [item for item in first["output"] if item["type"] == "function_call"]
+        second = one_turn(
+            connection,
+            previous_response_id=first["id"],
+            input=[{"type": "function_call_output", "call_id": call["call_id"], "output": "Sunny in Paris, 21C"}],
+        )
+    assert second["output"][-1]["content"][0]["text"] == "It is sunny in Paris."
 
 
 # -- LangChain ----------------------------------------------------------------------------------
