@@ -42,13 +42,13 @@ class BenchUpstream(ScriptedUpstream):
             text=words[: tokens * self.slow_chunk_chars], interval=self.slow_interval, chunk_chars=self.slow_chunk_chars
         )
 
-    def _pick(self, model):  # type: ignore[no-untyped-def]
+    def _pick(self, model, body=None):  # type: ignore[no-untyped-def]
         if isinstance(model, str) and model.startswith("slow-") and model[5:].isdigit():
             reply = self._slow.get(model)
             if reply is None:
                 reply = self._slow[model] = self.slow_reply(min(int(model[5:]), 100_000))
             return reply
-        return super()._pick(model)
+        return super()._pick(model, body)
 
 
 def main() -> None:
