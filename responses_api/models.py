@@ -361,7 +361,7 @@ class Item(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    public_id = models.CharField(max_length=80, db_index=True)
+    public_id = models.CharField(max_length=255, db_index=True)  # a client may name its items: 400 past this
     type = models.CharField(max_length=40)
     data = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)

@@ -148,7 +148,7 @@ class ToolCallRecord(models.Model):
     """One executed call per (response, call_id): a retried or redelivered run never repeats it."""
 
     response_id = models.CharField(max_length=64)
-    call_id = models.CharField(max_length=128)
+    call_id = models.CharField(max_length=255)
     tool_name = models.CharField(max_length=64)
     arguments = models.TextField()
     output = models.TextField(null=True, blank=True)  # noqa: DJ001 - null: the call has not finished

@@ -343,7 +343,23 @@ def _item_reference(raw: dict, param: str) -> dict:
     return {"type": "item_reference", "id": _require_str(raw, "id", param, allow_empty=False)}
 
 
+# The longest item id (and call id) a client may send: the stored items' column holds 255
+# (models.Item.public_id). Real clients stay far below (OpenAI's ids are about 50 characters).
+ID_MAX_CHARS = 255
+
+
 def normalize_item(raw: Any, param: str) -> dict:
+    item = _normalize_item(raw, param)
+    for field in ("id", "call_id"):
+        value = item.get(field)
+        if isinstance(value, str) and len(value) > ID_MAX_CHARS:
+            # local_shell_call_output names its call by `id`: its copy in call_id is that field.
+            named = "id" if field == "call_id" and item["type"] == "local_shell_call_output" else field
+            raise _bad(f"'{param}.{named}' is longer than {ID_MAX_CHARS} characters.", f"{param}.{named}")
+    return item
+
+
+def _normalize_item(raw: Any, param: str) -> dict:
     if not isinstance(raw, dict):
         raise _bad(f"Invalid '{param}': expected an object.", param)
     kind = raw.get("type")

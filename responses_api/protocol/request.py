@@ -30,6 +30,8 @@ KNOWN_INCLUDES = frozenset(
 REASONING_EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
 REASONING_SUMMARIES = frozenset({"auto", "concise", "detailed"})
 VERBOSITIES = frozenset({"low", "medium", "high"})
+# Route names (models.ModelRoute.name) are at most this long: a longer model names none.
+MODEL_MAX_CHARS = 200
 SERVICE_TIERS = frozenset({"auto", "default", "flex", "priority", "scale"})
 
 
@@ -282,6 +284,8 @@ def parse_create_request(body: Any) -> CreateRequest:
     if model is None or model == "":
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
     expect(model, str, "model", "a string")
+    if len(model) > MODEL_MAX_CHARS:
+        raise InvalidRequest(f"'model' is longer than {MODEL_MAX_CHARS} characters.", param="model")
 
     previous_response_id = _optional_str(body, "previous_response_id", 128)
     if conversation is not None and previous_response_id is not None:

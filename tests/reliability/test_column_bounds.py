@@ -1,0 +1,163 @@
+"""Every bound the database has is checked at the door.
+
+Each string column of the two apps is classified by who supplies its value. A column a client
+fills has a probe: a request one character over the column's bound is a 400 naming the field,
+before any upstream call and with nothing stored. A column added later without a class fails
+`test_every_string_column_is_classified`, so it cannot reopen the 500 the bound used to be
+(a 100-character item id, after the model was paid for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from django.apps import apps
+from django.db import models
+
+from tests.support.harness import MODEL, Gateway
+from tests.support.upstream import ScriptedUpstream
+
+pytestmark = pytest.mark.embedded
+
+
+def _length(app: str, model: str, field: str) -> int:
+    return apps.get_model(app, model)._meta.get_field(field).max_length
+
+
+def probe_item_ids(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    too_long = "msg_" + "a" * (_length("responses_api", "Item", "public_id") - 3)
+    item = {"type": "message", "role": "user", "content": "x", "id": too_long}
+    http = gateway.http()
+    answers = [
+        (http.post("/v1/responses", json={"model": MODEL, "input": [item]}), "input[0].id"),
+        (http.post("/v1/conversations", json={"items": [item]}), "items[0].id"),
+    ]
+    conversation = http.post("/v1/conversations", json={}).json()["id"]
+    answers.append((http.post(f"/v1/conversations/{conversation}/items", json={"items": [item]}), "items[0].id"))
+    call = {"type": "function_call_output", "call_id": "c" * 256, "output": "x"}
+    answers.append((http.post("/v1/responses", json={"model": MODEL, "input": [call]}), "input[0].call_id"))
+    for answer, param in answers:
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == param
+    assert scripted.requests == []
+
+
+def probe_model(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    too_long = "m" * (_length("responses_api", "Response", "model") + 1)
+    answer = gateway.http().post("/v1/responses", json={"model": too_long, "input": "hi"})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "model"
+    assert scripted.requests == []
+
+
+# Columns an API client fills, with the probe that proves the parser bounds them.
+CLIENT: dict[tuple[str, str, str], Callable[[Gateway, ScriptedUpstream], None]] = {
+    ("responses_api", "Item", "public_id"): probe_item_ids,
+    ("responses_api", "Response", "model"): probe_model,
+}
+# Columns filled by the operator (admin forms check max_length; the config file goes through
+# the same fields) or by the gateway itself (ids it makes, states, names of what it routed to).
+OPERATOR = {
+    ("responses_api", "Tenant", "name"),
+    ("responses_api", "Tenant", "budget_period"),
+    ("responses_api", "ApiKey", "name"),
+    ("responses_api", "Provider", "name"),
+    ("responses_api", "Provider", "kind"),
+    ("responses_api", "Provider", "base_url"),
+    ("responses_api", "Provider", "api_key_env"),
+    ("responses_api", "ModelRoute", "name"),
+    ("responses_api", "RouteTarget", "upstream_model"),
+    ("tool_registry", "Tool", "name"),
+    ("tool_registry", "Tool", "executor"),
+    ("tool_registry", "Tool", "url"),
+    ("tool_registry", "Tool", "signing_secret_env"),
+    ("tool_registry", "Tool", "python_callable"),
+    ("tool_registry", "EgressAllow", "entry"),
+    ("tool_registry", "EgressAllow", "note"),
+    ("tool_registry", "McpServer", "label"),
+    ("tool_registry", "McpServer", "url"),
+    ("tool_registry", "McpServer", "approval"),
+}
+GATEWAY = {
+    ("responses_api", "ApiKey", "prefix"),
+    ("responses_api", "ApiKey", "secret_hash"),
+    ("responses_api", "Conversation", "id"),
+    ("responses_api", "Response", "id"),
+    ("responses_api", "Response", "status"),
+    ("responses_api", "Response", "upstream"),
+    ("responses_api", "Item", "type"),  # one of the parser's known types: test below
+    ("responses_api", "UsageRecord", "endpoint"),
+    ("responses_api", "UsageRecord", "model"),  # a route's name: usage is recorded for routed calls only
+    ("responses_api", "UsageRecord", "upstream"),
+    ("tool_registry", "ToolCallRecord", "response_id"),
+    ("tool_registry", "ToolCallRecord", "tool_name"),  # a registry tool's name
+    ("tool_registry", "ToolCallRecord", "call_id"),  # the model's call id for a registry tool
+}
+
+
+def string_columns() -> set[tuple[str, str, str]]:
+    found = set()
+    for app in ("responses_api", "tool_registry"):
+        for model in apps.get_app_config(app).get_models():
+            for field in model._meta.get_fields():
+                if isinstance(field, models.CharField) and field.max_length:
+                    found.add((app, model.__name__, field.name))
+    return found
+
+
+def test_every_string_column_is_classified() -> None:
+    classified = set(CLIENT) | OPERATOR | GATEWAY
+    unclassified = string_columns() - classified
+    assert not unclassified, (
+        f"classify these columns in {__name__}: who fills them, and (for a client) a probe: {sorted(unclassified)}"
+    )
+    assert not classified - string_columns(), "a classified column is gone: drop it from the lists"
+
+
+@pytest.mark.parametrize("column", sorted(CLIENT), ids=lambda c: ".".join(c))
+def test_client_columns_are_bounded_by_the_request_parser(
+    gateway: Gateway, scripted: ScriptedUpstream, column: tuple[str, str, str]
+) -> None:
+    from responses_api.models import Item, Response
+
+    CLIENT[column](gateway, scripted)
+    assert not Response.objects.exists() and not Item.objects.exists()
+
+
+def test_every_item_type_the_parser_accepts_fits_its_column() -> None:
+    from responses_api.protocol import items
+    from responses_api.protocol.client_tools import HOSTED_ITEM_TYPES
+
+    known = {
+        "message",
+        "function_call",
+        "function_call_output",
+        "reasoning",
+        "item_reference",
+        "compaction",
+        *items._MCP_ITEMS,
+        *items._CLIENT_TOOL_ITEMS,
+        *HOSTED_ITEM_TYPES,
+    }
+    limit = _length("responses_api", "Item", "type")
+    assert max(len(kind) for kind in known) <= limit
+
+
+def test_an_item_id_of_100_characters_is_stored_not_a_500(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """The battery's case: on 75d8303 the model was called, then storing failed (varchar(80))."""
+    from tests.support.upstream import Reply
+
+    scripted.enqueue(MODEL, Reply(text="ok"))
+    item_id = "msg_" + "a" * 100
+    http = gateway.http()
+    answer = http.post(
+        "/v1/responses",
+        json={"model": MODEL, "input": [{"type": "message", "role": "user", "content": "x", "id": item_id}]},
+    )
+    assert answer.status_code == 200, answer.text
+    listed = http.get(f"/v1/responses/{answer.json()['id']}/input_items").json()
+    assert [item["id"] for item in listed["data"]] == [item_id]
+    conversation = http.post(
+        "/v1/conversations", json={"items": [{"type": "message", "role": "user", "content": "x", "id": item_id + "b"}]}
+    )
+    assert conversation.status_code == 200, conversation.text
