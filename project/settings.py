@@ -158,6 +158,11 @@ GATEWAY_METRICS_TOKEN = env.str("GATEWAY_METRICS_TOKEN", default="")
 GATEWAY_WS_MAX_SECONDS = env.float("GATEWAY_WS_MAX_SECONDS", default=3600.0)
 GATEWAY_WS_IDLE_SECONDS = env.float("GATEWAY_WS_IDLE_SECONDS", default=600.0)
 GATEWAY_WS_MAX_CONNECTIONS_PER_KEY = env.int("GATEWAY_WS_MAX_CONNECTIONS_PER_KEY", default=64)
+# Messages waiting behind the running turn of a connection, and their bytes: past either, a
+# message is refused (429 websocket_queue_full) instead of held. A message arriving at an empty
+# queue is always taken (its own bound is GATEWAY_MAX_REQUEST_BYTES).
+GATEWAY_WS_MAX_QUEUED_MESSAGES = env.int("GATEWAY_WS_MAX_QUEUED_MESSAGES", default=16)
+GATEWAY_WS_MAX_QUEUED_BYTES = env.int("GATEWAY_WS_MAX_QUEUED_BYTES", default=16 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_REQUEST_BYTES
 
 # --- Static files ------------------------------------------------------------

@@ -246,6 +246,7 @@ class Connection:
         self.evicted: set[str] = set()  # continuing from these again is previous_response_not_found
         self.opened = time.monotonic()
         self._inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._queued_bytes = 0  # of the messages in the inbox
         self._closed = asyncio.Event()
 
     async def run(self) -> None:
@@ -265,13 +266,35 @@ class Connection:
 
     async def _read(self) -> None:
         """Everything the client sends, queued: messages that arrive while a response runs
-        wait their turn; a close is seen at once (and stops the running response)."""
+        wait their turn; a close is seen at once (and stops the running response).
+
+        The reader never stops reading (a close must still cancel at once), so the queue is
+        bounded instead: past GATEWAY_WS_MAX_QUEUED_MESSAGES or _BYTES a message is refused."""
         while True:
             message = await self._receive()
             if message["type"] == "websocket.disconnect":
                 self._closed.set()
                 return
-            await self._inbox.put(message)
+            size = len(message.get("text") or message.get("bytes") or b"")
+            if self._inbox.qsize() and (
+                self._inbox.qsize() >= settings.GATEWAY_WS_MAX_QUEUED_MESSAGES
+                or self._queued_bytes + size > settings.GATEWAY_WS_MAX_QUEUED_BYTES
+            ):
+                await self._refuse_queued(size)
+                continue
+            self._queued_bytes += size
+            self._inbox.put_nowait(message)
+
+    async def _refuse_queued(self, size: int) -> None:
+        error = RateLimited(
+            f"Too many messages wait on this connection ({self._inbox.qsize()} messages, {self._queued_bytes} bytes; "
+            f"at most {settings.GATEWAY_WS_MAX_QUEUED_MESSAGES} and {settings.GATEWAY_WS_MAX_QUEUED_BYTES} bytes): "
+            f"this one ({size} bytes) was dropped. Send the next when a response has ended.",
+            code="websocket_queue_full",
+            headers={"Retry-After": "1"},
+        )
+        with contextlib.suppress(_Closed):
+            await self._emit(error_envelope(error))
 
     async def _next_message(self) -> str | None:
         """The next client text, or None once the connection should end (after saying why)."""
@@ -287,6 +310,7 @@ class Connection:
                     waiter.cancel()
         if getting in done:
             message = getting.result()
+            self._queued_bytes -= len(message.get("text") or message.get("bytes") or b"")
             text = message.get("text")
             if text is None and message.get("bytes") is not None:
                 text = message["bytes"].decode("utf-8", "replace")

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0018_usage_unstored_responses'),
+        ("responses_api", "0018_usage_unstored_responses"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='item',
-            name='public_id',
+            model_name="item",
+            name="public_id",
             field=models.CharField(db_index=True, max_length=255),
         ),
     ]

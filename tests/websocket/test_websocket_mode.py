@@ -208,3 +208,42 @@ def test_connections_per_key_are_limited(gateway: Gateway, settings) -> None:  #
         assert info.value.response.status_code == 429
     with socket(gateway):  # released when closed
         pass
+
+
+def test_a_flood_behind_a_running_turn_is_refused_past_the_queue_bounds(
+    gateway: Gateway, scripted: ScriptedUpstream, settings
+) -> None:  # type: ignore[no-untyped-def]
+    """150 messages of 1 MiB behind a running turn: the connection keeps reading (a close would
+    still be seen), queues at most GATEWAY_WS_MAX_QUEUED_MESSAGES / _BYTES, refuses the rest with
+    a named 429, and the process does not grow by the flood (on 75d8303: by 158 MiB)."""
+    import os
+
+    def rss() -> int:
+        with open(f"/proc/{os.getpid()}/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    settings.GATEWAY_WS_MAX_QUEUED_MESSAGES = 16
+    settings.GATEWAY_WS_MAX_QUEUED_BYTES = 16 * 1024 * 1024
+    scripted.enqueue(MODEL, Reply(text="slow " * 120, chunk_chars=5, interval=0.25))  # 30 s
+    frame = json.dumps({"type": "response.create", "model": "no-such-model", "input": "x" * (1024 * 1024)})
+    with socket(gateway) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "go"}))
+        assert json.loads(ws.recv(timeout=10))["type"] == "response.created"
+        before = rss()
+        for _ in range(150):
+            ws.send(frame)
+        events: list[dict[str, Any]] = []
+
+        def count(code: str) -> int:
+            return sum(e["type"] == "error" and e["error"]["code"] == code for e in events)
+
+        while count("websocket_queue_full") < 150 - 16:
+            events.append(json.loads(ws.recv(timeout=30)))
+        grown = rss() - before
+        assert not any(e["type"] in TERMINAL for e in events)  # the running turn was still running
+    # Closing still cancels the running turn at once, the queue full behind it.
+    assert scripted.wait_aborted(timeout=5), "the upstream request was not closed"
+    refusals = [e for e in events if e["type"] == "error" and e["error"]["code"] == "websocket_queue_full"]
+    assert len(refusals) == 134
+    assert {(e["status"], e["headers"]["retry-after"]) for e in refusals} == {(429, "1")}
+    assert grown < 80 * 1024 * 1024, f"the process grew by {grown / 2**20:.0f} MiB"

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tool_registry', '0002_mcp_server'),
+        ("tool_registry", "0002_mcp_server"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='toolcallrecord',
-            name='call_id',
+            model_name="toolcallrecord",
+            name="call_id",
             field=models.CharField(max_length=255),
         ),
     ]
