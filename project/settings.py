@@ -155,6 +155,11 @@ GATEWAY_MAX_REQUEST_BYTES = env.int("GATEWAY_MAX_REQUEST_BYTES", default=32 * 10
 # Prometheus /metrics: served only to this bearer token (empty: no /metrics at all).
 GATEWAY_METRICS_TOKEN = env.str("GATEWAY_METRICS_TOKEN", default="")
 # WebSocket mode (responses_api/api/websocket.py).
+# A reader of a worker-run response's event log looks at the stored response after this long
+# without an event (a log that is down, lost or silent never keeps it past the response's end),
+# and a worker waits this long at a run's end for a log that refused its events to take them.
+GATEWAY_EVENT_LOG_IDLE_CHECK = env.float("GATEWAY_EVENT_LOG_IDLE_CHECK", default=5.0)
+GATEWAY_EVENT_LOG_RETRY_SECONDS = env.float("GATEWAY_EVENT_LOG_RETRY_SECONDS", default=60.0)
 GATEWAY_WS_MAX_SECONDS = env.float("GATEWAY_WS_MAX_SECONDS", default=3600.0)
 GATEWAY_WS_IDLE_SECONDS = env.float("GATEWAY_WS_IDLE_SECONDS", default=600.0)
 GATEWAY_WS_MAX_CONNECTIONS_PER_KEY = env.int("GATEWAY_WS_MAX_CONNECTIONS_PER_KEY", default=64)

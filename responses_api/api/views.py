@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from ..engine.background import cancel_background
+from ..engine.background import cancel_background, follow_log
 from ..engine.eventlog import event_log
 from ..engine.run import ResponseRun
 from ..history.views import list_responses, list_responses_schema
@@ -92,7 +92,7 @@ def _rate_limit_headers(started: ResponseRun | WorkerStarted) -> dict[str, str]:
 async def _answer(request: ApiRequest, req: CreateRequest, started: ResponseRun | WorkerStarted) -> HttpResponseBase:
     if isinstance(started, WorkerStarted):
         if req.stream:  # relay the worker's events live; the work survives a disconnect
-            return _sse_response(request, event_log().read(started.response_id))
+            return _sse_response(request, follow_log(started.response_id))
         note_response(request.log_extra, started.response)
         return Response(started.response)
     run = started
@@ -139,9 +139,8 @@ class ResponseDetailView(ApiView):
         row = await db.run(selectors.response_get_row, tenant_id=self.principal.tenant_id, response_id=response_id)
         if not row.on_worker:
             raise InvalidRequest("Only background (worker-run) responses can be streamed again.", param="stream")
-        if await event_log().last_sequence_number(response_id) < 0:
-            raise NotFound("The event log of this response has expired.", param="stream", code="event_log_expired")
-        return _sse_response(request, event_log().read(response_id, args["starting_after"]))
+        # An expired or lost log (and one Redis cannot give now) ends with the stored state.
+        return _sse_response(request, follow_log(response_id, args["starting_after"]))
 
     @extend_schema(
         operation_id="deleteResponse",

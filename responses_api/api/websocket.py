@@ -368,9 +368,9 @@ class Connection:
             started = await start_response(self.principal, req, body, prior=self.prior)
             turn.model = req.model
             if isinstance(started, WorkerStarted):  # a route that runs on workers: relay its log
-                from ..engine.eventlog import event_log
+                from ..engine.background import follow_log
 
-                await self._relay(event_log().read(started.response_id), previous, turn)
+                await self._relay(follow_log(started.response_id), previous, turn)
                 return
             await started.connect()
             await self._relay(started.events(), previous, turn, run=started)

@@ -17,6 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator
 from typing import Any
 
 from django.conf import settings
@@ -28,7 +31,7 @@ from ..orchestration.limits import drain as limits_drain
 from ..protocol.errors import GatewayError, ServerError
 from ..protocol.events import EventBuilder, output_from_events
 from ..store import db, selectors, services
-from .eventlog import event_log
+from .eventlog import TERMINAL_TYPES, event_log
 from .run import ResponseRun
 
 log = logging.getLogger("gateway.background")
@@ -41,6 +44,114 @@ async def _append_all(response_id: str, events: list[dict[str, Any]]) -> None:
         await event_log().append(response_id, event)
 
 
+class LogWriter:
+    """A run's events into its event log, in order; an outage of the log delays them and never
+    decides the run. Events the log does not take wait here and are written, in order, by a
+    retrying task once it is back; the run goes on meanwhile (its end is stored in the database
+    either way, and readers fall back to it: `follow_log`)."""
+
+    def __init__(self, response_id: str) -> None:
+        self.response_id = response_id
+        self._pending: deque[dict[str, Any]] = deque()
+        self._retrying: asyncio.Task[None] | None = None
+
+    async def append_all(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            await self.append(event)
+
+    async def append(self, event: dict[str, Any]) -> None:
+        self._pending.append(event)
+        if self._retrying is not None:  # behind an outage: keep the order, the task writes it
+            return
+        if not await self._flush():
+            self._retrying = asyncio.ensure_future(self._retry())
+
+    async def _flush(self) -> bool:
+        while self._pending:
+            try:
+                await event_log().append(self.response_id, self._pending[0])
+            except Exception as exc:  # noqa: BLE001 - whatever the log's failure, the run goes on
+                log.warning(
+                    "response %s: the event log refused an event (%s: %s); %d waiting, retrying",
+                    self.response_id,
+                    type(exc).__name__,
+                    str(exc)[:200],
+                    len(self._pending),
+                )
+                return False
+            self._pending.popleft()
+        return True
+
+    async def _retry(self) -> None:
+        delay = 0.5
+        while not await self._flush():
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        log.warning("response %s: the event log took the events that waited", self.response_id)
+        self._retrying = None
+
+    async def close(self, wait: float) -> bool:
+        """Wait up to `wait` seconds for what still waits; False if the log never took it (its
+        readers then end with the stored state)."""
+        if self._retrying is None:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._retrying), wait)
+            return True
+        except TimeoutError:
+            self._retrying.cancel()
+            log.warning(
+                "response %s: %d events never reached the event log; readers get the stored end",
+                self.response_id,
+                len(self._pending),
+            )
+            return False
+
+
+async def follow_log(response_id: str, after: int = -1) -> AsyncIterator[dict[str, Any]]:
+    """A worker-run response's events after `after`, live, to the terminal one; an event log
+    that is down, lost or silent never leaves a reader waiting on a response that has ended:
+    then the stored end closes the stream (its `error` and terminal event, numbered on)."""
+    last = after
+    while True:
+        try:
+            async for event in event_log().read(response_id, last, idle_seconds=settings.GATEWAY_EVENT_LOG_IDLE_CHECK):
+                last = event["sequence_number"]
+                yield event
+                if event["type"] in TERMINAL_TYPES:
+                    return
+        except Exception as exc:  # noqa: BLE001 - the log is unreachable: the row decides
+            log.warning("response %s: reading its event log failed (%s)", response_id, type(exc).__name__)
+            unreachable = True
+        else:
+            unreachable = False  # it was silent for a while
+        status = await db.run(selectors.response_status, response_id=response_id)
+        if status in Response.ENDED:
+            for event in await db.run(_stored_end, response_id, last + 1):
+                yield event
+            return
+        if unreachable:
+            await asyncio.sleep(1.0)
+
+
+def _stored_end(response_id: str, sequence_number: int) -> list[dict[str, Any]]:
+    """The terminal events of a stored response, as its run would have sent them."""
+    response = selectors.response_retrieve(tenant_id=None, response_id=response_id)
+    status = response["status"]
+    kind = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(status, "response.failed")
+    events: list[dict[str, Any]] = []
+    error = response.get("error")
+    if status == "failed" and error:
+        code, message = error.get("code"), error.get("message")
+        payload = {"type": "server_error", "code": code, "message": message, "param": None}
+        events.append(
+            {"type": "error", "sequence_number": sequence_number, "code": code, "message": message, "param": None}
+            | {"error": payload}
+        )
+    events.append({"type": kind, "sequence_number": sequence_number + len(events), "response": response})
+    return events
+
+
 async def _heartbeat_loop(response_id: str) -> None:
     while True:
         await asyncio.sleep(settings.GATEWAY_HEARTBEAT_SECONDS)
@@ -48,7 +159,12 @@ async def _heartbeat_loop(response_id: str) -> None:
 
 
 async def _cancel_watch(response_id: str, run: ResponseRun) -> None:
-    while not await event_log().cancel_requested(response_id):
+    while True:
+        try:
+            if await event_log().cancel_requested(response_id):
+                break
+        except Exception:  # noqa: BLE001 - Redis is down: a cancel cannot arrive meanwhile
+            await asyncio.sleep(1.0)
         await asyncio.sleep(0.2)
     run.request_cancel()
 
@@ -66,18 +182,23 @@ async def run_claimed(response_id: str) -> str:
         return "failed"
     heart = asyncio.create_task(_heartbeat_loop(response_id))
     watcher = asyncio.create_task(_cancel_watch(response_id, run))
+    writer = LogWriter(response_id)
     try:
         if opening == "in_progress":
-            await _append_all(response_id, run.builder.begin())
+            await writer.append_all(run.builder.begin())
         try:
             await run.connect()
         except GatewayError:
-            await _append_all(response_id, run.failure_events)
+            await writer.append_all(run.failure_events)
             return "failed"
         async for event in run.events(opening="none"):
-            await event_log().append(response_id, event)
+            await writer.append(event)
         return run.response["status"]
     finally:
+        started = time.monotonic()
+        await writer.close(settings.GATEWAY_EVENT_LOG_RETRY_SECONDS)
+        if time.monotonic() - started > 1:
+            log.info("response %s: waited %.1f s for the event log", response_id, time.monotonic() - started)
         for task in (watcher, heart):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

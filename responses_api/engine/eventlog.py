@@ -28,8 +28,12 @@ class EventLog:
         """Append one event; False if its sequence number is already there (a duplicate)."""
         raise NotImplementedError
 
-    def read(self, response_id: str, after: int = -1) -> AsyncIterator[dict[str, Any]]:
-        """Events with sequence_number > after, then live ones, until the terminal event."""
+    def read(
+        self, response_id: str, after: int = -1, *, idle_seconds: float | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Events with sequence_number > after, then live ones, until the terminal event; with
+        `idle_seconds`, also ends (without it) after that long without an event, so that the
+        caller can look at the stored response (engine/background.follow_log)."""
         raise NotImplementedError
 
     async def last_sequence_number(self, response_id: str) -> int:
@@ -78,7 +82,9 @@ class MemoryEventLog(EventLog):
         self._expire()
         return True
 
-    async def read(self, response_id: str, after: int = -1) -> AsyncIterator[dict[str, Any]]:
+    async def read(
+        self, response_id: str, after: int = -1, *, idle_seconds: float | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         position = after + 1
         while True:
             events = self._events.get(response_id, [])
@@ -89,7 +95,10 @@ class MemoryEventLog(EventLog):
                 yield event
                 if event["type"] in TERMINAL_TYPES:
                     return
-            await waiter.wait()
+            try:
+                await asyncio.wait_for(waiter.wait(), idle_seconds)
+            except TimeoutError:
+                return
 
     async def last_sequence_number(self, response_id: str) -> int:
         return len(self._events.get(response_id, [])) - 1
@@ -155,12 +164,17 @@ class RedisEventLog(EventLog):
         await client.expire(key, ttl if event["type"] in TERMINAL_TYPES else settings.CELERY_TASK_TIME_LIMIT + ttl)
         return True
 
-    async def read(self, response_id: str, after: int = -1) -> AsyncIterator[dict[str, Any]]:
+    async def read(
+        self, response_id: str, after: int = -1, *, idle_seconds: float | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         key = EVENTS_PREFIX + response_id
         client = self._client()
         last_id = f"{after + 1}-0" if after >= 0 else "0-0"
+        block_ms = 5000 if idle_seconds is None else max(1, min(5000, int(idle_seconds * 1000)))
         while True:
-            batches = await client.xread({key: last_id}, block=5000, count=500)
+            batches = await client.xread({key: last_id}, block=block_ms, count=500)
+            if not batches and idle_seconds is not None:
+                return
             for _, entries in batches or []:
                 for entry_id, fields in entries:
                     last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id

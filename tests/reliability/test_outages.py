@@ -204,3 +204,59 @@ def test_a_queued_response_whose_task_was_lost_is_failed_by_the_reaper(deploymen
             deployment.start_worker()
         final = wait_for(lambda: settled(client, resp.json()["id"]), 45, "the reaper")
         assert final["status"] == "failed" and final["error"]["code"] == "queue_timeout", final
+
+
+def _sse_events(lines: Iterator[str]) -> Iterator[dict]:
+    import json
+
+    for line in lines:
+        if line.startswith("data: {"):
+            yield json.loads(line[6:])
+
+
+def test_a_redis_outage_under_a_background_stream_decides_nothing(
+    deployment: Deployment, upstream: ScriptedUpstream
+) -> None:
+    """On 75d8303 (2 runs of 2): the row ended `cancelled` with no output, the log stopped with no
+    terminal event, a resuming reader waited forever, and the worker died in kombu. Now the run
+    goes on (its events wait for the log), the resuming reader gets the rest and the end, and
+    the worker takes new work."""
+    text = "word " * 50  # 50 chunks, one every 0.2 s: a 10-second answer
+    upstream.enqueue("m", Reply(text=text, chunk_chars=5, interval=0.2))
+    with deployment.client(timeout=60) as client:
+        seen: list[dict] = []
+        with client.stream(
+            "POST", "/v1/responses", json={"model": "m", "input": "long", "background": True, "stream": True}
+        ) as stream:
+            for event in _sse_events(stream.iter_lines()):
+                seen.append(event)
+                if event["type"] == "response.output_text.delta" and len(seen) > 8:
+                    break  # this reader leaves; the work goes on
+        response_id, resume_after = seen[0]["response"]["id"], seen[-1]["sequence_number"]
+
+        deployment.redis.halt()
+        time.sleep(5)
+        deployment.redis.resume()
+
+        started = time.monotonic()
+        with client.stream(
+            "GET", f"/v1/responses/{response_id}", params={"stream": "true", "starting_after": resume_after}
+        ) as stream:
+            rest = list(_sse_events(stream.iter_lines()))
+        assert time.monotonic() - started < 40
+        assert rest and rest[-1]["type"] == "response.completed", [e["type"] for e in rest[-3:]]
+        assert all(e["sequence_number"] > resume_after for e in rest)
+        final = rest[-1]["response"]
+        assert final["output"][0]["content"][0]["text"] == text
+        stored = wait_for(lambda: settled(client, response_id), 30, "the stored end")
+        assert stored["status"] == "completed" and stored["output"][0]["content"][0]["text"] == text
+
+        # The worker survived the broker's outage: it takes new work.
+        after = client.post("/v1/responses", json={"model": "m", "input": "after the outage", "background": True})
+        assert after.status_code == 200, after.text
+        try:
+            done = wait_for(lambda: settled(client, after.json()["id"]), 45, "a background run after the outage")
+        except AssertionError:
+            log = (deployment.base_dir / "worker.log").read_text(errors="replace")
+            raise AssertionError("no background run after the outage; the worker's log:\n" + log[-6000:]) from None
+        assert done["status"] == "completed", done
