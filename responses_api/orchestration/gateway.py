@@ -207,14 +207,19 @@ async def admit_request(
         return None
     if not req.generate:  # a warm-up calls no model: one request, no tokens, no slot held
         return await admit(principal, concurrent=False)
-    from ..protocol.tokens import estimate_request
+    from ..protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request
 
     def estimate() -> int:  # the new input only: a chain's context is settled at the end
         tools = [t.as_dict() for t in req.tools]
         return estimate_request(req.input_items, req.instructions, tools) + (req.max_output_tokens or 0)
 
     lease = settings.GATEWAY_QUEUED_MAX_SECONDS + settings.CELERY_TASK_TIME_LIMIT if on_worker else None
-    return await admit(principal, price=route.price, estimate=estimate, lease_seconds=lease)
+    # A budget reserves the output a request may produce: its max_output_tokens (in the estimate)
+    # or, without one, what the engine leaves room for in a context window.
+    output_reserve = 0 if req.max_output_tokens else DEFAULT_OUTPUT_RESERVE
+    return await admit(
+        principal, price=route.price, estimate=estimate, lease_seconds=lease, output_reserve=output_reserve
+    )
 
 
 # -- /v1/responses/compact -----------------------------------------------------------

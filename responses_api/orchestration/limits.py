@@ -95,6 +95,7 @@ class Check:
     cost: int = 0  # bucket: what is taken
     micro_usd_limit: int = -1  # budget: -1 unlimited
     reset_in: float = 0.0  # budget: seconds to the period's end
+    reserve_micro_usd: int = 0  # budget: what this request reserves (its tokens are `cost`)
 
 
 @dataclass(slots=True)
@@ -136,6 +137,8 @@ class MemoryLimitStore(LimitStore):
         self.buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
         self.leases: dict[str, dict[str, float]] = {}  # key -> {lease id: until}
         self.spent: dict[str, tuple[int, int, float]] = {}  # key -> (tokens, micro_usd, until)
+        # budget key -> {lease id: (tokens, micro_usd, until)}: what running requests reserved
+        self.reserved: dict[str, dict[str, tuple[int, int, float]]] = {}
 
     def _level(self, key: str, limit: int, now: float) -> float:
         tokens, at = self.buckets.get(key, (float(limit), now))
@@ -165,7 +168,10 @@ class MemoryLimitStore(LimitStore):
                 spent = self._spent(check.key, now)
                 if spent is None:
                     return Decision(False, seed=i)
-                if _over_budget(check, *spent):
+                holding = {k: v for k, v in self.reserved.get(check.key, {}).items() if v[2] > now}
+                self.reserved[check.key] = holding
+                reserved = (sum(v[0] for v in holding.values()), sum(v[1] for v in holding.values()))
+                if _over_budget(check, *spent, reserved=reserved):
                     return Decision(False, i, check.reset_in)
         decision = Decision(True)
         for i, check in enumerate(checks):
@@ -174,6 +180,8 @@ class MemoryLimitStore(LimitStore):
                 decision.remaining[i] = (levels[i], (check.limit - levels[i]) * 60.0 / check.limit)
             elif check.kind == "lease":
                 self.leases[check.key][lease_id] = now + lease_seconds
+            else:
+                self.reserved[check.key][lease_id] = (check.cost, check.reserve_micro_usd, now + lease_seconds)
         return decision
 
     async def settle(
@@ -183,6 +191,7 @@ class MemoryLimitStore(LimitStore):
         for key, limit, delta in buckets:
             self.buckets[key] = (min(float(limit), self._level(key, limit, now) - delta), now)
         for key, tokens, micro_usd in budgets:
+            self.reserved.get(key, {}).pop(lease_id, None)
             entry = self.spent.get(key)
             if entry is not None and entry[2] > now:
                 self.spent[key] = (entry[0] + tokens, entry[1] + micro_usd, entry[2])
@@ -207,9 +216,21 @@ class MemoryLimitStore(LimitStore):
         return out
 
 
-def _over_budget(check: Check, tokens: int, micro_usd: int) -> bool:
-    return (check.limit >= 0 and tokens >= check.limit) or (
-        check.micro_usd_limit >= 0 and micro_usd >= check.micro_usd_limit
+def _over_budget(check: Check, tokens: int, micro_usd: int, *, reserved: tuple[int, int] = (0, 0)) -> bool:
+    """Whether a request must be refused. The rule (the same in the Redis script): what is spent,
+    what running requests reserved and what this one reserves must fit the budget; but when no
+    request holds a reservation, one is admitted as long as anything is left, so that the end of
+    a budget can be used: only that last request may cross it, by at most its own size."""
+
+    def refused(limit: int, spent: int, held: int, wanted: int) -> bool:
+        if limit < 0:
+            return False
+        if spent >= limit:
+            return True
+        return held > 0 and spent + held + wanted > limit
+
+    return refused(check.limit, tokens, reserved[0], check.cost) or refused(
+        check.micro_usd_limit, micro_usd, reserved[1], check.reserve_micro_usd
     )
 
 
@@ -221,11 +242,18 @@ local lease_id = ARGV[1]
 local lease_until = now + tonumber(ARGV[2])
 local n = #KEYS
 local level = {}
+local function refused(limit, spent, held, wanted)
+  if limit < 0 then return false end
+  if spent >= limit then return true end
+  return held > 0 and spent + held + wanted > limit
+end
 for i = 1, n do
-  local kind = ARGV[2 + (i - 1) * 4 + 1]
-  local a = tonumber(ARGV[2 + (i - 1) * 4 + 2])
-  local b = tonumber(ARGV[2 + (i - 1) * 4 + 3])
-  local c = tonumber(ARGV[2 + (i - 1) * 4 + 4])
+  local kind = ARGV[2 + (i - 1) * 6 + 1]
+  local a = tonumber(ARGV[2 + (i - 1) * 6 + 2])
+  local b = tonumber(ARGV[2 + (i - 1) * 6 + 3])
+  local c = tonumber(ARGV[2 + (i - 1) * 6 + 4])
+  local d = tonumber(ARGV[2 + (i - 1) * 6 + 5])
+  local e = tonumber(ARGV[2 + (i - 1) * 6 + 6])
   local key = KEYS[i]
   if kind == 'bucket' then
     local v = redis.call('HMGET', key, 'level', 'at')
@@ -241,15 +269,29 @@ for i = 1, n do
   else
     local v = redis.call('HMGET', key, 'tokens', 'micro_usd')
     if not v[1] then return {'seed', i, '0'} end
-    if (a >= 0 and tonumber(v[1]) >= a) or (b >= 0 and tonumber(v[2]) >= b) then
+    -- reservations of running requests: expired ones (a dead process's) are given back first
+    local rkey, akey = key .. ':r', key .. ':a'
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', rkey, '-inf', now)) do
+      local held = redis.call('HGET', akey, id)
+      if held then
+        local sep = string.find(held, ',')
+        redis.call('HINCRBY', key, 'rt', -tonumber(string.sub(held, 1, sep - 1)))
+        redis.call('HINCRBY', key, 'ru', -tonumber(string.sub(held, sep + 1)))
+        redis.call('HDEL', akey, id)
+      end
+      redis.call('ZREM', rkey, id)
+    end
+    local r = redis.call('HMGET', key, 'rt', 'ru')
+    local rt, ru = tonumber(r[1]) or 0, tonumber(r[2]) or 0
+    if refused(a, tonumber(v[1]), rt, d) or refused(b, tonumber(v[2]), ru, e) then
       return {'deny', i, tostring(c)}
     end
   end
 end
 local out = {'ok'}
 for i = 1, n do
-  local kind = ARGV[2 + (i - 1) * 4 + 1]
-  local a = tonumber(ARGV[2 + (i - 1) * 4 + 2])
+  local kind = ARGV[2 + (i - 1) * 6 + 1]
+  local a = tonumber(ARGV[2 + (i - 1) * 6 + 2])
   local key = KEYS[i]
   if kind == 'bucket' then
     local to_full = (a - level[i]) * 60 / a
@@ -260,6 +302,19 @@ for i = 1, n do
   elseif kind == 'lease' then
     redis.call('ZADD', key, lease_until, lease_id)
     redis.call('EXPIRE', key, math.ceil(lease_until - now) + 1)
+  else
+    local d = ARGV[2 + (i - 1) * 6 + 5]
+    local e = ARGV[2 + (i - 1) * 6 + 6]
+    local rkey, akey = key .. ':r', key .. ':a'
+    redis.call('ZADD', rkey, lease_until, lease_id)
+    redis.call('HSET', akey, lease_id, d .. ',' .. e)
+    redis.call('HINCRBY', key, 'rt', d)
+    redis.call('HINCRBY', key, 'ru', e)
+    local ttl = redis.call('TTL', key)
+    if ttl > 0 then
+      redis.call('EXPIRE', rkey, ttl)
+      redis.call('EXPIRE', akey, ttl)
+    end
   end
 end
 return out
@@ -286,6 +341,14 @@ for i = 1, #KEYS do
     if redis.call('EXISTS', key) == 1 then
       redis.call('HINCRBY', key, 'tokens', ARGV[arg])
       redis.call('HINCRBY', key, 'micro_usd', ARGV[arg + 1])
+      local held = redis.call('HGET', key .. ':a', lease_id)
+      if held then
+        local sep = string.find(held, ',')
+        redis.call('HINCRBY', key, 'rt', -tonumber(string.sub(held, 1, sep - 1)))
+        redis.call('HINCRBY', key, 'ru', -tonumber(string.sub(held, sep + 1)))
+        redis.call('HDEL', key .. ':a', lease_id)
+        redis.call('ZREM', key .. ':r', lease_id)
+      end
     end
     arg = arg + 2
   else
@@ -339,6 +402,8 @@ class RedisLimitStore(LimitStore):
                 check.limit,
                 check.cost if check.kind == "bucket" else check.micro_usd_limit,
                 check.reset_in,
+                check.cost if check.kind == "budget" else 0,
+                check.reserve_micro_usd,
             ]
         reply = await self._script("acquire")(keys=[self.PREFIX + c.key for c in checks], args=args)
         verdict = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
@@ -458,8 +523,15 @@ def reset_store() -> None:
 
 
 def checks_for(
-    quotas: tuple[Quota, ...], budget: Budget | None, *, estimate: int, now: float, concurrent: bool = True
+    quotas: tuple[Quota, ...],
+    budget: Budget | None,
+    *,
+    estimate: int,
+    now: float,
+    concurrent: bool = True,
+    reserve: tuple[int, int] = (0, 0),
 ) -> list[Check]:
+    """`reserve`: (tokens, micro-USD) a request reserves against the budget until it ends."""
     checks: list[Check] = []
     for q in quotas:
         if q.requests_per_minute:
@@ -483,6 +555,8 @@ def checks_for(
                 budget.tokens if budget.tokens is not None else -1,
                 micro_usd_limit=int(budget.usd * 1_000_000) if budget.usd is not None else -1,
                 reset_in=left,
+                cost=reserve[0],
+                reserve_micro_usd=reserve[1],
             )
         )
     return checks
@@ -529,10 +603,9 @@ class Grant:
         input_tokens = int((usage or {}).get("input_tokens") or (usage or {}).get("prompt_tokens") or 0)
         output_tokens = int((usage or {}).get("output_tokens") or (usage or {}).get("completion_tokens") or 0)
         used = input_tokens + output_tokens
+        # Always, when there is a budget: the settle also gives back this request's reservation.
         budgets = (
-            [(self.budget_key, used, self.price.micro_usd(input_tokens, output_tokens))]
-            if self.budget_key and used
-            else []
+            [(self.budget_key, used, self.price.micro_usd(input_tokens, output_tokens))] if self.budget_key else []
         )
         try:
             await limit_store().settle(
@@ -552,6 +625,7 @@ async def admit(
     estimate: Callable[[], int] = lambda: 0,
     concurrent: bool = True,
     lease_seconds: float | None = None,
+    output_reserve: int = 0,
 ) -> Grant | None:
     """Take what one request needs from every limit of its key and tenant, or raise a 429
     naming the limit (with Retry-After). None when the principal has no limits."""
@@ -560,8 +634,14 @@ async def admit(
         return None
     now = time.time()
     needs_tokens = any(q.tokens_per_minute for q in quotas)
-    reserved = max(1, estimate()) if needs_tokens else 0
-    checks = checks_for(quotas, budget, estimate=reserved, now=now, concurrent=concurrent)
+    budgeted = budget is not None and (budget.tokens is not None or budget.usd is not None)
+    estimated = max(1, estimate()) if needs_tokens or budgeted else 0
+    reserved = estimated if needs_tokens else 0
+    # Against a budget: the input estimate plus the output the request may produce (`estimate`
+    # already counts max_output_tokens where the request set it; `output_reserve` otherwise).
+    budget_tokens = estimated + output_reserve if budgeted else 0
+    reserve = (budget_tokens, (price or Price()).micro_usd(estimated, output_reserve) if budgeted else 0)
+    checks = checks_for(quotas, budget, estimate=reserved, now=now, concurrent=concurrent, reserve=reserve)
     if not checks:
         return None
     lease_id = uuid.uuid4().hex

@@ -530,3 +530,32 @@ def test_an_estimate_above_the_whole_limit_waits_for_a_full_bucket(
     # ...and settled with its real 10 tokens: 90 come back, not 4,990.
     usage = {(e["scope"], e["limit"]): e for e in gateway.http().get("/v1/usage").json()["limits"]}
     assert 8 <= usage[("API key 'test'", "tokens per minute")]["used"] <= 10
+
+
+def test_parallel_requests_reserve_the_budget_and_only_the_last_may_cross_it(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    """On 75d8303 all 20 parallel creates of 110 tokens were admitted against a 300-token daily
+    budget (2,310 spent). Admission now reserves each request's input estimate plus its
+    max_output_tokens until it ends; what is spent plus what is reserved must fit, and only
+    when nothing is reserved may a request take the last of a budget (crossing it once)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from responses_api.models import Tenant
+
+    usage = {"prompt_tokens": 10, "completion_tokens": 100, "total_tokens": 110}
+    scripted.set_default(MODEL, Reply(text="ok", usage=usage, delay=0.5))
+    set_limits(Tenant, gateway.tenant_id, budget_period="day", budget_tokens=300)
+    assert create(gateway, max_output_tokens=100).status_code == 200  # seeds the counter: 110 spent
+
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(lambda _: create(gateway, max_output_tokens=100), range(20)))
+    admitted = [a for a in answers if a.status_code == 200]
+    refused = [a for a in answers if a.status_code == 429]
+    assert len(admitted) + len(refused) == 20
+    assert {a.json()["error"]["code"] for a in refused} == {"budget_exceeded"}
+    spent = 110 + 110 * len(admitted)
+    assert spent <= 300 + 110, f"{len(admitted)} admitted: {spent} tokens against a budget of 300"
+    assert 1 <= len(admitted)
+    budget = next(e for e in gateway.http().get("/v1/usage").json()["limits"] if e["limit"] == "daily budget")
+    assert budget["used"] == spent
