@@ -160,6 +160,10 @@ GATEWAY_METRICS_TOKEN = env.str("GATEWAY_METRICS_TOKEN", default="")
 # and a worker waits this long at a run's end for a log that refused its events to take them.
 GATEWAY_EVENT_LOG_IDLE_CHECK = env.float("GATEWAY_EVENT_LOG_IDLE_CHECK", default=5.0)
 GATEWAY_EVENT_LOG_RETRY_SECONDS = env.float("GATEWAY_EVENT_LOG_RETRY_SECONDS", default=60.0)
+# After SIGTERM, how long open streams and WebSocket turns may take to finish before they are
+# ended `failed` (retryable `server_shutting_down`) and the process exits (orchestration/lifecycle.py).
+# A container's stop grace period must be longer (compose: stop_grace_period).
+GATEWAY_DRAIN_SECONDS = env.float("GATEWAY_DRAIN_SECONDS", default=20.0)
 GATEWAY_WS_MAX_SECONDS = env.float("GATEWAY_WS_MAX_SECONDS", default=3600.0)
 GATEWAY_WS_IDLE_SECONDS = env.float("GATEWAY_WS_IDLE_SECONDS", default=600.0)
 GATEWAY_WS_MAX_CONNECTIONS_PER_KEY = env.int("GATEWAY_WS_MAX_CONNECTIONS_PER_KEY", default=64)

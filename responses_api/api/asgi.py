@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -30,9 +31,10 @@ from django.middleware.common import CommonMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_prefix
 
+from ..orchestration import lifecycle
 from ..orchestration.outages import unavailable
 from ..protocol.errors import GatewayError, InvalidRequest, RequestTooLarge, ServerError
-from .exception_handlers import error_response
+from .exception_handlers import dumps, error_response
 from .middleware import RequestIdMiddleware
 from .sse import EventStream
 
@@ -80,6 +82,8 @@ class ApiApplication:
             match = None
         if match is None or not getattr(match.func, "fast_lane", False):
             return await self.django(scope, receive, send)
+        if lifecycle.draining():  # SIGTERM: new work goes to another process
+            return await _answer_now(scope, send, lifecycle.shutting_down())
         rejected: GatewayError | None = None
         try:
             body = await self._read_body(scope, receive)
@@ -184,6 +188,8 @@ async def _lifespan(receive: Receive, send: Send) -> None:
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
+            if threading.current_thread() is threading.main_thread():  # a server's process, not a test's thread
+                lifecycle.install_sigterm_drain()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             from ..store.usage import usage_writer
@@ -224,6 +230,15 @@ async def _refuse_websocket(receive: Receive, send: Send) -> None:
     """Only /v1/responses speaks WebSocket (Django's handler cannot take one)."""
     if (await receive())["type"] == "websocket.connect":
         await send({"type": "websocket.close", "code": 1008})
+
+
+async def _answer_now(scope: Scope, send: Send, error: GatewayError) -> None:
+    """An error answered before the request is read (its body is never needed)."""
+    body = dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _too_large(limit: int) -> RequestTooLarge:

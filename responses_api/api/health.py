@@ -30,6 +30,10 @@ def _check_redis() -> None:
 
 
 async def readyz(request: HttpRequest) -> HttpResponse:
+    from ..orchestration import lifecycle
+
+    if lifecycle.draining():  # SIGTERM: a load balancer stops sending here while streams end
+        return json_response({"status": "draining", "checks": {}}, status=503)
     checks: dict[str, str] = {}
     healthy = True
     for name, check, enabled in (

@@ -29,6 +29,7 @@ from typing import Any
 
 from django.conf import settings
 
+from ..orchestration import lifecycle
 from ..orchestration.assembly import PriorContext
 from ..orchestration.gateway import WorkerStarted, start_response
 from ..orchestration.outages import unavailable
@@ -67,6 +68,13 @@ class _Steer(Exception):
     def __init__(self, message: dict[str, Any]) -> None:
         super().__init__("response.steer")
         self.message = message
+
+
+def _reconnect_elsewhere() -> GatewayError:
+    return InvalidRequest(
+        "This gateway process is shutting down: open a new connection and continue with previous_response_id.",
+        code="websocket_connection_limit_reached",
+    )
 
 
 def _steer_failed(message: dict[str, Any]) -> dict[str, Any]:
@@ -196,6 +204,8 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
     except Exception as exc:
         error = exc if isinstance(exc, GatewayError) else (unavailable(exc) or ServerError("Authentication failed."))
         return await _deny(scope, send, error)
+    if lifecycle.draining():
+        return await _deny(scope, send, lifecycle.shutting_down())
     limit = settings.GATEWAY_WS_MAX_CONNECTIONS_PER_KEY
     if _open_per_key[principal.key_id] >= limit:
         return await _deny(
@@ -248,8 +258,15 @@ class Connection:
         self._inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._queued_bytes = 0  # of the messages in the inbox
         self._closed = asyncio.Event()
+        self._draining = asyncio.Event()  # the process is shutting down: close after this turn
+
+    def drain(self) -> None:
+        """The process is shutting down (lifecycle.py): the running turn may finish, then the
+        client is told to reconnect (`websocket_connection_limit_reached`)."""
+        self._draining.set()
 
     async def run(self) -> None:
+        lifecycle.track_connection(self)
         reader = asyncio.ensure_future(self._read())
         try:
             while True:
@@ -257,6 +274,9 @@ class Connection:
                 if text is None:
                     return
                 await self._turn(text)
+                if self._draining.is_set():
+                    await self._close_with(_reconnect_elsewhere())
+                    return
         except _Closed:
             return
         finally:
@@ -302,10 +322,13 @@ class Connection:
         wait = min(remaining, settings.GATEWAY_WS_IDLE_SECONDS)
         getting = asyncio.ensure_future(self._inbox.get())
         closing = asyncio.ensure_future(self._closed.wait())
+        draining = asyncio.ensure_future(self._draining.wait())
         try:
-            done, _ = await asyncio.wait({getting, closing}, timeout=max(wait, 0), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {getting, closing, draining}, timeout=max(wait, 0), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
-            for waiter in (getting, closing):
+            for waiter in (getting, closing, draining):
                 if not waiter.done():
                     waiter.cancel()
         if getting in done:
@@ -316,6 +339,9 @@ class Connection:
                 text = message["bytes"].decode("utf-8", "replace")
             return text or ""
         if closing in done:
+            return None
+        if draining in done:
+            await self._close_with(_reconnect_elsewhere())
             return None
         if remaining <= settings.GATEWAY_WS_IDLE_SECONDS:
             await self._close_with(

@@ -205,6 +205,7 @@ class ResponseRun:
         self._persisted = False
         self.truncated_items = 0  # the most items truncation "auto" dropped at one step
         self._cancel_requested = False
+        self._stop_error: GatewayError | None = None  # request_stop: end failed with this, not cancelled
         self._tools_task: asyncio.Future | None = None
 
     # -- before the first byte -------------------------------------------------
@@ -406,12 +407,10 @@ class ResponseRun:
                 async for event in self._steps(terminal):
                     yield event
             except _Cancelled:
-                self.builder.cancel()
-                terminal = [self.builder.cancelled_event()]
+                terminal = self._stopped()
             except GatewayError as exc:
                 if self._cancel_requested:
-                    self.builder.cancel()
-                    terminal = [self.builder.cancelled_event()]
+                    terminal = self._stopped()
                 else:
                     self.error = exc
                     terminal = self.builder.fail(exc)
@@ -771,6 +770,27 @@ class ResponseRun:
             )
         except Exception:  # the database itself is down: the reaper ends the row later
             log.exception("response %s: its failure could not be stored either", self.job.response_id)
+
+    @property
+    def ended(self) -> bool:
+        """Its end is stored (or being stored): nothing more will happen."""
+        return self._persisted
+
+    def _stopped(self) -> list[Event]:
+        """The end of a run stopped on request: cancelled, or failed with `request_stop`'s error."""
+        if self._stop_error is not None:
+            self.error = self._stop_error
+            return self.builder.fail(self._stop_error)
+        self.builder.cancel()
+        return [self.builder.cancelled_event()]
+
+    def request_stop(self, error: GatewayError) -> None:
+        """As `request_cancel`, but the run ends `failed` with `error` (a process shutting down:
+        the client is told to retry, and the row says why)."""
+        if self._cancel_requested or self._persisted:
+            return
+        self._stop_error = error
+        self.request_cancel()
 
     def request_cancel(self) -> None:
         """Stop soon: close the upstream request, stop running tools; the run ends `cancelled`."""

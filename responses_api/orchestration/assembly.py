@@ -28,6 +28,7 @@ from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.response import request_params
 from ..store import db, selectors, services
 from ..store.persistence import DatabasePersistence
+from . import lifecycle
 from .limits import Grant
 from .routing import Route, route_get
 from .toolplan import ToolPlan, mcp_toolset, plan_tools, registry_mcp_labels, registry_tool_names, tool_runner
@@ -124,7 +125,9 @@ async def run_for_request(
         keep_items=keep_items,
         api_key_id=principal.key_id,
     )
-    return await _assemble(job, persistence, plan)
+    run = await _assemble(job, persistence, plan)
+    lifecycle.track_run(run)  # a drain (SIGTERM) waits for it, then ends it
+    return run
 
 
 async def check_answers_before_hand_off(principal: Principal, req: CreateRequest) -> None:
