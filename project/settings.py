@@ -276,6 +276,11 @@ GATEWAY_MCP_TIMEOUT = env.float("GATEWAY_MCP_TIMEOUT", default=30.0)
 GATEWAY_EVENT_LOG_TTL_SECONDS = env.int("GATEWAY_EVENT_LOG_TTL_SECONDS", default=3600)
 # A running worker refreshes its heartbeat this often; the reaper fails runs silent for 4x as long.
 GATEWAY_HEARTBEAT_SECONDS = env.float("GATEWAY_HEARTBEAT_SECONDS", default=5.0)
+# Web processes beat this often (orchestration/liveness.py): a process silent for 3 beats is dead,
+# and a live one fails its open responses; the rate-limit leases a process renews at each beat
+# last GATEWAY_LEASE_SECONDS, so a dead process's concurrency slots return within that.
+GATEWAY_PROCESS_HEARTBEAT_SECONDS = env.float("GATEWAY_PROCESS_HEARTBEAT_SECONDS", default=5.0)
+GATEWAY_LEASE_SECONDS = env.float("GATEWAY_LEASE_SECONDS", default=30.0)
 GATEWAY_REAPER_INTERVAL_SECONDS = env.float("GATEWAY_REAPER_INTERVAL_SECONDS", default=30.0)
 # A foreground (web-served) response still open after this long lost its process: the reaper fails it.
 GATEWAY_FOREGROUND_MAX_SECONDS = env.int("GATEWAY_FOREGROUND_MAX_SECONDS", default=3600)

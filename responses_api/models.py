@@ -342,6 +342,9 @@ class Response(models.Model):
     job = models.JSONField(null=True, blank=True, editable=False)
     on_worker = models.BooleanField(default=False)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The web process streaming a foreground response (WebProcess.id): if it dies, a live one
+    # fails the row within seconds instead of the hour-long backstop.
+    served_by = models.CharField(max_length=128, blank=True, default="", editable=False)
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "-created_at"], name="resp_tenant_created")]
@@ -417,3 +420,15 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.endpoint} {self.model} ({self.created_at:%Y-%m-%d %H:%M})"
+
+
+class WebProcess(models.Model):
+    """A web process that is alive while it beats (orchestration/liveness.py): what it streams
+    carries its id, and a live process fails the open responses of one that stopped beating."""
+
+    id = models.CharField(primary_key=True, max_length=128)  # host:pid:random
+    started_at = models.DateTimeField(default=timezone.now)
+    beat_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return self.id

@@ -179,22 +179,39 @@ class ApiApplication:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+async def _start_beating() -> asyncio.Task[None] | None:
+    """This process's liveness (orchestration/liveness.py): its first beat before any request,
+    then one every GATEWAY_PROCESS_HEARTBEAT_SECONDS."""
+    from ..orchestration import liveness
+
+    try:
+        await liveness.beat_once()
+    except Exception as exc:  # noqa: BLE001 - the database may come later: the loop retries
+        log.warning("first liveness beat failed: %s: %s", type(exc).__name__, str(exc)[:200])
+    return asyncio.ensure_future(liveness.beat_forever())
+
+
 async def _lifespan(receive: Receive, send: Send) -> None:
-    """Django has no lifespan support; at shutdown the upstream and async database connections
-    are closed cleanly."""
+    """Django has no lifespan support; at startup a server's process installs its SIGTERM drain
+    and its liveness beat; at shutdown the upstream and async database connections are closed
+    cleanly."""
     from ..store.db import close_pool
     from ..upstreams.http import close_session
 
+    beats: asyncio.Task[None] | None = None
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             if threading.current_thread() is threading.main_thread():  # a server's process, not a test's thread
                 lifecycle.install_sigterm_drain()
+                beats = await _start_beating()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             from ..store.usage import usage_writer
             from .metrics import process_exit
 
+            if beats is not None:
+                beats.cancel()
             await close_session()
             await usage_writer.close()  # the usage records of the last calls
             await close_pool()

@@ -28,7 +28,7 @@ from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.response import request_params
 from ..store import db, selectors, services
 from ..store.persistence import DatabasePersistence
-from . import lifecycle
+from . import lifecycle, liveness
 from .limits import Grant
 from .routing import Route, route_get
 from .toolplan import ToolPlan, mcp_toolset, plan_tools, registry_mcp_labels, registry_tool_names, tool_runner
@@ -103,6 +103,7 @@ async def run_for_request(
             model=req.model,
             params=params,
             created_at=created_at,
+            served_by=liveness.process_id() if req.stream else "",  # a stream's row is open meanwhile
         )
     job = ResponseJob(
         response_id=response_id,

@@ -26,6 +26,7 @@ import logging
 import math
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ from typing import Any
 from django.conf import settings
 
 from ..protocol.errors import RateLimited
+from . import liveness
 from .outages import ServiceUnavailable
 
 log = logging.getLogger("gateway.limits")
@@ -125,6 +127,11 @@ class LimitStore:
         """Current use, synchronously (the admin): one entry per check."""
         raise NotImplementedError
 
+    async def renew(self, grants: list[tuple[str, list[str], str | None]], until_seconds: float) -> None:
+        """(lease id, lease keys, budget key) of live requests: their leases and reservations
+        now last `until_seconds` more (liveness.py: a dead process's stop being renewed)."""
+        raise NotImplementedError
+
     async def drain(self) -> None:
         """Wait for settles still on their way."""
 
@@ -197,6 +204,16 @@ class MemoryLimitStore(LimitStore):
                 self.spent[key] = (entry[0] + tokens, entry[1] + micro_usd, entry[2])
         for key in leases:
             self.leases.get(key, {}).pop(lease_id, None)
+
+    async def renew(self, grants: list[tuple[str, list[str], str | None]], until_seconds: float) -> None:
+        until = self.clock() + until_seconds
+        for lease_id, keys, budget_key in grants:
+            for key in keys:
+                if lease_id in self.leases.get(key, {}):
+                    self.leases[key][lease_id] = until
+            held = self.reserved.get(budget_key or "", {}).get(lease_id)
+            if held is not None:
+                self.reserved[budget_key or ""][lease_id] = (held[0], held[1], until)
 
     async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
         if self._spent(key, self.clock()) is None:
@@ -473,6 +490,19 @@ class RedisLimitStore(LimitStore):
     async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
         await self._script("seed")(keys=[self.PREFIX + key], args=[tokens, micro_usd, math.ceil(ttl)])
 
+    async def renew(self, grants: list[tuple[str, list[str], str | None]], until_seconds: float) -> None:
+        if not grants:
+            return
+        client = self._script("settle").registered_client
+        until = time.time() + until_seconds  # Redis's clock and ours: the same host's, or NTP's
+        async with client.pipeline(transaction=False) as pipe:
+            for lease_id, keys, budget_key in grants:
+                for key in keys:
+                    pipe.zadd(self.PREFIX + key, {lease_id: until}, xx=True)
+                if budget_key:
+                    pipe.zadd(self.PREFIX + budget_key + ":r", {lease_id: until}, xx=True)
+            await pipe.execute()
+
     def snapshot(self, checks: list[Check]) -> list[dict[str, Any]]:
         import redis
 
@@ -562,7 +592,7 @@ def checks_for(
     return checks
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True, eq=False)  # identity: kept in a WeakSet
 class Grant:
     """What a request holds from admission to its end; `end()` settles and releases (once)."""
 
@@ -600,6 +630,7 @@ class Grant:
         if self.ended:
             return
         self.ended = True
+        _renewing.discard(self)
         input_tokens = int((usage or {}).get("input_tokens") or (usage or {}).get("prompt_tokens") or 0)
         output_tokens = int((usage or {}).get("output_tokens") or (usage or {}).get("completion_tokens") or 0)
         used = input_tokens + output_tokens
@@ -645,7 +676,9 @@ async def admit(
     if not checks:
         return None
     lease_id = uuid.uuid4().hex
-    lease_seconds = lease_seconds or float(settings.GATEWAY_FOREGROUND_MAX_SECONDS)
+    renewed = lease_seconds is None and liveness.beating()  # this process renews it while it runs
+    if lease_seconds is None:
+        lease_seconds = float(settings.GATEWAY_LEASE_SECONDS if renewed else settings.GATEWAY_FOREGROUND_MAX_SECONDS)
     store = limit_store()
     try:
         decision = await store.acquire(checks, lease_id, lease_seconds)
@@ -667,7 +700,7 @@ async def admit(
         return None
     if not decision.allowed:
         _refuse(checks[decision.failed], decision.retry_after)
-    return Grant(
+    grant = Grant(
         lease_id=lease_id,
         # What each bucket really took: an estimate above the whole limit took the limit.
         buckets=[(c.key, c.limit, min(c.cost, c.limit)) for c in checks if c.what == "tokens per minute"],
@@ -676,6 +709,22 @@ async def admit(
         price=price or Price(),
         headers=_headers(checks, decision),
     )
+    if renewed and (grant.leases or grant.budget_key):
+        _renewing.add(grant)
+    return grant
+
+
+# Grants whose leases this process renews while their requests run (weakly: a grant nobody
+# holds any more is no longer renewed, and its lease lapses).
+_renewing: weakref.WeakSet[Grant] = weakref.WeakSet()
+
+
+async def renew_live_leases() -> None:
+    """liveness.py's beat: the leases of this process's running requests last another
+    GATEWAY_LEASE_SECONDS."""
+    grants = [(g.lease_id, g.leases, g.budget_key) for g in list(_renewing) if not g.ended]
+    if grants:
+        await limit_store().renew(grants, float(settings.GATEWAY_LEASE_SECONDS))
 
 
 def _refuse(check: Check, retry_after: float) -> None:

@@ -64,8 +64,10 @@ def response_row(
     params: dict[str, Any],
     created_at: datetime,
     job: dict[str, Any] | None = None,
+    served_by: str = "",
 ) -> dict[str, Any]:
-    """The request-time fields of a stored response row."""
+    """The request-time fields of a stored response row (`served_by`: the web process that
+    streams it, liveness.py)."""
     return {
         "id": response_id,
         "tenant_id": tenant_id,
@@ -81,6 +83,7 @@ def response_row(
         "created_at": created_at,
         "job": job,
         "on_worker": job is not None,
+        "served_by": served_by,
     }
 
 
@@ -606,6 +609,31 @@ def response_job_claim(*, response_id: str) -> Response | None:
 def response_job_heartbeat(*, response_id: str) -> None:
     """The worker running this response is alive (selectors.response_jobs_stale reads it)."""
     Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
+
+
+def web_process_beat(*, process_id: str, stale_after: float) -> int:
+    """This web process is alive; the open foreground responses of processes that stopped
+    beating are failed (they will never finish), and those processes forgotten. Returns how many
+    responses were failed."""
+    from ..models import WebProcess
+
+    now = timezone.now()
+    WebProcess.objects.update_or_create(id=process_id, defaults={"beat_at": now})
+    cutoff = now - timedelta(seconds=stale_after)
+    dead = list(WebProcess.objects.filter(beat_at__lt=cutoff).values_list("id", flat=True))
+    if not dead:
+        return 0
+    failed = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=False, served_by__in=dead).update(
+        **_ended(
+            {
+                "status": Response.Status.FAILED,
+                "error": {"code": "interrupted", "message": "The gateway process serving this response stopped."},
+                "completed_at": now,
+            }
+        )
+    )
+    WebProcess.objects.filter(id__in=dead, beat_at__lt=cutoff).delete()
+    return failed
 
 
 def response_fail_abandoned_foreground() -> int:

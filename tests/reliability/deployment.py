@@ -87,8 +87,10 @@ class Deployment:
         self.processes.append(proc)
         return proc
 
-    def start_web(self, workers: int = 1) -> None:
-        self._spawn(
+    def start_web(self, workers: int = 1, port: int | None = None) -> subprocess.Popen[bytes]:
+        """uvicorn on `port` (default: the deployment's), once it answers /healthz."""
+        port = port or self.port
+        proc = self._spawn(
             [
                 sys.executable,
                 "-m",
@@ -97,7 +99,7 @@ class Deployment:
                 "--host",
                 "127.0.0.1",
                 "--port",
-                str(self.port),
+                str(port),
                 "--workers",
                 str(workers),
                 "--log-level",
@@ -109,8 +111,8 @@ class Deployment:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    return proc
             except httpx.HTTPError:
                 time.sleep(0.1)
         raise RuntimeError(f"the web process did not start:\n{self.log('web.log')}")

@@ -85,6 +85,8 @@ GATEWAY = {
     ("responses_api", "Response", "id"),
     ("responses_api", "Response", "status"),
     ("responses_api", "Response", "upstream"),
+    ("responses_api", "Response", "served_by"),
+    ("responses_api", "WebProcess", "id"),
     ("responses_api", "Item", "type"),  # one of the parser's known types: test below
     ("responses_api", "UsageRecord", "endpoint"),
     ("responses_api", "UsageRecord", "model"),  # a route's name: usage is recorded for routed calls only
