@@ -33,7 +33,7 @@ from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_pre
 
 from ..orchestration import lifecycle
 from ..orchestration.outages import unavailable
-from ..protocol.errors import GatewayError, InvalidRequest, RequestTooLarge, ServerError
+from ..protocol.errors import GatewayError, InvalidRequest, NotFound, RequestTooLarge, ServerError
 from .exception_handlers import dumps, error_response
 from .middleware import RequestIdMiddleware
 from .sse import EventStream
@@ -80,17 +80,20 @@ class ApiApplication:
             match = get_resolver().resolve(path_info)
         except Resolver404:
             match = None
-        if match is None or not getattr(match.func, "fast_lane", False):
+        rejected: GatewayError | None = None
+        if match is None:  # an unknown /v1 URL: the API's JSON 404, not Django's HTML page
+            shown = path_info.encode("unicode_escape").decode("ascii")[:200]
+            rejected = NotFound(f"Invalid URL ({scope.get('method', 'GET')} {shown}).", param=None, code="not_found")
+        elif not getattr(match.func, "fast_lane", False):
             return await self.django(scope, receive, send)
         if lifecycle.draining():  # SIGTERM: new work goes to another process
             return await _answer_now(scope, send, lifecycle.shutting_down())
-        rejected: GatewayError | None = None
         try:
             body = await self._read_body(scope, receive)
         except _Disconnected:
             return
         except GatewayError as exc:  # answered like any request: request id, access log, headers
-            body, rejected = b"", exc
+            body, rejected = b"", rejected or exc
         set_script_prefix(get_script_prefix(scope))
         request = ASGIRequest(scope, io.BytesIO(body))
         if body and "CONTENT_LENGTH" not in request.META:
