@@ -3,14 +3,20 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-
-# Before any broker connection: a Redis outage must be a lost connection, not a worker exit.
-from responses_api.ops.kombu_outage import install as _survive_broker_outages  # noqa: E402
-
-_survive_broker_outages()
 
 app = Celery("gateway")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _survive_broker_outages(**_: object) -> None:
+    """In a worker, before its broker connection: a Redis outage must be a lost connection, not
+    the worker's exit (responses_api/ops/kombu_outage.py). Only there: importing the Redis
+    transport imports redis, which loads OpenTelemetry's SDK, and web processes stay without it."""
+    from responses_api.ops.kombu_outage import install
+
+    install()

@@ -344,7 +344,7 @@ class Response(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # The web process streaming a foreground response (WebProcess.id): if it dies, a live one
     # fails the row within seconds instead of the hour-long backstop.
-    served_by = models.CharField(max_length=128, blank=True, default="", editable=False)
+    served_by = models.CharField(max_length=128, blank=True, default="", db_default="", editable=False)
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "-created_at"], name="resp_tenant_created")]

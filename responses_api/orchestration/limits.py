@@ -36,7 +36,6 @@ from typing import Any
 from django.conf import settings
 
 from ..protocol.errors import RateLimited
-from . import liveness
 from .outages import ServiceUnavailable
 
 log = logging.getLogger("gateway.limits")
@@ -676,7 +675,7 @@ async def admit(
     if not checks:
         return None
     lease_id = uuid.uuid4().hex
-    renewed = lease_seconds is None and liveness.beating()  # this process renews it while it runs
+    renewed = lease_seconds is None and _renewal_on  # this process renews it while it runs
     if lease_seconds is None:
         lease_seconds = float(settings.GATEWAY_LEASE_SECONDS if renewed else settings.GATEWAY_FOREGROUND_MAX_SECONDS)
     store = limit_store()
@@ -717,6 +716,12 @@ async def admit(
 # Grants whose leases this process renews while their requests run (weakly: a grant nobody
 # holds any more is no longer renewed, and its lease lapses).
 _renewing: weakref.WeakSet[Grant] = weakref.WeakSet()
+_renewal_on = False  # liveness.py beats in this process: foreground leases are short and renewed
+
+
+def renew_leases_from_now_on() -> None:
+    global _renewal_on
+    _renewal_on = True
 
 
 async def renew_live_leases() -> None:

@@ -26,7 +26,6 @@ from django.conf import settings
 log = logging.getLogger("gateway.liveness")
 
 _id: tuple[int, str] | None = None
-_beating = False
 
 
 def process_id() -> str:
@@ -35,11 +34,6 @@ def process_id() -> str:
     if _id is None or _id[0] != pid:  # a forked child is a process of its own
         _id = (pid, f"{socket.gethostname()[:80]}:{pid}:{secrets.token_hex(4)}")
     return _id[1]
-
-
-def beating() -> bool:
-    """Whether this process renews its leases (then they are short)."""
-    return _beating
 
 
 async def beat_once() -> None:
@@ -54,8 +48,9 @@ async def beat_once() -> None:
 
 
 async def beat_forever() -> None:
-    global _beating
-    _beating = True
+    from .limits import renew_leases_from_now_on
+
+    renew_leases_from_now_on()
     while True:
         await asyncio.sleep(settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS)
         try:
