@@ -184,10 +184,16 @@ USE_I18N = False
 USE_TZ = True
 
 # --- Security (production) -----------------------------------------------------
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
-CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
-SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+# No SECURE_PROXY_SSL_HEADER: Django would believe X-Forwarded-Proto from anyone. uvicorn's
+# --proxy-headers sets the request's scheme from it only for FORWARDED_ALLOW_IPS (the proxy).
+SECURE_PROXY_SSL_HEADER = None
+# A plain-HTTP trial (http://localhost:8000, no TLS proxy): no redirect to HTTPS, whatever
+# SECURE_SSL_REDIRECT says, and session and CSRF cookies without Secure, which a browser
+# would not send back over http:// (the admin login would fail its CSRF check).
+GATEWAY_PLAIN_HTTP = env.bool("GATEWAY_PLAIN_HTTP", default=False)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not (DEBUG or GATEWAY_PLAIN_HTTP))
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not (DEBUG or GATEWAY_PLAIN_HTTP))
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False) and not GATEWAY_PLAIN_HTTP
 # Container/load-balancer health probes speak plain HTTP to the app directly: never redirect
 # them (docker-compose.yml sets SECURE_SSL_REDIRECT=true behind a TLS-terminating proxy).
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
