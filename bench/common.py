@@ -320,6 +320,8 @@ class Gateway:
         self.env = _gateway_env(db_url, self.config, extra_env)
         if migrate:
             manage(["migrate", "--noinput", "-v", "0"], self.env, cwd=tree)
+        # As compose's migrate service does: the web processes do not sync GATEWAY_CONFIG.
+        manage(["sync_gateway_config"], self.env, cwd=tree)
         self.key = (
             key or manage(["create_api_key", "bench", "--tenant", "bench"], self.env, cwd=tree).strip().splitlines()[-1]
         )

@@ -3,12 +3,12 @@
 `responses_api.api.asgi.ApiApplication` serves the /v1 API and hands every other
 request to Django's handler.
 
-When GATEWAY_CONFIG names a file, its providers, routes and tools are synced
-into the database here, once per process start, before any request.
+GATEWAY_CONFIG is not synced here: once per deployment, by `manage.py sync_gateway_config`
+(compose's `migrate` service) or `manage.py gateway_up` (scripts/run), never racing between
+web processes nor resetting the admin's edits at every start.
 """
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 from django.core.asgi import get_asgi_application
 
@@ -20,27 +20,6 @@ from responses_api.api.asgi import ApiApplication  # noqa: E402
 
 # The /v1 API's views directly (no per-request thread hops), the rest through Django.
 application = ApiApplication(_django)
-
-
-def _sync_config_at_startup() -> None:
-    from django.conf import settings
-    from django.db import connections
-
-    from responses_api.ops.config_sync import sync_config_file
-
-    if not settings.GATEWAY_CONFIG:
-        return
-
-    def sync() -> None:
-        try:
-            sync_config_file(settings.GATEWAY_CONFIG)
-        finally:
-            connections.close_all()
-
-    # uvicorn imports the app inside its running event loop, where Django
-    # refuses synchronous ORM calls: do the (one-off) sync in its own thread.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(sync).result()
 
 
 def _tune_garbage_collection() -> None:
@@ -92,6 +71,5 @@ def _raise_open_file_limit() -> None:
         )
 
 
-_sync_config_at_startup()
 _tune_garbage_collection()
 _raise_open_file_limit()

@@ -37,6 +37,10 @@ if not DEBUG and (
         "python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
     )
 
+# Former SECRET_KEYs, after a rotation: sessions and signed values they made stay valid, and
+# what they sealed (GATEWAY_ENCRYPTION_KEY unset) still opens.
+SECRET_KEY_FALLBACKS = env.list("SECRET_KEY_FALLBACKS", default=[])
+
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"] if DEBUG else ["localhost", "127.0.0.1"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -138,9 +142,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- Gateway ---------------------------------------------------------------
 GATEWAY_CONFIG = env.str("GATEWAY_CONFIG", default="")
-# Key for upstream secrets stored in the database (Fernet); derived from
-# SECRET_KEY when unset so that a single secret suffices for small deployments.
-GATEWAY_ENCRYPTION_KEY = env.str("GATEWAY_ENCRYPTION_KEY", default="")
+# Fernet keys for upstream secrets stored in the database and sealed blobs, newest first:
+# the first seals, any opens (store/sealing.py). Unset: derived from SECRET_KEY, so that a
+# single secret suffices for small deployments; SECRET_KEY (and SECRET_KEY_FALLBACKS) stay
+# opening keys either way, so setting or rotating a key never breaks what was sealed before.
+GATEWAY_ENCRYPTION_KEY = env.list("GATEWAY_ENCRYPTION_KEY", default=[])
 GATEWAY_SSE_KEEPALIVE_SECONDS = env.float("GATEWAY_SSE_KEEPALIVE_SECONDS", default=15.0)
 GATEWAY_UPSTREAM_TIMEOUT = env.float("GATEWAY_UPSTREAM_TIMEOUT", default=120.0)
 GATEWAY_UPSTREAM_CONNECT_TIMEOUT = env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=5.0)
@@ -192,10 +198,16 @@ USE_I18N = False
 USE_TZ = True
 
 # --- Security (production) -----------------------------------------------------
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
-CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
-SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+# No SECURE_PROXY_SSL_HEADER: Django would believe X-Forwarded-Proto from anyone. uvicorn's
+# --proxy-headers sets the request's scheme from it only for FORWARDED_ALLOW_IPS (the proxy).
+SECURE_PROXY_SSL_HEADER = None
+# A plain-HTTP trial (http://localhost:8000, no TLS proxy): no redirect to HTTPS, whatever
+# SECURE_SSL_REDIRECT says, and session and CSRF cookies without Secure, which a browser
+# would not send back over http:// (the admin login would fail its CSRF check).
+GATEWAY_PLAIN_HTTP = env.bool("GATEWAY_PLAIN_HTTP", default=False)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not (DEBUG or GATEWAY_PLAIN_HTTP))
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not (DEBUG or GATEWAY_PLAIN_HTTP))
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False) and not GATEWAY_PLAIN_HTTP
 # Container/load-balancer health probes speak plain HTTP to the app directly: never redirect
 # them (docker-compose.yml sets SECURE_SSL_REDIRECT=true behind a TLS-terminating proxy).
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]

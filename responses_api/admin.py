@@ -27,6 +27,7 @@ from django.utils.safestring import mark_safe
 from .history import presenters
 from .history import selectors as history
 from .models import ApiKey, ModelRoute, Provider, Response, RouteTarget, Tenant
+from .ops.config_admin import ConfigManagedAdmin
 from .orchestration import routing
 from .orchestration.limits import current_use
 from .protocol.errors import GatewayError
@@ -88,7 +89,8 @@ def _use_table(rows: list[dict[str, Any]]) -> str:
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
+    config_fields = {"budget": ("budget_period", "budget_tokens", "budget_usd")}
     list_display = ("name", "key_count", "created_at")
     search_fields = ("name",)
     ordering = ("name",)
@@ -308,8 +310,10 @@ class ProviderForm(forms.ModelForm):
 
 
 @admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin):
+class ProviderAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     form = ProviderForm
+    config_fields = {"api_key": ()}
+    config_hidden = {"api_key": ("new_api_key", "clear_api_key")}
     list_display = ("name", "kind", "base_url", "key_source", "enabled", "updated_at")
     list_filter = ("enabled", "kind")
     search_fields = ("name", "base_url")
@@ -386,6 +390,19 @@ class RouteTargetInline(admin.TabularInline):
     fields = ("provider", "upstream_model", "priority", "weight", "max_concurrent", "health")
     readonly_fields = ("health",)
 
+    # A route whose targets GATEWAY_CONFIG sets: shown, not edited here.
+    def _file_managed(self, obj: ModelRoute | None) -> bool:
+        return obj is not None and "targets" in (obj.config_managed or [])
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not self._file_managed(obj) and super().has_add_permission(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not self._file_managed(obj) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not self._file_managed(obj) and super().has_delete_permission(request, obj)
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[RouteTarget]:
         return super().get_queryset(request).select_related("provider")
 
@@ -422,8 +439,9 @@ class RouteTargetInline(admin.TabularInline):
 
 
 @admin.register(ModelRoute)
-class ModelRouteAdmin(admin.ModelAdmin):
+class ModelRouteAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     inlines = (RouteTargetInline,)
+    config_fields = {"price": ("input_usd_per_million", "output_usd_per_million"), "targets": ()}
     list_display = ("name", "targets_display", "enabled", "run_on_worker", "updated_at")
     list_filter = ("enabled", "run_on_worker")
     search_fields = ("name", "description", "targets__upstream_model")

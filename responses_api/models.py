@@ -82,6 +82,13 @@ class Tenant(RateLimits):
         help_text="Cost this tenant may spend per budget period, priced by each model route's price table. "
         "Empty: no budget.",
     )
+    config_managed = models.JSONField(
+        default=list,
+        blank=True,
+        editable=False,
+        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
+        "Empty: not in the file, the admin's alone.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -157,6 +164,13 @@ class Provider(models.Model):
     )
     headers = models.JSONField(default=dict, blank=True, help_text="Extra request headers.")
     enabled = models.BooleanField(default=True)
+    config_managed = models.JSONField(
+        default=list,
+        blank=True,
+        editable=False,
+        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
+        "Empty: not in the file, the admin's alone.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -201,6 +215,13 @@ class ModelRoute(models.Model):
         decimal_places=6,
         null=True,
         blank=True,
+    )
+    config_managed = models.JSONField(
+        default=list,
+        blank=True,
+        editable=False,
+        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
+        "Empty: not in the file, the admin's alone.",
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)

@@ -120,3 +120,85 @@ def test_provider_timeouts_come_from_the_file_with_documented_defaults() -> None
     slow, plain = Provider.objects.get(name="slow"), Provider.objects.get(name="plain")
     assert (slow.connect_timeout, slow.first_byte_timeout, slow.idle_timeout, slow.timeout) == (2, 300, 45, 600)
     assert (plain.connect_timeout, plain.first_byte_timeout, plain.idle_timeout, plain.timeout) == (5, 60, 30, 120)
+
+
+# --- One rule for every section: the file's fields, the admin's fields, entries that left ----
+
+
+FULL = {
+    **CONFIG,
+    "models": [{**CONFIG["models"][0], "description": "from the file"}],
+    "tools": [{"name": "lookup", "executor": {"type": "http", "url": "http://10.9.0.1/lookup"}}],
+    "mcp_servers": [{"label": "docs", "url": "http://mcp.internal:8000/mcp", "require_approval": "never"}],
+    "tenants": [{"name": "acme", "requests_per_minute": 60}],
+}
+
+
+def _sections():  # type: ignore[no-untyped-def]
+    from responses_api.models import Tenant
+    from tool_registry.models import McpServer, Tool
+
+    return {
+        "providers": Provider.objects.get(name="ollama"),
+        "models": ModelRoute.objects.get(name="small"),
+        "tools": Tool.objects.get(name="lookup"),
+        "mcp_servers": McpServer.objects.get(label="docs"),
+        "tenants": Tenant.objects.get(name="acme"),
+    }
+
+
+# (section, a field the file sets with the admin's edit to it, a field it leaves out with the admin's edit)
+EDITS = {
+    "providers": (("base_url", "http://edited:1/v1"), ("timeout", 999.0)),
+    "models": (("description", "edited"), ("context_window", 32768)),
+    "tools": (("url", "http://10.9.0.2/x"), ("timeout", 7.0)),
+    "mcp_servers": (("approval", "always"), ("cache_seconds", 5)),
+    "tenants": (("requests_per_minute", 1), ("tokens_per_minute", 5000)),
+}
+
+
+def test_the_file_owns_what_it_sets_and_the_admin_the_rest(settings) -> None:  # type: ignore[no-untyped-def]
+    from decimal import Decimal
+
+    settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal", "10.9.0.0/16"]
+    sync_config(FULL)
+    objs = _sections()
+    assert objs["providers"].config_managed == ["kind", "base_url"]
+    assert objs["models"].config_managed == ["description", "targets"]
+    assert objs["tools"].config_managed == ["executor"]
+    assert objs["mcp_servers"].config_managed == ["url", "require_approval"]
+    assert objs["tenants"].config_managed == ["requests_per_minute"]
+    # Edits in the admin: one to a field the file sets, one to a field it leaves out.
+    for section, obj in objs.items():
+        for field, value in EDITS[section]:
+            setattr(obj, field, value)
+        obj.save()
+    route = objs["models"]
+    route.input_usd_per_million = Decimal("2.5")
+    route.save()
+
+    sync_config(FULL)
+    for section, obj in _sections().items():
+        (set_field, edited), (left_field, kept) = EDITS[section]
+        assert getattr(obj, set_field) != edited, f"{section}.{set_field}: the file's value is restored"
+        assert getattr(obj, left_field) == kept, f"{section}.{left_field}: the admin's edit is kept"
+    assert ModelRoute.objects.get(name="small").input_usd_per_million == Decimal("2.5")
+
+    # Once the file sets a field, it is the file's.
+    priced = {**FULL, "models": [{**FULL["models"][0], "context_window": 8192}]}
+    sync_config(priced)
+    assert ModelRoute.objects.get(name="small").context_window == 8192
+    assert "context_window" in ModelRoute.objects.get(name="small").config_managed
+
+
+def test_entries_removed_from_the_file_stay_and_are_unmarked(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal", "10.9.0.0/16"]
+    sync_config(FULL)
+    sync_config({"providers": [CONFIG["providers"][1]]})
+    for section, obj in _sections().items():
+        assert obj.config_managed == [], section  # still there, the admin's alone
+    assert Provider.objects.get(name="openai").config_managed == ["base_url", "api_key_env", "options"]
+    assert [t.upstream_model for t in ModelRoute.objects.get(name="small").targets.all()] == [
+        "llama3.2",
+        "gpt-4.1-mini",
+    ]

@@ -43,6 +43,9 @@ APP_SERVICES = ("migrate", "web", "worker", "beat")
 COMPOSE_ONLY_VARS = {
     "POSTGRES_PASSWORD",  # the postgres service's password, also in DATABASE_URL
     "WEB_PORT",  # published port of the web service
+    "WEB_BIND",  # the address it is published on (loopback by default)
+    "GATEWAY_SUBNET",  # the compose network's subnet, which FORWARDED_ALLOW_IPS names
+    "FORWARDED_ALLOW_IPS",  # read by uvicorn: whose X-Forwarded-* headers are believed
     "WEB_CONCURRENCY",  # uvicorn --workers
     "CELERY_CONCURRENCY",  # celery worker --concurrency
     "INSTALL_LOCAL_MODEL",  # Docker build arg
@@ -124,6 +127,7 @@ def test_services_and_commands() -> None:
     assert local["build"]["args"]["INSTALL_LOCAL_MODEL"].endswith("1}")
 
     assert command_words("migrate")[-1].endswith("python manage.py sync_gateway_config")
+    assert command_words("migrate")[-1].startswith('find "$$PROMETHEUS_MULTIPROC_DIR" -mindepth 1 -delete')
     assert "python manage.py migrate --noinput" in command_words("migrate")[-1]
     assert SERVICES["migrate"]["restart"] == "no"
 
@@ -172,6 +176,26 @@ def test_provider_key_variables_reach_the_containers() -> None:
             assert provider["api_key_env"] in env
 
 
+def test_first_deployment_traps_are_closed() -> None:
+    """The faults of a first `docker compose up` (tests/reliability/test_compose_stack.py runs it)."""
+    # A TCP check: the image's init-time server listens on the socket only.
+    assert "-h 127.0.0.1" in SERVICES["postgres"]["healthcheck"]["test"][1]
+    assert "env_file" not in SERVICES["postgres"]
+    for name in APP_SERVICES:
+        assert SERVICES[name]["env_file"] == [{"path": ".env", "required": False}], name
+        assert "metrics:/var/lib/gateway/metrics" in SERVICES[name]["volumes"], name
+    assert "Compose 2.24" in COMPOSE_TEXT and "Compose 2.24" in README
+    env = SERVICES["web"]["environment"]
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == "/var/lib/gateway/metrics"
+    assert "metrics" in COMPOSE["volumes"]
+    # Published on loopback unless WEB_BIND says otherwise; proxy headers from the proxy's network only.
+    assert SERVICES["web"]["ports"] == ["${WEB_BIND:-127.0.0.1}:${WEB_PORT:-8000}:8000"]
+    assert "forwarded-allow-ips" not in SERVICES["web"]["command"]
+    subnet = COMPOSE["networks"]["default"]["ipam"]["config"][0]["subnet"]
+    assert env["FORWARDED_ALLOW_IPS"] == subnet.replace("GATEWAY_SUBNET", "FORWARDED_ALLOW_IPS")
+    assert "chown gateway:gateway /var/lib/gateway/metrics" in DOCKERFILE
+
+
 def test_healthchecks_and_start_order() -> None:
     for name in ("web", "worker", "postgres", "redis", "local-model"):
         check = SERVICES[name]["healthcheck"]
@@ -189,7 +213,10 @@ def test_healthchecks_and_start_order() -> None:
         assert deps["postgres"] == {"condition": "service_healthy"}, name
         assert deps["redis"] == {"condition": "service_healthy"}, name
     for name in ("web", "worker", "beat"):
-        assert SERVICES[name]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+        assert SERVICES[name]["depends_on"]["migrate"] == {
+            "condition": "service_completed_successfully",
+            "restart": True,
+        }
 
 
 def test_compose_environment_passes_check_deploy() -> None:
@@ -276,17 +303,18 @@ def free_port() -> int:
 def test_migrate_then_web_start_with_the_example_config(tmp_path: Path) -> None:
     """The `migrate` and `web` commands as compose runs them (SQLite standing in for Postgres).
 
-    Several uvicorn workers each import project.asgi inside their event loop, which syncs
-    GATEWAY_CONFIG (deploy/gateway.yaml) there: the start must survive that.
+    migrate syncs GATEWAY_CONFIG (deploy/gateway.yaml); the web workers do not.
     """
     port = free_port()
     env = compose_env(
         DATABASE_URL=f"sqlite:///{tmp_path / 'gateway.sqlite3'}",
         REDIS_URL="",
         GATEWAY_CONFIG=str(ROOT / "deploy" / "gateway.yaml"),
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),
     )
+    (tmp_path / "metrics").mkdir()
     migrate = subprocess.run(
-        command_words("migrate"),
+        [interpolate(word, {}) for word in command_words("migrate")],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -518,6 +546,27 @@ def test_gateway_up_creates_then_reuses_the_dev_key(transactional_db, tmp_path: 
     assert key_file.read_text().strip() == fresh
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     assert ApiKey.objects.get().secret_hash == hash_key(fresh)
+
+
+def test_gateway_up_keeps_the_admins_edits_of_its_generated_config(transactional_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """scripts/run syncs its generated config at every start under the file's rule: what it
+    sets is its own, what it leaves out (price, context_window, ...) is the admin's."""
+    from decimal import Decimal
+
+    from responses_api.models import ModelRoute, Provider
+
+    setup_only(tmp_path, port=18092)
+    route = ModelRoute.objects.get(name="local")
+    assert route.config_managed == ["description", "targets"]
+    route.context_window, route.input_usd_per_million, route.description = 4096, Decimal("1.5"), "mine"
+    route.save()
+    Provider.objects.filter(name="local").update(idle_timeout=99, base_url="http://127.0.0.1:1/v1")
+    setup_only(tmp_path, port=18092)
+    route.refresh_from_db()
+    assert (route.context_window, route.input_usd_per_million) == (4096, Decimal("1.5"))
+    assert route.description.startswith("SmolLM2")  # the generated config's own field
+    provider = Provider.objects.get(name="local")
+    assert (provider.idle_timeout, provider.base_url) == (99, "http://127.0.0.1:18092/v1")
 
 
 def test_gateway_up_rejects_a_revoked_key(transactional_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
+from responses_api.ops.config_admin import ConfigManagedAdmin
+
 from .executors import execute
 from .mcp import McpUnavailable
 from .models import EgressAllow, McpServer, Tool, ToolCallRecord
@@ -39,7 +41,8 @@ class TestCallForm(forms.Form):
 
 
 @admin.register(Tool)
-class ToolAdmin(admin.ModelAdmin):
+class ToolAdmin(ConfigManagedAdmin, admin.ModelAdmin):
+    config_fields = {"executor": ("executor", "url", "headers_env", "signing_secret_env", "python_callable")}
     list_display = (
         "name",
         "executor",
@@ -100,7 +103,8 @@ class ToolAdmin(admin.ModelAdmin):
 
 
 @admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):
+class McpServerAdmin(ConfigManagedAdmin, admin.ModelAdmin):
+    config_fields = {"require_approval": ("approval", "approval_tools")}
     list_display = ("label", "url", "approval", "enabled", "tool_count", "tools_fetched_at", "last_error")
     list_filter = ("enabled", "approval")
     search_fields = ("label", "url", "description")

@@ -76,6 +76,13 @@ class Tool(models.Model):
     run_on_worker = models.BooleanField(
         default=False, help_text="Responses using this tool run on a background worker."
     )
+    config_managed = models.JSONField(
+        default=list,
+        blank=True,
+        editable=False,
+        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
+        "Empty: not in the file, the admin's alone.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -228,6 +235,13 @@ class McpServer(models.Model):
     tools_cache = models.JSONField(default=list, blank=True, editable=False)
     tools_fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
+    config_managed = models.JSONField(
+        default=list,
+        blank=True,
+        editable=False,
+        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
+        "Empty: not in the file, the admin's alone.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -3,18 +3,38 @@ one configured: not public by default).
 
 Several processes (uvicorn workers, Celery) each count their own; with PROMETHEUS_MULTIPROC_DIR
 set in their environment (an empty directory, cleared at deployment start) the scrape sums
-them all, whichever process answers it. The queue and worker figures are read from the
-database at scrape time, so they are the same whichever process answers."""
+them all, whichever process answers it. Each process writes its own files there, named by
+host and pid (`process_identifier`): web and worker containers sharing one directory have
+pid namespaces of their own, so a pid alone would collide. The queue and worker figures are
+read from the database at scrape time, so they are the same whichever process answers.
+
+`METRICS` is the one list of what is exposed: the single-process exposition registers it,
+and the multi-process one lists every family of it too, even before any process counted."""
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before prometheus_client reads it: writes go there
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+
+from prometheus_client import values  # noqa: E402
+
+
+def process_identifier() -> str:
+    """This process in the shared metrics directory: host name and pid (a container's host
+    name is its own). prometheus_client splits file names on '_', so none may be in it."""
+    return f"{socket.gethostname()}-{os.getpid()}".replace("_", "-")
+
+
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    # Before any metric is made (the value class is fixed when it is). Called again after a
+    # fork, which prometheus_client notices and then starts the child's own files.
+    values.ValueClass = values.MultiProcessValue(process_identifier)
 
 from prometheus_client import (  # noqa: E402
     CONTENT_TYPE_LATEST,
@@ -25,6 +45,8 @@ from prometheus_client import (  # noqa: E402
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402
+from prometheus_client.metrics import MetricWrapperBase  # noqa: E402
+from prometheus_client.metrics_core import Metric  # noqa: E402
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -49,6 +71,17 @@ RATE_LIMITED = Counter("gateway_rate_limited", "Requests refused by a rate limit
 OPEN_STREAMS = Gauge("gateway_open_streams", "Streams being answered now.", multiprocess_mode="livesum")
 OPEN_WEBSOCKETS = Gauge(
     "gateway_open_websockets", "WebSocket connections to /v1/responses open now.", multiprocess_mode="livesum"
+)
+# Everything above: what /metrics exposes, in one process or many.
+METRICS: tuple[MetricWrapperBase, ...] = (
+    REQUESTS,
+    LATENCY,
+    FIRST_BYTE,
+    TOKENS,
+    UPSTREAM_ERRORS,
+    RATE_LIMITED,
+    OPEN_STREAMS,
+    OPEN_WEBSOCKETS,
 )
 
 
@@ -105,15 +138,30 @@ class _QueueCollector:
         )
 
 
+class _SharedDirectoryCollector:
+    """The sums of every process's files in PROMETHEUS_MULTIPROC_DIR, plus an empty family for
+    each of METRICS no process has counted yet (the single-process exposition lists those too)."""
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client import multiprocess
+
+        seen = set()
+        for family in multiprocess.MultiProcessCollector(None).collect():
+            seen.add(family.name)
+            yield family
+        for metric in METRICS:
+            for family in metric.describe():
+                if family.name not in seen:
+                    yield family
+
+
 def exposition() -> tuple[bytes, str]:
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
-
-        multiprocess.MultiProcessCollector(registry)
+        registry.register(_SharedDirectoryCollector())
     else:
-        for collector in (REQUESTS, LATENCY, FIRST_BYTE, TOKENS, UPSTREAM_ERRORS, OPEN_STREAMS, OPEN_WEBSOCKETS):
-            registry.register(collector)
+        for metric in METRICS:
+            registry.register(metric)
     registry.register(_QueueCollector())
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
@@ -123,4 +171,4 @@ def process_exit() -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(os.getpid())
+        multiprocess.mark_process_dead(process_identifier())

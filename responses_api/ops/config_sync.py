@@ -1,7 +1,11 @@
 """Sync providers and model routes from the GATEWAY_CONFIG file (YAML or JSON) into the database.
 
-Idempotent: running it again with the same file changes nothing. Entries not
-in the file are left alone (the admin may have added them).
+Idempotent: running it again with the same file changes nothing. One rule for every
+section (providers, models, tools, mcp_servers, tenants): a field the file sets is the
+file's, recorded in the entry's `config_managed` and read-only in the admin; a field it
+leaves out is the admin's and never reset; an entry not (or no longer) in the file is left
+alone, and unmarked. Run once per deployment (compose's `migrate` service, `scripts/run`),
+never by the web processes.
 """
 
 from __future__ import annotations
@@ -39,9 +43,79 @@ def _require(entry: dict, key: str, where: str) -> Any:
     return entry[key]
 
 
+def _float(value: Any) -> float:
+    return float(value)
+
+
+def _set(obj: Any, entry: dict[str, Any], fields: dict[str, Any], where: str) -> None:
+    """The file's rule: each key `fields` names that the entry sets is applied (through its
+    function, to one or more model fields) and recorded in `config_managed`; a key the entry
+    leaves out is the admin's, and its fields keep whatever they hold (a new entry: the
+    model's defaults, which are the documented ones)."""
+    managed = []
+    for key, convert in fields.items():
+        if key not in entry:
+            continue
+        try:
+            values = convert(entry[key])
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}.{key}: {exc}") from None
+        for attr, value in values.items():
+            setattr(obj, attr, value)
+        managed.append(key)
+    obj.config_managed = managed
+
+
+def _unmanage_others(model: Any, key: str, kept: set[str], section: str) -> None:
+    """Entries that left the file stay, unmarked: from now on they are the admin's alone."""
+    import logging
+
+    for obj in model.objects.exclude(**{f"{key}__in": kept}).only("pk", key, "config_managed"):
+        if obj.config_managed:
+            model.objects.filter(pk=obj.pk).update(config_managed=[])
+            logging.getLogger("gateway.config").warning(
+                "%s: %r is no longer in the file; left in place, no longer managed by it", section, getattr(obj, key)
+            )
+
+
+def _provider_kind(value: Any) -> dict[str, Any]:
+    if value not in Provider.Kind.values:
+        raise ValueError(f"unknown kind {value!r}")
+    return {"kind": value}
+
+
+_PROVIDER_FIELDS: dict[str, Any] = {
+    "kind": _provider_kind,
+    "base_url": lambda v: {"base_url": v},
+    "api_key_env": lambda v: {"api_key_env": v or ""},
+    "api_key": lambda v: {"api_key_encrypted": encrypt_secret(str(v)) if v else ""},
+    "timeout": lambda v: {"timeout": _float(v)},
+    "connect_timeout": lambda v: {"connect_timeout": _float(v)},
+    "first_byte_timeout": lambda v: {"first_byte_timeout": _float(v)},
+    "idle_timeout": lambda v: {"idle_timeout": _float(v)},
+    "options": lambda v: {"options": v or {}},
+    "headers": lambda v: {"headers": v or {}},
+    "enabled": lambda v: {"enabled": bool(v)},
+}
+
+
+def _route_fields(where: str) -> dict[str, Any]:
+    return {
+        "description": lambda v: {"description": v or ""},
+        "enabled": lambda v: {"enabled": bool(v)},
+        "hosted_tools": lambda v: {"hosted_tools": v or {}},
+        "context_window": lambda v: {"context_window": int(v) if v else None},
+        "price": lambda v: _price(v, f"{where}.price"),
+    }
+
+
 @transaction.atomic
 def sync_config(data: dict[str, Any]) -> dict[str, int]:
-    """Upsert providers and routes; returns counts of what was written."""
+    """Upsert what the file lists; returns counts of what was written.
+
+    A field the file sets is the file's (written at every sync, read-only in the admin); a
+    field it leaves out is the admin's and never reset; an entry that left the file is left
+    in place, no longer marked as managed (`config_managed` empty)."""
     counts = {
         "providers": 0,
         "models": 0,
@@ -53,42 +127,23 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
     for i, entry in enumerate(data.get("providers") or []):
         where = f"providers[{i}]"
         name = _require(entry, "name", where)
-        defaults = {
-            "kind": entry.get("kind", "chat_completions"),
-            "base_url": _require(entry, "base_url", where),
-            "api_key_env": entry.get("api_key_env", ""),
-            "timeout": float(entry.get("timeout", 120.0)),
-            "connect_timeout": float(entry.get("connect_timeout", 5.0)),
-            "first_byte_timeout": float(entry.get("first_byte_timeout", 60.0)),
-            "idle_timeout": float(entry.get("idle_timeout", 30.0)),
-            "options": entry.get("options") or {},
-            "headers": entry.get("headers") or {},
-            "enabled": bool(entry.get("enabled", True)),
-        }
-        if defaults["kind"] not in Provider.Kind.values:
-            raise ConfigError(f"{where}: unknown kind {defaults['kind']!r}")
+        _require(entry, "base_url", where)
         provider = Provider.objects.filter(name=name).first() or Provider(name=name)
-        for key, value in defaults.items():
-            setattr(provider, key, value)
-        if entry.get("api_key"):
-            provider.api_key_encrypted = encrypt_secret(str(entry["api_key"]))
+        _set(provider, entry, _PROVIDER_FIELDS, where)
         _save_valid(provider, where)
         providers[name] = provider
         counts["providers"] += 1
+    _unmanage_others(Provider, "name", set(providers), "providers")
+    routes: set[str] = set()
     for i, entry in enumerate(data.get("models") or []):
         where = f"models[{i}]"
-        route, _ = ModelRoute.objects.update_or_create(
-            name=_require(entry, "name", where),
-            defaults={
-                "description": entry.get("description", ""),
-                "enabled": bool(entry.get("enabled", True)),
-                "hosted_tools": entry.get("hosted_tools") or {},
-                "context_window": int(entry["context_window"]) if entry.get("context_window") else None,
-                **_price(entry.get("price"), f"{where}.price"),
-            },
-        )
-        _save_valid(route, where)
+        name = _require(entry, "name", where)
         targets = _require(entry, "targets", where)
+        route = ModelRoute.objects.filter(name=name).first() or ModelRoute(name=name)
+        _set(route, entry, _route_fields(where), where)
+        route.config_managed.append("targets")
+        _save_valid(route, where)
+        routes.add(name)
         wanted = []
         for j, target in enumerate(targets):
             provider_name = _require(target, "provider", f"{where}.targets[{j}]")
@@ -117,6 +172,7 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
                 for p, m, w, pr, c in wanted
             )
         counts["models"] += 1
+    _unmanage_others(ModelRoute, "name", routes, "models")
     counts["tools"] = _sync_tools(data.get("tools") or [])
     counts["mcp_servers"] = _sync_mcp_servers(data.get("mcp_servers") or [])
     clear_cache()
@@ -129,13 +185,31 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
 _TENANT_LIMITS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "retention_days")
 
 
-def _sync_tenants(entries: list[dict[str, Any]]) -> int:
-    """Tenants with their rate limits, budget and retention (keys are made with create_api_key;
-    their own limits are set in the admin). A field left out of an entry is left as it is."""
+def _tenant_budget(budget: Any) -> dict[str, Any]:
     from decimal import Decimal, InvalidOperation
 
+    budget = budget or {}
+    if not isinstance(budget, dict) or set(budget) - {"period", "tokens", "usd"}:
+        raise ValueError("expected a mapping of period, tokens and usd")
+    try:
+        usd = Decimal(str(budget["usd"])) if budget.get("usd") is not None else None
+    except InvalidOperation:
+        raise ValueError("usd is not a number") from None
+    return {"budget_period": budget.get("period", "month"), "budget_tokens": budget.get("tokens"), "budget_usd": usd}
+
+
+_TENANT_FIELDS: dict[str, Any] = {
+    **{field: (lambda v, f=field: {f: v}) for field in _TENANT_LIMITS},
+    "budget": _tenant_budget,
+}
+
+
+def _sync_tenants(entries: list[dict[str, Any]]) -> int:
+    """Tenants with their rate limits, budget and retention (keys are made with create_api_key;
+    `keys:` sets the limits of those named). The file's rule, as for every section."""
     from ..models import Tenant
 
+    seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"tenants[{i}]"
         if not isinstance(entry, dict):
@@ -144,21 +218,11 @@ def _sync_tenants(entries: list[dict[str, Any]]) -> int:
         if unknown:
             raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         tenant = Tenant.objects.filter(name=_require(entry, "name", where)).first() or Tenant(name=entry["name"])
-        for field in _TENANT_LIMITS:
-            if field in entry:
-                setattr(tenant, field, entry[field])
-        if "budget" in entry:
-            budget = entry["budget"] or {}
-            if not isinstance(budget, dict) or set(budget) - {"period", "tokens", "usd"}:
-                raise ConfigError(f"{where}.budget: expected a mapping of period, tokens and usd")
-            tenant.budget_period = budget.get("period", "month")
-            tenant.budget_tokens = budget.get("tokens")
-            try:
-                tenant.budget_usd = Decimal(str(budget["usd"])) if budget.get("usd") is not None else None
-            except InvalidOperation:
-                raise ConfigError(f"{where}.budget.usd: not a number") from None
+        _set(tenant, entry, _TENANT_FIELDS, where)
         _save_valid(tenant, where)
         _sync_key_limits(tenant, entry.get("keys") or [], where)
+        seen.add(tenant.name)
+    _unmanage_others(Tenant, "name", seen, "tenants")
     return len(entries)
 
 
@@ -220,30 +284,50 @@ def _save_valid(obj: Any, where: str) -> None:
     obj.save()
 
 
+def _tool_executor(executor: Any) -> dict[str, Any]:
+    if not isinstance(executor, dict) or not executor.get("type"):
+        raise ValueError("expected a mapping with a 'type'")
+    fields = {
+        "executor": executor["type"],
+        "url": executor.get("url", ""),
+        "headers_env": executor.get("headers_env") or {},
+        "signing_secret_env": executor.get("signing_secret_env", ""),
+        "python_callable": executor.get("callable", ""),
+    }
+    if "timeout" in executor:
+        fields["timeout"] = float(executor["timeout"])
+    return fields
+
+
+_TOOL_FIELDS: dict[str, Any] = {
+    "description": lambda v: {"description": v or ""},
+    "parameters": lambda v: {"parameters": v or {"type": "object", "properties": {}}},
+    "strict": lambda v: {"strict": bool(v)},
+    "enabled": lambda v: {"enabled": bool(v)},
+    "timeout": lambda v: {"timeout": float(v)},
+    "executor": _tool_executor,  # after `timeout`: the executor's own timeout wins
+    "run_on_worker": lambda v: {"run_on_worker": bool(v)},
+}
+
+
 def _sync_tools(entries: list[dict[str, Any]]) -> int:
     from tool_registry.models import Tool
 
+    seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"tools[{i}]"
-        executor = _require(entry, "executor", where)
-        if not isinstance(executor, dict):
-            raise ConfigError(f"{where}.executor: expected a mapping with a 'type'")
-        kind = _require(executor, "type", f"{where}.executor")
-        tool = Tool.objects.filter(name=_require(entry, "name", where)).first() or Tool(name=entry["name"])
-        tool.description = entry.get("description", "")
-        tool.parameters = entry.get("parameters") or {"type": "object", "properties": {}}
-        tool.strict = bool(entry.get("strict", True))
-        tool.enabled = bool(entry.get("enabled", True))
-        tool.executor = kind
-        tool.timeout = float(executor.get("timeout", entry.get("timeout", 30.0)))
-        tool.url = executor.get("url", "")
-        tool.headers_env = executor.get("headers_env") or {}
-        tool.signing_secret_env = executor.get("signing_secret_env", "")
-        tool.python_callable = executor.get("callable", "")
-        tool.run_on_worker = bool(entry.get("run_on_worker", False))
+        _require(entry, "executor", where)
+        tool = Tool.objects.filter(name=_require(entry, "name", where)).first() or Tool(
+            name=entry["name"], parameters={"type": "object", "properties": {}}
+        )
+        _set(tool, entry, _TOOL_FIELDS, where)
+        if "routes" in entry:
+            tool.config_managed.append("routes")
         _save_valid(tool, where)
         if "routes" in entry:
             tool.routes.set(ModelRoute.objects.filter(name__in=entry["routes"]))
+        seen.add(tool.name)
+    _unmanage_others(Tool, "name", seen, "tools")
     return len(entries)
 
 
@@ -253,30 +337,44 @@ def _sync_mcp_servers(entries: list[dict[str, Any]]) -> int:
     from responses_api.models import Tenant
     from tool_registry.models import McpServer
 
+    seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"mcp_servers[{i}]"
         label = _require(entry, "label", where)
+        _require(entry, "url", where)
         server = McpServer.objects.filter(label=label).first() or McpServer(label=label)
-        server.url = _require(entry, "url", where)
-        server.description = entry.get("description", "")
-        server.headers_env = entry.get("headers_env") or {}
-        server.allowed_tools = entry.get("allowed_tools") or []
-        approval = entry.get("require_approval", "always")
-        if isinstance(approval, list):
-            server.approval, server.approval_tools = McpServer.Approval.PER_TOOL, approval
-        elif approval in ("always", "never"):
-            server.approval, server.approval_tools = approval, []
-        else:
-            raise ConfigError(f"{where}.require_approval: 'always', 'never' or a list of tool names")
-        server.timeout = float(entry.get("timeout", 30.0))
-        server.cache_seconds = int(entry.get("cache_seconds", 300))
-        server.enabled = bool(entry.get("enabled", True))
+        _set(server, entry, _MCP_FIELDS, where)
+        server.config_managed += [key for key in ("routes", "tenants") if key in entry]
         _save_valid(server, where)
         if "routes" in entry:
             server.routes.set(ModelRoute.objects.filter(name__in=entry["routes"]))
         if "tenants" in entry:
             server.tenants.set(Tenant.objects.filter(name__in=entry["tenants"]))
+        seen.add(label)
+    _unmanage_others(McpServer, "label", seen, "mcp_servers")
     return len(entries)
+
+
+def _mcp_approval(approval: Any) -> dict[str, Any]:
+    from tool_registry.models import McpServer
+
+    if isinstance(approval, list):
+        return {"approval": McpServer.Approval.PER_TOOL, "approval_tools": approval}
+    if approval in ("always", "never"):
+        return {"approval": approval, "approval_tools": []}
+    raise ValueError("'always', 'never' or a list of tool names")
+
+
+_MCP_FIELDS: dict[str, Any] = {
+    "url": lambda v: {"url": v},
+    "description": lambda v: {"description": v or ""},
+    "headers_env": lambda v: {"headers_env": v or {}},
+    "allowed_tools": lambda v: {"allowed_tools": v or []},
+    "require_approval": _mcp_approval,
+    "timeout": lambda v: {"timeout": float(v)},
+    "cache_seconds": lambda v: {"cache_seconds": int(v)},
+    "enabled": lambda v: {"enabled": bool(v)},
+}
 
 
 def sync_config_file(path: str | Path) -> dict[str, int]:

@@ -59,12 +59,17 @@ class Route:
 
 
 def _fernet():
-    from cryptography.fernet import Fernet
+    """Encrypts with the newest secret, decrypts with any (store/sealing.py's list): a
+    GATEWAY_ENCRYPTION_KEY entry is a Fernet key itself; SECRET_KEY's is derived from it."""
+    from cryptography.fernet import Fernet, MultiFernet
 
-    key = settings.GATEWAY_ENCRYPTION_KEY
-    if not key:
-        key = base64.urlsafe_b64encode(hashlib.sha256(settings.SECRET_KEY.encode()).digest()).decode()
-    return Fernet(key.encode())
+    from ..store.sealing import encryption_secrets
+
+    keys = [
+        secret if is_fernet_key else base64.urlsafe_b64encode(hashlib.sha256(secret.encode()).digest()).decode()
+        for secret, is_fernet_key in encryption_secrets()
+    ]
+    return MultiFernet([Fernet(key.encode()) for key in keys])
 
 
 def encrypt_secret(value: str) -> str:

@@ -4,8 +4,10 @@
 gives a client so that a later `store: false` request can carry it back. The
 client may hold it but must neither read nor forge it, and a blob sealed for one
 tenant must not open for another: AES-256-GCM, with the tenant and the blob's
-purpose bound in as associated data. The key is derived (HKDF) from
-GATEWAY_ENCRYPTION_KEY, or SECRET_KEY when that is unset, like provider secrets.
+purpose bound in as associated data. The keys are derived (HKDF) from the secrets
+`encryption_secrets()` lists, newest first: a blob is sealed with the first and opened with
+any, so rotating GATEWAY_ENCRYPTION_KEY or SECRET_KEY keeps what was sealed before readable
+while the old secret stays listed (README.md, "Rotating secrets").
 """
 
 from __future__ import annotations
@@ -31,16 +33,22 @@ class SealBroken(ValueError):
 
 
 class Sealer:
-    def __init__(self, secret: bytes) -> None:
-        key = HKDF(
-            algorithm=hashes.SHA256(), length=32, salt=None, info=b"open-responses-gateway sealed blobs v1"
-        ).derive(secret)
-        self._aead = AESGCM(key)
+    """Seals with the first secret; opens what any of them sealed."""
+
+    def __init__(self, secret: bytes, *older: bytes) -> None:
+        self._aeads = [
+            AESGCM(
+                HKDF(
+                    algorithm=hashes.SHA256(), length=32, salt=None, info=b"open-responses-gateway sealed blobs v1"
+                ).derive(s)
+            )
+            for s in (secret, *older)
+        ]
 
     def seal(self, payload: Any, *, tenant_id: int, purpose: str) -> str:
         nonce = os.urandom(_NONCE_BYTES)
         plain = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
-        sealed = self._aead.encrypt(nonce, plain, _bound_to(tenant_id, purpose))
+        sealed = self._aeads[0].encrypt(nonce, plain, _bound_to(tenant_id, purpose))
         return PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode().rstrip("=")
 
     def unseal(self, blob: Any, *, tenant_id: int, purpose: str) -> Any:
@@ -53,24 +61,41 @@ class Sealer:
             raise SealBroken("not a blob sealed by this gateway") from None
         if len(raw) <= _NONCE_BYTES:
             raise SealBroken("not a blob sealed by this gateway")
-        try:
-            plain = self._aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _bound_to(tenant_id, purpose))
-        except InvalidTag:
-            raise SealBroken("altered, or sealed for another tenant or purpose") from None
-        return json.loads(plain)
+        for aead in self._aeads:
+            try:
+                plain = aead.decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _bound_to(tenant_id, purpose))
+            except InvalidTag:
+                continue
+            return json.loads(plain)
+        raise SealBroken("altered, or sealed for another tenant or purpose")
 
 
 def _bound_to(tenant_id: int, purpose: str) -> bytes:
     return f"{purpose}\x00{tenant_id}".encode()
 
 
+def encryption_secrets() -> tuple[tuple[str, bool], ...]:
+    """The secrets that seal blobs and provider keys, newest first, each with whether it is a
+    GATEWAY_ENCRYPTION_KEY entry (a Fernet key) or SECRET_KEY / one of SECRET_KEY_FALLBACKS.
+
+    The first seals. SECRET_KEY and its fallbacks always stay as opening secrets after the
+    GATEWAY_ENCRYPTION_KEY ones: they sealed everything while no dedicated key was set, and
+    a SECRET_KEY rotation (old key moved to SECRET_KEY_FALLBACKS) must not break that."""
+    from django.conf import settings
+
+    listed: dict[str, bool] = {}
+    for key in settings.GATEWAY_ENCRYPTION_KEY:
+        listed.setdefault(key, True)
+    for key in (settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS):
+        listed.setdefault(key, False)
+    return tuple((key, is_fernet_key) for key, is_fernet_key in listed.items() if key)
+
+
 @lru_cache(maxsize=4)
-def _sealer_for(secret: str) -> Sealer:
-    return Sealer(secret.encode())
+def _sealer_for(secrets: tuple[str, ...]) -> Sealer:
+    return Sealer(*(s.encode() for s in secrets))
 
 
 def sealer() -> Sealer:
-    """The process's sealer for the configured key (cached; settings may change in tests)."""
-    from django.conf import settings
-
-    return _sealer_for(settings.GATEWAY_ENCRYPTION_KEY or settings.SECRET_KEY)
+    """The process's sealer for the configured secrets (cached; settings may change in tests)."""
+    return _sealer_for(tuple(secret for secret, _ in encryption_secrets()))
