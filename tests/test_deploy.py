@@ -219,6 +219,15 @@ def test_healthchecks_and_start_order() -> None:
         }
 
 
+def test_web_stop_grace_period_outlasts_the_drain() -> None:
+    """SIGTERM drains for GATEWAY_DRAIN_SECONDS (tests/reliability/test_drain.py); compose's
+    default 10 s grace period would cut it like a crash."""
+    from django.conf import settings
+
+    grace = SERVICES["web"]["stop_grace_period"]
+    assert grace.endswith("s") and float(grace[:-1]) > settings.GATEWAY_DRAIN_SECONDS + 5
+
+
 def test_compose_environment_passes_check_deploy() -> None:
     """`manage.py check --deploy` with exactly the environment compose gives the web service."""
     # The mounted file is not at /etc/gateway here; check --deploy does not read it anyway.

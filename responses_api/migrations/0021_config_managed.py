@@ -5,12 +5,12 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tool_registry", "0002_mcp_server"),
+        ("responses_api", "0020_web_process_liveness"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="mcpserver",
+            model_name="modelroute",
             name="config_managed",
             field=models.JSONField(
                 blank=True,
@@ -20,7 +20,17 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.AddField(
-            model_name="tool",
+            model_name="provider",
+            name="config_managed",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                editable=False,
+                help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). Empty: not in the file, the admin's alone.",
+            ),
+        ),
+        migrations.AddField(
+            model_name="tenant",
             name="config_managed",
             field=models.JSONField(
                 blank=True,

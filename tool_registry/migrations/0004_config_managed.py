@@ -5,12 +5,12 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("responses_api", "0018_usage_unstored_responses"),
+        ("tool_registry", "0003_call_id_255"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="modelroute",
+            model_name="mcpserver",
             name="config_managed",
             field=models.JSONField(
                 blank=True,
@@ -20,17 +20,7 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.AddField(
-            model_name="provider",
-            name="config_managed",
-            field=models.JSONField(
-                blank=True,
-                default=list,
-                editable=False,
-                help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). Empty: not in the file, the admin's alone.",
-            ),
-        ),
-        migrations.AddField(
-            model_name="tenant",
+            model_name="tool",
             name="config_managed",
             field=models.JSONField(
                 blank=True,
