@@ -34,6 +34,9 @@ from .protocol.compaction import COMPACTION_INSTRUCTIONS, client_instructions
 from .protocol.errors import GatewayError
 from .store import services
 
+# The front page links the operator's daily pages (usage, route health, docs) above the models.
+admin.site.index_template = "admin/gateway_index.html"
+
 STATUS_COLOURS = {
     "completed": "ok",
     "in_progress": "busy",
@@ -565,7 +568,9 @@ class ModelRouteAdmin(admin.ModelAdmin):
             return "—"
         now = time.time()
         return format_html_join(
-            " ", '<span data-target="{}">{}</span>', ((label, _health_badge(label, f, now)) for label, f in states.items())
+            " ",
+            '<span data-target="{}">{}</span>',
+            ((label, _health_badge(label, f, now)) for label, f in states.items()),
         )
 
     @admin.display(description="Targets (weight)")
@@ -823,7 +828,10 @@ class ResponseAdmin(admin.ModelAdmin):
 
     @admin.display(description="Parameters")
     def params_display(self, obj: Response) -> str:
-        return format_html('<pre class="gw-json">{}</pre>', presenters.pretty_json(obj.params or {}))
+        params = dict(obj.params or {})
+        if isinstance(params.get("instructions"), str):  # the client's, as in the field above
+            params["instructions"] = client_instructions(params["instructions"])[0]
+        return format_html('<pre class="gw-json">{}</pre>', presenters.pretty_json(params))
 
     @admin.display(description="Error")
     def error_display(self, obj: Response) -> str:

@@ -76,7 +76,7 @@ def test_response_changelist_never_loads_the_big_json(admin_client) -> None:  # 
         # A column may be compared in the database (the kind compares the instructions' end);
         # it is never one of the selected values.
         assert not re.search(rf'"responses_api_response"\."{column}"(,|$)', selected), column
-    assert " AS \"_kind\"" in selected
+    assert ' AS "_kind"' in selected
 
 
 def test_filters_and_search(admin_client) -> None:  # type: ignore[no-untyped-def]
