@@ -27,7 +27,7 @@ from django.utils.safestring import mark_safe
 
 from .history import presenters
 from .history import selectors as history
-from .models import ApiKey, ModelRoute, Provider, Response, ResponseItem, RouteTarget, Tenant
+from .models import ApiKey, ModelRoute, Provider, Response, ResponseItem, RouteTarget, Tenant, validate_base_url
 from .orchestration import routing
 from .orchestration.limits import current_use
 from .protocol.compaction import COMPACTION_INSTRUCTIONS, client_instructions
@@ -358,11 +358,21 @@ class ApiKeyAdmin(admin.ModelAdmin):
 # --------------------------------------------------------------------------- providers and routes
 
 
+class BaseUrlField(forms.CharField):
+    """An upstream's base URL: http(s) with a host, one-label hosts such as a compose service
+    name included (`models.validate_base_url`; Django's URLField refuses them); without a
+    scheme it is taken as http."""
+
+    def to_python(self, value: Any) -> str:
+        value = super().to_python(value)
+        return f"http://{value}" if value and "://" not in value else value
+
+
 class ProviderForm(forms.ModelForm):
-    base_url = forms.URLField(
+    base_url = BaseUrlField(
         max_length=500,
-        assume_scheme="http",
-        help_text="e.g. http://127.0.0.1:8000/v1 (the gateway appends /chat/completions).",
+        validators=[validate_base_url],
+        help_text="e.g. http://127.0.0.1:8000/v1 or http://vllm:8000/v1 (the gateway appends /chat/completions).",
     )
     new_api_key = forms.CharField(
         required=False,
