@@ -51,7 +51,7 @@ class GatewayAutoSchema(AutoSchema):
         from .drf_policies import BearerKeyAuthentication
 
         view, authenticators = self.view, self.view.get_authenticators()
-        view.get_authenticators = lambda: [  # this view instance, while its schema is read
+        view.get_authenticators = lambda: [  # type: ignore[method-assign]  # this view, while its schema is read
             BearerKeyAuthentication() if isinstance(a, BearerKeyAuthentication) else a for a in authenticators
         ]
         try:
