@@ -11,7 +11,6 @@ $GATEWAY_TEST_ARTIFACTS, or else in pytest's temporary directory; the run prints
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,18 +41,6 @@ PASSWORD = "correct-horse-battery-staple"
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="needs Debian's chromium package (apt-get install chromium)"
 )
-
-
-@pytest.fixture(scope="session")
-def artifacts(tmp_path_factory, request) -> Path:  # type: ignore[no-untyped-def]
-    """Where the screenshots go, printed at the end of the run."""
-    configured = os.environ.get("GATEWAY_TEST_ARTIFACTS")
-    folder = Path(configured) if configured else tmp_path_factory.getbasetemp() / "screenshots"
-    folder.mkdir(parents=True, exist_ok=True)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        request.addfinalizer(lambda: reporter.write_line(f"admin screenshots: {folder}"))
-    return folder
 
 
 def _serve_static(route) -> None:  # type: ignore[no-untyped-def]
