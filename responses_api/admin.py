@@ -53,6 +53,16 @@ def status_badge(status: str) -> str:
     )
 
 
+def _when(moment: datetime | None) -> str:
+    """A time in a list column: short, on one line, the full ISO time in its title."""
+    if moment is None:
+        return "—"
+    local = timezone.localtime(moment)
+    return format_html(
+        '<span title="{}" style="white-space: nowrap">{}</span>', local.isoformat(), local.strftime("%b %-d, %H:%M")
+    )
+
+
 def _change_url(obj: Any) -> str:
     opts = obj._meta
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(obj.pk)])
@@ -247,8 +257,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "models_display",
         "limits",
         "state",
-        "created_at",
-        "last_used_at",
+        "created",
+        "last_used",
     )
     list_filter = (RevokedFilter, "is_admin", "tenant")
     list_select_related = ("tenant",)
@@ -293,6 +303,14 @@ class ApiKeyAdmin(admin.ModelAdmin):
     @admin.display(description="Limits")
     def limits(self, obj: ApiKey) -> str:
         return _limits_text(obj)
+
+    @admin.display(description="Created", ordering="created_at")
+    def created(self, obj: ApiKey) -> str:
+        return _when(obj.created_at)
+
+    @admin.display(description="Last used", ordering="last_used_at")
+    def last_used(self, obj: ApiKey) -> str:
+        return _when(obj.last_used_at)
 
     @admin.display(description="Models")
     def models_display(self, obj: ApiKey) -> str:
@@ -577,8 +595,9 @@ class ModelRouteAdmin(admin.ModelAdmin):
         if not states:
             return "—"
         now = time.time()
+        # One badge a target, in the targets column's order (each names its target in its title).
         return format_html_join(
-            " ",
+            mark_safe("<br>"),
             '<span data-target="{}">{}</span>',
             ((label, _health_badge(label, f, now)) for label, f in states.items()),
         )

@@ -324,6 +324,23 @@ def _shot(page, artifacts: Path, name: str) -> None:  # type: ignore[no-untyped-
     page.screenshot(path=artifacts / f"{name}.png", full_page=True)
 
 
+def _open(page, url: str) -> None:  # type: ignore[no-untyped-def]
+    """Go to an admin page; it must answer 200 (a failure shows what it answered)."""
+    reply = page.goto(url)
+    assert reply is not None and reply.status == 200, (
+        f"{url}: {reply and reply.status}: {reply and reply.text()[:3000]}"
+    )
+
+
+def _fits(page) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a changelist's table fits its box (an overflowing one clips its last columns)."""
+    box = page.evaluate(
+        "() => { const r = document.querySelector('#changelist .results'); return [r.scrollWidth, r.clientWidth]; }"
+    )
+    print("changelist width (content, box):", box)
+    return bool(box[0] <= box[1] + 2)  # a pixel or two of borders and rounding clip nothing
+
+
 def _column(page, title: str):  # type: ignore[no-untyped-def]
     """A changelist column's header cell, by its title."""
     return page.locator("#result_list thead th", has_text=re.compile(rf"^\s*{re.escape(title)}\s*$"))
@@ -350,7 +367,7 @@ def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: 
     _shot(page, artifacts, "01-admin-index")
 
     # tenants: limits, this period's spend at the route's prices, the last minute
-    page.goto("/admin/responses_api/tenant/")
+    _open(page, "/admin/responses_api/tenant/")
     for title in ("Limits and budget", "Spent this period", "Last minute"):
         expect(_column(page, title)).to_be_visible()
     use = tenants_use([acme])[acme.pk]
@@ -363,9 +380,10 @@ def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: 
     expect(row).to_contain_text(f"{use.minute_requests} requests, {use.minute_tokens:,} tokens")
     expect(page.locator("#result_list tbody tr", has_text="globex")).to_contain_text("none")
     _shot(page, artifacts, "02-tenants")
+    assert _fits(page)
 
     # a tenant: the budget counted from the store before any request counted it
-    page.goto(f"/admin/responses_api/tenant/{acme.pk}/change/")
+    _open(page, f"/admin/responses_api/tenant/{acme.pk}/change/")
     table = page.locator("[data-role=use-table]")
     expect(table).to_contain_text("monthly budget")
     expect(table).not_to_contain_text("not counted yet")
@@ -376,18 +394,19 @@ def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: 
     _shot(page, artifacts, "03-tenant")
 
     # keys: limits in the list; a key's requests per minute as the window saw them
-    page.goto("/admin/responses_api/apikey/")
+    _open(page, "/admin/responses_api/apikey/")
     expect(_column(page, "Limits")).to_be_visible()
     expect(page.locator("#result_list tbody tr", has_text="acme-app")).to_contain_text("60 rpm")
     _shot(page, artifacts, "04-apikeys")
-    page.goto(f"/admin/responses_api/apikey/{daily['key'].pk}/change/")
+    assert _fits(page)
+    _open(page, f"/admin/responses_api/apikey/{daily['key'].pk}/change/")
     expect(page.locator("[data-role=use-table] tr", has_text="requests per minute")).to_contain_text(
         "3 in the last 60 s"
     )
     _shot(page, artifacts, "05-apikey")
 
     # providers
-    page.goto("/admin/responses_api/provider/")
+    _open(page, "/admin/responses_api/provider/")
     expect(page.locator("#result_list tbody tr", has_text="house")).to_contain_text("http://127.0.0.1:9/v1")
     _shot(page, artifacts, "06-providers")
     page.locator("#result_list a", has_text=re.compile(r"^house$")).click()
@@ -395,59 +414,59 @@ def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: 
     _shot(page, artifacts, "07-provider")
 
     # routes: the health column shows the cooled-down target and the healthy fallback
-    page.goto("/admin/responses_api/modelroute/")
+    _open(page, "/admin/responses_api/modelroute/")
     expect(_column(page, "Health")).to_be_visible()
     row = page.locator("#result_list tbody tr", has_text="gpt-house")
     expect(row.locator('[data-target="house:house-v2"] .gw-bad')).to_contain_text(re.compile(r"cooling \d+ s"))
     expect(row.locator('[data-target="backup:backup-v1"] .gw-ok')).to_have_text("healthy")
     _shot(page, artifacts, "08-routes")
-    page.goto(f"/admin/responses_api/modelroute/{daily['route'].pk}/change/")
+    assert _fits(page)
+    _open(page, f"/admin/responses_api/modelroute/{daily['route'].pk}/change/")
     expect(page.locator(".field-health", has_text="cooling down")).to_contain_text("HTTP 503 from upstream")
     _shot(page, artifacts, "09-route")
 
     # responses: the kind column and filter find both compactions
-    page.goto("/admin/responses_api/response/?kind=compaction")
+    _open(page, "/admin/responses_api/response/?kind=compaction")
     expect(_column(page, "Kind")).to_be_visible()
     rows = page.locator("#result_list tbody tr")
     expect(rows).to_have_count(2)
     expect(page.locator(f'tr:has(code[title="{daily["compact"].id}"]) [data-kind=compact]')).to_be_visible()
     expect(page.locator(f'tr:has(code[title="{daily["trigger"].id}"]) [data-kind=compaction]')).to_be_visible()
     _shot(page, artifacts, "10-responses-compactions")
-    page.goto("/admin/responses_api/response/?kind=response")
+    _open(page, "/admin/responses_api/response/?kind=response")
     expect(page.locator("#result_list [data-kind]")).to_have_count(0)
 
     # a /compact run: the client's instructions, never the gateway's summariser prompt
-    page.goto(f"/admin/responses_api/response/{daily['compact'].id}/change/")
-    page.locator("fieldset.collapse summary, fieldset details summary").first.click()
+    _open(page, f"/admin/responses_api/response/{daily['compact'].id}/change/")
+    page.locator("details summary", has_text="Request").click()  # the folded "Request" fieldset
     instructions = page.locator(".field-instructions_display")
     expect(instructions).to_contain_text("Be terse.")
     expect(instructions.locator("[data-role=gateway-prompt]")).to_be_visible()
     assert "You are compacting a long conversation" not in page.content()
     _shot(page, artifacts, "11-response-compact")
-    page.goto(f"/admin/responses_api/response/{daily['compact'].id}/conversation/")
+    _open(page, f"/admin/responses_api/response/{daily['compact'].id}/conversation/")
     expect(page.locator("#content-main [data-kind=compact]")).to_be_visible()
     assert "You are compacting a long conversation" not in page.content()
     _shot(page, artifacts, "12-conversation-compact")
 
     # the chain's conversation page and the usage chart
     *_, head = site["chain"]
-    page.goto(f"/admin/responses_api/response/{head.id}/conversation/")
+    _open(page, f"/admin/responses_api/response/{head.id}/conversation/")
     expect(page.locator("section.gw-turn")).to_have_count(3)
     expect(page.locator("#content-main")).to_contain_text("You are a travel assistant")
     _shot(page, artifacts, "13-chain")
-    page.goto("/admin/responses_api/response/usage/")
+    _open(page, "/admin/responses_api/response/usage/")
     expect(page.locator("svg rect.gw-bar").first).to_be_attached()
     expect(page.locator("#content-main")).to_contain_text("gpt-house")
     _shot(page, artifacts, "14-usage")
 
     # conversations: every column inside a 1400 px window; a conversation's items
     page.set_viewport_size({"width": 1400, "height": 900})
-    page.goto("/admin/responses_api/conversation/")
+    _open(page, "/admin/responses_api/conversation/")
     expect(_column(page, "Created at")).to_be_visible()
     # nothing clipped: the table fits its box, and the date cell shows its whole text
-    assert page.evaluate(
-        "() => { const r = document.querySelector('#changelist .results'); return r.scrollWidth <= r.clientWidth; }"
-    )
+    _shot(page, artifacts, "15-conversations")
+    assert _fits(page)
     created = page.locator("#result_list td.field-created span")
     assert created.evaluate("e => e.scrollWidth <= e.parentElement.clientWidth")
     row = page.locator(f'#result_list tbody tr:has(code[title="{daily["conversation"].id}"])')
@@ -460,13 +479,13 @@ def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: 
     _shot(page, artifacts, "16-conversation")
 
     # tools: the form shows the chosen executor's fields only
-    page.goto("/admin/tool_registry/tool/")
+    _open(page, "/admin/tool_registry/tool/")
     expect(page.locator("#result_list tbody tr", has_text="get_weather")).to_contain_text(
         "https://tools.example.com/weather"
     )
     expect(page.locator("#result_list tbody tr", has_text="add_numbers")).to_contain_text("tests.tools.add_numbers")
     _shot(page, artifacts, "17-tools")
-    page.goto("/admin/tool_registry/tool/add/")
+    _open(page, "/admin/tool_registry/tool/add/")
     expect(page.locator("#id_url")).to_be_visible()
     expect(page.locator("#id_python_callable")).to_be_hidden()
     page.select_option("#id_executor", "python")
@@ -474,11 +493,11 @@ def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: 
     expect(page.locator("#id_url")).to_be_hidden()
     expect(page.locator("#id_signing_secret_env")).to_be_hidden()
     _shot(page, artifacts, "18-tool-add-python")
-    page.goto(f"/admin/tool_registry/tool/{daily['http_tool'].pk}/change/")
+    _open(page, f"/admin/tool_registry/tool/{daily['http_tool'].pk}/change/")
     expect(page.locator("#id_url")).to_have_value("https://tools.example.com/weather")
     expect(page.locator("#id_python_callable")).to_be_hidden()
     _shot(page, artifacts, "19-tool-http")
-    page.goto(f"/admin/tool_registry/tool/{daily['http_tool'].pk}/test/")
+    _open(page, f"/admin/tool_registry/tool/{daily['http_tool'].pk}/test/")
     expect(page.locator("h1")).to_contain_text("Test call: get_weather")
     expect(page.locator("#id_arguments")).to_be_visible()
     _shot(page, artifacts, "20-tool-test-call")
@@ -491,12 +510,12 @@ def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: 
         ("/admin/auth/user/", "ops@example.com", "24-users"),
         ("/admin/auth/group/", "0 groups", "25-groups"),
     ):
-        page.goto(url)
+        _open(page, url)
         expect(page.locator("#content-main")).to_contain_text(text)
         _shot(page, artifacts, name)
 
     # the history API, browsed with this login: every tenant, read-only
-    page.goto("/v1/responses?limit=100")
+    _open(page, "/v1/responses?limit=100")
     expect(page.locator("[data-role=staff-user]")).to_have_text("staff session: ops")
     expect(page.locator(".response-info")).to_contain_text(daily["trigger"].id)
     expect(page.locator("form[method=POST]")).to_have_count(0)
