@@ -16,7 +16,8 @@ from cryptography.fernet import InvalidToken
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.db.models import Count, Prefetch, QuerySet
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Case, CharField, Count, Exists, OuterRef, Prefetch, QuerySet, Value, When
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -26,12 +27,16 @@ from django.utils.safestring import mark_safe
 
 from .history import presenters
 from .history import selectors as history
-from .models import ApiKey, ModelRoute, Provider, Response, RouteTarget, Tenant
+from .models import ApiKey, ModelRoute, Provider, Response, ResponseItem, RouteTarget, Tenant, validate_base_url
 from .ops.config_admin import ConfigManagedAdmin
 from .orchestration import routing
 from .orchestration.limits import current_use
+from .protocol.compaction import COMPACTION_INSTRUCTIONS, client_instructions
 from .protocol.errors import GatewayError
 from .store import services
+
+# The front page links the operator's daily pages (usage, route health, docs) above the models.
+admin.site.index_template = "admin/gateway_index.html"
 
 STATUS_COLOURS = {
     "completed": "ok",
@@ -49,6 +54,16 @@ def status_badge(status: str) -> str:
     )
 
 
+def _when(moment: datetime | None) -> str:
+    """A time in a list column: short, on one line, the full ISO time in its title."""
+    if moment is None:
+        return "—"
+    local = timezone.localtime(moment)
+    return format_html(
+        '<span title="{}" style="white-space: nowrap">{}</span>', local.isoformat(), local.strftime("%b %-d, %H:%M")
+    )
+
+
 def _change_url(obj: Any) -> str:
     opts = obj._meta
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(obj.pk)])
@@ -57,10 +72,15 @@ def _change_url(obj: Any) -> str:
 # --------------------------------------------------------------------------- tenants
 
 
-def _use_table(rows: list[dict[str, Any]]) -> str:
-    """A tenant's or key's limits with their current use (the counters every process shares)."""
+def _use_table(rows: list[dict[str, Any]], window: tuple[int, int] | None = None) -> str:
+    """A tenant's or key's limits with their current use (the counters every process shares).
+
+    A per-minute limit is a token bucket that refills continuously, so a bucket's reading
+    falls back to 0 seconds after a burst: its row shows what the store saw in the last
+    60 s (`window`: requests, tokens) first, then the bucket."""
     if not rows:
         return "No limits."
+    recent = {"requests per minute": 0, "tokens per minute": 1}
 
     def used(row: dict[str, Any]) -> str:
         if row.get("used") is None:
@@ -68,6 +88,10 @@ def _use_table(rows: list[dict[str, Any]]) -> str:
         text = f"{row['used']:,}"
         if row.get("used_usd") is not None:
             text += f" (${row['used_usd']:,.2f})"
+        if window is not None and row["limit"] in recent:
+            text = f"{window[recent[row['limit']]]:,} in the last 60 s (bucket: {text} reserved)"
+        elif "renews_in_seconds" in row:
+            text += f", renews in {_ago(row['renews_in_seconds'])}"
         return text
 
     def limit(row: dict[str, Any]) -> str:
@@ -81,17 +105,44 @@ def _use_table(rows: list[dict[str, Any]]) -> str:
         return " or ".join(parts)
 
     return format_html(
-        "<table><tr><th>limit</th><th>value</th><th>in use</th></tr>{}</table>",
+        '<table data-role="use-table"><tr><th>limit</th><th>value</th><th>in use</th></tr>{}</table>',
         format_html_join(
             "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", ((r["limit"], limit(r), used(r)) for r in rows)
         ),
     )
 
 
+def _limits_text(owner: Tenant | ApiKey) -> str:
+    """A tenant's or key's limits in one line ("60 rpm · 10,000 tpm · 4 concurrent · $5.00 a month")."""
+    parts = []
+    if owner.requests_per_minute:
+        parts.append(f"{owner.requests_per_minute:,} rpm")
+    if owner.tokens_per_minute:
+        parts.append(f"{owner.tokens_per_minute:,} tpm")
+    if owner.max_concurrent_requests:
+        parts.append(f"{owner.max_concurrent_requests:,} concurrent")
+    if isinstance(owner, Tenant):
+        period = "a day" if owner.budget_period == "day" else "a month"
+        if owner.budget_tokens is not None:
+            parts.append(f"{owner.budget_tokens:,} tokens {period}")
+        if owner.budget_usd is not None:
+            parts.append(f"${owner.budget_usd:,.2f} {period}")
+    return " · ".join(parts) or "none"
+
+
+class _PageChangeList(ChangeList):
+    """A changelist whose page of rows its admin annotates in a constant number of look-ups
+    (`annotate_page`), after the rows are fetched and before they are shown."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        self.model_admin.annotate_page(list(self.result_list))  # type: ignore[attr-defined]
+
+
 @admin.register(Tenant)
 class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     config_fields = {"budget": ("budget_period", "budget_tokens", "budget_usd")}
-    list_display = ("name", "key_count", "created_at")
+    list_display = ("name", "key_count", "limits", "period_spend", "last_minute", "created_at")
     search_fields = ("name",)
     ordering = ("name",)
     fieldsets = (
@@ -111,14 +162,42 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
         if obj.pk is None:
             return "—"
         quota = tenant_quota(obj)
-        return _use_table(current_use((quota,) if quota else (), budget_of(obj)))
+        return _use_table(current_use((quota,) if quota else (), budget_of(obj)), history.recent_use(tenant_id=obj.pk))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
         return super().get_queryset(request).annotate(_keys=Count("api_keys"))
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _PageChangeList
+
+    def annotate_page(self, tenants: list[Tenant]) -> None:
+        use = history.tenants_use(tenants)
+        for tenant in tenants:
+            tenant._use = use[tenant.pk]  # type: ignore[attr-defined]
+
     @admin.display(description="API keys", ordering="_keys")
     def key_count(self, obj: Tenant) -> int:
         return obj._keys  # type: ignore[attr-defined]
+
+    @admin.display(description="Limits and budget")
+    def limits(self, obj: Tenant) -> str:
+        return _limits_text(obj)
+
+    @admin.display(description="Spent this period")
+    def period_spend(self, obj: Tenant) -> str:
+        use: history.TenantUse = obj._use  # type: ignore[attr-defined]
+        period = "today" if obj.budget_period == "day" else "this month"
+        text = f"{use.period_tokens:,} tokens (${use.period_micro_usd / 1_000_000:,.2f}) {period}"
+        if obj.budget_tokens:
+            text += f", {100 * use.period_tokens / obj.budget_tokens:.0f}% of the token budget"
+        elif obj.budget_usd:
+            text += f", {100 * use.period_micro_usd / 1_000_000 / float(obj.budget_usd):.0f}% of the budget"
+        return text
+
+    @admin.display(description="Last minute")
+    def last_minute(self, obj: Tenant) -> str:
+        use: history.TenantUse = obj._use  # type: ignore[attr-defined]
+        return f"{use.minute_requests:,} requests, {use.minute_tokens:,} tokens"
 
 
 # --------------------------------------------------------------------------- API keys
@@ -172,7 +251,17 @@ def _secret_session_key(key_id: int) -> str:
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     form = ApiKeyForm
-    list_display = ("name", "tenant", "key_prefix", "is_admin", "models_display", "state", "created_at", "last_used_at")
+    list_display = (
+        "name",
+        "tenant",
+        "key_prefix",
+        "is_admin",
+        "models_display",
+        "limits",
+        "state",
+        "created",
+        "last_used",
+    )
     list_filter = (RevokedFilter, "is_admin", "tenant")
     list_select_related = ("tenant",)
     search_fields = ("name", "prefix", "tenant__name")
@@ -202,7 +291,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         from .api.auth import key_quota
 
         quota = key_quota(obj)
-        return _use_table(current_use((quota,) if quota else (), None))
+        return _use_table(current_use((quota,) if quota else (), None), history.recent_use(key_id=obj.pk))
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
@@ -212,6 +301,18 @@ class ApiKeyAdmin(admin.ModelAdmin):
     @admin.display(description="Key", ordering="prefix")
     def key_prefix(self, obj: ApiKey) -> str:
         return format_html("<code>{}{}_…</code>", services.KEY_PREFIX, obj.prefix)
+
+    @admin.display(description="Limits")
+    def limits(self, obj: ApiKey) -> str:
+        return _limits_text(obj)
+
+    @admin.display(description="Created", ordering="created_at")
+    def created(self, obj: ApiKey) -> str:
+        return _when(obj.created_at)
+
+    @admin.display(description="Last used", ordering="last_used_at")
+    def last_used(self, obj: ApiKey) -> str:
+        return _when(obj.last_used_at)
 
     @admin.display(description="Models")
     def models_display(self, obj: ApiKey) -> str:
@@ -277,11 +378,21 @@ class ApiKeyAdmin(admin.ModelAdmin):
 # --------------------------------------------------------------------------- providers and routes
 
 
+class BaseUrlField(forms.CharField):
+    """An upstream's base URL: http(s) with a host, one-label hosts such as a compose service
+    name included (`models.validate_base_url`; Django's URLField refuses them); without a
+    scheme it is taken as http."""
+
+    def to_python(self, value: Any) -> str:
+        value = super().to_python(value)
+        return f"http://{value}" if value and "://" not in value else value
+
+
 class ProviderForm(forms.ModelForm):
-    base_url = forms.URLField(
+    base_url = BaseUrlField(
         max_length=500,
-        assume_scheme="http",
-        help_text="e.g. http://127.0.0.1:8000/v1 (the gateway appends /chat/completions).",
+        validators=[validate_base_url],
+        help_text="e.g. http://127.0.0.1:8000/v1 or http://vllm:8000/v1 (the gateway appends /chat/completions).",
     )
     new_api_key = forms.CharField(
         required=False,
@@ -412,7 +523,7 @@ class RouteTargetInline(admin.TabularInline):
 
         if obj.pk is None:
             return "—"
-        label = f"{obj.provider.name}:{obj.upstream_model}"
+        label = _target_label(obj)
         found = target_health([label]).get(label)
         if found is None:
             return "unknown (the health store is unreachable)"
@@ -438,11 +549,32 @@ class RouteTargetInline(admin.TabularInline):
         return format_html("{}{}{}", state, last, busy)
 
 
+def _target_label(target: RouteTarget) -> str:
+    return f"{target.provider.name}:{target.upstream_model}"
+
+
+def _health_badge(label: str, found: Any, now: float) -> str:
+    """One target's state as a badge: healthy, failing, cooling down (seconds left), unknown."""
+    if found is None:
+        return format_html('<span class="gw-badge gw-muted" title="{}">unknown</span>', label)
+    health, _ = found
+    if health.cooling(now):
+        return format_html(
+            '<span class="gw-badge gw-bad" title="{}: {}">cooling {} s</span>',
+            label,
+            health.last_error or "",
+            int(health.cooled_until - now) + 1,
+        )
+    if health.failures:
+        return format_html('<span class="gw-badge gw-warn" title="{}">{} failure(s)</span>', label, health.failures)
+    return format_html('<span class="gw-badge gw-ok" title="{}">healthy</span>', label)
+
+
 @admin.register(ModelRoute)
 class ModelRouteAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     inlines = (RouteTargetInline,)
     config_fields = {"price": ("input_usd_per_million", "output_usd_per_million"), "targets": ()}
-    list_display = ("name", "targets_display", "enabled", "run_on_worker", "updated_at")
+    list_display = ("name", "targets_display", "health", "enabled", "run_on_worker", "updated_at")
     list_filter = ("enabled", "run_on_worker")
     search_fields = ("name", "description", "targets__upstream_model")
     fields = (
@@ -462,6 +594,31 @@ class ModelRouteAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[ModelRoute]:
         targets = RouteTarget.objects.select_related("provider").order_by("id")
         return super().get_queryset(request).prefetch_related(Prefetch("targets", queryset=targets))
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _PageChangeList
+
+    def annotate_page(self, routes: list[ModelRoute]) -> None:
+        """Every target's health on the page in one look-up of the shared health store."""
+        from .engine.router import target_health
+
+        labels = [_target_label(t) for route in routes for t in route.targets.all()]
+        found = target_health(labels) if labels else {}
+        for route in routes:
+            route._health = {label: found.get(label) for label in map(_target_label, route.targets.all())}  # type: ignore[attr-defined]
+
+    @admin.display(description="Health")
+    def health(self, obj: ModelRoute) -> str:
+        states: dict[str, Any] = getattr(obj, "_health", {})
+        if not states:
+            return "—"
+        now = time.time()
+        # One badge a target, in the targets column's order (each names its target in its title).
+        return format_html_join(
+            mark_safe("<br>"),
+            '<span data-target="{}">{}</span>',
+            ((label, _health_badge(label, f, now)) for label, f in states.items()),
+        )
 
     @admin.display(description="Targets (weight)")
     def targets_display(self, obj: ModelRoute) -> str:
@@ -505,6 +662,50 @@ class DeletedFilter(admin.SimpleListFilter):
         return queryset
 
 
+class KindFilter(admin.SimpleListFilter):
+    """Ordinary responses, or the compactions among them (both kinds, or each)."""
+
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("response", "Responses"),
+            ("compaction", "Compactions (both kinds)"),
+            (KIND_COMPACT, "/v1/responses/compact summaries"),
+            (KIND_TRIGGER, "compaction_trigger creates"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "compaction":
+            return queryset.filter(_kind__in=(KIND_COMPACT, KIND_TRIGGER))
+        if self.value() in ("response", KIND_COMPACT, KIND_TRIGGER):
+            return queryset.filter(_kind=self.value())
+        return queryset
+
+
+KIND_COMPACT = "compact"  # the summary run of /v1/responses/compact (the gateway's prompt appended)
+KIND_TRIGGER = "compaction"  # a create whose input ended with a compaction_trigger
+KIND_LABELS = {KIND_COMPACT: "compaction (/compact)", KIND_TRIGGER: "compaction (trigger)"}
+
+
+def with_kind(queryset: QuerySet[Response]) -> QuerySet[Response]:
+    """Each response's kind as `_kind`, computed by the database (the instructions text is
+    compared there, never loaded): a compaction_trigger create answers one `compaction`
+    output item; a /compact summary run's instructions end with the gateway's prompt."""
+    compaction_output = ResponseItem.objects.filter(
+        response=OuterRef("pk"), role=ResponseItem.Role.OUTPUT, item__type="compaction"
+    )
+    return queryset.annotate(
+        _kind=Case(
+            When(Exists(compaction_output), then=Value(KIND_TRIGGER)),
+            When(instructions__endswith=COMPACTION_INSTRUCTIONS, then=Value(KIND_COMPACT)),
+            default=Value("response"),
+            output_field=CharField(),
+        )
+    )
+
+
 # Columns a changelist row never needs: the big JSON and text.
 LIST_DEFERRED = ("params", "error", "incomplete_details", "job", "instructions", "metadata")
 
@@ -514,6 +715,7 @@ class ResponseAdmin(admin.ModelAdmin):
     list_display = (
         "short_id",
         "status_display",
+        "kind",
         "model",
         "tenant",
         "tokens",
@@ -521,7 +723,14 @@ class ResponseAdmin(admin.ModelAdmin):
         "created",
         "conversation_link",
     )
-    list_filter = ("status", ModelFilter, "tenant", ("created_at", admin.DateFieldListFilter), DeletedFilter)
+    list_filter = (
+        "status",
+        KindFilter,
+        ModelFilter,
+        "tenant",
+        ("created_at", admin.DateFieldListFilter),
+        DeletedFilter,
+    )
     list_select_related = ("tenant",)
     search_fields = ("id", "model", "metadata")
     search_help_text = "Search by response id, model name or metadata text."
@@ -530,9 +739,12 @@ class ResponseAdmin(admin.ModelAdmin):
     show_full_result_count = False
     actions = ("soft_delete", "purge")
     fieldsets = (
-        (None, {"fields": ("id", "status_display", "model", "upstream", "tenant", "api_key_display")}),
+        (None, {"fields": ("id", "status_display", "kind", "model", "upstream", "tenant", "api_key_display")}),
         ("Timing and usage", {"fields": ("created_at", "completed_at", "latency", "usage_display")}),
-        ("Request", {"fields": ("instructions", "metadata_display", "params_display"), "classes": ("collapse",)}),
+        (
+            "Request",
+            {"fields": ("instructions_display", "metadata_display", "params_display"), "classes": ("collapse",)},
+        ),
         ("Outcome", {"fields": ("error_display", "incomplete_display", "background", "on_worker", "deleted_at")}),
     )
     readonly_fields = (
@@ -546,7 +758,8 @@ class ResponseAdmin(admin.ModelAdmin):
         "completed_at",
         "latency",
         "usage_display",
-        "instructions",
+        "kind",
+        "instructions_display",
         "metadata_display",
         "params_display",
         "error_display",
@@ -567,7 +780,7 @@ class ResponseAdmin(admin.ModelAdmin):
         return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Response]:
-        qs = super().get_queryset(request)
+        qs = with_kind(super().get_queryset(request))
         if request.resolver_match and request.resolver_match.url_name == "responses_api_response_changelist":
             return qs.defer(*LIST_DEFERRED)  # list_select_related joins the tenant
         return qs.select_related("tenant", "api_key")
@@ -588,6 +801,13 @@ class ResponseAdmin(admin.ModelAdmin):
         if obj.deleted_at:
             badge += mark_safe(' <span class="gw-badge gw-muted">deleted</span>')
         return badge
+
+    @admin.display(description="Kind", ordering="_kind")
+    def kind(self, obj: Response) -> str:
+        kind = getattr(obj, "_kind", "response")
+        if kind not in KIND_LABELS:
+            return "response"
+        return format_html('<span class="gw-badge gw-busy" data-kind="{}">{}</span>', kind, KIND_LABELS[kind])
 
     @admin.display(description="Tokens in/out")
     def tokens(self, obj: Response) -> str:
@@ -637,13 +857,28 @@ class ResponseAdmin(admin.ModelAdmin):
             f"{obj.total_tokens:,}",
         )
 
+    @admin.display(description="Instructions (the client's)")
+    def instructions_display(self, obj: Response) -> str:
+        client, gateway_prompt = client_instructions(obj.instructions)
+        shown = format_html('<pre class="gw-json">{}</pre>', client) if client else "—"
+        if gateway_prompt:
+            shown = format_html(
+                '{}<p class="help" data-role="gateway-prompt">The gateway appended its own summariser prompt '
+                "(/v1/responses/compact); it is not shown here.</p>",
+                shown,
+            )
+        return shown
+
     @admin.display(description="Metadata")
     def metadata_display(self, obj: Response) -> str:
         return format_html('<pre class="gw-json">{}</pre>', presenters.pretty_json(obj.metadata or {}))
 
     @admin.display(description="Parameters")
     def params_display(self, obj: Response) -> str:
-        return format_html('<pre class="gw-json">{}</pre>', presenters.pretty_json(obj.params or {}))
+        params = dict(obj.params or {})
+        if isinstance(params.get("instructions"), str):  # the client's, as in the field above
+            params["instructions"] = client_instructions(params["instructions"])[0]
+        return format_html('<pre class="gw-json">{}</pre>', presenters.pretty_json(params))
 
     @admin.display(description="Error")
     def error_display(self, obj: Response) -> str:
@@ -702,6 +937,7 @@ class ResponseAdmin(admin.ModelAdmin):
         entries = history.thread_entries(response_id=head.id)
         turns = presenters.conversation_turns(chain, entries, head.id)
         for turn in turns:
+            turn.instructions, turn.gateway_prompt = client_instructions(turn.response.instructions)
             turn.change_url = reverse("admin:responses_api_response_change", args=[quote(turn.response.id)])
             turn.conversation_url = reverse("admin:responses_api_response_conversation", args=[quote(turn.response.id)])
         next_ids = history.response_next_ids(response_id=head.id)

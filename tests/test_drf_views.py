@@ -26,8 +26,10 @@ def _v1_routes(patterns: list, prefix: str = "") -> list[tuple[str, object]]:
 
 def test_every_v1_endpoint_is_a_drf_view_served_by_the_fast_lane() -> None:
     from responses_api.api.drf import ApiView
-    from responses_api.api.drf_policies import BearerKeyAuthentication, HasApiKey
+    from responses_api.api.drf_policies import BearerKeyAuthentication, HasApiKey, KeyOrStaffSessionAuthentication
 
+    # The history's read endpoints also take a staff session on GET/HEAD (tests/history/test_staff_browsing.py).
+    browsable = {"v1/responses", "v1/responses/<str:response_id>/thread", "v1/usage"}
     views = {}
     for route, callback in _v1_routes(get_resolver().url_patterns):
         if route in ("v1/^.*$", "v1/openapi.json", "v1/docs", "v1/docs/redoc.standalone.js"):
@@ -35,7 +37,8 @@ def test_every_v1_endpoint_is_a_drf_view_served_by_the_fast_lane() -> None:
         views[route] = getattr(callback, "cls", None)
         assert views[route] is not None and issubclass(views[route], ApiView), route
         assert getattr(callback, "fast_lane", False), route
-        assert views[route].authentication_classes == (BearerKeyAuthentication,)
+        expected = KeyOrStaffSessionAuthentication if route in browsable else BearerKeyAuthentication
+        assert views[route].authentication_classes == (expected,), route
         assert HasApiKey in views[route].permission_classes
     assert "v1/responses" in views and "v1/conversations/<str:conversation_id>/items" in views
 

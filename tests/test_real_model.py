@@ -147,3 +147,16 @@ def test_follow_up_with_previous_response_id(real: Gateway) -> None:
     # The second call's input items are its own message; the chain supplies the rest.
     items = client.responses.input_items.list(second.id, order="asc").data
     assert [i.type for i in items][-1] == "message"
+
+
+def test_embeddings_on_the_chat_model_are_a_clear_400(real: Gateway) -> None:
+    """llama.cpp serves embeddings only when started with --embeddings, which then refuses
+    completions: the bundled chat model has none, and the client is told so (not a 502)."""
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        real.openai().embeddings.create(model=REAL_MODEL, input="the sea")
+    error = caught.value.body
+    assert error["code"] == "model_not_supported" and error["param"] == "model"
+    assert f"The model '{REAL_MODEL}' serves no embeddings" in error["message"]
+    assert "--embeddings" in error["message"]  # llama.cpp's own reason, quoted

@@ -1,4 +1,5 @@
-"""Admin for the tool registry: tools (schema validated on save, a test-call page), egress allowlist, call log."""
+"""Admin for the tool registry: tools (schema validated on save, a test-call page, the chosen
+executor's fields only), egress allowlist, call log."""
 
 from __future__ import annotations
 
@@ -59,9 +60,17 @@ class ToolAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     filter_horizontal = ("tenants", "routes")
     fieldsets = (
         (None, {"fields": ("name", "description", "parameters", "strict", "enabled", "timeout")}),
-        ("Executor", {"fields": ("executor", "url", "headers_env", "signing_secret_env", "python_callable")}),
+        ("Executor", {"fields": ("executor",)}),
+        (
+            "HTTP webhook",
+            {"fields": ("url", "headers_env", "signing_secret_env"), "classes": ("gw-executor", "gw-executor-http")},
+        ),
+        ("Python function", {"fields": ("python_callable",), "classes": ("gw-executor", "gw-executor-python")}),
         ("Access", {"fields": ("tenants", "routes", "run_on_worker")}),
     )
+
+    class Media:
+        js = ("tool_registry/executor_fields.js",)  # the chosen executor's fieldset only
 
     @admin.display(description="target")
     def target(self, tool: Tool) -> str:

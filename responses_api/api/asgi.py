@@ -46,7 +46,9 @@ Send = Callable[[Any], Awaitable[None]]
 
 
 def fast_lane(view: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark an async API view as served by ApiApplication (it must not need sessions, CSRF or users)."""
+    """Mark an async API view as served by ApiApplication (it must not need the session, CSRF or
+    user middleware: the history's staff-session authentication loads a session itself, only
+    for a GET or HEAD without a key; drf_policies.KeyOrStaffSessionAuthentication)."""
     view.fast_lane = True  # type: ignore[attr-defined]
     return view
 

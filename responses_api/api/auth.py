@@ -1,4 +1,5 @@
-"""API key authentication (the DRF authentication class is `drf.BearerKeyAuthentication`).
+"""API key authentication (the DRF authentication classes are in `drf_policies.py`), and the
+staff session principal with which the history's read endpoints are browsed.
 
 Keys look like `sk-gw-<prefix>_<secret>`; the database keeps the prefix and
 the SHA-256 of the whole key. Successful look-ups are cached in-process for
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from importlib import import_module
 
 from django.conf import settings
+from django.http import HttpRequest
 from django.utils import timezone
 
 from ..models import ApiKey, Tenant
@@ -31,6 +34,7 @@ class Principal:
     allowed_models: tuple[str, ...]
     quotas: tuple[Quota, ...] = ()  # the key's and the tenant's rate limits (limits.py)
     budget: Budget | None = None
+    staff_user: str | None = None  # a staff user's admin session browsing history (no key)
 
     # DRF treats the authenticated "user" as truthy and asks is_authenticated.
     is_authenticated = True
@@ -92,6 +96,32 @@ def authenticate_key(raw_key: str) -> Principal:
         budget=budget_of(key.tenant),
     )
     return _cache.put(digest, principal)
+
+
+def staff_principal(request: HttpRequest) -> Principal | None:
+    """Sync: the read-only principal of a logged-in staff user who may view responses in the
+    admin, from the request's admin session cookie; None without one. It reads every tenant
+    (`is_admin`), has no limits and no key: only the history's GET and HEAD accept it."""
+    from django.contrib.auth import get_user
+
+    session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
+    if not session_key:
+        return None
+    if not hasattr(request, "session"):  # the ASGI fast lane runs no SessionMiddleware
+        request.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = get_user(request)
+    if not (user.is_active and user.is_staff and user.has_perm("responses_api.view_response")):
+        return None
+    name = user.get_username()
+    return Principal(
+        tenant_id=0,
+        tenant_name="",
+        key_id=0,
+        key_name=f"staff session: {name}",
+        is_admin=True,
+        allowed_models=(),
+        staff_user=name,
+    )
 
 
 def quota_of(scope: str, label: str, owner: ApiKey | Tenant) -> Quota | None:

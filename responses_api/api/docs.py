@@ -1,4 +1,5 @@
-"""The OpenAPI document and its reference page, served without any CDN (Redoc from drf-spectacular-sidecar)."""
+"""The OpenAPI document and its reference page, served without any CDN (Redoc from drf-spectacular-sidecar),
+and the landing page at `/` (links to the admin, the docs, health, and the quick start)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,20 @@ import asyncio
 import functools
 from pathlib import Path
 
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from drf_spectacular.utils import extend_schema
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
 from .drf import ApiRequest, ApiView
+
+
+def landing(request: HttpRequest) -> HttpResponse:
+    """`/`: what this server is, and where to go (instead of a 404)."""
+    return HttpResponse(
+        render_to_string("responses_api/landing.html", {"base_url": request.build_absolute_uri("/").rstrip("/")})
+    )
 
 
 class PublicView(ApiView):

@@ -6,20 +6,23 @@ them: DRF imports its default classes while `rest_framework.views` is being impo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
+from django.conf import settings
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
-from rest_framework.renderers import BaseRenderer
+from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer
 from rest_framework.request import Request
 
 from ..protocol import jsonlimits
 from ..protocol.errors import InvalidRequest
 from ..protocol.wirejson import dumpb
-from .auth import Principal, bearer_token, principal_for
+from ..store import db
+from .auth import Principal, bearer_token, principal_for, staff_principal
 
 
 class BearerKeyAuthentication(BaseAuthentication):
@@ -35,6 +38,52 @@ class BearerKeyAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return "Bearer"
+
+
+class KeyOrStaffSessionAuthentication(BearerKeyAuthentication):
+    """The history's read endpoints: an API key as everywhere, and, only when no key is
+    presented, a logged-in staff user's admin session on GET and HEAD, answered with DRF's
+    browsable API to a browser. A keyed request takes the key path after one header test;
+    a POST is never authenticated by a session (no CSRF token is asked for: none is needed)."""
+
+    def authenticate(self, request: Request) -> Awaitable[tuple[Principal, None]]:  # type: ignore[override]
+        # Not a coroutine itself: a keyed request gets the key's coroutine as it is (awaited by
+        # drf.ApiView's dispatch), one header test and no extra frame on the keyed path.
+        if request.META.get("HTTP_AUTHORIZATION") or request.method not in ("GET", "HEAD"):
+            return super().authenticate(request)
+        return self._staff_session(request)
+
+    async def _staff_session(self, request: Request) -> tuple[Principal, None]:
+        if settings.SESSION_COOKIE_NAME not in request.COOKIES:
+            return await super().authenticate(request)  # the 401 that asks for a key
+        principal = await db.run(staff_principal, request._request)
+        if principal is None:
+            return await super().authenticate(request)
+        log_extra = getattr(request._request, "log_extra", None)
+        if log_extra is not None:
+            log_extra["tenant"] = principal.key_name
+        if "text/html" in request.META.get("HTTP_ACCEPT", ""):
+            request.accepted_renderer, request.accepted_media_type = HistoryBrowsableRenderer(), "text/html"
+        return principal, None
+
+
+class HistoryBrowsableRenderer(BrowsableAPIRenderer):
+    """DRF's browsable API for a staff session, read-only: no forms (a POST never takes a
+    session), the JSON indented."""
+
+    template = "rest_framework/gateway_history.html"
+
+    def get_content(self, renderer: Any, data: Any, accepted_media_type: Any, renderer_context: Any) -> str:
+        return json.dumps(data, indent=2, ensure_ascii=False, default=str)
+
+    def get_rendered_html_form(self, data: Any, view: Any, method: str, request: Any) -> None:
+        return None
+
+    def get_raw_data_form(self, data: Any, view: Any, method: str, request: Any) -> None:
+        return None
+
+    def get_filter_form(self, data: Any, view: Any, request: Any) -> None:
+        return None
 
 
 class HasApiKey(BasePermission):

@@ -45,6 +45,20 @@ ERROR_RESPONSES = {
 class GatewayAutoSchema(AutoSchema):
     """drf-spectacular's reading of a view, with what holds for every operation of this API."""
 
+    def get_auth(self) -> list[Any]:
+        # The history's KeyOrStaffSessionAuthentication is documented as the key it takes from
+        # clients: the staff session is the admin's browser convenience (README), not a credential.
+        from .drf_policies import BearerKeyAuthentication
+
+        view, authenticators = self.view, self.view.get_authenticators()
+        view.get_authenticators = lambda: [  # type: ignore[method-assign]  # this view, while its schema is read
+            BearerKeyAuthentication() if isinstance(a, BearerKeyAuthentication) else a for a in authenticators
+        ]
+        try:
+            return super().get_auth()
+        finally:
+            del view.get_authenticators
+
     def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         operation = super().get_operation(*args, **kwargs)
         if operation is None:

@@ -86,7 +86,15 @@ async def _forward(
     async def open_one(target: Any) -> Any:
         kind = target.provider.kind
         if kind == "chat_completions" or (kind == "responses" and endpoint == UsageRecord.Endpoint.EMBEDDINGS):
-            return await forward(target, path, body, stream=stream)
+            try:
+                return await forward(target, path, body, stream=stream)
+            except InvalidRequest as exc:
+                if exc.code != "model_not_supported":
+                    raise
+                what = "embeddings" if endpoint == UsageRecord.Endpoint.EMBEDDINGS else "chat completions"
+                raise InvalidRequest(
+                    f"The model '{model}' serves no {what}. {exc.message}", param="model", code="model_not_supported"
+                ) from None
         if endpoint == UsageRecord.Endpoint.EMBEDDINGS:
             raise InvalidRequest(
                 f"The model '{model}' serves no embeddings (its upstream is {kind}).",

@@ -115,15 +115,35 @@ def _sentence(text: str) -> str:
 # --------------------------------------------------------------------------- fields
 
 
-@extend_schema_field({"type": "integer", "minimum": 0, "description": "Unix time in seconds."})
-class UnixTimeField(serializers.Field):
-    default_error_messages = {"invalid": "must be a Unix timestamp in seconds."}
+_PLUS_LOST = re.compile(r"(?<=\d) (\d\d(?::?\d\d)?)$")
+
+
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "format": "date-time"}],
+        "description": "Unix time in seconds, or an ISO 8601 date or date-time (UTC unless it gives an offset).",
+        "examples": [1767225600, "2026-01-01", "2026-01-01T09:30:00+02:00"],
+    }
+)
+class TimestampField(serializers.Field):
+    """A point in time: Unix seconds (`1767225600`) or ISO 8601 (`2026-01-01`,
+    `2026-01-01T09:30:00Z`, `2026-01-01T09:30:00+02:00`); without an offset it is UTC."""
+
+    default_error_messages = {
+        "invalid": "must be a Unix timestamp in seconds or an ISO 8601 date or date-time "
+        "(e.g. 2026-01-01 or 2026-01-01T09:30:00Z)."
+    }
 
     def to_internal_value(self, data: Any) -> datetime:
+        text = str(data).strip()
         try:
-            return datetime.fromtimestamp(int(data), UTC)
+            if text.isdigit():
+                return datetime.fromtimestamp(int(text), UTC)
+            # An unencoded `+02:00` in a query string arrives as ` 02:00`.
+            moment = datetime.fromisoformat(_PLUS_LOST.sub(r"+\1", text))
         except (ValueError, TypeError, OverflowError, OSError):
             self.fail("invalid")
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
     def to_representation(self, value: datetime) -> int:
         return int(value.timestamp())
@@ -227,8 +247,8 @@ class ResponseListQuery(QueryParameters):
         default=[],
         help_text="Only responses in these statuses; repeat the parameter or separate with commas.",
     )
-    created_after = UnixTimeField(default=None, help_text="Only responses created at or after this time.")
-    created_before = UnixTimeField(default=None, help_text="Only responses created before this time.")
+    created_after = TimestampField(default=None, help_text="Only responses created at or after this time.")
+    created_before = TimestampField(default=None, help_text="Only responses created before this time.")
     metadata = DeepObjectField(
         max_keys=16,
         max_value_length=512,
@@ -264,8 +284,8 @@ class UsageQuery(QueryParameters):
         help_text="Dimensions to group by: repeat the parameter or separate with commas; `tenant` needs an "
         "admin key. Default: per model per day.",
     )
-    start = UnixTimeField(default=None, help_text="Only responses created at or after this time.")
-    end = UnixTimeField(default=None, help_text="Only responses created before this time.")
+    start = TimestampField(default=None, help_text="Only responses created at or after this time.")
+    end = TimestampField(default=None, help_text="Only responses created before this time.")
     model = _text("Only responses of this model.")
 
 

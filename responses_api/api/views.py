@@ -26,6 +26,7 @@ from ..protocol.request import CreateRequest, parse_create_request
 from ..store import db, selectors, services
 from .asgi import fast_lane
 from .drf import ApiRequest, ApiView
+from .drf_policies import KeyOrStaffSessionAuthentication
 from .exception_handlers import error_response
 from .openapi import json_body, json_or_stream, rate_limited, ref, response_header
 from .queries import PageQuery, RetrieveQuery
@@ -40,6 +41,9 @@ def _sse_response(request: ApiRequest, events: AsyncIterator[Event]) -> EventStr
 
 class ResponsesView(ApiView):
     """`/v1/responses`: create a response; list stored ones (history)."""
+
+    # The list may be browsed with a staff session; a create only ever takes a key.
+    authentication_classes = (KeyOrStaffSessionAuthentication,)
 
     @extend_schema(
         operation_id="createResponse",

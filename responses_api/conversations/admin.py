@@ -8,6 +8,7 @@ import json
 from django.contrib import admin
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from ..models import Conversation, ConversationItem
@@ -18,7 +19,10 @@ ITEMS_SHOWN = 500
 
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
-    list_display = ("id", "tenant", "item_count", "created_at")
+    # Ids are 69 characters: shown shortened (the whole id in the title, and searchable), so the
+    # columns fit a 1400 px window beside the filters.
+    list_display = ("short_id", "tenant", "item_count", "created")
+    list_display_links = ("short_id",)
     list_filter = ("tenant", ("created_at", admin.DateFieldListFilter))
     list_select_related = ("tenant",)
     search_fields = ("id", "metadata")
@@ -35,6 +39,19 @@ class ConversationAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Conversation | None = None) -> bool:
         return False
+
+    @admin.display(description="Conversation", ordering="id")
+    def short_id(self, obj: Conversation) -> str:
+        return format_html('<code title="{}">{}…{}</code>', obj.id, obj.id[:13], obj.id[-4:])
+
+    @admin.display(description="Created at", ordering="created_at")
+    def created(self, obj: Conversation) -> str:
+        local = timezone.localtime(obj.created_at)
+        return format_html(
+            '<span title="{}" style="white-space: nowrap">{}</span>',
+            local.isoformat(),
+            local.strftime("%b %-d, %H:%M:%S"),
+        )
 
     @admin.display(description="Items", ordering="_items")
     def item_count(self, obj: Conversation) -> int:

@@ -153,6 +153,8 @@ class Turn:
     is_head: bool = False
     change_url: str = ""
     conversation_url: str = ""
+    instructions: str | None = None  # the client's (protocol.compaction.client_instructions)
+    gateway_prompt: bool = False  # the gateway appended its summariser prompt (/compact)
 
     @property
     def status_bad(self) -> bool:

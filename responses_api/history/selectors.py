@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Exists, F, OuterRef, QuerySet, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce, TruncDate
 from django.db.models.lookups import Exact
+from django.utils import timezone
 
 from ..models import Item, Response, ResponseItem, Tenant
 from ..protocol.errors import InvalidRequest, NotFound
@@ -485,3 +486,74 @@ def spend_since(*, tenant_id: int, start: datetime) -> tuple[int, int]:
             price_in, price_out = prices.get(row["model"], (0, 0))
             micro_usd += int(price_in * row["i"] + price_out * row["o"])
     return tokens, micro_usd
+
+
+def recent_use(*, tenant_id: int | None = None, key_id: int | None = None, seconds: int = 60) -> tuple[int, int]:
+    """Requests and tokens of a tenant or a key in the last `seconds`, from the store (stored
+    responses and usage records): what a per-minute limit's window saw, where the limit's own
+    token bucket has already refilled. Two queries."""
+    from ..models import UsageRecord
+
+    since = timezone.now() - timedelta(seconds=seconds)
+    where = {"tenant_id": tenant_id} if key_id is None else {"api_key_id": key_id}
+    requests = tokens = 0
+    for source in (Response.objects.all(), UsageRecord.objects.all()):
+        row = source.filter(created_at__gte=since, **where).aggregate(
+            n=Count("pk"), t=Coalesce(Sum("input_tokens"), 0) + Coalesce(Sum("output_tokens"), 0)
+        )
+        requests += row["n"]
+        tokens += row["t"]
+    return requests, tokens
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUse:
+    """What the tenants list shows of each tenant: its budget period's spend, the last minute."""
+
+    period_tokens: int = 0
+    period_micro_usd: int = 0
+    minute_requests: int = 0
+    minute_tokens: int = 0
+
+
+def tenants_use(tenants: Iterable[Tenant]) -> dict[int, TenantUse]:
+    """Each tenant's spend in its budget period (the month when it has no budget) and its use
+    in the last minute, for a page of tenants: three queries whatever the page's size."""
+    from ..models import ModelRoute, UsageRecord
+
+    tenants = list(tenants)
+    if not tenants:
+        return {}
+    now = timezone.now().astimezone(UTC)
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    month = day.replace(day=1)
+    minute = now - timedelta(seconds=60)
+    prices = {
+        name: (i or 0, o or 0)
+        for name, i, o in ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")
+    }
+    daily = {t.pk for t in tenants if t.budget_period == "day"}
+    acc: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for source in (Response.objects.all(), UsageRecord.objects.all()):
+        rows = (
+            source.filter(tenant_id__in=[t.pk for t in tenants], created_at__gte=min(month, day))
+            .values("tenant_id", "model")
+            .annotate(
+                mi=Coalesce(Sum("input_tokens"), 0),
+                mo=Coalesce(Sum("output_tokens"), 0),
+                di=Coalesce(Sum("input_tokens", filter=Q(created_at__gte=day)), 0),
+                do=Coalesce(Sum("output_tokens", filter=Q(created_at__gte=day)), 0),
+                n=Count("pk", filter=Q(created_at__gte=minute)),
+                nt=Coalesce(Sum("input_tokens", filter=Q(created_at__gte=minute)), 0)
+                + Coalesce(Sum("output_tokens", filter=Q(created_at__gte=minute)), 0),
+            )
+        )
+        for row in rows:
+            i, o = (row["di"], row["do"]) if row["tenant_id"] in daily else (row["mi"], row["mo"])
+            price_in, price_out = prices.get(row["model"], (0, 0))
+            entry = acc[row["tenant_id"]]
+            entry[0] += i + o
+            entry[1] += int(price_in * i + price_out * o)
+            entry[2] += row["n"]
+            entry[3] += row["nt"]
+    return {t.pk: TenantUse(*acc[t.pk]) if t.pk in acc else TenantUse() for t in tenants}

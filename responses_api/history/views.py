@@ -1,7 +1,9 @@
 """The history API: DRF views in the style of responses_api.api.views (thin: parse, select, render).
 
 `GET /v1/responses` is answered here for `responses_api.api.views.ResponsesView`.
-An admin key reads every tenant; any other key only its own.
+An admin key reads every tenant; any other key only its own. Without a key, a logged-in
+staff user's admin session may GET them (drf_policies.KeyOrStaffSessionAuthentication):
+every tenant, read-only, as DRF's browsable API in a browser.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from rest_framework.response import Response
 
 from ..api.auth import Principal
 from ..api.drf import ApiRequest, ApiView
+from ..api.drf_policies import KeyOrStaffSessionAuthentication
 from ..api.openapi import ref
 from ..api.queries import ResponseListQuery, ThreadQuery, UsageQuery
 from ..orchestration.limits import current_use
@@ -60,6 +63,10 @@ async def list_responses(request: ApiRequest, principal: Principal) -> Response:
 
 
 class ResponseThreadView(ApiView):
+    """The conversation up to a response: every item of its chain, oldest first."""
+
+    authentication_classes = (KeyOrStaffSessionAuthentication,)
+
     @extend_schema(
         operation_id="getResponseThread",
         tags=["History"],
@@ -84,6 +91,10 @@ class ResponseThreadView(ApiView):
 
 
 class UsageView(ApiView):
+    """Requests and tokens, grouped, with the caller's limits and their use."""
+
+    authentication_classes = (KeyOrStaffSessionAuthentication,)
+
     @extend_schema(
         operation_id="getUsage",
         tags=["History"],

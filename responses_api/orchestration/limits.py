@@ -810,6 +810,15 @@ def current_use(quotas: tuple[Quota, ...], budget: Budget | None) -> list[dict[s
             **use,
         }
         if check.kind == "budget":
+            if entry.get("used") is None and budget is not None:
+                # No request has counted this period yet (or Redis lost it): the store knows
+                # what it spent, as the first request of the period will seed it.
+                from ..history.selectors import spend_since
+
+                _, start, _ = budget.window(time.time())
+                entry["used"], entry["micro_usd"] = spend_since(
+                    tenant_id=budget.tenant_id, start=datetime.fromtimestamp(start, UTC)
+                )
             entry["usd"] = check.micro_usd_limit / 1_000_000 if check.micro_usd_limit >= 0 else None
             entry["renews_in_seconds"] = int(check.reset_in)
             if "micro_usd" in entry:

@@ -113,3 +113,14 @@ def expand_compactions(
             expanded.append(summary)
     calls = {item.get("call_id") for item in expanded if item["type"] not in _OUTPUT_TYPES}
     return [item for item in expanded if item["type"] not in _OUTPUT_TYPES or item.get("call_id") in calls]
+
+
+def client_instructions(instructions: str | None) -> tuple[str | None, bool]:
+    """The client's part of a stored response's `instructions`, and whether the gateway appended
+    its own summariser prompt (a `/v1/responses/compact` run stores the client's instructions,
+    if any, then a blank line, then `COMPACTION_INSTRUCTIONS`): what the admin shows as the
+    client's, never the gateway's prompt."""
+    if instructions is None or not instructions.endswith(COMPACTION_INSTRUCTIONS):
+        return instructions, False
+    client = instructions[: -len(COMPACTION_INSTRUCTIONS)].removesuffix("\n\n")
+    return client or None, True

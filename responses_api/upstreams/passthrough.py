@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 
 from ..orchestration.routing import Target
-from ..protocol.errors import GatewayError, UpstreamTimeout
-from .chat_completions import TRANSPORT_ERRORS, error_for_status, transport_error
+from ..protocol.errors import GatewayError, InvalidRequest, UpstreamTimeout
+from .chat_completions import TRANSPORT_ERRORS, _upstream_message, error_for_status, transport_error
 from .http import get_session, proxy_for
 
 
@@ -52,6 +52,17 @@ async def forward(target: Target, path: str, body: dict[str, Any], *, stream: bo
         raise UpstreamTimeout(f"Upstream '{target.label}' did not answer within {first_byte:g} s.") from None
     except TRANSPORT_ERRORS as exc:
         raise transport_error(target, exc) from exc
+    if response.status == 501:
+        # Not Implemented: the upstream lacks the endpoint (llama.cpp's server answers embeddings
+        # this way unless started with --embeddings, which then refuses completions). The
+        # client's request cannot be served by this model: a 400, not an outage.
+        try:
+            detail = _upstream_message(response, await response.read())
+        finally:
+            response.release()
+        raise InvalidRequest(
+            f"Upstream '{target.label}' does not serve {path}: {detail}", param="model", code="model_not_supported"
+        )
     if response.status != 200:
         try:
             raise error_for_status(target, response, await response.read())

@@ -98,6 +98,35 @@ def test_provider_key_is_stored_encrypted_and_never_shown(admin_client) -> None:
     assert "stored (encrypted)" in admin_client.get(reverse("admin:responses_api_provider_changelist")).content.decode()
 
 
+@pytest.mark.parametrize(
+    ("base_url", "saved"),
+    [("http://ollama:11434/v1", True), ("vllm:8000/v1", True), ("ftp://files.example.com/v1", False)],
+)
+def test_provider_base_url_may_be_a_one_label_host(admin_client, base_url: str, saved: bool) -> None:  # type: ignore[no-untyped-def]
+    """As the config file and the README say: compose service names work as hosts."""
+    reply = admin_client.post(
+        reverse("admin:responses_api_provider_add"),
+        {
+            "name": "ollama",
+            "kind": "chat_completions",
+            "base_url": base_url,
+            "api_key_env": "",
+            "timeout": 60,
+            "connect_timeout": 5,
+            "first_byte_timeout": 60,
+            "idle_timeout": 30,
+            "options": "{}",
+            "headers": "{}",
+            "enabled": "on",
+        },
+    )
+    assert (reply.status_code == 302) is saved, reply.content[:2000]
+    if saved:
+        assert Provider.objects.get(name="ollama").base_url == base_url.replace("vllm:", "http://vllm:")
+    else:
+        assert "Enter an http(s) URL with a host" in reply.content.decode()
+
+
 def test_check_connection_lists_the_upstream_models(admin_client, upstream: ScriptedUpstream) -> None:  # type: ignore[no-untyped-def]
     upstream.reset()
     upstream.set_default("gpt-upstream-1", None)

@@ -2,13 +2,18 @@
 
 An operator logs in, reads a stored three-step tool-loop conversation, filters
 the response list, creates an API key and sees its secret once; the API docs
-render offline. Screenshots land in test-artifacts/ (gitignored).
+render offline; every admin page is visited with realistic data (a tenant with
+limits and spend, a chain, a conversation, both kinds of compaction, a cooled-down
+route, tools of both executors) and its content checked: numbers, links, columns.
+A staff session browses the history API. A screenshot of every page is kept in
+$GATEWAY_TEST_ARTIFACTS, or else in pytest's temporary directory; the run prints where.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
@@ -18,7 +23,7 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.utils import timezone
 
-from tests.history.factories import T0, make_response, tool_loop_conversation, user
+from tests.history.factories import T0, assistant, make_response, tool_loop_conversation, user
 from tests.support.harness import make_key
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -31,7 +36,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PASSWORD = "correct-horse-battery-staple"
 
 pytestmark = pytest.mark.skipif(
@@ -100,7 +104,6 @@ def site(transactional_db, gateway_server, settings, monkeypatch) -> dict:  # ty
 def page(site: dict) -> Iterator:  # type: ignore[type-arg]
     from playwright.sync_api import sync_playwright
 
-    ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         context = browser.new_context(viewport={"width": 1440, "height": 900}, base_url=site["url"])
@@ -122,14 +125,14 @@ def _login(page) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_selector("text=Site administration")
 
 
-def test_operator_reads_a_tool_loop_conversation(page, site: dict) -> None:  # type: ignore[no-untyped-def]
+def test_operator_reads_a_tool_loop_conversation(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
     from playwright.sync_api import expect
 
     _first, second, third = site["chain"]
     _login(page)
     page.click("a[href='/admin/responses_api/response/']")
     expect(page.locator("#result_list tbody tr")).to_have_count(50)  # one full page
-    page.screenshot(path=ARTIFACTS / "admin-responses.png", full_page=True)
+    page.screenshot(path=artifacts / "admin-responses.png", full_page=True)
 
     page.fill("#searchbar", third.id)
     page.press("#searchbar", "Enter")
@@ -160,7 +163,7 @@ def test_operator_reads_a_tool_loop_conversation(page, site: dict) -> None:  # t
     reasoning = page.locator("details.gw-reasoning").first
     hidden = reasoning.get_by_text("call get_weather for Paris first")
     expect(hidden).to_be_hidden()
-    page.screenshot(path=ARTIFACTS / "admin-conversation.png", full_page=True)
+    page.screenshot(path=artifacts / "admin-conversation.png", full_page=True)
     reasoning.locator("summary").click()
     expect(hidden).to_be_visible()
 
@@ -169,10 +172,10 @@ def test_operator_reads_a_tool_loop_conversation(page, site: dict) -> None:  # t
     expect(page.locator("[data-nav=previous]")).to_be_visible()
     page.click("[data-nav=next]")
     expect(page.locator("#content")).to_contain_text(third.id)
-    page.screenshot(path=ARTIFACTS / "admin-response-detail.png", full_page=True)
+    page.screenshot(path=artifacts / "admin-response-detail.png", full_page=True)
 
 
-def test_operator_filters_and_sees_failures(page, site: dict) -> None:  # type: ignore[no-untyped-def]
+def test_operator_filters_and_sees_failures(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
     from playwright.sync_api import expect
 
     _login(page)
@@ -182,16 +185,16 @@ def test_operator_filters_and_sees_failures(page, site: dict) -> None:  # type: 
     rows = page.locator("#result_list tbody tr")
     expect(rows).to_have_count(1)
     expect(rows.first.locator(".gw-badge")).to_have_text("failed")
-    page.screenshot(path=ARTIFACTS / "admin-filter-failed.png", full_page=True)
+    page.screenshot(path=artifacts / "admin-filter-failed.png", full_page=True)
     rows.first.locator("a.gw-link").click()
     expect(page.locator("[data-role=response-error]")).to_contain_text("The upstream closed the stream")
 
     page.goto("/admin/responses_api/response/usage/")
     expect(page.locator("svg rect.gw-bar").first).to_be_attached()
-    page.screenshot(path=ARTIFACTS / "admin-usage.png", full_page=True)
+    page.screenshot(path=artifacts / "admin-usage.png", full_page=True)
 
 
-def test_operator_creates_an_api_key_and_sees_the_secret_once(page, site: dict) -> None:  # type: ignore[no-untyped-def]
+def test_operator_creates_an_api_key_and_sees_the_secret_once(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
     from playwright.sync_api import expect
 
     _login(page)
@@ -203,7 +206,7 @@ def test_operator_creates_an_api_key_and_sees_the_secret_once(page, site: dict) 
     expect(box).to_be_visible()
     secret = page.locator("#gw-secret-value").inner_text().strip()
     assert secret.startswith("sk-gw-")
-    page.screenshot(path=ARTIFACTS / "admin-apikey-created.png", full_page=True)
+    page.screenshot(path=artifacts / "admin-apikey-created.png", full_page=True)
 
     # the key works against the API
     models = httpx.get(f"{site['url']}/v1/models", headers={"Authorization": f"Bearer {secret}"}, timeout=30)
@@ -217,7 +220,7 @@ def test_operator_creates_an_api_key_and_sees_the_secret_once(page, site: dict) 
     expect(page.locator("#result_list")).to_contain_text("browser-made")
 
 
-def test_api_docs_render_offline(page, site: dict) -> None:  # type: ignore[no-untyped-def]
+def test_api_docs_render_offline(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
     from playwright.sync_api import expect
 
     outside: list[str] = []
@@ -227,5 +230,307 @@ def test_api_docs_render_offline(page, site: dict) -> None:  # type: ignore[no-u
     page.goto("/v1/docs")
     expect(page.locator("h2", has_text="List stored responses")).to_be_visible(timeout=30_000)
     expect(page.locator("h2", has_text="Create a response")).to_be_visible()
-    page.screenshot(path=ARTIFACTS / "api-docs.png")
+    page.screenshot(path=artifacts / "api-docs.png")
     assert outside == []
+
+
+@pytest.fixture
+def daily(site: dict) -> dict:
+    """What an operator meets on a working day, beside the site's chain and two weeks of traffic:
+    acme with limits, a budget and spend this month at its route's prices; a cooled-down
+    target; a conversation; a compaction of each kind; tools of both executors and their log."""
+    import asyncio
+
+    from responses_api.conversations.services import conversation_create
+    from responses_api.engine.router import health_store
+    from responses_api.models import ApiKey, ModelRoute, Provider, Response, RouteTarget, Tenant
+    from responses_api.protocol.compaction import COMPACTION_INSTRUCTIONS
+    from tool_registry.models import EgressAllow, McpServer, Tool, ToolCallRecord
+
+    acme = Tenant.objects.get(name="acme")
+    Tenant.objects.filter(pk=acme.pk).update(
+        requests_per_minute=120, tokens_per_minute=50_000, budget_tokens=2_000_000, budget_usd=25
+    )
+    key = ApiKey.objects.get(name="acme-app")
+    ApiKey.objects.filter(pk=key.pk).update(requests_per_minute=60)
+    house = Provider.objects.create(name="house", base_url="http://127.0.0.1:9/v1")
+    backup = Provider.objects.create(name="backup", base_url="http://127.0.0.1:9/v1")
+    route = ModelRoute.objects.create(
+        name="gpt-house", description="the house model", input_usd_per_million=2, output_usd_per_million=8
+    )
+    RouteTarget.objects.create(route=route, provider=house, upstream_model="house-v2", weight=1)
+    RouteTarget.objects.create(route=route, provider=backup, upstream_model="backup-v1", weight=0)
+    with ThreadPoolExecutor(1) as thread:  # Playwright's sync API may hold this thread's event loop
+        cooling = health_store().failed("house:house-v2", "HTTP 503 from upstream", cool_for=600)
+        thread.submit(asyncio.run, cooling).result()
+    # the last minute: three calls of the key
+    now = timezone.now()
+    recent = [
+        make_response(acme.pk, model="gpt-house", created_at=now - timedelta(seconds=5 + i), input_tokens=1000)
+        for i in range(3)
+    ]
+    Response.objects.filter(pk__in=[r.pk for r in recent]).update(api_key=key)
+    conversation = conversation_create(
+        tenant_id=acme.pk,
+        items=[user("Plan a week in Lisbon"), assistant("Day 1: Alfama and the castle.")],
+        metadata={"channel": "web", "customer": "c-1042"},
+    )
+    compact = make_response(
+        acme.pk,
+        model="gpt-house",
+        created_at=now - timedelta(minutes=30),
+        instructions=f"Be terse.\n\n{COMPACTION_INSTRUCTIONS}",
+        input=[user("Summarize the conversation above as instructed, for continuing it later.")],
+        output=[assistant("The user plans a week in Lisbon.")],
+    )
+    trigger = make_response(
+        acme.pk,
+        model="gpt-house",
+        created_at=now - timedelta(minutes=20),
+        instructions="You are a coding agent.",
+        input=[user("fix the failing test")],
+        output=[{"id": "cmp_1", "type": "compaction", "encrypted_content": "gAAAA-sealed"}],
+    )
+    http_tool = Tool.objects.create(
+        name="get_weather", description="Weather by city", url="https://tools.example.com/weather"
+    )
+    Tool.objects.create(
+        name="add_numbers",
+        description="Adds two numbers",
+        executor=Tool.Executor.PYTHON,
+        python_callable="tests.tools.add_numbers",
+    )
+    McpServer.objects.create(label="docs", url="https://mcp.example.com/mcp", description="Product docs")
+    EgressAllow.objects.create(entry="tools.example.com", note="the weather webhook")
+    ToolCallRecord.objects.create(
+        response_id=recent[0].id,
+        call_id="call_1",
+        tool_name="get_weather",
+        arguments='{"city": "Paris"}',
+        output="14 C",
+    )
+    return {
+        "acme": Tenant.objects.get(pk=acme.pk),
+        "key": key,
+        "route": route,
+        "conversation": conversation,
+        "compact": compact,
+        "trigger": trigger,
+        "http_tool": http_tool,
+    }
+
+
+def _shot(page, artifacts: Path, name: str) -> None:  # type: ignore[no-untyped-def]
+    page.screenshot(path=artifacts / f"{name}.png", full_page=True)
+
+
+def _open(page, url: str) -> None:  # type: ignore[no-untyped-def]
+    """Go to an admin page; it must answer 200 (a failure shows what it answered)."""
+    reply = page.goto(url)
+    assert reply is not None and reply.status == 200, (
+        f"{url}: {reply and reply.status}: {reply and reply.text()[:3000]}"
+    )
+
+
+def _fits(page) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a changelist's table fits its box (an overflowing one clips its last columns)."""
+    box = page.evaluate(
+        "() => { const r = document.querySelector('#changelist .results'); return [r.scrollWidth, r.clientWidth]; }"
+    )
+    print("changelist width (content, box):", box)
+    return bool(box[0] <= box[1] + 2)  # a pixel or two of borders and rounding clip nothing
+
+
+def _column(page, title: str):  # type: ignore[no-untyped-def]
+    """A changelist column's header cell, by its title."""
+    return page.locator("#result_list thead th", has_text=re.compile(rf"^\s*{re.escape(title)}\s*$"))
+
+
+def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
+    from playwright.sync_api import expect
+
+    from responses_api.history.selectors import tenants_use
+
+    acme = daily["acme"]
+    _login(page)
+
+    # the front page links the daily pages
+    daily_links = page.locator("[data-role=daily-links]")
+    for name, href in (
+        ("Token usage", "/admin/responses_api/response/usage/"),
+        ("Route health", "/admin/responses_api/modelroute/"),
+        ("API docs", "/v1/docs"),
+        ("History API", "/v1/responses"),
+        ("Compactions", "/admin/responses_api/response/?kind=compaction"),
+    ):
+        expect(daily_links.get_by_role("link", name=name)).to_have_attribute("href", href)
+    _shot(page, artifacts, "01-admin-index")
+
+    # tenants: limits, this period's spend at the route's prices, the last minute
+    _open(page, "/admin/responses_api/tenant/")
+    for title in ("Limits and budget", "Spent this period", "Last minute"):
+        expect(_column(page, title)).to_be_visible()
+    use = tenants_use([acme])[acme.pk]
+    # the key's three calls and the site's traffic of this minute
+    assert use.period_tokens > 0 and use.period_micro_usd > 0 and use.minute_requests >= 3
+    row = page.locator("#result_list tbody tr", has_text="acme")
+    expect(row).to_contain_text("120 rpm · 50,000 tpm · 2,000,000 tokens a month · $25.00 a month")
+    expect(row).to_contain_text(f"{use.period_tokens:,} tokens (${use.period_micro_usd / 1_000_000:,.2f}) this month")
+    expect(row).to_contain_text(f"{100 * use.period_tokens / 2_000_000:.0f}% of the token budget")
+    expect(row).to_contain_text(f"{use.minute_requests} requests, {use.minute_tokens:,} tokens")
+    expect(page.locator("#result_list tbody tr", has_text="globex")).to_contain_text("none")
+    _shot(page, artifacts, "02-tenants")
+    assert _fits(page)
+
+    # a tenant: the budget counted from the store before any request counted it
+    _open(page, f"/admin/responses_api/tenant/{acme.pk}/change/")
+    table = page.locator("[data-role=use-table]")
+    expect(table).to_contain_text("monthly budget")
+    expect(table).not_to_contain_text("not counted yet")
+    expect(table.locator("tr", has_text="monthly budget")).to_contain_text(f"{use.period_tokens:,}")
+    expect(table.locator("tr", has_text="requests per minute")).to_contain_text(
+        f"{use.minute_requests} in the last 60 s"
+    )
+    _shot(page, artifacts, "03-tenant")
+
+    # keys: limits in the list; a key's requests per minute as the window saw them
+    _open(page, "/admin/responses_api/apikey/")
+    expect(_column(page, "Limits")).to_be_visible()
+    expect(page.locator("#result_list tbody tr", has_text="acme-app")).to_contain_text("60 rpm")
+    _shot(page, artifacts, "04-apikeys")
+    assert _fits(page)
+    _open(page, f"/admin/responses_api/apikey/{daily['key'].pk}/change/")
+    expect(page.locator("[data-role=use-table] tr", has_text="requests per minute")).to_contain_text(
+        "3 in the last 60 s"
+    )
+    _shot(page, artifacts, "05-apikey")
+
+    # providers
+    _open(page, "/admin/responses_api/provider/")
+    expect(page.locator("#result_list tbody tr", has_text="house")).to_contain_text("http://127.0.0.1:9/v1")
+    _shot(page, artifacts, "06-providers")
+    page.locator("#result_list a", has_text=re.compile(r"^house$")).click()
+    expect(page.locator("#id_base_url")).to_have_value("http://127.0.0.1:9/v1")
+    _shot(page, artifacts, "07-provider")
+
+    # routes: the health column shows the cooled-down target and the healthy fallback
+    _open(page, "/admin/responses_api/modelroute/")
+    expect(_column(page, "Health")).to_be_visible()
+    row = page.locator("#result_list tbody tr", has_text="gpt-house")
+    expect(row.locator('[data-target="house:house-v2"] .gw-bad')).to_contain_text(re.compile(r"cooling \d+ s"))
+    expect(row.locator('[data-target="backup:backup-v1"] .gw-ok')).to_have_text("healthy")
+    _shot(page, artifacts, "08-routes")
+    assert _fits(page)
+    _open(page, f"/admin/responses_api/modelroute/{daily['route'].pk}/change/")
+    expect(page.locator(".field-health", has_text="cooling down")).to_contain_text("HTTP 503 from upstream")
+    _shot(page, artifacts, "09-route")
+
+    # responses: the kind column and filter find both compactions
+    _open(page, "/admin/responses_api/response/?kind=compaction")
+    expect(_column(page, "Kind")).to_be_visible()
+    rows = page.locator("#result_list tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator(f'tr:has(code[title="{daily["compact"].id}"]) [data-kind=compact]')).to_be_visible()
+    expect(page.locator(f'tr:has(code[title="{daily["trigger"].id}"]) [data-kind=compaction]')).to_be_visible()
+    _shot(page, artifacts, "10-responses-compactions")
+    _open(page, "/admin/responses_api/response/?kind=response")
+    expect(page.locator("#result_list [data-kind]")).to_have_count(0)
+
+    # a /compact run: the client's instructions, never the gateway's summariser prompt
+    _open(page, f"/admin/responses_api/response/{daily['compact'].id}/change/")
+    page.locator("details summary", has_text="Request").click()  # the folded "Request" fieldset
+    instructions = page.locator(".field-instructions_display")
+    expect(instructions).to_contain_text("Be terse.")
+    expect(instructions.locator("[data-role=gateway-prompt]")).to_be_visible()
+    assert "You are compacting a long conversation" not in page.content()
+    _shot(page, artifacts, "11-response-compact")
+    _open(page, f"/admin/responses_api/response/{daily['compact'].id}/conversation/")
+    expect(page.locator("#content-main [data-kind=compact]")).to_be_visible()
+    assert "You are compacting a long conversation" not in page.content()
+    _shot(page, artifacts, "12-conversation-compact")
+
+    # the chain's conversation page and the usage chart
+    *_, head = site["chain"]
+    _open(page, f"/admin/responses_api/response/{head.id}/conversation/")
+    expect(page.locator("section.gw-turn")).to_have_count(3)
+    expect(page.locator("#content-main")).to_contain_text("You are a travel assistant")
+    _shot(page, artifacts, "13-chain")
+    _open(page, "/admin/responses_api/response/usage/")
+    expect(page.locator("svg rect.gw-bar").first).to_be_attached()
+    expect(page.locator("#content-main")).to_contain_text("gpt-house")
+    _shot(page, artifacts, "14-usage")
+
+    # conversations: every column inside a 1400 px window; a conversation's items
+    page.set_viewport_size({"width": 1400, "height": 900})
+    _open(page, "/admin/responses_api/conversation/")
+    expect(_column(page, "Created at")).to_be_visible()
+    # nothing clipped: the table fits its box, and the date cell shows its whole text
+    _shot(page, artifacts, "15-conversations")
+    assert _fits(page)
+    created = page.locator("#result_list td.field-created span")
+    assert created.evaluate("e => e.scrollWidth <= e.parentElement.clientWidth")
+    row = page.locator(f'#result_list tbody tr:has(code[title="{daily["conversation"].id}"])')
+    expect(row).to_contain_text("acme")
+    _shot(page, artifacts, "15-conversations")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    row.locator("a").first.click()
+    expect(page.locator("#content-main")).to_contain_text("Plan a week in Lisbon")
+    expect(page.locator("#content-main")).to_contain_text("c-1042")
+    _shot(page, artifacts, "16-conversation")
+
+    # tools: the form shows the chosen executor's fields only
+    _open(page, "/admin/tool_registry/tool/")
+    expect(page.locator("#result_list tbody tr", has_text="get_weather")).to_contain_text(
+        "https://tools.example.com/weather"
+    )
+    expect(page.locator("#result_list tbody tr", has_text="add_numbers")).to_contain_text("tests.tools.add_numbers")
+    _shot(page, artifacts, "17-tools")
+    _open(page, "/admin/tool_registry/tool/add/")
+    expect(page.locator("#id_url")).to_be_visible()
+    expect(page.locator("#id_python_callable")).to_be_hidden()
+    page.select_option("#id_executor", "python")
+    expect(page.locator("#id_python_callable")).to_be_visible()
+    expect(page.locator("#id_url")).to_be_hidden()
+    expect(page.locator("#id_signing_secret_env")).to_be_hidden()
+    _shot(page, artifacts, "18-tool-add-python")
+    _open(page, f"/admin/tool_registry/tool/{daily['http_tool'].pk}/change/")
+    expect(page.locator("#id_url")).to_have_value("https://tools.example.com/weather")
+    expect(page.locator("#id_python_callable")).to_be_hidden()
+    _shot(page, artifacts, "19-tool-http")
+    _open(page, f"/admin/tool_registry/tool/{daily['http_tool'].pk}/test/")
+    expect(page.locator("h1")).to_contain_text("Test call: get_weather")
+    expect(page.locator("#id_arguments")).to_be_visible()
+    _shot(page, artifacts, "20-tool-test-call")
+
+    # the rest of the registry, and the users
+    for url, text, name in (
+        ("/admin/tool_registry/mcpserver/", "https://mcp.example.com/mcp", "21-mcp-servers"),
+        ("/admin/tool_registry/egressallow/", "the weather webhook", "22-egress"),
+        ("/admin/tool_registry/toolcallrecord/", "call_1", "23-tool-calls"),
+        ("/admin/auth/user/", "ops@example.com", "24-users"),
+        ("/admin/auth/group/", "0 groups", "25-groups"),
+    ):
+        _open(page, url)
+        expect(page.locator("#content-main")).to_contain_text(text)
+        _shot(page, artifacts, name)
+
+    # the history API, browsed with this login: every tenant, read-only
+    _open(page, "/v1/responses?limit=100")
+    expect(page.locator("[data-role=staff-user]")).to_have_text("staff session: ops")
+    expect(page.locator(".response-info")).to_contain_text(daily["trigger"].id)
+    expect(page.locator("form[method=POST]")).to_have_count(0)
+    _shot(page, artifacts, "26-history-api")
+
+
+def test_the_landing_page_links_the_way_in(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
+    from playwright.sync_api import expect
+
+    reply = page.goto("/")
+    assert reply is not None and reply.status == 200
+    links = page.locator("[data-role=landing-links]")
+    for name, href in (("Admin", "/admin/"), ("API docs", "/v1/docs"), ("Health", "/readyz")):
+        expect(links.get_by_role("link", name=re.compile(f"^{name}"))).to_have_attribute("href", href)
+    expect(page.locator("pre")).to_contain_text(f"{site['url']}/v1/responses")
+    _shot(page, artifacts, "00-landing")
+    page.get_by_role("link", name=re.compile("^Health")).click()
+    expect(page.locator("body")).to_contain_text("ok")

@@ -52,6 +52,24 @@ def test_values_are_parsed() -> None:
 
 
 @pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("1767225600", datetime(2026, 1, 1, tzinfo=UTC)),
+        ("2026-01-01", datetime(2026, 1, 1, tzinfo=UTC)),
+        ("2026-01-01T09:30:00", datetime(2026, 1, 1, 9, 30, tzinfo=UTC)),
+        ("2026-01-01T09:30:00Z", datetime(2026, 1, 1, 9, 30, tzinfo=UTC)),
+        ("2026-01-01T09:30:00%2B02:00", datetime(2026, 1, 1, 7, 30, tzinfo=UTC)),
+        ("2026-01-01T09:30:00+02:00", datetime(2026, 1, 1, 7, 30, tzinfo=UTC)),  # the + unencoded
+        ("2026-01-01T09:30:00-05:00", datetime(2026, 1, 1, 14, 30, tzinfo=UTC)),
+    ],
+)
+def test_timestamps_are_unix_seconds_or_iso_8601(given: str, expected: datetime) -> None:
+    assert ResponseListQuery.parse(QueryDict(f"created_after={given}"))["created_after"] == expected
+    assert UsageQuery.parse(QueryDict(f"start={given}"))["start"] == expected
+    assert UsageQuery.parse(QueryDict(f"end={given}"))["end"] == expected
+
+
+@pytest.mark.parametrize(
     ("query", "param", "words"),
     [
         ("limit=0", "limit", "between 1 and 100"),
@@ -62,6 +80,8 @@ def test_values_are_parsed() -> None:
         ("status=done", "status", "'done' is not one of"),
         ("status=", "status", "empty"),
         ("created_before=1.5", "created_before", "Unix timestamp"),
+        ("created_before=yesterday", "created_before", "ISO 8601"),
+        ("created_after=2026-13-01", "created_after", "ISO 8601"),
         ("metadata[a[b]]=v", "metadata", "1 to 64 characters"),
         ("metadata[k]=1&metadata[k]=2", "metadata", "[k] must be given once"),
         ("metadata[k]=" + "x" * 513, "metadata", "[k]"),
