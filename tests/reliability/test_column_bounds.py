@@ -40,14 +40,14 @@ def probe_item_ids(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     for answer, param in answers:
         assert answer.status_code == 400, answer.text
         assert answer.json()["error"]["param"] == param
-    assert scripted.requests == []
+    assert scripted.model_calls == []
 
 
 def probe_model(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     too_long = "m" * (_length("responses_api", "Response", "model") + 1)
     answer = gateway.http().post("/v1/responses", json={"model": too_long, "input": "hi"})
     assert answer.status_code == 400 and answer.json()["error"]["param"] == "model"
-    assert scripted.requests == []
+    assert scripted.model_calls == []
 
 
 # Columns an API client fills, with the probe that proves the parser bounds them.

@@ -11,6 +11,7 @@ import pytest
 
 from responses_api.protocol.compaction import WHOLE_CONTEXT_INSTRUCTIONS, WHOLE_SUMMARY_PREFIX
 from tests.responses_api.test_anthropic import CLAUDE, anthropic, sent  # noqa: F401 - the fixture
+from tests.responses_api.test_native_responses import NATIVE, native  # noqa: F401 - the fixture
 from tests.support.harness import MODEL, Gateway
 from tests.support.stream_validator import validate_events, validate_response_object, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -59,7 +60,7 @@ def test_json_store_false_inline_history_then_the_context_starts_at_the_item(
     item = only_compaction(data)
     assert data["status"] == "completed" and data["usage"]["output_tokens"] > 0
     # The summariser saw the whole history, its instructions, no tools.
-    asked = scripted.requests[1].body
+    asked = scripted.model_calls[1].body
     assert WHOLE_CONTEXT_INSTRUCTIONS in asked["messages"][0]["content"]
     assert "You are Codex." in asked["messages"][0]["content"]
     assert "tools" not in asked or not asked["tools"]
@@ -70,12 +71,12 @@ def test_json_store_false_inline_history_then_the_context_starts_at_the_item(
         model=MODEL, input=[*after_input, {"role": "user", "content": "Next?"}], store=False
     )
     assert after.output_text == "Adding prices."
-    messages = scripted.requests[2].body["messages"]
+    messages = scripted.model_calls[2].body["messages"]
     assert [m["role"] for m in messages] == ["user", "user"]
     assert messages[0]["content"] == WHOLE_SUMMARY_PREFIX + SUMMARY
     assert messages[1]["content"] == "Next?"
     # The upstream body after compaction is smaller than the one before it.
-    assert len(json.dumps(scripted.requests[2].body)) < len(json.dumps(scripted.requests[0].body)) / 3
+    assert len(json.dumps(scripted.model_calls[2].body)) < len(json.dumps(scripted.model_calls[0].body)) / 3
     assert before.output_text == "before"
 
 
@@ -103,7 +104,7 @@ def test_sse_with_previous_response_id_is_stored_and_the_chain_continues_from_it
     assert row.status == "completed" and row.output_tokens == final["usage"]["output_tokens"] > 0
     nxt = client.responses.create(model=MODEL, input="Now the menu.", previous_response_id=final["id"])
     assert nxt.output_text == "Menu."
-    messages = scripted.requests[-1].body["messages"]
+    messages = scripted.model_calls[-1].body["messages"]
     assert [m["content"] for m in messages] == [WHOLE_SUMMARY_PREFIX + SUMMARY, "Now the menu."]
     stored = client.responses.retrieve(final["id"])
     assert stored.output[0].type == "compaction" and stored.output[0].id == item["id"]
@@ -117,7 +118,7 @@ def test_over_a_conversation(gateway: Gateway, scripted: ScriptedUpstream) -> No
     compacted = client.responses.create(model=MODEL, input=[TRIGGER], conversation=conversation.id)
     only_compaction(compacted.model_dump(mode="json"))
     client.responses.create(model=MODEL, input="Go on.", conversation=conversation.id)
-    assert [m["content"] for m in scripted.requests[-1].body["messages"]] == [
+    assert [m["content"] for m in scripted.model_calls[-1].body["messages"]] == [
         WHOLE_SUMMARY_PREFIX + SUMMARY,
         "Go on.",
     ]
@@ -135,7 +136,10 @@ def test_over_a_websocket_the_next_turn_continues_from_the_compaction(
         only_compaction(compacted)
         nxt = validate_events(turn(ws, model=MODEL, input="Menu?", previous_response_id=compacted["id"], store=False))
     assert nxt["output"][0]["content"][0]["text"] == "Menu."
-    assert [m["content"] for m in scripted.requests[-1].body["messages"]] == [WHOLE_SUMMARY_PREFIX + SUMMARY, "Menu?"]
+    assert [m["content"] for m in scripted.model_calls[-1].body["messages"]] == [
+        WHOLE_SUMMARY_PREFIX + SUMMARY,
+        "Menu?",
+    ]
 
 
 def test_over_an_anthropic_upstream(anthropic: Gateway, scripted: ScriptedUpstream) -> None:  # noqa: F811
@@ -168,10 +172,26 @@ def test_a_trigger_anywhere_but_last_is_refused_before_any_upstream_call(
         "/v1/responses", json={"model": MODEL, "input": [TRIGGER, {"role": "user", "content": "hi"}]}
     )
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "input[0]"
-    assert scripted.requests == []
+    assert scripted.model_calls == []
 
 
 def test_an_empty_summary_fails_the_response(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue(MODEL, Reply(text=""))
     resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": [*history(), TRIGGER]})
     assert resp.status_code == 502 and resp.json()["error"]["code"] == "upstream_empty"
+
+
+def test_over_a_native_responses_upstream(native: Gateway, scripted: ScriptedUpstream) -> None:  # noqa: F811
+    gateway = native  # the route NATIVE -> a scripted /v1/responses server
+    scripted.enqueue("up-native", Reply(text=SUMMARY), Reply(text="Menu."))
+    client = gateway.openai()
+    data = gateway.http().post("/v1/responses", json={"model": NATIVE, "input": [*history(), TRIGGER]}).json()
+    item = only_compaction(data)
+    asked = [r.body for r in scripted.model_calls if r.path == "/v1/responses"][0]
+    assert WHOLE_CONTEXT_INSTRUCTIONS in asked["instructions"] and not asked.get("tools")
+    assert asked["input"][-1]["content"][0]["text"].startswith("Summarize the conversation above")
+    nxt = client.responses.create(model=NATIVE, input="Menu?", previous_response_id=data["id"])
+    assert nxt.output_text == "Menu." and item["id"]
+    last = [r.body for r in scripted.model_calls if r.path == "/v1/responses"][-1]
+    texts = [part["text"] for i in last["input"] for part in i["content"]]
+    assert texts == [WHOLE_SUMMARY_PREFIX + SUMMARY, "Menu?"]

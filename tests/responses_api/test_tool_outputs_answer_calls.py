@@ -41,7 +41,7 @@ def test_an_output_that_answers_no_call_is_a_400_naming_the_field(
     assert resp.status_code == 400, resp.text
     error = resp.json()["error"]
     assert error["param"] == f"input[1].{field}" and "nope" in error["message"]
-    assert scripted.requests == []
+    assert scripted.model_calls == []
 
 
 def test_the_message_is_openais(gateway: Gateway) -> None:
@@ -162,4 +162,4 @@ def test_over_a_websocket_the_failed_turn_evicts_its_parent(gateway: Gateway, sc
         )
         assert again[-1]["error"]["code"] == "previous_response_not_found"
         assert completed(ws, input="new")["output"][0]["content"][0]["text"] == "fresh"
-    assert len(scripted.requests) == 2
+    assert len(scripted.model_calls) == 2

@@ -98,6 +98,7 @@ class RecordedRequest:
 
 
 _ECHO_REPLY = Reply(echo=True)
+_MODEL_CALL_PATHS = frozenset({"/v1/chat/completions", "/v1/messages", "/v1/responses"})
 
 
 class _AbruptClose(Exception):
@@ -472,6 +473,13 @@ class ScriptedUpstream:
         """Snapshot of every request received so far, in arrival order."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def model_calls(self) -> list[RecordedRequest]:
+        """The requests that asked a model for an answer, in arrival order: not the listings
+        (`GET /v1/models`, which a gateway reads for a context window it learns once per
+        process) nor tokenizer calls, whose presence depends on what ran before."""
+        return [r for r in self.requests if r.method == "POST" and r.path in _MODEL_CALL_PATHS]
 
     @property
     def aborted(self) -> list[tuple[float, int]]:

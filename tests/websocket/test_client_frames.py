@@ -88,10 +88,10 @@ def test_a_warm_up_calls_no_model_and_is_the_context_of_the_next_turn(
         assert warm["output"] == [] and warm["status"] == "completed"
         usage = warm["usage"]
         assert (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"]) == (0, 0, 0)
-        assert scripted.requests == []  # no upstream call
+        assert scripted.model_calls == []  # no upstream call
         nxt = completed(ws, input="the question", previous_response_id=warm["id"])
     assert nxt["output"][0]["content"][0]["text"] == "answered"
-    (request,) = scripted.requests
+    (request,) = scripted.model_calls
     assert [m["content"] for m in request.body["messages"] if m["role"] == "user"] == ["the context", "the question"]
     row = Response.objects.get(id=warm["id"])
     assert (row.status, row.input_tokens, row.output_tokens) == ("completed", 0, 0)
@@ -101,7 +101,7 @@ def test_a_cache_prewarm_is_a_warm_up_too(gateway: Gateway, scripted: ScriptedUp
     with socket(gateway) as ws:
         events = turn(ws, model=MODEL, input="x", prompt_cache_options={"prewarm": True}, store=False)
     assert validate_events(events)["output"] == []
-    assert scripted.requests == []
+    assert scripted.model_calls == []
 
 
 def test_a_warm_up_takes_one_request_and_no_tokens(gateway: Gateway, scripted: ScriptedUpstream) -> None:
@@ -118,7 +118,7 @@ def test_a_warm_up_takes_one_request_and_no_tokens(gateway: Gateway, scripted: S
             completed(ws, input="a long context " * 200, generate=False)  # far more than 50 tokens
         refused = turn(ws, model=MODEL, input="x", generate=False)
     assert refused[-1]["status"] == 429 and "requests per minute" in refused[-1]["error"]["message"]
-    assert scripted.requests == []
+    assert scripted.model_calls == []
 
 
 class Lines(logging.Handler):
