@@ -20,6 +20,17 @@ def validate_base_url(value: str) -> None:
         raise ValidationError("Enter an http(s) URL with a host, e.g. http://vllm:8000/v1.")
 
 
+def config_managed_field() -> models.JSONField:
+    """Which GATEWAY_CONFIG keys set an entry's fields (ops/config_sync.py): read-only in the admin."""
+    return models.JSONField(
+        default=list,
+        blank=True,
+        editable=False,
+        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
+        "Empty: not in the file, the admin's alone.",
+    )
+
+
 class RateLimits(models.Model):
     """Per-minute and concurrency limits of a key or of a tenant (all its keys together);
     limits.py counts them."""
@@ -82,13 +93,7 @@ class Tenant(RateLimits):
         help_text="Cost this tenant may spend per budget period, priced by each model route's price table. "
         "Empty: no budget.",
     )
-    config_managed = models.JSONField(
-        default=list,
-        blank=True,
-        editable=False,
-        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
-        "Empty: not in the file, the admin's alone.",
-    )
+    config_managed = config_managed_field()
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -164,13 +169,7 @@ class Provider(models.Model):
     )
     headers = models.JSONField(default=dict, blank=True, help_text="Extra request headers.")
     enabled = models.BooleanField(default=True)
-    config_managed = models.JSONField(
-        default=list,
-        blank=True,
-        editable=False,
-        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
-        "Empty: not in the file, the admin's alone.",
-    )
+    config_managed = config_managed_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -216,13 +215,7 @@ class ModelRoute(models.Model):
         null=True,
         blank=True,
     )
-    config_managed = models.JSONField(
-        default=list,
-        blank=True,
-        editable=False,
-        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
-        "Empty: not in the file, the admin's alone.",
-    )
+    config_managed = config_managed_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -7,11 +7,13 @@ to it over real HTTP: the `openai` SDK and httpx.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support.access_log import Lines
 from tests.support.harness import (
     WEATHER_SCHEMA,
     CeleryWorker,
@@ -168,3 +170,16 @@ def mcp_server(mcp_process: McpServerProcess, settings) -> McpServerProcess:  # 
     mcp_process.reset()
     runner._adhoc_listings.clear()
     return mcp_process
+
+
+@pytest.fixture
+def access_log() -> Iterator[Lines]:
+    """The gateway's access-log lines during the test (gateway.access at INFO)."""
+    handler = Lines()
+    logger = logging.getLogger("gateway.access")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)

@@ -8,6 +8,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from responses_api.models import config_managed_field
 from responses_api.store.ttlcache import TTLCache
 
 from .egress import EgressDenied, EgressPolicy, EgressResolutionError, check_url_sync, parse_url
@@ -76,13 +77,7 @@ class Tool(models.Model):
     run_on_worker = models.BooleanField(
         default=False, help_text="Responses using this tool run on a background worker."
     )
-    config_managed = models.JSONField(
-        default=list,
-        blank=True,
-        editable=False,
-        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
-        "Empty: not in the file, the admin's alone.",
-    )
+    config_managed = config_managed_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -235,13 +230,7 @@ class McpServer(models.Model):
     tools_cache = models.JSONField(default=list, blank=True, editable=False)
     tools_fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
-    config_managed = models.JSONField(
-        default=list,
-        blank=True,
-        editable=False,
-        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). "
-        "Empty: not in the file, the admin's alone.",
-    )
+    config_managed = config_managed_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -10,15 +10,14 @@ reasoning, `client_metadata`, ...) must be accepted as it is.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.compat.conftest import node_tool
+from tests.support.access_log import Lines
 from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -153,34 +152,13 @@ def test_codex_with_a_feature_switched_off_still_works(
 # -- WebSocket mode, remote compaction, resume: over Chat Completions and Anthropic upstreams ----
 
 
-@pytest.fixture
-def access_lines() -> Iterator[list[logging.LogRecord]]:
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    handler, logger = Keep(logging.INFO), logging.getLogger("gateway.access")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-
-
-def websocket_turns(records: list[logging.LogRecord]) -> list[dict]:
-    return [vars(r) for r in records if getattr(r, "method", None) == "WEBSOCKET"]
-
-
 def is_tool_result(body: dict, marker: str) -> bool:
     """Whether the upstream request carries a tool result containing `marker` (either dialect)."""
     return marker in json.dumps(body.get("messages", []))
 
 
 def test_codex_over_websockets_runs_a_shell_tool_loop(
-    gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path, upstream_model: tuple[str, str], access_lines: list
+    gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path, upstream_model: tuple[str, str], access_log: Lines
 ) -> None:
     model, upstream = upstream_model
     work = tmp_path / "work"
@@ -199,14 +177,14 @@ def test_codex_over_websockets_runs_a_shell_tool_loop(
     assert [i["text"] for i in items if i.get("type") == "agent_message"][-1] == "The notes say the answer is 42."
     # Every turn went over the socket: no POST /v1/responses, and the tool output's turn
     # continued the first by previous_response_id (Codex sends only the new items).
-    turns = websocket_turns(access_lines)
+    turns = access_log.websocket_turns()
     assert len([t for t in turns if t.get("response_status") == "completed"]) >= 2, turns
-    assert not [r for r in access_lines if getattr(r, "method", None) == "POST" and r.path == "/v1/responses"]
+    assert not [r for r in access_log.records if getattr(r, "method", None) == "POST" and r.path == "/v1/responses"]
     assert is_tool_result(scripted.requests[-1].body, "the answer is 42")
 
 
 def test_codex_remote_compaction_completes_and_the_session_continues(
-    gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path, upstream_model: tuple[str, str], access_lines: list
+    gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path, upstream_model: tuple[str, str], access_log: Lines
 ) -> None:
     """The built-in OpenAI provider at the gateway (`openai_base_url`) compacts remotely: a
     create whose last input item is `compaction_trigger`, answered by one compaction item."""
@@ -241,7 +219,7 @@ def test_codex_remote_compaction_completes_and_the_session_continues(
     usage = list(Response.objects.values_list("input_tokens", "output_tokens"))
     assert compactions, f"Codex never compacted remotely (usage of its responses: {usage})"
     # The built-in provider speaks WebSocket mode: the compaction was one of its turns.
-    compacted = [t for t in websocket_turns(access_lines) if t.get("response_status") == "completed"]
+    compacted = [t for t in access_log.websocket_turns() if t.get("response_status") == "completed"]
     assert len(compacted) >= 3, compacted  # the tool call, the compaction, the answer
     # The session goes on after the compaction: `exec resume` continues it, and its upstream
     # context starts at the compaction's summary, not at the whole history.

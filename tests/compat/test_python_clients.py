@@ -34,9 +34,12 @@ def tool_output_sent(scripted: ScriptedUpstream) -> str:
 # -- OpenAI Agents SDK --------------------------------------------------------------------------
 
 
-def _agent(gateway: Gateway) -> Any:
+def _agent(gateway: Gateway, model: str = MODEL, *, websocket: bool = False) -> Any:
+    """The Agents SDK's forecaster with a function tool, over HTTP (OpenAIResponsesModel) or
+    its WebSocket transport (OpenAIResponsesWSModel)."""
     need("openai-agents", importlib.util.find_spec("agents") is not None)
     from agents import Agent, OpenAIResponsesModel, function_tool, set_tracing_disabled
+    from agents.models.openai_responses import OpenAIResponsesWSModel
     from openai import AsyncOpenAI
 
     set_tracing_disabled(True)
@@ -47,11 +50,12 @@ def _agent(gateway: Gateway) -> Any:
         return f"Sunny in {city}, 21C"
 
     client = AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key, max_retries=0)
+    transport = OpenAIResponsesWSModel if websocket else OpenAIResponsesModel
     return Agent(
         name="forecaster",
         instructions="Answer with the weather.",
         tools=[get_weather],
-        model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+        model=transport(model=model, openai_client=client),
     )
 
 
@@ -89,28 +93,6 @@ def test_agents_sdk_run_streamed(gateway: Gateway, scripted: ScriptedUpstream) -
 # -- The Agents SDK's WebSocket transport, and the openai SDK's responses.connect ---------------
 
 
-def _ws_agent(gateway: Gateway, model: str) -> Any:
-    need("openai-agents", importlib.util.find_spec("agents") is not None)
-    from agents import Agent, function_tool, set_tracing_disabled
-    from agents.models.openai_responses import OpenAIResponsesWSModel
-    from openai import AsyncOpenAI
-
-    set_tracing_disabled(True)
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """The weather in a city."""
-        return f"Sunny in {city}, 21C"
-
-    client = AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key, max_retries=0)
-    return Agent(
-        name="forecaster",
-        instructions="Answer with the weather.",
-        tools=[get_weather],
-        model=OpenAIResponsesWSModel(model=model, openai_client=client),
-    )
-
-
 def test_agents_sdk_websocket_transport_run_and_run_streamed(
     gateway: Gateway, scripted: ScriptedUpstream, upstream_model: tuple[str, str]
 ) -> None:
@@ -118,7 +100,7 @@ def test_agents_sdk_websocket_transport_run_and_run_streamed(
     model, upstream = upstream_model
     from agents import Runner
 
-    agent = _ws_agent(gateway, model)
+    agent = _agent(gateway, model, websocket=True)
     scripted.enqueue(upstream, weather_tool_call(), Reply(text="It is sunny in Paris."))
     scripted.enqueue(upstream, weather_tool_call(), Reply(text="Still sunny in Paris."))
 

@@ -2,46 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Iterator
-
 import pytest
 
+from tests.support.access_log import Lines
 from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded
-
-
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def for_request(self, request_id: str, timeout: float = 5.0) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = [vars(r) for r in self.records if getattr(r, "request_id", None) == request_id]
-            if found:
-                return found
-            time.sleep(0.02)
-        return []
-
-
-@pytest.fixture
-def access_log() -> Iterator[Lines]:
-    handler = Lines()
-    logger = logging.getLogger("gateway.access")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
 
 
 def test_a_400_line_names_the_error_code_and_param(gateway: Gateway, access_log: Lines) -> None:

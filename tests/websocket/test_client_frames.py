@@ -5,11 +5,10 @@ and each turn observed like an HTTP request (access log, metrics)."""
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
 
 import pytest
 
+from tests.support.access_log import Lines
 from tests.support.harness import MODEL, Gateway, forget_redis_keys, make_key
 from tests.support.stream_validator import validate_events
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -121,29 +120,8 @@ def test_a_warm_up_takes_one_request_and_no_tokens(gateway: Gateway, scripted: S
     assert scripted.model_calls == []
 
 
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@pytest.fixture
-def access_lines() -> Iterator[Lines]:
-    handler = Lines()
-    logger = logging.getLogger("gateway.access")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
-
-
 def test_each_turn_has_an_access_line_and_request_metrics(
-    gateway: Gateway, scripted: ScriptedUpstream, access_lines: Lines
+    gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines
 ) -> None:
     from prometheus_client import REGISTRY
 
@@ -160,7 +138,7 @@ def test_each_turn_has_an_access_line_and_request_metrics(
         turn(ws, model=MODEL, input=[{"type": "function_call_output", "call_id": "nope", "output": "x"}])
         opened = REGISTRY.get_sample_value("gateway_open_websockets")
         assert opened is not None and opened >= 1
-    lines = [vars(r) for r in access_lines.records if getattr(r, "method", None) == "WEBSOCKET"]
+    lines = access_log.websocket_turns()
     ok = next(line for line in lines if line.get("response_id") == good["id"])
     assert (ok["status"], ok["model"], ok["response_status"]) == (200, MODEL, "completed")
     assert ok["input_tokens"] == good["usage"]["input_tokens"] and ok["first_byte_ms"] is not None
