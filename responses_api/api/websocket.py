@@ -2,7 +2,8 @@
 
 A connection authenticates once, at the handshake, then carries `response.create` messages,
 one response at a time, in order; the server answers each with the same event objects the
-SSE stream carries, one JSON text message per event, and no `[DONE]`. The connection keeps
+SSE stream carries, one JSON text message per event, and no `[DONE]`. `response.steer` is
+answered `response.steer.failed` (steering is not served yet). The connection keeps
 its most recent response in memory (`PriorContext`), so a continuation with
 `previous_response_id` needs no chain read, and `store: false` chains continue on the socket.
 Errors that stop a turn before its response exists are `{"type": "error", "status", "error"}`
@@ -12,8 +13,10 @@ It is served by the same ASGI entry as the HTTP API and drives the same engine
 (`gateway.start_response`, `ResponseRun.events`). Limits (settings): a connection lasts at
 most GATEWAY_WS_MAX_SECONDS (60 min, then `websocket_connection_limit_reached`), is closed
 after GATEWAY_WS_IDLE_SECONDS without a message, takes messages up to
-GATEWAY_MAX_REQUEST_BYTES, and a key holds at most GATEWAY_WS_MAX_CONNECTIONS_PER_KEY
-connections per web process.
+GATEWAY_MAX_REQUEST_BYTES, holds at most GATEWAY_WS_MAX_QUEUED_MESSAGES / _BYTES behind the
+running turn, and a key holds at most GATEWAY_WS_MAX_CONNECTIONS_PER_KEY connections per web
+process. Each turn writes an access-log line and counts in the request metrics, as an HTTP
+request does; a drain (SIGTERM, orchestration/lifecycle.py) closes the connection after its turn.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from ..orchestration.outages import unavailable
 from ..protocol import jsonlimits
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
 from ..protocol.request import parse_create_request
+from . import metrics
 from .auth import Principal, bearer_token, principal_for
 from .exception_handlers import dumps
 
@@ -138,8 +142,6 @@ class _TurnRecord:
         self.error = error
 
     def log(self) -> None:
-        from . import metrics
-
         elapsed = time.monotonic() - self.started
         first_byte = self.first_event - self.started if self.first_event is not None else None
         tokens = (self.usage.get("input_tokens"), self.usage.get("output_tokens"))
@@ -218,15 +220,13 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
             ),
         )
     _open_per_key[principal.key_id] += 1
-    from .metrics import OPEN_WEBSOCKETS
-
-    OPEN_WEBSOCKETS.inc()
+    metrics.OPEN_WEBSOCKETS.inc()
     connection_id = f"ws_{uuid.uuid4().hex}"
     try:
         await send({"type": "websocket.accept", "headers": handshake_headers(connection_id)})
         await Connection(principal, receive, send, connection_id).run()
     finally:
-        OPEN_WEBSOCKETS.dec()
+        metrics.OPEN_WEBSOCKETS.dec()
         _open_per_key[principal.key_id] -= 1
         if not _open_per_key[principal.key_id]:
             del _open_per_key[principal.key_id]

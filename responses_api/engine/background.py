@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -141,12 +140,18 @@ def _stored_end(response_id: str, sequence_number: int) -> list[dict[str, Any]]:
     kind = {"completed": "response.completed", "incomplete": "response.incomplete"}.get(status, "response.failed")
     events: list[dict[str, Any]] = []
     error = response.get("error")
-    if status == "failed" and error:
+    if status == "failed" and error:  # as EventBuilder.fail: OpenAI's flat fields and the nested error
         code, message = error.get("code"), error.get("message")
-        payload = {"type": "server_error", "code": code, "message": message, "param": None}
+        nested = {"type": "server_error", "code": code, "message": message, "param": None}
         events.append(
-            {"type": "error", "sequence_number": sequence_number, "code": code, "message": message, "param": None}
-            | {"error": payload}
+            {
+                "type": "error",
+                "sequence_number": sequence_number,
+                "code": code,
+                "message": message,
+                "param": None,
+                "error": nested,
+            }
         )
     events.append({"type": kind, "sequence_number": sequence_number + len(events), "response": response})
     return events
@@ -195,10 +200,7 @@ async def run_claimed(response_id: str) -> str:
             await writer.append(event)
         return run.response["status"]
     finally:
-        started = time.monotonic()
         await writer.close(settings.GATEWAY_EVENT_LOG_RETRY_SECONDS)
-        if time.monotonic() - started > 1:
-            log.info("response %s: waited %.1f s for the event log", response_id, time.monotonic() - started)
         for task in (watcher, heart):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -141,21 +141,14 @@ async def check_answers_before_hand_off(principal: Principal, req: CreateRequest
         except InvalidRequest:
             if not (req.previous_response_id or req.conversation):
                 raise  # the input is the whole context: the call is nowhere
-    begin = await db.run(
-        services.response_begin,
+    context = await db.run(
+        services.context_read,
         tenant_id=principal.tenant_id,
-        api_key_id=principal.key_id,
-        response_id=new_id("resp"),
-        created_at=datetime.now(UTC),
-        model=req.model,
         previous_response_id=req.previous_response_id,
-        input_items=req.input_items,
-        params={},
-        status=Response.Status.IN_PROGRESS,
-        store=False,
         conversation_id=req.conversation,
+        input_items=req.input_items,
     )
-    check_outputs_answer_calls(begin.context, len(req.input_items))
+    check_outputs_answer_calls(context, len(req.input_items))
 
 
 async def run_for_job(row: Response) -> tuple[ResponseRun, str]:

@@ -320,21 +320,13 @@ async def _count_input_tokens(principal: Principal, req: CreateRequest, route: R
     req = open_sealed_reasoning(req, principal.tenant_id)
     context = list(req.input_items)
     if req.previous_response_id or req.conversation or any(i["type"] == "item_reference" for i in context):
-        begin = await db.run(
-            services.response_begin,
+        context = await db.run(
+            services.context_read,
             tenant_id=principal.tenant_id,
-            api_key_id=principal.key_id,
-            response_id=new_id("resp"),
-            created_at=datetime.now(UTC),
-            model=req.model,
             previous_response_id=req.previous_response_id,
-            input_items=req.input_items,
-            params=request_params(req),
-            status=Response.Status.IN_PROGRESS,
-            store=False,
             conversation_id=req.conversation,
+            input_items=req.input_items,
         )
-        context = begin.context
     unseal = sealer().unseal
     items = expand_compactions(
         context, lambda sealed: unseal(sealed, tenant_id=principal.tenant_id, purpose="compaction")

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
+from ..protocol.errors import GatewayError
 from .outages import ServiceUnavailable
 
 log = logging.getLogger("gateway.lifecycle")
@@ -31,15 +32,15 @@ class Stoppable(Protocol):
     @property
     def ended(self) -> bool: ...
 
-    def request_stop(self, error: Any) -> None: ...
+    def request_stop(self, error: GatewayError) -> None: ...
 
 
 class Drainable(Protocol):
     def drain(self) -> None: ...
 
 
-_runs: weakref.WeakSet[Any] = weakref.WeakSet()  # foreground runs of this process
-_connections: weakref.WeakSet[Any] = weakref.WeakSet()  # WebSocket connections of this process
+_runs: weakref.WeakSet[Stoppable] = weakref.WeakSet()  # foreground runs of this process
+_connections: weakref.WeakSet[Drainable] = weakref.WeakSet()  # WebSocket connections of this process
 _draining = False
 _task: asyncio.Task[None] | None = None
 

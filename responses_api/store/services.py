@@ -107,15 +107,12 @@ def response_begin(
     One sync call, so the view pays one thread hop: chain head (1 query),
     chain items (1 query, whatever the length), item references (1 query,
     only if any), insert (1 query)."""
-    context: list[dict] = []
-    if previous_response_id is not None:
-        selectors.chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
-        context = selectors.chain_items_list(response_id=previous_response_id)
-    elif conversation_id is not None:
-        from ..conversations.selectors import conversation_context
-
-        context = conversation_context(tenant_id=tenant_id, conversation_id=conversation_id)
-    resolved = resolve_references(tenant_id, input_items)
+    context = context_read(
+        tenant_id=tenant_id,
+        previous_response_id=previous_response_id,
+        conversation_id=conversation_id,
+        input_items=input_items,
+    )
     if store:
         Response.objects.create(
             **response_row(
@@ -130,7 +127,24 @@ def response_begin(
             ),
             status=status,
         )
-    return BeginResult(context=context + resolved, input_items=input_items)
+    return BeginResult(context=context, input_items=input_items)
+
+
+def context_read(
+    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict]
+) -> list[dict]:
+    """What a request's model sees: the chain (or the conversation), then its input with item
+    references resolved. Chain head (1 query), chain items (1 query, whatever the length),
+    item references (1 query, only if any); another tenant's chain is previous_response_not_found."""
+    context: list[dict] = []
+    if previous_response_id is not None:
+        selectors.chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
+        context = selectors.chain_items_list(response_id=previous_response_id)
+    elif conversation_id is not None:
+        from ..conversations.selectors import conversation_context
+
+        context = conversation_context(tenant_id=tenant_id, conversation_id=conversation_id)
+    return context + resolve_references(tenant_id, input_items)
 
 
 def response_insert(*, row: dict[str, Any], status: str) -> None:
