@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +183,16 @@ class Deployment:
                 proc.wait(5)
         self.postgres.stop()
         self.redis.stop()
+
+
+@contextmanager
+def temporary_deployment(upstream_url: str, *, prefix: str, env: dict[str, str]) -> Iterator[Deployment]:
+    """A Deployment in a throwaway directory, stopped and removed afterwards (no web process
+    started: each test starts what it needs)."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    deployed = Deployment(base, upstream_url, env=env)
+    try:
+        yield deployed
+    finally:
+        deployed.stop()
+        shutil.rmtree(base, ignore_errors=True)

@@ -7,20 +7,18 @@ PostgreSQL, Redis, the scripted upstream."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from websockets.sync.client import connect
 
-from tests.reliability.deployment import Deployment
+from tests.reliability.deployment import Deployment, temporary_deployment
 from tests.support.servers import find_postgres_bindir, find_redis_server
+from tests.support.stream_validator import validate_events
 from tests.support.upstream import Reply, ScriptedUpstream
 
 try:
@@ -39,14 +37,10 @@ def upstream() -> Iterator[ScriptedUpstream]:
 
 @pytest.fixture
 def deployment(upstream: ScriptedUpstream) -> Iterator[Deployment]:
-    base = Path(tempfile.mkdtemp(prefix="gateway-drain-"))
-    deployed = Deployment(base, upstream.base_url, env={"GATEWAY_DRAIN_SECONDS": str(DRAIN)})
-    try:
+    env = {"GATEWAY_DRAIN_SECONDS": str(DRAIN)}
+    with temporary_deployment(upstream.base_url, prefix="gateway-drain-", env=env) as deployed:
         deployed.start_web(workers=1)
         yield deployed
-    finally:
-        deployed.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def stream_in_background(deployment: Deployment, text: str, events: list[dict]) -> threading.Thread:
@@ -103,8 +97,10 @@ def test_sigterm_drains_then_exits(deployment: Deployment, upstream: ScriptedUps
 
     short_stream.join(15)
     assert short_events[-1]["type"] == "response.completed"
+    validate_events(short_events)
     long_stream.join(DRAIN + 15)
     assert [e["type"] for e in long_events[-2:]] == ["error", "response.failed"]
+    validate_events(long_events)
     failed = long_events[-1]["response"]
     assert failed["error"]["code"] == "server_shutting_down"
     web.wait(DRAIN + 15)  # then the process exits by itself

@@ -6,17 +6,14 @@ Redis, the scripted upstream."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.reliability.deployment import Deployment
+from tests.reliability.deployment import Deployment, temporary_deployment
 from tests.support.servers import _free_port, find_postgres_bindir, find_redis_server
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -36,21 +33,13 @@ def upstream() -> Iterator[ScriptedUpstream]:
 
 @pytest.fixture
 def deployment(upstream: ScriptedUpstream) -> Iterator[Deployment]:
-    base = Path(tempfile.mkdtemp(prefix="gateway-liveness-"))
-    deployed = Deployment(
-        base,
-        upstream.base_url,
-        env={
-            "GATEWAY_PROCESS_HEARTBEAT_SECONDS": str(BEAT),
-            "GATEWAY_LEASE_SECONDS": str(LEASE),
-            "GATEWAY_CACHE_SECONDS": "0",
-        },
-    )
-    try:
+    env = {
+        "GATEWAY_PROCESS_HEARTBEAT_SECONDS": str(BEAT),
+        "GATEWAY_LEASE_SECONDS": str(LEASE),
+        "GATEWAY_CACHE_SECONDS": "0",
+    }
+    with temporary_deployment(upstream.base_url, prefix="gateway-liveness-", env=env) as deployed:
         yield deployed
-    finally:
-        deployed.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_a_killed_web_process_is_reaped_by_the_live_one(deployment: Deployment, upstream: ScriptedUpstream) -> None:
