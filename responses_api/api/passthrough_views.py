@@ -20,6 +20,7 @@ from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat
 from ..protocol.errors import GatewayError, InvalidRequest
 from ..protocol.ids import new_id
 from ..protocol.request import parse_create_request
+from ..protocol.surface import unapplied_chat_fields
 from ..store.usage import usage_writer
 from ..upstreams import UpstreamRequest, open_call
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
@@ -189,7 +190,7 @@ async def _translated(
         finally:
             await call.aclose()
         await finish(200)
-        return json_response(writer.completion())
+        return _announce(json_response(writer.completion()), body, target)
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
 
@@ -214,6 +215,14 @@ async def _translated(
     response = StreamingHttpResponse(chunks(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
+    return _announce(response, body, target)
+
+
+def _announce(response: HttpResponseBase, body: dict[str, Any], target: Any) -> HttpResponseBase:
+    """Name the fields this target's kind accepted without applying (protocol/surface.py)."""
+    ignored = unapplied_chat_fields(body, target.provider.kind)
+    if ignored:
+        response["x-gateway-ignored-fields"] = ",".join(ignored)
     return response
 
 

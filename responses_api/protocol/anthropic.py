@@ -29,8 +29,15 @@ from .deltas import (
     Usage,
 )
 from .request import CreateRequest
+from .surface import SENT_FIELDS
 from .tools import Tool, chosen_upstream_name, namespaced_name
 
+# The sampling numbers the Messages API takes as sent (protocol/surface.py says which).
+_SENT_AS_IS = tuple(
+    name
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+    if name in SENT_FIELDS["anthropic"]
+)
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096  # the API requires max_tokens; a provider's options may set another
 THINKING_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
@@ -77,7 +84,7 @@ def build_messages_request(
             body["tool_choice"] = {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
         if no_parallel and body.get("tool_choice", {}).get("type") != "none":
             body.setdefault("tool_choice", {"type": "auto"})["disable_parallel_tool_use"] = True
-    for name in ("temperature", "top_p"):
+    for name in _SENT_AS_IS:
         value = getattr(req, name, None)
         if value is not None:
             body[name] = value

@@ -11,8 +11,15 @@ from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, outpu
 from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .errors import UpstreamError
 from .request import CreateRequest
+from .surface import SENT_FIELDS
 from .tools import Tool, chosen_upstream_name, namespaced_name
 
+# The sampling numbers a Chat Completions upstream takes as sent (protocol/surface.py says which).
+_SENT_AS_IS = tuple(
+    name
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+    if name in SENT_FIELDS["chat_completions"]
+)
 FINISH_REASONS = {
     "stop": "stop",
     "length": "length",
@@ -179,7 +186,7 @@ def build_chat_request(
         body["parallel_tool_calls"] = req.parallel_tool_calls
     if req.max_output_tokens is not None:
         body[options.max_tokens_param] = req.max_output_tokens
-    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+    for name in _SENT_AS_IS:
         value = getattr(req, name)
         if value is not None:
             body[name] = value

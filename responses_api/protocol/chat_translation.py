@@ -17,35 +17,24 @@ from typing import Any
 
 from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .errors import InvalidRequest
+from .surface import CHAT_FIELDS, Handling
 
-_UNSUPPORTED = ("logit_bias", "audio", "modalities", "prediction", "web_search_options", "functions", "function_call")
-_IGNORED = (
-    "user",
-    "seed",
-    "store",
-    "metadata",
-    "service_tier",
-    "stop",
-    "frequency_penalty",
-    "presence_penalty",
-    "logprobs",
-    "top_logprobs",
-    "safety_identifier",
-    "prompt_cache_key",
-    "verbosity",
-)
+# What a non-Chat upstream makes of each field: protocol/surface.py (CHAT_FIELDS). Refused
+# fields are the same for `responses` and `anthropic` targets (both go through this translation);
+# fields translated for neither are announced (x-gateway-ignored-fields, passthrough_views.py).
+_REFUSED = {name: field.why for name, field in CHAT_FIELDS.items() if field.responses.handling is Handling.REFUSED}
 
 
 def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
     """A Responses create body for this Chat Completions body; InvalidRequest names what
     cannot be translated."""
-    for name in _UNSUPPORTED:
-        if body.get(name) is not None:
+    for name, why in _REFUSED.items():
+        value = body.get(name)
+        if value is not None and not (name == "n" and value == 1):
             raise InvalidRequest(
-                f"'{name}' is not supported for this model (its upstream is not a Chat Completions server).", param=name
+                f"'{name}' is not supported for this model (its upstream is not a Chat Completions server): {why}.",
+                param=name,
             )
-    if body.get("n") not in (None, 1):
-        raise InvalidRequest("Only n = 1 is supported for this model.", param="n")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty array.", param="messages")

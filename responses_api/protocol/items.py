@@ -13,6 +13,7 @@ from .client_tools import HOSTED_ITEM_TYPES
 from .client_tools import ITEM_ID_PREFIX as CLIENT_TOOL_ITEM_PREFIX
 from .errors import InvalidRequest
 from .ids import new_id
+from .surface import REFUSED_INPUT_ITEMS
 
 INPUT_ROLES = frozenset({"user", "system", "developer"})
 PHASES = frozenset({"commentary", "final_answer"})
@@ -393,6 +394,8 @@ def _normalize_item(raw: Any, param: str) -> dict:
         return _client_tool_item(raw, param, _CLIENT_TOOL_ITEMS[kind])
     if kind in HOSTED_ITEM_TYPES:
         return _hosted_tool_item(raw, param)
+    if kind in REFUSED_INPUT_ITEMS:
+        raise _bad(f"Invalid '{param}.type': {kind!r} is not supported: {REFUSED_INPUT_ITEMS[kind]}.", f"{param}.type")
     raise _bad(f"Invalid '{param}.type': unsupported item type {kind!r}.", f"{param}.type")
 
 

@@ -26,8 +26,15 @@ from .deltas import (
     Usage,
 )
 from .request import CreateRequest
+from .surface import SENT_FIELDS
 from .tools import Tool, chosen_upstream_name, namespaced_name
 
+# The numbers a Responses upstream takes as the client sent them (protocol/surface.py says which).
+_SENT_AS_IS = tuple(
+    name
+    for name in ("max_output_tokens", "temperature", "top_p", "top_logprobs", "presence_penalty", "frequency_penalty")
+    if name in SENT_FIELDS["responses"]
+)
 _FINISH_OF_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
@@ -65,7 +72,7 @@ def build_responses_request(
                 choice = "auto"
         body["tool_choice"] = choice
         body["parallel_tool_calls"] = req.parallel_tool_calls
-    for name in ("max_output_tokens", "temperature", "top_p", "top_logprobs"):
+    for name in _SENT_AS_IS:
         value = getattr(req, name, None)
         if value is not None:
             body[name] = value

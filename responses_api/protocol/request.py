@@ -1,8 +1,10 @@
 """Validate a `POST /v1/responses` body into a typed `CreateRequest`.
 
 Every error names the offending field in `param`, JSON-pointer style
-(`input[2].content`). Unknown top-level fields are ignored so that a newer SDK
-keeps working; `messages` (a Chat Completions field) is refused by name.
+(`input[2].content`). What each field gets is classified in protocol/surface.py: unknown
+top-level fields are accepted (a newer SDK keeps working) and, with the known fields the
+route does not apply, named in `x-gateway-ignored-fields`; refused ones (`messages` and the
+other Chat Completions names, `stream_id`) are a 400 naming them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from .errors import InvalidRequest
 from .items import normalize_input
 from .mcp import McpTool, normalize_mcp_tools
+from .surface import REFUSED_REQUEST_FIELDS, unapplied_candidates
 from .tools import HostedTool, Tool, hosted_tools, normalize_tool_choice, normalize_tools
 
 KNOWN_INCLUDES = frozenset(
@@ -32,7 +35,8 @@ REASONING_SUMMARIES = frozenset({"auto", "concise", "detailed"})
 VERBOSITIES = frozenset({"low", "medium", "high"})
 # Route names (models.ModelRoute.name) are at most this long: a longer model names none.
 MODEL_MAX_CHARS = 200
-SERVICE_TIERS = frozenset({"auto", "default", "flex", "priority", "scale"})
+# The SDK's values; none is applied (protocol/surface.py), the Response reports the one sent.
+SERVICE_TIERS = frozenset({"auto", "default", "flex", "priority", "scale", "fast", "ultrafast"})
 
 
 @dataclass(slots=True, frozen=True)
@@ -51,6 +55,10 @@ class CreateRequest:
     # Hosted tools sent on to a native Responses upstream that runs them itself (as the client sent them).
     upstream_hosted_tools: list[dict[str, Any]] = field(default_factory=list)
     dropped_tools: list[str] = field(default_factory=list)  # hosted tool types the route did not serve
+    # Fields sent that some upstream kind does not apply, or that nothing classifies
+    # (surface.unapplied_candidates); planning keeps those the route's kinds do not apply.
+    unapplied_candidates: tuple[str, ...] = ()
+    ignored_fields: list[str] = field(default_factory=list)  # named in x-gateway-ignored-fields
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = None
@@ -237,14 +245,7 @@ def _check_shapes(body: dict) -> None:
         raise InvalidRequest("Missing required parameter: 'prompt.id'.", param="prompt.id")
 
 
-# Chat Completions names sent to /v1/responses, and what this API calls them.
-CHAT_COMPLETIONS_NAMES = {
-    "max_tokens": "'max_output_tokens'",
-    "max_completion_tokens": "'max_output_tokens'",
-    "response_format": "'text': {'format': ...}",
-    "functions": "'tools' (each {'type': 'function', 'name', 'parameters'})",
-    "function_call": "'tool_choice'",
-}
+_REFUSED_NAMES = frozenset(REFUSED_REQUEST_FIELDS)
 
 
 def _conversation(value: Any) -> str | None:
@@ -264,20 +265,11 @@ def _conversation(value: Any) -> str | None:
 def parse_create_request(body: Any) -> CreateRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
-    if "messages" in body:
-        raise InvalidRequest(
-            "Unsupported parameter: 'messages'. The Responses API takes 'input' "
-            "(a string or a list of items), not Chat Completions 'messages'.",
-            param="messages",
-        )
-    for name, instead in CHAT_COMPLETIONS_NAMES.items():
-        if name in body:
-            # Ignoring them would silently change the answer (a length limit not applied, a
-            # format not enforced): say what this API calls them.
-            raise InvalidRequest(
-                f"Unsupported parameter: '{name}' is a Chat Completions parameter; the Responses API uses {instead}.",
-                param=name,
-            )
+    if not _REFUSED_NAMES.isdisjoint(body):
+        name = next(name for name in REFUSED_REQUEST_FIELDS if name in body)
+        # Ignoring them would silently change the answer (a length limit not applied, a
+        # format not enforced, a lane not kept): say why, and what this API calls them.
+        raise InvalidRequest(f"Unsupported parameter: '{name}': {REFUSED_REQUEST_FIELDS[name]}.", param=name)
     conversation = _conversation(body.get("conversation"))
     _check_shapes(body)
     model = body.get("model")
@@ -366,6 +358,7 @@ def parse_create_request(body: Any) -> CreateRequest:
         service_tier=service_tier,
         compact=compact,
         generate=generate,
+        unapplied_candidates=unapplied_candidates(body),
     )
 
 
