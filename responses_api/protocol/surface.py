@@ -145,7 +145,8 @@ REQUEST_FIELDS: dict[str, RequestField] = {
     "metadata": _all("gateway | stored and listed in the history"),
     "max_tool_calls": _all("gateway | bounds the tool calls the gateway runs"),
     "truncation": _all("gateway | auto: the gateway drops the oldest items"),
-    "include": _all("gateway | reasoning.encrypted_content sealed by the gateway; message.output_text.logprobs asks Chat Completions upstreams for logprobs"),
+    "include": _all("gateway | reasoning.encrypted_content: reasoning sealed by the gateway; the others: what the gateway returns"),
+    "include.message.output_text.logprobs": _field("translated:logprobs", "announced", "announced", "only Chat Completions upstreams are asked for logprobs"),
     "tools": _field("translated:tools", "translated:tools | hosted tools passed through", "translated:tools"),
     "tool_choice": _field("translated:tool_choice", "translated:tool_choice", "translated:tool_choice"),
     "parallel_tool_calls": _field("sent | with tools", "sent | with tools", "translated:tool_choice | disable_parallel_tool_use"),
@@ -411,25 +412,33 @@ for _name in REQUEST_FIELDS:
 def unapplied_candidates(body: dict[str, Any]) -> tuple[str, ...]:
     """The fields (and dotted parts) of a create body that some upstream kind does not apply,
     or that no entry classifies (a newer SDK's): what `unapplied_fields` picks from once the
-    route's kinds are known. A default (`text.format` of type `text`) asks for nothing."""
+    route's kinds are known. A part is a key of an object field or a value of an array field
+    (`include`); a default (`text.format` of type `text`) asks for nothing."""
     found: list[str] = []
     for name, value in body.items():
         if value is None:
             continue
         parts = _PARTS.get(name)
-        if parts is None or not isinstance(value, dict):
+        if parts is None:
             if name in _MAYBE_ANNOUNCED or name not in REQUEST_FIELDS:
                 found.append(name)
             continue
-        for part in parts:
-            inner = value.get(part)
-            if inner is None or (part == "format" and isinstance(inner, dict) and inner.get("type") == "text"):
-                continue
-            if f"{name}.{part}" in _MAYBE_ANNOUNCED:
-                found.append(f"{name}.{part}")
-        if name in _MAYBE_ANNOUNCED and any(key not in parts for key in value):
+        if isinstance(value, dict):
+            present = [p for p in parts if value.get(p) is not None and not _is_default(p, value[p])]
+            rest = any(key not in parts for key in value)
+        elif isinstance(value, list):
+            present = [p for p in parts if p in value]
+            rest = any(entry not in parts for entry in value)
+        else:
+            present, rest = [], True
+        found += [f"{name}.{part}" for part in present if f"{name}.{part}" in _MAYBE_ANNOUNCED]
+        if rest and name in _MAYBE_ANNOUNCED:
             found.append(name)  # what the parts classified apart leave
     return tuple(found)
+
+
+def _is_default(part: str, value: Any) -> bool:
+    return part == "format" and isinstance(value, dict) and value.get("type") == "text"
 
 
 def unapplied_fields(candidates: tuple[str, ...], kinds: frozenset[str] | set[str]) -> list[str]:

@@ -171,6 +171,7 @@ SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "max_tool_calls": (3, {}),
     "truncation": ("auto", {}),
     "include": (["reasoning.encrypted_content"], {}),
+    "include.message.output_text.logprobs": (LOGPROBS, {}),
     "tools": (TOOLS, {}),
     "tool_choice": ("required", {"tools": TOOLS}),
     "parallel_tool_calls": (False, {"tools": TOOLS}),
@@ -210,6 +211,8 @@ SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
 
 
 def _with(body: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    if isinstance(value, list) and "." in name:  # a value of an array field, e.g. an include
+        return {**body, name.split(".", 1)[0]: value}
     if "." in name:
         outer, inner = name.split(".", 1)
         return {**body, outer: {**body.get(outer, {}), inner: value}}
