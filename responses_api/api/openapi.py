@@ -20,9 +20,9 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
 from ..protocol.client_tools import CLIENT_BUILTINS, HOSTED_ITEM_TYPES, HOSTED_TOOL_TYPES
-from ..protocol.items import CLIENT_TOOL_ITEM_FIELDS, ID_MAX_CHARS, MCP_CALL_STATUSES
+from ..protocol.items import CLIENT_TOOL_ITEM_FIELDS, HOSTED_ITEM_ID_OPTIONAL, ID_MAX_CHARS, MCP_CALL_STATUSES
 from ..protocol.mcp import LABEL as MCP_LABEL
-from ..protocol.request import NUMBER_BOUNDS, STRING_BOUNDS
+from ..protocol.request import NUMBER_BOUNDS, SERVICE_TIERS, STRING_BOUNDS
 from ..protocol.wirejson import copy_json
 
 SCHEMAS_FILE = Path(__file__).with_name("openresponses-schemas.json")
@@ -173,6 +173,11 @@ def _with_gateway_rules(schemas: dict[str, Any]) -> None:
             {"type": "null"},
         ],
     }
+    # The SDK's service tiers, all accepted (none is applied: protocol/surface.py).
+    create["properties"]["service_tier"] = {
+        "description": "Accepted, echoed in the Response, not applied (named in `x-gateway-ignored-fields`).",
+        "anyOf": [{"type": "string", "enum": sorted(SERVICE_TIERS)}, {"type": "null"}],
+    }
     create["anyOf"] = [_present("input"), _present("previous_response_id"), _present("conversation")]
     create["not"] = {"allOf": [_present("previous_response_id"), _present("conversation")]}
     for name, (lowest, highest, integer) in NUMBER_BOUNDS.items():
@@ -245,7 +250,11 @@ def _output_item_params() -> dict[str, Any]:
         {"required": ["id"], "properties": {"id": _NAME}},
     ]
     for kind in sorted(HOSTED_ITEM_TYPES):
-        schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {"id": _NAME})
+        if kind in HOSTED_ITEM_ID_OPTIONAL:  # a client-run tool search's items may name their call alone
+            optional_id = {"id": {"oneOf": [_NAME, {"type": "null"}]}}
+            schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {}, optional_id)
+        else:
+            schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {"id": _NAME})
     mcp_tool = {"server_label": _NAME, "name": _NAME, "arguments": {"type": "string"}}
     schemas["Gateway_mcp_call_ItemParam"] = _item(
         "mcp_call",

@@ -28,7 +28,7 @@ from .auth import Principal
 from .drf import ApiRequest, ApiView
 from .exception_handlers import json_response
 from .metrics import upstream_error
-from .openapi import json_body, rate_limited
+from .openapi import json_body, rate_limited, response_header
 
 log = logging.getLogger("gateway.passthrough")
 
@@ -274,6 +274,13 @@ class ChatCompletionsView(ApiView):
             (200, "text/event-stream"): OpenApiResponse({"type": "object"}),
             **rate_limited(),
         },
+        parameters=[
+            response_header(
+                "x-gateway-ignored-fields",
+                "On a route translated to a Responses or Anthropic upstream: the fields accepted but "
+                "not applied (comma-separated).",
+            )
+        ],
     )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
         return await _relay(

@@ -335,12 +335,12 @@ CLIENT_TOOL_ITEM_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
 
 # Hosted items whose id the SDK's input params leave optional: a client-run tool search
 # (`execution: "client"`) answers the model's call with a `tool_search_output` naming only its call.
-_HOSTED_ID_OPTIONAL = frozenset({"tool_search_call", "tool_search_output"})
+HOSTED_ITEM_ID_OPTIONAL = frozenset({"tool_search_call", "tool_search_output"})
 
 
 def _hosted_tool_item(raw: dict, param: str) -> dict:
     """An item a hosted tool produced (web_search_call, ...): history the gateway keeps, not runs."""
-    if raw["type"] in _HOSTED_ID_OPTIONAL and raw.get("id") is None:
+    if raw["type"] in HOSTED_ITEM_ID_OPTIONAL and raw.get("id") is None:
         return {**raw, "id": new_id("ts")}
     _require_str(raw, "id", param, allow_empty=False)
     return dict(raw)
