@@ -409,14 +409,21 @@ for _name in REQUEST_FIELDS:
         _PARTS[_outer] = (*_PARTS.get(_outer, ()), _inner)
 
 
+# Fields every kind applies (or refuses), with no part classified apart: never a candidate.
+_QUIET = frozenset(name for name in REQUEST_FIELDS if name not in _MAYBE_ANNOUNCED and name not in _PARTS)
+
+
 def unapplied_candidates(body: dict[str, Any]) -> tuple[str, ...]:
     """The fields (and dotted parts) of a create body that some upstream kind does not apply,
     or that no entry classifies (a newer SDK's): what `unapplied_fields` picks from once the
     route's kinds are known. A part is a key of an object field or a value of an array field
     (`include`); a default (`text.format` of type `text`) asks for nothing."""
+    noisy = body.keys() - _QUIET  # most requests: only fields every kind applies
+    if not noisy:
+        return ()
     found: list[str] = []
     for name, value in body.items():
-        if value is None:
+        if value is None or name not in noisy:
             continue
         parts = _PARTS.get(name)
         if parts is None:
@@ -446,11 +453,15 @@ def unapplied_fields(candidates: tuple[str, ...], kinds: frozenset[str] | set[st
     apply (any kind that does not: which target answers is known only after the fallback)."""
     if not candidates:
         return []
-    return [
-        name
-        for name in candidates
-        if name not in REQUEST_FIELDS or any(name in ANNOUNCED_FIELDS.get(kind, ()) for kind in kinds)
-    ]
+    key = frozenset(kinds)
+    announced = _announced_on.get(key)
+    if announced is None:
+        announced = _announced_on[key] = frozenset().union(*(ANNOUNCED_FIELDS.get(kind, ()) for kind in key))
+    return [name for name in candidates if name in announced or name not in REQUEST_FIELDS]
+
+
+# The fields announced on a route, by the kinds of its targets (a handful of combinations).
+_announced_on: dict[frozenset[str], frozenset[str]] = {}
 
 
 def unapplied_chat_fields(body: dict[str, Any], kind: str) -> list[str]:
