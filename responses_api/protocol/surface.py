@@ -400,8 +400,15 @@ SENT_FIELDS = {
 # Per upstream kind, the fields (and parts, dotted) that kind does not apply.
 ANNOUNCED_FIELDS = {kind: _announced(REQUEST_FIELDS, kind) for kind in UPSTREAM_KINDS}
 ANNOUNCED_CHAT_FIELDS = {kind: _announced(CHAT_FIELDS, kind) for kind in UPSTREAM_KINDS}
-# Fields some kind does not apply, and the parts of fields classified apart.
-_MAYBE_ANNOUNCED = frozenset().union(*ANNOUNCED_FIELDS.values())
+# Per upstream kind, the fields that kind refuses, and why (those every kind refuses are the
+# parser's REFUSED_REQUEST_FIELDS; the others are refused once the route is known).
+REFUSED_ON = {
+    kind: {name: field.why for name, field in REQUEST_FIELDS.items() if field.on(kind).handling is Handling.REFUSED}
+    for kind in UPSTREAM_KINDS
+}
+# Fields some kind does not apply or refuses (but not every kind), and the parts of fields
+# classified apart: what a request's candidates are picked from.
+_MAYBE_ANNOUNCED = frozenset().union(*ANNOUNCED_FIELDS.values(), *REFUSED_ON.values()) - set(REFUSED_REQUEST_FIELDS)
 _PARTS: dict[str, tuple[str, ...]] = {}
 for _name in REQUEST_FIELDS:
     if "." in _name:
@@ -409,14 +416,15 @@ for _name in REQUEST_FIELDS:
         _PARTS[_outer] = (*_PARTS.get(_outer, ()), _inner)
 
 
-# Fields every kind applies (or refuses), with no part classified apart: never a candidate.
+# Fields every kind applies (or every kind refuses: the parser did), with no part classified
+# apart: never a candidate.
 _QUIET = frozenset(name for name in REQUEST_FIELDS if name not in _MAYBE_ANNOUNCED and name not in _PARTS)
 
 
 def unapplied_candidates(body: dict[str, Any]) -> tuple[str, ...]:
-    """The fields (and dotted parts) of a create body that some upstream kind does not apply,
-    or that no entry classifies (a newer SDK's): what `unapplied_fields` picks from once the
-    route's kinds are known. A part is a key of an object field or a value of an array field
+    """The fields (and dotted parts) of a create body that some upstream kind does not apply
+    or refuses, or that no entry classifies (a newer SDK's): what `refused_on_route` and
+    `unapplied_fields` pick from once the route's kinds are known. A part is a key of an object field or a value of an array field
     (`include`); a default (`text.format` of type `text`) asks for nothing."""
     noisy = body.keys() - _QUIET  # most requests: only fields every kind applies
     if not noisy:
@@ -458,6 +466,16 @@ def unapplied_fields(candidates: tuple[str, ...], kinds: frozenset[str] | set[st
     if announced is None:
         announced = _announced_on[key] = frozenset().union(*(ANNOUNCED_FIELDS.get(kind, ()) for kind in key))
     return [name for name in candidates if name in announced or name not in REQUEST_FIELDS]
+
+
+def refused_on_route(candidates: tuple[str, ...], kinds: frozenset[str] | set[str]) -> tuple[str, str] | None:
+    """The first candidate a kind of the route refuses, and why (None: none is)."""
+    for name in candidates:
+        for kind in kinds:
+            why = REFUSED_ON.get(kind, {}).get(name)
+            if why is not None:
+                return name, why
+    return None
 
 
 # The fields announced on a route, by the kinds of its targets (a handful of combinations).

@@ -246,18 +246,24 @@ def _check_difference(dialect: Any, name: str, value: Any, without: dict[str, An
 @pytest.mark.parametrize("kind", surface.UPSTREAM_KINDS)
 @pytest.mark.parametrize("name", [n for n in surface.REQUEST_FIELDS if n != "model"])
 def test_each_request_field_does_on_each_upstream_kind_what_the_table_says(kind: str, name: str) -> None:
-    dialect = surface.REQUEST_FIELDS[name].on(kind)
+    field = surface.REQUEST_FIELDS[name]
+    dialect = field.on(kind)
     value, context = SAMPLES[name]
     base = {"model": "route", "input": "hi", **context}
     sent = _with(base, name, value)
-    if dialect.handling is Handling.REFUSED:
+    if field.treatment is Treatment.REFUSED:  # by every kind: the parser refuses it
         with pytest.raises(InvalidRequest) as refused:
             parse_create_request(sent)
         assert refused.value.param == name
         assert surface.REFUSED_REQUEST_FIELDS[name] in refused.value.message
         return
+    candidates = parse_create_request(sent).unapplied_candidates
+    refused_here = surface.refused_on_route(candidates, {kind})  # toolplan.plan_tools refuses it
+    assert refused_here == ((name, field.why) if dialect.handling is Handling.REFUSED else None)
+    if refused_here is not None:
+        return
     _check_difference(dialect, name, value, _build(kind, base), _build(kind, sent))
-    announced = surface.unapplied_fields(parse_create_request(sent).unapplied_candidates, {kind})
+    announced = surface.unapplied_fields(candidates, {kind})
     named = any(a == name or a.startswith(name + ".") for a in announced)
     assert named is (dialect.handling is Handling.ANNOUNCED), announced
 
