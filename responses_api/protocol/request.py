@@ -238,8 +238,8 @@ def _include(value: Any) -> list[str]:
     return list(dict.fromkeys(value))
 
 
-# Known fields the gateway accepts without acting on them: their shape is still checked, so
-# a wrong value is the client's 400 (as OpenAI answers it), not silently nothing.
+# Fields the gateway accepts without acting on them (announced: protocol/surface.py): their
+# shape is still checked, so a wrong value is the client's 400 (as OpenAI answers it).
 _SHAPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "prompt": (dict, "an object"),
     "stream_options": (dict, "an object"),
