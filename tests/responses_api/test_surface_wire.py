@@ -6,6 +6,7 @@ access-log line (WebSocket); refused ones and the beta surface are a 400 naming 
 from __future__ import annotations
 
 import json
+import time
 
 import openai
 import pytest
@@ -61,6 +62,9 @@ def test_a_websocket_turn_names_what_it_did_not_apply_on_its_access_line(
     scripted.enqueue(MODEL, Reply(text="hello"))
     with socket(gateway) as ws:
         completed(ws, input="hi", stream=True, prompt_cache_key="k1", text={"verbosity": "low"})
+    deadline = time.monotonic() + 5  # the line is written once the turn's last event is sent
+    while not access_log.websocket_turns() and time.monotonic() < deadline:
+        time.sleep(0.02)
     (line,) = access_log.websocket_turns()
     assert line["ignored_fields"] == ["prompt_cache_key", "text.verbosity"]
 

@@ -20,6 +20,14 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from responses_api.protocol.surface import SERVER_EVENTS, Treatment
+
+# The event types the surface classification says the gateway sends (served, or relayed for a
+# hosted call a responses upstream ran).
+_SENT_BY_THE_GATEWAY = frozenset(
+    name for name, entry in SERVER_EVENTS.items() if entry.treatment in (Treatment.SERVED, Treatment.PASSED_THROUGH)
+)
+
 __all__ = [
     "OPENAI_SPEC_PATH",
     "SPEC_PATH",
@@ -761,6 +769,12 @@ class _Checker:
             raise self.fail("terminal-last", f"{etype} after the terminal event (event #{self.terminal_index})")
         if etype.startswith("gateway:"):
             return  # custom events: clients ignore them; only their numbering matters
+        if etype not in _SENT_BY_THE_GATEWAY:
+            # responses_api/protocol/surface.py says which events the gateway sends: every
+            # stream a test validates checks the claim.
+            entry = SERVER_EVENTS.get(etype)
+            said = f"classified '{entry.treatment}' ({entry.note})" if entry else "not classified"
+            raise self.fail("surface", f"{etype} is {said} in protocol/surface.py, yet the gateway sent it")
         if self.pending_error is not None and etype != "response.failed":
             raise self.fail("error-placement", f"{etype} after an error event; only response.failed may follow it")
 
