@@ -9,6 +9,10 @@ signature sealed into the item's `encrypted_content` and sent back with it on la
 reasons: end_turn/stop_sequence/pause_turn -> stop, max_tokens -> length, tool_use ->
 tool_calls, refusal -> content_filter. Usage counts cache reads and writes as input tokens
 (OpenAI's convention), cache reads also as cached tokens.
+
+`text.format` (json_schema, json_object) becomes Anthropic's structured output,
+`output_config.format` (GA; the provider option `structured_outputs: "output_format"` sends the
+earlier beta's top-level `output_format` instead, with its `anthropic-beta` header).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from .request import CreateRequest
 from .tools import Tool, chosen_upstream_name, namespaced_name
 
 API_VERSION = "2023-06-01"
+# The beta that introduced structured outputs (top-level `output_format`), before they became
+# `output_config.format`; some Anthropic-compatible servers still speak only the beta.
+STRUCTURED_OUTPUTS_BETA = "structured-outputs-2025-11-13"
 DEFAULT_MAX_TOKENS = 4096  # the API requires max_tokens; a provider's options may set another
 THINKING_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
 _STOP = {
@@ -88,8 +95,29 @@ def build_messages_request(
         body["max_tokens"] = max(body["max_tokens"], budget + 1024)
         body.pop("temperature", None)  # thinking allows no temperature other than the default
         body.pop("top_p", None)
-    body.update(options.get("extra_body") or {})
+    output_format = structured_output(req.text)
+    if output_format is not None:
+        if options.get("structured_outputs") == "output_format":
+            body["output_format"] = output_format
+        else:
+            body["output_config"] = {"format": output_format}
+    extra = dict(options.get("extra_body") or {})
+    if isinstance(extra.get("output_config"), dict) and "output_config" in body:
+        extra["output_config"] = {**extra["output_config"], **body["output_config"]}  # the client's format wins
+    body.update(extra)
     return body
+
+
+def structured_output(text: dict[str, Any]) -> dict[str, Any] | None:
+    """`text.format` as Anthropic's JSON output format: a json_schema's schema as it is (the
+    API constrains decoding to it; `strict` has no counterpart, it always applies); json_object,
+    which Anthropic has no mode for, as the schema of any object. None for plain text."""
+    fmt = (text or {}).get("format") or {}
+    if fmt.get("type") == "json_schema":
+        return {"type": "json_schema", "schema": fmt["schema"]}
+    if fmt.get("type") == "json_object":
+        return {"type": "json_schema", "schema": {"type": "object"}}
+    return None
 
 
 def _tool_param(tool: Tool) -> dict[str, Any]:
