@@ -10,7 +10,9 @@ reasons: end_turn/stop_sequence/pause_turn -> stop, max_tokens -> length, tool_u
 tool_calls, refusal -> content_filter. Usage counts cache reads and writes as input tokens
 (OpenAI's convention), cache reads also as cached tokens.
 
-`text.format` (json_schema, json_object) becomes Anthropic's structured output,
+Prompt caching (protocol/caching.py): `prompt_cache_breakpoint`s and the cache options become
+`cache_control` marks on content blocks; `service_tier` becomes Anthropic's (`auto`,
+`standard_only`). `text.format` (json_schema, json_object) becomes Anthropic's structured output,
 `output_config.format` (GA; the provider option `structured_outputs: "output_format"` sends the
 earlier beta's top-level `output_format` instead, with its `anthropic-beta` header).
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .caching import ANTHROPIC_SERVICE_TIERS, cache_control, place_anthropic_breakpoints
 from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
     Delta,
@@ -64,6 +67,7 @@ def build_messages_request(
     options = options or {}
     tools = req.tools if tools is None else tools
     system, messages = to_messages(items, req.instructions)
+    place_anthropic_breakpoints(messages, req)
     body: dict[str, Any] = {
         "model": upstream_model,
         "max_tokens": req.max_output_tokens or int(options.get("max_tokens", DEFAULT_MAX_TOKENS)),
@@ -95,6 +99,9 @@ def build_messages_request(
         body["max_tokens"] = max(body["max_tokens"], budget + 1024)
         body.pop("temperature", None)  # thinking allows no temperature other than the default
         body.pop("top_p", None)
+    tier = ANTHROPIC_SERVICE_TIERS.get(req.service_tier or "")
+    if tier:
+        body["service_tier"] = tier
     output_format = structured_output(req.text)
     if output_format is not None:
         if options.get("structured_outputs") == "output_format":
@@ -160,16 +167,15 @@ def to_messages(items: list[dict[str, Any]], instructions: str | None) -> tuple[
             add("assistant", [{"type": "tool_use", "id": call_id, "name": name, "input": _json_object(arguments)}])
         elif kind == "function_call_output":
             output = item["output"]
-            add(
-                "user",
-                [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": item["call_id"],
-                        "content": output if isinstance(output, str) else _text_of(output),
-                    }
-                ],
-            )
+            result = {
+                "type": "tool_result",
+                "tool_use_id": item["call_id"],
+                "content": output if isinstance(output, str) else _text_of(output),
+            }
+            marks = [] if isinstance(output, str) else [p for p in output if p.get("prompt_cache_breakpoint")]
+            if marks:
+                result["cache_control"] = cache_control(marks[-1]["prompt_cache_breakpoint"])
+            add("user", [result])
         elif kind in OUTPUT_ITEM_TYPES:
             add("user", [{"type": "tool_result", "tool_use_id": item["call_id"], "content": output_as_text(item)}])
         elif kind == "reasoning" and item.get("signature"):
@@ -213,6 +219,10 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
             blocks.append({"type": "document", "source": source})
         elif kind == "input_file" and part.get("file_url"):
             blocks.append({"type": "document", "source": {"type": "url", "url": part["file_url"]}})
+        else:
+            continue
+        if part.get("prompt_cache_breakpoint"):
+            blocks[-1]["cache_control"] = cache_control(part["prompt_cache_breakpoint"])
     return blocks
 
 
