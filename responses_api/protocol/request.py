@@ -75,6 +75,9 @@ class CreateRequest:
     # `prewarm` is the gateway's: `generate` below).
     prompt_cache_options: dict[str, Any] | None = None
     service_tier: str | None = None
+    # `context_management: [{"type": "compaction", "compact_threshold": N}]`: compact first when a
+    # model call's context passes N tokens (engine/autocompact.py). 0: at the route's window.
+    compact_threshold: int | None = None
     # The input ended with a `compaction_trigger` (taken off `input_items`): the answer is one
     # `compaction` item summarising the context (compaction v2, Codex's remote compaction).
     compact: bool = False
@@ -374,7 +377,34 @@ def parse_create_request(body: Any) -> CreateRequest:
         service_tier=service_tier,
         compact=compact,
         generate=generate,
+        compact_threshold=_compact_threshold(body.get("context_management")),
     )
+
+
+def _compact_threshold(entries: Any) -> int | None:
+    """The token threshold of `context_management`'s compaction entry: None without one, 0 when
+    it sets none (the gateway picks one from the route's context window)."""
+    threshold: int | None = None
+    for i, entry in enumerate(entries or []):
+        param = f"context_management[{i}]"
+        expect(entry, dict, param, "an object")
+        if entry.get("type") != "compaction":
+            raise InvalidRequest(
+                f"Invalid value for '{param}.type': {entry.get('type')!r}; the only context management is 'compaction'.",
+                param=f"{param}.type",
+            )
+        value = entry.get("compact_threshold")
+        if value is None:
+            threshold = 0
+            continue
+        expect(value, int, f"{param}.compact_threshold", "an integer")
+        if value < 1:
+            raise InvalidRequest(
+                f"Invalid '{param}.compact_threshold': {value}; expected a positive number of tokens.",
+                param=f"{param}.compact_threshold",
+            )
+        threshold = value
+    return threshold
 
 
 def _prompt_cache_retention(body: dict) -> str | None:
