@@ -50,11 +50,15 @@ def place_anthropic_breakpoints(messages: list[dict[str, Any]], req: CreateReque
     had breakpoints): the implicit one at the end of the prompt, the latest explicit ones up to
     the limit, lifetimes as the request asks, and longer lifetimes before shorter ones (the
     API refuses a 1-hour mark after a 5-minute one)."""
+    for message in messages:
+        for block in message["content"]:
+            if "cache_control" in block and not _cacheable(block):
+                del block["cache_control"]
     marked = [b for m in messages for b in m["content"] if "cache_control" in b]
     mode = (req.prompt_cache_options or {}).get("mode", "implicit")
     implicit: dict[str, Any] | None = None
     if mode == "implicit" and (marked or asks_for_caching(req)) and messages:
-        cacheable = [b for b in messages[-1]["content"] if b.get("type") not in _UNCACHEABLE_BLOCKS]
+        cacheable = [b for b in messages[-1]["content"] if _cacheable(b)]
         if cacheable:
             implicit = cacheable[-1]
     adds_one = implicit is not None and not any(b is implicit for b in marked)
@@ -73,6 +77,13 @@ def place_anthropic_breakpoints(messages: list[dict[str, Any]], req: CreateReque
             longer_later = True
         elif longer_later:
             mark["ttl"] = ANTHROPIC_LONG_TTL
+
+
+def _cacheable(block: dict[str, Any]) -> bool:
+    """Whether Anthropic takes a cache_control on the block (not on thinking, nor on empty text)."""
+    if block.get("type") in _UNCACHEABLE_BLOCKS:
+        return False
+    return block.get("type") != "text" or bool(block.get("text"))
 
 
 def upstream_cache_fields(req: CreateRequest) -> dict[str, Any]:
