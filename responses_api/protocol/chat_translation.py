@@ -139,6 +139,7 @@ def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
                 "name": schema.get("name", "response"),
                 "schema": schema.get("schema") or {},
                 "strict": schema.get("strict"),
+                **({"description": schema["description"]} if schema.get("description") is not None else {}),
             }
         }
     elif isinstance(fmt, dict) and fmt.get("type") == "json_object":
