@@ -160,3 +160,24 @@ def test_below_the_threshold_nothing_is_compacted(gateway: Gateway, scripted: Sc
 def test_bad_context_management_is_a_400_naming_the_field(gateway: Gateway, entries: list, param: str) -> None:
     answer = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "x", "context_management": entries})
     assert answer.status_code == 400 and answer.json()["error"]["param"] == param
+
+
+def test_a_background_run_compacts_on_the_worker_and_its_log_replays_valid(  # type: ignore[no-untyped-def]
+    gateway: Gateway, scripted: ScriptedUpstream, worker
+) -> None:
+    from tests.responses_api.test_background import poll, read_log
+
+    summaries = script(scripted, MODEL)
+    history = [{"role": "user", "content": f"Earlier message {n}: " + "some context " * 30} for n in range(4)]
+    created = gateway.openai().responses.create(
+        model=MODEL,
+        input=[*history, {"role": "user", "content": "And now?"}],
+        context_management=[{"type": "compaction", "compact_threshold": THRESHOLD}],
+        background=True,
+    )
+    final = poll(gateway, created.id)
+    assert [o["type"] for o in final["output"]] == ["compaction", "message"] and len(summaries) == 1
+    events = validate_sse(read_log(gateway, created.id), background=True, final_response=final)
+    assert events["id"] == created.id
+    raw = read_log(gateway, created.id).decode()
+    assert raw.count("response.compaction.compacting") == 2  # the event line and its type
