@@ -120,7 +120,11 @@ _PLUS_LOST = re.compile(r"(?<=\d) (\d\d(?::?\d\d)?)$")
 
 @extend_schema_field(
     {
-        "oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "format": "date-time"}],
+        # The maximum is the last second of year 9999, the end of what a timestamp can say.
+        "oneOf": [
+            {"type": "integer", "minimum": 0, "maximum": 253402300799},
+            {"type": "string", "format": "date-time"},
+        ],
         "description": "Unix time in seconds, or an ISO 8601 date or date-time (UTC unless it gives an offset).",
         "examples": [1767225600, "2026-01-01", "2026-01-01T09:30:00+02:00"],
     }
@@ -163,13 +167,14 @@ class CommaSeparatedField(serializers.ListField):
 class DeepObjectField(serializers.DictField):
     """`metadata[project]=alpha&metadata[env]=prod`: each key given once; sorted by key."""
 
-    KEY = re.compile(r"^[^\[\]]{1,64}$")
+    KEY = re.compile(r"^[^\[\]\x00]{1,64}$")
 
     def __init__(self, *, max_keys: int, max_value_length: int, **kwargs: Any) -> None:
         self.max_keys = max_keys
         self.openapi_schema = {
             "type": "object",
-            "additionalProperties": {"type": "string", "maxLength": max_value_length},
+            "additionalProperties": {"type": "string", "maxLength": max_value_length, "pattern": "^[^\\x00]*$"},
+            "propertyNames": {"pattern": self.KEY.pattern},
             "maxProperties": max_keys,
         }
         super().__init__(child=serializers.CharField(max_length=max_value_length, allow_blank=True), **kwargs)
@@ -218,7 +223,10 @@ def _choice(choices: tuple[str, ...]) -> serializers.ChoiceField:
 
 
 def _text(help_text: str, max_length: int = 200) -> serializers.CharField:
-    return serializers.CharField(max_length=max_length, default=None, help_text=help_text)
+    # Taken as given: a value of spaces is a filter or cursor that matches nothing, not "absent".
+    return serializers.CharField(
+        min_length=1, max_length=max_length, trim_whitespace=False, default=None, help_text=help_text
+    )
 
 
 def _after(what: str) -> serializers.CharField:

@@ -120,7 +120,7 @@ def test_usage_per_model_per_day_by_default(api: HistoryApi) -> None:
 def test_usage_by_tenant_needs_an_admin_key(api: HistoryApi) -> None:
     make_response(api.tenant_id, input_tokens=10, output_tokens=1)
     make_response(api.other_tenant_id, input_tokens=20, output_tokens=2)
-    error = api.error("/v1/usage", {"group_by": "tenant"})
+    error = api.error("/v1/usage", {"group_by": "tenant"}, status=403)
     assert error["param"] == "group_by" and error["code"] == "admin_key_required"
     rows = api.ok("/v1/usage", {"group_by": "tenant"}, key=api.admin_key)["data"]
     assert [(r["tenant"], r["total_tokens"]) for r in rows] == [("acme", 11), ("globex", 22)]
