@@ -422,6 +422,8 @@ def _compact_threshold(entries: Any) -> int | None:
         if value is None:
             threshold = 0
             continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON has one number type: 3.0 is the integer 3
         expect(value, int, f"{param}.compact_threshold", "an integer")
         if value < 1:
             raise InvalidRequest(
@@ -434,7 +436,7 @@ def _compact_threshold(entries: Any) -> int | None:
 
 def _prompt_cache_retention(body: dict) -> str | None:
     value = body.get("prompt_cache_retention")
-    if value is not None and value not in PROMPT_CACHE_RETENTIONS:
+    if value is not None and (not isinstance(value, str) or value not in PROMPT_CACHE_RETENTIONS):
         raise InvalidRequest(
             f"Invalid value for 'prompt_cache_retention': {value!r}; expected 'in_memory' or '24h'.",
             param="prompt_cache_retention",
@@ -449,7 +451,7 @@ def _prompt_cache_options(body: dict) -> dict[str, Any] | None:
     out: dict[str, Any] = {}
     mode = options.get("mode")
     if mode is not None:
-        if mode not in PROMPT_CACHE_MODES:
+        if not isinstance(mode, str) or mode not in PROMPT_CACHE_MODES:
             raise InvalidRequest(
                 f"Invalid value for 'prompt_cache_options.mode': {mode!r}; expected 'implicit' or 'explicit'.",
                 param="prompt_cache_options.mode",

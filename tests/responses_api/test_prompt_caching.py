@@ -256,3 +256,19 @@ def test_chat_completions_upstreams_only_where_the_provider_takes_them(
 def test_bad_cache_fields_are_a_400_naming_them(gateway: Gateway, extra: dict, param: str) -> None:
     answer = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "x", **extra})
     assert answer.status_code == 400 and answer.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"prompt_cache_retention": ["24h"]}, "prompt_cache_retention"),
+        ({"prompt_cache_options": {"mode": {"a": 1}}}, "prompt_cache_options.mode"),
+        (
+            {"context_management": [{"type": "compaction", "compact_threshold": 2.5}]},
+            "context_management[0].compact_threshold",
+        ),
+    ],
+)
+def test_values_of_the_wrong_type_are_a_400_not_a_500(gateway: Gateway, extra: dict, param: str) -> None:
+    answer = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "x", **extra})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == param
