@@ -12,9 +12,10 @@ tool_calls, refusal -> content_filter. Usage counts cache reads and writes as in
 
 Prompt caching (protocol/caching.py): `prompt_cache_breakpoint`s and the cache options become
 `cache_control` marks on content blocks; `service_tier` becomes Anthropic's (`auto`,
-`standard_only`). `text.format` (json_schema, json_object) becomes Anthropic's structured output,
-`output_config.format` (GA; the provider option `structured_outputs: "output_format"` sends the
-earlier beta's top-level `output_format` instead, with its `anthropic-beta` header).
+`standard_only`). `text.format` json_schema becomes Anthropic's structured output, `output_config.format` (GA;
+the provider option `structured_outputs: "output_format"` sends the earlier beta's top-level
+`output_format` instead, with its `anthropic-beta` header); json_object, which has no
+counterpart, an instruction in the system prompt.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .anthropic_schema import anthropic_json_schema
 from .caching import ANTHROPIC_SERVICE_TIERS, cache_control, place_anthropic_breakpoints
 from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
@@ -42,6 +44,11 @@ API_VERSION = "2023-06-01"
 # The beta that introduced structured outputs (top-level `output_format`), before they became
 # `output_config.format`; some Anthropic-compatible servers still speak only the beta.
 STRUCTURED_OUTPUTS_BETA = "structured-outputs-2025-11-13"
+# json_object (OpenAI's JSON mode) has no Anthropic counterpart: structured outputs take only
+# closed object schemas (`additionalProperties: false`), which no schema of "any object" is. The
+# mode is asked of the model in the system prompt instead, as OpenAI's JSON mode itself requires
+# the prompt to ask for JSON.
+JSON_OBJECT_INSTRUCTION = "Answer with one valid JSON object and nothing before or after it."
 DEFAULT_MAX_TOKENS = 4096  # the API requires max_tokens; a provider's options may set another
 THINKING_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
 _STOP = {
@@ -67,6 +74,8 @@ def build_messages_request(
     options = options or {}
     tools = req.tools if tools is None else tools
     system, messages = to_messages(items, req.instructions)
+    if (req.text or {}).get("format", {}).get("type") == "json_object":
+        system = f"{system}\n\n{JSON_OBJECT_INSTRUCTION}" if system else JSON_OBJECT_INSTRUCTION
     place_anthropic_breakpoints(messages, req)
     body: dict[str, Any] = {
         "model": upstream_model,
@@ -116,14 +125,12 @@ def build_messages_request(
 
 
 def structured_output(text: dict[str, Any]) -> dict[str, Any] | None:
-    """`text.format` as Anthropic's JSON output format: a json_schema's schema as it is (the
-    API constrains decoding to it; `strict` has no counterpart, it always applies); json_object,
-    which Anthropic has no mode for, as the schema of any object. None for plain text."""
+    """`text.format` json_schema as Anthropic's JSON output format: the schema in the subset its
+    decoder takes (anthropic_schema.py; `strict` has no counterpart, the schema always binds).
+    None for text and json_object (see JSON_OBJECT_INSTRUCTION)."""
     fmt = (text or {}).get("format") or {}
     if fmt.get("type") == "json_schema":
-        return {"type": "json_schema", "schema": fmt["schema"]}
-    if fmt.get("type") == "json_object":
-        return {"type": "json_schema", "schema": {"type": "object"}}
+        return {"type": "json_schema", "schema": anthropic_json_schema(fmt["schema"])}
     return None
 
 

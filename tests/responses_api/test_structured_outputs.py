@@ -11,8 +11,9 @@ import json
 
 import openai
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from responses_api.protocol.anthropic import JSON_OBJECT_INSTRUCTION
 from tests.responses_api.test_anthropic import CLAUDE, anthropic, sent  # noqa: F401 - the fixture
 from tests.responses_api.test_native_responses import NATIVE, native  # noqa: F401 - the fixture
 from tests.support.harness import MODEL, Gateway
@@ -25,6 +26,12 @@ pytestmark = pytest.mark.embedded
 class Pet(BaseModel):
     name: str
     age: int
+
+
+class Owner(BaseModel):
+    name: str = Field(min_length=1, description="Full name.")
+    pets: list[Pet]
+    since: int | None = Field(ge=1900)
 
 
 ANSWER = '{"name":"Rex","age":3}'
@@ -96,9 +103,14 @@ def test_json_object_and_chat_response_format_on_an_anthropic_route(
 ) -> None:
     scripted.set_default("claude-up", Reply(text=ANSWER))
     client = anthropic.openai()
-    answer = client.responses.create(model=CLAUDE, input="JSON please", text={"format": {"type": "json_object"}})
+    # JSON mode has no Anthropic counterpart (its structured outputs take closed object schemas
+    # only): the model is asked in the system prompt.
+    answer = client.responses.create(
+        model=CLAUDE, input="JSON please", instructions="Be brief.", text={"format": {"type": "json_object"}}
+    )
     assert json.loads(answer.output_text) == {"name": "Rex", "age": 3}
-    assert sent(scripted)[-1].body["output_config"] == {"format": {"type": "json_schema", "schema": {"type": "object"}}}
+    body = sent(scripted)[-1].body
+    assert "output_config" not in body and body["system"] == f"Be brief.\n\n{JSON_OBJECT_INSTRUCTION}"
 
     completion = client.chat.completions.parse(
         model=CLAUDE, messages=[{"role": "user", "content": "Describe the dog."}], response_format=Pet
@@ -118,7 +130,7 @@ def test_json_object_and_chat_response_format_on_an_anthropic_route(
     chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert json.loads(text) == {"name": "Rex", "age": 3}
-    assert sent(scripted)[-1].body["output_config"]["format"]["schema"] == {"type": "object"}
+    assert sent(scripted)[-1].body["system"] == JSON_OBJECT_INSTRUCTION
 
 
 def test_a_server_that_refuses_the_field_is_the_clients_error(
@@ -162,3 +174,33 @@ def test_the_beta_shape_for_servers_that_speak_only_the_beta(
     request = sent(scripted)[-1]
     assert "output_config" not in request.body and request.body["output_format"]["type"] == "json_schema"
     assert request.headers["anthropic-beta"] == "other-beta,structured-outputs-2025-11-13"
+
+
+def test_schemas_outside_anthropics_subset_are_brought_into_it(
+    anthropic: Gateway,  # noqa: F811 - the fixture
+    scripted: ScriptedUpstream,
+) -> None:
+    """Constraints Anthropic's decoder does not take move into the description (as Anthropic's
+    SDKs do), objects are closed; the scripted server refuses what Anthropic refuses."""
+    answer = '{"name":"Ann","pets":[{"name":"Rex","age":3}],"since":2001}'
+    scripted.set_default("claude-up", Reply(text=answer))
+    client = anthropic.openai()
+    parsed = client.responses.parse(model=CLAUDE, input="Who owns Rex?", text_format=Owner)
+    assert parsed.output_parsed == Owner(name="Ann", pets=[Pet(name="Rex", age=3)], since=2001)
+    schema = upstream_schema("anthropic", sent(scripted)[-1].body)
+    assert schema["properties"]["name"]["description"] == "Full name.\n\n{minLength: 1}"
+    since = schema["properties"]["since"]
+    assert since["anyOf"] == [{"type": "integer", "description": "{minimum: 1900}"}, {"type": "null"}]
+    # A schema sent without `strict` (objects left open): closed for Anthropic, answered.
+    open_schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array"}}}
+    loose = client.responses.create(
+        model=CLAUDE,
+        input="x",
+        text={"format": {"type": "json_schema", "name": "loose", "schema": open_schema}},
+    )
+    assert loose.output_text == answer
+    assert upstream_schema("anthropic", sent(scripted)[-1].body) == {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "tags": {"type": "array"}},
+        "additionalProperties": False,
+    }

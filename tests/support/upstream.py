@@ -217,11 +217,37 @@ def _messages_as_chat(body: dict[str, Any]) -> dict[str, Any]:
 _CACHE_TTLS = {"5m": 0, "1h": 1}
 
 
+# JSON Schema keywords outside the subset Anthropic's structured outputs decode.
+_UNSUPPORTED_SCHEMA_KEYWORDS = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength", "pattern"}
+)
+
+
+def _schema_problem(schema: Any, param: str) -> str | None:
+    """What Anthropic refuses in a structured-output schema: an object that is not closed, a
+    keyword outside its subset (anywhere in the schema)."""
+    if isinstance(schema, list):
+        return next((p for p in (_schema_problem(s, param) for s in schema) if p), None)
+    if not isinstance(schema, dict):
+        return None
+    kinds = schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")]
+    if ("object" in kinds or "properties" in schema) and schema.get("additionalProperties") is not False:
+        return f"{param}: For 'object' type, 'additionalProperties' must be explicitly set to false"
+    unsupported = sorted(_UNSUPPORTED_SCHEMA_KEYWORDS & set(schema))
+    if unsupported:
+        return f"{param}: '{unsupported[0]}' is not supported"
+    nested = [*(schema.get("properties") or {}).values(), *(schema.get("$defs") or {}).values()]
+    nested += [schema[k] for k in ("items", "anyOf", "allOf", "oneOf") if k in schema]
+    return next((p for p in (_schema_problem(s, param) for s in nested) if p), None)
+
+
 def _output_format_problem(value: Any, param: str) -> str | None:
     if not isinstance(value, dict) or value.get("type") != "json_schema" or not isinstance(value.get("schema"), dict):
         return f"{param}: expected {{'type': 'json_schema', 'schema': {{...}}}}"
     extra = sorted(set(value) - {"type", "schema"})
-    return f"{param}.{extra[0]}: Extra inputs are not permitted" if extra else None
+    if extra:
+        return f"{param}.{extra[0]}: Extra inputs are not permitted"
+    return _schema_problem(value["schema"], f"{param}.schema")
 
 
 def _messages_problem(body: dict[str, Any], headers: dict[str, str]) -> str | None:
