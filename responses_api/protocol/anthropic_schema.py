@@ -33,7 +33,8 @@ def anthropic_json_schema(schema: Any) -> Any:
     for key in _KEPT:
         if key in rest:
             out[key] = rest.pop(key)
-    kinds = out.get("type") if isinstance(out.get("type"), list) else [out.get("type")]
+    kind = out.get("type")
+    kinds: list[Any] = kind if isinstance(kind, list) else [kind]
     if "object" in kinds or "properties" in rest:
         properties = rest.pop("properties", None)
         out["properties"] = {
