@@ -181,3 +181,38 @@ def test_a_background_run_compacts_on_the_worker_and_its_log_replays_valid(  # t
     assert events["id"] == created.id
     raw = read_log(gateway, created.id).decode()
     assert raw.count("response.compaction.compacting") == 2  # the event line and its type
+
+
+def test_between_the_steps_of_a_tool_loop(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook) -> None:  # type: ignore[no-untyped-def]
+    """A server tool's long output passes the threshold: the next step starts from a compaction
+    made after it, and the stream stays valid."""
+    from tests.support.harness import call
+    from tests.support.webhook import Route
+
+    webhook.routes["/weather"] = Route(handler=lambda c: {"city": c.json["city"], "forecast": "sunny and warm " * 150})
+    summaries: list[str] = []
+
+    def reply(body: dict[str, Any]) -> Reply | None:
+        if SUMMARY_REQUEST in last_user_text(body):
+            summaries.append("Summary: Paris is sunny and warm; the user wants the weather.")
+            return Reply(text=summaries[-1])
+        return None  # the queue answers
+
+    scripted.set_responder(MODEL, reply)
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "c1")]), Reply(text="Sunny."))
+    with gateway.http() as http:
+        raw = http.post(
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": "Weather in Paris?",
+                "tools": [{"type": "function", "name": "get_weather"}],
+                "context_management": [{"type": "compaction", "compact_threshold": THRESHOLD}],
+                "stream": True,
+            },
+        ).content
+    final = validate_sse(raw)
+    assert [o["type"] for o in final["output"]] == ["function_call", "function_call_output", "compaction", "message"]
+    last = scripted.model_calls[-1].body["messages"]
+    assert len(summaries) == 1 and [m["role"] for m in last] == ["user"]
+    assert last[0]["content"] == WHOLE_SUMMARY_PREFIX + summaries[0]
