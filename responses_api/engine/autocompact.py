@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from ..protocol.compaction import summary_payload
+from ..protocol.compaction import WHOLE_SUMMARY_PREFIX, summary_payload
 from ..protocol.events import Event
 from ..protocol.request import CreateRequest
 from ..protocol.tokens import estimate_request
@@ -44,15 +44,14 @@ class AutoCompaction:
 
     def due(self, items: list[dict[str, Any]], tools: list[Tool], req: CreateRequest) -> bool:
         """Whether these items (already starting at the last compaction) pass the threshold. A
-        context that is only a summary and what came after it is not compacted again."""
+        summary followed by at most one item is not compacted again: its summary would be no
+        smaller."""
         if items and items[0].get("type") == "message" and _is_summary(items[0]) and len(items) <= 2:
             return False
         return estimate_request(items, req.instructions, [t.as_dict() for t in tools]) > self.threshold
 
 
 def _is_summary(item: dict[str, Any]) -> bool:
-    from ..protocol.compaction import WHOLE_SUMMARY_PREFIX
-
     content = item.get("content") or []
     return bool(content) and str(content[0].get("text", "")).startswith(WHOLE_SUMMARY_PREFIX)
 

@@ -12,10 +12,10 @@ tool_calls, refusal -> content_filter. Usage counts cache reads and writes as in
 
 Prompt caching (protocol/caching.py): `prompt_cache_breakpoint`s and the cache options become
 `cache_control` marks on content blocks; `service_tier` becomes Anthropic's (`auto`,
-`standard_only`). `text.format` json_schema becomes Anthropic's structured output, `output_config.format` (GA;
-the provider option `structured_outputs: "output_format"` sends the earlier beta's top-level
-`output_format` instead, with its `anthropic-beta` header); json_object, which has no
-counterpart, an instruction in the system prompt.
+`standard_only`). `text.format` json_schema becomes Anthropic's structured output,
+`output_config.format` (GA; the provider option `structured_outputs: "output_format"` sends the
+earlier beta's top-level `output_format` instead, with its `anthropic-beta` header); json_object,
+which has no counterpart, an instruction in the system prompt.
 """
 
 from __future__ import annotations
