@@ -169,7 +169,7 @@ class MemoryLimitStore(LimitStore):
                 held = {k: v for k, v in self.leases.get(check.key, {}).items() if v > now}
                 self.leases[check.key] = held
                 if len(held) >= check.limit:
-                    return Decision(False, i, 1.0)
+                    return Decision(False, i, min(held.values()) - now)
             else:
                 spent = self._spent(check.key, now)
                 if spent is None:
@@ -281,7 +281,11 @@ for i = 1, n do
     level[i] = lv - cost
   elseif kind == 'lease' then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-    if redis.call('ZCARD', key) >= a then return {'deny', i, '1'} end
+    if redis.call('ZCARD', key) >= a then
+      -- the first lease to expire: when a slot frees at the latest, if its holder stopped
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      return {'deny', i, tostring(tonumber(first[2]) - now)}
+    end
   else
     local v = redis.call('HMGET', key, 'tokens', 'micro_usd')
     if not v[1] then return {'seed', i, '0'} end
@@ -739,6 +743,17 @@ def _refuse(check: Check, retry_after: float) -> None:
     seconds = max(1, math.ceil(retry_after))
     if check.kind == "budget":
         message = f"The {check.what} of {check.label} is spent; it renews in {_duration(retry_after)}."
+    elif check.kind == "lease":
+        # A slot frees when a request in flight ends, which nobody can foresee; what the gateway
+        # knows is when the first lease runs out if its process stopped: at most one
+        # GATEWAY_LEASE_SECONDS away where web processes renew their leases (liveness.py).
+        retry_after = min(retry_after, float(settings.GATEWAY_LEASE_SECONDS))
+        seconds = max(1, math.ceil(retry_after))
+        message = (
+            f"Rate limit reached for {check.label} on {check.what}: limit {check.limit}, all in flight. "
+            f"A slot frees when one of them ends, and in {_duration(retry_after)} at the latest "
+            "if the process serving it stopped."
+        )
     else:
         message = (
             f"Rate limit reached for {check.label} on {check.what}: limit {check.limit}. "
