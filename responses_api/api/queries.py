@@ -145,9 +145,10 @@ class TimestampField(serializers.Field):
                 return datetime.fromtimestamp(int(text), UTC)
             # An unencoded `+02:00` in a query string arrives as ` 02:00`.
             moment = datetime.fromisoformat(_PLUS_LOST.sub(r"+\1", text))
+            # In UTC: an offset can carry a moment past the first or last representable second.
+            return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
         except (ValueError, TypeError, OverflowError, OSError):
             self.fail("invalid")
-        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
     def to_representation(self, value: datetime) -> int:
         return int(value.timestamp())

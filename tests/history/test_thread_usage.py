@@ -135,6 +135,9 @@ def test_usage_by_tenant_needs_an_admin_key(api: HistoryApi) -> None:
         ({"start": "today"}, "start"),
         ({"end": "x"}, "end"),
         ({"model": ""}, "model"),
+        # Past the first or the last representable second once in UTC (a 500 before).
+        ({"end": "0001-01-01T00:00:01+01:00"}, "end"),
+        ({"start": "9999-12-31T23:59:59-01:00"}, "start"),
     ],
 )
 def test_usage_invalid_values(api: HistoryApi, params: dict, param: str) -> None:
