@@ -47,9 +47,34 @@ def _text_part(part: dict, param: str, kind: str) -> dict:
     return {"type": kind, "text": _require_str(part, "text", param)}
 
 
+def _cache_breakpoint(part: dict, param: str) -> dict | None:
+    """`prompt_cache_breakpoint` (newest SDK): `{"mode": "explicit", "ttl"?: "30m" | "12h"}`,
+    kept on the part so that each dialect can place its cache breakpoint there."""
+    value = part.get("prompt_cache_breakpoint")
+    if value is None:
+        return None
+    name = f"{param}.prompt_cache_breakpoint"
+    if not isinstance(value, dict):
+        raise _bad(f"Invalid type for '{name}': expected an object.", name)
+    if value.get("mode") != "explicit":
+        raise _bad(f"Invalid value for '{name}.mode': expected 'explicit'.", f"{name}.mode")
+    ttl = value.get("ttl")
+    if ttl is not None and not isinstance(ttl, str):  # '30m', '12h' today; the upstream judges the value
+        raise _bad(f"Invalid type for '{name}.ttl': expected a string.", f"{name}.ttl")
+    return {"mode": "explicit", **({"ttl": ttl} if ttl else {})}
+
+
 def _input_part(part: Any, param: str) -> dict:
     if not isinstance(part, dict):
         raise _bad(f"Invalid '{param}': expected a content part object.", param)
+    out = _input_part_fields(part, param)
+    breakpoint_ = _cache_breakpoint(part, param)
+    if breakpoint_ is not None:
+        out["prompt_cache_breakpoint"] = breakpoint_
+    return out
+
+
+def _input_part_fields(part: dict, param: str) -> dict:
     kind = part.get("type")
     if kind in ("input_text", "text"):
         return _text_part(part, param, "input_text")

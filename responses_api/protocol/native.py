@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .caching import upstream_cache_fields
 from .client_tools import CALL_ITEM_KIND, HOSTED_ITEM_TYPES, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
     Delta,
@@ -80,6 +81,11 @@ def build_responses_request(
         body["text"] = {"format": req.text["format"]}
     if req.reasoning:
         body["reasoning"] = {k: v for k, v in req.reasoning.items() if k in ("effort", "summary") and v}
+    # Prompt caching and the service tier are the upstream's to apply (content parts keep their
+    # `prompt_cache_breakpoint`s in `input`).
+    body.update(upstream_cache_fields(req))
+    if req.service_tier:
+        body["service_tier"] = req.service_tier
     body.update(extra_body or {})
     return body
 

@@ -35,8 +35,9 @@ REASONING_SUMMARIES = frozenset({"auto", "concise", "detailed"})
 VERBOSITIES = frozenset({"low", "medium", "high"})
 # Route names (models.ModelRoute.name) are at most this long: a longer model names none.
 MODEL_MAX_CHARS = 200
-# The SDK's values; none is applied (protocol/surface.py), the Response reports the one sent.
 SERVICE_TIERS = frozenset({"auto", "default", "flex", "priority", "scale", "fast", "ultrafast"})
+PROMPT_CACHE_RETENTIONS = frozenset({"in_memory", "24h"})
+PROMPT_CACHE_MODES = frozenset({"implicit", "explicit"})
 
 
 @dataclass(slots=True, frozen=True)
@@ -76,7 +77,14 @@ class CreateRequest:
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    # `prompt_cache_options` as an upstream may take it: mode, ttl, comparison_response_id (its
+    # `prewarm` is the gateway's: `generate` below).
+    prompt_cache_options: dict[str, Any] | None = None
     service_tier: str | None = None
+    # `context_management: [{"type": "compaction", "compact_threshold": N}]`: compact first when a
+    # model call's context passes N tokens (engine/autocompact.py). 0: at the route's window.
+    compact_threshold: int | None = None
     # The input ended with a `compaction_trigger` (taken off `input_items`): the answer is one
     # `compaction` item summarising the context (compaction v2, Codex's remote compaction).
     compact: bool = False
@@ -380,11 +388,78 @@ def parse_create_request(body: Any) -> CreateRequest:
         user=_optional_str(body, "user"),
         safety_identifier=_optional_str(body, "safety_identifier"),
         prompt_cache_key=_optional_str(body, "prompt_cache_key"),
+        prompt_cache_retention=_prompt_cache_retention(body),
+        prompt_cache_options=_prompt_cache_options(body),
         service_tier=service_tier,
         compact=compact,
         generate=generate,
         unapplied_candidates=unapplied_candidates(body),
+        compact_threshold=_compact_threshold(body.get("context_management")),
     )
+
+
+def _compact_threshold(entries: Any) -> int | None:
+    """The token threshold of `context_management`'s compaction entry: None without one, 0 when
+    it sets none (the gateway picks one from the route's context window)."""
+    threshold: int | None = None
+    for i, entry in enumerate(entries or []):
+        param = f"context_management[{i}]"
+        expect(entry, dict, param, "an object")
+        if entry.get("type") != "compaction":
+            raise InvalidRequest(
+                f"Invalid value for '{param}.type': {entry.get('type')!r}; the only context management is 'compaction'.",
+                param=f"{param}.type",
+            )
+        value = entry.get("compact_threshold")
+        if value is None:
+            threshold = 0
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON has one number type: 3.0 is the integer 3
+        expect(value, int, f"{param}.compact_threshold", "an integer")
+        if value < 1:
+            raise InvalidRequest(
+                f"Invalid '{param}.compact_threshold': {value}; expected a positive number of tokens.",
+                param=f"{param}.compact_threshold",
+            )
+        threshold = value
+    return threshold
+
+
+def _prompt_cache_retention(body: dict) -> str | None:
+    value = body.get("prompt_cache_retention")
+    if value is not None and (not isinstance(value, str) or value not in PROMPT_CACHE_RETENTIONS):
+        raise InvalidRequest(
+            f"Invalid value for 'prompt_cache_retention': {value!r}; expected 'in_memory' or '24h'.",
+            param="prompt_cache_retention",
+        )
+    return value
+
+
+def _prompt_cache_options(body: dict) -> dict[str, Any] | None:
+    options = body.get("prompt_cache_options")
+    if options is None:
+        return None
+    out: dict[str, Any] = {}
+    mode = options.get("mode")
+    if mode is not None:
+        if not isinstance(mode, str) or mode not in PROMPT_CACHE_MODES:
+            raise InvalidRequest(
+                f"Invalid value for 'prompt_cache_options.mode': {mode!r}; expected 'implicit' or 'explicit'.",
+                param="prompt_cache_options.mode",
+            )
+        out["mode"] = mode
+    ttl = options.get("ttl")
+    if ttl is not None:
+        # A string, not only today's '30m' and '12h': the lifetimes on offer change with the
+        # API, and the upstream that applies it is the judge.
+        out["ttl"] = expect(ttl, str, "prompt_cache_options.ttl", "a string")
+    comparison = options.get("comparison_response_id")
+    if comparison is not None:
+        out["comparison_response_id"] = expect(
+            comparison, str, "prompt_cache_options.comparison_response_id", "a string"
+        )
+    return out or None
 
 
 def _compaction_trigger(items: list[dict[str, Any]]) -> bool:

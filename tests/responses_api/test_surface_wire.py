@@ -36,7 +36,6 @@ def test_fields_a_chat_route_does_not_apply_are_named_in_a_header(gateway: Gatew
     assert set(raw.headers["x-gateway-ignored-fields"].split(",")) == {
         "prompt_cache_key",
         "service_tier",
-        "context_management",
         "client_metadata",
         "sent_by_a_newer_sdk",
     }
