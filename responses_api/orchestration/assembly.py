@@ -61,7 +61,6 @@ async def run_for_request(
     `keep_items=False` records the response (usage, history) without its input and output
     items: /v1/responses/compact's summary run."""
     req = plan.request
-    route = await with_context_window(route)
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
@@ -220,6 +219,9 @@ async def _assemble(
     stream_upstream: bool | None = None,
     first_sequence_number: int = 0,
 ) -> ResponseRun:
+    # Here, not in either caller: the window is what truncation "auto" fits the context to,
+    # so a worker's run must learn it as the web run does.
+    job.route = await with_context_window(job.route)
     toolset = None
     if plan.mcp[0]:
         from tool_registry.services import adhoc_egress_policy, egress_policy

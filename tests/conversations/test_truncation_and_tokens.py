@@ -167,7 +167,6 @@ def test_a_background_run_fits_the_learned_window_as_a_foreground_run_does(
     the same request with truncation "auto" sends the model the same (truncated) messages."""
     from responses_api.orchestration.routing import clear_cache as clear_route_cache
     from responses_api.upstreams import tokenize
-
     from tests.responses_api.test_background import poll
 
     scripted.set_default(MODEL, Reply(text="ok"))
