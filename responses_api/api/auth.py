@@ -9,39 +9,18 @@ GATEWAY_CACHE_SECONDS, so a revoked key stops working within that time.
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
 from importlib import import_module
 
 from django.conf import settings
 from django.http import HttpRequest
 from django.utils import timezone
 
+from ..domain import Budget, Principal, Quota
 from ..models import ApiKey, Tenant
-from ..orchestration.limits import Budget, Quota
 from ..protocol.errors import AuthenticationFailed
 from ..store import db
 from ..store.services import KEY_PREFIX, hash_key
 from ..store.ttlcache import TTLCache
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    tenant_id: int
-    tenant_name: str
-    key_id: int
-    key_name: str
-    is_admin: bool
-    allowed_models: tuple[str, ...]
-    quotas: tuple[Quota, ...] = ()  # the key's and the tenant's rate limits (limits.py)
-    budget: Budget | None = None
-    staff_user: str | None = None  # a staff user's admin session browsing history (no key)
-
-    # DRF treats the authenticated "user" as truthy and asks is_authenticated.
-    is_authenticated = True
-
-    def may_use(self, model: str) -> bool:
-        return not self.allowed_models or model in self.allowed_models
-
 
 _cache: TTLCache[str, Principal] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 

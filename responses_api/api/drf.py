@@ -24,8 +24,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from ..domain import Principal
 from .asgi import fast_lane
-from .auth import Principal
 from .drf_policies import (
     BearerKeyAuthentication,
     HasApiKey,

@@ -18,11 +18,12 @@ from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer
 from rest_framework.request import Request
 
+from ..domain import Principal
 from ..protocol import jsonlimits
 from ..protocol.errors import InvalidRequest
 from ..protocol.wirejson import dumpb
 from ..store import db
-from .auth import Principal, bearer_token, principal_for, staff_principal
+from .auth import bearer_token, principal_for, staff_principal
 
 
 class BearerKeyAuthentication(BaseAuthentication):

@@ -12,9 +12,10 @@ from typing import Any
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
+from ..domain import Principal
 from ..engine.router import route_call
 from ..models import UsageRecord
-from ..orchestration.gateway import route_for
+from ..orchestration.admission import route_for
 from ..orchestration.limits import Grant, admit
 from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat_usage, sse
 from ..protocol.errors import GatewayError, InvalidRequest
@@ -23,7 +24,6 @@ from ..protocol.request import parse_create_request
 from ..store.usage import usage_writer
 from ..upstreams import UpstreamRequest, open_call
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
-from .auth import Principal
 from .drf import ApiRequest, ApiView
 from .exception_handlers import json_response
 from .metrics import upstream_error

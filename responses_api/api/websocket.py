@@ -32,15 +32,17 @@ from typing import Any
 
 from django.conf import settings
 
+from ..domain import Principal
 from ..orchestration import lifecycle
 from ..orchestration.assembly import PriorContext
-from ..orchestration.gateway import WorkerStarted, start_response
+from ..orchestration.gateway import start_response
+from ..orchestration.handoff import WorkerStarted
 from ..orchestration.outages import unavailable
 from ..protocol import jsonlimits
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
 from ..protocol.request import parse_create_request
 from . import metrics
-from .auth import Principal, bearer_token, principal_for
+from .auth import bearer_token, principal_for
 from .exception_handlers import dumps
 
 log = logging.getLogger("gateway.websocket")
@@ -394,7 +396,7 @@ class Connection:
             started = await start_response(self.principal, req, body, prior=self.prior)
             turn.model = req.model
             if isinstance(started, WorkerStarted):  # a route that runs on workers: relay its log
-                from ..engine.background import follow_log
+                from ..orchestration.worker import follow_log
 
                 await self._relay(follow_log(started.response_id), previous, turn)
                 return

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 
-from ..orchestration.routing import Route, Target
+from ..domain import Route, Target
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError, UpstreamUnavailable
 
 log = logging.getLogger("gateway.router")

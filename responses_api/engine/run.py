@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..api.metrics import upstream_error
-from ..orchestration.routing import Route, Target
+from ..domain import Route, Target
 from ..protocol.compaction import (
     WHOLE_CONTEXT_INSTRUCTIONS,
     expand_compactions,

@@ -21,7 +21,6 @@ principal without limits: that path costs one attribute test.
 from __future__ import annotations
 
 import asyncio
-import calendar
 import logging
 import math
 import time
@@ -35,52 +34,11 @@ from typing import Any
 
 from django.conf import settings
 
+from ..domain import Budget, Price, Quota
 from ..protocol.errors import RateLimited
 from .outages import ServiceUnavailable
 
 log = logging.getLogger("gateway.limits")
-
-
-@dataclass(frozen=True, slots=True)
-class Quota:
-    """One scope's per-minute and concurrency limits (None: unlimited)."""
-
-    scope: str  # "key:12", "tenant:3": the counters' names
-    label: str  # "API key 'ci'", for messages
-    requests_per_minute: int | None = None
-    tokens_per_minute: int | None = None
-    concurrent: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Budget:
-    tenant_id: int
-    period: str  # "day" | "month" (UTC)
-    tokens: int | None = None
-    usd: Decimal | None = None
-
-    def window(self, now: float) -> tuple[str, float, float]:
-        """(period id, its start, seconds left) at `now` (epoch seconds)."""
-        moment = datetime.fromtimestamp(now, UTC)
-        if self.period == "day":
-            start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
-            ident, length = start.strftime("%Y-%m-%d"), 86400.0
-        else:
-            start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-            ident = start.strftime("%Y-%m")
-            length = calendar.monthrange(start.year, start.month)[1] * 86400.0
-        return ident, start.timestamp(), start.timestamp() + length - now
-
-
-@dataclass(frozen=True, slots=True)
-class Price:
-    """USD per million tokens, which is micro-USD per token."""
-
-    input: Decimal = Decimal(0)
-    output: Decimal = Decimal(0)
-
-    def micro_usd(self, input_tokens: int, output_tokens: int) -> int:
-        return int(self.input * input_tokens + self.output * output_tokens)
 
 
 # -- what one request asks of the store -------------------------------------------------

@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from ..api.auth import Principal
+from ..domain import Principal, Route
 from ..protocol.errors import InvalidRequest
 from ..protocol.request import CreateRequest
 from ..protocol.tools import HostedTool, Tool, make_tool
 from ..store import db
 from ..store.ttlcache import TTLCache
-from .routing import Route
 
 if TYPE_CHECKING:
     from tool_registry.executors import ToolSpec

@@ -1,4 +1,4 @@
-"""Writes: begin and finish a response, delete one, create API keys.
+"""Writes: create and finish a response, delete one, create API keys.
 
 Plain sync ORM functions, plus, for PostgreSQL, the hot writes as single statements
 (`finish_statement`, `insert_statement`) that the web process awaits on its event loop
@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,38 +19,9 @@ from django.utils import timezone
 
 from ..models import ApiKey, Item, Response, ResponseItem, Tenant
 from ..protocol import wirejson
-from ..protocol.errors import InvalidRequest
 from . import selectors
 
 KEY_PREFIX = "sk-gw-"
-
-
-@dataclass(slots=True)
-class BeginResult:
-    context: list[dict[str, Any]]  # chain items + this request's input, in order
-    input_items: list[dict[str, Any]]  # this request's input, item references resolved
-
-
-def resolve_references(tenant_id: int, items: list[dict]) -> list[dict]:
-    """The items with every `item_reference` replaced by the stored item (one query, if any)."""
-    refs = [i["id"] for i in items if i["type"] == "item_reference"]
-    if not refs:
-        return items
-    found = selectors.items_by_public_id(tenant_id=tenant_id, public_ids=refs)
-    resolved = []
-    for index, item in enumerate(items):
-        if item["type"] == "item_reference":
-            stored = found.get(item["id"])
-            if stored is None:
-                raise InvalidRequest(
-                    f"Item with id '{item['id']}' not found.",
-                    param=f"input[{index}].id",
-                    code="item_not_found",
-                )
-            resolved.append(stored.data)
-        else:
-            resolved.append(item)
-    return resolved
 
 
 def response_row(
@@ -87,64 +57,17 @@ def response_row(
     }
 
 
-def response_begin(
-    *,
-    tenant_id: int,
-    api_key_id: int | None,
-    response_id: str,
-    created_at: datetime,
-    model: str,
-    previous_response_id: str | None,
-    input_items: list[dict],
-    params: dict[str, Any],
-    status: str,
-    store: bool,
-    job: dict[str, Any] | None = None,
-    conversation_id: str | None = None,
-) -> BeginResult:
-    """Load the chain context and (when stored) insert the open response row.
-
-    One sync call, so the view pays one thread hop: chain head (1 query),
-    chain items (1 query, whatever the length), item references (1 query,
-    only if any), insert (1 query)."""
-    context = context_read(
-        tenant_id=tenant_id,
-        previous_response_id=previous_response_id,
-        conversation_id=conversation_id,
+def response_create(*, row: dict[str, Any], status: str, input_items: list[dict]) -> None:
+    """Insert the open row of a response a worker will run, once what it continues is checked
+    (`selectors.context_check`: the chain's head or the conversation, the item references).
+    Its context is read when the run starts (assembly.run_for_job), not here."""
+    selectors.context_check(
+        tenant_id=row["tenant_id"],
+        previous_response_id=row["previous_response_id"],
+        conversation_id=row["conversation_id"],
         input_items=input_items,
     )
-    if store:
-        Response.objects.create(
-            **response_row(
-                response_id=response_id,
-                tenant_id=tenant_id,
-                api_key_id=api_key_id,
-                previous_response_id=previous_response_id,
-                model=model,
-                params=params,
-                created_at=created_at,
-                job=job,
-            ),
-            status=status,
-        )
-    return BeginResult(context=context, input_items=input_items)
-
-
-def context_read(
-    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict]
-) -> list[dict]:
-    """What a request's model sees: the chain (or the conversation), then its input with item
-    references resolved. Chain head (1 query), chain items (1 query, whatever the length),
-    item references (1 query, only if any); another tenant's chain is previous_response_not_found."""
-    context: list[dict] = []
-    if previous_response_id is not None:
-        selectors.chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
-        context = selectors.chain_items_list(response_id=previous_response_id)
-    elif conversation_id is not None:
-        from ..conversations.selectors import conversation_context
-
-        context = conversation_context(tenant_id=tenant_id, conversation_id=conversation_id)
-    return context + resolve_references(tenant_id, input_items)
+    Response.objects.create(**row, status=status)
 
 
 def response_insert(*, row: dict[str, Any], status: str) -> None:

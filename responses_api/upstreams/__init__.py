@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..orchestration.routing import Target
+from ..domain import Target
 from .base import UpstreamCall, UpstreamRequest
 from .chat_completions import open_chat_completion
 

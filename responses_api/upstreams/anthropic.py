@@ -5,7 +5,7 @@ protocol/anthropic.py. The key goes in `x-api-key`, the API version in `anthropi
 
 from __future__ import annotations
 
-from ..orchestration.routing import Target
+from ..domain import Target
 from ..protocol.anthropic import API_VERSION, EventDecoder, build_messages_request, message_to_deltas
 from ..protocol.errors import UpstreamError
 from .base import UpstreamRequest

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from ..orchestration.routing import Target
+from ..domain import Target
 from ..protocol import jsonlimits
 from .http import get_session, proxy_for
 
