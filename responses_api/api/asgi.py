@@ -32,8 +32,8 @@ from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_prefix
 
 from ..orchestration import lifecycle
-from ..orchestration.outages import unavailable
 from ..protocol.errors import GatewayError, InvalidRequest, NotFound, RequestTooLarge, ServerError
+from ..store.outages import unavailable
 from .exception_handlers import dumps, error_response
 from .middleware import RequestIdMiddleware
 from .sse import EventStream
@@ -212,8 +212,8 @@ async def _lifespan(receive: Receive, send: Send) -> None:
                 beats = await _start_beating()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
+            from ..observability.metrics import process_exit
             from ..store.usage import usage_writer
-            from .metrics import process_exit
 
             if beats is not None:
                 beats.cancel()

@@ -36,7 +36,7 @@ def drf_exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
     body; anything else goes on up to the ASGI lane, which logs it and answers a plain 500."""
     from rest_framework import exceptions
 
-    from ..orchestration.outages import unavailable
+    from ..store.outages import unavailable
 
     if isinstance(exc, GatewayError):
         return error_response(exc)

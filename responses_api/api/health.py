@@ -58,7 +58,7 @@ async def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus exposition for holders of GATEWAY_METRICS_TOKEN; a 404 when none is set."""
     import hmac
 
-    from .metrics import exposition
+    from ..observability.metrics import exposition
 
     token = settings.GATEWAY_METRICS_TOKEN
     if not token:

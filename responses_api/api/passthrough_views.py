@@ -15,6 +15,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from ..domain import Principal
 from ..engine.router import route_call
 from ..models import UsageRecord
+from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
 from ..orchestration.limits import Grant, admit
 from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat_usage, sse
@@ -26,7 +27,6 @@ from ..upstreams import UpstreamRequest, open_call
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
 from .drf import ApiRequest, ApiView
 from .exception_handlers import json_response
-from .metrics import upstream_error
 from .openapi import json_body, rate_limited
 
 log = logging.getLogger("gateway.passthrough")

@@ -15,7 +15,6 @@ from django.http import HttpRequest, HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from ..engine.eventlog import event_log
 from ..engine.run import ResponseRun
 from ..history.views import list_responses, list_responses_schema
 from ..orchestration.compact import compact_conversation
@@ -27,6 +26,7 @@ from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.events import Event, output_from_events
 from ..protocol.request import CreateRequest, parse_compact_request, parse_create_request, parse_input_tokens_request
 from ..store import db, selectors, services
+from ..store.eventlog import event_log
 from .asgi import fast_lane
 from .drf import ApiRequest, ApiView
 from .drf_policies import KeyOrStaffSessionAuthentication

@@ -33,15 +33,15 @@ from typing import Any
 from django.conf import settings
 
 from ..domain import Principal
+from ..observability import metrics
 from ..orchestration import lifecycle
 from ..orchestration.assembly import PriorContext
 from ..orchestration.gateway import start_response
 from ..orchestration.handoff import WorkerStarted
-from ..orchestration.outages import unavailable
 from ..protocol import jsonlimits
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
 from ..protocol.request import parse_create_request
-from . import metrics
+from ..store.outages import unavailable
 from .auth import bearer_token, principal_for
 from .exception_handlers import dumps
 

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..api.metrics import upstream_error
 from ..domain import Route, Target
+from ..observability.metrics import upstream_error
 from ..protocol.compaction import (
     WHOLE_CONTEXT_INSTRUCTIONS,
     expand_compactions,

@@ -464,30 +464,6 @@ def tenant_names() -> list[tuple[int, str]]:
     return list(Tenant.objects.order_by("name").values_list("id", "name"))
 
 
-def spend_since(*, tenant_id: int, start: datetime) -> tuple[int, int]:
-    """A tenant's tokens and cost (micro-USD, at the routes' current prices) since `start`:
-    what a budget's period has spent before this process counted it. Two queries and the
-    price table."""
-    from ..models import ModelRoute, UsageRecord
-
-    prices = {
-        name: (i or 0, o or 0)
-        for name, i, o in ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")
-    }
-    tokens = micro_usd = 0
-    for source in (Response.objects.all(), UsageRecord.objects.all()):
-        rows = (
-            source.filter(tenant_id=tenant_id, created_at__gte=start)
-            .values("model")
-            .annotate(i=Coalesce(Sum("input_tokens"), 0), o=Coalesce(Sum("output_tokens"), 0))
-        )
-        for row in rows:
-            tokens += row["i"] + row["o"]
-            price_in, price_out = prices.get(row["model"], (0, 0))
-            micro_usd += int(price_in * row["i"] + price_out * row["o"])
-    return tokens, micro_usd
-
-
 def recent_use(*, tenant_id: int | None = None, key_id: int | None = None, seconds: int = 60) -> tuple[int, int]:
     """Requests and tokens of a tenant or a key in the last `seconds`, from the store (stored
     responses and usage records): what a per-minute limit's window saw, where the limit's own

@@ -18,7 +18,6 @@ from typing import Any
 from django.conf import settings
 
 from ..domain import Principal, Route
-from ..engine.eventlog import event_log
 from ..engine.run import ResponseJob, ResponseRun
 from ..models import Response
 from ..protocol.answers import check_outputs_answer_calls
@@ -27,6 +26,7 @@ from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.response import request_params
 from ..store import db, selectors, services
+from ..store.eventlog import event_log
 from ..store.persistence import DatabasePersistence
 from . import lifecycle, liveness
 from .limits import Grant

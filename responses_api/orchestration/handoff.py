@@ -17,7 +17,6 @@ from celery import current_app
 from django.conf import settings
 
 from ..domain import Principal
-from ..engine.eventlog import event_log
 from ..models import Response
 from ..protocol.events import EventBuilder
 from ..protocol.ids import new_id
@@ -25,9 +24,10 @@ from ..protocol.mcp import split_mcp_credentials
 from ..protocol.request import CreateRequest
 from ..protocol.response import request_params, response_object
 from ..store import db, services
+from ..store.eventlog import event_log
+from ..store.outages import unavailable
 from ..store.sealing import sealer
 from .limits import Grant
-from .outages import unavailable
 from .worker import run_claimed
 
 # The Celery task that runs a job (tasks.run_response), sent by name: the tasks module is the

@@ -36,7 +36,7 @@ from django.conf import settings
 
 from ..domain import Budget, Price, Quota
 from ..protocol.errors import RateLimited
-from .outages import ServiceUnavailable
+from ..store.outages import ServiceUnavailable
 
 log = logging.getLogger("gateway.limits")
 
@@ -691,7 +691,7 @@ async def renew_live_leases() -> None:
 
 
 def _refuse(check: Check, retry_after: float) -> None:
-    from ..api.metrics import rate_limited
+    from ..observability.metrics import rate_limited
 
     rate_limited(check.what)
     seconds = max(1, math.ceil(retry_after))
@@ -739,8 +739,8 @@ def _duration(seconds: float) -> str:
 
 
 async def _seed_budget(store: LimitStore, budget: Budget, check: Check, now: float) -> None:
-    from ..history.selectors import spend_since
     from ..store import db
+    from ..store.selectors import spend_since
     from ..store.usage import usage_writer
 
     _, start, left = budget.window(now)
@@ -771,7 +771,7 @@ def current_use(quotas: tuple[Quota, ...], budget: Budget | None) -> list[dict[s
             if entry.get("used") is None and budget is not None:
                 # No request has counted this period yet (or Redis lost it): the store knows
                 # what it spent, as the first request of the period will seed it.
-                from ..history.selectors import spend_since
+                from ..store.selectors import spend_since
 
                 _, start, _ = budget.window(time.time())
                 entry["used"], entry["micro_usd"] = spend_since(

@@ -23,12 +23,12 @@ from typing import Any
 
 from django.conf import settings
 
-from ..engine.eventlog import TERMINAL_TYPES, event_log
 from ..engine.run import ResponseRun
 from ..models import Response
 from ..protocol.errors import GatewayError, ServerError
 from ..protocol.events import EventBuilder, output_from_events
 from ..store import db, selectors, services
+from ..store.eventlog import TERMINAL_TYPES, event_log
 from .assembly import run_for_job
 from .limits import Grant
 from .limits import drain as limits_drain

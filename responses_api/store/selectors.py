@@ -13,11 +13,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..domain import Principal
-from ..models import Conversation, ConversationItem, Item, ModelRoute, Response, ResponseItem
+from ..models import Conversation, ConversationItem, Item, ModelRoute, Response, ResponseItem, UsageRecord
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.response import response_object
 
@@ -193,6 +194,28 @@ def context_check(
         if not Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).exists():
             raise _conversation_not_found(conversation_id)
     resolve_references(tenant_id, input_items)
+
+
+def spend_since(*, tenant_id: int, start: datetime) -> tuple[int, int]:
+    """A tenant's tokens and cost (micro-USD, at the routes' current prices) since `start`:
+    what a budget's period has spent before this process counted it. Two queries and the
+    price table."""
+    prices = {
+        name: (i or 0, o or 0)
+        for name, i, o in ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")
+    }
+    tokens = micro_usd = 0
+    for source in (Response.objects.all(), UsageRecord.objects.all()):
+        rows = (
+            source.filter(tenant_id=tenant_id, created_at__gte=start)
+            .values("model")
+            .annotate(i=Coalesce(Sum("input_tokens"), 0), o=Coalesce(Sum("output_tokens"), 0))
+        )
+        for row in rows:
+            tokens += row["i"] + row["o"]
+            price_in, price_out = prices.get(row["model"], (0, 0))
+            micro_usd += int(price_in * row["i"] + price_out * row["o"])
+    return tokens, micro_usd
 
 
 def responses_visible(*, tenant_id: int | None) -> QuerySet[Response]:

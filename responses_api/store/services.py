@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,8 +18,9 @@ from django.db import connection, transaction
 from django.db.models import F, Func, JSONField
 from django.utils import timezone
 
-from ..models import ApiKey, Item, Response, ResponseItem, Tenant
+from ..models import ApiKey, Conversation, ConversationItem, Item, Response, ResponseItem, Tenant
 from ..protocol import wirejson
+from ..protocol.errors import NotFound
 from . import selectors
 
 KEY_PREFIX = "sk-gw-"
@@ -327,6 +329,30 @@ def _attach_items(tenant_id: int, response_id: str | None, input_items: list[dic
     return inputs + outputs
 
 
+def conversation_append_items(*, tenant_id: int, conversation_id: str, items: Iterable[Item]) -> None:
+    """Link already stored items (a finished response's) at the end, inside the caller's transaction."""
+    conversation_append(conversation_lock(tenant_id, conversation_id), list(items))
+
+
+def conversation_lock(tenant_id: int, conversation_id: str) -> Conversation:
+    conversation = Conversation.objects.select_for_update().filter(id=conversation_id, tenant_id=tenant_id).first()
+    if conversation is None:
+        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation_id")
+    return conversation
+
+
+def conversation_append(conversation: Conversation, items: list[Item]) -> None:
+    """Called with the conversation row locked (or just created in this transaction)."""
+    if not items:
+        return
+    start = conversation.next_position
+    ConversationItem.objects.bulk_create(
+        [ConversationItem(conversation=conversation, item=item, position=start + n) for n, item in enumerate(items)]
+    )
+    conversation.next_position = start + len(items)
+    conversation.save(update_fields=["next_position"])
+
+
 def response_finish_in_conversation(
     *,
     tenant_id: int,
@@ -341,8 +367,6 @@ def response_finish_in_conversation(
     """Finish a response that belongs to a conversation, in one transaction: the conversation
     row is locked first, so responses finishing at once append one after the other, each its
     input then its output. A response that did not complete (failed, cancelled) appends nothing."""
-    from ..conversations.services import conversation_append_items, conversation_lock
-
     with transaction.atomic():
         conversation_lock(tenant_id, conversation_id)
         appended = response["status"] in ("completed", "incomplete")
@@ -526,7 +550,7 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
         counts["items"] = Item.objects.filter(id__in=set(item_ids)).delete()[1].get("responses_api.Item", 0)
         Response.objects.filter(Q(id__in=ids) | Q(previous_response_id__in=ids)).update(previous_response=None)
         counts["responses"] = Response.objects.filter(id__in=ids).delete()[1].get("responses_api.Response", 0)
-    from ..engine.eventlog import forget_now
+    from .eventlog import forget_now
 
     forget_now(ids)  # a background response's log holds its content too
     return counts

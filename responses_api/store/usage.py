@@ -21,8 +21,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from ..orchestration.outages import database_unreachable
 from . import db
+from .outages import database_unreachable
 
 log = logging.getLogger("gateway.usage")
 

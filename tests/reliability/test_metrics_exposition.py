@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _EXPOSE = """
 import django, sys
 django.setup()
-from responses_api.api.metrics import exposition
+from responses_api.observability.metrics import exposition
 sys.stdout.write(exposition()[0].decode())
 """
 
@@ -66,7 +66,7 @@ def test_one_process_and_many_expose_the_same_families(tmp_path: Path) -> None:
 def test_the_grafana_dashboard_shows_every_metric_family() -> None:
     import json
 
-    from responses_api.api.metrics import METRICS
+    from responses_api.observability.metrics import METRICS
 
     dashboard = json.dumps(json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text()))
     for metric in METRICS:
@@ -78,7 +78,7 @@ def test_the_grafana_dashboard_shows_every_metric_family() -> None:
 _COUNT = """
 import sys, time
 from pathlib import Path
-from responses_api.api import metrics
+from responses_api.observability import metrics
 go = Path(sys.argv[1])
 while not go.exists():
     time.sleep(0.005)

@@ -125,8 +125,8 @@ def test_each_turn_has_an_access_line_and_request_metrics(
 ) -> None:
     from prometheus_client import REGISTRY
 
-    from responses_api.api.metrics import REQUESTS
     from responses_api.api.websocket import WEBSOCKET_ROUTE
+    from responses_api.observability.metrics import REQUESTS
 
     def count(status: str, model: str = MODEL) -> float:
         return REQUESTS.labels(WEBSOCKET_ROUTE, model, status)._value.get()
