@@ -157,8 +157,6 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
     @admin.display(description="Current use")
     def current_use(self, obj: Tenant) -> str:
-        from .api.auth import budget_of, tenant_quota
-
         if obj.pk is None:
             return "—"
         quota = tenant_quota(obj)
@@ -288,8 +286,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.display(description="Current use")
     def current_use(self, obj: ApiKey) -> str:
-        from .api.auth import key_quota
-
         quota = key_quota(obj)
         return _use_table(current_use((quota,) if quota else (), None), history.recent_use(key_id=obj.pk))
 
@@ -519,8 +515,6 @@ class RouteTargetInline(admin.TabularInline):
 
     @admin.display(description="Health (shared by every process)")
     def health(self, obj: RouteTarget) -> str:
-        from .engine.router import target_health
-
         if obj.pk is None:
             return "—"
         label = _target_label(obj)
@@ -600,8 +594,6 @@ class ModelRouteAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
     def annotate_page(self, routes: list[ModelRoute]) -> None:
         """Every target's health on the page in one look-up of the shared health store."""
-        from .engine.router import target_health
-
         labels = [_target_label(t) for route in routes for t in route.targets.all()]
         found = target_health(labels) if labels else {}
         for route in routes:
@@ -1033,4 +1025,6 @@ class ResponseAdmin(admin.ModelAdmin):
         return bool(request.user.is_superuser)
 
 
+from .api.auth import budget_of, key_quota, tenant_quota
 from .conversations import admin as conversations_admin  # noqa: E402,F401 - registers ConversationAdmin
+from .engine.router import target_health

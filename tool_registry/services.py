@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
 
 from django.conf import settings
@@ -9,9 +11,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from responses_api.models import Tenant
+from responses_api.protocol.mcp import ApprovalPolicy, ToolFilter
+
 from .egress import EgressPolicy
 from .executors import ToolSpec
-from .mcp import McpServerSpec
+from .mcp import McpServerSpec, McpUnavailable, list_tools
 from .models import EgressAllow, EgressAllowManager, McpServer, Tool, ToolCallRecord
 
 
@@ -27,8 +32,6 @@ def adhoc_egress_policy(tenant_id: int) -> EgressPolicy:
     """The policy for MCP server URLs an API client sends: public addresses only, plus the
     explicit ad-hoc allowances (GATEWAY_MCP_ADHOC_EGRESS_ALLOW and the tenant's own), never the
     operator's allowlist for registered tools (cached briefly)."""
-    from responses_api.models import Tenant
-
     now = time.monotonic()
     cached = _adhoc_policies.get(tenant_id)
     if cached is None or cached[0] <= now:
@@ -87,10 +90,6 @@ def tool_call_finish(*, response_id: str, call_id: str, output: str, succeeded: 
 
 
 def mcp_spec_of(server: McpServer) -> McpServerSpec:
-    import os
-
-    from responses_api.protocol.mcp import ApprovalPolicy, ToolFilter
-
     headers = {name: os.environ[env] for name, env in (server.headers_env or {}).items() if env in os.environ}
     if server.approval == McpServer.Approval.PER_TOOL:
         approval = ApprovalPolicy("filter", always=ToolFilter(frozenset(server.approval_tools)))
@@ -128,10 +127,6 @@ def mcp_servers_for(*, tenant_id: int, route_name: str, labels: list[str]) -> li
 def mcp_listing_refresh(server: McpServer) -> list[dict]:
     """List a registered server now (blocking, for the admin) and remember the outcome.
     Raises McpUnavailable, whose message is also stored as the server's last error."""
-    import asyncio
-
-    from .mcp import McpUnavailable, list_tools
-
     try:
         tools = asyncio.run(list_tools(mcp_spec_of(server), egress_policy()))
     except McpUnavailable as exc:

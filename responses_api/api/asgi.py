@@ -31,9 +31,12 @@ from django.middleware.common import CommonMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_prefix
 
-from ..orchestration import lifecycle
+from ..observability.metrics import process_exit
+from ..orchestration import lifecycle, liveness
 from ..protocol.errors import GatewayError, InvalidRequest, NotFound, RequestTooLarge, ServerError
+from ..store.db import close_pool
 from ..store.outages import unavailable
+from ..store.usage import usage_writer
 from .exception_handlers import dumps, error_response
 from .middleware import RequestIdMiddleware
 from .sse import EventStream
@@ -70,6 +73,7 @@ class ApiApplication:
         path_info = path[len(root) :] if root and path.startswith(root) else path
         if scope["type"] == "websocket":
             if path_info.rstrip("/") == self.prefix + "responses":
+                # Imported at the first WebSocket: 26 ms of a web process's start-up (-X importtime).
                 from .websocket import serve
 
                 return await serve(scope, receive, send)
@@ -187,8 +191,6 @@ class ApiApplication:
 async def _start_beating() -> asyncio.Task[None] | None:
     """This process's liveness (orchestration/liveness.py): its first beat before any request,
     then one every GATEWAY_PROCESS_HEARTBEAT_SECONDS."""
-    from ..orchestration import liveness
-
     try:
         await liveness.beat_once()
     except Exception as exc:  # noqa: BLE001 - the database may come later: the loop retries
@@ -200,9 +202,6 @@ async def _lifespan(receive: Receive, send: Send) -> None:
     """Django has no lifespan support; at startup a server's process installs its SIGTERM drain
     and its liveness beat; at shutdown the upstream and async database connections are closed
     cleanly."""
-    from ..store.db import close_pool
-    from ..upstreams.http import close_session
-
     beats: asyncio.Task[None] | None = None
     while True:
         message = await receive()
@@ -212,8 +211,9 @@ async def _lifespan(receive: Receive, send: Send) -> None:
                 beats = await _start_beating()
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            from ..observability.metrics import process_exit
-            from ..store.usage import usage_writer
+            # Here, not at the top: aiohttp is 120-145 ms of a web process's start-up (-X importtime),
+            # paid by the first model call instead (a process that made none closes no session).
+            from ..upstreams.http import close_session
 
             if beats is not None:
                 beats.cancel()

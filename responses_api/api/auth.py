@@ -12,6 +12,7 @@ import hmac
 from importlib import import_module
 
 from django.conf import settings
+from django.contrib.auth import get_user
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -81,8 +82,6 @@ def staff_principal(request: HttpRequest) -> Principal | None:
     """Sync: the read-only principal of a logged-in staff user who may view responses in the
     admin, from the request's admin session cookie; None without one. It reads every tenant
     (`is_admin`), has no limits and no key: only the history's GET and HEAD accept it."""
-    from django.contrib.auth import get_user
-
     session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
     if not session_key:
         return None

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import hmac
+
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
 
+from ..observability.metrics import exposition
+from ..orchestration import lifecycle
 from ..store import db
 from .exception_handlers import json_response
 
@@ -30,8 +34,6 @@ def _check_redis() -> None:
 
 
 async def readyz(request: HttpRequest) -> HttpResponse:
-    from ..orchestration import lifecycle
-
     if lifecycle.draining():  # SIGTERM: a load balancer stops sending here while streams end
         return json_response({"status": "draining", "checks": {}}, status=503)
     checks: dict[str, str] = {}
@@ -56,10 +58,6 @@ async def readyz(request: HttpRequest) -> HttpResponse:
 
 async def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus exposition for holders of GATEWAY_METRICS_TOKEN; a 404 when none is set."""
-    import hmac
-
-    from ..observability.metrics import exposition
-
     token = settings.GATEWAY_METRICS_TOKEN
     if not token:
         return json_response(

@@ -10,6 +10,8 @@ from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
+from ..observability import metrics
+from ..observability.metrics import OPEN_STREAMS
 from .sse import EventStream
 
 log = logging.getLogger("gateway.access")
@@ -81,7 +83,6 @@ def _access_line(request, response, started: float, **more) -> None:  # type: ig
 
 
 async def _log_at_end(content, request, response, started: float):  # type: ignore[no-untyped-def]
-    from ..observability.metrics import OPEN_STREAMS
 
     first_byte: float | None = None
     ended = False
@@ -102,7 +103,6 @@ async def _log_at_end(content, request, response, started: float):  # type: igno
 
 def _log_stream_at_end(response: EventStream, request, started: float) -> None:  # type: ignore[no-untyped-def]
     """`_log_at_end` for the API's event streams, which the ASGI lane writes itself."""
-    from ..observability.metrics import OPEN_STREAMS
 
     def ended(first_write: float | None, finished: bool) -> None:
         OPEN_STREAMS.dec()
@@ -116,7 +116,6 @@ def _log_stream_at_end(response: EventStream, request, started: float) -> None: 
 
 
 def _observe(request, status: int, seconds: float, first_byte_ms: float | None) -> None:  # type: ignore[no-untyped-def]
-    from ..observability import metrics
 
     match = getattr(request, "resolver_match", None)
     route = match.route if match is not None and match.route else "unmatched"

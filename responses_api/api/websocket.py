@@ -38,6 +38,7 @@ from ..orchestration import lifecycle
 from ..orchestration.assembly import PriorContext
 from ..orchestration.gateway import start_response
 from ..orchestration.handoff import WorkerStarted
+from ..orchestration.worker import follow_log
 from ..protocol import jsonlimits
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
 from ..protocol.request import parse_create_request
@@ -396,8 +397,6 @@ class Connection:
             started = await start_response(self.principal, req, body, prior=self.prior)
             turn.model = req.model
             if isinstance(started, WorkerStarted):  # a route that runs on workers: relay its log
-                from ..orchestration.worker import follow_log
-
                 await self._relay(follow_log(started.response_id), previous, turn)
                 return
             await started.connect()

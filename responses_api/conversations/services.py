@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 
 from ..models import Conversation, ConversationItem, Item
+from ..protocol.errors import NotFound
 from ..protocol.ids import new_id
 from ..store.services import conversation_append, conversation_lock
 from .selectors import conversation_get
@@ -43,8 +44,6 @@ def conversation_items_add(
 
 
 def conversation_item_delete(*, tenant_id: int, conversation_id: str, item_id: str) -> Conversation:
-    from ..protocol.errors import NotFound
-
     conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
     link = (
         ConversationItem.objects.filter(conversation=conversation, item__public_id=item_id).order_by("position").first()

@@ -23,6 +23,7 @@ import asyncio
 import logging
 import random
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -363,7 +364,6 @@ async def _slot(target: Target) -> Slot | None:
     limit = target.max_concurrent
     if not limit:
         return Slot(target, None)
-    import uuid
 
     lease = uuid.uuid4().hex
     try:

@@ -32,6 +32,7 @@ from ..protocol.request import CreateRequest
 from ..protocol.response import response_object
 from ..protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
 from ..protocol.tools import Tool, allowed_tool_names, make_tool
+from ..store.sealing import sealer
 from ..upstreams import UpstreamCall, UpstreamRequest, open_call
 from . import tracing
 from .router import Slot, route_call
@@ -97,8 +98,6 @@ _retries: set[asyncio.Task] = set()
 
 def _reasoning_sealer(tenant_id: int) -> Callable[[str], str]:
     """Reasoning text -> `encrypted_content` only this gateway can open, for this tenant."""
-    from ..store.sealing import sealer
-
     seal = sealer().seal
     return lambda text: seal({"text": text}, tenant_id=tenant_id, purpose="reasoning")
 
@@ -106,8 +105,6 @@ def _reasoning_sealer(tenant_id: int) -> Callable[[str], str]:
 def _signed_reasoning_sealer(tenant_id: int) -> Callable[[str, str], str]:
     """Reasoning an upstream signed (Anthropic's thinking): text and signature sealed into
     `encrypted_content`, so that the next turn can give the upstream both back."""
-    from ..store.sealing import sealer
-
     return lambda text, signature: sealer().seal(
         {"text": text, "signature": signature}, tenant_id=tenant_id, purpose="reasoning"
     )
@@ -297,8 +294,6 @@ class ResponseRun:
 
     def _open_compaction(self, sealed: str) -> dict[str, Any]:
         """A compaction item's sealed payload (its seal was checked when the request came in)."""
-        from ..store.sealing import sealer
-
         return sealer().unseal(sealed, tenant_id=self.job.tenant_id, purpose="compaction")
 
     def _upstream_request(self) -> UpstreamRequest:
@@ -566,7 +561,6 @@ class ResponseRun:
         summary = "".join(text).strip()
         if not summary:
             raise UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
-        from ..store.sealing import sealer
 
         sealed = sealer().seal(summary_payload(summary, whole=True), tenant_id=self.job.tenant_id, purpose="compaction")
         for event in self.builder.add_item({"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed}):

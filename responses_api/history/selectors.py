@@ -21,7 +21,7 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.db.models.lookups import Exact
 from django.utils import timezone
 
-from ..models import Item, Response, ResponseItem, Tenant
+from ..models import Item, ModelRoute, Response, ResponseItem, Tenant, UsageRecord
 from ..protocol.errors import InvalidRequest, NotFound
 from ..store.selectors import ListPage, _loads, chain_step_sql, response_object_from_row, responses_visible
 
@@ -391,8 +391,6 @@ def usage_summary(
 
     Counts every response that reached the database, deleted ones included:
     their tokens were spent."""
-    from ..models import UsageRecord
-
     merged: dict[tuple, dict[str, Any]] = {}
     for source in (Response.objects.all(), UsageRecord.objects.all()):
         for bucket in _usage_buckets(source, tenant_id=tenant_id, group_by=group_by, start=start, end=end, model=model):
@@ -468,8 +466,6 @@ def recent_use(*, tenant_id: int | None = None, key_id: int | None = None, secon
     """Requests and tokens of a tenant or a key in the last `seconds`, from the store (stored
     responses and usage records): what a per-minute limit's window saw, where the limit's own
     token bucket has already refilled. Two queries."""
-    from ..models import UsageRecord
-
     since = timezone.now() - timedelta(seconds=seconds)
     where = {"tenant_id": tenant_id} if key_id is None else {"api_key_id": key_id}
     requests = tokens = 0
@@ -495,8 +491,6 @@ class TenantUse:
 def tenants_use(tenants: Iterable[Tenant]) -> dict[int, TenantUse]:
     """Each tenant's spend in its budget period (the month when it has no budget) and its use
     in the last minute, for a page of tenants: three queries whatever the page's size."""
-    from ..models import ModelRoute, UsageRecord
-
     tenants = list(tenants)
     if not tenants:
         return {}

@@ -36,6 +36,7 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     # fork, which prometheus_client notices and then starts the child's own files.
     values.ValueClass = values.MultiProcessValue(process_identifier)
 
+from django.db.models import Count, Max, Min
 from prometheus_client import (  # noqa: E402
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -47,6 +48,8 @@ from prometheus_client import (  # noqa: E402
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 from prometheus_client.metrics import MetricWrapperBase  # noqa: E402
 from prometheus_client.metrics_core import Metric  # noqa: E402
+
+from ..models import Response
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -109,10 +112,6 @@ class _QueueCollector:
     """Background work, read from the database at scrape time."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from django.db.models import Count, Max, Min
-
-        from ..models import Response
-
         now = time.time()
         queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(
             n=Count("id"), oldest=Min("created_at")

@@ -17,17 +17,22 @@ from typing import Any
 
 from django.conf import settings
 
+from tool_registry.services import adhoc_egress_policy, egress_policy, mcp_servers_for, registry_tools_for
+
 from ..domain import Principal, Route
 from ..engine.run import ResponseJob, ResponseRun
 from ..models import Response
 from ..protocol.answers import check_outputs_answer_calls
 from ..protocol.errors import InvalidRequest
 from ..protocol.ids import new_id
+from ..protocol.mcp import restore_mcp_credentials
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.response import request_params
 from ..store import db, selectors, services
 from ..store.eventlog import event_log
 from ..store.persistence import DatabasePersistence
+from ..store.sealing import sealer
+from ..upstreams.tokenize import context_window
 from . import lifecycle, liveness
 from .limits import Grant
 from .routing import route_get
@@ -172,14 +177,9 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
     to keep in step with the parser for a saving of 26 µs (a one-line input) to 220 µs (ten
     2,000-character items and ten tools), measured with timeit, per run that waits for a
     worker anyway. The input items are taken as the web process stored them (opened)."""
-    from tool_registry.services import mcp_servers_for, registry_tools_for
-
     stored = row.job or {}
     body = stored["body"]
     if stored.get("mcp_credentials"):
-        from ..protocol.mcp import restore_mcp_credentials
-        from ..store.sealing import sealer
-
         body = restore_mcp_credentials(
             body, sealer().unseal(stored["mcp_credentials"], tenant_id=row.tenant_id, purpose="mcp-credentials")
         )
@@ -220,8 +220,6 @@ async def _assemble(
     job.route = await with_context_window(job.route)
     toolset = None
     if plan.mcp[0]:
-        from tool_registry.services import adhoc_egress_policy, egress_policy
-
         toolset = mcp_toolset(
             job.response_id,
             plan.mcp,
@@ -244,7 +242,6 @@ async def with_context_window(route: Route) -> Route:
     operator set none (cached; see upstreams/tokenize.py)."""
     if route.context_window or not route.targets:
         return route
-    from ..upstreams.tokenize import context_window
 
     learned = await context_window(route.targets[0])
     return dataclasses.replace(route, context_window=learned) if learned else route

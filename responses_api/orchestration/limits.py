@@ -35,8 +35,12 @@ from typing import Any
 from django.conf import settings
 
 from ..domain import Budget, Price, Quota
+from ..observability.metrics import rate_limited
 from ..protocol.errors import RateLimited
+from ..store import db
 from ..store.outages import ServiceUnavailable
+from ..store.selectors import spend_since
+from ..store.usage import usage_writer
 
 log = logging.getLogger("gateway.limits")
 
@@ -691,8 +695,6 @@ async def renew_live_leases() -> None:
 
 
 def _refuse(check: Check, retry_after: float) -> None:
-    from ..observability.metrics import rate_limited
-
     rate_limited(check.what)
     seconds = max(1, math.ceil(retry_after))
     if check.kind == "budget":
@@ -739,10 +741,6 @@ def _duration(seconds: float) -> str:
 
 
 async def _seed_budget(store: LimitStore, budget: Budget, check: Check, now: float) -> None:
-    from ..store import db
-    from ..store.selectors import spend_since
-    from ..store.usage import usage_writer
-
     _, start, left = budget.window(now)
     await usage_writer.flush()  # the calls of the last half second, queued as usage records
     tokens, micro_usd = await db.run(spend_since, tenant_id=budget.tenant_id, start=datetime.fromtimestamp(start, UTC))
@@ -771,7 +769,6 @@ def current_use(quotas: tuple[Quota, ...], budget: Budget | None) -> list[dict[s
             if entry.get("used") is None and budget is not None:
                 # No request has counted this period yet (or Redis lost it): the store knows
                 # what it spent, as the first request of the period will seed it.
-                from ..store.selectors import spend_since
 
                 _, start, _ = budget.window(time.time())
                 entry["used"], entry["micro_usd"] = spend_since(

@@ -23,6 +23,9 @@ import socket
 
 from django.conf import settings
 
+from ..store import db, services
+from .limits import renew_leases_from_now_on, renew_live_leases
+
 log = logging.getLogger("gateway.liveness")
 
 _id: tuple[int, str] | None = None
@@ -37,9 +40,6 @@ def process_id() -> str:
 
 
 async def beat_once() -> None:
-    from ..store import db, services
-    from .limits import renew_live_leases
-
     interval = settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS
     failed = await db.run(services.web_process_beat, process_id=process_id(), stale_after=3 * interval)
     if failed:
@@ -48,8 +48,6 @@ async def beat_once() -> None:
 
 
 async def beat_forever() -> None:
-    from .limits import renew_leases_from_now_on
-
     renew_leases_from_now_on()
     while True:
         await asyncio.sleep(settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS)

@@ -16,6 +16,7 @@ from django.conf import settings
 from ..domain import Price, ProviderConfig, Route, Target
 from ..models import ModelRoute, Provider
 from ..protocol.errors import NotFound, ServerError
+from ..store.sealing import encryption_secrets
 from ..store.ttlcache import TTLCache
 
 
@@ -23,8 +24,6 @@ def _fernet():
     """Encrypts with the newest secret, decrypts with any (store/sealing.py's list): a
     GATEWAY_ENCRYPTION_KEY entry is a Fernet key itself; SECRET_KEY's is derived from it."""
     from cryptography.fernet import Fernet, MultiFernet
-
-    from ..store.sealing import encryption_secrets
 
     keys = [
         secret if is_fernet_key else base64.urlsafe_b64encode(hashlib.sha256(secret.encode()).digest()).decode()

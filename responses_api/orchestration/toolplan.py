@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
+from responses_api.protocol.mcp import McpTool, ToolFilter
+from tool_registry.egress import EgressDenied, parse_url, resolve_checked
+from tool_registry.mcp import McpServerSpec
+from tool_registry.runner import McpToolset, NoTools, RegistryToolRunner
+from tool_registry.services import adhoc_egress_policy, egress_policy, mcp_servers_for, registry_tools_for
+
 from ..domain import Principal, Route
+from ..protocol.client_tools import HOSTED_ALIASES
 from ..protocol.errors import InvalidRequest
 from ..protocol.request import CreateRequest
 from ..protocol.tools import HostedTool, Tool, make_tool
@@ -55,8 +62,6 @@ def registry_mcp_labels(req: CreateRequest) -> list[str]:
 async def registry_specs(principal: Principal, req: CreateRequest, route: Route) -> list[ToolSpec]:
     """Registry tools named by the request, serving its hosted tools, or attached to its route
     (cached briefly)."""
-    from tool_registry.services import registry_tools_for
-
     names = registry_tool_names(req, route)
     return await _cached_lookup(
         _tool_cache,
@@ -101,9 +106,6 @@ def _registry_tool(spec: ToolSpec) -> Tool:
 
 
 async def tool_runner(response_id: str, specs: list[ToolSpec]) -> Any:
-    from tool_registry.runner import NoTools, RegistryToolRunner
-    from tool_registry.services import egress_policy
-
     if not specs:
         return NoTools()
     return RegistryToolRunner(response_id=response_id, specs=specs, policy=await db.run(egress_policy))
@@ -111,8 +113,6 @@ async def tool_runner(response_id: str, specs: list[ToolSpec]) -> Any:
 
 def served_hosted_tools(req: CreateRequest, route: Route) -> list[tuple[HostedTool, str]]:
     """The request's hosted tools the route serves, each with the registry tool serving it."""
-    from ..protocol.client_tools import HOSTED_ALIASES
-
     policy = dict(route.hosted_tools)
     out = []
     for hosted in req.hosted_tools:
@@ -128,8 +128,6 @@ def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) 
     dropped otherwise, and said so in the log. The dropped types are the result's
     `dropped_tools`, which the view names in `x-gateway-dropped-tools`: the model answers
     without them."""
-    from ..protocol.client_tools import HOSTED_ALIASES
-
     if not req.hosted_tools:
         return req
     by_name = {s.name: s for s in specs}
@@ -161,8 +159,6 @@ _mcp_cache: TTLCache[tuple[int, str, tuple[str, ...]], list] = TTLCache(lambda: 
 
 async def registry_mcp(principal: Principal, req: CreateRequest) -> list:
     """Registered MCP servers the request names by label or its route attaches (cached briefly)."""
-    from tool_registry.services import mcp_servers_for
-
     labels = registry_mcp_labels(req)
     return await _cached_lookup(
         _mcp_cache,
@@ -181,9 +177,6 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[CreateRequest, McpPlan
 
     A declaration with `server_url` is ad hoc; without, it names a registered server (which the
     request may narrow with `allowed_tools` and make stricter with `require_approval`)."""
-    from responses_api.protocol.mcp import McpTool, ToolFilter
-    from tool_registry.mcp import McpServerSpec
-
     by_label = {spec.label: (spec, listing) for spec, listing in registry}
     specs: list[McpServerSpec] = []
     cached: dict[str, list] = {}
@@ -258,9 +251,6 @@ async def check_adhoc_urls(req: CreateRequest, tenant_id: int) -> None:
     field. (Each connection checks again and pins the address it checked.) A URL a client sends
     never gets the operator's allowlist for registered tools: public addresses only, unless
     GATEWAY_MCP_ADHOC_EGRESS_ALLOW or the tenant's own allowance names it."""
-    from tool_registry.egress import EgressDenied, parse_url, resolve_checked
-    from tool_registry.services import adhoc_egress_policy
-
     adhoc = [d for d in req.mcp_tools if d.server_url is not None]
     if not adhoc:
         return
@@ -276,8 +266,6 @@ async def check_adhoc_urls(req: CreateRequest, tenant_id: int) -> None:
 
 
 def mcp_toolset(response_id: str, plan: McpPlan, policy: Any, adhoc_policy: Any) -> Any:
-    from tool_registry.runner import McpToolset
-
     specs, cached, approvals = plan
     if not specs:
         return None

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import weakref
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
@@ -219,13 +221,9 @@ def event_log() -> EventLog:
 def forget_now(response_ids: list[str]) -> None:
     """Sync callers (a purge): drop these responses' logs; they expire on their own if Redis
     cannot be reached (GATEWAY_EVENT_LOG_TTL_SECONDS)."""
-    from asgiref.sync import async_to_sync
-
     try:
         async_to_sync(event_log().forget)(response_ids)
     except Exception:  # noqa: BLE001
-        import logging
-
         logging.getLogger("gateway.eventlog").warning(
             "could not drop the event logs of %d purged response(s)", len(response_ids)
         )

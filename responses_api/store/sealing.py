@@ -23,6 +23,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
 
 PREFIX = "gwsealed1."
 _NONCE_BYTES = 12
@@ -81,8 +82,6 @@ def encryption_secrets() -> tuple[tuple[str, bool], ...]:
     The first seals. SECRET_KEY and its fallbacks always stay as opening secrets after the
     GATEWAY_ENCRYPTION_KEY ones: they sealed everything while no dedicated key was set, and
     a SECRET_KEY rotation (old key moved to SECRET_KEY_FALLBACKS) must not break that."""
-    from django.conf import settings
-
     listed: dict[str, bool] = {}
     for key in settings.GATEWAY_ENCRYPTION_KEY:
         listed.setdefault(key, True)

@@ -14,14 +14,26 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.conf import settings as django_settings
 from django.db import connection, transaction
-from django.db.models import F, Func, JSONField
+from django.db.models import Exists, F, Func, JSONField, OuterRef, Q
 from django.utils import timezone
 
-from ..models import ApiKey, Conversation, ConversationItem, Item, Response, ResponseItem, Tenant
+from ..models import (
+    ApiKey,
+    Conversation,
+    ConversationItem,
+    Item,
+    Response,
+    ResponseItem,
+    Tenant,
+    UsageRecord,
+    WebProcess,
+)
 from ..protocol import wirejson
 from ..protocol.errors import NotFound
 from . import selectors
+from .eventlog import forget_now
 
 KEY_PREFIX = "sk-gw-"
 
@@ -438,11 +450,6 @@ def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
     it (children first, level by level), so a live chain keeps its whole context until its tail
     expires too. Items no response and no conversation links any more go with them. Open
     responses are never touched."""
-    from django.conf import settings as django_settings
-    from django.db.models import Exists, OuterRef, Q
-
-    from ..models import ConversationItem, Tenant
-
     now = now or timezone.now()
     default_days = django_settings.GATEWAY_RETENTION_DAYS
     counts = {"responses": 0, "items": 0}
@@ -514,10 +521,6 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
     is gone). Their tokens stay in the usage API and budgets as a usage record; background
     responses' event logs are dropped. Open (queued, in_progress) responses are refused:
     cancel them first."""
-    from django.db.models import Q
-
-    from ..models import UsageRecord
-
     wanted = set(response_ids)
     counts = {"responses": 0, "items": 0, "broken_chains": 0}
     if not wanted:
@@ -550,7 +553,6 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
         counts["items"] = Item.objects.filter(id__in=set(item_ids)).delete()[1].get("responses_api.Item", 0)
         Response.objects.filter(Q(id__in=ids) | Q(previous_response_id__in=ids)).update(previous_response=None)
         counts["responses"] = Response.objects.filter(id__in=ids).delete()[1].get("responses_api.Response", 0)
-    from .eventlog import forget_now
 
     forget_now(ids)  # a background response's log holds its content too
     return counts
@@ -576,8 +578,6 @@ def web_process_beat(*, process_id: str, stale_after: float) -> int:
     """This web process is alive; the open foreground responses of processes that stopped
     beating are failed (they will never finish), and those processes forgotten. Returns how many
     responses were failed."""
-    from ..models import WebProcess
-
     now = timezone.now()
     WebProcess.objects.update_or_create(id=process_id, defaults={"beat_at": now})
     cutoff = now - timedelta(seconds=stale_after)

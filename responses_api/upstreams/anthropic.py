@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..domain import Target
 from ..protocol.anthropic import API_VERSION, EventDecoder, build_messages_request, message_to_deltas
 from ..protocol.errors import UpstreamError
+from ..store.sealing import SealBroken, sealer
 from .base import UpstreamRequest
 from .chat_completions import Opened, post_json
 from .events import EventStreamCall
@@ -44,8 +45,6 @@ def signed_thinking(items: list[dict], tenant_id: int | None) -> list[dict]:
     """Reasoning items whose `encrypted_content` this gateway sealed with Anthropic's signature
     become `{"type": "reasoning", "thinking", "signature"}`, which the request sends back as
     thinking blocks; other reasoning items are left as they are (and not sent)."""
-    from ..store.sealing import SealBroken, sealer
-
     if tenant_id is None or not any(i["type"] == "reasoning" and i.get("encrypted_content") for i in items):
         return items
     out = []

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
@@ -109,8 +110,6 @@ def dev_admin(login_file: Path) -> str:
     """A development superuser, as the development key is offered: `admin` with a random
     password kept in ``login_file`` (0600). Reused while it still logs in; never created when
     another superuser already exists (the operator has chosen their own)."""
-    from django.contrib.auth import get_user_model
-
     User = get_user_model()
     try:
         saved = login_file.read_text().strip()
