@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 
-from responses_api.protocol.mcp import McpTool, ToolFilter
 from tool_registry.egress import EgressDenied, parse_url, resolve_checked
+from tool_registry.executors import ToolSpec
 from tool_registry.mcp import McpServerSpec
 from tool_registry.runner import McpToolset, NoTools, RegistryToolRunner
 from tool_registry.services import adhoc_egress_policy, egress_policy, mcp_servers_for, registry_tools_for
@@ -23,13 +23,11 @@ from tool_registry.services import adhoc_egress_policy, egress_policy, mcp_serve
 from ..domain import Principal, Route
 from ..protocol.client_tools import HOSTED_ALIASES
 from ..protocol.errors import InvalidRequest
+from ..protocol.mcp import McpTool, ToolFilter
 from ..protocol.request import CreateRequest
 from ..protocol.tools import HostedTool, Tool, make_tool
 from ..store import db
 from ..store.ttlcache import TTLCache
-
-if TYPE_CHECKING:
-    from tool_registry.executors import ToolSpec
 
 log = logging.getLogger("gateway.tools")
 
