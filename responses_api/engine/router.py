@@ -24,7 +24,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,6 +32,7 @@ from django.conf import settings
 
 from ..domain import Route, Target
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError, UpstreamUnavailable
+from ..upstreams import UpstreamCall
 
 log = logging.getLogger("gateway.router")
 
@@ -412,3 +413,24 @@ def target_health(labels: list[str]) -> dict[str, tuple[Health, int]]:
     except Exception as exc:  # noqa: BLE001
         log.warning("router: target health unavailable: %s", exc)
         return {}
+
+
+class SlotCall:
+    """A call holding a target's concurrency slot (router.py) until it ends or is closed."""
+
+    def __init__(self, call: UpstreamCall, slot: Slot) -> None:
+        self.call = call
+        self.slot = slot
+
+    async def deltas(self) -> AsyncIterator[Any]:
+        try:
+            async for delta in self.call.deltas():
+                yield delta
+        finally:
+            await self.slot.release()
+
+    async def aclose(self) -> None:
+        try:
+            await self.call.aclose()
+        finally:
+            await self.slot.release()

@@ -17,26 +17,28 @@ from typing import Any
 
 from django.conf import settings
 
-from tool_registry.services import adhoc_egress_policy, egress_policy, mcp_servers_for, registry_tools_for
+from tool_registry.services import mcp_servers_for, registry_tools_for
 
 from ..domain import Principal, Route
-from ..engine.run import ResponseJob, ResponseRun
+from ..engine.interfaces import ResponseJob
+from ..engine.run import ResponseRun
+from ..mcp.credentials import restore_credentials
+from ..mcp.planning import registry_mcp_labels, toolset_for
+from ..mcp.session import McpSession
 from ..models import Response
 from ..protocol.answers import check_outputs_answer_calls
 from ..protocol.errors import InvalidRequest
 from ..protocol.ids import new_id
-from ..protocol.mcp import restore_mcp_credentials
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.response import request_params
 from ..store import db, selectors, services
 from ..store.eventlog import event_log
 from ..store.persistence import DatabasePersistence
-from ..store.sealing import sealer
 from ..upstreams.tokenize import context_window
 from . import lifecycle, liveness
 from .limits import Grant
 from .routing import route_get
-from .toolplan import ToolPlan, mcp_toolset, plan_tools, registry_mcp_labels, registry_tool_names, tool_runner
+from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
 
 __all__ = ["PriorContext", "check_answers_before_hand_off", "run_for_job", "run_for_request"]
 
@@ -178,11 +180,7 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
     2,000-character items and ten tools), measured with timeit, per run that waits for a
     worker anyway. The input items are taken as the web process stored them (opened)."""
     stored = row.job or {}
-    body = stored["body"]
-    if stored.get("mcp_credentials"):
-        body = restore_mcp_credentials(
-            body, sealer().unseal(stored["mcp_credentials"], tenant_id=row.tenant_id, purpose="mcp-credentials")
-        )
+    body = restore_credentials(stored["body"], stored.get("mcp_credentials"), row.tenant_id)
     # The input as the web process stored it (reasoning it opened included), not as sent.
     req = dataclasses.replace(parse_create_request(body), input_items=stored["input_items"])
     route = route_get(req.model)
@@ -218,20 +216,13 @@ async def _assemble(
     # Here, not in either caller: the window is what truncation "auto" fits the context to,
     # so a worker's run must learn it as the web run does.
     job.route = await with_context_window(job.route)
-    toolset = None
-    if plan.mcp[0]:
-        toolset = mcp_toolset(
-            job.response_id,
-            plan.mcp,
-            await db.run(egress_policy),
-            await db.run(adhoc_egress_policy, job.tenant_id),
-        )
+    toolset = await toolset_for(job.response_id, plan.mcp, job.tenant_id)
     return ResponseRun(
         job,
         persistence,
         await tool_runner(job.response_id, plan.specs),
         max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
-        mcp=toolset,
+        mcp=McpSession(toolset) if toolset is not None else None,
         stream_upstream=stream_upstream,
         first_sequence_number=first_sequence_number,
     )

@@ -8,12 +8,13 @@ from typing import Any
 
 from ..domain import Principal
 from ..engine.run import ResponseRun
+from ..mcp.planning import check_adhoc_urls, registry_mcp
 from ..protocol.errors import InvalidRequest
 from ..protocol.request import CreateRequest
 from .admission import admit_request, open_sealed_reasoning, route_for
 from .assembly import PriorContext, check_answers_before_hand_off, run_for_request
 from .handoff import WorkerStarted, start_on_worker
-from .toolplan import check_adhoc_urls, plan_tools, registry_mcp, registry_specs
+from .toolplan import plan_tools, registry_specs
 
 
 async def start_response(

@@ -17,16 +17,15 @@ from celery import current_app
 from django.conf import settings
 
 from ..domain import Principal
+from ..mcp.credentials import seal_credentials
 from ..models import Response
 from ..protocol.events import EventBuilder
 from ..protocol.ids import new_id
-from ..protocol.mcp import split_mcp_credentials
 from ..protocol.request import CreateRequest
 from ..protocol.response import request_params, response_object
 from ..store import db, services
 from ..store.eventlog import event_log
 from ..store.outages import unavailable
-from ..store.sealing import sealer
 from .limits import Grant
 from .worker import run_claimed
 
@@ -55,7 +54,7 @@ async def start_on_worker(
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
-    job_body, credentials = split_mcp_credentials({k: v for k, v in body.items() if k != "stream"})
+    job_body, credentials = seal_credentials({k: v for k, v in body.items() if k != "stream"}, principal.tenant_id)
     job: dict[str, Any] = {
         "body": job_body,
         "input_items": req.input_items,
@@ -64,9 +63,8 @@ async def start_on_worker(
     }
     if grant is not None:  # the worker settles and releases it when the run ends
         job["limits"] = grant.as_job()
-    if credentials:
-        # MCP tokens never sit in the database in plain text; they are dropped when the run ends.
-        job["mcp_credentials"] = sealer().seal(credentials, tenant_id=principal.tenant_id, purpose="mcp-credentials")
+    if credentials is not None:  # MCP tokens never sit in the database in plain text; dropped when the run ends
+        job["mcp_credentials"] = credentials
     await db.run(
         services.response_create,
         row=services.response_row(

@@ -13,7 +13,8 @@ import pytest
 
 from responses_api.domain import ProviderConfig, Route, Target
 from responses_api.engine import router
-from responses_api.engine.run import ResponseJob, ResponseRun
+from responses_api.engine.interfaces import ResponseJob
+from responses_api.engine.run import ResponseRun
 from responses_api.protocol.deltas import Finish, TextDelta, ToolCallDelta, Usage
 from responses_api.protocol.errors import UpstreamUnavailable
 from responses_api.protocol.ids import new_id
