@@ -25,6 +25,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from .api.auth import budget_of, key_quota, tenant_quota
+from .engine.router import target_health
 from .history import presenters
 from .history import selectors as history
 from .models import ApiKey, ModelRoute, Provider, Response, ResponseItem, RouteTarget, Tenant, validate_base_url
@@ -1025,6 +1027,4 @@ class ResponseAdmin(admin.ModelAdmin):
         return bool(request.user.is_superuser)
 
 
-from .api.auth import budget_of, key_quota, tenant_quota
 from .conversations import admin as conversations_admin  # noqa: E402,F401 - registers ConversationAdmin
-from .engine.router import target_health

@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from ..observability.metrics import exposition
 from ..orchestration import lifecycle
 from ..store import db
+from ..store.redis_clients import ping
 from .exception_handlers import json_response
 
 
@@ -24,13 +25,7 @@ def _check_database() -> None:
 
 
 def _check_redis() -> None:
-    import redis
-
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        client.ping()
-    finally:
-        client.close()
+    ping(settings.REDIS_URL)  # the process's own client: a probe opens no connection of its own
 
 
 async def readyz(request: HttpRequest) -> HttpResponse:

@@ -19,6 +19,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from django.db.models import Count, Max, Min
+
+from ..models import Response
+
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before prometheus_client reads it: writes go there
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
@@ -36,7 +40,6 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     # fork, which prometheus_client notices and then starts the child's own files.
     values.ValueClass = values.MultiProcessValue(process_identifier)
 
-from django.db.models import Count, Max, Min
 from prometheus_client import (  # noqa: E402
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -48,8 +51,6 @@ from prometheus_client import (  # noqa: E402
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 from prometheus_client.metrics import MetricWrapperBase  # noqa: E402
 from prometheus_client.metrics_core import Metric  # noqa: E402
-
-from ..models import Response
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 

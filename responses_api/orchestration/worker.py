@@ -29,9 +29,9 @@ from ..protocol.errors import GatewayError, ServerError
 from ..protocol.events import EventBuilder, output_from_events
 from ..store import db, selectors, services
 from ..store.eventlog import TERMINAL_TYPES, event_log
+from ..store.limit_counters import drain as limits_drain
 from .assembly import run_for_job
 from .limits import Grant
-from .limits import drain as limits_drain
 
 log = logging.getLogger("gateway.background")
 

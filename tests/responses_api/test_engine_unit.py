@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from responses_api.domain import ProviderConfig, Route, Target
-from responses_api.engine import router
 from responses_api.engine.interfaces import ResponseJob
 from responses_api.engine.run import ResponseRun
 from responses_api.protocol.deltas import Finish, TextDelta, ToolCallDelta, Usage
@@ -20,6 +19,7 @@ from responses_api.protocol.errors import UpstreamUnavailable
 from responses_api.protocol.ids import new_id
 from responses_api.protocol.request import parse_create_request
 from responses_api.protocol.response import request_params
+from responses_api.store import router_health
 from responses_api.upstreams import UpstreamRequest
 from tests.support.stream_validator import validate_events
 
@@ -198,7 +198,7 @@ def test_a_streams_row_is_written_after_its_upstream_request_went_out(monkeypatc
     loop (Python 3.11): a row insert started at the same moment went first and delayed the
     upstream request (bench/README.md, performance round 4). Target health as between two
     reads of the shared store (in memory, or Redis within the router's cache time)."""
-    monkeypatch.setattr(router, "_store", router.MemoryHealthStore())
+    monkeypatch.setattr(router_health, "_store", router_health.MemoryHealthStore())
     order: list[str] = []
 
     class SendsFromATask(Upstream):

@@ -22,10 +22,10 @@ pytestmark = pytest.mark.embedded
 
 @pytest.fixture(autouse=True)
 def _fresh_counters():  # type: ignore[no-untyped-def]
-    from responses_api.orchestration import limits
+    from responses_api.store import limit_counters
 
     def clear() -> None:
-        limits.reset_store()
+        limit_counters.reset_store()
         forget_redis_keys("gw:rl:*")
 
     clear()
@@ -64,7 +64,7 @@ def test_requests_per_minute_per_key_with_openai_headers(gateway: Gateway, scrip
         remaining.append(int(reply.headers["x-ratelimit-remaining-requests"]))
         assert reply.headers["x-ratelimit-reset-requests"].endswith("s")
     assert remaining == [2, 1, 0]
-    calls = len(scripted.requests)
+    calls = len(scripted.model_calls)
     with pytest.raises(openai.RateLimitError) as refused:
         gateway.openai().responses.create(model=MODEL, input="one more")
     error = refused.value.body
@@ -72,7 +72,7 @@ def test_requests_per_minute_per_key_with_openai_headers(gateway: Gateway, scrip
     assert "requests per minute" in error["message"] and "API key 'test'" in error["message"]
     retry_after = int(refused.value.response.headers["retry-after"])
     assert 1 <= retry_after <= 20  # one request's refill at 3 per minute
-    assert len(scripted.requests) == calls  # refused before any upstream call
+    assert len(scripted.model_calls) == calls  # refused before any upstream call
     # A refused request is not stored either.
     from responses_api.models import Response
 
@@ -368,11 +368,11 @@ def test_with_the_counter_store_unreachable_the_setting_decides(
     settings,  # type: ignore[no-untyped-def]
 ) -> None:
     from responses_api.models import ApiKey
-    from responses_api.orchestration import limits
+    from responses_api.store import limit_counters
 
     scripted.set_default(MODEL, Reply(text="ok"))
     set_limits(ApiKey, key_id(gateway.key), requests_per_minute=1)
-    limits._store = limits.RedisLimitStore("redis://127.0.0.1:9/0")  # nothing listens there
+    limit_counters._store = limit_counters.RedisLimitStore("redis://127.0.0.1:9/0")  # nothing listens there
     settings.GATEWAY_RATE_LIMIT_FAIL_OPEN = True
     for _ in range(2):  # over the limit, but it cannot be counted: let through (and logged)
         reply = create(gateway)
@@ -400,7 +400,7 @@ def test_parallel_requests_never_overshoot(gateway: Gateway, scripted: ScriptedU
         t.join()
     assert set(statuses) <= {200, 429}
     assert 1 <= statuses.count(200) and statuses.count(429) >= 1
-    assert len(scripted.requests) == statuses.count(200)
+    assert len(scripted.model_calls) == statuses.count(200)
 
 
 def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp_path) -> None:  # type: ignore[no-untyped-def]
