@@ -1,124 +1,30 @@
-"""The engine on its own: `ResponseRun` driven with stand-in persistence, upstream and tool
-runner (no HTTP, no database), so its rules can be checked in milliseconds. The same engine
-is exercised end to end, over real servers, by the rest of tests/responses_api/."""
+"""The engine on its own, basics: `ResponseRun` driven with stand-in persistence, upstream and
+tool runner (tests/engine/standins.py: no HTTP, no database), so its rules can be checked in
+milliseconds. The same engine is exercised end to end, over real servers, by tests/responses_api/."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
-from responses_api.domain import ProviderConfig, Route, Target
-from responses_api.engine.interfaces import ResponseJob
+from responses_api.domain import Target
 from responses_api.engine.run import ResponseRun
 from responses_api.protocol.deltas import Finish, TextDelta, ToolCallDelta, Usage
 from responses_api.protocol.errors import UpstreamUnavailable
-from responses_api.protocol.ids import new_id
-from responses_api.protocol.request import parse_create_request
-from responses_api.protocol.response import request_params
 from responses_api.store import router_health
 from responses_api.upstreams import UpstreamRequest
+from tests.engine.standins import LOOKUP, Call, Stored, Tools, Upstream, drive, make_job, make_target, to_end
 from tests.support.stream_validator import validate_events
 
 pytestmark = pytest.mark.embedded
-
-LOOKUP = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
-
-
-def _target(name: str) -> Target:
-    return Target(ProviderConfig(name, "chat_completions", "http://unused.invalid", None, 5.0, 1.0), "m", 1)
-
-
-def _job(body: dict[str, Any], *targets: Target) -> ResponseJob:
-    req = parse_create_request({"model": "m", **body})
-    return ResponseJob(
-        response_id=new_id("resp"),
-        created_at=1_700_000_000,
-        tenant_id=1,
-        request=req,
-        params=request_params(req),
-        route=Route("m", targets or (_target("a"),)),
-        context=list(req.input_items),
-        input_items=list(req.input_items),
-    )
-
-
-class Stored:
-    """Stand-in persistence: what the engine asked to store."""
-
-    def __init__(self) -> None:
-        self.opened = 0
-        self.finished: list[dict[str, Any]] = []
-
-    async def open(self) -> None:
-        self.opened += 1
-
-    async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
-        self.finished.append(json.loads(json.dumps(response)))
-
-    async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
-        await self.finish({**response, "output": []}, upstream=upstream, latency_ms=latency_ms)
-
-
-class Tools:
-    """Stand-in tool runner: `lookup` is a server-side tool answering "42"."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-    def is_server_tool(self, name: str) -> bool:
-        return name == "lookup"
-
-    async def execute(self, call: dict[str, Any]) -> str:
-        self.calls.append(call)
-        return "42"
-
-
-class Call:
-    def __init__(self, deltas: list[Any]) -> None:
-        self._deltas = deltas
-        self.closed = False
-
-    async def deltas(self) -> AsyncIterator[Any]:
-        for delta in self._deltas:
-            await asyncio.sleep(0)
-            yield delta
-
-    async def aclose(self) -> None:
-        self.closed = True
-
-
-class Upstream:
-    """Stand-in for `upstreams.open_call`: scripted answers, failures by target name."""
-
-    def __init__(self, *answers: list[Any], failing: tuple[str, ...] = ()) -> None:
-        self.answers = list(answers)
-        self.failing = failing
-        self.requests: list[tuple[str, UpstreamRequest]] = []
-
-    async def __call__(self, target: Target, request: UpstreamRequest) -> Call:
-        self.requests.append((target.provider.name, request))
-        if target.provider.name in self.failing:
-            raise UpstreamUnavailable(f"{target.label} is down")
-        return Call(self.answers.pop(0))
-
-
-def _drive(run: ResponseRun, **events_args: Any) -> list[dict[str, Any]]:
-    async def go() -> list[dict[str, Any]]:
-        await run.connect()
-        return [event async for event in run.events(**events_args)]
-
-    return asyncio.run(go())
 
 
 def test_a_streamed_answer_is_valid_protocol_and_stored_once() -> None:
     upstream = Upstream([TextDelta("Hel"), TextDelta("lo"), Usage(5, 2), Finish("stop")])
     stored = Stored()
-    run = ResponseRun(_job({"input": "hi", "stream": True}), stored, Tools(), open_upstream=upstream)
-    events = _drive(run)
+    run = ResponseRun(make_job({"input": "hi", "stream": True}), stored, Tools(), open_upstream=upstream)
+    events = drive(run)
     validate_events(events)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[-1]["type"] == "response.completed"
@@ -137,9 +43,9 @@ def test_a_server_tool_runs_between_model_calls_and_its_output_goes_back() -> No
     )
     tools, stored = Tools(), Stored()
     run = ResponseRun(
-        _job({"input": "look it up", "tools": [LOOKUP], "stream": True}), stored, tools, open_upstream=upstream
+        make_job({"input": "look it up", "tools": [LOOKUP], "stream": True}), stored, tools, open_upstream=upstream
     )
-    events = _drive(run)
+    events = drive(run)
     validate_events(events)
     assert [c["arguments"] for c in tools.calls] == ['{"q": 1}']
     second = upstream.requests[1][1].items
@@ -153,23 +59,18 @@ def test_a_server_tool_runs_between_model_calls_and_its_output_goes_back() -> No
 def test_the_router_falls_back_before_the_first_byte() -> None:
     upstream = Upstream([TextDelta("from b"), Finish("stop")], failing=("a",))
     stored = Stored()
-    job = _job({"input": "hi"}, _target("a"), Target(_target("b").provider, "m", 1, priority=1))
+    job = make_job({"input": "hi"}, make_target("a"), Target(make_target("b").provider, "m", 1, priority=1))
     run = ResponseRun(job, stored, Tools(), open_upstream=upstream)
-    result = asyncio.run(_to_end(run))
+    result = asyncio.run(to_end(run))
     assert [name for name, _ in upstream.requests] == ["a", "b"]
     assert result["status"] == "completed"
     assert result["output"][0]["content"][0]["text"] == "from b"
 
 
-async def _to_end(run: ResponseRun) -> dict[str, Any]:
-    await run.connect()
-    return await run.run_to_end()
-
-
 def test_every_target_failing_stores_a_failed_response_and_raises() -> None:
     upstream = Upstream(failing=("a",))
     stored = Stored()
-    run = ResponseRun(_job({"input": "hi", "stream": True}), stored, Tools(), open_upstream=upstream)
+    run = ResponseRun(make_job({"input": "hi", "stream": True}), stored, Tools(), open_upstream=upstream)
     with pytest.raises(UpstreamUnavailable):
         asyncio.run(run.connect())
     assert stored.finished[-1]["status"] == "failed"
@@ -180,14 +81,14 @@ def test_every_target_failing_stores_a_failed_response_and_raises() -> None:
 def test_a_worker_run_continues_the_event_log_and_streams_from_the_upstream() -> None:
     upstream = Upstream([TextDelta("ok"), Finish("stop")])
     run = ResponseRun(
-        _job({"input": "hi"}),  # the client did not stream
+        make_job({"input": "hi"}),  # the client did not stream
         Stored(),
         Tools(),
         stream_upstream=True,
         first_sequence_number=2,  # the worker's log already holds created and in_progress
         open_upstream=upstream,
     )
-    events = _drive(run, opening="none")  # as background.run_claimed: the log holds the opening
+    events = drive(run, opening="none")  # as background.run_claimed: the log holds the opening
     validate_events(events, starting_after=1)
     assert upstream.requests[0][1].stream is True
     assert events[0]["sequence_number"] == 2
@@ -217,7 +118,7 @@ def test_a_streams_row_is_written_after_its_upstream_request_went_out(monkeypatc
 
     upstream = SendsFromATask([TextDelta("hi"), Finish("stop")])
     stored = RecordsTheInsert()
-    run = ResponseRun(_job({"input": "hi", "stream": True}), stored, Tools(), open_upstream=upstream)
-    events = _drive(run)
+    run = ResponseRun(make_job({"input": "hi", "stream": True}), stored, Tools(), open_upstream=upstream)
+    events = drive(run)
     validate_events(events)
     assert order == ["upstream request sent", "row inserted"]
