@@ -20,7 +20,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 _django = get_asgi_application()  # sets Django up first
 
-from responses_api.api.asgi import ApiApplication  # noqa: E402
+from responses_api.api.asgi import ApiApplication  # noqa: E402 - after Django is set up (above)
 
 # The /v1 API's views directly (no per-request thread hops), the rest through Django.
 application = ApiApplication(_django)

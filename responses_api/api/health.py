@@ -43,7 +43,7 @@ async def readyz(request: HttpRequest) -> HttpResponse:
         try:
             await db.run(check)
             checks[name] = "ok"
-        except Exception as exc:  # readiness reports any failure, whatever its kind
+        except Exception as exc:  # noqa: BLE001 - readiness reports any failure, whatever its kind
             checks[name] = f"error: {type(exc).__name__}"
             healthy = False
     return json_response(

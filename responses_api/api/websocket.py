@@ -206,7 +206,7 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
     try:
         principal = await principal_for(bearer_token(headers.get("authorization")))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure refuses the connection with an error frame
         error = exc if isinstance(exc, GatewayError) else (unavailable(exc) or ServerError("Authentication failed."))
         return await _deny(scope, send, error)
     if lifecycle.draining():

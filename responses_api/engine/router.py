@@ -214,7 +214,7 @@ async def _failed(target: Target, error: GatewayError) -> None:
 async def _succeeded(target: Target) -> None:
     try:
         await health_store().succeeded(target.label)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - health is advisory: a success not recorded costs nothing
         log.warning("router: could not record a success of %s: %s", target.label, exc)
         return
     _health_view.put(target.label, Health())
@@ -225,7 +225,7 @@ def target_health(labels: list[str]) -> dict[str, tuple[Health, int]]:
     """For the admin: each target's health and requests in flight (sync)."""
     try:
         return health_store().read_sync(labels)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the admin shows health as unknown
         log.warning("router: target health unavailable: %s", exc)
         return {}
 

@@ -26,7 +26,7 @@ from ..models import Response
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before prometheus_client reads it: writes go there
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
-from prometheus_client import values  # noqa: E402
+from prometheus_client import values
 
 
 def process_identifier() -> str:
@@ -40,7 +40,7 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     # fork, which prometheus_client notices and then starts the child's own files.
     values.ValueClass = values.MultiProcessValue(process_identifier)
 
-from prometheus_client import (  # noqa: E402
+from prometheus_client import (  # noqa: E402 - after PROMETHEUS_MULTIPROC_DIR is prepared (above)
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
@@ -48,9 +48,9 @@ from prometheus_client import (  # noqa: E402
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily  # noqa: E402
-from prometheus_client.metrics import MetricWrapperBase  # noqa: E402
-from prometheus_client.metrics_core import Metric  # noqa: E402
+from prometheus_client.core import GaugeMetricFamily  # noqa: E402 - after PROMETHEUS_MULTIPROC_DIR is prepared (above)
+from prometheus_client.metrics import MetricWrapperBase  # noqa: E402 - after PROMETHEUS_MULTIPROC_DIR is prepared (above)
+from prometheus_client.metrics_core import Metric  # noqa: E402 - after PROMETHEUS_MULTIPROC_DIR is prepared (above)
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 

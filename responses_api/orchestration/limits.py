@@ -116,7 +116,7 @@ class Grant:
             return None
         return cls(
             lease_id=data["lease_id"],
-            buckets=[tuple(b) for b in data["buckets"]],  # type: ignore[misc]
+            buckets=[tuple(b) for b in data["buckets"]],
             leases=list(data["leases"]),
             budget_key=data["budget_key"],
             price=Price(Decimal(data["price"][0]), Decimal(data["price"][1])),
@@ -179,7 +179,7 @@ async def admit(
     try:
         decision = await store.acquire(checks, lease_id, lease_seconds)
         if decision.seed >= 0:  # the budget's period has no count yet: the database has it
-            await _seed_budget(store, budget, checks[decision.seed], now)  # type: ignore[arg-type]
+            await _seed_budget(store, budget, checks[decision.seed], now)
             decision = await store.acquire(checks, lease_id, lease_seconds)
     except RateLimited:
         raise

@@ -171,9 +171,8 @@ def parse_mcp_tool(entry: dict[str, Any], param: str) -> McpTool:
                 param=f"{param}.{unsupported}",
             )
     url = entry.get("server_url")
-    if url is not None:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise InvalidRequest(f"Invalid '{param}.server_url': expected an http(s) URL.", param=f"{param}.server_url")
+    if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+        raise InvalidRequest(f"Invalid '{param}.server_url': expected an http(s) URL.", param=f"{param}.server_url")
     headers = entry.get("headers") or {}
     if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         raise InvalidRequest(f"Invalid '{param}.headers': expected an object of strings.", param=f"{param}.headers")

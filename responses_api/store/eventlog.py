@@ -203,7 +203,7 @@ def forget_now(response_ids: list[str]) -> None:
     cannot be reached (GATEWAY_EVENT_LOG_TTL_SECONDS)."""
     try:
         async_to_sync(event_log().forget)(response_ids)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - Redis unreachable, whatever it raises: the logs expire on their own
         logging.getLogger("gateway.eventlog").warning(
             "could not drop the event logs of %d purged response(s)", len(response_ids)
         )

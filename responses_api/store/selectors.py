@@ -190,9 +190,11 @@ def context_check(
     (1 query) or the conversation (1 query), the item references (1 query, only if any)."""
     if previous_response_id is not None:
         chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
-    elif conversation_id is not None:
-        if not Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).exists():
-            raise _conversation_not_found(conversation_id)
+    elif (
+        conversation_id is not None
+        and not Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).exists()
+    ):
+        raise _conversation_not_found(conversation_id)
     resolve_references(tenant_id, input_items)
 
 

@@ -19,13 +19,13 @@ import os
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded
 
-from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance  # noqa: E402
 
 EXCLUDED = [positive_data_acceptance, negative_data_rejection]
 EXAMPLES = int(os.environ.get("GATEWAY_SCHEMATHESIS_EXAMPLES", "12"))

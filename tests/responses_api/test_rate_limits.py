@@ -232,11 +232,9 @@ def test_store_false_responses_count_in_usage_and_budgets(gateway: Gateway, scri
     scripted.enqueue(MODEL, Reply(text="ok", usage=usage))
     assert create(gateway, store=False).status_code == 200
     scripted.enqueue(MODEL, Reply(text="ok", usage=usage))
-    with gateway.http() as client:  # streamed, as Codex CLI does
-        with client.stream(
-            "POST", "/v1/responses", json={"model": MODEL, "input": "hi", "store": False, "stream": True}
-        ) as sse:
-            assert sse.status_code == 200 and validate_sse(sse.iter_bytes())["status"] == "completed"
+    body = {"model": MODEL, "input": "hi", "store": False, "stream": True}
+    with gateway.http() as client, client.stream("POST", "/v1/responses", json=body) as sse:  # as Codex CLI does
+        assert sse.status_code == 200 and validate_sse(sse.iter_bytes())["status"] == "completed"
     deadline = time.monotonic() + 5
     while UsageRecord.objects.filter(tenant_id=gateway.tenant_id).count() < 2:  # written just after the answer
         assert time.monotonic() < deadline, "no usage record for a store: false response"
@@ -399,7 +397,7 @@ def test_parallel_requests_never_overshoot(gateway: Gateway, scripted: ScriptedU
     for t in threads:
         t.join()
     assert set(statuses) <= {200, 429}
-    assert 1 <= statuses.count(200) and statuses.count(429) >= 1
+    assert statuses.count(200) >= 1 and statuses.count(429) >= 1
     assert len(scripted.model_calls) == statuses.count(200)
 
 
@@ -556,6 +554,6 @@ def test_parallel_requests_reserve_the_budget_and_only_the_last_may_cross_it(
     assert {a.json()["error"]["code"] for a in refused} == {"budget_exceeded"}
     spent = 110 + 110 * len(admitted)
     assert spent <= 300 + 110, f"{len(admitted)} admitted: {spent} tokens against a budget of 300"
-    assert 1 <= len(admitted)
+    assert len(admitted) >= 1
     budget = next(e for e in gateway.http().get("/v1/usage").json()["limits"] if e["limit"] == "daily budget")
     assert budget["used"] == spent
