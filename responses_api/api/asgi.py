@@ -9,8 +9,12 @@ bearer keys, set no cookies and are CSRF-exempt, so this lane calls them
 without that machinery. What the API still needs from the chain is applied
 here, inline and without hops: the request id and access log
 (RequestIdMiddleware), Host validation, and the response headers of the
-security, common and X-Frame-Options middleware. The admin, static files,
-health checks and the API docs go through Django's full handler as before.
+security, common and X-Frame-Options middleware. The API's documents
+(/v1/openapi.json, /v1/docs) are such views too; the admin, static files,
+health checks and any /v1 view not marked `fast_lane` go through Django's full
+handler as before. The WebSocket at /v1/responses is served here (websocket.py),
+and the lifespan: a process's SIGTERM drain and liveness beat at start, its
+upstream session, database pool and usage records closed at shutdown.
 """
 
 from __future__ import annotations

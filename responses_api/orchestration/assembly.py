@@ -1,10 +1,13 @@
 """The one place a ResponseRun is assembled: from a request on the web path (`run_for_request`)
 and from a stored job on a worker (`run_for_job`).
 
-Both plan their tools with toolplan.plan_tools and end in `_assemble`, which gives the run its
-tool runner, MCP toolset and limits; they differ only in where the context comes from (the
-web path reads the chain while it checks access, a worker reads it when the run starts) and
-in where events go (the worker streams from the upstream into the event log).
+Both take tools planned by toolplan.plan_tools and end in `_assemble`, which gives the run the
+route's context window (learned from the upstream when the operator set none), its tool runner
+and its MCP session. They differ only in where the context comes from (the web path reads the
+chain or conversation, checking access, or continues a WebSocket's previous response from
+memory; a worker reads it when the run starts), in what a run stores (the web path's row is
+inserted while a stream's upstream is asked; a worker's exists already) and in where events go
+(the worker streams from the upstream into the event log).
 """
 
 from __future__ import annotations

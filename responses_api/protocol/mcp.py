@@ -1,7 +1,8 @@
 """MCP tools in the protocol: the request's `{"type": "mcp"}` tools, approval policies,
 the names the model sees, and how MCP items read to a Chat Completions model.
 
-Pure: no I/O. Listing and calling servers lives in tool_registry/mcp.py.
+Pure: no I/O. Which servers a run uses and the run's MCP session are in responses_api/mcp/;
+listing and calling servers is tool_registry/mcp.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Reads: responses, their items and chains, keys and routes. Plain sync ORM functions.
+"""Reads: responses and their items, a request's context (its chain, by one recursive SQL
+query whatever the length, or its conversation, then its input with item references
+resolved), the jobs the reaper looks for, a tenant's spend for budgets, the models a key may
+use. Sync functions.
 
 Async callers go through `responses_api.store.db.run`, which runs them in a worker
 thread and releases the connection at once.

@@ -1,4 +1,6 @@
-"""Writes: create and finish a response, delete one, create API keys.
+"""Writes: create and finish a response (and append it to its conversation), delete, purge and
+expire responses, create and revoke API keys, the job lifecycle of worker runs and the web
+processes' beat.
 
 Plain sync ORM functions, plus, for PostgreSQL, the hot writes as single statements
 (`finish_statement`, `insert_statement`) that the web process awaits on its event loop
@@ -558,7 +560,7 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
     return counts
 
 
-# -- worker-run responses: the job lifecycle (background.py drives it) ---------------
+# -- worker-run responses: the job lifecycle (orchestration/worker.py drives it) ------
 
 
 def response_job_claim(*, response_id: str) -> Response | None:

@@ -88,7 +88,7 @@ def test_a_worker_run_continues_the_event_log_and_streams_from_the_upstream() ->
         first_sequence_number=2,  # the worker's log already holds created and in_progress
         open_upstream=upstream,
     )
-    events = drive(run, opening="none")  # as background.run_claimed: the log holds the opening
+    events = drive(run, opening="none")  # as worker.run_claimed: the log holds the opening
     validate_events(events, starting_after=1)
     assert upstream.requests[0][1].stream is True
     assert events[0]["sequence_number"] == 2
