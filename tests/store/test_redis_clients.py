@@ -25,11 +25,9 @@ def test_an_event_loop_reuses_its_client_and_another_loop_gets_its_own() -> None
     other, _, _ = asyncio.run(clients())
     assert first is again and streams is not first  # one per use: their timeouts differ
     assert other is not first  # a client belongs to the loop it was made on
-    redis_clients.forget()
 
 
 def test_threads_share_one_sync_client_per_url() -> None:
     assert redis_clients.sync_client(URL) is redis_clients.sync_client(URL)
     with pytest.raises(Exception, match="Connection refused|Error"):
         redis_clients.ping(URL)
-    redis_clients.forget()
