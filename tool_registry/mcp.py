@@ -75,7 +75,9 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         self.host_header = host if port == (443 if scheme == "https" else 80) else f"{host}:{port}"
         self.sni = host.rstrip(".") if scheme == "https" and literal_address(host) is None else None
         self.inner = httpx2.AsyncHTTPTransport(retries=0, trust_env=False)
-        self.error_status: int | None = None  # the SDK turns HTTP errors into JSON-RPC ones
+        # The status of an answer that is not MCP (an error, or a redirect this client does not
+        # follow): the SDK would report either as a JSON-RPC error, hiding what the server said.
+        self.error_status: int | None = None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url
@@ -87,7 +89,7 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         if self.sni:
             request.extensions = {**request.extensions, "sni_hostname": self.sni}
         response = await self.inner.handle_async_request(request)
-        if response.status_code >= 400 and request.method != "DELETE":
+        if response.status_code >= 300 and request.method != "DELETE":
             self.error_status = response.status_code
         return response
 
@@ -149,6 +151,10 @@ async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[C
         if code is None or isinstance(_leaf(exc), (McpUnavailable, TimeoutError)):
             raise
         message = f"MCP server '{spec.label}' answered HTTP {code}"
+        if code < 400:
+            # Following it would leave the origin the egress policy checked (and may carry the
+            # server's credentials elsewhere): the operator or client registers the final URL.
+            message += " (a redirect: MCP servers are called at their own URL; give the URL it redirects to)"
         raise McpUnavailable(message, {"type": "http_error", "code": code, "message": message}) from None
 
 

@@ -4,8 +4,9 @@ one configured: not public by default).
 Several processes (uvicorn workers, Celery) each count their own; with PROMETHEUS_MULTIPROC_DIR
 set in their environment (an empty directory, cleared at deployment start) the scrape sums
 them all, whichever process answers it. Each process writes its own files there, named by
-host and pid (`process_identifier`): web and worker containers sharing one directory have
-pid namespaces of their own, so a pid alone would collide. The queue and worker figures are
+host, pid and a random part (`process_identifier`): web and worker containers sharing one
+directory have pid namespaces of their own, so a pid alone would collide. A web process killed
+outright leaves its live gauges behind: the live processes' liveness beat removes them. The queue and worker figures are
 read from the database at scrape time, so they are the same whichever process answers.
 
 `METRICS` is the one list of what is exposed: the single-process exposition registers it,
@@ -13,8 +14,8 @@ and the multi-process one lists every family of it too, even before any process 
 
 from __future__ import annotations
 
+import contextlib
 import os
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from django.db.models import Count, Max, Min
 
 from ..models import Response
+from .process import process_id
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before prometheus_client reads it: writes go there
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
@@ -30,9 +32,27 @@ from prometheus_client import values
 
 
 def process_identifier() -> str:
-    """This process in the shared metrics directory: host name and pid (a container's host
-    name is its own). prometheus_client splits file names on '_', so none may be in it."""
-    return f"{socket.gethostname()}-{os.getpid()}".replace("_", "-")
+    """This process in the shared metrics directory: its liveness id (host name, pid and a
+    random part: a container's host name is its own, and a pid reused later on one host is
+    another process, whose gauges must not start from a dead one's). prometheus_client splits
+    file names on '_', so none may be in it."""
+    return metrics_identifier(process_id())
+
+
+def metrics_identifier(liveness_id: str) -> str:
+    return liveness_id.replace(":", "-").replace("_", "-")
+
+
+def forget_processes(liveness_ids: list[str]) -> None:
+    """Web processes found dead (killed: they never ran `process_exit`): their live gauges
+    (open streams, open WebSockets) leave the sums; their counters stay, they were counted."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        for liveness_id in liveness_ids:
+            # Every live process sweeps: another may have removed the files a moment ago.
+            with contextlib.suppress(FileNotFoundError):
+                multiprocess.mark_process_dead(metrics_identifier(liveness_id))
 
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):

@@ -29,6 +29,7 @@ from ..mcp.credentials import restore_credentials
 from ..mcp.planning import registry_mcp_labels, toolset_for
 from ..mcp.session import McpSession
 from ..models import Response
+from ..observability.process import process_id
 from ..protocol.answers import check_outputs_answer_calls
 from ..protocol.errors import InvalidRequest
 from ..protocol.ids import new_id
@@ -38,7 +39,7 @@ from ..store import db, selectors, services
 from ..store.eventlog import event_log
 from ..store.persistence import DatabasePersistence
 from ..upstreams.tokenize import context_window
-from . import lifecycle, liveness
+from . import lifecycle
 from .limits import Grant
 from .routing import route_get
 from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
@@ -104,7 +105,7 @@ async def run_for_request(
             model=req.model,
             params=params,
             created_at=created_at,
-            served_by=liveness.process_id() if req.stream else "",  # a stream's row is open meanwhile
+            served_by=process_id() if req.stream else "",  # a stream's row is open meanwhile
         )
     job = ResponseJob(
         response_id=response_id,

@@ -234,6 +234,17 @@ def _refuse(check: Check, retry_after: float) -> None:
     seconds = max(1, math.ceil(retry_after))
     if check.kind == "budget":
         message = f"The {check.what} of {check.label} is spent; it renews in {_duration(retry_after)}."
+    elif check.kind == "lease":
+        # A slot frees when a request in flight ends, which nobody can foresee; what the gateway
+        # knows is when the first lease runs out if its process stopped: at most one
+        # GATEWAY_LEASE_SECONDS away where web processes renew their leases (liveness.py).
+        retry_after = min(retry_after, float(settings.GATEWAY_LEASE_SECONDS))
+        seconds = max(1, math.ceil(retry_after))
+        message = (
+            f"Rate limit reached for {check.label} on {check.what}: limit {check.limit}, all in flight. "
+            f"A slot frees when one of them ends, and in {_duration(retry_after)} at the latest "
+            "if the process serving it stopped."
+        )
     else:
         message = (
             f"Rate limit reached for {check.label} on {check.what}: limit {check.limit}. "

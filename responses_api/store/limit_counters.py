@@ -104,7 +104,7 @@ class MemoryLimitStore(LimitStore):
                 held = {k: v for k, v in self.leases.get(check.key, {}).items() if v > now}
                 self.leases[check.key] = held
                 if len(held) >= check.limit:
-                    return Decision(False, i, 1.0)
+                    return Decision(False, i, min(held.values()) - now)
             else:
                 spent = self._spent(check.key, now)
                 if spent is None:
@@ -216,7 +216,11 @@ for i = 1, n do
     level[i] = lv - cost
   elseif kind == 'lease' then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-    if redis.call('ZCARD', key) >= a then return {'deny', i, '1'} end
+    if redis.call('ZCARD', key) >= a then
+      -- the first lease to expire: when a slot frees at the latest, if its holder stopped
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      return {'deny', i, tostring(tonumber(first[2]) - now)}
+    end
   else
     local v = redis.call('HMGET', key, 'tokens', 'micro_usd')
     if not v[1] then return {'seed', i, '0'} end

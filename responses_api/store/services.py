@@ -576,16 +576,16 @@ def response_job_heartbeat(*, response_id: str) -> None:
     Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
 
 
-def web_process_beat(*, process_id: str, stale_after: float) -> int:
+def web_process_beat(*, process_id: str, stale_after: float) -> tuple[int, list[str]]:
     """This web process is alive; the open foreground responses of processes that stopped
     beating are failed (they will never finish), and those processes forgotten. Returns how many
-    responses were failed."""
+    responses were failed, and the processes forgotten."""
     now = timezone.now()
     WebProcess.objects.update_or_create(id=process_id, defaults={"beat_at": now})
     cutoff = now - timedelta(seconds=stale_after)
     dead = list(WebProcess.objects.filter(beat_at__lt=cutoff).values_list("id", flat=True))
     if not dead:
-        return 0
+        return 0, []
     failed = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=False, served_by__in=dead).update(
         **_ended(
             {
@@ -596,7 +596,7 @@ def web_process_beat(*, process_id: str, stale_after: float) -> int:
         )
     )
     WebProcess.objects.filter(id__in=dead, beat_at__lt=cutoff).delete()
-    return failed
+    return failed, dead
 
 
 def response_fail_abandoned_foreground() -> int:

@@ -12,6 +12,7 @@ from decimal import Decimal
 import httpx
 import openai
 import pytest
+from django.conf import settings
 
 from tests.support.harness import MODEL, Gateway, forget_redis_keys, make_key
 from tests.support.stream_validator import validate_sse
@@ -149,6 +150,11 @@ def test_concurrent_requests_hold_a_lease_until_the_stream_ends(
             client.responses.create(model=MODEL, input="meanwhile")
         raw += list(chunks)
     assert "concurrent requests" in refused.value.body["message"]
+    # When the one lease runs out if its process stopped: GATEWAY_LEASE_SECONDS from its last
+    # renewal (the test gateway's process beats, so within one lease of now).
+    lease = settings.GATEWAY_LEASE_SECONDS
+    assert lease - 10 <= int(refused.value.response.headers["retry-after"]) <= lease
+    assert "at the latest if the process serving it stopped" in refused.value.body["message"]
     assert validate_sse(b"".join(raw))["status"] == "completed"
     scripted.enqueue(MODEL, Reply(text="after"))
     deadline = time.monotonic() + 5

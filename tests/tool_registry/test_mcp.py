@@ -271,6 +271,44 @@ def test_server_down_and_tool_errors_are_clean_outputs(
     assert resp["status"] == "completed"
 
 
+def test_a_redirecting_server_is_reported_as_the_redirect_it_answered(
+    gateway: Gateway, scripted: ScriptedUpstream, settings
+) -> None:  # type: ignore[no-untyped-def]
+    """An MCP server answering 307 (moved) is not followed (the egress check was for its origin);
+    the listing's error says what it answered, not "JSON-RPC error"."""
+    import http.server
+    import threading
+
+    class Moved(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(307)
+            self.send_header("Location", "http://127.0.0.1:1/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Moved)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{port}"]
+    moved = {
+        "type": "mcp",
+        "server_label": "moved",
+        "server_url": f"http://127.0.0.1:{port}/mcp",
+        "require_approval": "never",
+    }
+    scripted.enqueue(MODEL, Reply(text="no tools today"))
+    try:
+        _, resp = stream(gateway, {"model": MODEL, "input": "?", "tools": [moved]})
+    finally:
+        server.shutdown()
+    listing = resp["output"][0]
+    assert listing["type"] == "mcp_list_tools" and "answered HTTP 307 (a redirect" in listing["error"], listing
+    assert resp["status"] == "completed"
+
+
 def test_server_dying_mid_response_fails_the_call_not_the_response(
     gateway: Gateway, scripted: ScriptedUpstream, settings
 ) -> None:  # type: ignore[no-untyped-def]
