@@ -1,13 +1,20 @@
-"""Liveness (`/healthz`) and readiness (`/readyz`: database and, when configured, Redis)."""
+"""Liveness (`/healthz`), readiness (`/readyz`: database and, when configured, Redis), and the
+Prometheus scrape (`/metrics`: the counts of observability/metrics.py and the background queue,
+read from the database)."""
 
 from __future__ import annotations
 
 import hmac
+import time
+from collections.abc import Iterator
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Count, Max, Min
 from django.http import HttpRequest, HttpResponse
+from prometheus_client.core import GaugeMetricFamily
 
+from ..models import Response
 from ..observability.metrics import exposition
 from ..orchestration import lifecycle
 from ..store import db
@@ -51,6 +58,35 @@ async def readyz(request: HttpRequest) -> HttpResponse:
     )
 
 
+class BackgroundQueue:
+    """Background work, read from the database at scrape time."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = time.time()
+        queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(
+            n=Count("id"), oldest=Min("created_at")
+        )
+        running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).aggregate(
+            n=Count("id"), beat=Max("heartbeat_at")
+        )
+        yield GaugeMetricFamily(
+            "gateway_background_queued", "Background responses waiting for a worker.", value=queued["n"]
+        )
+        yield GaugeMetricFamily(
+            "gateway_background_oldest_queued_seconds",
+            "Age of the oldest queued one.",
+            value=now - queued["oldest"].timestamp() if queued["oldest"] else 0,
+        )
+        yield GaugeMetricFamily(
+            "gateway_background_running", "Background responses a worker runs now.", value=running["n"]
+        )
+        yield GaugeMetricFamily(
+            "gateway_worker_heartbeat_age_seconds",
+            "Seconds since the freshest heartbeat of a running background response.",
+            value=now - running["beat"].timestamp() if running["beat"] else 0,
+        )
+
+
 async def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus exposition for holders of GATEWAY_METRICS_TOKEN; a 404 when none is set."""
     token = settings.GATEWAY_METRICS_TOKEN
@@ -71,5 +107,5 @@ async def metrics(request: HttpRequest) -> HttpResponse:
             },
             status=401,
         )
-    body, content_type = await db.run(exposition)
+    body, content_type = await db.run(exposition, BackgroundQueue())
     return HttpResponse(body, content_type=content_type)

@@ -18,13 +18,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Runs exposition() in a fresh interpreter (the multi-process value class is chosen at import),
+# Runs /metrics' exposition in a fresh interpreter (the multi-process value class is chosen at import),
 # against a migrated SQLite file, after counting nothing at all.
 _EXPOSE = """
 import django, sys
 django.setup()
+from responses_api.api.health import BackgroundQueue
 from responses_api.observability.metrics import exposition
-sys.stdout.write(exposition()[0].decode())
+sys.stdout.write(exposition(BackgroundQueue())[0].decode())
 """
 
 
