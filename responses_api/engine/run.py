@@ -35,6 +35,7 @@ from ..protocol.tools import Tool, allowed_tool_names, make_tool
 from ..upstreams import UpstreamCall, UpstreamRequest, open_call
 from . import tracing
 from .router import Slot, route_call
+from .steering import STEERED, Steering, ends_a_message
 
 log = logging.getLogger("gateway.engine")
 
@@ -207,6 +208,8 @@ class ResponseRun:
         self._cancel_requested = False
         self._stop_error: GatewayError | None = None  # request_stop: end failed with this, not cancelled
         self._tools_task: asyncio.Future | None = None
+        # WebSocket steering (api/steering.py): asked at the safe boundaries (engine/steering.py).
+        self.steering: Steering | None = None
 
     # -- before the first byte -------------------------------------------------
     async def connect(self) -> None:
@@ -472,6 +475,9 @@ class ResponseRun:
                 async for delta in self._call.deltas():
                     if self._cancel_requested:
                         raise _Cancelled()
+                    if self.steering is not None and ends_a_message(self.builder, delta) and self.steering.wanted():
+                        terminal += self.builder.finish(incomplete_reason=STEERED)
+                        return
                     for event in self.builder.feed(delta):
                         yield event
             except _Cancelled:
@@ -540,6 +546,9 @@ class ResponseRun:
                 return
             if self._cancel_requested:
                 raise _Cancelled()
+            if self.steering is not None and self.steering.wanted():  # between model calls
+                terminal += self.builder.finish(incomplete_reason=STEERED)
+                return
             self.builder.new_step()
             self._call = await self._open_with_fallback()
 
