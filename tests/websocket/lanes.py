@@ -43,8 +43,9 @@ def responses(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     the WebSocket-only stream_id); their terminal Responses, in order."""
     finals, current = [], []
     for event in events:
-        if not event["type"].startswith("response.") or event["type"].startswith("response.steer."):
-            continue
+        in_stream = event["type"].startswith("response.") or (event["type"] == "error" and "status" not in event)
+        if not in_stream or event["type"].startswith("response.steer."):
+            continue  # a steer's answer, or an error frame of a create that made no response
         current.append({k: v for k, v in event.items() if k != "stream_id"})
         if event["type"] in TERMINAL:
             finals.append(validate_events(current))
