@@ -1,22 +1,31 @@
-"""WebSocket mode of `/v1/responses` (Open Responses 2026-04-24).
+"""WebSocket mode of `/v1/responses` (Open Responses 2026-04-24; lanes and steering as the openai
+SDK 3.57 defines them).
 
-A connection authenticates once, at the handshake, then carries `response.create` messages,
-one response at a time, in order; the server answers each with the same event objects the
-SSE stream carries, one JSON text message per event, and no `[DONE]`. `response.steer` is
-answered `response.steer.failed` (steering is not served yet). The connection keeps
-its most recent response in memory (`PriorContext`), so a continuation with
-`previous_response_id` needs no chain read, and `store: false` chains continue on the socket.
-Errors that stop a turn before its response exists are `{"type": "error", "status", "error"}`
-envelopes; the connection stays open.
+A connection authenticates once, at the handshake, then carries `response.create` messages;
+the server answers each with the same event objects the SSE stream carries, one JSON text
+message per event, and no `[DONE]`. Creates run on lanes: those with the same `stream_id` (none:
+the default lane) run first in, first out, one after the other; different lanes run at once, and
+every event of a named lane's response (and the error frame of its create) echoes its
+`stream_id`. Each lane keeps its most recent response in memory (`PriorContext`), so a
+continuation with `previous_response_id` needs no chain read, `store: false` chains continue on
+the socket, and a lane may continue (fork) another lane's response; a continuation that fails
+forgets its parent in its own lane only. `response.steer` queues user input into a running
+response (steering.py): the response stops at a safe boundary (engine/steering.py) and a
+successor, chained to it, commits the input. Errors that stop a create before its response
+exists are `{"type": "error", "status", "error"}` envelopes; the connection stays open.
 
 It is served by the same ASGI entry as the HTTP API and drives the same engine
-(`gateway.start_response`, `ResponseRun.events`). Limits (settings): a connection lasts at
-most GATEWAY_WS_MAX_SECONDS (60 min, then `websocket_connection_limit_reached`), is closed
-after GATEWAY_WS_IDLE_SECONDS without a message, takes messages up to
-GATEWAY_MAX_REQUEST_BYTES, holds at most GATEWAY_WS_MAX_QUEUED_MESSAGES / _BYTES behind the
-running turn, and a key holds at most GATEWAY_WS_MAX_CONNECTIONS_PER_KEY connections per web
-process. Each turn writes an access-log line and counts in the request metrics, as an HTTP
-request does; a drain (SIGTERM, orchestration/lifecycle.py) closes the connection after its turn.
+(`gateway.start_response`, `ResponseRun.events`); each response is admitted (rate limits,
+concurrency slot) as an HTTP request is. Limits (settings): a connection lasts at most
+GATEWAY_WS_MAX_SECONDS (60 min, then `websocket_connection_limit_reached`), is closed after
+GATEWAY_WS_IDLE_SECONDS without a message while nothing runs, takes messages up to
+GATEWAY_MAX_REQUEST_BYTES, holds at most GATEWAY_WS_MAX_QUEUED_MESSAGES / _BYTES of creates
+waiting (in all lanes together), runs at most GATEWAY_WS_MAX_ACTIVE_RESPONSES responses at once
+(the others wait), names at most GATEWAY_WS_MAX_STREAMS lanes (`websocket_stream_limit_reached`),
+queues at most GATEWAY_WS_MAX_PENDING_STEERS steering inputs per response, and a key holds at
+most GATEWAY_WS_MAX_CONNECTIONS_PER_KEY connections per web process. Each create writes an
+access-log line and counts in the request metrics, as an HTTP request does; a drain (SIGTERM,
+orchestration/lifecycle.py) closes the connection after its running responses.
 """
 
 from __future__ import annotations
