@@ -550,6 +550,9 @@ class Connection:
                 for steer in steers:
                     await self._emit(pending_event(steer, queue.response_id, stubs, lane.stream_id))
                 return
+            if self._draining.is_set():  # the process is shutting down: no new response here
+                await self._hand_back(steers, lane, queue.response_id, _reconnect_elsewhere().message)
+                return
             body, held, successor = successor_body(queue, steers), steers, True
 
     async def _turn(
@@ -603,26 +606,21 @@ class Connection:
             self._evict(lane, previous)
             await self._emit(error_envelope(error, lane.stream_id))
             if committed and previous is not None:
-                await self._hand_back(committed, lane, previous, successor=successor, error=error)
+                await self._hand_back(committed, lane, previous, error.message)
             return None
         finally:
             if queue is not None:
                 self._end_steering(queue)
             turn.log()
 
-    async def _hand_back(
-        self, steers: list[Steer], lane: _Lane, previous: str, *, successor: bool, error: GatewayError
-    ) -> None:
-        """Steering input a create carried that created no response: an explicit continuation
-        keeps it queued for the next try; a successor's is returned to the client."""
-        if not successor:
-            lane.held[previous] = steers + lane.held.get(previous, [])
-            return
+    async def _hand_back(self, steers: list[Steer], lane: _Lane, previous: str, reason: str) -> None:
+        """Steering input a create carried that created no response, returned to the client (the
+        create's failure also made this lane forget `previous`: nothing can continue it here)."""
         for steer in steers:
             await self._emit(
                 failed_event(
                     "successor_creation_failed",
-                    f"The successor response could not be created: {error.message}",
+                    f"The response that was to commit this input could not be created: {reason}",
                     raw_input=steer.input,
                     previous=previous,
                     steer_id=steer.id,
