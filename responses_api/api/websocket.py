@@ -412,7 +412,8 @@ class Connection:
             if message["type"] == "websocket.disconnect":
                 self._closed.set()
                 return
-            self._touch()
+            # The idle timer restarts (read when it fires: no wake-up per message).
+            self._last_activity = time.monotonic()
             text = message.get("text")
             if text is None:
                 raw = message.get("bytes")
