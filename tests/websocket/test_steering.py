@@ -123,8 +123,8 @@ def test_a_response_that_completes_first_is_followed_by_a_successor(
     gateway: Gateway, scripted: ScriptedUpstream
 ) -> None:
     scripted.enqueue(MODEL, Reply(text="a plain answer", **SLOW), Reply(text="and the follow-up"))
-    with socket(gateway) as ws:
-        send(ws, type="response.create", model=MODEL, input="q", stream_id="s")
+    with socket(gateway) as ws:  # store: false: the successor continues from the lane's memory
+        send(ws, type="response.create", model=MODEL, input="q", stream_id="s", store=False)
         events = read_until(ws, seen("response.output_text.delta"))
         steer(ws, events[0]["response"]["id"], "also this")
         events += read_until(ws, terminals(2))
@@ -135,6 +135,29 @@ def test_a_response_that_completes_first_is_followed_by_a_successor(
     created = [i for i, e in enumerate(events) if e["type"] == "response.created"]
     accepted = next(i for i, e in enumerate(events) if e["type"] == "response.steer.accepted")
     assert created[0] < accepted < created[1]  # accepted, then committed by the successor's created
+    assert successor["store"] is False
+    messages = scripted.model_calls[-1].body["messages"]
+    assert [m["content"] for m in messages] == ["q", "a plain answer", "also this"]
+
+
+def test_a_continuation_that_carried_pending_input_and_failed_hands_it_back(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("get_weather", {"city": "Oslo, Norway"}, "c1")], **SLOW))
+    with socket(gateway) as ws:
+        send(ws, type="response.create", model=MODEL, input="weather?", tools=[WEATHER])
+        events = read_until(ws, seen("response.function_call_arguments.delta"))
+        parent = events[0]["response"]["id"]
+        steer(ws, parent, "in Celsius")
+        events += read_until(ws, seen("response.steer.pending"))
+        # An output that answers no call: the continuation is refused before it exists.
+        orphan = {"type": "function_call_output", "call_id": "nope", "output": "x"}
+        send(ws, type="response.create", model=MODEL, tools=[WEATHER], previous_response_id=parent, input=[orphan])
+        refused, failed = read_until(ws, lambda more: len(more) == 2)
+    assert (refused["type"], refused["status"]) == ("error", 400)
+    accepted = next(e for e in events if e["type"] == "response.steer.accepted")
+    assert failed["type"] == "response.steer.failed" and failed["error"]["code"] == "successor_creation_failed"
+    assert failed["steer"] == {"id": accepted["steer"]["id"], "input": "in Celsius", "previous_response_id": parent}
 
 
 def test_a_response_waiting_for_client_tool_output_keeps_the_input_pending(
