@@ -23,7 +23,9 @@ def test_two_lanes_run_concurrently_and_echo_their_stream_id(
 ) -> None:
     model, upstream = upstream_model
     slow = {"chunk_chars": 2, "interval": 0.05}
-    scripted.enqueue(upstream, Reply(text="alpha beta gamma", **slow), Reply(text="delta epsilon zeta", **slow))
+    scripted.enqueue(
+        upstream, Reply(text="alpha beta gamma " * 3, **slow), Reply(text="delta epsilon zeta " * 3, **slow)
+    )
     with socket(gateway) as ws:
         send(ws, type="response.create", model=model, input="one", stream_id="agent-a")
         send(ws, type="response.create", model=model, input="two", stream_id="agent.b_2")
@@ -33,8 +35,8 @@ def test_two_lanes_run_concurrently_and_echo_their_stream_id(
     (first_a,), (first_b,) = responses(a), responses(b)
     assert first_a["status"] == first_b["status"] == "completed"
     assert {first_a["output"][0]["content"][0]["text"], first_b["output"][0]["content"][0]["text"]} == {
-        "alpha beta gamma",
-        "delta epsilon zeta",
+        "alpha beta gamma " * 3,
+        "delta epsilon zeta " * 3,
     }
     # Truly concurrent: both lanes streamed text before either ended.
     first_end = next(i for i, e in enumerate(events) if e["type"] in TERMINAL)

@@ -122,14 +122,19 @@ def test_steering_a_single_model_call_after_its_current_message(
 def test_a_response_that_completes_first_is_followed_by_a_successor(
     gateway: Gateway, scripted: ScriptedUpstream
 ) -> None:
-    scripted.enqueue(MODEL, Reply(text="a plain answer", **SLOW), Reply(text="and the follow-up"))
+    scripted.enqueue(
+        MODEL, Reply(text="a plain answer, told slowly and at some length", **SLOW), Reply(text="and the follow-up")
+    )
     with socket(gateway) as ws:  # store: false: the successor continues from the lane's memory
         send(ws, type="response.create", model=MODEL, input="q", stream_id="s", store=False)
         events = read_until(ws, seen("response.output_text.delta"))
         steer(ws, events[0]["response"]["id"], "also this")
         events += read_until(ws, terminals(2))
     first, successor = responses(events)
-    assert first["status"] == "completed" and first["output"][0]["content"][0]["text"] == "a plain answer"
+    assert (
+        first["status"] == "completed"
+        and first["output"][0]["content"][0]["text"] == "a plain answer, told slowly and at some length"
+    )
     assert successor["previous_response_id"] == first["id"]
     assert successor["output"][0]["content"][0]["text"] == "and the follow-up"
     created = [i for i, e in enumerate(events) if e["type"] == "response.created"]
@@ -137,7 +142,7 @@ def test_a_response_that_completes_first_is_followed_by_a_successor(
     assert created[0] < accepted < created[1]  # accepted, then committed by the successor's created
     assert successor["store"] is False
     messages = scripted.model_calls[-1].body["messages"]
-    assert [m["content"] for m in messages] == ["q", "a plain answer", "also this"]
+    assert [m["content"] for m in messages] == ["q", "a plain answer, told slowly and at some length", "also this"]
 
 
 def test_a_continuation_that_carried_pending_input_and_failed_hands_it_back(
@@ -265,7 +270,7 @@ def test_too_late_and_unsupported_steers_are_refused(gateway: Gateway, scripted:
     scripted.enqueue(
         MODEL,
         Reply(text="done"),
-        Reply(text="this stream breaks " * 5, disconnect_after=4, **SLOW),
+        Reply(text="this stream breaks " * 5, disconnect_after=12, **SLOW),
         Reply(text="in a conversation " * 3, **SLOW),
         Reply(text="compacting " * 3, **SLOW),
     )
@@ -307,7 +312,7 @@ def test_a_successor_that_cannot_be_created_returns_the_input(gateway: Gateway, 
     from tests.responses_api.test_rate_limits import key_id, set_limits
 
     set_limits(ApiKey, key_id(gateway.key), requests_per_minute=1)
-    scripted.enqueue(MODEL, Reply(text="the only one this minute", **SLOW))
+    scripted.enqueue(MODEL, Reply(text="the only one this minute, and a slow one", **SLOW))
     with socket(gateway) as ws:
         send(ws, type="response.create", model=MODEL, input="q", stream_id="l")
         events = read_until(ws, seen("response.output_text.delta"))
@@ -322,7 +327,7 @@ def test_a_successor_that_cannot_be_created_returns_the_input(gateway: Gateway, 
 
 
 def test_the_openai_sdk_connection_steers(gateway: Gateway, scripted: ScriptedUpstream) -> None:
-    scripted.enqueue(MODEL, Reply(text="first words of many", **SLOW), Reply(text="steered answer"))
+    scripted.enqueue(MODEL, Reply(text="first words of many more to come", **SLOW), Reply(text="steered answer"))
     events: list[Any] = []
     with gateway.openai().responses.connect() as connection:
         connection.response.create(model=MODEL, input="talk", stream_id="sdk")
