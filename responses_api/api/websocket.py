@@ -317,7 +317,8 @@ class Connection:
         self._queued_bytes = 0
         # Responses of this connection a steer may name: running, and recently ended.
         self._steerable: dict[str, SteerQueue] = {}
-        self._ended: OrderedDict[str, SteerQueue] = OrderedDict()
+        # (lane, final status) of the recently ended ones: what a late steer is told.
+        self._ended: OrderedDict[str, tuple[str | None, str | None]] = OrderedDict()
         self._activity = asyncio.Event()
         self._closed = asyncio.Event()
         self._draining = asyncio.Event()  # the process is shutting down: close after the running turns
@@ -497,6 +498,8 @@ class Connection:
         try:
             while lane.waiting and not self._closed.is_set() and not self._draining.is_set():
                 async with self._active:
+                    if self._closed.is_set():  # closed while this lane waited for a slot
+                        return
                     create = lane.waiting.popleft()
                     self._queued_messages -= 1
                     self._queued_bytes -= create.size
@@ -640,7 +643,7 @@ class Connection:
         """The response ended: a steer naming it now fails (already completed, or not active)."""
         queue.accepting = False
         self._steerable.pop(queue.response_id, None)
-        self._ended[queue.response_id] = queue
+        self._ended[queue.response_id] = (queue.stream_id, queue.status)
         while len(self._ended) > ENDED_REMEMBERED:
             self._ended.popitem(last=False)
 
@@ -649,8 +652,7 @@ class Connection:
         previous = message.get("previous_response_id")
         target = self._steerable.get(previous) if isinstance(previous, str) else None
         ended = self._ended.get(previous) if isinstance(previous, str) and target is None else None
-        known = target or ended
-        stream_id = known.stream_id if known is not None else None
+        stream_id = target.stream_id if target is not None else ended[0] if ended is not None else None
         try:
             previous, raw, items = parse_steer(message)
             if target is None:
@@ -658,10 +660,10 @@ class Connection:
                     raise SteerRefused(
                         "response_not_found", f"No response with id '{previous}' runs or ran on this connection."
                     )
-                if ended.status in ("completed", "incomplete"):
+                if ended[1] in ("completed", "incomplete"):
                     raise SteerRefused(
                         "response_already_completed",
-                        f"The response '{previous}' has ended {ended.status}: send the input in a 'response.create'.",
+                        f"The response '{previous}' has ended {ended[1]}: send the input in a 'response.create'.",
                     )
                 raise SteerRefused("response_not_active", f"The response '{previous}' is no longer running.")
             if target.unsupported is not None:
