@@ -52,16 +52,46 @@ def _list_of(item: dict[str, Any], description: str) -> dict[str, Any]:
     }
 
 
-_STRINGS = {"type": "array", "items": {"type": "string"}}
+_STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
 _TOOL_NAMES = {
     "anyOf": [
         _STRINGS,
         {
             "type": "object",
-            "properties": {"tool_names": _STRINGS, "read_only": {"type": "boolean"}},
+            "properties": {
+                "tool_names": {"anyOf": [_STRINGS, {"type": "null"}]},
+                "read_only": {"type": ["boolean", "null"]},
+            },
             "additionalProperties": False,
         },
     ]
+}
+
+_CUSTOM_TOOL: dict[str, Any] = {
+    "type": "object",
+    "title": "Custom tool",
+    "description": "A tool whose input is free-form text (or follows a grammar), run by the client.",
+    "required": ["type", "name"],
+    "properties": {
+        "type": {"const": "custom"},
+        "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+        "description": {"type": ["string", "null"]},
+        "format": {
+            "anyOf": [
+                {"type": "null"},
+                {"type": "object", "required": ["type"], "properties": {"type": {"const": "text"}}},
+                {
+                    "type": "object",
+                    "required": ["type", "syntax", "definition"],
+                    "properties": {
+                        "type": {"const": "grammar"},
+                        "syntax": {"enum": ["lark", "regex"]},
+                        "definition": {"type": "string"},
+                    },
+                },
+            ]
+        },
+    },
 }
 
 # What the gateway accepts beyond the Open Responses schema's function tools and items
@@ -78,7 +108,9 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
         "properties": {
             "type": {"const": "mcp"},
             "server_label": {"type": "string", "pattern": MCP_LABEL.pattern},
-            "server_url": {"type": "string", "pattern": "^https?://"},
+            "server_url": {"type": ["string", "null"], "pattern": "^https?://"},
+            "connector_id": {"type": "null", "description": "Not supported: give `server_url` or a registered label."},
+            "tunnel_id": {"type": "null", "description": "Not supported: give `server_url` or a registered label."},
             "server_description": {"type": "string"},
             "headers": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
             "authorization": {"type": "string"},
@@ -86,9 +118,25 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
             "require_approval": {
                 "anyOf": [
                     {"enum": ["always", "never"]},
-                    {"type": "object", "properties": {"always": _TOOL_NAMES, "never": _TOOL_NAMES}},
+                    {
+                        "type": "object",
+                        "properties": {"always": _TOOL_NAMES, "never": _TOOL_NAMES},
+                        "additionalProperties": False,
+                    },
                 ]
             },
+        },
+        # Credentials go with an ad-hoc `server_url` only: a registered server brings its own.
+        "not": {
+            "allOf": [
+                {
+                    "anyOf": [
+                        {"required": ["headers"], "properties": {"headers": {"type": "object", "minProperties": 1}}},
+                        {"required": ["authorization"], "properties": {"authorization": {"type": "string"}}},
+                    ]
+                },
+                {"anyOf": [{"not": {"required": ["server_url"]}}, {"properties": {"server_url": {"type": "null"}}}]},
+            ]
         },
     },
     "HostedToolParam": {
@@ -103,10 +151,27 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
     "ClientToolParam": {
         "type": "object",
         "title": "Client-run tool",
-        "description": "A custom (free-form input) tool, a namespace of tools, or a built-in tool the "
-        "client runs itself (shell, apply_patch, computer use): the model's calls come back as items.",
+        "description": "A built-in tool the client runs itself (shell, apply_patch, computer use): "
+        "the model's calls come back as items.",
         "required": ["type"],
-        "properties": {"type": {"enum": sorted({"custom", "namespace", *CLIENT_BUILTINS})}},
+        "properties": {"type": {"enum": sorted(CLIENT_BUILTINS)}},
+    },
+    "CustomToolParam": _CUSTOM_TOOL,
+    "NamespaceToolParam": {
+        "type": "object",
+        "title": "Namespace of tools",
+        "description": "Function and custom tools under one name; their calls carry the namespace.",
+        "required": ["type", "name", "tools"],
+        "properties": {
+            "type": {"const": "namespace"},
+            "name": {"type": "string", "minLength": 1},
+            "description": {"type": ["string", "null"]},
+            "tools": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"anyOf": [ref("FunctionToolParam"), {**_CUSTOM_TOOL, "required": ["type", "name"]}]},
+            },
+        },
     },
     "McpApprovalResponseItemParam": {
         "type": "object",
@@ -123,11 +188,14 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
 }
 
 
+_EXTRA_TOOLS = ("McpToolParam", "HostedToolParam", "ClientToolParam", "CustomToolParam", "NamespaceToolParam")
+
+
 def with_gateway_unions(schemas: dict[str, Any]) -> dict[str, Any]:
     """The protocol's tool and input-item unions, widened to what the gateway accepts."""
     schemas = copy_json(schemas)
     tool_union = schemas["ResponsesToolParam"]
-    tool_union["oneOf"] += [ref(name) for name in ("McpToolParam", "HostedToolParam", "ClientToolParam")]
+    tool_union["oneOf"] += [ref(name) for name in _EXTRA_TOOLS]
     tool_union.pop("discriminator", None)  # the added members are keyed by enums, not one constant each
     item_union = schemas["ItemParam"]
     schemas.update(_output_item_params())
@@ -135,7 +203,7 @@ def with_gateway_unions(schemas: dict[str, Any]) -> dict[str, Any]:
     item_union.pop("discriminator", None)
     # What a Response reports: the same tools (MCP ones with `headers: null`, as OpenAI echoes
     # them: the gateway never echoes credentials) and the same kinds of items.
-    schemas["Tool"]["oneOf"] += [ref(name) for name in ("McpToolParam", "HostedToolParam", "ClientToolParam")]
+    schemas["Tool"]["oneOf"] += [ref(name) for name in _EXTRA_TOOLS]
     schemas["Tool"].pop("discriminator", None)
     schemas["ItemField"]["oneOf"] += [
         ref("McpApprovalResponseItemParam"),
@@ -174,7 +242,28 @@ def _with_gateway_rules(schemas: dict[str, Any]) -> None:
         ],
     }
     create["anyOf"] = [_present("input"), _present("previous_response_id"), _present("conversation")]
-    create["not"] = {"allOf": [_present("previous_response_id"), _present("conversation")]}
+    no_tools = {
+        "anyOf": [
+            {"not": {"required": ["tools"]}},
+            {"properties": {"tools": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}},
+        ]
+    }
+    create["allOf"] = [
+        {"not": {"allOf": [_present("previous_response_id"), _present("conversation")]}},
+        # A background response is polled from the store (protocol/request.py).
+        {
+            "not": {
+                "required": ["background", "store"],
+                "properties": {"background": {"const": True}, "store": {"const": False}},
+            }
+        },
+        # A tool call is required of the model only where it has a tool to call (protocol/tools.py).
+        {
+            "not": {
+                "allOf": [{"required": ["tool_choice"], "properties": {"tool_choice": {"const": "required"}}}, no_tools]
+            }
+        },
+    ]
     for name, (lowest, highest, integer) in NUMBER_BOUNDS.items():
         bounded = {"type": "integer" if integer else "number", "minimum": lowest, "maximum": highest}
         _nullable(create["properties"], name, bounded)
@@ -190,6 +279,13 @@ def _with_gateway_rules(schemas: dict[str, Any]) -> None:
         {"required": ["type"], "properties": {"type": {"const": "item_reference"}}},
         {"maxProperties": 1},
     ]
+    # text.format: JSON mode too, and a JSON schema needs its name and schema (protocol/request._text).
+    schemas["TextFormatParam"]["oneOf"].append(ref("JsonObjectResponseFormat"))
+    json_schema = schemas["JsonSchemaResponseFormatParam"]
+    json_schema["required"] = ["type", "name", "schema"]
+    json_schema["properties"]["name"] = {**json_schema["properties"]["name"], "minLength": 1}
+    json_schema["properties"]["description"] = {"type": ["string", "null"]}
+    schemas["CompactionSummaryItemParam"]["properties"]["encrypted_content"] = {"type": "string", "minLength": 1}
     schemas["ItemReferenceParam"]["properties"]["id"] = {"type": "string", "minLength": 1, "maxLength": ID_MAX_CHARS}
     for call_item in ("FunctionCallItemParam", "FunctionCallOutputItemParam"):
         schemas[call_item]["properties"]["call_id"]["maxLength"] = (

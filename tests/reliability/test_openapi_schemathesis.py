@@ -29,11 +29,14 @@ pytestmark = pytest.mark.embedded
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance  # noqa: E402
 
 # A reference to something that does not exist (a cursor, an earlier response, a conversation;
-# a `tool_choice` naming a tool the request does not declare) is a well-formed request the
-# server must refuse with a 400 naming the field: no document can say which ids exist, nor tie
-# one field's values to another's. Only those refusals, recognised by their messages, are not
-# positive-data failures.
-UNKNOWN_REFERENCE = re.compile(r"^'[\w.\[\]]+'(: no \w+ found with id | .* is not one of the request's \w+ tools\.$)")
+# a `tool_choice` naming a tool the request does not declare) and two tools (or MCP servers) of
+# one name are
+# well-formed requests the server must refuse with a 400 naming the field: no document can say
+# which ids exist, nor tie one field's values to another's. Only those refusals, recognised by
+# their messages, are not positive-data failures.
+UNKNOWN_REFERENCE = re.compile(
+    r"^('[\w.\[\]]+'(: no \w+ found with id | .* is not one of the request's \w+ tools\.$)|Duplicate (tool name|MCP server_label) )"
+)
 
 
 @schemathesis.check
