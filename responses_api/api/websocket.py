@@ -454,7 +454,12 @@ class Connection:
             stream_id = self._stream_id(message)
             body = self._create_body(message)
             lane = self._lane_for(stream_id)
-        except GatewayError as error:
+        except _Closed:
+            raise
+        except Exception as exc:  # a bug must not stop the reader: the connection would hang
+            error = exc if isinstance(exc, GatewayError) else ServerError("The gateway failed to read this message.")
+            if not isinstance(exc, GatewayError):
+                log.exception("websocket message failed")
             turn.fail(error)
             turn.log()
             await self._emit(error_envelope(error, stream_id))
@@ -506,6 +511,8 @@ class Connection:
                     await self._respond(lane, create.body)
         except _Closed:
             pass
+        except Exception:  # a bug: the lane stops (its turn already answered or logged)
+            log.exception("websocket lane failed")
         finally:
             lane.task = None
             self._touch()
