@@ -662,20 +662,19 @@ class Connection:
         stream_id = target.stream_id if target is not None else ended[0] if ended is not None else None
         try:
             previous, raw, items = parse_steer(message)
-            if target is None:
-                if ended is None:
-                    raise SteerRefused(
-                        "response_not_found", f"No response with id '{previous}' runs or ran on this connection."
-                    )
-                if ended[1] in ("completed", "incomplete"):
+            if target is None and ended is None:
+                raise SteerRefused(
+                    "response_not_found", f"No response with id '{previous}' runs or ran on this connection."
+                )
+            if target is not None and target.unsupported is not None:
+                raise SteerRefused("steering_not_supported", target.unsupported)
+            if target is None or not target.accepting:  # ended (or its terminal event is on its way)
+                status = ended[1] if ended is not None else target.status if target is not None else None
+                if status in ("completed", "incomplete"):
                     raise SteerRefused(
                         "response_already_completed",
-                        f"The response '{previous}' has ended {ended[1]}: send the input in a 'response.create'.",
+                        f"The response '{previous}' has ended {status}: send the input in a 'response.create'.",
                     )
-                raise SteerRefused("response_not_active", f"The response '{previous}' is no longer running.")
-            if target.unsupported is not None:
-                raise SteerRefused("steering_not_supported", target.unsupported)
-            if not target.accepting:
                 raise SteerRefused("response_not_active", f"The response '{previous}' is no longer running.")
             limit = settings.GATEWAY_WS_MAX_PENDING_STEERS
             if len(target.steers) >= limit:
