@@ -341,3 +341,22 @@ def test_the_openai_sdk_connection_steers(gateway: Gateway, scripted: ScriptedUp
     assert "response.steer.accepted" in kinds and kinds.count("response.created") == 2
     successor = events[-1].response
     assert successor.previous_response_id == events[0].response.id and successor.output_text == "steered answer"
+
+
+def test_a_response_run_by_a_worker_takes_no_steering(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+    from responses_api.models import ModelRoute
+    from responses_api.orchestration import routing
+
+    ModelRoute.objects.filter(name=MODEL).update(run_on_worker=True)
+    routing.clear_cache()
+    scripted.enqueue(MODEL, Reply(text="from a worker, slowly", **SLOW))
+    with socket(gateway) as ws:
+        send(ws, type="response.create", model=MODEL, input="q", stream_id="bg")
+        events = read_until(ws, seen("response.output_text.delta"))
+        steer(ws, events[0]["response"]["id"], "faster")
+        events += read_until(ws, terminals(1))
+    refused = next(e for e in events if e["type"] == "response.steer.failed")
+    assert (refused["error"]["code"], refused["stream_id"]) == ("steering_not_supported", "bg")
+    assert {e["stream_id"] for e in events} == {"bg"}  # the worker's events, relayed on the lane
+    (final,) = responses(events)
+    assert final["status"] == "completed"
