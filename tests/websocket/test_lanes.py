@@ -6,10 +6,12 @@ every event of a lane's response echoes its stream_id."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
 
+from tests.support.access_log import Lines
 from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.websocket.lanes import TERMINAL, of_lane, read_until, responses, send, terminals
@@ -44,7 +46,9 @@ def test_two_lanes_run_concurrently_and_echo_their_stream_id(
     assert lanes_with_text == {"agent-a", "agent.b_2"}
 
 
-def test_one_lane_runs_its_creates_first_in_first_out(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+def test_one_lane_runs_its_creates_first_in_first_out(
+    gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines
+) -> None:
     scripted.enqueue(MODEL, Reply(text="slow first", chunk_chars=2, interval=0.05), Reply(text="second"))
     with socket(gateway) as ws:
         send(ws, type="response.create", model=MODEL, input="a", stream_id="lane")
@@ -57,6 +61,12 @@ def test_one_lane_runs_its_creates_first_in_first_out(gateway: Gateway, scripted
         "second",
     )
     assert "stream_id" not in first  # WebSocket envelope only: the Response is HTTP's
+    # One access-log line per response, naming its lane.
+    deadline = time.monotonic() + 5  # each line is written just after its terminal event is sent
+    while len(access_log.websocket_turns()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    lines = [(line["stream_id"], line["response_id"]) for line in access_log.websocket_turns()]
+    assert lines == [("lane", first["id"]), ("lane", second["id"])]
 
 
 def test_a_lane_forks_from_another_lanes_store_false_response(
