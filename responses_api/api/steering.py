@@ -175,8 +175,8 @@ def with_queued_input(body: dict[str, Any], steers: list[Steer]) -> dict[str, An
 
 def successor_body(queue: SteerQueue, steers: list[Steer]) -> dict[str, Any]:
     """The automatic successor: the steered response's settings, continuing from it with the
-    queued input."""
-    inherited = {k: v for k, v in queue.body.items() if k not in ("input", "previous_response_id")}
+    queued input (and generating: a warm-up's successor answers it)."""
+    inherited = {k: v for k, v in queue.body.items() if k not in ("input", "previous_response_id", "generate")}
     return {**inherited, "previous_response_id": queue.response_id, "input": [i for s in steers for i in s.items]}
 
 
