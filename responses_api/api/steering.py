@@ -51,11 +51,13 @@ class SteerRefused(Exception):
 
 @dataclass
 class Steer:
-    """One accepted submission: its id, the input as the client sent it, and as items."""
+    """One accepted submission: its id, the input as the client sent it, and as items; `size`:
+    the bytes of its message (what the connection holds until it is committed or returned)."""
 
     id: str
     input: Any
     items: list[dict[str, Any]]
+    size: int = 0
 
 
 @dataclass
@@ -133,8 +135,8 @@ def parse_steer(message: dict[str, Any]) -> tuple[str, Any, list[dict[str, Any]]
     return previous, raw, items
 
 
-def new_steer(raw: Any, items: list[dict[str, Any]]) -> Steer:
-    return Steer(f"steer_{uuid.uuid4().hex}", raw, items)
+def new_steer(raw: Any, items: list[dict[str, Any]], size: int = 0) -> Steer:
+    return Steer(f"steer_{uuid.uuid4().hex}", raw, items, size)
 
 
 def required_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -22,7 +22,8 @@ GATEWAY_WS_IDLE_SECONDS without a message while nothing runs, takes messages up 
 GATEWAY_MAX_REQUEST_BYTES, holds at most GATEWAY_WS_MAX_QUEUED_MESSAGES / _BYTES of creates
 waiting (in all lanes together), runs at most GATEWAY_WS_MAX_ACTIVE_RESPONSES responses at once
 (the others wait), names at most GATEWAY_WS_MAX_STREAMS lanes (`websocket_stream_limit_reached`),
-queues at most GATEWAY_WS_MAX_PENDING_STEERS steering inputs per response, and a key holds at
+queues at most GATEWAY_WS_MAX_PENDING_STEERS steering inputs per response (and _QUEUED_BYTES
+of them per connection), and a key holds at
 most GATEWAY_WS_MAX_CONNECTIONS_PER_KEY connections per web process. Each create writes an
 access-log line and counts in the request metrics, as an HTTP request does; a drain (SIGTERM,
 orchestration/lifecycle.py) closes the connection after its running responses.
@@ -315,6 +316,7 @@ class Connection:
         self._active = asyncio.Semaphore(settings.GATEWAY_WS_MAX_ACTIVE_RESPONSES)
         self._queued_messages = 0  # creates waiting in their lanes, across lanes
         self._queued_bytes = 0
+        self._steer_bytes = 0  # steering input accepted and not yet committed or returned
         # Responses of this connection a steer may name: running, and recently ended.
         self._steerable: dict[str, SteerQueue] = {}
         # (lane, final status) of the recently ended ones: what a late steer is told.
@@ -448,7 +450,7 @@ class Connection:
             message = self._message(text)
             if message.get("type") == STEER:
                 turn.kind = "steer"
-                await self._steer(message)
+                await self._steer(message, size)
                 turn.log()
                 return
             stream_id = self._stream_id(message)
@@ -534,6 +536,7 @@ class Connection:
         """A create of the lane, and the successors its steering input asks for."""
         previous = body.get("previous_response_id")
         held = lane.held.pop(previous, None) if isinstance(previous, str) else None
+        self._release(held)
         if held:  # the explicit continuation after response.steer.pending
             body = with_queued_input(body, held)
         successor = False
@@ -543,6 +546,7 @@ class Connection:
                 return
             steers = queue.take()
             if queue.status not in ("completed", "incomplete"):
+                self._release(steers)
                 for steer in steers:
                     await self._emit(
                         failed_event(
@@ -557,10 +561,11 @@ class Connection:
                 return
             stubs = required_input(queue.output)
             if stubs:  # the client answers first; its continuation takes the input
-                lane.held[queue.response_id] = steers
+                lane.held[queue.response_id] = steers  # still counted in _steer_bytes
                 for steer in steers:
                     await self._emit(pending_event(steer, queue.response_id, stubs, lane.stream_id))
                 return
+            self._release(steers)  # committed by the successor, or returned
             if self._draining.is_set():  # the process is shutting down: no new response here
                 await self._hand_back(steers, lane, queue.response_id, _reconnect_elsewhere().message)
                 return
@@ -639,6 +644,9 @@ class Connection:
                 )
             )
 
+    def _release(self, steers: list[Steer] | None) -> None:
+        self._steer_bytes -= sum(steer.size for steer in steers or ())
+
     def _steerable_queue(
         self, response_id: str, lane: _Lane, body: dict[str, Any], unsupported: str | None
     ) -> SteerQueue:
@@ -654,7 +662,7 @@ class Connection:
         while len(self._ended) > ENDED_REMEMBERED:
             self._ended.popitem(last=False)
 
-    async def _steer(self, message: dict[str, Any]) -> None:
+    async def _steer(self, message: dict[str, Any], size: int) -> None:
         """`response.steer`: accepted into its running response's queue, or failed with a code."""
         previous = message.get("previous_response_id")
         target = self._steerable.get(previous) if isinstance(previous, str) else None
@@ -677,6 +685,12 @@ class Connection:
                     )
                 raise SteerRefused("response_not_active", f"The response '{previous}' is no longer running.")
             limit = settings.GATEWAY_WS_MAX_PENDING_STEERS
+            if self._steer_bytes + size > settings.GATEWAY_WS_MAX_QUEUED_BYTES:
+                raise SteerRefused(
+                    "too_many_pending_steers",
+                    f"This connection already holds {self._steer_bytes} bytes of steering input "
+                    f"(at most {settings.GATEWAY_WS_MAX_QUEUED_BYTES}): wait for a successor.",
+                )
             if len(target.steers) >= limit:
                 raise SteerRefused(
                     "too_many_pending_steers",
@@ -693,8 +707,9 @@ class Connection:
                 )
             )
             return
-        steer = new_steer(raw, items)
+        steer = new_steer(raw, items, size)
         target.steers.append(steer)
+        self._steer_bytes += size
         await self._emit(accepted_event(steer, previous, stream_id))
 
     def _create_body(self, message: dict[str, Any]) -> dict[str, Any]:

@@ -360,3 +360,22 @@ def test_a_response_run_by_a_worker_takes_no_steering(gateway: Gateway, scripted
     assert {e["stream_id"] for e in events} == {"bg"}  # the worker's events, relayed on the lane
     (final,) = responses(events)
     assert final["status"] == "completed"
+
+
+def test_steering_input_held_by_a_connection_is_bounded_in_bytes(
+    gateway: Gateway, scripted: ScriptedUpstream, settings
+) -> None:  # type: ignore[no-untyped-def]
+    settings.GATEWAY_WS_MAX_QUEUED_BYTES = 400
+    scripted.enqueue(MODEL, Reply(text="slowly answering " * 4, **SLOW), Reply(text="next"))
+    with socket(gateway) as ws:
+        send(ws, type="response.create", model=MODEL, input="q")
+        events = read_until(ws, seen("response.output_text.delta"))
+        running = events[0]["response"]["id"]
+        steer(ws, running, "x" * 200)
+        steer(ws, running, "y" * 200)  # the two would hold more than 400 bytes
+        events += read_until(ws, terminals(2))
+    first, second = (e for e in events if e["type"].startswith("response.steer."))
+    assert first["type"] == "response.steer.accepted"
+    assert (second["type"], second["error"]["code"]) == ("response.steer.failed", "too_many_pending_steers")
+    _, successor = responses(events)
+    assert successor["status"] == "completed"  # committed: the bytes are free again
