@@ -90,6 +90,8 @@ def test_steering_between_the_model_calls_of_a_tool_loop(
     assert user_texts(scripted.model_calls[-1].body) == ["drive", "turn left instead"]
     stored = gateway.openai().responses.input_items.list(successor["id"])
     assert [item.content[0].text for item in stored.data] == ["turn left instead"]  # type: ignore[union-attr]
+    again = gateway.openai().responses.retrieve(steered_id)
+    assert again.status == "incomplete" and again.incomplete_details.reason == "steered"  # type: ignore[union-attr]
 
 
 def test_steering_a_single_model_call_after_its_current_message(
