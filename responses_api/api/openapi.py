@@ -279,6 +279,11 @@ def _with_gateway_rules(schemas: dict[str, Any]) -> None:
         {"required": ["type"], "properties": {"type": {"const": "item_reference"}}},
         {"maxProperties": 1},
     ]
+    # OpenAI's allowed-tools choice picks among tools: mode `none` would be `tool_choice: "none"`.
+    schemas["AllowedToolsParam"]["properties"]["mode"] = {
+        "enum": ["auto", "required"],
+        "description": "How to select a tool from the allowed set.",
+    }
     # text.format: JSON mode too, and a JSON schema needs its name and schema (protocol/request._text).
     schemas["TextFormatParam"]["oneOf"].append(ref("JsonObjectResponseFormat"))
     json_schema = schemas["JsonSchemaResponseFormatParam"]

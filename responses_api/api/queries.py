@@ -147,7 +147,14 @@ class TimestampField(serializers.Field):
             moment = datetime.fromisoformat(_PLUS_LOST.sub(r"+\1", text))
         except (ValueError, TypeError, OverflowError, OSError):
             self.fail("invalid")
-        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=UTC)
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError:
+            # A valid date-time whose offset carries it before year 1 or past 9999 in UTC: as a
+            # bound of a range, the first or last moment there is.
+            return (datetime.min if moment.year == 1 else datetime.max).replace(tzinfo=UTC)
 
     def to_representation(self, value: datetime) -> int:
         return int(value.timestamp())
