@@ -187,13 +187,14 @@ class ApiApplication:
 async def _start_beating() -> asyncio.Task[None] | None:
     """This process's liveness (orchestration/liveness.py): its first beat before any request,
     then one every GATEWAY_PROCESS_HEARTBEAT_SECONDS."""
+    from ..engine.background import reap_stale
     from ..orchestration import liveness
 
     try:
         await liveness.beat_once()
     except Exception as exc:  # noqa: BLE001 - the database may come later: the loop retries
         log.warning("first liveness beat failed: %s: %s", type(exc).__name__, str(exc)[:200])
-    return asyncio.ensure_future(liveness.beat_forever())
+    return asyncio.ensure_future(liveness.beat_forever(reap_worker_runs=reap_stale))
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

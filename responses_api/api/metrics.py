@@ -25,7 +25,7 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before prometheus_client reads
 
 from prometheus_client import values  # noqa: E402
 
-from ..orchestration.liveness import process_id  # noqa: E402
+from ..process import process_id  # noqa: E402
 
 
 def process_identifier() -> str:

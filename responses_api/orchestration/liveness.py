@@ -15,31 +15,23 @@ took), which Celery beat schedules on a worker too: with the only worker or beat
 clients poll still end. Reaping is idempotent (a row is finished once), so several processes
 sweeping at once only repeat a cheap query.
 
-An id is host:pid:random: containers sharing a database may reuse pids, and a restarted process
-is a new one. The embedded mode's process reaps what its previous run left open at its first beat.
+An id is host:pid:random (responses_api/process.py): containers sharing a database may reuse
+pids, and a restarted process is a new one. The embedded mode's process reaps what its previous run left open at its first beat.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-import socket
+from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 
+from ..process import process_id
+
 log = logging.getLogger("gateway.liveness")
 
-_id: tuple[int, str] | None = None
-
-
-def process_id() -> str:
-    global _id
-    pid = os.getpid()
-    if _id is None or _id[0] != pid:  # a forked child is a process of its own
-        _id = (pid, f"{socket.gethostname()[:80]}:{pid}:{secrets.token_hex(4)}")
-    return _id[1]
+__all__ = ["beat_forever", "beat_once", "process_id"]
 
 
 async def beat_once() -> None:
@@ -57,8 +49,10 @@ async def beat_once() -> None:
     await renew_live_leases()
 
 
-async def beat_forever() -> None:
-    from ..engine.background import reap_stale
+async def beat_forever(reap_worker_runs: Callable[[], Awaitable[int]]) -> None:
+    """Beat until cancelled; every GATEWAY_REAPER_INTERVAL_SECONDS also `reap_worker_runs()`
+    (engine/background.reap_stale, handed in by the web process: the engine is not this
+    layer's to import)."""
     from .limits import renew_leases_from_now_on
 
     renew_leases_from_now_on()
@@ -73,7 +67,7 @@ async def beat_forever() -> None:
                 # reaper does this on a worker too, but that worker and beat may be the ones
                 # that died, and every web process is alive while clients wait on those rows.
                 reaped_at = now
-                reaped = await reap_stale()
+                reaped = await reap_worker_runs()
                 if reaped:
                     log.warning("failed %d responses whose worker stopped or never started them", reaped)
         except Exception as exc:  # noqa: BLE001 - the next beat tries again
