@@ -24,6 +24,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from ..protocol.errors import InvalidRequest
+from ..protocol.surface import BETA_MESSAGE, beta_requested
 from .asgi import fast_lane
 from .auth import Principal
 from .drf_policies import (
@@ -129,6 +131,10 @@ class ApiView(APIView):
         request.accepted_renderer, request.accepted_media_type = self.perform_content_negotiation(request)
         request.version, request.versioning_scheme = None, None
         await self._authenticate(request)
+        meta = request._request.META
+        if beta_requested(meta.get("QUERY_STRING", ""), meta.get("HTTP_OPENAI_BETA")):
+            # The beta surface is refused whole (protocol/surface.py) until a part of it is served.
+            raise InvalidRequest(BETA_MESSAGE, param="beta")
         for permission in self.get_permissions():
             allowed = permission.has_permission(request, self)
             if inspect.isawaitable(allowed):

@@ -20,9 +20,15 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
 from ..protocol.client_tools import CLIENT_BUILTINS, HOSTED_ITEM_TYPES, HOSTED_TOOL_TYPES
-from ..protocol.items import CLIENT_TOOL_ITEM_FIELDS, ID_MAX_CHARS, MCP_CALL_STATUSES
+from ..protocol.items import CLIENT_TOOL_ITEM_FIELDS, HOSTED_ITEM_ID_OPTIONAL, ID_MAX_CHARS, MCP_CALL_STATUSES
 from ..protocol.mcp import LABEL as MCP_LABEL
-from ..protocol.request import NUMBER_BOUNDS, STRING_BOUNDS
+from ..protocol.request import (
+    NUMBER_BOUNDS,
+    PROMPT_CACHE_MODES,
+    PROMPT_CACHE_RETENTIONS,
+    SERVICE_TIERS,
+    STRING_BOUNDS,
+)
 from ..protocol.wirejson import copy_json
 
 SCHEMAS_FILE = Path(__file__).with_name("openresponses-schemas.json")
@@ -310,6 +316,53 @@ def _with_gateway_rules(schemas: dict[str, Any]) -> None:
     file_part = schemas["InputFileContentParam"]
     file_part["properties"]["file_id"] = _NULLABLE_STRING
     file_part["anyOf"] = [_present("file_data"), _present("file_url"), _present("file_id")]
+    _cache_and_compaction_fields(schemas)
+
+
+def _cache_and_compaction_fields(schemas: dict[str, Any]) -> None:
+    """Prompt caching, the service tier and automatic compaction, as `protocol/request.py` and
+    `protocol/items.py` take them (newer than the Open Responses schemas)."""
+    create = schemas["CreateResponseBody"]["properties"]
+    _nullable(create, "service_tier", {"type": "string", "enum": sorted(SERVICE_TIERS)})
+    _nullable(create, "prompt_cache_retention", {"type": "string", "enum": sorted(PROMPT_CACHE_RETENTIONS)})
+    _nullable(
+        create,
+        "prompt_cache_options",
+        {
+            "type": "object",
+            "properties": {
+                "mode": {"enum": [*sorted(PROMPT_CACHE_MODES), None]},
+                "ttl": {"type": ["string", "null"], "description": "A minimum cache lifetime, e.g. `30m`, `12h`."},
+                "prewarm": {"type": ["boolean", "null"]},
+                "comparison_response_id": {"type": ["string", "null"]},
+            },
+        },
+    )
+    entry = {
+        "type": "object",
+        "required": ["type"],
+        "properties": {
+            "type": {"const": "compaction"},
+            "compact_threshold": {
+                "anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}],
+                "description": "Tokens; null: 80% of the route's context window.",
+            },
+        },
+    }
+    _nullable(create, "context_management", {"type": "array", "items": entry})
+    breakpoint_ = {
+        "anyOf": [
+            {
+                "type": "object",
+                "required": ["mode"],
+                "properties": {"mode": {"const": "explicit"}, "ttl": {"type": ["string", "null"]}},
+            },
+            {"type": "null"},
+        ],
+        "description": "The end of a reusable prompt prefix (a cache breakpoint).",
+    }
+    for part in ("InputTextContentParam", "InputImageContentParamAutoParam", "InputFileContentParam"):
+        schemas[part]["properties"]["prompt_cache_breakpoint"] = breakpoint_
 
 
 _JSON_TYPES: dict[type, str] = {str: "string", dict: "object", list: "array"}
@@ -346,7 +399,11 @@ def _output_item_params() -> dict[str, Any]:
         {"required": ["id"], "properties": {"id": _NAME}},
     ]
     for kind in sorted(HOSTED_ITEM_TYPES):
-        schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {"id": _NAME})
+        if kind in HOSTED_ITEM_ID_OPTIONAL:  # a client-run tool search's items may name their call alone
+            optional_id = {"id": {"oneOf": [_NAME, {"type": "null"}]}}
+            schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {}, optional_id)
+        else:
+            schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {"id": _NAME})
     mcp_tool = {"server_label": _NAME, "name": _NAME, "arguments": {"type": "string"}}
     schemas["Gateway_mcp_call_ItemParam"] = _item(
         "mcp_call",

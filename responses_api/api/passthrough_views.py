@@ -20,6 +20,7 @@ from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat
 from ..protocol.errors import GatewayError, InvalidRequest
 from ..protocol.ids import new_id
 from ..protocol.request import parse_create_request
+from ..protocol.surface import unapplied_chat_fields
 from ..store.usage import usage_writer
 from ..upstreams import UpstreamRequest, open_call
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
@@ -27,7 +28,7 @@ from .auth import Principal
 from .drf import ApiRequest, ApiView
 from .exception_handlers import json_response
 from .metrics import upstream_error
-from .openapi import json_body, rate_limited
+from .openapi import json_body, rate_limited, response_header
 
 log = logging.getLogger("gateway.passthrough")
 
@@ -189,7 +190,7 @@ async def _translated(
         finally:
             await call.aclose()
         await finish(200)
-        return json_response(writer.completion())
+        return _announce(json_response(writer.completion()), body, target)
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
 
@@ -214,6 +215,14 @@ async def _translated(
     response = StreamingHttpResponse(chunks(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
+    return _announce(response, body, target)
+
+
+def _announce(response: HttpResponseBase, body: dict[str, Any], target: Any) -> HttpResponseBase:
+    """Name the fields this target's kind accepted without applying (protocol/surface.py)."""
+    ignored = unapplied_chat_fields(body, target.provider.kind)
+    if ignored:
+        response["x-gateway-ignored-fields"] = ",".join(ignored)
     return response
 
 
@@ -265,6 +274,13 @@ class ChatCompletionsView(ApiView):
             (200, "text/event-stream"): OpenApiResponse({"type": "object"}),
             **rate_limited(),
         },
+        parameters=[
+            response_header(
+                "x-gateway-ignored-fields",
+                "On a route translated to a Responses or Anthropic upstream: the fields accepted but "
+                "not applied (comma-separated).",
+            )
+        ],
     )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
         return await _relay(

@@ -62,6 +62,11 @@ class ResponsesView(ApiView):
                 "Hosted tools this route cannot serve, dropped from the request (comma-separated).",
             ),
             response_header(
+                "x-gateway-ignored-fields",
+                "Request fields accepted but not applied on this route (comma-separated; README, "
+                '"What the gateway does with each field").',
+            ),
+            response_header(
                 "x-gateway-truncated-items",
                 "With `truncation: auto`: how many of the oldest items were dropped to fit the context window.",
             ),
@@ -79,6 +84,8 @@ class ResponsesView(ApiView):
         planned = started.request if isinstance(started, WorkerStarted) else started.job.request
         if planned.dropped_tools:
             response["x-gateway-dropped-tools"] = ",".join(planned.dropped_tools)
+        if planned.ignored_fields:
+            response["x-gateway-ignored-fields"] = ",".join(planned.ignored_fields)
         return response
 
     @list_responses_schema

@@ -51,6 +51,7 @@ from ..orchestration.outages import unavailable
 from ..protocol import jsonlimits
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
 from ..protocol.request import parse_create_request
+from ..protocol.surface import BETA_MESSAGE, CLIENT_EVENTS, beta_requested
 from . import metrics
 from .auth import Principal, bearer_token, principal_for
 from .exception_handlers import dumps
@@ -82,6 +83,9 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 # Agents SDK frame: every response streams here, so they are accepted; what contradicts the
 # socket (`stream: false`, `background: true`) is a 400 naming the field.
 CREATE = "response.create"
+# The client messages the surface classifies (protocol/surface.py): `response.create` and
+# `response.steer`, both served.
+CLIENT_MESSAGES = ", ".join(f"'{name}'" for name in CLIENT_EVENTS)
 STEER = "response.steer"
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # A lane's name (the openai SDK's lanes check the same before sending).
@@ -118,6 +122,7 @@ class _TurnRecord:
         "state",
         "usage",
         "error",
+        "ignored_fields",
     )
 
     def __init__(self, connection_id: str, stream_id: str | None = None) -> None:
@@ -132,6 +137,9 @@ class _TurnRecord:
         self.state: str | None = None  # the response's final status
         self.usage: dict[str, Any] = {}
         self.error: GatewayError | None = None
+        # Request fields accepted but not applied (HTTP names them in x-gateway-ignored-fields;
+        # a WebSocket turn has no headers, so its access-log line does).
+        self.ignored_fields: list[str] = []
 
     def saw(self, event: dict[str, Any]) -> None:
         if self.first_event is None:
@@ -171,6 +179,8 @@ class _TurnRecord:
         if self.state is not None:
             fields["response_status"] = self.state
             fields["input_tokens"], fields["output_tokens"] = tokens
+        if self.ignored_fields:
+            fields["ignored_fields"] = self.ignored_fields
         if self.error is not None:
             fields["error_code"] = self.error.code
             fields["error_param"] = self.error.param
@@ -219,6 +229,8 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
         return await _deny(scope, send, error)
     if lifecycle.draining():
         return await _deny(scope, send, lifecycle.shutting_down())
+    if beta_requested(scope.get("query_string", b"").decode("latin-1"), headers.get("openai-beta")):
+        return await _deny(scope, send, InvalidRequest(BETA_MESSAGE, param="beta"))
     limit = settings.GATEWAY_WS_MAX_CONNECTIONS_PER_KEY
     if _open_per_key[principal.key_id] >= limit:
         return await _deny(
@@ -594,6 +606,8 @@ class Connection:
             req = parse_create_request({**body, "stream": True})
             started = await start_response(self.principal, req, body, prior=self._prior_for(previous))
             turn.model = req.model
+            planned = started.request if isinstance(started, WorkerStarted) else started.job.request
+            turn.ignored_fields = planned.ignored_fields
             if isinstance(started, WorkerStarted):  # a route that runs on workers: relay its log
                 from ..engine.background import follow_log
 
@@ -717,7 +731,7 @@ class Connection:
         if kind != CREATE:
             received = repr(kind) if isinstance(kind, str) else "none"
             raise InvalidRequest(
-                f"Unknown message type {received[:80]}: this gateway takes '{CREATE}' and '{STEER}'.",
+                f"Unknown message type {received[:80]}: this gateway takes {CLIENT_MESSAGES}.",
                 param="type",
                 code="unknown_message_type",
             )

@@ -20,7 +20,6 @@ from ..orchestration.routing import Route, Target
 from ..protocol.compaction import (
     WHOLE_CONTEXT_INSTRUCTIONS,
     expand_compactions,
-    summary_payload,
     summary_request_item,
 )
 from ..protocol.deltas import TextDelta, Usage
@@ -34,6 +33,7 @@ from ..protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
 from ..protocol.tools import Tool, allowed_tool_names, make_tool
 from ..upstreams import UpstreamCall, UpstreamRequest, open_call
 from . import tracing
+from .autocompact import AutoCompaction, compact_then_open, compaction_item
 from .router import Slot, route_call
 from .steering import STEERED, Steering, ends_a_message
 
@@ -174,6 +174,7 @@ class ResponseRun:
         self.stream_upstream = job.request.stream if stream_upstream is None else stream_upstream
         self._open_upstream = open_upstream
         req = job.request
+        self._autocompact = AutoCompaction.for_request(req, job.route.context_window)
         self.response = response_object(
             response_id=job.response_id,
             created_at=job.created_at,
@@ -234,7 +235,7 @@ class ResponseRun:
             opening = asyncio.ensure_future(self._open_row())
             try:
                 if not self._prelude and self.job.request.generate:
-                    self._call = await self._open_with_fallback()
+                    self._call = await self._open_next()
             finally:
                 try:
                     await opening
@@ -304,10 +305,29 @@ class ResponseRun:
 
         return sealer().unseal(sealed, tenant_id=self.job.tenant_id, purpose="compaction")
 
+    async def _open_next(self) -> UpstreamCall:
+        """The next model call; when its context passes `context_management`'s threshold, a
+        summary call first (autocompact.py), which `_steps` reads before the call proper."""
+        if self._autocompact is not None:
+            self._autocompact.pending = self._autocompact.due(*self._model_items(), self.job.request)
+        return await self._open_with_fallback()
+
     def _upstream_request(self) -> UpstreamRequest:
         req = self.job.request
         if req.compact:
             return self._compaction_request()
+        items, tools = self._model_items()
+        if self._autocompact is not None and self._autocompact.pending:
+            return self._compaction_request(items)
+        if self.job.route.context_window:
+            items = self._fit(items, tools, self.job.route.context_window)
+        return UpstreamRequest(
+            request=req, items=items, tools=tools, stream=self.stream_upstream, tenant_id=self.job.tenant_id
+        )
+
+    def _model_items(self) -> tuple[list[dict[str, Any]], list[Tool]]:
+        """What the model is given: the context and this response's output so far, from the last
+        compaction on; and the tools."""
         # Later steps of a tool loop see what this response produced so far; a served hosted
         # tool's call is shown to the model as the function call it made, with its output.
         output: list[dict[str, Any]] = []
@@ -327,16 +347,12 @@ class ResponseRun:
             else:
                 output.append(item)
         items = expand_compactions(as_model_items(self.job.context + output, self._mcp_names), self._open_compaction)
-        tools = req.tools + self.mcp_tools
-        if self.job.route.context_window:
-            items = self._fit(items, tools, self.job.route.context_window)
-        return UpstreamRequest(
-            request=req, items=items, tools=tools, stream=self.stream_upstream, tenant_id=self.job.tenant_id
-        )
+        return items, self.job.request.tools + self.mcp_tools
 
-    def _compaction_request(self) -> UpstreamRequest:
-        """The model call of a compaction: the context, then a request to summarise it, with the
-        summariser's instructions and no tools; the oldest items give way if it does not fit."""
+    def _compaction_request(self, items: list[dict[str, Any]] | None = None) -> UpstreamRequest:
+        """The model call of a compaction: the context (`items`, or the job's), then a request to
+        summarise it, with the summariser's instructions and no tools; the oldest items give way
+        if it does not fit."""
         req = self.job.request
         instructions = (
             f"{req.instructions}\n\n{WHOLE_CONTEXT_INSTRUCTIONS}" if req.instructions else WHOLE_CONTEXT_INSTRUCTIONS
@@ -350,7 +366,8 @@ class ResponseRun:
             truncation="auto",
             max_output_tokens=None,
         )
-        items = expand_compactions(as_model_items(self.job.context, {}), self._open_compaction)
+        if items is None:
+            items = expand_compactions(as_model_items(self.job.context, {}), self._open_compaction)
         items = [*items, summary_request_item()]
         if self.job.route.context_window:
             items = self._fit(items, [], self.job.route.context_window, summarise)
@@ -467,10 +484,13 @@ class ResponseRun:
                 yield event
             if self._cancel_requested:
                 raise _Cancelled()
-            self._call = await self._open_with_fallback()
+            self._call = await self._open_next()
         assert self._call is not None
         iteration = 0
         while True:
+            if self._autocompact is not None and self._autocompact.pending:
+                async for event in compact_then_open(self):
+                    yield event
             try:
                 async for delta in self._call.deltas():
                     if self._cancel_requested:
@@ -550,11 +570,18 @@ class ResponseRun:
                 terminal += self.builder.finish(incomplete_reason=STEERED)
                 return
             self.builder.new_step()
-            self._call = await self._open_with_fallback()
+            self._call = await self._open_next()
 
     async def _compaction(self, terminal: list[Event]) -> AsyncIterator[Event]:
         """The summary the model writes becomes the response's one output item, a `compaction`
         item sealed for the tenant; its text is never streamed (the client gets the item whole)."""
+        async for event in compaction_item(self):
+            yield event
+        terminal += self.builder.finish()
+
+    async def _read_summary(self) -> str:
+        """The summary the open call writes for a compaction (never streamed: the client gets
+        the sealed item); its usage counts for the response."""
         assert self._call is not None
         text: list[str] = []
         try:
@@ -575,12 +602,7 @@ class ResponseRun:
         summary = "".join(text).strip()
         if not summary:
             raise UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
-        from ..store.sealing import sealer
-
-        sealed = sealer().seal(summary_payload(summary, whole=True), tenant_id=self.job.tenant_id, purpose="compaction")
-        for event in self.builder.add_item({"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed}):
-            yield event
-        terminal += self.builder.finish()
+        return summary
 
     async def _run_tools(
         self, calls: list[dict[str, Any]], mcp_calls: list[dict[str, Any]], hosted: Sequence[dict[str, Any]] = ()

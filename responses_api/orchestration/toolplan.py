@@ -17,6 +17,7 @@ from django.conf import settings
 from ..api.auth import Principal
 from ..protocol.errors import InvalidRequest
 from ..protocol.request import CreateRequest
+from ..protocol.surface import refused_on_route, unapplied_fields
 from ..protocol.tools import HostedTool, Tool, make_tool
 from ..store import db
 from ..store.ttlcache import TTLCache
@@ -308,5 +309,14 @@ def plan_tools(req: CreateRequest, route: Route, specs: list[ToolSpec], mcp_regi
     request names, serves hosted tools with, or its route attaches (registry_specs), and
     `mcp_registry` the registered MCP servers it names or its route attaches (registry_mcp)."""
     req = serve_hosted_tools(req, route, specs)
+    if req.unapplied_candidates:
+        kinds = {t.provider.kind for t in route.targets}
+        refused = refused_on_route(req.unapplied_candidates, kinds)
+        if refused is not None:
+            name, why = refused
+            raise InvalidRequest(f"Unsupported parameter for the model '{req.model}': '{name}': {why}.", param=name)
+        ignored = unapplied_fields(req.unapplied_candidates, kinds)
+        if ignored:
+            req = dataclasses.replace(req, ignored_fields=ignored)
     req, mcp = mcp_plan(req, mcp_registry)
     return ToolPlan(merge_registry_tools(req, specs), specs, mcp)

@@ -23,6 +23,7 @@ OUTPUT_CALL_FIELDS = {
     "computer_call_output": "call_id",
     "local_shell_call_output": "id",
     "tool_search_output": "call_id",
+    "program_output": "call_id",
 }
 
 

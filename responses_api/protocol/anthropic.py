@@ -9,6 +9,13 @@ signature sealed into the item's `encrypted_content` and sent back with it on la
 reasons: end_turn/stop_sequence/pause_turn -> stop, max_tokens -> length, tool_use ->
 tool_calls, refusal -> content_filter. Usage counts cache reads and writes as input tokens
 (OpenAI's convention), cache reads also as cached tokens.
+
+Prompt caching (protocol/caching.py): `prompt_cache_breakpoint`s and the cache options become
+`cache_control` marks on content blocks; `service_tier` becomes Anthropic's (`auto`,
+`standard_only`). `text.format` json_schema becomes Anthropic's structured output,
+`output_config.format` (GA; the provider option `structured_outputs: "output_format"` sends the
+earlier beta's top-level `output_format` instead, with its `anthropic-beta` header); json_object,
+which has no counterpart, an instruction in the system prompt.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .anthropic_schema import anthropic_json_schema
+from .caching import ANTHROPIC_SERVICE_TIERS, cache_control, place_anthropic_breakpoints
 from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
     Delta,
@@ -29,9 +38,24 @@ from .deltas import (
     Usage,
 )
 from .request import CreateRequest
+from .surface import SENT_FIELDS
 from .tools import Tool, chosen_upstream_name, namespaced_name
 
+# The sampling numbers the Messages API takes as sent (protocol/surface.py says which).
+_SENT_AS_IS = tuple(
+    name
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+    if name in SENT_FIELDS["anthropic"]
+)
 API_VERSION = "2023-06-01"
+# The beta that introduced structured outputs (top-level `output_format`), before they became
+# `output_config.format`; some Anthropic-compatible servers still speak only the beta.
+STRUCTURED_OUTPUTS_BETA = "structured-outputs-2025-11-13"
+# json_object (OpenAI's JSON mode) has no Anthropic counterpart: structured outputs take only
+# closed object schemas (`additionalProperties: false`), which no schema of "any object" is. The
+# mode is asked of the model in the system prompt instead, as OpenAI's JSON mode itself requires
+# the prompt to ask for JSON.
+JSON_OBJECT_INSTRUCTION = "Answer with one valid JSON object and nothing before or after it."
 DEFAULT_MAX_TOKENS = 4096  # the API requires max_tokens; a provider's options may set another
 THINKING_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
 _STOP = {
@@ -57,6 +81,9 @@ def build_messages_request(
     options = options or {}
     tools = req.tools if tools is None else tools
     system, messages = to_messages(items, req.instructions)
+    if (req.text or {}).get("format", {}).get("type") == "json_object":
+        system = f"{system}\n\n{JSON_OBJECT_INSTRUCTION}" if system else JSON_OBJECT_INSTRUCTION
+    place_anthropic_breakpoints(messages, req)
     body: dict[str, Any] = {
         "model": upstream_model,
         "max_tokens": req.max_output_tokens or int(options.get("max_tokens", DEFAULT_MAX_TOKENS)),
@@ -77,7 +104,7 @@ def build_messages_request(
             body["tool_choice"] = {"type": {"auto": "auto", "required": "any", "none": "none"}[choice]}
         if no_parallel and body.get("tool_choice", {}).get("type") != "none":
             body.setdefault("tool_choice", {"type": "auto"})["disable_parallel_tool_use"] = True
-    for name in ("temperature", "top_p"):
+    for name in _SENT_AS_IS:
         value = getattr(req, name, None)
         if value is not None:
             body[name] = value
@@ -88,8 +115,30 @@ def build_messages_request(
         body["max_tokens"] = max(body["max_tokens"], budget + 1024)
         body.pop("temperature", None)  # thinking allows no temperature other than the default
         body.pop("top_p", None)
-    body.update(options.get("extra_body") or {})
+    tier = ANTHROPIC_SERVICE_TIERS.get(req.service_tier or "")
+    if tier:
+        body["service_tier"] = tier
+    output_format = structured_output(req.text)
+    if output_format is not None:
+        if options.get("structured_outputs") == "output_format":
+            body["output_format"] = output_format
+        else:
+            body["output_config"] = {"format": output_format}
+    extra = dict(options.get("extra_body") or {})
+    if isinstance(extra.get("output_config"), dict) and "output_config" in body:
+        extra["output_config"] = {**extra["output_config"], **body["output_config"]}  # the client's format wins
+    body.update(extra)
     return body
+
+
+def structured_output(text: dict[str, Any]) -> dict[str, Any] | None:
+    """`text.format` json_schema as Anthropic's JSON output format: the schema in the subset its
+    decoder takes (anthropic_schema.py; `strict` has no counterpart, the schema always binds).
+    None for text and json_object (see JSON_OBJECT_INSTRUCTION)."""
+    fmt = (text or {}).get("format") or {}
+    if fmt.get("type") == "json_schema":
+        return {"type": "json_schema", "schema": anthropic_json_schema(fmt["schema"])}
+    return None
 
 
 def _tool_param(tool: Tool) -> dict[str, Any]:
@@ -132,16 +181,15 @@ def to_messages(items: list[dict[str, Any]], instructions: str | None) -> tuple[
             add("assistant", [{"type": "tool_use", "id": call_id, "name": name, "input": _json_object(arguments)}])
         elif kind == "function_call_output":
             output = item["output"]
-            add(
-                "user",
-                [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": item["call_id"],
-                        "content": output if isinstance(output, str) else _text_of(output),
-                    }
-                ],
-            )
+            result = {
+                "type": "tool_result",
+                "tool_use_id": item["call_id"],
+                "content": output if isinstance(output, str) else _text_of(output),
+            }
+            marks = [] if isinstance(output, str) else [p for p in output if p.get("prompt_cache_breakpoint")]
+            if marks:
+                result["cache_control"] = cache_control(marks[-1]["prompt_cache_breakpoint"])
+            add("user", [result])
         elif kind in OUTPUT_ITEM_TYPES:
             add("user", [{"type": "tool_result", "tool_use_id": item["call_id"], "content": output_as_text(item)}])
         elif kind == "reasoning" and item.get("signature"):
@@ -185,6 +233,10 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
             blocks.append({"type": "document", "source": source})
         elif kind == "input_file" and part.get("file_url"):
             blocks.append({"type": "document", "source": {"type": "url", "url": part["file_url"]}})
+        else:
+            continue
+        if part.get("prompt_cache_breakpoint"):
+            blocks[-1]["cache_control"] = cache_control(part["prompt_cache_breakpoint"])
     return blocks
 
 

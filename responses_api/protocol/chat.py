@@ -7,12 +7,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .caching import upstream_cache_fields
 from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text, screenshot_url
 from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .errors import UpstreamError
 from .request import CreateRequest
+from .surface import SENT_FIELDS
 from .tools import Tool, chosen_upstream_name, namespaced_name
 
+# The sampling numbers a Chat Completions upstream takes as sent (protocol/surface.py says which).
+_SENT_AS_IS = tuple(
+    name
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+    if name in SENT_FIELDS["chat_completions"]
+)
 FINISH_REASONS = {
     "stop": "stop",
     "length": "length",
@@ -34,6 +42,11 @@ class ChatOptions:
     # Give the upstream its earlier reasoning back as `reasoning_content` on the assistant
     # message (llama.cpp, vLLM and SGLang read it; DeepSeek's own API refuses it).
     send_reasoning: bool = False
+    # OpenAI's prompt caching fields (`prompt_cache_key`, `prompt_cache_retention`,
+    # `prompt_cache_options`, content parts' `prompt_cache_breakpoint`) and `service_tier`: sent
+    # only to servers that take them (OpenAI does; strict servers refuse unknown fields).
+    send_prompt_cache: bool = False
+    send_service_tier: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
@@ -43,18 +56,20 @@ def _output_text(output: Any) -> str:
     return "".join(p.get("text", "") for p in output if p.get("type") == "input_text")
 
 
-def _user_content(parts: list[dict]) -> str | list[dict]:
-    if all(p["type"] == "input_text" for p in parts):
+def _user_content(parts: list[dict], breakpoints: bool = False) -> str | list[dict]:
+    """`breakpoints`: the parts' `prompt_cache_breakpoint`s go with them (which needs parts,
+    not the plain string a text-only message otherwise becomes)."""
+    marked = breakpoints and any(p.get("prompt_cache_breakpoint") for p in parts)
+    if not marked and all(p["type"] == "input_text" for p in parts):
         return "".join(p["text"] for p in parts) if len(parts) == 1 else "\n".join(p["text"] for p in parts)
     out: list[dict] = []
     for p in parts:
         if p["type"] == "input_text":
             out.append({"type": "text", "text": p["text"]})
         elif p["type"] == "input_image":
-            if p.get("image_url"):
-                out.append(
-                    {"type": "image_url", "image_url": {"url": p["image_url"], "detail": p.get("detail", "auto")}}
-                )
+            if not p.get("image_url"):
+                continue
+            out.append({"type": "image_url", "image_url": {"url": p["image_url"], "detail": p.get("detail", "auto")}})
         elif p["type"] == "input_file":
             if not p.get("file_data") and not p.get("file_id"):
                 # Chat Completions has no file URL part; pass the URL on as text context.
@@ -63,6 +78,11 @@ def _user_content(parts: list[dict]) -> str | list[dict]:
                 continue
             file: dict[str, Any] = {k: p[k] for k in ("file_data", "file_id", "filename") if p.get(k)}
             out.append({"type": "file", "file": file})
+            continue  # a file part takes no breakpoint in Chat Completions
+        else:
+            continue
+        if marked and p.get("prompt_cache_breakpoint"):
+            out[-1]["prompt_cache_breakpoint"] = p["prompt_cache_breakpoint"]
     return out
 
 
@@ -88,7 +108,7 @@ def items_to_messages(items: list[dict], instructions: str | None, options: Chat
             else:
                 if role == "developer":
                     role = options.developer_role
-                messages.append({"role": role, "content": _user_content(item["content"])})
+                messages.append({"role": role, "content": _user_content(item["content"], options.send_prompt_cache)})
         elif kind == "function_call" or kind in CALL_ITEM_KIND:
             if kind == "function_call":
                 name = item["name"]
@@ -179,7 +199,7 @@ def build_chat_request(
         body["parallel_tool_calls"] = req.parallel_tool_calls
     if req.max_output_tokens is not None:
         body[options.max_tokens_param] = req.max_output_tokens
-    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty"):
+    for name in _SENT_AS_IS:
         value = getattr(req, name)
         if value is not None:
             body[name] = value
@@ -199,6 +219,10 @@ def build_chat_request(
         body["response_format"] = {"type": "json_schema", "json_schema": schema}
     if req.reasoning and req.reasoning.get("effort"):
         body["reasoning_effort"] = req.reasoning["effort"]
+    if options.send_prompt_cache:
+        body.update(upstream_cache_fields(req))
+    if options.send_service_tier and req.service_tier:
+        body["service_tier"] = req.service_tier
     body.update(options.extra_body)
     return body
 

@@ -5,7 +5,9 @@ upstream's deltas written back as a `chat.completion` or a stream of `chat.compl
 Only what Chat Completions clients send in practice is translated: messages (system,
 developer, user text and images, assistant text and tool calls, tool results), function
 tools and tool_choice, temperature, top_p, max_tokens / max_completion_tokens,
-parallel_tool_calls, response_format, reasoning_effort, stream and stream_options. A
+parallel_tool_calls, response_format, reasoning_effort, prompt caching (prompt_cache_key,
+prompt_cache_retention, prompt_cache_options, content parts' prompt_cache_breakpoint),
+service_tier, stream and stream_options. A
 parameter with no Responses counterpart (n > 1, logit_bias, audio, ...) is a 400 naming it.
 """
 
@@ -17,35 +19,24 @@ from typing import Any
 
 from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .errors import InvalidRequest
+from .surface import CHAT_FIELDS, Handling
 
-_UNSUPPORTED = ("logit_bias", "audio", "modalities", "prediction", "web_search_options", "functions", "function_call")
-_IGNORED = (
-    "user",
-    "seed",
-    "store",
-    "metadata",
-    "service_tier",
-    "stop",
-    "frequency_penalty",
-    "presence_penalty",
-    "logprobs",
-    "top_logprobs",
-    "safety_identifier",
-    "prompt_cache_key",
-    "verbosity",
-)
+# What a non-Chat upstream makes of each field: protocol/surface.py (CHAT_FIELDS). Refused
+# fields are the same for `responses` and `anthropic` targets (both go through this translation);
+# fields translated for neither are announced (x-gateway-ignored-fields, passthrough_views.py).
+_REFUSED = {name: field.why for name, field in CHAT_FIELDS.items() if field.responses.handling is Handling.REFUSED}
 
 
 def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
     """A Responses create body for this Chat Completions body; InvalidRequest names what
     cannot be translated."""
-    for name in _UNSUPPORTED:
-        if body.get(name) is not None:
+    for name, why in _REFUSED.items():
+        value = body.get(name)
+        if value is not None and not (name == "n" and value == 1):
             raise InvalidRequest(
-                f"'{name}' is not supported for this model (its upstream is not a Chat Completions server).", param=name
+                f"'{name}' is not supported for this model (its upstream is not a Chat Completions server): {why}.",
+                param=name,
             )
-    if body.get("n") not in (None, 1):
-        raise InvalidRequest("Only n = 1 is supported for this model.", param="n")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("'messages' must be a non-empty array.", param="messages")
@@ -139,12 +130,16 @@ def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
                 "name": schema.get("name", "response"),
                 "schema": schema.get("schema") or {},
                 "strict": schema.get("strict"),
+                **({"description": schema["description"]} if schema.get("description") is not None else {}),
             }
         }
     elif isinstance(fmt, dict) and fmt.get("type") == "json_object":
         out["text"] = {"format": {"type": "json_object"}}
     if body.get("reasoning_effort"):
         out["reasoning"] = {"effort": body["reasoning_effort"]}
+    for name in ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options", "service_tier"):
+        if body.get(name) is not None:  # the Responses parser checks them as it checks its own
+            out[name] = body[name]
     return out
 
 
@@ -176,6 +171,8 @@ def _user_parts(content: Any, param: str) -> list[dict[str, Any]]:
             raise InvalidRequest(
                 f"Content parts of type {kind!r} are not supported for this model.", param=f"{param}[{k}]"
             )
+        if "prompt_cache_breakpoint" in part:
+            parts[-1]["prompt_cache_breakpoint"] = part["prompt_cache_breakpoint"]
     return parts
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import jsonlimits
+from . import jsonlimits, surface
 from .ids import new_id
 
 # Built-in tools the client runs: the item type a call becomes, and the output item type.
@@ -33,20 +33,9 @@ CLIENT_BUILTINS: dict[str, tuple[str, str]] = {
     "computer": ("computer_call", "computer_call_output"),
     "computer_use": ("computer_call", "computer_call_output"),
 }
-# Tools OpenAI runs on its own servers; a Chat Completions upstream has nothing to run them.
-HOSTED_TOOL_TYPES = frozenset(
-    {
-        "web_search",
-        "web_search_2025_08_26",
-        "web_search_preview",
-        "web_search_preview_2025_03_11",
-        "file_search",
-        "code_interpreter",
-        "image_generation",
-        "tool_search",
-        "programmatic_tool_calling",
-    }
-)
+# Tools OpenAI runs on its own servers (a Chat Completions upstream has nothing to run them)
+# and the items they produce: the surface's classification (protocol/surface.py) lists them.
+HOSTED_TOOL_TYPES = surface.HOSTED_TOOL_TYPES
 # Hosted tools a route may serve with one of its registry tools, and the item a call becomes.
 SERVABLE_HOSTED_TOOLS = {"web_search": "web_search_call", "file_search": "file_search_call"}
 HOSTED_ALIASES = {
@@ -55,16 +44,7 @@ HOSTED_ALIASES = {
     "web_search_preview_2025_03_11": "web_search",
 }
 # The item types a hosted tool produces: kept in history, never sent to a Chat upstream.
-HOSTED_ITEM_TYPES = frozenset(
-    {
-        "web_search_call",
-        "file_search_call",
-        "code_interpreter_call",
-        "image_generation_call",
-        "tool_search_call",
-        "tool_search_output",
-    }
-)
+HOSTED_ITEM_TYPES = surface.HOSTED_ITEM_TYPES
 CALL_ITEM_KIND = {
     "custom_tool_call": "custom",
     "local_shell_call": "local_shell",

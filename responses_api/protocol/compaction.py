@@ -95,6 +95,8 @@ def expand_compactions(
         if item["type"] != "compaction":
             expanded.append(item)
             continue
+        if not item.get("encrypted_content"):
+            continue  # one whose summary was never written (its response failed while compacting)
         payload = open_payload(item["encrypted_content"])
         summary = {
             "type": "message",

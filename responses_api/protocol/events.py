@@ -646,6 +646,22 @@ class EventBuilder:
             self._event("response.output_item.done", output_index=output_index, item=self._copy(item)),
         ]
 
+    def open_compaction(self) -> tuple[dict[str, Any], list[Event]]:
+        """A compaction item whose summary is being written: added without its content, then
+        `response.compaction.compacting` (OpenAI's progress event, which carries no summary);
+        `close_compaction` gives the item its sealed content."""
+        item: dict[str, Any] = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": ""}
+        output_index = len(self.output)
+        self.output.append(item)
+        return item, [
+            self._event("response.output_item.added", output_index=output_index, item=dict(item)),
+            self._event("response.compaction.compacting", item_id=item["id"], output_index=output_index),
+        ]
+
+    def close_compaction(self, item: dict[str, Any], sealed: str) -> list[Event]:
+        item["encrypted_content"] = sealed
+        return [self._event("response.output_item.done", output_index=self.output.index(item), item=dict(item))]
+
     # -- terminal ----------------------------------------------------------------
     def finish(self, *, incomplete_reason: str | None = None) -> list[Event]:
         """Close what is open and emit exactly one terminal event."""

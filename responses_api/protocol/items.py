@@ -13,6 +13,7 @@ from .client_tools import HOSTED_ITEM_TYPES
 from .client_tools import ITEM_ID_PREFIX as CLIENT_TOOL_ITEM_PREFIX
 from .errors import InvalidRequest
 from .ids import new_id
+from .surface import REFUSED_INPUT_ITEMS
 
 INPUT_ROLES = frozenset({"user", "system", "developer"})
 PHASES = frozenset({"commentary", "final_answer"})
@@ -46,9 +47,34 @@ def _text_part(part: dict, param: str, kind: str) -> dict:
     return {"type": kind, "text": _require_str(part, "text", param)}
 
 
+def _cache_breakpoint(part: dict, param: str) -> dict | None:
+    """`prompt_cache_breakpoint` (newest SDK): `{"mode": "explicit", "ttl"?: "30m" | "12h"}`,
+    kept on the part so that each dialect can place its cache breakpoint there."""
+    value = part.get("prompt_cache_breakpoint")
+    if value is None:
+        return None
+    name = f"{param}.prompt_cache_breakpoint"
+    if not isinstance(value, dict):
+        raise _bad(f"Invalid type for '{name}': expected an object.", name)
+    if value.get("mode") != "explicit":
+        raise _bad(f"Invalid value for '{name}.mode': expected 'explicit'.", f"{name}.mode")
+    ttl = value.get("ttl")
+    if ttl is not None and not isinstance(ttl, str):  # '30m', '12h' today; the upstream judges the value
+        raise _bad(f"Invalid type for '{name}.ttl': expected a string.", f"{name}.ttl")
+    return {"mode": "explicit", **({"ttl": ttl} if ttl else {})}
+
+
 def _input_part(part: Any, param: str) -> dict:
     if not isinstance(part, dict):
         raise _bad(f"Invalid '{param}': expected a content part object.", param)
+    out = _input_part_fields(part, param)
+    breakpoint_ = _cache_breakpoint(part, param)
+    if breakpoint_ is not None:
+        out["prompt_cache_breakpoint"] = breakpoint_
+    return out
+
+
+def _input_part_fields(part: dict, param: str) -> dict:
     kind = part.get("type")
     if kind in ("input_text", "text"):
         return _text_part(part, param, "input_text")
@@ -332,8 +358,15 @@ CLIENT_TOOL_ITEM_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 
 
+# Hosted items whose id the SDK's input params leave optional: a client-run tool search
+# (`execution: "client"`) answers the model's call with a `tool_search_output` naming only its call.
+HOSTED_ITEM_ID_OPTIONAL = frozenset({"tool_search_call", "tool_search_output"})
+
+
 def _hosted_tool_item(raw: dict, param: str) -> dict:
     """An item a hosted tool produced (web_search_call, ...): history the gateway keeps, not runs."""
+    if raw["type"] in HOSTED_ITEM_ID_OPTIONAL and raw.get("id") is None:
+        return {**raw, "id": new_id("ts")}
     _require_str(raw, "id", param, allow_empty=False)
     return dict(raw)
 
@@ -403,6 +436,8 @@ def _normalize_item(raw: Any, param: str) -> dict:
         return _client_tool_item(raw, param, CLIENT_TOOL_ITEM_FIELDS[kind])
     if kind in HOSTED_ITEM_TYPES:
         return _hosted_tool_item(raw, param)
+    if kind in REFUSED_INPUT_ITEMS:
+        raise _bad(f"Invalid '{param}.type': {kind!r} is not supported: {REFUSED_INPUT_ITEMS[kind]}.", f"{param}.type")
     raise _bad(f"Invalid '{param}.type': unsupported item type {kind!r}.", f"{param}.type")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .caching import upstream_cache_fields
 from .client_tools import CALL_ITEM_KIND, HOSTED_ITEM_TYPES, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
     Delta,
@@ -26,8 +27,15 @@ from .deltas import (
     Usage,
 )
 from .request import CreateRequest
+from .surface import SENT_FIELDS
 from .tools import Tool, chosen_upstream_name, namespaced_name
 
+# The numbers a Responses upstream takes as the client sent them (protocol/surface.py says which).
+_SENT_AS_IS = tuple(
+    name
+    for name in ("max_output_tokens", "temperature", "top_p", "top_logprobs", "presence_penalty", "frequency_penalty")
+    if name in SENT_FIELDS["responses"]
+)
 _FINISH_OF_INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
@@ -65,7 +73,7 @@ def build_responses_request(
                 choice = "auto"
         body["tool_choice"] = choice
         body["parallel_tool_calls"] = req.parallel_tool_calls
-    for name in ("max_output_tokens", "temperature", "top_p", "top_logprobs"):
+    for name in _SENT_AS_IS:
         value = getattr(req, name, None)
         if value is not None:
             body[name] = value
@@ -73,6 +81,11 @@ def build_responses_request(
         body["text"] = {"format": req.text["format"]}
     if req.reasoning:
         body["reasoning"] = {k: v for k, v in req.reasoning.items() if k in ("effort", "summary") and v}
+    # Prompt caching and the service tier are the upstream's to apply (content parts keep their
+    # `prompt_cache_breakpoint`s in `input`).
+    body.update(upstream_cache_fields(req))
+    if req.service_tier:
+        body["service_tier"] = req.service_tier
     body.update(extra_body or {})
     return body
 

@@ -1,8 +1,10 @@
 """Validate a `POST /v1/responses` body into a typed `CreateRequest`.
 
 Every error names the offending field in `param`, JSON-pointer style
-(`input[2].content`). Unknown top-level fields are ignored so that a newer SDK
-keeps working; `messages` (a Chat Completions field) is refused by name.
+(`input[2].content`). What each field gets is classified in protocol/surface.py: unknown
+top-level fields are accepted (a newer SDK keeps working) and, with the known fields the
+route does not apply, named in `x-gateway-ignored-fields`; refused ones (`messages` and the
+other Chat Completions names, `stream_id`) are a 400 naming them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from .errors import InvalidRequest
 from .items import normalize_input
 from .mcp import McpTool, normalize_mcp_tools
+from .surface import REFUSED_REQUEST_FIELDS, unapplied_candidates
 from .tools import HostedTool, Tool, hosted_tools, normalize_tool_choice, normalize_tools
 
 KNOWN_INCLUDES = frozenset(
@@ -32,7 +35,9 @@ REASONING_SUMMARIES = frozenset({"auto", "concise", "detailed"})
 VERBOSITIES = frozenset({"low", "medium", "high"})
 # Route names (models.ModelRoute.name) are at most this long: a longer model names none.
 MODEL_MAX_CHARS = 200
-SERVICE_TIERS = frozenset({"auto", "default", "flex", "priority", "scale"})
+SERVICE_TIERS = frozenset({"auto", "default", "flex", "priority", "scale", "fast", "ultrafast"})
+PROMPT_CACHE_RETENTIONS = frozenset({"in_memory", "24h"})
+PROMPT_CACHE_MODES = frozenset({"implicit", "explicit"})
 
 
 @dataclass(slots=True, frozen=True)
@@ -51,6 +56,10 @@ class CreateRequest:
     # Hosted tools sent on to a native Responses upstream that runs them itself (as the client sent them).
     upstream_hosted_tools: list[dict[str, Any]] = field(default_factory=list)
     dropped_tools: list[str] = field(default_factory=list)  # hosted tool types the route did not serve
+    # Fields sent that some upstream kind does not apply, or that nothing classifies
+    # (surface.unapplied_candidates); planning keeps those the route's kinds do not apply.
+    unapplied_candidates: tuple[str, ...] = ()
+    ignored_fields: list[str] = field(default_factory=list)  # named in x-gateway-ignored-fields
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
     max_output_tokens: int | None = None
@@ -68,7 +77,14 @@ class CreateRequest:
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    # `prompt_cache_options` as an upstream may take it: mode, ttl, comparison_response_id (its
+    # `prewarm` is the gateway's: `generate` below).
+    prompt_cache_options: dict[str, Any] | None = None
     service_tier: str | None = None
+    # `context_management: [{"type": "compaction", "compact_threshold": N}]`: compact first when a
+    # model call's context passes N tokens (engine/autocompact.py). 0: at the route's window.
+    compact_threshold: int | None = None
     # The input ended with a `compaction_trigger` (taken off `input_items`): the answer is one
     # `compaction` item summarising the context (compaction v2, Codex's remote compaction).
     compact: bool = False
@@ -230,8 +246,8 @@ def _include(value: Any) -> list[str]:
     return list(dict.fromkeys(value))
 
 
-# Known fields the gateway accepts without acting on them: their shape is still checked, so
-# a wrong value is the client's 400 (as OpenAI answers it), not silently nothing.
+# Fields the gateway accepts without acting on them (announced: protocol/surface.py): their
+# shape is still checked, so a wrong value is the client's 400 (as OpenAI answers it).
 _SHAPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "prompt": (dict, "an object"),
     "stream_options": (dict, "an object"),
@@ -262,14 +278,7 @@ def _check_shapes(body: dict) -> None:
         raise InvalidRequest("Missing required parameter: 'prompt.id'.", param="prompt.id")
 
 
-# Chat Completions names sent to /v1/responses, and what this API calls them.
-CHAT_COMPLETIONS_NAMES = {
-    "max_tokens": "'max_output_tokens'",
-    "max_completion_tokens": "'max_output_tokens'",
-    "response_format": "'text': {'format': ...}",
-    "functions": "'tools' (each {'type': 'function', 'name', 'parameters'})",
-    "function_call": "'tool_choice'",
-}
+_REFUSED_NAMES = frozenset(REFUSED_REQUEST_FIELDS)
 
 
 def _conversation(value: Any) -> str | None:
@@ -289,20 +298,11 @@ def _conversation(value: Any) -> str | None:
 def parse_create_request(body: Any) -> CreateRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
-    if "messages" in body:
-        raise InvalidRequest(
-            "Unsupported parameter: 'messages'. The Responses API takes 'input' "
-            "(a string or a list of items), not Chat Completions 'messages'.",
-            param="messages",
-        )
-    for name, instead in CHAT_COMPLETIONS_NAMES.items():
-        if name in body:
-            # Ignoring them would silently change the answer (a length limit not applied, a
-            # format not enforced): say what this API calls them.
-            raise InvalidRequest(
-                f"Unsupported parameter: '{name}' is a Chat Completions parameter; the Responses API uses {instead}.",
-                param=name,
-            )
+    if not _REFUSED_NAMES.isdisjoint(body):
+        name = next(name for name in REFUSED_REQUEST_FIELDS if name in body)
+        # Ignoring them would silently change the answer (a length limit not applied, a
+        # format not enforced, a lane not kept): say why, and what this API calls them.
+        raise InvalidRequest(f"Unsupported parameter: '{name}': {REFUSED_REQUEST_FIELDS[name]}.", param=name)
     conversation = _conversation(body.get("conversation"))
     _check_shapes(body)
     model = body.get("model")
@@ -388,10 +388,78 @@ def parse_create_request(body: Any) -> CreateRequest:
         user=_optional_str(body, "user"),
         safety_identifier=_optional_str(body, "safety_identifier"),
         prompt_cache_key=_optional_str(body, "prompt_cache_key"),
+        prompt_cache_retention=_prompt_cache_retention(body),
+        prompt_cache_options=_prompt_cache_options(body),
         service_tier=service_tier,
         compact=compact,
         generate=generate,
+        unapplied_candidates=unapplied_candidates(body),
+        compact_threshold=_compact_threshold(body.get("context_management")),
     )
+
+
+def _compact_threshold(entries: Any) -> int | None:
+    """The token threshold of `context_management`'s compaction entry: None without one, 0 when
+    it sets none (the gateway picks one from the route's context window)."""
+    threshold: int | None = None
+    for i, entry in enumerate(entries or []):
+        param = f"context_management[{i}]"
+        expect(entry, dict, param, "an object")
+        if entry.get("type") != "compaction":
+            raise InvalidRequest(
+                f"Invalid value for '{param}.type': {entry.get('type')!r}; the only context management is 'compaction'.",
+                param=f"{param}.type",
+            )
+        value = entry.get("compact_threshold")
+        if value is None:
+            threshold = 0
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON has one number type: 3.0 is the integer 3
+        expect(value, int, f"{param}.compact_threshold", "an integer")
+        if value < 1:
+            raise InvalidRequest(
+                f"Invalid '{param}.compact_threshold': {value}; expected a positive number of tokens.",
+                param=f"{param}.compact_threshold",
+            )
+        threshold = value
+    return threshold
+
+
+def _prompt_cache_retention(body: dict) -> str | None:
+    value = body.get("prompt_cache_retention")
+    if value is not None and (not isinstance(value, str) or value not in PROMPT_CACHE_RETENTIONS):
+        raise InvalidRequest(
+            f"Invalid value for 'prompt_cache_retention': {value!r}; expected 'in_memory' or '24h'.",
+            param="prompt_cache_retention",
+        )
+    return value
+
+
+def _prompt_cache_options(body: dict) -> dict[str, Any] | None:
+    options = body.get("prompt_cache_options")
+    if options is None:
+        return None
+    out: dict[str, Any] = {}
+    mode = options.get("mode")
+    if mode is not None:
+        if not isinstance(mode, str) or mode not in PROMPT_CACHE_MODES:
+            raise InvalidRequest(
+                f"Invalid value for 'prompt_cache_options.mode': {mode!r}; expected 'implicit' or 'explicit'.",
+                param="prompt_cache_options.mode",
+            )
+        out["mode"] = mode
+    ttl = options.get("ttl")
+    if ttl is not None:
+        # A string, not only today's '30m' and '12h': the lifetimes on offer change with the
+        # API, and the upstream that applies it is the judge.
+        out["ttl"] = expect(ttl, str, "prompt_cache_options.ttl", "a string")
+    comparison = options.get("comparison_response_id")
+    if comparison is not None:
+        out["comparison_response_id"] = expect(
+            comparison, str, "prompt_cache_options.comparison_response_id", "a string"
+        )
+    return out or None
 
 
 def _compaction_trigger(items: list[dict[str, Any]]) -> bool:

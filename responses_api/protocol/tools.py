@@ -339,7 +339,7 @@ def _choice_entry(entry: Any, tools: list[Tool], param: str) -> dict[str, Any]:
         if not isinstance(entry.get("server_label"), str):
             raise InvalidRequest(f"Missing '{param}.server_label'.", param=f"{param}.server_label")
         return {"type": "mcp", "server_label": entry["server_label"], "name": entry.get("name")}
-    if kind in HOSTED_TOOL_TYPES or kind in ("programmatic_tool_calling",):
+    if kind in HOSTED_TOOL_TYPES:
         return {"type": kind}
     raise InvalidRequest(f"Invalid '{param}.type': {kind!r}.", param=f"{param}.type")
 

@@ -6,7 +6,13 @@ protocol/anthropic.py. The key goes in `x-api-key`, the API version in `anthropi
 from __future__ import annotations
 
 from ..orchestration.routing import Target
-from ..protocol.anthropic import API_VERSION, EventDecoder, build_messages_request, message_to_deltas
+from ..protocol.anthropic import (
+    API_VERSION,
+    STRUCTURED_OUTPUTS_BETA,
+    EventDecoder,
+    build_messages_request,
+    message_to_deltas,
+)
 from ..protocol.errors import UpstreamError
 from .base import UpstreamRequest
 from .chat_completions import Opened, post_json
@@ -28,6 +34,10 @@ async def open_messages(target: Target, request: UpstreamRequest) -> EventStream
         "anthropic-version": str(provider.options.get("anthropic_version") or API_VERSION),
         **provider.headers,
     }
+    if "output_format" in body:  # the beta's field: announce the beta (after any the provider sends)
+        name = next((k for k in headers if k.lower() == "anthropic-beta"), "anthropic-beta")
+        beta = headers.get(name)
+        headers[name] = f"{beta},{STRUCTURED_OUTPUTS_BETA}" if beta else STRUCTURED_OUTPUTS_BETA
     if provider.api_key:
         headers["x-api-key"] = provider.api_key
     opened = await post_json(target, f"{provider.base_url}/messages", body, headers, stream=request.stream)

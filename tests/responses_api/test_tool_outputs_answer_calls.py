@@ -28,6 +28,10 @@ ORPHANS = [
     ),
     ({"type": "local_shell_call_output", "id": "nope", "output": "x"}, "id"),
     ({"type": "mcp_approval_response", "approval_request_id": "nope", "approve": True}, "approval_request_id"),
+    # The newest SDK's item kinds (protocol/surface.py): a client-run tool search's output, and
+    # a program's (programmatic tool calling), answer a call like the others.
+    ({"type": "tool_search_output", "call_id": "nope", "tools": [], "execution": "client"}, "call_id"),
+    ({"type": "program_output", "id": "po_1", "call_id": "nope", "result": "x", "status": "completed"}, "call_id"),
 ]
 
 
@@ -109,6 +113,26 @@ def test_outputs_whose_calls_are_in_the_chain_the_input_or_a_reference_are_accep
         ],
     )
     assert referenced.output_text == "reference ok"
+
+
+def test_the_new_item_kinds_answering_their_calls_are_accepted_as_history(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    """A program and its output, a client-run tool search and its output: kept in the context,
+    sent to no Chat Completions upstream (none of them made the call)."""
+    scripted.enqueue(MODEL, Reply(text="history ok"))
+    response = gateway.openai().responses.create(
+        model=MODEL,
+        input=[
+            {"role": "user", "content": "go"},
+            {"type": "program", "id": "prg_1", "call_id": "c_prog", "code": "x = 1", "fingerprint": "f"},
+            {"type": "program_output", "id": "po_1", "call_id": "c_prog", "result": "1", "status": "completed"},
+            {"type": "tool_search_call", "call_id": "c_search", "arguments": {"q": "x"}, "execution": "client"},
+            {"type": "tool_search_output", "call_id": "c_search", "tools": [], "execution": "client"},
+        ],
+    )
+    assert response.output_text == "history ok"
+    assert scripted.requests[-1].body["messages"] == [{"role": "user", "content": "go"}]
 
 
 def test_an_output_whose_call_is_in_the_conversation_is_accepted(gateway: Gateway, scripted: ScriptedUpstream) -> None:

@@ -13,12 +13,20 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
+
+from responses_api.protocol.surface import SERVER_EVENTS, Treatment
+
+# The event types the surface classification says the gateway sends (served, or relayed for a
+# hosted call a responses upstream ran).
+_SENT_BY_THE_GATEWAY = frozenset(
+    name for name, entry in SERVER_EVENTS.items() if entry.treatment in (Treatment.SERVED, Treatment.PASSED_THROUGH)
+)
 
 __all__ = [
     "OPENAI_SPEC_PATH",
@@ -116,6 +124,11 @@ OPENAI_ONLY_EVENTS: dict[str, str] = {
     "response.file_search_call.in_progress": "ResponseFileSearchCallInProgressEvent",
     "response.file_search_call.searching": "ResponseFileSearchCallSearchingEvent",
     "response.file_search_call.completed": "ResponseFileSearchCallCompletedEvent",
+}
+# Events of the newest openai SDK that neither spec has yet: checked against the SDK's own type
+# (openai.types.responses.<name>, its JSON schema with no extra fields).
+SDK_ONLY_EVENTS: dict[str, str] = {
+    "response.compaction.compacting": "ResponseCompactionCompactingEvent",
 }
 # OpenAI's MCP and client-tool items, and its tool types, join the Open Responses unions (see
 # _add_openai_mcp): Open Responses has only functions; the gateway serves OpenAI's superset.
@@ -367,7 +380,24 @@ def event_schema_names() -> dict[str, str]:
     """Event `type` -> schema component name (Open Responses spec, plus OpenAI-only names)."""
     out = dict(_event_schema_map(str(_spec_path())))
     out.update({k: f"openai:{v}" for k, v in OPENAI_ONLY_EVENTS.items()})
+    out.update({k: f"sdk:{v}" for k, v in SDK_ONLY_EVENTS.items()})
     return out
+
+
+@cache
+def _sdk_validator(name: str) -> Draft202012Validator:
+    import openai.types.responses as sdk_types
+
+    schema = getattr(sdk_types, name).model_json_schema()
+    return Draft202012Validator({**schema, "additionalProperties": False})
+
+
+def _sdk_schema_errors(instance: Any, name: str) -> str | None:
+    err = best_match(_sdk_validator(name).iter_errors(instance))
+    if err is None:
+        return None
+    where = "/".join(str(p) for p in err.absolute_path) or "<root>"
+    return f"not valid against the openai SDK's {name} at {where}: {err.message[:300]}"
 
 
 def _schema_errors(instance: Any, name: str, *, openai: bool = False, skip_response: bool = False) -> str | None:
@@ -762,6 +792,12 @@ class _Checker:
             raise self.fail("terminal-last", f"{etype} after the terminal event (event #{self.terminal_index})")
         if etype.startswith("gateway:"):
             return  # custom events: clients ignore them; only their numbering matters
+        if etype not in _SENT_BY_THE_GATEWAY:
+            # responses_api/protocol/surface.py says which events the gateway sends: every
+            # stream a test validates checks the claim.
+            entry = SERVER_EVENTS.get(etype)
+            said = f"classified '{entry.treatment}' ({entry.note})" if entry else "not classified"
+            raise self.fail("surface", f"{etype} is {said} in protocol/surface.py, yet the gateway sent it")
         if self.pending_error is not None and etype != "response.failed":
             raise self.fail("error-placement", f"{etype} after an error event; only response.failed may follow it")
 
@@ -795,6 +831,8 @@ class _Checker:
             err = _schema_errors(ev, name, skip_response=etype in _RESPONSE_EVENTS)
         elif etype in OPENAI_ONLY_EVENTS:
             err = _schema_errors(ev, OPENAI_ONLY_EVENTS[etype], openai=True)
+        elif etype in SDK_ONLY_EVENTS:
+            err = _sdk_schema_errors(ev, SDK_ONLY_EVENTS[etype])
         else:
             raise self.fail("unknown-type", f"unknown event type {etype!r} (custom events need the 'gateway:' prefix)")
         if err:
@@ -1053,6 +1091,8 @@ class _Checker:
                 raise self.fail("mcp-call", "completed mcp_call needs output and no error")
             if status == "failed" and not item.get("error"):
                 raise self.fail("mcp-call", "failed mcp_call needs an error")
+        if itype == "compaction" and not item.get("encrypted_content"):
+            raise self.fail("compaction", "compaction item done without its encrypted_content")
         if itype == "mcp_list_tools" and st.known:
             want = "response.mcp_list_tools.failed" if item.get("error") else ("response.mcp_list_tools.completed")
             if st.mcp_end != want:
@@ -1235,6 +1275,13 @@ class _Checker:
             raise self.fail("custom-input", f"input {_short(ev['input'])} != concatenated deltas {_short(joined)}")
         st.args_done = ev["input"]
 
+    def on_compacting(self, ev: dict[str, Any]) -> None:
+        """`response.compaction.compacting`: on an added compaction item, before its done."""
+        st = self.item_for(ev)
+        if st.type not in (None, "compaction"):
+            raise self.fail("compaction", f"response.compaction.compacting on a {st.type!r} item")
+        st.mcp_started = True
+
     def on_hosted_stage(self, ev: dict[str, Any]) -> None:
         itype, stage = ev["type"].removeprefix("response.").rsplit(".", 1)
         st = self.item_for(ev)
@@ -1344,6 +1391,7 @@ _HANDLERS: dict[str, Any] = {
         for kind in ("web_search_call", "file_search_call")
         for stage in _HOSTED_CALL_STAGES
     },
+    "response.compaction.compacting": _Checker.on_compacting,
     "response.custom_tool_call_input.delta": _Checker.on_custom_input_delta,
     "response.custom_tool_call_input.done": _Checker.on_custom_input_done,
     **{t: _Checker.on_text_delta for t in _TEXT_DELTAS},

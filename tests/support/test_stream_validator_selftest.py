@@ -460,7 +460,7 @@ def test_compiled_schemas_agree_with_the_spec() -> None:
     checked = 0
     for etype, ev in samples.items():
         name = names[etype]
-        if name.startswith("openai:"):
+        if name.startswith(("openai:", "sdk:")):
             continue
         plain = Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": doc["components"]})
         fast = sv._validator(name)
@@ -979,3 +979,45 @@ def test_valid_fixtures_satisfy_the_openai_sdk_stream_helper(name: str) -> None:
     if events[-1]["type"] == "response.completed":
         # The SDK rebuilt its completed Response; it must hold every item we streamed.
         assert len(emitted[-1].response.output) == len(events[-1]["response"]["output"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Automatic compaction: `response.compaction.compacting` (the newest SDK's event, in neither spec)
+
+
+def compaction_stream(*, encrypted: str = "sealed-summary", compacting: dict[str, Any] | None = None) -> list[Event]:
+    """A compaction item (added without its content, compacting, done sealed), then the answer."""
+    b = StreamBuilder().start()
+    item = {"id": "cmp_0001", "type": "compaction", "encrypted_content": ""}
+    b.items[0] = item
+    b.emit("response.output_item.added", output_index=0, item=dict(item))
+    b.emit("response.compaction.compacting", item_id="cmp_0001", output_index=0, **(compacting or {}))
+    b.done[0] = {**item, "encrypted_content": encrypted}
+    b.emit("response.output_item.done", output_index=0, item=dict(b.done[0]))
+    b.message(["Carrying on."])
+    return b.complete()
+
+
+def test_a_compaction_stream_passes_and_its_event_is_checked_against_the_sdk_type() -> None:
+    from openai.types.responses import ResponseCompactionCompactingEvent, ResponseStreamEvent
+
+    validate_events(compaction_stream())
+    assert event_schema_names()["response.compaction.compacting"] == "sdk:ResponseCompactionCompactingEvent"
+    assert ResponseCompactionCompactingEvent in ResponseStreamEvent.__args__[0].__args__  # type: ignore[attr-defined]
+    for broken, rule in (
+        (compaction_stream(compacting={"summary": "leaked"}), "schema"),  # the event carries no summary
+        (compaction_stream(encrypted=""), "compaction"),
+    ):
+        with pytest.raises(StreamViolation) as info:
+            validate_events(broken)
+        assert info.value.rule == rule
+    on_a_message = compaction_stream()
+    compacting = next(e for e in on_a_message if e["type"] == "response.compaction.compacting")
+    on_a_message.remove(compacting)
+    message_added = next(e for e in on_a_message if e["type"] == "response.content_part.added")
+    on_a_message.insert(on_a_message.index(message_added), {**compacting, "item_id": "msg_0001", "output_index": 1})
+    for n, ev in enumerate(on_a_message):
+        ev["sequence_number"] = n
+    with pytest.raises(StreamViolation) as info:
+        validate_events(on_a_message)
+    assert info.value.rule == "compaction"

@@ -214,6 +214,83 @@ def _messages_as_chat(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "messages": messages}
 
 
+_CACHE_TTLS = {"5m": 0, "1h": 1}
+
+
+# JSON Schema keywords outside the subset Anthropic's structured outputs decode.
+_UNSUPPORTED_SCHEMA_KEYWORDS = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength", "maxLength", "pattern"}
+)
+
+
+def _schema_problem(schema: Any, param: str) -> str | None:
+    """What Anthropic refuses in a structured-output schema: an object that is not closed, a
+    keyword outside its subset (anywhere in the schema)."""
+    if isinstance(schema, list):
+        return next((p for p in (_schema_problem(s, param) for s in schema) if p), None)
+    if not isinstance(schema, dict):
+        return None
+    kinds = schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")]
+    if ("object" in kinds or "properties" in schema) and schema.get("additionalProperties") is not False:
+        return f"{param}: For 'object' type, 'additionalProperties' must be explicitly set to false"
+    unsupported = sorted(_UNSUPPORTED_SCHEMA_KEYWORDS & set(schema))
+    if unsupported:
+        return f"{param}: '{unsupported[0]}' is not supported"
+    nested = [*(schema.get("properties") or {}).values(), *(schema.get("$defs") or {}).values()]
+    nested += [schema[k] for k in ("items", "anyOf", "allOf", "oneOf") if k in schema]
+    return next((p for p in (_schema_problem(s, param) for s in nested) if p), None)
+
+
+def _output_format_problem(value: Any, param: str) -> str | None:
+    if not isinstance(value, dict) or value.get("type") != "json_schema" or not isinstance(value.get("schema"), dict):
+        return f"{param}: expected {{'type': 'json_schema', 'schema': {{...}}}}"
+    extra = sorted(set(value) - {"type", "schema"})
+    if extra:
+        return f"{param}.{extra[0]}: Extra inputs are not permitted"
+    return _schema_problem(value["schema"], f"{param}.schema")
+
+
+def _messages_problem(body: dict[str, Any], headers: dict[str, str]) -> str | None:
+    """What Anthropic's Messages API would refuse with a 400 in the fields this gateway sets
+    beyond the basics: structured output (`output_config.format`, or the beta's top-level
+    `output_format` with its header) and `cache_control` breakpoints (at most 4, each
+    `{"type": "ephemeral", "ttl"?: "5m" | "1h"}`, longer lifetimes before shorter ones)."""
+    config = body.get("output_config")
+    if config is not None:
+        if not isinstance(config, dict) or set(config) - {"format", "effort"}:
+            return "output_config: expected an object with 'format' and/or 'effort'"
+        if config.get("format") is not None:
+            problem = _output_format_problem(config["format"], "output_config.format")
+            if problem:
+                return problem
+    if "output_format" in body:
+        if "structured-outputs-2025-11-13" not in headers.get("anthropic-beta", ""):
+            return "output_format: Extra inputs are not permitted (the structured-outputs beta is not enabled)"
+        problem = _output_format_problem(body["output_format"], "output_format")
+        if problem:
+            return problem
+    blocks: list[Any] = [body.get("system")] if isinstance(body.get("system"), dict) else []
+    blocks += body["system"] if isinstance(body.get("system"), list) else []
+    blocks += body.get("tools") or []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        blocks += content if isinstance(content, list) else []
+    marks = [b["cache_control"] for b in blocks if isinstance(b, dict) and "cache_control" in b]
+    if len(marks) > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {len(marks)}."
+    shortest = 1
+    for mark in marks:
+        if not isinstance(mark, dict) or mark.get("type") != "ephemeral" or set(mark) - {"type", "ttl"}:
+            return "cache_control: expected {'type': 'ephemeral', 'ttl'?: '5m' | '1h'}"
+        ttl = _CACHE_TTLS.get(mark.get("ttl", "5m"))
+        if ttl is None:
+            return f"cache_control.ttl: {mark.get('ttl')!r} is not one of '5m', '1h'"
+        if ttl > shortest:
+            return "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block"
+        shortest = ttl
+    return None
+
+
 def _responses_usage(usage: dict[str, Any]) -> dict[str, Any]:
     if "input_tokens" in usage:
         return usage
@@ -308,6 +385,10 @@ class ScriptedUpstream:
         self._responders: dict[str, Callable[[dict[str, Any]], Reply | None]] = {}
         self.model_info: dict[str, dict[str, Any]] = {}  # extra /v1/models fields, e.g. max_model_len
         self.tokenizer = False  # answer vLLM's POST /tokenize (count = characters // 3 + 3 per message)
+        # Request fields the server refuses with a 400, as a strict server refuses what it does not
+        # know (an Anthropic-compatible server without structured outputs, a Chat server and
+        # `prompt_cache_key`).
+        self.refused_fields: set[str] = set()
         self._requests: list[RecordedRequest] = []
         self._aborted: list[tuple[float, int]] = []
         self._active_streams = 0
@@ -441,6 +522,7 @@ class ScriptedUpstream:
             self._defaults.clear()
             self._requests.clear()
             self._aborted.clear()
+            self.refused_fields = set()
 
     def _pick(self, model: Any, body: dict[str, Any] | None = None) -> Reply | None:
         with self._lock:
@@ -548,12 +630,27 @@ class ScriptedUpstream:
             if bad_json:
                 await self._send_json(send, 400, _error("request body is not a JSON object", "invalid_request_error"))
                 return
+            problem = self._refused(body)
+            if problem:
+                await self._send_json(send, 400, _error(problem, "invalid_request_error"))
+                return
             await self._chat(body, index, receive, send)
         elif method == "POST" and path == "/v1/responses":
             # The Responses dialect (provider kind `responses`): the same scripted replies.
+            problem = self._refused(body)
+            if problem:
+                await self._send_json(send, 400, _error(problem, "invalid_request_error"))
+                return
             await self._chat(_responses_as_chat(body), index, receive, send, dialect="responses")
         elif method == "POST" and path == "/v1/messages":
-            # Anthropic's Messages dialect (provider kind `anthropic`): the same scripted replies.
+            # Anthropic's Messages dialect (provider kind `anthropic`): the same scripted replies,
+            # once the fields Anthropic checks are as it accepts them.
+            problem = self._refused(body) or _messages_problem(body, headers)
+            if problem:
+                await self._send_json(
+                    send, 400, {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
+                )
+                return
             await self._chat(_messages_as_chat(body), index, receive, send, dialect="anthropic")
         elif method == "GET" and path == "/v1/models":
             created = int(time.time())
@@ -601,6 +698,10 @@ class ScriptedUpstream:
                 404,
                 _error(f"no route for {method} {path}", "invalid_request_error", "not_found"),
             )
+
+    def _refused(self, body: dict[str, Any]) -> str | None:
+        refused = sorted(name for name in self.refused_fields if name in body)
+        return f"{refused[0]}: Extra inputs are not permitted" if refused else None
 
     @staticmethod
     async def _send_json(
