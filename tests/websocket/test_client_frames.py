@@ -1,5 +1,5 @@
 """WebSocket mode as OpenAI's own clients speak it: `stream: true` on every frame (Codex, the
-Agents SDK), Codex's warm-up (`generate: false`), `response.steer` before steering is served,
+Agents SDK), Codex's warm-up (`generate: false`), a `response.steer` after its response ended,
 and each turn observed like an HTTP request (access log, metrics)."""
 
 from __future__ import annotations
