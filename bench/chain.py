@@ -3,8 +3,9 @@
 Two parts, against one throwaway Postgres:
 
 1. Query count and in-process time (Django in this process, the same code the
-   gateway runs): `services.response_begin(previous_response_id=head)` (chain
-   head + chain items + insert), `services.response_finish`, and
+   gateway runs): `selectors.context_get(previous_response_id=head)` (chain
+   head + chain items) then `services.response_insert` (the open row), measured
+   together as "response_begin", `services.response_finish`, and
    `selectors.input_items_page` (GET /v1/responses/{id}/input_items), each
    under `CaptureQueriesContext`; chains are built directly through the
    services (one user + one assistant message per turn).
@@ -57,17 +58,17 @@ def build_chain(tenant_id: int, length: int, heads_at: set[int]) -> dict[int, st
     for turn in range(1, length + 1):
         rid = new_id("resp")
         user = _message("user", f"question {turn}", new_id)
-        services.response_begin(
-            tenant_id=tenant_id,
-            api_key_id=None,
-            response_id=rid,
-            created_at=datetime.now(UTC),
-            model="bench-model",
-            previous_response_id=None,
-            input_items=[user],
-            params={},
+        services.response_insert(
+            row=services.response_row(
+                response_id=rid,
+                tenant_id=tenant_id,
+                api_key_id=None,
+                previous_response_id=None,
+                model="bench-model",
+                params={},
+                created_at=datetime.now(UTC),
+            ),
             status="in_progress",
-            store=True,
         )
         Response.objects.filter(id=rid).update(previous_response_id=previous)
         services.response_finish(
@@ -138,22 +139,25 @@ def in_process_measure(lengths: list[int], repeats: int) -> dict:
             user = _message("user", "next", new_id)
             with CaptureQueriesContext(connection) as q:
                 t0 = time.perf_counter()
-                begin = services.response_begin(
-                    tenant_id=tenant_id,
-                    api_key_id=None,
-                    response_id=rid,
-                    created_at=datetime.now(UTC),
-                    model="bench-model",
-                    previous_response_id=head,
-                    input_items=[user],
-                    params={},
+                context = selectors.context_get(
+                    tenant_id=tenant_id, previous_response_id=head, conversation_id=None, input_items=[user]
+                )
+                services.response_insert(
+                    row=services.response_row(
+                        response_id=rid,
+                        tenant_id=tenant_id,
+                        api_key_id=None,
+                        previous_response_id=head,
+                        model="bench-model",
+                        params={},
+                        created_at=datetime.now(UTC),
+                    ),
                     status="in_progress",
-                    store=True,
                 )
                 begin_t.append(time.perf_counter() - t0)
             begin_q.append(len(q.captured_queries))
             begin_sql.append(sum(float(x["time"]) for x in q.captured_queries))
-            ctx_len = len(begin.context)
+            ctx_len = len(context)
             with CaptureQueriesContext(connection) as q:
                 t0 = time.perf_counter()
                 services.response_finish(

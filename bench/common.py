@@ -84,10 +84,8 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 
 for _sig in (signal.SIGTERM, signal.SIGHUP):
-    try:
+    with contextlib.suppress(ValueError, OSError):  # not the main thread
         signal.signal(_sig, _on_signal)
-    except (ValueError, OSError):  # not the main thread
-        pass
 
 
 def raise_nofile(target: int = 65536) -> int:
@@ -95,10 +93,8 @@ def raise_nofile(target: int = 65536) -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(target, hard) if hard != resource.RLIM_INFINITY else target
     if want > soft:
-        try:
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-        except (ValueError, OSError):
-            pass
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
@@ -850,12 +846,10 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     commit = ""
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
         ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
     return {
         "nproc": os.cpu_count(),
         "cpu_model": model,

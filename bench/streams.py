@@ -109,8 +109,7 @@ async def run_level(
         exe = profile_gateway.py_spy()
         raw = c.run_dir("streams-spy") / "gateway.raw"
         if exe:
-            # Starting py-spy takes no time, so a blocking Popen in this coroutine is fine.
-            spy = subprocess.Popen(
+            spy = subprocess.Popen(  # noqa: ASYNC220 - starting py-spy takes no time: a blocking Popen is fine
                 [
                     exe,
                     "record",
@@ -119,7 +118,7 @@ async def run_level(
                     "--gil",
                     "-r",
                     "100",
-                    "-d",  # noqa: ASYNC220
+                    "-d",
                     str(max(1, int(args.hold))),
                     "-f",
                     "raw",

@@ -8,15 +8,19 @@ GATEWAY_CONFIG is not synced here: once per deployment, by `manage.py sync_gatew
 web processes nor resetting the admin's edits at every start.
 """
 
+import gc
+import logging
 import os
+import resource
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 _django = get_asgi_application()  # sets Django up first
 
-from responses_api.api.asgi import ApiApplication  # noqa: E402
+from responses_api.api.asgi import ApiApplication  # noqa: E402 - after Django is set up (above)
 
 # The /v1 API's views directly (no per-request thread hops), the rest through Django.
 application = ApiApplication(_django)
@@ -29,10 +33,6 @@ def _tune_garbage_collection() -> None:
     stalled every stream at once for 100-700 ms (bench/streams.py); freezing
     what start-up allocated and raising the gen-0 threshold keeps pauses short.
     """
-    import gc
-
-    from django.conf import settings
-
     gc.collect()
     gc.freeze()
     gc.set_threshold(*settings.GATEWAY_GC_THRESHOLDS)
@@ -46,11 +46,6 @@ def _raise_open_file_limit() -> None:
     commonly start processes with a soft limit of 1024: a process would refuse connections
     at about 500 streams, well under the 2,000 it relays (bench/README.md, performance round
     4). Raising the soft limit needs no privilege; the hard limit is the operator's."""
-    import logging
-    import resource
-
-    from django.conf import settings
-
     needed = 2 * settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS + 256
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     # Not the whole hard limit when it is huge (or unlimited): child processes inherit it.

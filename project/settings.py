@@ -95,7 +95,7 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
     # psycopg 3's pool: connections are reused across requests without
     # CONN_MAX_AGE (which must stay 0 with a pool).
     # During an outage a request waits at most DB_POOL_TIMEOUT for a connection, then gets a
-    # 503 (responses_api/orchestration/outages.py). A pool that cannot reconnect gives up after
+    # 503 (responses_api/store/outages.py). A pool that cannot reconnect gives up after
     # DB_RECONNECT_TIMEOUT and the next request starts a fresh attempt, so the pool's
     # doubling backoff never leaves a recovered database unused for long.
     _db.setdefault("OPTIONS", {})["pool"] = {

@@ -25,6 +25,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from .api.auth import budget_of, key_quota, tenant_quota
+from .engine.router import target_health
 from .history import presenters
 from .history import selectors as history
 from .models import ApiKey, ModelRoute, Provider, Response, ResponseItem, RouteTarget, Tenant, validate_base_url
@@ -136,7 +138,7 @@ class _PageChangeList(ChangeList):
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        self.model_admin.annotate_page(list(self.result_list))  # type: ignore[attr-defined]
+        self.model_admin.annotate_page(list(self.result_list))  # type: ignore[attr-defined]  # annotate_page is declared by this app's admins that use this changelist
 
 
 @admin.register(Tenant)
@@ -157,8 +159,6 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
     @admin.display(description="Current use")
     def current_use(self, obj: Tenant) -> str:
-        from .api.auth import budget_of, tenant_quota
-
         if obj.pk is None:
             return "—"
         quota = tenant_quota(obj)
@@ -173,11 +173,11 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     def annotate_page(self, tenants: list[Tenant]) -> None:
         use = history.tenants_use(tenants)
         for tenant in tenants:
-            tenant._use = use[tenant.pk]  # type: ignore[attr-defined]
+            tenant._use = use[tenant.pk]  # type: ignore[attr-defined]  # the page's annotation, set on the row for its columns
 
     @admin.display(description="API keys", ordering="_keys")
     def key_count(self, obj: Tenant) -> int:
-        return obj._keys  # type: ignore[attr-defined]
+        return obj._keys  # type: ignore[attr-defined]  # the page's annotation (annotate_page)
 
     @admin.display(description="Limits and budget")
     def limits(self, obj: Tenant) -> str:
@@ -185,7 +185,7 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
     @admin.display(description="Spent this period")
     def period_spend(self, obj: Tenant) -> str:
-        use: history.TenantUse = obj._use  # type: ignore[attr-defined]
+        use: history.TenantUse = obj._use  # type: ignore[attr-defined]  # the page's annotation (annotate_page)
         period = "today" if obj.budget_period == "day" else "this month"
         text = f"{use.period_tokens:,} tokens (${use.period_micro_usd / 1_000_000:,.2f}) {period}"
         if obj.budget_tokens:
@@ -196,7 +196,7 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
     @admin.display(description="Last minute")
     def last_minute(self, obj: Tenant) -> str:
-        use: history.TenantUse = obj._use  # type: ignore[attr-defined]
+        use: history.TenantUse = obj._use  # type: ignore[attr-defined]  # the page's annotation (annotate_page)
         return f"{use.minute_requests:,} requests, {use.minute_tokens:,} tokens"
 
 
@@ -288,8 +288,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.display(description="Current use")
     def current_use(self, obj: ApiKey) -> str:
-        from .api.auth import key_quota
-
         quota = key_quota(obj)
         return _use_table(current_use((quota,) if quota else (), None), history.recent_use(key_id=obj.pk))
 
@@ -519,8 +517,6 @@ class RouteTargetInline(admin.TabularInline):
 
     @admin.display(description="Health (shared by every process)")
     def health(self, obj: RouteTarget) -> str:
-        from .engine.router import target_health
-
         if obj.pk is None:
             return "—"
         label = _target_label(obj)
@@ -600,12 +596,10 @@ class ModelRouteAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
     def annotate_page(self, routes: list[ModelRoute]) -> None:
         """Every target's health on the page in one look-up of the shared health store."""
-        from .engine.router import target_health
-
         labels = [_target_label(t) for route in routes for t in route.targets.all()]
         found = target_health(labels) if labels else {}
         for route in routes:
-            route._health = {label: found.get(label) for label in map(_target_label, route.targets.all())}  # type: ignore[attr-defined]
+            route._health = {label: found.get(label) for label in map(_target_label, route.targets.all())}  # type: ignore[attr-defined]  # the page's annotation, set on the row for its columns
 
     @admin.display(description="Health")
     def health(self, obj: ModelRoute) -> str:

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from .engine import tracing
+
 
 class ResponsesApiConfig(AppConfig):
     name = "responses_api"
@@ -7,6 +9,4 @@ class ResponsesApiConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from .engine import tracing
-
         tracing.configure()  # only with OTEL_EXPORTER_OTLP_ENDPOINT set: else nothing is imported

@@ -8,6 +8,10 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
+from tool_registry.egress import EgressPolicy
+
+from .protocol.client_tools import SERVABLE_HOSTED_TOOLS
+
 
 def validate_base_url(value: str) -> None:
     """http(s) with a host; unlike URLField, single-label hosts (`http://vllm:8000/v1`) are fine."""
@@ -100,10 +104,6 @@ class Tenant(RateLimits):
         return self.name
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from tool_registry.egress import EgressPolicy
-
         entries = self.mcp_adhoc_egress_allow
         if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
             raise ValidationError({"mcp_adhoc_egress_allow": "A list of strings."})
@@ -223,10 +223,6 @@ class ModelRoute(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
-        from .protocol.client_tools import SERVABLE_HOSTED_TOOLS
-
         if not isinstance(self.hosted_tools, dict) or not all(
             k in SERVABLE_HOSTED_TOOLS and isinstance(v, str) and v for k, v in self.hosted_tools.items()
         ):

@@ -3,7 +3,8 @@
 Containers that share a database or a metrics directory can share pids (each has its own pid
 namespace), and a pid is reused later on one host by another process: the host name tells the
 containers apart and the random part the successive processes. Used by the web processes'
-liveness rows (orchestration/liveness.py) and the names of their metrics files (api/metrics.py);
+liveness rows (orchestration/liveness.py), a stream's `served_by` (orchestration/assembly.py) and the
+names of their metrics files (observability/metrics.py);
 it imports nothing of the gateway, so any layer may use it.
 """
 

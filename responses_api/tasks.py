@@ -1,4 +1,4 @@
-"""Celery tasks (thin: take ids, call background.py), and `enqueue`, the hand-off to them.
+"""Celery tasks (thin: take ids, call orchestration/worker.py); orchestration/handoff.py enqueues them.
 
 Each worker process keeps one event loop in a thread (created lazily, after
 the prefork fork), so that a task reuses warm DB threads, the upstream HTTP
@@ -15,9 +15,9 @@ from typing import Any
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
-from django.conf import settings
 
-from .engine.background import reap_stale, run_claimed
+from .orchestration.worker import reap_stale, run_claimed
+from .store.services import retention_expire
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -53,19 +53,4 @@ def reap_stale_responses() -> int:
 
 @shared_task(name="responses_api.expire_responses", ignore_result=True)
 def expire_responses() -> dict:
-    from .store.services import retention_expire
-
     return retention_expire()
-
-
-_embedded_tasks: set[asyncio.Task] = set()
-
-
-async def enqueue(response_id: str) -> None:
-    """Hand a stored (committed) response to a worker: Celery, or an in-process task when embedded."""
-    if settings.EMBEDDED_WORKER:
-        task = asyncio.get_running_loop().create_task(run_claimed(response_id))
-        _embedded_tasks.add(task)  # keep a reference: the loop holds tasks only weakly
-        task.add_done_callback(_embedded_tasks.discard)
-        return
-    await asyncio.to_thread(run_response.delay, response_id)

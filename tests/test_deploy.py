@@ -50,7 +50,7 @@ COMPOSE_ONLY_VARS = {
     "CELERY_CONCURRENCY",  # celery worker --concurrency
     "INSTALL_LOCAL_MODEL",  # Docker build arg
     "OPENAI_API_KEY",  # read through a provider's api_key_env (deploy/gateway.yaml)
-    "PROMETHEUS_MULTIPROC_DIR",  # read by prometheus_client (responses_api/api/metrics.py)
+    "PROMETHEUS_MULTIPROC_DIR",  # read by prometheus_client (responses_api/observability/metrics.py)
 }
 # The official images' own variables, set on those services only.
 IMAGE_VARS = {"postgres": {"POSTGRES_DB", "POSTGRES_USER", "POSTGRES_PASSWORD"}}

@@ -187,7 +187,7 @@ async def list_tools(spec: McpServerSpec, policy: EgressPolicy) -> list[dict[str
 
     try:
         return await asyncio.wait_for(fetch(), spec.timeout)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure of the server becomes an McpUnavailable with its reason
         raise _failure(exc, spec) from None
 
 
@@ -219,7 +219,7 @@ async def call_tool(spec: McpServerSpec, policy: EgressPolicy, name: str, argume
     started = time.monotonic()
     try:
         result = await asyncio.wait_for(run(), spec.timeout)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure of the call becomes an outcome the model hears about
         failure = _failure(exc, spec)
         log.info(
             "mcp call %s/%s failed after %.0f ms: %s",

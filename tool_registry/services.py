@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import time
+import asyncio
+import os
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from responses_api.models import Tenant
+from responses_api.protocol.mcp import ApprovalPolicy, ToolFilter
+from responses_api.store.ttlcache import TTLCache
+
 from .egress import EgressPolicy
 from .executors import ToolSpec
-from .mcp import McpServerSpec
+from .mcp import McpServerSpec, McpUnavailable, list_tools
 from .models import EgressAllow, EgressAllowManager, McpServer, Tool, ToolCallRecord
 
 
@@ -20,23 +25,19 @@ def egress_policy() -> EgressPolicy:
     return EgressAllow.objects.policy()
 
 
-_adhoc_policies: dict[int, tuple[float, EgressPolicy]] = {}
+_adhoc_policies: TTLCache[int, EgressPolicy] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 
 
 def adhoc_egress_policy(tenant_id: int) -> EgressPolicy:
     """The policy for MCP server URLs an API client sends: public addresses only, plus the
     explicit ad-hoc allowances (GATEWAY_MCP_ADHOC_EGRESS_ALLOW and the tenant's own), never the
     operator's allowlist for registered tools (cached briefly)."""
-    from responses_api.models import Tenant
-
-    now = time.monotonic()
     cached = _adhoc_policies.get(tenant_id)
-    if cached is None or cached[0] <= now:
-        tenant_entries = Tenant.objects.filter(pk=tenant_id).values_list("mcp_adhoc_egress_allow", flat=True).first()
-        entries = [*settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW, *(tenant_entries or [])]
-        cached = (now + settings.GATEWAY_CACHE_SECONDS, EgressPolicy.from_strings(entries))
-        _adhoc_policies[tenant_id] = cached
-    return cached[1]
+    if cached is not None:
+        return cached[0]
+    tenant_entries = Tenant.objects.filter(pk=tenant_id).values_list("mcp_adhoc_egress_allow", flat=True).first()
+    entries = [*settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW, *(tenant_entries or [])]
+    return _adhoc_policies.put(tenant_id, EgressPolicy.from_strings(entries))
 
 
 def clear_cache() -> None:
@@ -87,10 +88,6 @@ def tool_call_finish(*, response_id: str, call_id: str, output: str, succeeded: 
 
 
 def mcp_spec_of(server: McpServer) -> McpServerSpec:
-    import os
-
-    from responses_api.protocol.mcp import ApprovalPolicy, ToolFilter
-
     headers = {name: os.environ[env] for name, env in (server.headers_env or {}).items() if env in os.environ}
     if server.approval == McpServer.Approval.PER_TOOL:
         approval = ApprovalPolicy("filter", always=ToolFilter(frozenset(server.approval_tools)))
@@ -128,10 +125,6 @@ def mcp_servers_for(*, tenant_id: int, route_name: str, labels: list[str]) -> li
 def mcp_listing_refresh(server: McpServer) -> list[dict]:
     """List a registered server now (blocking, for the admin) and remember the outcome.
     Raises McpUnavailable, whose message is also stored as the server's last error."""
-    import asyncio
-
-    from .mcp import McpUnavailable, list_tools
-
     try:
         tools = asyncio.run(list_tools(mcp_spec_of(server), egress_policy()))
     except McpUnavailable as exc:

@@ -1,5 +1,6 @@
-"""API key authentication (the DRF authentication classes are in `drf_policies.py`), and the
-staff session principal with which the history's read endpoints are browsed.
+"""Who is asking: the `Principal` (domain.py) of an API key, with its key's and tenant's rate
+limits and budget, or of a staff user's admin session browsing the history read-only. The DRF
+authentication classes that call these are in `drf_policies.py`.
 
 Keys look like `sk-gw-<prefix>_<secret>`; the database keeps the prefix and
 the SHA-256 of the whole key. Successful look-ups are cached in-process for
@@ -9,39 +10,19 @@ GATEWAY_CACHE_SECONDS, so a revoked key stops working within that time.
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
 from importlib import import_module
 
 from django.conf import settings
+from django.contrib.auth import get_user
 from django.http import HttpRequest
 from django.utils import timezone
 
+from ..domain import Budget, Principal, Quota
 from ..models import ApiKey, Tenant
-from ..orchestration.limits import Budget, Quota
 from ..protocol.errors import AuthenticationFailed
 from ..store import db
 from ..store.services import KEY_PREFIX, hash_key
 from ..store.ttlcache import TTLCache
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    tenant_id: int
-    tenant_name: str
-    key_id: int
-    key_name: str
-    is_admin: bool
-    allowed_models: tuple[str, ...]
-    quotas: tuple[Quota, ...] = ()  # the key's and the tenant's rate limits (limits.py)
-    budget: Budget | None = None
-    staff_user: str | None = None  # a staff user's admin session browsing history (no key)
-
-    # DRF treats the authenticated "user" as truthy and asks is_authenticated.
-    is_authenticated = True
-
-    def may_use(self, model: str) -> bool:
-        return not self.allowed_models or model in self.allowed_models
-
 
 _cache: TTLCache[str, Principal] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 
@@ -102,8 +83,6 @@ def staff_principal(request: HttpRequest) -> Principal | None:
     """Sync: the read-only principal of a logged-in staff user who may view responses in the
     admin, from the request's admin session cookie; None without one. It reads every tenant
     (`is_admin`), has no limits and no key: only the history's GET and HEAD accept it."""
-    from django.contrib.auth import get_user
-
     session_key = request.COOKIES.get(settings.SESSION_COOKIE_NAME)
     if not session_key:
         return None

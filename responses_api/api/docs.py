@@ -14,6 +14,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
 from .drf import ApiRequest, ApiView
+from .openapi_generation import build_document
 
 
 def landing(request: HttpRequest) -> HttpResponse:
@@ -39,8 +40,6 @@ class OpenApiDocumentView(PublicView):
         responses={200: {"type": "object"}},
     )
     async def get(self, request: ApiRequest) -> Response:
-        from .openapi_generation import build_document
-
         # The first call generates (tens of milliseconds of CPU): off the event loop.
         return Response(await asyncio.to_thread(build_document))
 

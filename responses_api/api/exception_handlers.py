@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
+from rest_framework import exceptions
 
 from ..protocol.errors import GatewayError, RateLimited
 from ..protocol.wirejson import dumpb, dumps
+from ..store.outages import unavailable
 
 __all__ = ["dumps", "error_response", "json_response"]
 
@@ -26,7 +28,7 @@ def error_response(error: GatewayError) -> HttpResponse:
     if error.status in (400, 401, 403, 404, 409):
         headers.setdefault("x-should-retry", "false")
     response = json_response(error.body(), status=error.status, headers=headers)
-    response.log_fields = {"error_code": error.code, "error_param": error.param}  # type: ignore[attr-defined]
+    response.log_fields = {"error_code": error.code, "error_param": error.param}  # type: ignore[attr-defined]  # read by the access log (middleware.py)
     return response
 
 
@@ -34,10 +36,6 @@ def drf_exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
     """The exception handler of every /v1 view (DRF's EXCEPTION_HANDLER): the gateway's own
     errors, DRF's (405, throttles, permissions) and outages (503) become the protocol's error
     body; anything else goes on up to the ASGI lane, which logs it and answers a plain 500."""
-    from rest_framework import exceptions
-
-    from ..orchestration.outages import unavailable
-
     if isinstance(exc, GatewayError):
         return error_response(exc)
     if isinstance(exc, exceptions.APIException):
@@ -47,8 +45,6 @@ def drf_exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
 
 
 def _from_drf(exc: Any, context: dict) -> GatewayError:
-    from rest_framework import exceptions
-
     detail, param = exc.detail, None
     if isinstance(exc, exceptions.MethodNotAllowed):
         request = context.get("request")

@@ -20,6 +20,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.openapi import AutoSchema
 
+from .drf_policies import BearerKeyAuthentication
 from .openapi import (
     EXTRA_TOOL_SCHEMAS,
     GATEWAY_SCHEMAS,
@@ -50,7 +51,6 @@ class GatewayAutoSchema(AutoSchema):
     def get_auth(self) -> list[Any]:
         # The history's KeyOrStaffSessionAuthentication is documented as the key it takes from
         # clients: the staff session is the admin's browser convenience (README), not a credential.
-        from .drf_policies import BearerKeyAuthentication
 
         view, authenticators = self.view, self.view.get_authenticators()
         view.get_authenticators = lambda: [  # type: ignore[method-assign]  # this view, while its schema is read

@@ -7,14 +7,17 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
+from ..domain import Principal
 from ..engine.router import route_call
 from ..models import UsageRecord
-from ..orchestration.gateway import route_for
+from ..observability.metrics import upstream_error
+from ..orchestration.admission import route_for
 from ..orchestration.limits import Grant, admit
 from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat_usage, sse
 from ..protocol.errors import GatewayError, InvalidRequest
@@ -24,10 +27,8 @@ from ..protocol.surface import unapplied_chat_fields
 from ..store.usage import usage_writer
 from ..upstreams import UpstreamRequest, open_call
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
-from .auth import Principal
 from .drf import ApiRequest, ApiView
 from .exception_handlers import json_response
-from .metrics import upstream_error
 from .openapi import json_body, rate_limited, response_header
 
 log = logging.getLogger("gateway.passthrough")
@@ -40,9 +41,9 @@ async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoi
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
-    request.log_extra["model"] = model  # type: ignore[attr-defined]
+    request.log_extra["model"] = model
     route = await route_for(principal, model)
-    request.log_extra["routed"] = True  # type: ignore[attr-defined]
+    request.log_extra["routed"] = True
     stream = endpoint == UsageRecord.Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
     grant = await admit(principal, price=route.price, estimate=lambda: _estimate(request.body, body))
     try:
@@ -122,7 +123,7 @@ async def _forward(
     if stream:
         usage: dict[str, Any] = {}
 
-        async def chunks():  # type: ignore[no-untyped-def]
+        async def chunks() -> AsyncIterator[bytes]:
             try:
                 async for chunk in body_chunks(forwarded, usage):
                     yield chunk
@@ -194,7 +195,7 @@ async def _translated(
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
 
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks() -> AsyncIterator[bytes]:
         status = 200
         try:
             yield sse(writer.opening())
@@ -229,7 +230,7 @@ def _announce(response: HttpResponseBase, body: dict[str, Any], target: Any) -> 
 def _note_tokens(request: ApiRequest, usage: dict[str, Any] | None) -> None:
     """For the access log and the metrics."""
     input_tokens, output_tokens = usage_tokens(usage)
-    request.log_extra.update(input_tokens=input_tokens, output_tokens=output_tokens)  # type: ignore[attr-defined]
+    request.log_extra.update(input_tokens=input_tokens, output_tokens=output_tokens)
 
 
 def _record(

@@ -273,7 +273,7 @@ class ResponseListQuery(QueryParameters):
     )
     previous_response_id = _text("Only responses chained directly to this one.")
     # A field named like `Field.root`: DRF's metaclass takes declared fields off the class.
-    root = _text(  # type: ignore[assignment]
+    root = _text(  # type: ignore[assignment]  # a field named like Serializer.root, taken off the class by DRF's metaclass
         "Only the responses of the chain that starts at this response: "
         "the response itself and every response chained after it, at any depth."
     )

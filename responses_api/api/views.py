@@ -15,15 +15,18 @@ from django.http import HttpRequest, HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from ..engine.background import cancel_background, follow_log
-from ..engine.eventlog import event_log
 from ..engine.run import ResponseRun
 from ..history.views import list_responses, list_responses_schema
-from ..orchestration.gateway import WorkerStarted, compact_conversation, count_input_tokens, start_response
+from ..orchestration.compact import compact_conversation
+from ..orchestration.gateway import start_response
+from ..orchestration.handoff import WorkerStarted
+from ..orchestration.input_tokens import count_input_tokens
+from ..orchestration.worker import cancel_background, follow_log
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.events import Event, output_from_events
-from ..protocol.request import CreateRequest, parse_create_request
+from ..protocol.request import CreateRequest, parse_compact_request, parse_create_request, parse_input_tokens_request
 from ..store import db, selectors, services
+from ..store.eventlog import event_log
 from .asgi import fast_lane
 from .drf import ApiRequest, ApiView
 from .drf_policies import KeyOrStaffSessionAuthentication
@@ -249,7 +252,7 @@ class ResponseCompactView(ApiView):
         },
     )
     async def post(self, request: ApiRequest) -> Response:
-        compacted, rate_limit_headers = await compact_conversation(self.principal, request.data)
+        compacted, rate_limit_headers = await compact_conversation(self.principal, parse_compact_request(request.data))
         request.log_extra.update(response_id=compacted["id"], response_status="completed")
         return Response(compacted, headers=rate_limit_headers)
 
@@ -271,7 +274,9 @@ class ResponseInputTokensView(ApiView):
         parameters=[response_header("x-gateway-token-count", "`exact` or `estimate`.")],
     )
     async def post(self, request: ApiRequest) -> Response:
-        count, exact, rate_limit_headers = await count_input_tokens(self.principal, request.data)
+        count, exact, rate_limit_headers = await count_input_tokens(
+            self.principal, parse_input_tokens_request(request.data)
+        )
         return Response(
             {"object": "response.input_tokens", "input_tokens": count},
             headers={"x-gateway-token-count": "exact" if exact else "estimate", **rate_limit_headers},

@@ -44,16 +44,19 @@ from typing import Any
 
 from django.conf import settings
 
+from ..domain import Principal
+from ..observability import metrics
 from ..orchestration import lifecycle
 from ..orchestration.assembly import PriorContext
-from ..orchestration.gateway import WorkerStarted, start_response
-from ..orchestration.outages import unavailable
+from ..orchestration.gateway import start_response
+from ..orchestration.handoff import WorkerStarted
+from ..orchestration.worker import follow_log
 from ..protocol import jsonlimits
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
 from ..protocol.request import parse_create_request
 from ..protocol.surface import BETA_MESSAGE, CLIENT_EVENTS, beta_requested
-from . import metrics
-from .auth import Principal, bearer_token, principal_for
+from ..store.outages import unavailable
+from .auth import bearer_token, principal_for
 from .exception_handlers import dumps
 from .steering import (
     Steer,
@@ -224,7 +227,7 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
     try:
         principal = await principal_for(bearer_token(headers.get("authorization")))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure refuses the connection with an error frame
         error = exc if isinstance(exc, GatewayError) else (unavailable(exc) or ServerError("Authentication failed."))
         return await _deny(scope, send, error)
     if lifecycle.draining():
@@ -609,8 +612,6 @@ class Connection:
             planned = started.request if isinstance(started, WorkerStarted) else started.job.request
             turn.ignored_fields = planned.ignored_fields
             if isinstance(started, WorkerStarted):  # a route that runs on workers: relay its log
-                from ..engine.background import follow_log
-
                 queue = self._steerable_queue(
                     started.response_id, lane, body, "This model runs on background workers, which take no steering."
                 )

@@ -30,19 +30,6 @@ def conversation_object(conversation: Conversation) -> dict[str, Any]:
     }
 
 
-def conversation_context(*, tenant_id: int, conversation_id: str) -> list[dict[str, Any]]:
-    """Every item of the conversation, oldest first, for a response's context: one query,
-    whatever the length (the tenant check is part of it)."""
-    rows = list(
-        ConversationItem.objects.filter(conversation_id=conversation_id, conversation__tenant_id=tenant_id)
-        .order_by("position")
-        .values_list("item__data", flat=True)
-    )
-    if not rows and not Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).exists():
-        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation")
-    return [_loads(r) for r in rows]
-
-
 def conversation_items_page(
     *,
     tenant_id: int,

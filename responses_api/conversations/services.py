@@ -1,23 +1,25 @@
-"""Writes of conversations: create, update, delete, add and remove items, and the append a
-response makes when it finishes. Appends lock the conversation row, so concurrent writers
-take consecutive positions and a response's items stay together."""
+"""Writes of conversations: create, update, delete, add and remove items. A finishing response
+appends its items through store/services.py, in the transaction of its finish, with the same
+lock and append used here: appends lock the conversation row, so concurrent writers take
+consecutive positions and a response's items stay together."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
 
 from ..models import Conversation, ConversationItem, Item
+from ..protocol.errors import NotFound
 from ..protocol.ids import new_id
+from ..store.services import conversation_append, conversation_lock
 from .selectors import conversation_get
 
 
 def conversation_create(*, tenant_id: int, items: list[dict[str, Any]], metadata: dict[str, str]) -> Conversation:
     with transaction.atomic():
         conversation = Conversation.objects.create(id=new_id("conv"), tenant_id=tenant_id, metadata=metadata)
-        _append(conversation, _new_items(tenant_id, items))
+        conversation_append(conversation, _new_items(tenant_id, items))
     return conversation
 
 
@@ -38,13 +40,11 @@ def conversation_items_add(
 ) -> list[dict[str, Any]]:
     with transaction.atomic():
         conversation = conversation_lock(tenant_id, conversation_id)
-        _append(conversation, _new_items(tenant_id, items))
+        conversation_append(conversation, _new_items(tenant_id, items))
     return items
 
 
 def conversation_item_delete(*, tenant_id: int, conversation_id: str, item_id: str) -> Conversation:
-    from ..protocol.errors import NotFound
-
     conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
     link = (
         ConversationItem.objects.filter(conversation=conversation, item__public_id=item_id).order_by("position").first()
@@ -55,33 +55,7 @@ def conversation_item_delete(*, tenant_id: int, conversation_id: str, item_id: s
     return conversation
 
 
-def conversation_append_items(*, tenant_id: int, conversation_id: str, items: Iterable[Item]) -> None:
-    """Link already stored items (a finished response's) at the end, inside the caller's transaction."""
-    _append(conversation_lock(tenant_id, conversation_id), list(items))
-
-
-def conversation_lock(tenant_id: int, conversation_id: str) -> Conversation:
-    from ..protocol.errors import NotFound
-
-    conversation = Conversation.objects.select_for_update().filter(id=conversation_id, tenant_id=tenant_id).first()
-    if conversation is None:
-        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation_id")
-    return conversation
-
-
 def _new_items(tenant_id: int, items: list[dict[str, Any]]) -> list[Item]:
     return Item.objects.bulk_create(
         [Item(tenant_id=tenant_id, public_id=i["id"], type=i["type"], data=i) for i in items]
     )
-
-
-def _append(conversation: Conversation, items: list[Item]) -> None:
-    """Called with the conversation row locked (or just created in this transaction)."""
-    if not items:
-        return
-    start = conversation.next_position
-    ConversationItem.objects.bulk_create(
-        [ConversationItem(conversation=conversation, item=item, position=start + n) for n, item in enumerate(items)]
-    )
-    conversation.next_position = start + len(items)
-    conversation.save(update_fields=["next_position"])

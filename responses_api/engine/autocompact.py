@@ -19,6 +19,7 @@ from ..protocol.events import Event
 from ..protocol.request import CreateRequest
 from ..protocol.tokens import estimate_request
 from ..protocol.tools import Tool
+from ..store.sealing import sealer
 
 if TYPE_CHECKING:
     from .run import ResponseRun
@@ -56,15 +57,13 @@ def _is_summary(item: dict[str, Any]) -> bool:
     return bool(content) and str(content[0].get("text", "")).startswith(WHOLE_SUMMARY_PREFIX)
 
 
-async def compaction_item(run: ResponseRun) -> AsyncIterator[Event]:
+async def compaction_events(run: ResponseRun) -> AsyncIterator[Event]:
     """The compaction item the open call's summary becomes: added and `compacting` before the
     summary is read, done with it sealed for the tenant."""
-    from ..store.sealing import sealer
-
     item, events = run.builder.open_compaction()
     for event in events:
         yield event
-    summary = await run._read_summary()
+    summary = await run.read_summary()
     sealed = sealer().seal(summary_payload(summary, whole=True), tenant_id=run.job.tenant_id, purpose="compaction")
     for event in run.builder.close_compaction(item, sealed):
         yield event
@@ -73,7 +72,7 @@ async def compaction_item(run: ResponseRun) -> AsyncIterator[Event]:
 async def compact_then_open(run: ResponseRun) -> AsyncIterator[Event]:
     """The pending automatic compaction, then the model call proper (which starts at it)."""
     assert run._autocompact is not None
-    async for event in compaction_item(run):
+    async for event in compaction_events(run):
         yield event
     run._autocompact.pending = False
     run._call = await run._open_with_fallback()

@@ -21,7 +21,7 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.db.models.lookups import Exact
 from django.utils import timezone
 
-from ..models import Item, Response, ResponseItem, Tenant
+from ..models import Item, ModelRoute, Response, ResponseItem, Tenant, UsageRecord
 from ..protocol.errors import InvalidRequest, NotFound
 from ..store.selectors import ListPage, _loads, chain_step_sql, response_object_from_row, responses_visible
 
@@ -215,7 +215,7 @@ class ThreadCursor:
     position: int
 
     def __str__(self) -> str:
-        return f"{self.response_id}:{ROLE_NAMES[self.role]}:{self.position}"  # type: ignore[index]
+        return f"{self.response_id}:{ROLE_NAMES[self.role]}:{self.position}"  # type: ignore[index]  # role is a small-integer column, typed by the stubs as the field
 
     @classmethod
     def parse(cls, raw: str) -> ThreadCursor:
@@ -283,7 +283,7 @@ class ThreadEntry:
 
     @property
     def role_name(self) -> str:
-        return ROLE_NAMES[self.role]  # type: ignore[index]
+        return ROLE_NAMES[self.role]  # type: ignore[index]  # role is a small-integer column, typed by the stubs as the field
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -391,8 +391,6 @@ def usage_summary(
 
     Counts every response that reached the database, deleted ones included:
     their tokens were spent."""
-    from ..models import UsageRecord
-
     merged: dict[tuple, dict[str, Any]] = {}
     for source in (Response.objects.all(), UsageRecord.objects.all()):
         for bucket in _usage_buckets(source, tenant_id=tenant_id, group_by=group_by, start=start, end=end, model=model):
@@ -464,36 +462,10 @@ def tenant_names() -> list[tuple[int, str]]:
     return list(Tenant.objects.order_by("name").values_list("id", "name"))
 
 
-def spend_since(*, tenant_id: int, start: datetime) -> tuple[int, int]:
-    """A tenant's tokens and cost (micro-USD, at the routes' current prices) since `start`:
-    what a budget's period has spent before this process counted it. Two queries and the
-    price table."""
-    from ..models import ModelRoute, UsageRecord
-
-    prices = {
-        name: (i or 0, o or 0)
-        for name, i, o in ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")
-    }
-    tokens = micro_usd = 0
-    for source in (Response.objects.all(), UsageRecord.objects.all()):
-        rows = (
-            source.filter(tenant_id=tenant_id, created_at__gte=start)
-            .values("model")
-            .annotate(i=Coalesce(Sum("input_tokens"), 0), o=Coalesce(Sum("output_tokens"), 0))
-        )
-        for row in rows:
-            tokens += row["i"] + row["o"]
-            price_in, price_out = prices.get(row["model"], (0, 0))
-            micro_usd += int(price_in * row["i"] + price_out * row["o"])
-    return tokens, micro_usd
-
-
 def recent_use(*, tenant_id: int | None = None, key_id: int | None = None, seconds: int = 60) -> tuple[int, int]:
     """Requests and tokens of a tenant or a key in the last `seconds`, from the store (stored
     responses and usage records): what a per-minute limit's window saw, where the limit's own
     token bucket has already refilled. Two queries."""
-    from ..models import UsageRecord
-
     since = timezone.now() - timedelta(seconds=seconds)
     where = {"tenant_id": tenant_id} if key_id is None else {"api_key_id": key_id}
     requests = tokens = 0
@@ -519,8 +491,6 @@ class TenantUse:
 def tenants_use(tenants: Iterable[Tenant]) -> dict[int, TenantUse]:
     """Each tenant's spend in its budget period (the month when it has no budget) and its use
     in the last minute, for a page of tenants: three queries whatever the page's size."""
-    from ..models import ModelRoute, UsageRecord
-
     tenants = list(tenants)
     if not tenants:
         return {}

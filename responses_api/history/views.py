@@ -11,11 +11,11 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
-from ..api.auth import Principal
 from ..api.drf import ApiRequest, ApiView
 from ..api.drf_policies import KeyOrStaffSessionAuthentication
 from ..api.openapi import ref
 from ..api.queries import ResponseListQuery, ThreadQuery, UsageQuery
+from ..domain import Principal
 from ..orchestration.limits import current_use
 from ..protocol.errors import InvalidRequest
 from ..store import db

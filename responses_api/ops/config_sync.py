@@ -11,6 +11,8 @@ never by the web processes.
 from __future__ import annotations
 
 import json
+import logging
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,10 @@ import yaml
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from ..models import ModelRoute, Provider, RouteTarget
+from tool_registry.models import McpServer, Tool
+
+from ..api.auth import clear_cache as clear_key_cache
+from ..models import ApiKey, ModelRoute, Provider, RouteTarget, Tenant
 from ..orchestration.routing import clear_cache, encrypt_secret
 
 
@@ -68,8 +73,6 @@ def _set(obj: Any, entry: dict[str, Any], fields: dict[str, Any], where: str) ->
 
 def _unmanage_others(model: Any, key: str, kept: set[str], section: str) -> None:
     """Entries that left the file stay, unmarked: from now on they are the admin's alone."""
-    import logging
-
     for obj in model.objects.exclude(**{f"{key}__in": kept}).only("pk", key, "config_managed"):
         if obj.config_managed:
             model.objects.filter(pk=obj.pk).update(config_managed=[])
@@ -176,7 +179,6 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
     counts["tools"] = _sync_tools(data.get("tools") or [])
     counts["mcp_servers"] = _sync_mcp_servers(data.get("mcp_servers") or [])
     clear_cache()
-    from ..api.auth import clear_cache as clear_key_cache  # tenants' limits are cached with the keys
 
     clear_key_cache()
     return counts
@@ -186,8 +188,6 @@ _TENANT_LIMITS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_re
 
 
 def _tenant_budget(budget: Any) -> dict[str, Any]:
-    from decimal import Decimal, InvalidOperation
-
     budget = budget or {}
     if not isinstance(budget, dict) or set(budget) - {"period", "tokens", "usd"}:
         raise ValueError("expected a mapping of period, tokens and usd")
@@ -207,8 +207,6 @@ _TENANT_FIELDS: dict[str, Any] = {
 def _sync_tenants(entries: list[dict[str, Any]]) -> int:
     """Tenants with their rate limits, budget and retention (keys are made with create_api_key;
     `keys:` sets the limits of those named). The file's rule, as for every section."""
-    from ..models import Tenant
-
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"tenants[{i}]"
@@ -233,10 +231,6 @@ def _sync_key_limits(tenant: Any, entries: list[Any], where: str) -> None:
     """`keys: [{name, requests_per_minute, ...}]`: limits of the tenant's keys with that name
     (keys themselves are made with create_api_key; a name with no key yet is logged, not an
     error, so a deployment's config may name keys created after it)."""
-    import logging
-
-    from ..models import ApiKey
-
     for j, entry in enumerate(entries):
         at = f"{where}.keys[{j}]"
         if not isinstance(entry, dict) or set(entry) - {"name", *_KEY_LIMITS}:
@@ -260,8 +254,6 @@ def _sync_key_limits(tenant: Any, entries: list[Any], where: str) -> None:
 
 def _price(price: Any, where: str) -> dict[str, Any]:
     """A route's price table: {input_usd_per_million, output_usd_per_million}."""
-    from decimal import Decimal, InvalidOperation
-
     if price is None:
         return {"input_usd_per_million": None, "output_usd_per_million": None}
     if not isinstance(price, dict) or set(price) - {"input_usd_per_million", "output_usd_per_million"}:
@@ -311,8 +303,6 @@ _TOOL_FIELDS: dict[str, Any] = {
 
 
 def _sync_tools(entries: list[dict[str, Any]]) -> int:
-    from tool_registry.models import Tool
-
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"tools[{i}]"
@@ -334,9 +324,6 @@ def _sync_tools(entries: list[dict[str, Any]]) -> int:
 def _sync_mcp_servers(entries: list[dict[str, Any]]) -> int:
     """`mcp_servers:` entries: label, url, headers_env, allowed_tools, require_approval
     (always | never | a list of the tools that need it), timeout, cache_seconds, routes, tenants."""
-    from responses_api.models import Tenant
-    from tool_registry.models import McpServer
-
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"mcp_servers[{i}]"
@@ -356,8 +343,6 @@ def _sync_mcp_servers(entries: list[dict[str, Any]]) -> int:
 
 
 def _mcp_approval(approval: Any) -> dict[str, Any]:
-    from tool_registry.models import McpServer
-
     if isinstance(approval, list):
         return {"approval": McpServer.Approval.PER_TOOL, "approval_tools": approval}
     if approval in ("always", "never"):

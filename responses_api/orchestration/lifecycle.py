@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from ..protocol.errors import GatewayError
-from .outages import ServiceUnavailable
+from ..store.outages import ServiceUnavailable
 
 log = logging.getLogger("gateway.lifecycle")
 

@@ -10,7 +10,7 @@ A process killed outright (kill -9, OOM) thus has its rows failed within 4 beats
 default), and its slots and reservations back within GATEWAY_LEASE_SECONDS (30 s).
 
 Every GATEWAY_REAPER_INTERVAL_SECONDS each web process also runs the worker runs' reaper
-(engine/background.reap_stale: runs whose worker stopped heartbeating, queued runs no worker
+(worker.reap_stale: runs whose worker stopped heartbeating, queued runs no worker
 took), which Celery beat schedules on a worker too: with the only worker or beat dead, the rows
 clients poll still end. Reaping is idempotent (a row is finished once), so several processes
 sweeping at once only repeat a cheap query.
@@ -23,38 +23,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 
+from ..observability.metrics import forget_processes
 from ..process import process_id
+from ..store import db, services
+from .limits import renew_leases_from_now_on, renew_live_leases
+from .worker import reap_stale
 
 log = logging.getLogger("gateway.liveness")
 
-__all__ = ["beat_forever", "beat_once", "process_id"]
-
 
 async def beat_once() -> None:
-    from ..store import db, services
-    from .limits import renew_live_leases
-
     interval = settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS
     failed, dead = await db.run(services.web_process_beat, process_id=process_id(), stale_after=3 * interval)
     if failed:
         log.warning("failed %d open responses of web processes that stopped", failed)
     if dead:
-        from ..api.metrics import forget_processes
-
         forget_processes(dead)
     await renew_live_leases()
 
 
-async def beat_forever(reap_worker_runs: Callable[[], Awaitable[int]]) -> None:
-    """Beat until cancelled; every GATEWAY_REAPER_INTERVAL_SECONDS also `reap_worker_runs()`
-    (engine/background.reap_stale, handed in by the web process: the engine is not this
-    layer's to import)."""
-    from .limits import renew_leases_from_now_on
-
+async def beat_forever() -> None:
     renew_leases_from_now_on()
     reaped_at = 0.0
     while True:
@@ -67,7 +58,7 @@ async def beat_forever(reap_worker_runs: Callable[[], Awaitable[int]]) -> None:
                 # reaper does this on a worker too, but that worker and beat may be the ones
                 # that died, and every web process is alive while clients wait on those rows.
                 reaped_at = now
-                reaped = await reap_worker_runs()
+                reaped = await reap_stale()
                 if reaped:
                     log.warning("failed %d responses whose worker stopped or never started them", reaped)
         except Exception as exc:  # noqa: BLE001 - the next beat tries again

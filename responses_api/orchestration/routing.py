@@ -9,62 +9,21 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
+from cryptography.fernet import Fernet, MultiFernet
 from django.conf import settings
 
+from ..domain import Price, ProviderConfig, Route, Target
 from ..models import ModelRoute, Provider
 from ..protocol.errors import NotFound, ServerError
+from ..store.sealing import encryption_secrets
 from ..store.ttlcache import TTLCache
-from .limits import Price
 
 
-@dataclass(frozen=True, slots=True)
-class ProviderConfig:
-    name: str
-    kind: str
-    base_url: str
-    api_key: str | None
-    timeout: float  # a whole non-streamed answer
-    connect_timeout: float
-    first_byte_timeout: float = 60.0  # streamed: request -> first chunk
-    idle_timeout: float = 30.0  # streamed: between chunks
-    options: dict[str, Any] = field(default_factory=dict)
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    provider: ProviderConfig
-    upstream_model: str
-    weight: int
-    priority: int = 0
-    max_concurrent: int | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.provider.name}:{self.upstream_model}"
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    name: str
-    targets: tuple[Target, ...]
-    run_on_worker: bool = False
-    hosted_tools: tuple[tuple[str, str], ...] = ()  # (hosted tool type, registry tool serving it)
-    context_window: int | None = None  # tokens; None: learned from the upstream, or unknown
-    price: Price = Price()  # for budgets in USD
-
-
-def _fernet():
+def _fernet() -> MultiFernet:
     """Encrypts with the newest secret, decrypts with any (store/sealing.py's list): a
     GATEWAY_ENCRYPTION_KEY entry is a Fernet key itself; SECRET_KEY's is derived from it."""
-    from cryptography.fernet import Fernet, MultiFernet
-
-    from ..store.sealing import encryption_secrets
-
     keys = [
         secret if is_fernet_key else base64.urlsafe_b64encode(hashlib.sha256(secret.encode()).digest()).decode()
         for secret, is_fernet_key in encryption_secrets()

@@ -334,7 +334,7 @@ def _client_tool_item(raw: dict, param: str, required: dict[str, type | tuple[ty
         item["call_id"] = _require_str(raw, "id", param, allow_empty=False)
     for key, expected in required.items():
         if not isinstance(item.get(key), expected) or isinstance(item.get(key), bool):
-            what = {str: "a string", dict: "an object", list: "an array"}.get(expected, "a string or an array")  # type: ignore[call-overload]
+            what = {str: "a string", dict: "an object", list: "an array"}.get(expected, "a string or an array")  # type: ignore[call-overload]  # a dict keyed by types: the stubs' overloads of get take no type key
             raise _bad(f"Missing or invalid '{param}.{key}': expected {what}.", f"{param}.{key}")
     item["id"] = item.get("id") or new_id(CLIENT_TOOL_ITEM_PREFIX[kind])
     if kind.endswith("_call") or kind == "local_shell_call_output":

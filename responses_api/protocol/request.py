@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .compaction import COMPACTION_INSTRUCTIONS
 from .errors import InvalidRequest
 from .items import normalize_input
 from .mcp import McpTool, normalize_mcp_tools
@@ -488,3 +489,31 @@ def _generate(body: dict) -> bool:
             param="generate",
         )
     return generate and not prewarm
+
+
+def parse_compact_request(body: Any) -> CreateRequest:
+    """The body of `POST /v1/responses/compact` as the summary run's request: its model,
+    input, chain and prompt cache key; the summariser's instructions after the client's."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", param=None)
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise InvalidRequest("Invalid type for 'instructions': expected a string.", param="instructions")
+    return parse_create_request(
+        {
+            "model": body.get("model"),
+            "input": body.get("input"),
+            "previous_response_id": body.get("previous_response_id"),
+            "prompt_cache_key": body.get("prompt_cache_key"),
+            "instructions": f"{instructions}\n\n{COMPACTION_INSTRUCTIONS}" if instructions else COMPACTION_INSTRUCTIONS,
+            "store": True,
+        }
+    )
+
+
+def parse_input_tokens_request(body: Any) -> CreateRequest:
+    """The body of `POST /v1/responses/input_tokens`: a create's body, whose delivery fields
+    (stream, background, store) do not change what is counted."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", param=None)
+    return parse_create_request({k: v for k, v in body.items() if k not in ("stream", "background", "store")})

@@ -83,7 +83,8 @@ class RequestField:
     why: str = ""  # why it is refused or not applied, for the 400's message and the README
 
     def on(self, kind: str) -> Dialect:
-        return getattr(self, kind)  # type: ignore[no-any-return]
+        dialect: Dialect = getattr(self, kind)
+        return dialect
 
     @property
     def treatment(self) -> Treatment:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connections
+
+from .ttlcache import TTLCache
 
 T = TypeVar("T")
 
@@ -38,6 +40,14 @@ async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run `fn` in the loop's default executor (not a per-request thread)."""
     result: T = await sync_to_async(functools.partial(_release, fn), thread_sensitive=False)(*args, **kwargs)
     return result
+
+
+async def run_cached(cache: TTLCache, key: Hashable, fn: Callable[..., T], **kwargs: Any) -> T:
+    """`run(fn, **kwargs)`, remembered in `cache` under `key` (a hit costs no thread hop)."""
+    cached = cache.get(key)
+    if cached is not None:
+        return cached[0]
+    return cache.put(key, await run(fn, **kwargs))
 
 
 def native_async() -> bool:

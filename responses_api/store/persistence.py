@@ -7,16 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from ..models import Response, UsageRecord
-from ..orchestration.limits import Grant
-from ..orchestration.outages import unavailable
 from ..protocol.errors import GatewayError
 from . import db, services
+from .outages import unavailable
 from .usage import usage_writer
 
 log = logging.getLogger("gateway.persistence")
+
+
+class Settles(Protocol):
+    """What a run's admission holds (orchestration/limits.py `Grant`): settled with the real
+    usage, and released, when the response is stored."""
+
+    async def end(self, usage: dict[str, Any] | None) -> None: ...
 
 
 class DatabasePersistence:
@@ -36,7 +42,7 @@ class DatabasePersistence:
         create_row: dict[str, Any] | None = None,
         insert_at_open: bool = False,
         conversation_id: str | None = None,
-        grant: Grant | None = None,
+        grant: Settles | None = None,
         keep_items: bool = True,
         api_key_id: int | None = None,
     ) -> None:

@@ -16,6 +16,7 @@ import base64
 import binascii
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -23,6 +24,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.conf import settings
 
 PREFIX = "gwsealed1."
 _NONCE_BYTES = 12
@@ -81,8 +83,6 @@ def encryption_secrets() -> tuple[tuple[str, bool], ...]:
     The first seals. SECRET_KEY and its fallbacks always stay as opening secrets after the
     GATEWAY_ENCRYPTION_KEY ones: they sealed everything while no dedicated key was set, and
     a SECRET_KEY rotation (old key moved to SECRET_KEY_FALLBACKS) must not break that."""
-    from django.conf import settings
-
     listed: dict[str, bool] = {}
     for key in settings.GATEWAY_ENCRYPTION_KEY:
         listed.setdefault(key, True)
@@ -99,3 +99,17 @@ def _sealer_for(secrets: tuple[str, ...]) -> Sealer:
 def sealer() -> Sealer:
     """The process's sealer for the configured secrets (cached; settings may change in tests)."""
     return _sealer_for(tuple(secret for secret, _ in encryption_secrets()))
+
+
+def reasoning_sealer(tenant_id: int) -> Callable[[str], str]:
+    """Reasoning text -> `encrypted_content` only this gateway can open, for this tenant."""
+    seal = sealer().seal
+    return lambda text: seal({"text": text}, tenant_id=tenant_id, purpose="reasoning")
+
+
+def signed_reasoning_sealer(tenant_id: int) -> Callable[[str, str], str]:
+    """Reasoning an upstream signed (Anthropic's thinking): text and signature sealed into
+    `encrypted_content`, so that the next turn can give the upstream both back."""
+    return lambda text, signature: sealer().seal(
+        {"text": text, "signature": signature}, tenant_id=tenant_id, purpose="reasoning"
+    )

@@ -1,4 +1,7 @@
-"""Reads: responses, their items and chains, keys and routes. Plain sync ORM functions.
+"""Reads: responses and their items, a request's context (its chain, by one recursive SQL
+query whatever the length, or its conversation, then its input with item references
+resolved), the jobs the reaper looks for, a tenant's spend for budgets, the models a key may
+use. Sync functions.
 
 Async callers go through `responses_api.store.db.run`, which runs them in a worker
 thread and releases the connection at once.
@@ -9,19 +12,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ..models import Item, ModelRoute, Response, ResponseItem
+from ..domain import Principal
+from ..models import Conversation, ConversationItem, Item, ModelRoute, Response, ResponseItem, UsageRecord
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.response import response_object
-
-if TYPE_CHECKING:
-    from ..api.auth import Principal
 
 CHAIN_ITEMS_SQL = """
 WITH RECURSIVE chain(id, prev, depth) AS (
@@ -128,6 +130,97 @@ def items_by_public_id(*, tenant_id: int, public_ids: list[str]) -> dict[str, It
     for item in Item.objects.filter(tenant_id=tenant_id, public_id__in=public_ids).order_by("id"):
         found[item.public_id] = item
     return found
+
+
+def resolve_references(tenant_id: int, items: list[dict]) -> list[dict]:
+    """The items with every `item_reference` replaced by the stored item (one query, if any)."""
+    refs = [i["id"] for i in items if i["type"] == "item_reference"]
+    if not refs:
+        return items
+    found = items_by_public_id(tenant_id=tenant_id, public_ids=refs)
+    resolved = []
+    for index, item in enumerate(items):
+        if item["type"] == "item_reference":
+            stored = found.get(item["id"])
+            if stored is None:
+                raise InvalidRequest(
+                    f"Item with id '{item['id']}' not found.",
+                    param=f"input[{index}].id",
+                    code="item_not_found",
+                )
+            resolved.append(stored.data)
+        else:
+            resolved.append(item)
+    return resolved
+
+
+def conversation_context(*, tenant_id: int, conversation_id: str) -> list[dict[str, Any]]:
+    """Every item of the conversation, oldest first, for a response's context: one query,
+    whatever the length (the tenant check is part of it)."""
+    rows = list(
+        ConversationItem.objects.filter(conversation_id=conversation_id, conversation__tenant_id=tenant_id)
+        .order_by("position")
+        .values_list("item__data", flat=True)
+    )
+    if not rows and not Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).exists():
+        raise _conversation_not_found(conversation_id)
+    return [_loads(r) for r in rows]
+
+
+def _conversation_not_found(conversation_id: str) -> NotFound:
+    return NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation")
+
+
+def context_get(
+    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict]
+) -> list[dict]:
+    """What a request's model sees: the chain (or the conversation), then its input with item
+    references resolved. Chain head (1 query), chain items (1 query, whatever the length),
+    item references (1 query, only if any); another tenant's chain is previous_response_not_found."""
+    context: list[dict] = []
+    if previous_response_id is not None:
+        chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
+        context = chain_items_list(response_id=previous_response_id)
+    elif conversation_id is not None:
+        context = conversation_context(tenant_id=tenant_id, conversation_id=conversation_id)
+    return context + resolve_references(tenant_id, input_items)
+
+
+def context_check(
+    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict]
+) -> None:
+    """The errors `context_get` would raise, without reading the context: the chain's head
+    (1 query) or the conversation (1 query), the item references (1 query, only if any)."""
+    if previous_response_id is not None:
+        chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
+    elif (
+        conversation_id is not None
+        and not Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).exists()
+    ):
+        raise _conversation_not_found(conversation_id)
+    resolve_references(tenant_id, input_items)
+
+
+def spend_since(*, tenant_id: int, start: datetime) -> tuple[int, int]:
+    """A tenant's tokens and cost (micro-USD, at the routes' current prices) since `start`:
+    what a budget's period has spent before this process counted it. Two queries and the
+    price table."""
+    prices = {
+        name: (i or 0, o or 0)
+        for name, i, o in ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")
+    }
+    tokens = micro_usd = 0
+    for source in (Response.objects.all(), UsageRecord.objects.all()):
+        rows = (
+            source.filter(tenant_id=tenant_id, created_at__gte=start)
+            .values("model")
+            .annotate(i=Coalesce(Sum("input_tokens"), 0), o=Coalesce(Sum("output_tokens"), 0))
+        )
+        for row in rows:
+            tokens += row["i"] + row["o"]
+            price_in, price_out = prices.get(row["model"], (0, 0))
+            micro_usd += int(price_in * row["i"] + price_out * row["o"])
+    return tokens, micro_usd
 
 
 def responses_visible(*, tenant_id: int | None) -> QuerySet[Response]:

@@ -1,4 +1,6 @@
-"""Writes: begin and finish a response, delete one, create API keys.
+"""Writes: create and finish a response (and append it to its conversation), delete, purge and
+expire responses, create and revoke API keys, the job lifecycle of worker runs and the web
+processes' beat.
 
 Plain sync ORM functions, plus, for PostgreSQL, the hot writes as single statements
 (`finish_statement`, `insert_statement`) that the web process awaits on its event loop
@@ -9,49 +11,33 @@ from __future__ import annotations
 import functools
 import hashlib
 import secrets
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.conf import settings as django_settings
 from django.db import connection, transaction
-from django.db.models import F, Func, JSONField
+from django.db.models import Exists, F, Func, JSONField, OuterRef, Q
 from django.utils import timezone
 
-from ..models import ApiKey, Item, Response, ResponseItem, Tenant
+from ..models import (
+    ApiKey,
+    Conversation,
+    ConversationItem,
+    Item,
+    Response,
+    ResponseItem,
+    Tenant,
+    UsageRecord,
+    WebProcess,
+)
 from ..protocol import wirejson
-from ..protocol.errors import InvalidRequest
+from ..protocol.errors import NotFound
 from . import selectors
+from .eventlog import forget_now
 
 KEY_PREFIX = "sk-gw-"
-
-
-@dataclass(slots=True)
-class BeginResult:
-    context: list[dict[str, Any]]  # chain items + this request's input, in order
-    input_items: list[dict[str, Any]]  # this request's input, item references resolved
-
-
-def resolve_references(tenant_id: int, items: list[dict]) -> list[dict]:
-    """The items with every `item_reference` replaced by the stored item (one query, if any)."""
-    refs = [i["id"] for i in items if i["type"] == "item_reference"]
-    if not refs:
-        return items
-    found = selectors.items_by_public_id(tenant_id=tenant_id, public_ids=refs)
-    resolved = []
-    for index, item in enumerate(items):
-        if item["type"] == "item_reference":
-            stored = found.get(item["id"])
-            if stored is None:
-                raise InvalidRequest(
-                    f"Item with id '{item['id']}' not found.",
-                    param=f"input[{index}].id",
-                    code="item_not_found",
-                )
-            resolved.append(stored.data)
-        else:
-            resolved.append(item)
-    return resolved
 
 
 def response_row(
@@ -87,64 +73,17 @@ def response_row(
     }
 
 
-def response_begin(
-    *,
-    tenant_id: int,
-    api_key_id: int | None,
-    response_id: str,
-    created_at: datetime,
-    model: str,
-    previous_response_id: str | None,
-    input_items: list[dict],
-    params: dict[str, Any],
-    status: str,
-    store: bool,
-    job: dict[str, Any] | None = None,
-    conversation_id: str | None = None,
-) -> BeginResult:
-    """Load the chain context and (when stored) insert the open response row.
-
-    One sync call, so the view pays one thread hop: chain head (1 query),
-    chain items (1 query, whatever the length), item references (1 query,
-    only if any), insert (1 query)."""
-    context = context_read(
-        tenant_id=tenant_id,
-        previous_response_id=previous_response_id,
-        conversation_id=conversation_id,
+def response_create(*, row: dict[str, Any], status: str, input_items: list[dict]) -> None:
+    """Insert the open row of a response a worker will run, once what it continues is checked
+    (`selectors.context_check`: the chain's head or the conversation, the item references).
+    Its context is read when the run starts (assembly.run_for_job), not here."""
+    selectors.context_check(
+        tenant_id=row["tenant_id"],
+        previous_response_id=row["previous_response_id"],
+        conversation_id=row["conversation_id"],
         input_items=input_items,
     )
-    if store:
-        Response.objects.create(
-            **response_row(
-                response_id=response_id,
-                tenant_id=tenant_id,
-                api_key_id=api_key_id,
-                previous_response_id=previous_response_id,
-                model=model,
-                params=params,
-                created_at=created_at,
-                job=job,
-            ),
-            status=status,
-        )
-    return BeginResult(context=context, input_items=input_items)
-
-
-def context_read(
-    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict]
-) -> list[dict]:
-    """What a request's model sees: the chain (or the conversation), then its input with item
-    references resolved. Chain head (1 query), chain items (1 query, whatever the length),
-    item references (1 query, only if any); another tenant's chain is previous_response_not_found."""
-    context: list[dict] = []
-    if previous_response_id is not None:
-        selectors.chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
-        context = selectors.chain_items_list(response_id=previous_response_id)
-    elif conversation_id is not None:
-        from ..conversations.selectors import conversation_context
-
-        context = conversation_context(tenant_id=tenant_id, conversation_id=conversation_id)
-    return context + resolve_references(tenant_id, input_items)
+    Response.objects.create(**row, status=status)
 
 
 def response_insert(*, row: dict[str, Any], status: str) -> None:
@@ -404,6 +343,30 @@ def _attach_items(tenant_id: int, response_id: str | None, input_items: list[dic
     return inputs + outputs
 
 
+def conversation_append_items(*, tenant_id: int, conversation_id: str, items: Iterable[Item]) -> None:
+    """Link already stored items (a finished response's) at the end, inside the caller's transaction."""
+    conversation_append(conversation_lock(tenant_id, conversation_id), list(items))
+
+
+def conversation_lock(tenant_id: int, conversation_id: str) -> Conversation:
+    conversation = Conversation.objects.select_for_update().filter(id=conversation_id, tenant_id=tenant_id).first()
+    if conversation is None:
+        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation_id")
+    return conversation
+
+
+def conversation_append(conversation: Conversation, items: list[Item]) -> None:
+    """Called with the conversation row locked (or just created in this transaction)."""
+    if not items:
+        return
+    start = conversation.next_position
+    ConversationItem.objects.bulk_create(
+        [ConversationItem(conversation=conversation, item=item, position=start + n) for n, item in enumerate(items)]
+    )
+    conversation.next_position = start + len(items)
+    conversation.save(update_fields=["next_position"])
+
+
 def response_finish_in_conversation(
     *,
     tenant_id: int,
@@ -418,8 +381,6 @@ def response_finish_in_conversation(
     """Finish a response that belongs to a conversation, in one transaction: the conversation
     row is locked first, so responses finishing at once append one after the other, each its
     input then its output. A response that did not complete (failed, cancelled) appends nothing."""
-    from ..conversations.services import conversation_append_items, conversation_lock
-
     with transaction.atomic():
         conversation_lock(tenant_id, conversation_id)
         appended = response["status"] in ("completed", "incomplete")
@@ -491,11 +452,6 @@ def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
     it (children first, level by level), so a live chain keeps its whole context until its tail
     expires too. Items no response and no conversation links any more go with them. Open
     responses are never touched."""
-    from django.conf import settings as django_settings
-    from django.db.models import Exists, OuterRef, Q
-
-    from ..models import ConversationItem, Tenant
-
     now = now or timezone.now()
     default_days = django_settings.GATEWAY_RETENTION_DAYS
     counts = {"responses": 0, "items": 0}
@@ -567,10 +523,6 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
     is gone). Their tokens stay in the usage API and budgets as a usage record; background
     responses' event logs are dropped. Open (queued, in_progress) responses are refused:
     cancel them first."""
-    from django.db.models import Q
-
-    from ..models import UsageRecord
-
     wanted = set(response_ids)
     counts = {"responses": 0, "items": 0, "broken_chains": 0}
     if not wanted:
@@ -603,13 +555,12 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
         counts["items"] = Item.objects.filter(id__in=set(item_ids)).delete()[1].get("responses_api.Item", 0)
         Response.objects.filter(Q(id__in=ids) | Q(previous_response_id__in=ids)).update(previous_response=None)
         counts["responses"] = Response.objects.filter(id__in=ids).delete()[1].get("responses_api.Response", 0)
-    from ..engine.eventlog import forget_now
 
     forget_now(ids)  # a background response's log holds its content too
     return counts
 
 
-# -- worker-run responses: the job lifecycle (background.py drives it) ---------------
+# -- worker-run responses: the job lifecycle (orchestration/worker.py drives it) ------
 
 
 def response_job_claim(*, response_id: str) -> Response | None:
@@ -629,8 +580,6 @@ def web_process_beat(*, process_id: str, stale_after: float) -> tuple[int, list[
     """This web process is alive; the open foreground responses of processes that stopped
     beating are failed (they will never finish), and those processes forgotten. Returns how many
     responses were failed, and the processes forgotten."""
-    from ..models import WebProcess
-
     now = timezone.now()
     WebProcess.objects.update_or_create(id=process_id, defaults={"beat_at": now})
     cutoff = now - timedelta(seconds=stale_after)

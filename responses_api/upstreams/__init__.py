@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from ..orchestration.routing import Target
+from ..domain import Target
+from .anthropic import open_messages
 from .base import UpstreamCall, UpstreamRequest
 from .chat_completions import open_chat_completion
+from .responses import open_responses
 
 
 async def open_call(target: Target, request: UpstreamRequest) -> UpstreamCall:
@@ -12,12 +14,8 @@ async def open_call(target: Target, request: UpstreamRequest) -> UpstreamCall:
     if target.provider.kind == "chat_completions":
         return await open_chat_completion(target, request)
     if target.provider.kind == "responses":
-        from .responses import open_responses
-
         return await open_responses(target, request)
     if target.provider.kind == "anthropic":
-        from .anthropic import open_messages
-
         return await open_messages(target, request)
     raise NotImplementedError(f"provider kind {target.provider.kind!r}")
 

@@ -5,7 +5,7 @@ protocol/anthropic.py. The key goes in `x-api-key`, the API version in `anthropi
 
 from __future__ import annotations
 
-from ..orchestration.routing import Target
+from ..domain import Target
 from ..protocol.anthropic import (
     API_VERSION,
     STRUCTURED_OUTPUTS_BETA,
@@ -14,6 +14,7 @@ from ..protocol.anthropic import (
     message_to_deltas,
 )
 from ..protocol.errors import UpstreamError
+from ..store.sealing import SealBroken, sealer
 from .base import UpstreamRequest
 from .chat_completions import Opened, post_json
 from .events import EventStreamCall
@@ -54,8 +55,6 @@ def signed_thinking(items: list[dict], tenant_id: int | None) -> list[dict]:
     """Reasoning items whose `encrypted_content` this gateway sealed with Anthropic's signature
     become `{"type": "reasoning", "thinking", "signature"}`, which the request sends back as
     thinking blocks; other reasoning items are left as they are (and not sent)."""
-    from ..store.sealing import SealBroken, sealer
-
     if tenant_id is None or not any(i["type"] == "reasoning" and i.get("encrypted_content") for i in items):
         return items
     out = []

@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from ..orchestration.routing import Target
+from ..domain import Target
 from ..protocol import jsonlimits
 from ..protocol.chat import ChatOptions, ChunkDecoder, build_chat_request, completion_to_deltas
 from ..protocol.deltas import Delta

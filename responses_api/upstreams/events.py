@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 
-from ..orchestration.routing import Target
+from ..domain import Target
 from ..protocol.deltas import Delta, UpstreamFailed
 from ..protocol.errors import UpstreamError
 from .chat_completions import Opened, StallGuard, _drain, data_lines, parse_data, reading

@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from ..orchestration.routing import Target
+from ..domain import Target
 from ..protocol.errors import GatewayError, InvalidRequest, UpstreamTimeout
 from .chat_completions import TRANSPORT_ERRORS, _upstream_message, error_for_status, transport_error
 from .http import get_session, proxy_for

@@ -3,7 +3,7 @@ SGLang). The request and the reading of its events are in protocol/native.py."""
 
 from __future__ import annotations
 
-from ..orchestration.routing import Target
+from ..domain import Target
 from ..protocol.deltas import UpstreamFailed
 from ..protocol.errors import UpstreamError
 from ..protocol.native import EventDecoder, build_responses_request, response_to_deltas

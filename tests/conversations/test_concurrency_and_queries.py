@@ -42,7 +42,8 @@ def test_reading_a_conversation_is_a_constant_number_of_queries(gateway: Gateway
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from responses_api.conversations import selectors, services
+    from responses_api.conversations import services
+    from responses_api.store import selectors as store_selectors
 
     counts = {}
     for size in (1, 500):
@@ -62,7 +63,7 @@ def test_reading_a_conversation_is_a_constant_number_of_queries(gateway: Gateway
                 ],
             )
         with CaptureQueriesContext(connection) as queries:
-            context = selectors.conversation_context(tenant_id=gateway.tenant_id, conversation_id=conv.id)
+            context = store_selectors.conversation_context(tenant_id=gateway.tenant_id, conversation_id=conv.id)
         assert len(context) == size
         counts[size] = len(queries)
     assert counts[1] == counts[500] == 1, counts

@@ -158,3 +158,40 @@ def test_input_tokens_never_reads_another_tenants_context(gateway: Gateway, scri
     assert chained.status_code == 400 and chained.json()["error"]["code"] == "previous_response_not_found"
     in_conv = other.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "x", "conversation": conv})
     assert in_conv.status_code == 404 and in_conv.json()["error"]["param"] == "conversation"
+
+
+def test_a_background_run_fits_the_learned_window_as_a_foreground_run_does(
+    gateway: Gateway, scripted: ScriptedUpstream, worker
+) -> None:  # type: ignore[no-untyped-def]
+    """The worker's run learns the route's context window from the upstream as the web run does:
+    the same request with truncation "auto" sends the model the same (truncated) messages."""
+    from responses_api.orchestration.routing import clear_cache as clear_route_cache
+    from responses_api.upstreams import tokenize
+    from tests.responses_api.test_background import poll
+
+    scripted.set_default(MODEL, Reply(text="ok"))
+    scripted.model_info[MODEL] = {"max_model_len": 600}
+    tokenize._windows.clear()
+    clear_route_cache()
+    body = {
+        "model": MODEL,
+        "input": [message("user", f"turn {turn}: " + "words " * 40) for turn in range(8)],
+        "truncation": "auto",
+        "max_output_tokens": 100,
+    }
+    sent: dict[str, list] = {}
+    try:
+        for mode in ("foreground", "background"):
+            before = len(scripted.requests)
+            created = gateway.http().post("/v1/responses", json=body | {"background": mode == "background"})
+            assert created.status_code == 200, created.text
+            final = poll(gateway, created.json()["id"])
+            assert final["status"] == "completed", final
+            chats = [r for r in scripted.requests[before:] if r.path == "/v1/chat/completions"]
+            sent[mode] = [m["content"] for m in chats[-1].body["messages"]]
+    finally:
+        scripted.model_info.clear()
+        tokenize._windows.clear()
+    assert sent["foreground"][-1].startswith("turn 7:")
+    assert not any(text.startswith("turn 0:") for text in sent["foreground"])  # the window applied
+    assert sent["background"] == sent["foreground"]

@@ -18,13 +18,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Runs exposition() in a fresh interpreter (the multi-process value class is chosen at import),
+# Runs /metrics' exposition in a fresh interpreter (the multi-process value class is chosen at import),
 # against a migrated SQLite file, after counting nothing at all.
 _EXPOSE = """
 import django, sys
 django.setup()
-from responses_api.api.metrics import exposition
-sys.stdout.write(exposition()[0].decode())
+from responses_api.api.health import BackgroundQueue
+from responses_api.observability.metrics import exposition
+sys.stdout.write(exposition(BackgroundQueue())[0].decode())
 """
 
 
@@ -66,7 +67,7 @@ def test_one_process_and_many_expose_the_same_families(tmp_path: Path) -> None:
 def test_the_grafana_dashboard_shows_every_metric_family() -> None:
     import json
 
-    from responses_api.api.metrics import METRICS
+    from responses_api.observability.metrics import METRICS
 
     dashboard = json.dumps(json.loads((ROOT / "deploy" / "grafana-dashboard.json").read_text()))
     for metric in METRICS:
@@ -78,7 +79,7 @@ def test_the_grafana_dashboard_shows_every_metric_family() -> None:
 _COUNT = """
 import sys, time
 from pathlib import Path
-from responses_api.api import metrics
+from responses_api.observability import metrics
 go = Path(sys.argv[1])
 while not go.exists():
     time.sleep(0.005)

@@ -20,13 +20,13 @@ import re
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 
 pytestmark = pytest.mark.embedded
 
-from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance  # noqa: E402
 
 # A reference to something that does not exist (a cursor, an earlier response, a conversation;
 # a `tool_choice` naming a tool the request does not declare) and two tools (or MCP servers) of

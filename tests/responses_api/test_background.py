@@ -129,7 +129,7 @@ def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: Sc
     import asyncio
     from datetime import datetime
 
-    from responses_api.engine import background
+    from responses_api.orchestration import worker as background
     from responses_api.protocol.ids import new_id
     from responses_api.protocol.request import parse_create_request
     from responses_api.protocol.response import request_params
@@ -139,18 +139,19 @@ def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: Sc
     body = {"model": MODEL, "input": "x", "background": True}
     req = parse_create_request(body)
     rid = new_id("resp")
-    services.response_begin(
-        tenant_id=gateway.tenant_id,
-        api_key_id=None,
-        response_id=rid,
-        created_at=datetime.now(UTC),
-        model=MODEL,
-        previous_response_id=None,
-        input_items=req.input_items,
-        params=request_params(req),
+    services.response_create(
+        row=services.response_row(
+            response_id=rid,
+            tenant_id=gateway.tenant_id,
+            api_key_id=None,
+            previous_response_id=None,
+            model=MODEL,
+            params=request_params(req),
+            created_at=datetime.now(UTC),
+            job={"body": body, "input_items": req.input_items, "opening": "in_progress"},
+        ),
         status="queued",
-        store=True,
-        job={"body": body, "input_items": req.input_items, "opening": "in_progress"},
+        input_items=req.input_items,
     )
     with gateway.http() as http:
         cancelled = http.post(f"/v1/responses/{rid}/cancel").json()
@@ -280,7 +281,7 @@ def test_cancel_while_a_tool_runs(tools_env, gateway: Gateway, scripted: Scripte
     assert cancelled["status"] == "cancelled"
     assert [o["type"] for o in cancelled["output"]] == ["function_call"]  # no output, no further model call
     time.sleep(0.5)
-    assert len(scripted.requests) == 1
+    assert len(scripted.model_calls) == 1
     assert poll(gateway, created.id)["status"] == "cancelled"
 
 
@@ -331,8 +332,8 @@ def test_reaper_fails_abandoned_foreground_responses(gateway: Gateway, scripted:
 
     from django.utils import timezone
 
-    from responses_api.engine import background
     from responses_api.models import Response
+    from responses_api.orchestration import worker as background
 
     scripted.enqueue(MODEL, Reply(text="fine"), Reply(text="ok"))
     client = gateway.openai()

@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from responses_api.protocol.errors import InvalidRequest
 from responses_api.protocol.ids import new_id
-from responses_api.store import services
+from responses_api.store import selectors, services
 from tests.support.harness import make_key
 from tests.support.items import message_item
 
@@ -20,17 +21,17 @@ def build_chain(tenant_id: int, length: int) -> str:
     for turn in range(length):
         rid = new_id("resp")
         user = message_item("user", f"question {turn}")
-        services.response_begin(
-            tenant_id=tenant_id,
-            api_key_id=None,
-            response_id=rid,
-            created_at=datetime.now(UTC),
-            model="m",
-            previous_response_id=None,
-            input_items=[user],
-            params={},
+        services.response_insert(
+            row=services.response_row(
+                response_id=rid,
+                tenant_id=tenant_id,
+                api_key_id=None,
+                previous_response_id=None,
+                model="m",
+                params={},
+                created_at=datetime.now(UTC),
+            ),
             status="in_progress",
-            store=True,
         )
         from responses_api.models import Response
 
@@ -56,20 +57,39 @@ def test_chain_context_query_count_is_constant(length: int, django_assert_num_qu
     _, tenant_id = make_key()
     head = build_chain(tenant_id, length)
     new_input = [message_item("user", "next")]
-    # chain head check + chain items (recursive CTE) + insert of the new open row
-    with django_assert_num_queries(3):
-        begin = services.response_begin(
-            tenant_id=tenant_id,
-            api_key_id=None,
-            response_id=new_id("resp"),
-            created_at=datetime.now(UTC),
-            model="m",
-            previous_response_id=head,
-            input_items=new_input,
-            params={},
-            status="in_progress",
-            store=True,
+    # chain head check + chain items (recursive CTE)
+    with django_assert_num_queries(2):
+        context = selectors.context_get(
+            tenant_id=tenant_id, previous_response_id=head, conversation_id=None, input_items=new_input
         )
-    texts = [item["content"][0]["text"] for item in begin.context]
+    texts = [item["content"][0]["text"] for item in context]
     expected = [t for turn in range(length) for t in (f"question {turn}", f"answer {turn}")] + ["next"]
     assert texts == expected
+
+
+@pytest.mark.parametrize("length", [1, 300])
+def test_a_worker_job_is_created_with_its_chain_checked_not_read(length: int, django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+    """The row a worker will run: the chain's head checked, then the insert; the worker reads the
+    context itself when the run starts."""
+    from responses_api.models import Response
+
+    _, tenant_id = make_key()
+    head = build_chain(tenant_id, length)
+    rid = new_id("resp")
+    row = services.response_row(
+        response_id=rid,
+        tenant_id=tenant_id,
+        api_key_id=None,
+        previous_response_id=head,
+        model="m",
+        params={},
+        created_at=datetime.now(UTC),
+        job={"body": {}, "input_items": []},
+    )
+    with django_assert_num_queries(2):
+        services.response_create(row=row, status="queued", input_items=[message_item("user", "next")])
+    assert Response.objects.get(id=rid).status == "queued"
+    Response.objects.filter(id=head).update(status="in_progress")
+    with pytest.raises(InvalidRequest) as refused:
+        services.response_create(row=row | {"id": new_id("resp")}, status="queued", input_items=[])
+    assert refused.value.code == "previous_response_in_progress"

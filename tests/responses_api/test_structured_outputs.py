@@ -145,9 +145,11 @@ def test_a_server_that_refuses_the_field_is_the_clients_error(
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.parse(model=CLAUDE, input="Describe the dog.", text_format=Pet)
     assert "output_config" in refused.value.body["message"]
-    with pytest.raises(openai.BadRequestError):
-        with client.responses.stream(model=CLAUDE, input="Describe the dog.", text_format=Pet) as stream:
-            stream.get_final_response()
+    with (
+        pytest.raises(openai.BadRequestError),
+        client.responses.stream(model=CLAUDE, input="Describe the dog.", text_format=Pet) as stream,
+    ):
+        stream.get_final_response()
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.parse(
             model=CLAUDE, messages=[{"role": "user", "content": "Describe the dog."}], response_format=Pet

@@ -10,9 +10,10 @@ import dataclasses
 
 import pytest
 
-from responses_api.orchestration.gateway import open_sealed_reasoning
-from responses_api.orchestration.routing import Route
-from responses_api.orchestration.toolplan import plan_tools, registry_mcp_labels, registry_tool_names
+from responses_api.domain import Route
+from responses_api.mcp.planning import registry_mcp_labels
+from responses_api.orchestration.admission import open_sealed_reasoning
+from responses_api.orchestration.toolplan import plan_tools, registry_tool_names
 from responses_api.protocol.request import CreateRequest, parse_create_request
 from responses_api.store.sealing import sealer
 from tool_registry.executors import ToolSpec

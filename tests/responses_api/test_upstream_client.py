@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from responses_api.orchestration.routing import ProviderConfig, Target
+from responses_api.domain import ProviderConfig, Target
 from responses_api.protocol.request import parse_create_request
 from responses_api.upstreams import UpstreamRequest, open_call
 from responses_api.upstreams.http import close_session, proxy_for

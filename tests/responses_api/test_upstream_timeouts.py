@@ -113,7 +113,7 @@ async def test_a_non_streamed_answer_has_the_whole_timeout() -> None:
 async def test_connect_timeout_bounds_an_unanswered_connect() -> None:
     # 10.255.255.1 is unroutable on this machine: the SYN goes nowhere. (If the sandbox
     # answers it with an immediate refusal instead, that is an upstream_unreachable, also fast.)
-    from responses_api.orchestration.routing import ProviderConfig, Target
+    from responses_api.domain import ProviderConfig, Target
     from responses_api.protocol.errors import UpstreamError
     from responses_api.protocol.request import parse_create_request
     from responses_api.upstreams import UpstreamRequest

@@ -103,10 +103,10 @@ def test_a_cache_prewarm_is_a_warm_up_too(gateway: Gateway, scripted: ScriptedUp
 
 def test_a_warm_up_takes_one_request_and_no_tokens(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     from responses_api.models import ApiKey
-    from responses_api.orchestration import limits
+    from responses_api.store import limit_counters
     from tests.responses_api.test_rate_limits import key_id, set_limits
 
-    limits.reset_store()
+    limit_counters.reset_store()
     forget_redis_keys("gw:rl:*")
     key, _ = make_key(tenant="warm")
     set_limits(ApiKey, key_id(key), requests_per_minute=2, tokens_per_minute=50)
@@ -123,8 +123,8 @@ def test_each_turn_has_an_access_line_and_request_metrics(
 ) -> None:
     from prometheus_client import REGISTRY
 
-    from responses_api.api.metrics import REQUESTS
     from responses_api.api.websocket import WEBSOCKET_ROUTE
+    from responses_api.observability.metrics import REQUESTS
 
     def count(status: str, model: str = MODEL) -> float:
         return REQUESTS.labels(WEBSOCKET_ROUTE, model, status)._value.get()

@@ -193,12 +193,14 @@ def test_the_openai_sdk_session_runs_two_lanes_at_once(
 
     async def run() -> list[Any]:
         client = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key, max_retries=0)
-        async with client.responses.connect() as connection:
-            async with AsyncResponsesWebSocketSession(connection, limits=limits) as session:
-                lanes = [session.lane("planner"), session.lane("coder")]
-                for lane in lanes:
-                    await lane.send({"type": "response.create", "model": model, "input": "hi"})
-                return list(await asyncio.gather(*(lane.get_final_response() for lane in lanes)))
+        async with (
+            client.responses.connect() as connection,
+            AsyncResponsesWebSocketSession(connection, limits=limits) as session,
+        ):
+            lanes = [session.lane("planner"), session.lane("coder")]
+            for lane in lanes:
+                await lane.send({"type": "response.create", "model": model, "input": "hi"})
+            return list(await asyncio.gather(*(lane.get_final_response() for lane in lanes)))
 
     finals = asyncio.run(run())
     assert [r.status for r in finals] == ["completed", "completed"]

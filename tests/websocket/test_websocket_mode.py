@@ -208,9 +208,8 @@ def test_the_connection_limit_and_idle_time(gateway: Gateway, scripted: Scripted
 def test_connections_per_key_are_limited(gateway: Gateway, settings) -> None:  # type: ignore[no-untyped-def]
     settings.GATEWAY_WS_MAX_CONNECTIONS_PER_KEY = 2
     with socket(gateway), socket(gateway):
-        with pytest.raises(InvalidStatus) as info:
-            with socket(gateway):
-                pass
+        with pytest.raises(InvalidStatus) as info, socket(gateway):
+            pass
         assert info.value.response.status_code == 429
     with socket(gateway):  # released when closed
         pass

@@ -7,7 +7,8 @@ them all, whichever process answers it. Each process writes its own files there,
 host, pid and a random part (`process_identifier`): web and worker containers sharing one
 directory have pid namespaces of their own, so a pid alone would collide. A web process killed
 outright leaves its live gauges behind: the live processes' liveness beat removes them. The queue and worker figures are
-read from the database at scrape time, so they are the same whichever process answers.
+read from the database at scrape time (api/health.py), so they are the same whichever process
+answers.
 
 `METRICS` is the one list of what is exposed: the single-process exposition registers it,
 and the multi-process one lists every family of it too, even before any process counted."""
@@ -16,16 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Iterator
 from typing import Any
+
+from ..process import process_id
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before prometheus_client reads it: writes go there
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
-from prometheus_client import values  # noqa: E402
-
-from ..process import process_id  # noqa: E402
+from prometheus_client import values
 
 
 def process_identifier() -> str:
@@ -57,7 +57,7 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     # fork, which prometheus_client notices and then starts the child's own files.
     values.ValueClass = values.MultiProcessValue(process_identifier)
 
-from prometheus_client import (  # noqa: E402
+from prometheus_client import (  # noqa: E402 - after PROMETHEUS_MULTIPROC_DIR is prepared (above)
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
@@ -65,9 +65,8 @@ from prometheus_client import (  # noqa: E402
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily  # noqa: E402
-from prometheus_client.metrics import MetricWrapperBase  # noqa: E402
-from prometheus_client.metrics_core import Metric  # noqa: E402
+from prometheus_client.metrics import MetricWrapperBase  # noqa: E402 - after PROMETHEUS_MULTIPROC_DIR is prepared (above)
+from prometheus_client.metrics_core import Metric  # noqa: E402 - after PROMETHEUS_MULTIPROC_DIR is prepared (above)
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -126,39 +125,6 @@ def upstream_error(target: str, code: str | None) -> None:
     UPSTREAM_ERRORS.labels(target, code or "unknown").inc()
 
 
-class _QueueCollector:
-    """Background work, read from the database at scrape time."""
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        from django.db.models import Count, Max, Min
-
-        from ..models import Response
-
-        now = time.time()
-        queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(
-            n=Count("id"), oldest=Min("created_at")
-        )
-        running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).aggregate(
-            n=Count("id"), beat=Max("heartbeat_at")
-        )
-        yield GaugeMetricFamily(
-            "gateway_background_queued", "Background responses waiting for a worker.", value=queued["n"]
-        )
-        yield GaugeMetricFamily(
-            "gateway_background_oldest_queued_seconds",
-            "Age of the oldest queued one.",
-            value=now - queued["oldest"].timestamp() if queued["oldest"] else 0,
-        )
-        yield GaugeMetricFamily(
-            "gateway_background_running", "Background responses a worker runs now.", value=running["n"]
-        )
-        yield GaugeMetricFamily(
-            "gateway_worker_heartbeat_age_seconds",
-            "Seconds since the freshest heartbeat of a running background response.",
-            value=now - running["beat"].timestamp() if running["beat"] else 0,
-        )
-
-
 class _SharedDirectoryCollector:
     """The sums of every process's files in PROMETHEUS_MULTIPROC_DIR, plus an empty family for
     each of METRICS no process has counted yet (the single-process exposition lists those too)."""
@@ -176,14 +142,17 @@ class _SharedDirectoryCollector:
                     yield family
 
 
-def exposition() -> tuple[bytes, str]:
+def exposition(*collectors: Any) -> tuple[bytes, str]:
+    """What /metrics answers: every process's counts, and what `collectors` read at scrape time
+    (api/health.py: the background queue, from the database)."""
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry.register(_SharedDirectoryCollector())
     else:
         for metric in METRICS:
             registry.register(metric)
-    registry.register(_QueueCollector())
+    for collector in collectors:
+        registry.register(collector)
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 

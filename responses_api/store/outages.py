@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 
+from django.db import utils
+
 from ..protocol.errors import GatewayError
 
 log = logging.getLogger("gateway.outages")
@@ -25,7 +27,6 @@ class ServiceUnavailable(GatewayError):
 
 def _database_errors() -> tuple[type[BaseException], ...]:
     import psycopg
-    from django.db import utils
 
     return (utils.OperationalError, utils.InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-import weakref
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
+
+from .redis_clients import STREAMS, async_client
 
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 CANCEL_PREFIX = "gw:cancel:"
@@ -33,7 +36,7 @@ class EventLog:
     ) -> AsyncIterator[dict[str, Any]]:
         """Events with sequence_number > after, then live ones, until the terminal event; with
         `idle_seconds`, also ends (without it) after that long without an event, so that the
-        caller can look at the stored response (engine/background.follow_log)."""
+        caller can look at the stored response (orchestration/worker.follow_log)."""
         raise NotImplementedError
 
     async def last_sequence_number(self, response_id: str) -> int:
@@ -121,30 +124,9 @@ class MemoryEventLog(EventLog):
 class RedisEventLog(EventLog):
     def __init__(self, url: str) -> None:
         self.url = url
-        # One client per event loop: a Celery task runs its own loop.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
     def _client(self) -> Any:
-        import redis.asyncio as redis
-
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            from redis.asyncio.retry import Retry
-            from redis.backoff import ExponentialWithJitterBackoff
-
-            client = redis.Redis.from_url(
-                self.url,
-                decode_responses=False,
-                # Redis gone: fail within seconds (a 503), not after the default backoff; a
-                # connection that died while idle (Redis restarted) is replaced by a retry.
-                socket_connect_timeout=2.0,
-                socket_timeout=15.0,  # > the 5 s XREAD block
-                retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=3),
-                health_check_interval=30,
-            )
-            self._clients[loop] = client
-        return client
+        return async_client(self.url, STREAMS)
 
     async def append(self, response_id: str, event: dict[str, Any]) -> bool:
         from redis.exceptions import ResponseError
@@ -219,13 +201,9 @@ def event_log() -> EventLog:
 def forget_now(response_ids: list[str]) -> None:
     """Sync callers (a purge): drop these responses' logs; they expire on their own if Redis
     cannot be reached (GATEWAY_EVENT_LOG_TTL_SECONDS)."""
-    from asgiref.sync import async_to_sync
-
     try:
         async_to_sync(event_log().forget)(response_ids)
-    except Exception:  # noqa: BLE001
-        import logging
-
+    except Exception:  # noqa: BLE001 - Redis unreachable, whatever it raises: the logs expire on their own
         logging.getLogger("gateway.eventlog").warning(
             "could not drop the event logs of %d purged response(s)", len(response_ids)
         )

@@ -1,7 +1,7 @@
-"""Worker-run responses: claim, run with heartbeat and cancellation, reap the stale (tasks.enqueue hands them here).
+"""Worker-run responses: claim, run with heartbeat and cancellation, reap the stale (handoff.enqueue hands them here).
 
 The same engine as the web path runs here; its events go to the event log
-(eventlog.py) instead of a socket. A Celery task calls `run_claimed` in
+(store/eventlog.py) instead of a socket. A Celery task calls `run_claimed` in
 production; in embedded mode (no REDIS_URL) an asyncio task in the web
 process does, so the one-command start keeps the same features.
 
@@ -23,15 +23,15 @@ from typing import Any
 
 from django.conf import settings
 
+from ..engine.run import ResponseRun
 from ..models import Response
-from ..orchestration.assembly import run_for_job
-from ..orchestration.limits import Grant
-from ..orchestration.limits import drain as limits_drain
 from ..protocol.errors import GatewayError, ServerError
 from ..protocol.events import EventBuilder, output_from_events
 from ..store import db, selectors, services
-from .eventlog import TERMINAL_TYPES, event_log
-from .run import ResponseRun
+from ..store.eventlog import TERMINAL_TYPES, event_log
+from ..store.limit_counters import drain as limits_drain
+from .assembly import run_for_job
+from .limits import Grant
 
 log = logging.getLogger("gateway.background")
 

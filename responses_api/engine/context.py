@@ -1,0 +1,120 @@
+"""What a run sends the model at each step: its context as model items (MCP items as the
+function calls the model understands, compactions opened, a served hosted tool's call as the
+function call it made), a compaction's summary request, and the fit to the route's context
+window (truncation "auto" drops the oldest items; otherwise an over-long context is a 400
+before the upstream is called); and a compaction's summary, sealed into its item."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from ..protocol.compaction import WHOLE_CONTEXT_INSTRUCTIONS, expand_compactions, summary_request_item
+from ..protocol.deltas import TextDelta, Usage
+from ..protocol.errors import InvalidRequest, UpstreamError
+from ..protocol.mcp import as_model_items
+from ..protocol.request import CreateRequest
+from ..protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
+from ..store.sealing import sealer
+
+OpenCompaction = Callable[[str], dict[str, Any]]
+
+
+def compaction_opener(tenant_id: int) -> OpenCompaction:
+    """A compaction item's sealed payload, opened (its seal was checked when the request came in)."""
+    return lambda sealed: sealer().unseal(sealed, tenant_id=tenant_id, purpose="compaction")
+
+
+def model_items(
+    context: list[dict[str, Any]],
+    output: list[dict[str, Any]],
+    hosted_outputs: dict[str, dict[str, Any]],
+    mcp_names: dict[tuple[str, str], str],
+    open_compaction: OpenCompaction,
+) -> list[dict[str, Any]]:
+    """The context and what this response produced so far (later steps of a tool loop see it);
+    a served hosted tool's call is shown to the model as the function call it made, with its output."""
+    produced: list[dict[str, Any]] = []
+    for item in output:
+        served = hosted_outputs.get(item["id"])
+        if served is not None and "output" in served:
+            produced += [
+                {
+                    "type": "function_call",
+                    "id": item["id"],
+                    "call_id": served["call_id"],
+                    "name": served["name"],
+                    "arguments": served.get("arguments") or "{}",
+                },
+                {"type": "function_call_output", "call_id": served["call_id"], "output": served["output"]},
+            ]
+        else:
+            produced.append(item)
+    return expand_compactions(as_model_items(context + produced, mcp_names), open_compaction)
+
+
+def compaction_request(
+    req: CreateRequest,
+    context: list[dict[str, Any]],
+    open_compaction: OpenCompaction,
+    items: list[dict[str, Any]] | None = None,
+) -> tuple[CreateRequest, list[dict[str, Any]]]:
+    """The model call of a compaction: the context (or `items`, already the model's: an automatic
+    compaction's, output so far included), then a request to summarise it, with the summariser's
+    instructions and no tools; the oldest items give way if it does not fit."""
+    instructions = (
+        f"{req.instructions}\n\n{WHOLE_CONTEXT_INSTRUCTIONS}" if req.instructions else WHOLE_CONTEXT_INSTRUCTIONS
+    )
+    summarise = dataclasses.replace(
+        req,
+        instructions=instructions,
+        tools=[],
+        tool_choice="none",
+        text={"format": {"type": "text"}, "verbosity": "medium"},
+        truncation="auto",
+        max_output_tokens=None,
+    )
+    if items is None:
+        items = expand_compactions(as_model_items(context, {}), open_compaction)
+    return summarise, [*items, summary_request_item()]
+
+
+def fit_context(
+    items: list[dict[str, Any]], tools: list[Any], window: int, req: CreateRequest
+) -> tuple[list[dict[str, Any]], int]:
+    """The context within the model's window, and how many of the oldest items were dropped: with
+    truncation "auto" the oldest items give way; with "disabled" an over-long context is a 400."""
+    budget = window - (req.max_output_tokens or min(DEFAULT_OUTPUT_RESERVE, window // 4))
+    tool_dicts = [t.as_dict() for t in tools]
+    if req.truncation == "auto":
+        fitted = truncate(items, budget=budget, instructions=req.instructions, tools=tool_dicts)
+        if fitted is not None:
+            return fitted
+    elif estimate_request(items, req.instructions, tool_dicts) <= budget:
+        return items, 0
+    raise InvalidRequest(
+        f"The input is longer than the model's context window ({window} tokens, {budget} for the input "
+        "after room for the answer)"
+        + (
+            "; even its newest item alone does not fit."
+            if req.truncation == "auto"
+            else "; send 'truncation': 'auto' to drop the oldest items."
+        ),
+        param="input",
+        code="context_length_exceeded",
+    )
+
+
+async def collect_summary(deltas: AsyncIterator[Any], on_usage: Callable[[Usage], object]) -> str:
+    """A compaction's summary: the text the model wrote (its usage counted through `on_usage`)."""
+    text: list[str] = []
+    async for delta in deltas:
+        if isinstance(delta, TextDelta):
+            text.append(delta.text)
+        elif isinstance(delta, Usage):
+            on_usage(delta)
+    summary = "".join(text).strip()
+    if not summary:
+        raise UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
+    return summary

@@ -1,0 +1,74 @@
+"""What the engine runs and what it is given: the job (`ResponseJob`), and the Protocols of what
+is injected into a run: where it is stored (`Persistence`: store/persistence.py), the registry
+tools it calls (`ToolRunner`: tool_registry/runner.py) and its MCP servers (`McpSession`:
+responses_api/mcp/session.py). The engine imports none of those implementations."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..domain import Route
+from ..protocol.events import Event, EventBuilder
+from ..protocol.request import CreateRequest
+from ..protocol.tools import Tool
+
+
+@dataclass(slots=True)
+class ResponseJob:
+    """Everything needed to run one response, already validated and loaded."""
+
+    response_id: str
+    created_at: int
+    tenant_id: int
+    request: CreateRequest
+    params: dict[str, Any]
+    route: Route
+    context: list[dict[str, Any]]  # the previous chain + this input: what the model sees
+    input_items: list[dict[str, Any]]  # this request's own input (stored with the response)
+
+
+class Persistence(Protocol):
+    async def open(self) -> None:
+        """Make the running response visible (where it is stored at all)."""
+        ...
+
+    async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None: ...
+
+    async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
+        """Store a response that failed while being stored: its terminal state, no items."""
+        ...
+
+
+class ToolRunner(Protocol):
+    def is_server_tool(self, name: str) -> bool: ...
+
+    async def execute(self, call: dict[str, Any]) -> str:
+        """Run one function_call item; returns the output (errors become outputs)."""
+        ...
+
+
+class McpSession(Protocol):
+    """A response's MCP servers (responses_api/mcp/session.py): the prelude lists and binds their
+    tools and runs the calls the client approved; `call` runs one call of a later step."""
+
+    @property
+    def labels(self) -> list[str]: ...
+
+    tools: list[Tool]  # the MCP tools the model sees, once the prelude listed them
+    names: dict[tuple[str, str], str]  # (server label, tool) -> the function name the model calls
+
+    def prelude(
+        self,
+        builder: EventBuilder,
+        *,
+        context: list[dict[str, Any]],
+        request: CreateRequest,
+        approved: list[tuple[dict[str, Any], dict[str, Any]]],
+        stopped: Callable[[], bool],
+    ) -> AsyncIterator[Event]: ...
+
+    async def call(self, label: str, name: str, arguments: str, *, key: tuple[str, str]) -> Any:
+        """Run one call once; returns an outcome with `output` and `error` (never raises)."""
+        ...

@@ -1,0 +1,58 @@
+"""`POST /v1/responses/compact`: the routed model summarises a conversation; the answer keeps
+the user messages and adds one `compaction` item sealed for the tenant (protocol/compaction.py
+says what is kept and how the item is read back)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..domain import Principal
+from ..protocol.compaction import compacted_output, summary_payload, summary_request_item
+from ..protocol.errors import UpstreamError
+from ..protocol.request import CreateRequest
+from ..store.sealing import sealer
+from .admission import admit_request, open_sealed_reasoning, route_for
+from .assembly import run_for_request
+from .toolplan import ToolPlan
+
+
+async def compact_conversation(principal: Principal, req: CreateRequest) -> tuple[dict[str, Any], dict[str, str]]:
+    """Summarise a conversation (`req`: protocol.request.parse_compact_request) with its routed
+    model: the `response.compaction` object, and the rate-limit headers of its admission
+    (OpenAI's `x-ratelimit-*`, as a create has)."""
+    route = await route_for(principal, req.model)
+    req = open_sealed_reasoning(req, principal.tenant_id)
+    req = dataclasses.replace(req, input_items=[*req.input_items, summary_request_item()])
+    grant = await admit_request(principal, req, route)
+    try:
+        # Usage and history record the compaction like any response; the conversation itself
+        # is not stored again (the client may have sent it with store: false).
+        plan = ToolPlan(req, specs=[], mcp=([], {}, {}))
+        run = await run_for_request(principal, plan, route=route, grant=grant, keep_items=False)
+    except BaseException:
+        if grant is not None:
+            await grant.end(None)
+        raise
+    await run.connect()
+    result = await run.run_to_end()
+    if run.error is not None:
+        raise run.error
+    summary = "".join(
+        part.get("text", "")
+        for item in result["output"]
+        if item["type"] == "message"
+        for part in item.get("content") or []
+        if part.get("type") == "output_text"
+    ).strip()
+    if not summary:
+        raise UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
+    sealed = sealer().seal(summary_payload(summary, whole=False), tenant_id=principal.tenant_id, purpose="compaction")
+    compacted = {
+        "id": result["id"],
+        "object": "response.compaction",
+        "created_at": result["created_at"],
+        "output": compacted_output(run.job.context[:-1], sealed),
+        "usage": result["usage"],
+    }
+    return compacted, grant.headers if grant is not None else {}

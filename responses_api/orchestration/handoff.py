@@ -1,0 +1,129 @@
+"""The hand-off of a response to a worker: its row stored with the job (the parsed request's
+body, its input as opened, the admission's grant, sealed MCP credentials), its opening events
+written to the event log, then the job enqueued (Celery, or an in-process task when embedded;
+worker.py runs it)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+
+from ..domain import Principal
+from ..mcp.credentials import seal_credentials
+from ..models import Response
+from ..protocol.events import EventBuilder
+from ..protocol.ids import new_id
+from ..protocol.request import CreateRequest
+from ..protocol.response import request_params, response_object
+from ..store import db, services
+from ..store.eventlog import event_log
+from ..store.outages import unavailable
+from .limits import Grant
+from .worker import run_claimed
+
+# The Celery task that runs a job (tasks.run_response), sent by name: the tasks module is the
+# worker's entry point, above this layer.
+RUN_RESPONSE_TASK = "responses_api.run_response"
+
+
+@dataclass(slots=True)
+class WorkerStarted:
+    """A response handed to a worker: what the create call answers with."""
+
+    response: dict[str, Any]
+    response_id: str
+    request: CreateRequest  # as planned: its `dropped_tools` are named in a header
+    rate_limit_headers: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+async def start_on_worker(
+    principal: Principal,
+    req: CreateRequest,
+    body: dict[str, Any],
+    grant: Grant | None = None,
+) -> WorkerStarted:
+    """Store the run as a job, write its opening events to the log, enqueue it."""
+    response_id = new_id("resp")
+    now = time.time()
+    params = request_params(req)
+    job_body, credentials = seal_credentials({k: v for k, v in body.items() if k != "stream"}, principal.tenant_id)
+    job: dict[str, Any] = {
+        "body": job_body,
+        "input_items": req.input_items,
+        # background: the worker announces in_progress; a relayed foreground stream already did.
+        "opening": "in_progress" if req.background else "none",
+    }
+    if grant is not None:  # the worker settles and releases it when the run ends
+        job["limits"] = grant.as_job()
+    if credentials is not None:  # MCP tokens never sit in the database in plain text; dropped when the run ends
+        job["mcp_credentials"] = credentials
+    await db.run(
+        services.response_create,
+        row=services.response_row(
+            response_id=response_id,
+            tenant_id=principal.tenant_id,
+            api_key_id=principal.key_id,
+            previous_response_id=req.previous_response_id,
+            model=req.model,
+            params=params,
+            created_at=datetime.fromtimestamp(now, UTC),
+            job=job,
+        ),
+        status=Response.Status.QUEUED if req.background else Response.Status.IN_PROGRESS,
+        input_items=req.input_items,
+    )
+    response = response_object(
+        response_id=response_id,
+        created_at=int(now),
+        status="in_progress",
+        model=req.model,
+        previous_response_id=req.previous_response_id,
+        params=params,
+        output=[],
+    )
+    builder = EventBuilder(response)
+    try:
+        for event in builder.start(queued=req.background):
+            await event_log().append(response_id, event)
+        await enqueue(response_id)
+    except Exception as exc:
+        outage = unavailable(exc)
+        if outage is None:
+            raise
+        # The row is committed but no worker will ever hear of it: end it now, with the
+        # reason, instead of leaving it queued forever; the client gets a 503 to retry.
+        builder.response.update(status="failed", error=outage.as_response_error())
+        await db.run(
+            services.response_finish,
+            tenant_id=principal.tenant_id,
+            response=builder.response,
+            input_items=req.input_items,
+        )
+        raise outage from exc
+    return WorkerStarted(
+        response=copy.deepcopy(builder.response),
+        response_id=response_id,
+        request=req,
+        rate_limit_headers=grant.headers if grant is not None else {},
+    )
+
+
+_embedded_tasks: set[asyncio.Task] = set()
+
+
+async def enqueue(response_id: str) -> None:
+    """Hand a stored (committed) response to a worker: Celery, or an in-process task when embedded."""
+    if settings.EMBEDDED_WORKER:
+        task = asyncio.get_running_loop().create_task(run_claimed(response_id))
+        _embedded_tasks.add(task)  # keep a reference: the loop holds tasks only weakly
+        task.add_done_callback(_embedded_tasks.discard)
+        return
+    await asyncio.to_thread(current_app.send_task, RUN_RESPONSE_TASK, args=(response_id,))
