@@ -178,6 +178,12 @@ GATEWAY_WS_MAX_CONNECTIONS_PER_KEY = env.int("GATEWAY_WS_MAX_CONNECTIONS_PER_KEY
 # queue is always taken (its own bound is GATEWAY_MAX_REQUEST_BYTES).
 GATEWAY_WS_MAX_QUEUED_MESSAGES = env.int("GATEWAY_WS_MAX_QUEUED_MESSAGES", default=16)
 GATEWAY_WS_MAX_QUEUED_BYTES = env.int("GATEWAY_WS_MAX_QUEUED_BYTES", default=16 * 1024 * 1024)
+# Lanes (`stream_id`): responses of one connection running at once (more creates wait, counted
+# in the queue bounds above), and the distinct named lanes a connection may use (OpenAI's WebSocket
+# mode: 16 and 32). Steering: accepted inputs waiting for one response (too_many_pending_steers).
+GATEWAY_WS_MAX_ACTIVE_RESPONSES = env.int("GATEWAY_WS_MAX_ACTIVE_RESPONSES", default=16)
+GATEWAY_WS_MAX_STREAMS = env.int("GATEWAY_WS_MAX_STREAMS", default=32)
+GATEWAY_WS_MAX_PENDING_STEERS = env.int("GATEWAY_WS_MAX_PENDING_STEERS", default=8)
 DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_REQUEST_BYTES
 
 # --- Static files ------------------------------------------------------------

@@ -1,22 +1,32 @@
-"""WebSocket mode of `/v1/responses` (Open Responses 2026-04-24).
+"""WebSocket mode of `/v1/responses` (Open Responses 2026-04-24; lanes and steering as the openai
+SDK 3.57 defines them).
 
-A connection authenticates once, at the handshake, then carries `response.create` messages,
-one response at a time, in order; the server answers each with the same event objects the
-SSE stream carries, one JSON text message per event, and no `[DONE]`. `response.steer` is
-answered `response.steer.failed` (steering is not served yet). The connection keeps
-its most recent response in memory (`PriorContext`), so a continuation with
-`previous_response_id` needs no chain read, and `store: false` chains continue on the socket.
-Errors that stop a turn before its response exists are `{"type": "error", "status", "error"}`
-envelopes; the connection stays open.
+A connection authenticates once, at the handshake, then carries `response.create` messages;
+the server answers each with the same event objects the SSE stream carries, one JSON text
+message per event, and no `[DONE]`. Creates run on lanes: those with the same `stream_id` (none:
+the default lane) run first in, first out, one after the other; different lanes run at once, and
+every event of a named lane's response (and the error frame of its create) echoes its
+`stream_id`. Each lane keeps its most recent response in memory (`PriorContext`), so a
+continuation with `previous_response_id` needs no chain read, `store: false` chains continue on
+the socket, and a lane may continue (fork) another lane's response; a continuation that fails
+forgets its parent in its own lane only. `response.steer` queues user input into a running
+response (steering.py): the response stops at a safe boundary (engine/steering.py) and a
+successor, chained to it, commits the input. Errors that stop a create before its response
+exists are `{"type": "error", "status", "error"}` envelopes; the connection stays open.
 
 It is served by the same ASGI entry as the HTTP API and drives the same engine
-(`gateway.start_response`, `ResponseRun.events`). Limits (settings): a connection lasts at
-most GATEWAY_WS_MAX_SECONDS (60 min, then `websocket_connection_limit_reached`), is closed
-after GATEWAY_WS_IDLE_SECONDS without a message, takes messages up to
-GATEWAY_MAX_REQUEST_BYTES, holds at most GATEWAY_WS_MAX_QUEUED_MESSAGES / _BYTES behind the
-running turn, and a key holds at most GATEWAY_WS_MAX_CONNECTIONS_PER_KEY connections per web
-process. Each turn writes an access-log line and counts in the request metrics, as an HTTP
-request does; a drain (SIGTERM, orchestration/lifecycle.py) closes the connection after its turn.
+(`gateway.start_response`, `ResponseRun.events`); each response is admitted (rate limits,
+concurrency slot) as an HTTP request is. Limits (settings): a connection lasts at most
+GATEWAY_WS_MAX_SECONDS (60 min, then `websocket_connection_limit_reached`), is closed after
+GATEWAY_WS_IDLE_SECONDS without a message while nothing runs, takes messages up to
+GATEWAY_MAX_REQUEST_BYTES, holds at most GATEWAY_WS_MAX_QUEUED_MESSAGES / _BYTES of creates
+waiting (in all lanes together), runs at most GATEWAY_WS_MAX_ACTIVE_RESPONSES responses at once
+(the others wait), names at most GATEWAY_WS_MAX_STREAMS lanes (`websocket_stream_limit_reached`),
+queues at most GATEWAY_WS_MAX_PENDING_STEERS steering inputs per response (and _QUEUED_BYTES
+of them per connection), and a key holds at
+most GATEWAY_WS_MAX_CONNECTIONS_PER_KEY connections per web process. Each create writes an
+access-log line and counts in the request metrics, as an HTTP request does; a drain (SIGTERM,
+orchestration/lifecycle.py) closes the connection after its running responses.
 """
 
 from __future__ import annotations
@@ -25,9 +35,10 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import re
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -43,10 +54,24 @@ from ..orchestration.worker import follow_log
 from ..protocol import jsonlimits
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
 from ..protocol.request import parse_create_request
-from ..protocol.surface import BETA_MESSAGE, CLIENT_EVENTS, REFUSED_CLIENT_EVENTS, beta_requested
+from ..protocol.surface import BETA_MESSAGE, CLIENT_EVENTS, beta_requested
 from ..store.outages import unavailable
 from .auth import bearer_token, principal_for
 from .exception_handlers import dumps
+from .steering import (
+    Steer,
+    SteerQueue,
+    SteerRefused,
+    accepted_event,
+    failed_event,
+    new_steer,
+    parse_steer,
+    pending_event,
+    required_input,
+    successor_body,
+    unsupported_reason,
+    with_queued_input,
+)
 
 log = logging.getLogger("gateway.websocket")
 access_log = logging.getLogger("gateway.access")
@@ -61,24 +86,21 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 # Agents SDK frame: every response streams here, so they are accepted; what contradicts the
 # socket (`stream: false`, `background: true`) is a 400 naming the field.
 CREATE = "response.create"
-# The client messages the surface classifies (protocol/surface.py): `response.create` is served,
-# `response.steer` refused (answered `response.steer.failed`).
+# The client messages the surface classifies (protocol/surface.py): `response.create` and
+# `response.steer`, both served.
 CLIENT_MESSAGES = ", ".join(f"'{name}'" for name in CLIENT_EVENTS)
+STEER = "response.steer"
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+# A lane's name (the openai SDK's lanes check the same before sending).
+STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+# Ended responses a steer may still name, to say why it is too late (not "not found").
+ENDED_REMEMBERED = 256
 
 _open_per_key: Counter[int] = Counter()
 
 
 class _Closed(Exception):
     """The client closed the connection."""
-
-
-class _Steer(Exception):
-    """A `response.steer` message: answered on its own, never a turn."""
-
-    def __init__(self, message: dict[str, Any]) -> None:
-        super().__init__("response.steer")
-        self.message = message
 
 
 def _reconnect_elsewhere() -> GatewayError:
@@ -88,29 +110,12 @@ def _reconnect_elsewhere() -> GatewayError:
     )
 
 
-def _steer_failed(message: dict[str, Any]) -> dict[str, Any]:
-    """The answer to `response.steer` until steering is served: the input handed back."""
-    previous = message.get("previous_response_id")
-    return {
-        "type": "response.steer.failed",
-        "sequence_number": 0,
-        "error": {
-            "type": "invalid_request_error",
-            "code": "steering_not_supported",
-            "message": "This gateway does not support steering yet: send the input in the next 'response.create'.",
-        },
-        "steer": {
-            "input": message.get("input") if message.get("input") is not None else [],
-            "previous_response_id": previous if isinstance(previous, str) else "",
-        },
-    }
-
-
 class _TurnRecord:
     """What one WebSocket turn's access-log line and metrics say."""
 
     __slots__ = (
         "connection_id",
+        "stream_id",
         "started",
         "first_event",
         "kind",
@@ -123,8 +128,9 @@ class _TurnRecord:
         "ignored_fields",
     )
 
-    def __init__(self, connection_id: str) -> None:
+    def __init__(self, connection_id: str, stream_id: str | None = None) -> None:
         self.connection_id = connection_id
+        self.stream_id = stream_id
         self.started = time.monotonic()
         self.first_event: float | None = None
         self.kind = "response.create"
@@ -167,6 +173,8 @@ class _TurnRecord:
             "latency_ms": round(elapsed * 1000, 2),
             "first_byte_ms": round(first_byte * 1000, 2) if first_byte is not None else None,
         }
+        if self.stream_id is not None:
+            fields["stream_id"] = self.stream_id
         if self.model:
             fields["model"] = self.model
         if self.response_id is not None:
@@ -182,9 +190,10 @@ class _TurnRecord:
         access_log.info("websocket turn", extra=fields)
 
 
-def error_envelope(error: GatewayError) -> dict[str, Any]:
+def error_envelope(error: GatewayError, stream_id: str | None = None) -> dict[str, Any]:
     """The error frame: HTTP's status and body, and its headers (`Retry-After`, `x-ratelimit-*`)
-    where it has any: Codex reads them at the top level, the SDK's `ResponseWsError` in `error`."""
+    where it has any: Codex reads them at the top level, the SDK's `ResponseWsError` in `error`.
+    A create's error on a named lane echoes its `stream_id`."""
     body: dict[str, Any] = {
         "type": error.error_type,
         "code": error.code,
@@ -196,6 +205,8 @@ def error_envelope(error: GatewayError) -> dict[str, Any]:
         headers = {name.lower(): value for name, value in error.headers.items()}
         body["headers"] = headers
         envelope["headers"] = headers
+    if stream_id is not None:
+        envelope["stream_id"] = stream_id
     return envelope
 
 
@@ -280,119 +291,248 @@ async def _deny(scope: dict[str, Any], send: Send, error: GatewayError) -> None:
         await send({"type": "websocket.close", "code": 1008, "reason": error.message[:120]})
 
 
+class _Lane:
+    """One `stream_id` of a connection (None: the default lane): its creates run first in,
+    first out, each after the one before ended; it remembers its most recent response."""
+
+    __slots__ = ("stream_id", "waiting", "task", "prior", "evicted", "held")
+
+    def __init__(self, stream_id: str | None) -> None:
+        self.stream_id = stream_id
+        self.waiting: deque[_Create] = deque()
+        self.task: asyncio.Task[None] | None = None
+        self.prior: PriorContext | None = None  # its most recent response, for continuations
+        self.evicted: set[str] = set()  # continuing from these again on this lane: not found
+        # Accepted steering input of a response that stopped for client tool output or an
+        # approval: it goes first into this lane's continuation of that response.
+        self.held: dict[str, list[Steer]] = {}
+
+
+class _Create:
+    """A `response.create` waiting in its lane (counted in the connection's inbox bounds)."""
+
+    __slots__ = ("body", "size")
+
+    def __init__(self, body: dict[str, Any], size: int) -> None:
+        self.body = body
+        self.size = size
+
+
 class Connection:
     def __init__(self, principal: Principal, receive: Receive, send: Send, connection_id: str = "") -> None:
         self.connection_id = connection_id
         self.principal = principal
         self._receive = receive
         self._send = send
-        self.prior: PriorContext | None = None
-        self.evicted: set[str] = set()  # continuing from these again is previous_response_not_found
         self.opened = time.monotonic()
-        self._inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._queued_bytes = 0  # of the messages in the inbox
+        self._last_activity = self.opened  # the last message, or the end of the last turn
+        self._lanes: dict[str | None, _Lane] = {None: _Lane(None)}
+        self._named = 0  # distinct named lanes so far (GATEWAY_WS_MAX_STREAMS: never released)
+        self._active = asyncio.Semaphore(settings.GATEWAY_WS_MAX_ACTIVE_RESPONSES)
+        self._queued_messages = 0  # creates waiting in their lanes, across lanes
+        self._queued_bytes = 0
+        self._steer_bytes = 0  # steering input accepted and not yet committed or returned
+        # Responses of this connection a steer may name: running, and recently ended.
+        self._steerable: dict[str, SteerQueue] = {}
+        # (lane, final status) of the recently ended ones: what a late steer is told.
+        self._ended: OrderedDict[str, tuple[str | None, str | None]] = OrderedDict()
+        self._activity = asyncio.Event()
         self._closed = asyncio.Event()
-        self._draining = asyncio.Event()  # the process is shutting down: close after this turn
+        self._draining = asyncio.Event()  # the process is shutting down: close after the running turns
 
     def drain(self) -> None:
-        """The process is shutting down (lifecycle.py): the running turn may finish, then the
+        """The process is shutting down (lifecycle.py): the running turns may finish, then the
         client is told to reconnect (`websocket_connection_limit_reached`)."""
         self._draining.set()
+        self._activity.set()
+
+    @property
+    def prior(self) -> PriorContext | None:
+        """The default lane's most recent response."""
+        return self._lanes[None].prior
+
+    def _busy(self) -> bool:
+        return any(lane.task is not None for lane in self._lanes.values())
+
+    def _touch(self) -> None:
+        self._last_activity = time.monotonic()
+        self._activity.set()
 
     async def run(self) -> None:
         lifecycle.track_connection(self)
         reader = asyncio.ensure_future(self._read())
         try:
-            while True:
-                text = await self._next_message()
-                if text is None:
-                    return
-                await self._turn(text)
-                if self._draining.is_set():
-                    await self._close_with(_reconnect_elsewhere())
-                    return
+            await self._supervise()
         except _Closed:
-            return
+            pass
         finally:
             reader.cancel()
             with contextlib.suppress(BaseException):
                 await reader
+            # Lanes see the close at once (their responses are cancelled) or have ended.
+            tasks = [lane.task for lane in self._lanes.values() if lane.task is not None]
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _supervise(self) -> None:
+        """Until the connection should end: the client closed it, the process drains (after
+        the running turns), or, with no turn running, the idle time or the connection's
+        lifetime ran out (each said in an error frame before the close)."""
+        closing = asyncio.ensure_future(self._closed.wait())
+        try:
+            while not self._closed.is_set():
+                busy = self._busy()
+                if self._draining.is_set() and not busy:
+                    await self._close_with(_reconnect_elsewhere())
+                    return
+                now = time.monotonic()
+                lifetime = settings.GATEWAY_WS_MAX_SECONDS - (now - self.opened)
+                idle = settings.GATEWAY_WS_IDLE_SECONDS - (now - self._last_activity)
+                if not busy and lifetime <= 0:
+                    await self._close_with(
+                        InvalidRequest(
+                            f"This WebSocket connection reached its {settings.GATEWAY_WS_MAX_SECONDS / 60:g}-minute "
+                            "limit; open a new one and continue with previous_response_id.",
+                            code="websocket_connection_limit_reached",
+                        )
+                    )
+                    return
+                if not busy and idle <= 0:
+                    await self._close_with(
+                        InvalidRequest(
+                            f"No message for {settings.GATEWAY_WS_IDLE_SECONDS:g} s: the connection is closed.",
+                            code="websocket_idle_timeout",
+                        )
+                    )
+                    return
+                self._activity.clear()
+                woken = asyncio.ensure_future(self._activity.wait())
+                try:
+                    await asyncio.wait(
+                        {woken, closing},
+                        timeout=None if busy else max(min(lifetime, idle), 0),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    woken.cancel()
+        finally:
+            closing.cancel()
 
     async def _read(self) -> None:
-        """Everything the client sends, queued: messages that arrive while a response runs
-        wait their turn; a close is seen at once (and stops the running response).
+        """Everything the client sends, as it arrives: a steer is answered at once, a create
+        joins its lane; a close is seen at once (and stops the running responses).
 
-        The reader never stops reading (a close must still cancel at once), so the queue is
-        bounded instead: past GATEWAY_WS_MAX_QUEUED_MESSAGES or _BYTES a message is refused."""
+        The reader never stops reading (a close must still cancel at once), so what waits is
+        bounded instead: past GATEWAY_WS_MAX_QUEUED_MESSAGES or _BYTES (creates waiting in all
+        lanes together) a message is refused."""
         while True:
             message = await self._receive()
             if message["type"] == "websocket.disconnect":
                 self._closed.set()
                 return
+            # The idle timer restarts (read when it fires: no wake-up per message).
+            self._last_activity = time.monotonic()
+            text = message.get("text")
+            if text is None:
+                raw = message.get("bytes")
+                text = raw.decode("utf-8", "replace") if raw is not None else ""
             size = len(message.get("text") or message.get("bytes") or b"")
-            if self._inbox.qsize() and (
-                self._inbox.qsize() >= settings.GATEWAY_WS_MAX_QUEUED_MESSAGES
+            if self._queued_messages and (
+                self._queued_messages >= settings.GATEWAY_WS_MAX_QUEUED_MESSAGES
                 or self._queued_bytes + size > settings.GATEWAY_WS_MAX_QUEUED_BYTES
             ):
                 await self._refuse_queued(size)
                 continue
-            self._queued_bytes += size
-            self._inbox.put_nowait(message)
+            with contextlib.suppress(_Closed):
+                await self._take(text, size)
 
     async def _refuse_queued(self, size: int) -> None:
         error = RateLimited(
-            f"Too many messages wait on this connection ({self._inbox.qsize()} messages, {self._queued_bytes} bytes; "
-            f"at most {settings.GATEWAY_WS_MAX_QUEUED_MESSAGES} and {settings.GATEWAY_WS_MAX_QUEUED_BYTES} bytes): "
-            f"this one ({size} bytes) was dropped. Send the next when a response has ended.",
+            f"Too many messages wait on this connection ({self._queued_messages} messages, {self._queued_bytes} "
+            f"bytes; at most {settings.GATEWAY_WS_MAX_QUEUED_MESSAGES} and {settings.GATEWAY_WS_MAX_QUEUED_BYTES} "
+            f"bytes): this one ({size} bytes) was dropped. Send the next when a response has ended.",
             code="websocket_queue_full",
             headers={"Retry-After": "1"},
         )
         with contextlib.suppress(_Closed):
             await self._emit(error_envelope(error))
 
-    async def _next_message(self) -> str | None:
-        """The next client text, or None once the connection should end (after saying why)."""
-        remaining = settings.GATEWAY_WS_MAX_SECONDS - (time.monotonic() - self.opened)
-        wait = min(remaining, settings.GATEWAY_WS_IDLE_SECONDS)
-        getting = asyncio.ensure_future(self._inbox.get())
-        closing = asyncio.ensure_future(self._closed.wait())
-        draining = asyncio.ensure_future(self._draining.wait())
+    async def _take(self, text: str, size: int) -> None:
+        """One client message: a create into its lane, a steer answered, an error frame."""
+        turn = _TurnRecord(self.connection_id)
+        stream_id: str | None = None
         try:
-            done, _ = await asyncio.wait(
-                {getting, closing, draining}, timeout=max(wait, 0), return_when=asyncio.FIRST_COMPLETED
+            message = self._message(text)
+            if message.get("type") == STEER:
+                turn.kind = "steer"
+                await self._steer(message, size)
+                turn.log()
+                return
+            stream_id = self._stream_id(message)
+            body = self._create_body(message)
+            lane = self._lane_for(stream_id)
+        except _Closed:
+            raise
+        except Exception as exc:  # a bug must not stop the reader: the connection would hang
+            error = exc if isinstance(exc, GatewayError) else ServerError("The gateway failed to read this message.")
+            if not isinstance(exc, GatewayError):
+                log.exception("websocket message failed")
+            turn.fail(error)
+            turn.log()
+            await self._emit(error_envelope(error, stream_id))
+            return
+        lane.waiting.append(_Create(body, size))
+        self._queued_messages += 1
+        self._queued_bytes += size
+        if lane.task is None and not self._draining.is_set():
+            lane.task = asyncio.ensure_future(self._run_lane(lane))
+
+    def _stream_id(self, message: dict[str, Any]) -> str | None:
+        stream_id = message.get("stream_id")
+        if stream_id is None:
+            return None
+        if not isinstance(stream_id, str) or not STREAM_ID.fullmatch(stream_id):
+            raise InvalidRequest(
+                "Invalid 'stream_id': 1 to 256 ASCII letters, digits, underscores, hyphens or periods.",
+                param="stream_id",
+                code="invalid_stream_id",
             )
+        return stream_id
+
+    def _lane_for(self, stream_id: str | None) -> _Lane:
+        lane = self._lanes.get(stream_id)
+        if lane is not None:
+            return lane
+        limit = settings.GATEWAY_WS_MAX_STREAMS
+        if self._named >= limit:
+            raise InvalidRequest(
+                f"This connection already used {limit} stream_ids: reuse one, or open a new connection.",
+                param="stream_id",
+                code="websocket_stream_limit_reached",
+            )
+        self._named += 1
+        lane = self._lanes[stream_id] = _Lane(stream_id)
+        return lane
+
+    async def _run_lane(self, lane: _Lane) -> None:
+        """The lane's creates, one after the other; at most GATEWAY_WS_MAX_ACTIVE_RESPONSES of
+        the connection's responses run at once (the others wait, still counted as queued)."""
+        try:
+            while lane.waiting and not self._closed.is_set() and not self._draining.is_set():
+                async with self._active:
+                    if self._closed.is_set():  # closed while this lane waited for a slot
+                        return
+                    create = lane.waiting.popleft()
+                    self._queued_messages -= 1
+                    self._queued_bytes -= create.size
+                    await self._respond(lane, create.body)
+        except _Closed:
+            pass
+        except Exception:  # a bug: the lane stops (its turn already answered or logged)
+            log.exception("websocket lane failed")
         finally:
-            for waiter in (getting, closing, draining):
-                if not waiter.done():
-                    waiter.cancel()
-        if getting in done:
-            message = getting.result()
-            self._queued_bytes -= len(message.get("text") or message.get("bytes") or b"")
-            text = message.get("text")
-            if text is None and message.get("bytes") is not None:
-                text = message["bytes"].decode("utf-8", "replace")
-            return text or ""
-        if closing in done:
-            return None
-        if draining in done:
-            await self._close_with(_reconnect_elsewhere())
-            return None
-        if remaining <= settings.GATEWAY_WS_IDLE_SECONDS:
-            await self._close_with(
-                InvalidRequest(
-                    f"This WebSocket connection reached its {settings.GATEWAY_WS_MAX_SECONDS / 60:g}-minute limit; "
-                    "open a new one and continue with previous_response_id.",
-                    code="websocket_connection_limit_reached",
-                )
-            )
-        else:
-            await self._close_with(
-                InvalidRequest(
-                    f"No message for {settings.GATEWAY_WS_IDLE_SECONDS:g} s: the connection is closed.",
-                    code="websocket_idle_timeout",
-                )
-            )
-        return None
+            lane.task = None
+            self._touch()
 
     async def _close_with(self, error: GatewayError) -> None:
         await self._emit(error_envelope(error))
@@ -407,16 +547,58 @@ class Connection:
         except OSError as exc:  # uvicorn: the socket is gone
             raise _Closed() from exc
 
-    async def _turn(self, text: str) -> None:
-        """One client message: a response (its events, or an error envelope), or a steer's answer.
+    async def _respond(self, lane: _Lane, body: dict[str, Any]) -> None:
+        """A create of the lane, and the successors its steering input asks for."""
+        previous = body.get("previous_response_id")
+        held = lane.held.pop(previous, None) if isinstance(previous, str) else None
+        self._release(held)
+        if held:  # the explicit continuation after response.steer.pending
+            body = with_queued_input(body, held)
+        successor = False
+        while True:
+            queue = await self._turn(lane, body, held, successor=successor)
+            if queue is None or not queue.steers:
+                return
+            steers = queue.take()
+            if queue.status not in ("completed", "incomplete"):
+                self._release(steers)
+                for steer in steers:
+                    await self._emit(
+                        failed_event(
+                            "response_not_active",
+                            f"The response ended {queue.status}: its steering input was not committed.",
+                            raw_input=steer.input,
+                            previous=queue.response_id,
+                            steer_id=steer.id,
+                            stream_id=lane.stream_id,
+                        )
+                    )
+                return
+            stubs = required_input(queue.output)
+            if stubs:  # the client answers first; its continuation takes the input
+                lane.held[queue.response_id] = steers  # still counted in _steer_bytes
+                for steer in steers:
+                    await self._emit(pending_event(steer, queue.response_id, stubs, lane.stream_id))
+                return
+            self._release(steers)  # committed by the successor, or returned
+            if self._draining.is_set():  # the process is shutting down: no new response here
+                await self._hand_back(steers, lane, queue.response_id, _reconnect_elsewhere().message)
+                return
+            body, held, successor = successor_body(queue, steers), steers, True
 
-        Each turn is observed like an HTTP request: one access-log line and the same metrics."""
-        turn = _TurnRecord(self.connection_id)
-        previous: str | None = None
+    async def _turn(
+        self, lane: _Lane, body: dict[str, Any], committed: list[Steer] | None, *, successor: bool
+    ) -> SteerQueue | None:
+        """One response (its events, or an error frame). Each is observed like an HTTP request:
+        one access-log line and the same metrics. `committed`: the steering input `body`
+        carries, handed back if no response is created."""
+        turn = _TurnRecord(self.connection_id, lane.stream_id)
+        if successor:
+            turn.kind = "response.create (steered successor)"
+        previous = body.get("previous_response_id") if isinstance(body.get("previous_response_id"), str) else None
+        queue: SteerQueue | None = None
         try:
-            body = self._create_body(text)
-            previous = body.get("previous_response_id") if isinstance(body.get("previous_response_id"), str) else None
-            if previous in self.evicted:
+            if previous in lane.evicted:
                 raise InvalidRequest(
                     f"Previous response with id '{previous}' not found: a continuation from it failed "
                     "on this connection.",
@@ -425,18 +607,22 @@ class Connection:
                 )
             # Streamed: the row is written at the start, so the response can be cancelled.
             req = parse_create_request({**body, "stream": True})
-            started = await start_response(self.principal, req, body, prior=self.prior)
+            started = await start_response(self.principal, req, body, prior=self._prior_for(previous))
             turn.model = req.model
             planned = started.request if isinstance(started, WorkerStarted) else started.job.request
             turn.ignored_fields = planned.ignored_fields
             if isinstance(started, WorkerStarted):  # a route that runs on workers: relay its log
-                await self._relay(follow_log(started.response_id), previous, turn)
-                return
+                queue = self._steerable_queue(
+                    started.response_id, lane, body, "This model runs on background workers, which take no steering."
+                )
+                await self._relay(follow_log(started.response_id), lane, previous, turn, queue)
+                return queue
+            queue = self._steerable_queue(started.job.response_id, lane, body, unsupported_reason(body))
+            if queue.unsupported is None:
+                started.steering = queue
             await started.connect()
-            await self._relay(started.events(), previous, turn, run=started)
-        except _Steer as steer:
-            turn.kind = "steer"
-            await self._emit(_steer_failed(steer.message))
+            await self._relay(started.events(), lane, previous, turn, queue, run=started)
+            return queue
         except _Closed:
             turn.status = 499
             raise
@@ -448,28 +634,101 @@ class Connection:
                 if error.status == 500:
                     log.exception("websocket turn failed")
             turn.fail(error)
-            self._evict(previous)
-            await self._emit(error_envelope(error))
+            self._evict(lane, previous)
+            await self._emit(error_envelope(error, lane.stream_id))
+            if committed and previous is not None:
+                await self._hand_back(committed, lane, previous, error.message)
+            return None
         finally:
+            if queue is not None:
+                self._end_steering(queue)
             turn.log()
 
-    def _create_body(self, text: str) -> dict[str, Any]:
-        if len(text.encode()) > settings.GATEWAY_MAX_REQUEST_BYTES:
-            raise InvalidRequest(
-                f"The message is larger than this gateway accepts ({settings.GATEWAY_MAX_REQUEST_BYTES} bytes).",
-                code="request_too_large",
+    async def _hand_back(self, steers: list[Steer], lane: _Lane, previous: str, reason: str) -> None:
+        """Steering input a create carried that created no response, returned to the client (the
+        create's failure also made this lane forget `previous`: nothing can continue it here)."""
+        for steer in steers:
+            await self._emit(
+                failed_event(
+                    "successor_creation_failed",
+                    f"The response that was to commit this input could not be created: {reason}",
+                    raw_input=steer.input,
+                    previous=previous,
+                    steer_id=steer.id,
+                    stream_id=lane.stream_id,
+                )
             )
+
+    def _release(self, steers: list[Steer] | None) -> None:
+        self._steer_bytes -= sum(steer.size for steer in steers or ())
+
+    def _steerable_queue(
+        self, response_id: str, lane: _Lane, body: dict[str, Any], unsupported: str | None
+    ) -> SteerQueue:
+        queue = SteerQueue(response_id, lane.stream_id, body, unsupported)
+        self._steerable[response_id] = queue
+        return queue
+
+    def _end_steering(self, queue: SteerQueue) -> None:
+        """The response ended: a steer naming it now fails (already completed, or not active)."""
+        queue.accepting = False
+        self._steerable.pop(queue.response_id, None)
+        self._ended[queue.response_id] = (queue.stream_id, queue.status)
+        while len(self._ended) > ENDED_REMEMBERED:
+            self._ended.popitem(last=False)
+
+    async def _steer(self, message: dict[str, Any], size: int) -> None:
+        """`response.steer`: accepted into its running response's queue, or failed with a code."""
+        previous = message.get("previous_response_id")
+        target = self._steerable.get(previous) if isinstance(previous, str) else None
+        ended = self._ended.get(previous) if isinstance(previous, str) and target is None else None
+        stream_id = target.stream_id if target is not None else ended[0] if ended is not None else None
         try:
-            message = jsonlimits.loads(text)
-        except jsonlimits.JsonTooDeep as exc:
-            raise InvalidRequest(f"The message {exc}; this gateway accepts at most {exc.limit}.") from None
-        except ValueError as exc:
-            raise InvalidRequest(f"The message is not valid JSON: {exc}.") from None
-        if not isinstance(message, dict):
-            raise InvalidRequest("The message must be a JSON object with a 'type'.", param="type")
+            previous, raw, items = parse_steer(message)
+            if target is None and ended is None:
+                raise SteerRefused(
+                    "response_not_found", f"No response with id '{previous}' runs or ran on this connection."
+                )
+            if target is not None and target.unsupported is not None:
+                raise SteerRefused("steering_not_supported", target.unsupported)
+            if target is None or not target.accepting:  # ended (or its terminal event is on its way)
+                status = ended[1] if ended is not None else target.status if target is not None else None
+                if status in ("completed", "incomplete"):
+                    raise SteerRefused(
+                        "response_already_completed",
+                        f"The response '{previous}' has ended {status}: send the input in a 'response.create'.",
+                    )
+                raise SteerRefused("response_not_active", f"The response '{previous}' is no longer running.")
+            limit = settings.GATEWAY_WS_MAX_PENDING_STEERS
+            if self._steer_bytes + size > settings.GATEWAY_WS_MAX_QUEUED_BYTES:
+                raise SteerRefused(
+                    "too_many_pending_steers",
+                    f"This connection already holds {self._steer_bytes} bytes of steering input "
+                    f"(at most {settings.GATEWAY_WS_MAX_QUEUED_BYTES}): wait for a successor.",
+                )
+            if len(target.steers) >= limit:
+                raise SteerRefused(
+                    "too_many_pending_steers",
+                    f"{limit} steering inputs already wait for this response: wait for its successor.",
+                )
+        except SteerRefused as refused:
+            await self._emit(
+                failed_event(
+                    refused.code,
+                    refused.message,
+                    raw_input=message.get("input"),
+                    previous=previous,
+                    stream_id=stream_id,
+                )
+            )
+            return
+        steer = new_steer(raw, items, size)
+        target.steers.append(steer)
+        self._steer_bytes += size
+        await self._emit(accepted_event(steer, previous, stream_id))
+
+    def _create_body(self, message: dict[str, Any]) -> dict[str, Any]:
         kind = message.get("type")
-        if kind in REFUSED_CLIENT_EVENTS:  # response.steer
-            raise _Steer(message)
         if kind != CREATE:
             received = repr(kind) if isinstance(kind, str) else "none"
             raise InvalidRequest(
@@ -487,11 +746,47 @@ class Connection:
                 "'background': true is not available in WebSocket mode; create background responses over HTTP.",
                 param="background",
             )
-        return {k: v for k, v in message.items() if k not in ("type", "stream", "background")}
+        return {k: v for k, v in message.items() if k not in ("type", "stream", "background", "stream_id")}
 
-    async def _relay(self, events: Any, previous: str | None, turn: _TurnRecord, run: Any = None) -> None:
-        """Send a response's events; a client that goes away cancels it."""
+    def _message(self, text: str) -> dict[str, Any]:
+        if len(text.encode()) > settings.GATEWAY_MAX_REQUEST_BYTES:
+            raise InvalidRequest(
+                f"The message is larger than this gateway accepts ({settings.GATEWAY_MAX_REQUEST_BYTES} bytes).",
+                code="request_too_large",
+            )
+        try:
+            message = jsonlimits.loads(text)
+        except jsonlimits.JsonTooDeep as exc:
+            raise InvalidRequest(f"The message {exc}; this gateway accepts at most {exc.limit}.") from None
+        except ValueError as exc:
+            raise InvalidRequest(f"The message is not valid JSON: {exc}.") from None
+        if not isinstance(message, dict):
+            raise InvalidRequest("The message must be a JSON object with a 'type'.", param="type")
+        return message
+
+    def _prior_for(self, previous: str | None) -> PriorContext | None:
+        """The response `previous` names, if a lane of this connection holds it in memory (a
+        lane may continue another lane's response: a fork)."""
+        if previous is None:
+            return None
+        for lane in self._lanes.values():
+            if lane.prior is not None and lane.prior.response_id == previous:
+                return lane.prior
+        return None
+
+    async def _relay(
+        self,
+        events: Any,
+        lane: _Lane,
+        previous: str | None,
+        turn: _TurnRecord,
+        queue: SteerQueue,
+        run: Any = None,
+    ) -> None:
+        """Send a response's events, each with the lane's stream_id; a client that goes away
+        cancels it."""
         final: dict[str, Any] | None = None
+        stream_id = lane.stream_id
         stream = events.__aiter__()
         closed = asyncio.ensure_future(self._closed.wait())
         try:
@@ -507,28 +802,36 @@ class Connection:
                     event = step.result()
                 except StopAsyncIteration:
                     break
-                await self._emit(event)
-                turn.saw(event)
+                if stream_id is not None:
+                    event["stream_id"] = stream_id
                 if event["type"] in TERMINAL:
                     final = event["response"]
+                    queue.accepting = False  # decided: steering input from now on is too late
+                    queue.status = final["status"]
+                    queue.output = final.get("output") or []
+                await self._emit(event)
+                turn.saw(event)
         finally:
             closed.cancel()
             if run is not None or final is None:
                 with contextlib.suppress(BaseException):
                     await stream.aclose()
         if final is None or final["status"] not in ("completed", "incomplete"):
-            self._evict(previous)
+            queue.status = final["status"] if final is not None else "failed"
+            self._evict(lane, previous)
             return
         if run is not None:
-            self.prior = PriorContext(
+            lane.prior = PriorContext(
                 final["id"], run.job.context + run.response["output"], stored=bool(final.get("store", True))
             )
         else:  # run by a worker (always stored): continuations read the chain from the database
-            self.prior = None
+            lane.prior = None
 
-    def _evict(self, response_id: str | None) -> None:
+    def _evict(self, lane: _Lane, response_id: str | None) -> None:
+        """A continuation from `response_id` failed on `lane`: the lane forgets it (another lane
+        that holds it keeps it: a failed fork does not break its source)."""
         if response_id is None:
             return
-        self.evicted.add(response_id)
-        if self.prior is not None and self.prior.response_id == response_id:
-            self.prior = None
+        lane.evicted.add(response_id)
+        if lane.prior is not None and lane.prior.response_id == response_id:
+            lane.prior = None

@@ -29,6 +29,7 @@ from .context import collect_summary, compaction_opener, compaction_request, fit
 from .ending import store_failure, store_failure_when_back
 from .interfaces import McpSession, Persistence, ResponseJob, ToolRunner
 from .router import SlotCall, route_call
+from .steering import STEERED, Steering, ends_a_message
 from .tools import run_tool_step
 
 log = logging.getLogger("gateway.engine")
@@ -107,6 +108,8 @@ class ResponseRun:
         self._cancel_requested = False
         self._stop_error: GatewayError | None = None  # request_stop: end failed with this, not cancelled
         self._tools_task: asyncio.Future | None = None
+        # WebSocket steering (api/steering.py): asked at the safe boundaries (engine/steering.py).
+        self.steering: Steering | None = None
 
     # -- before the first byte -------------------------------------------------
     async def connect(self) -> None:
@@ -324,6 +327,9 @@ class ResponseRun:
                 async for event in compact_then_open(self):
                     yield event
             async for delta in self._deltas():
+                if self.steering is not None and ends_a_message(self.builder, delta) and self.steering.wanted():
+                    terminal += self.builder.finish(incomplete_reason=STEERED)
+                    return
                 for event in self.builder.feed(delta):
                     yield event
             if self._cancel_requested:
@@ -397,6 +403,9 @@ class ResponseRun:
                 return
             if self._cancel_requested:
                 raise _Cancelled()
+            if self.steering is not None and self.steering.wanted():  # between model calls
+                terminal += self.builder.finish(incomplete_reason=STEERED)
+                return
             self.builder.new_step()
             self._call = await self._open_next()
 

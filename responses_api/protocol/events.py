@@ -117,6 +117,11 @@ class EventBuilder:
         self.seal_signed = seal_signed
         self._signature: str | None = None  # of the open reasoning item
 
+    @property
+    def open_content_type(self) -> str | None:
+        """The type of the message or reasoning item being streamed, if one is open."""
+        return self._content_item.item["type"] if self._content_item is not None else None
+
     # -- low level -------------------------------------------------------------
     _copy: Callable[[T], T] = staticmethod(copy_json)  # what an event holds: a copy of the state
 

@@ -176,7 +176,7 @@ REQUEST_FIELDS: dict[str, RequestField] = {
     "access_programs": _all("announced", "no access programs on this gateway"),
     "image": _all("announced", "no image context compression"),
     "client_metadata": _all("announced", "Codex's own field: logged by OpenAI, not here"),
-    "stream_id": _all("refused", "WebSocket lanes are not served yet: one response at a time per connection"),
+    "stream_id": _all("refused", "WebSocket-only: a lane of a WebSocket connection (served there), not part of POST /v1/responses"),
     "messages": _all("refused", "a Chat Completions field: the Responses API takes 'input'"),
     "max_tokens": _all("refused", "a Chat Completions field: the Responses API takes 'max_output_tokens'"),
     "max_completion_tokens": _all("refused", "a Chat Completions field: the Responses API takes 'max_output_tokens'"),
@@ -314,7 +314,7 @@ OUTPUT_ITEM_TYPES: dict[str, Entry] = {
 # -- WebSocket client messages ---------------------------------------------------------------
 CLIENT_EVENTS: dict[str, Entry] = {
     "response.create": _e(SERVED, "stream: false and background: true are a 400 naming the field"),
-    "response.steer": _e(REFUSED, "answered response.steer.failed, code steering_not_supported, the input handed back"),
+    "response.steer": _e(SERVED, "queued into a running response of the connection, committed by a successor (README: steering)"),
 }
 
 # -- server events (SSE and WebSocket alike) -------------------------------------------------
@@ -343,9 +343,9 @@ SERVER_EVENTS: dict[str, Entry] = {
     "response.image_generation_call.in_progress": _e(PASSED, _HOSTED_PROGRESS),
     "response.image_generation_call.generating": _e(PASSED, _HOSTED_PROGRESS),
     "response.image_generation_call.completed": _e(PASSED, _HOSTED_PROGRESS),
-    "response.steer.failed": _e(SERVED, "the answer to every response.steer"),
-    "response.steer.accepted": _e(NOT_EMITTED, "steering is not served"),
-    "response.steer.pending": _e(NOT_EMITTED, "steering is not served"),
+    "response.steer.failed": _e(SERVED, "steering input refused, or not committed, handed back with a code"),
+    "response.steer.accepted": _e(SERVED, "the steering input is queued"),
+    "response.steer.pending": _e(SERVED, "queued input waits for the client's tool output or approval"),
     "response.compaction.compacting": _e(SERVED, "automatic compaction (context_management)"),
     "response.code_interpreter_call_code.delta": _e(NOT_EMITTED, "a relayed call comes whole, its code with it"),
     "response.code_interpreter_call_code.done": _e(NOT_EMITTED, "a relayed call comes whole, its code with it"),

@@ -16,7 +16,7 @@ from websockets.sync.client import connect
 from tests.support.access_log import Lines
 from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
-from tests.websocket.test_websocket_mode import completed, socket, turn
+from tests.websocket.test_websocket_mode import completed, socket
 
 pytestmark = pytest.mark.embedded
 
@@ -45,13 +45,11 @@ def test_fields_a_chat_route_does_not_apply_are_named_in_a_header(gateway: Gatew
     assert "x-gateway-ignored-fields" not in plain.headers
 
 
-def test_a_lane_is_refused_naming_stream_id(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+def test_a_lane_is_websocket_only(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """Over HTTP `stream_id` is a 400 naming it (tests/websocket/test_lanes.py: the lanes)."""
     resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "hi", "stream_id": "lane-1"})
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "stream_id"
-    with socket(gateway) as ws:
-        (error,) = turn(ws, model=MODEL, input="hi", stream_id="lane-1")
-        assert (error["status"], error["error"]["param"]) == (400, "stream_id")
-        assert "lanes" in error["error"]["message"]
+    assert "WebSocket" in resp.json()["error"]["message"]
     assert scripted.model_calls == []
 
 

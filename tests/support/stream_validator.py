@@ -84,7 +84,8 @@ RESPONSE_FIELDS: tuple[str, ...] = (
 )
 OPEN_STATUSES = frozenset({"queued", "in_progress"})
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled", "incomplete"})
-INCOMPLETE_REASONS = frozenset({"max_output_tokens", "content_filter", "max_tool_calls"})
+# "steered": a WebSocket response stopped for steering input (openai SDK 3.57, Response.incomplete_details).
+INCOMPLETE_REASONS = frozenset({"max_output_tokens", "content_filter", "max_tool_calls", "steered"})
 TOOL_FIELDS: tuple[str, ...] = ("type", "name", "description", "parameters", "strict")
 
 # Which Response.status each terminal event may carry. Neither spec has a `response.cancelled`

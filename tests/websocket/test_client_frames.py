@@ -1,5 +1,5 @@
 """WebSocket mode as OpenAI's own clients speak it: `stream: true` on every frame (Codex, the
-Agents SDK), Codex's warm-up (`generate: false`), `response.steer` before steering is served,
+Agents SDK), Codex's warm-up (`generate: false`), a `response.steer` after its response ended,
 and each turn observed like an HTTP request (access log, metrics)."""
 
 from __future__ import annotations
@@ -56,9 +56,7 @@ def test_an_unknown_message_type_is_named_and_the_connection_stays_open(
         assert completed(ws, input="hi")["output"][0]["content"][0]["text"] == "still here"
 
 
-def test_a_steer_is_answered_steering_not_supported_with_its_input_handed_back(
-    gateway: Gateway, scripted: ScriptedUpstream
-) -> None:
+def test_a_steer_after_the_response_ended_is_handed_back(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue(MODEL, Reply(text="base"))
     with socket(gateway) as ws:
         base = completed(ws, input="start")
@@ -66,7 +64,7 @@ def test_a_steer_is_answered_steering_not_supported_with_its_input_handed_back(
         ws.send(json.dumps(steer))
         failed = json.loads(ws.recv(timeout=10))
     assert failed["type"] == "response.steer.failed"
-    assert failed["error"]["code"] == "steering_not_supported"
+    assert failed["error"]["code"] == "response_already_completed"
     assert failed["error"]["type"] == "invalid_request_error"
     assert failed["steer"] == {"input": "go left", "previous_response_id": base["id"]}
     from openai.types.responses.response_steer_failed_event import ResponseSteerFailedEvent
