@@ -20,6 +20,7 @@ from ..protocol.errors import GatewayError, InvalidRequest, ServerError, Upstrea
 from ..protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from ..protocol.mcp import pending_approvals
 from ..protocol.response import response_object
+from ..protocol.tool_search import as_function_items
 from ..protocol.tools import Tool, allowed_tool_names
 from ..store.sealing import reasoning_sealer, signed_reasoning_sealer
 from ..upstreams import UpstreamCall, UpstreamRequest, open_call
@@ -28,6 +29,7 @@ from .context import collect_summary, compaction_item, compaction_opener, compac
 from .ending import store_failure, store_failure_when_back
 from .interfaces import McpSession, Persistence, ResponseJob, ToolRunner
 from .router import SlotCall, route_call
+from .tool_search import RunToolSearch
 from .tools import run_tool_step
 
 log = logging.getLogger("gateway.engine")
@@ -89,6 +91,7 @@ class ResponseRun:
             seal_signed=signed_reasoning_sealer(job.tenant_id),
             sequence_number=first_sequence_number,
         )
+        self.tool_search = RunToolSearch(req.tool_choice, job.context)
         self.error: GatewayError | None = None
         # OpenTelemetry (tracing.py): None unless an exporter is configured.
         self._span = tracing.response_span(
@@ -202,7 +205,10 @@ class ResponseRun:
             names = self.mcp.names if self.mcp is not None else {}
             hosted = self.builder.hosted_outputs
             items = model_items(self.job.context, self.response["output"], hosted, names, self._open_compaction)
-            tools = req.tools + self.mcp_tools
+            run_tools = req.tools + self.mcp_tools
+            tools = self.tool_search.offered(run_tools, names, self.builder)
+            if tools is not run_tools:  # deferred tools or tool search: searches shown as function calls
+                items = as_function_items(items)
         window = self.job.route.context_window
         if window:
             items, dropped = fit_context(items, tools, window, req)
@@ -318,7 +324,10 @@ class ResponseRun:
             ]
             mcp_calls = self.builder.step_mcp_calls
             hosted_calls = self.builder.step_hosted_calls
-            if self.builder.finish_reason in INCOMPLETE_REASONS or not (server_calls or mcp_calls or hosted_calls):
+            searches = self.builder.step_search_calls
+            if self.builder.finish_reason in INCOMPLETE_REASONS or not (
+                server_calls or mcp_calls or hosted_calls or searches
+            ):
                 for event in self.builder.skip_mcp_calls("not run: the model's output was cut short"):
                     yield event
                 for item in hosted_calls:
@@ -326,6 +335,9 @@ class ResponseRun:
                         yield event
                 terminal += self.builder.finish()
                 return
+            for search in searches:  # answered at once: a search is a lookup in memory
+                for event in self.builder.add_item(self.tool_search.answer(search)):
+                    yield event
             budget = self.job.request.max_tool_calls
             wanted = len(server_calls) + len(mcp_calls) + len(hosted_calls)
             room = wanted if budget is None else max(budget - self.tool_calls_made, 0)

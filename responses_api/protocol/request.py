@@ -14,6 +14,7 @@ from .compaction import COMPACTION_INSTRUCTIONS
 from .errors import InvalidRequest
 from .items import normalize_input
 from .mcp import McpTool, normalize_mcp_tools
+from .tool_search import check_deferred, search_tool
 from .tools import HostedTool, Tool, hosted_tools, normalize_tool_choice, normalize_tools
 
 KNOWN_INCLUDES = frozenset(
@@ -320,6 +321,8 @@ def parse_create_request(body: Any) -> CreateRequest:
         raise InvalidRequest("'previous_response_id' must not be empty.", param="previous_response_id")
 
     tools = normalize_tools(body.get("tools"))
+    if body.get("tools"):
+        tools = with_tool_search(tools, body.get("tools"))
     tool_choice = normalize_tool_choice(body.get("tool_choice"), tools)
 
     truncation = body.get("truncation") or "disabled"
@@ -424,3 +427,17 @@ def parse_input_tokens_request(body: Any) -> CreateRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
     return parse_create_request({k: v for k, v in body.items() if k not in ("stream", "background", "store")})
+
+
+def with_tool_search(tools: list[Tool], raw: Any) -> list[Tool]:
+    """The request's `tool_search` tool joins its tools (server-executed ones are the gateway's to
+    run, client-executed ones the client's); a deferred tool needs one."""
+    searches = [(i, e) for i, e in enumerate(raw) if isinstance(e, dict) and e.get("type") == "tool_search"]
+    if len(searches) > 1:
+        raise InvalidRequest("Only one 'tool_search' tool may be given.", param=f"tools[{searches[1][0]}]")
+    if searches:
+        if any(t.name == "tool_search" for t in tools):
+            raise InvalidRequest("Duplicate tool name 'tool_search'.", param=f"tools[{searches[0][0]}]")
+        tools = [*tools, search_tool(searches[0][1], f"tools[{searches[0][0]}]")]
+    check_deferred(tools, raw)
+    return tools

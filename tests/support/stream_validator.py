@@ -129,6 +129,9 @@ OPENAI_ITEM_SCHEMAS = (
     "ComputerToolCall",
     "WebSearchToolCall",
     "FileSearchToolCall",
+    "ToolSearchCall",
+    "ToolSearchOutput",
+    "AdditionalTools",
 )
 OPENAI_TOOL_SCHEMAS = (
     "MCPTool",
@@ -141,6 +144,7 @@ OPENAI_TOOL_SCHEMAS = (
     "WebSearchTool",
     "WebSearchPreviewTool",
     "FileSearchTool",
+    "ToolSearchToolParam",
 )
 # Hosted-tool call items: in_progress -> searching -> completed, each an event of its own.
 _HOSTED_CALL_STAGES = ("in_progress", "searching", "completed")

@@ -1,0 +1,73 @@
+"""A run's tool search (protocol/tool_search.py has the search and the items): which tools each
+model call is offered (deferred ones only once found, the search function while any is deferred,
+tools a chain's items loaded), and the gateway's answers to the model's searches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..protocol import tool_search
+from ..protocol.events import EventBuilder
+from ..protocol.tool_search import Loaded, ToolIndex
+from ..protocol.tools import Tool, allowed_tool_names
+
+
+class RunToolSearch:
+    def __init__(self, tool_choice: Any, context: list[dict[str, Any]]) -> None:
+        self._tool_choice = tool_choice
+        # What the chain and this input loaded (tool_search_output, additional_tools items).
+        self._loaded: Loaded = tool_search.found_in(context)
+        self._extra: list[Tool] | None = None  # definitions those items brought, parsed once
+        self._index: ToolIndex | None = None
+        self._gateway_search: Tool | None = None
+        self._deferred: list[Tool] = []
+        self._namespaces: dict[str, str] = {}
+        self._servers: dict[str, tuple[str, str]] = {}
+
+    @property
+    def loads(self) -> bool:
+        """The context loaded tools: its search items are shown to the model as function calls."""
+        return bool(self._loaded.names or self._loaded.added or self._loaded.mcp)
+
+    def offered(self, tools: list[Tool], mcp_names: dict[tuple[str, str], str], builder: EventBuilder) -> list[Tool]:
+        """The tools one model call is offered, out of the run's `tools` (request and MCP tools):
+        without deferred tools, a search tool or loaded items, `tools` as they are."""
+        has_search = any(t.kind == "tool_search" for t in tools)
+        deferred = [t for t in tools if t.deferred]
+        if not (deferred or has_search or self.loads):
+            return tools
+        found = self._loaded.names | {mcp_names[key] for key in self._loaded.mcp if key in mcp_names}
+        known = {t.name for t in tools}
+        if self._extra is None:
+            self._extra = tool_search.added_tools(self._loaded, known)
+        offered = [t for t in tools if not t.deferred or t.name in found] + self._extra
+        if deferred and not has_search:
+            # Deferred registry or MCP tools (the client cannot know them): the gateway offers its search.
+            if self._gateway_search is None:
+                self._gateway_search = tool_search.search_tool(None)
+            offered.append(self._gateway_search)
+        if deferred != self._deferred:  # the MCP prelude adds a server's deferred tools once
+            self._deferred, self._index = deferred, None
+            self._namespaces = {
+                t.namespace: str(t.report.get("description") or "")
+                for t in tools
+                if t.namespace and t.report is not None
+            }
+        searchable = [t for t in offered if t.kind != "function" or t.namespace]
+        builder.tool_kinds.update({t.name: t for t in searchable})
+        # A deferred tool's call is run even if the model named it before finding it.
+        builder.allowed_tools = allowed_tool_names(self._tool_choice, offered + deferred)
+        self._servers = {name: (b.server_label, b.tool_name) for name, b in builder.mcp_bindings.items()}
+        return offered
+
+    def answer(self, call: dict[str, Any]) -> dict[str, Any]:
+        """The `tool_search_output` answering a server-executed search call; what it found is
+        offered from the next model call on."""
+        if self._index is None:
+            self._index = ToolIndex(
+                self._deferred,
+                groups={name: label for name, (label, _) in self._servers.items()},
+            )
+        found = self._index.search(tool_search.search_query(call.get("arguments")))
+        self._loaded.names.update(t.name for t in found)
+        return tool_search.output_item(call, tool_search.tool_entries(found, self._namespaces, self._servers))

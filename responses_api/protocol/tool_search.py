@@ -1,0 +1,417 @@
+"""Tool search over deferred tools (OpenAI's `tool_search` with `defer_loading`), for any upstream.
+
+A deferred tool (a client function with `defer_loading: true`, a registry tool or MCP server
+marked deferred) is kept out of the model's tool list. The model is offered a `tool_search`
+function instead; the gateway answers its searches from the deferred set (BM25 over each tool's
+name, namespace or server, description and parameter names) with a `tool_search_output` item that
+carries the found definitions, and those tools are offered from the next model call on. The
+output items stay in the chain, so a continued chain still has them (`found_in`).
+
+With `execution: "client"` the search is the client's: its calls come back as
+`tool_search_call` items, and the client's `tool_search_output` loads what it returns.
+`additional_tools` input items add tools the same way. Pure: no Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidRequest
+from .ids import new_id
+from .tools import Tool, namespaced_name, normalize_tools
+
+SEARCH_NAME = "tool_search"  # the function the model calls; OpenAI's tool has no other name
+SEARCH_DESCRIPTION = (
+    "Search the tools that are not loaded yet by what they do. Returns the best matches, which "
+    "you can call from then on. Use keywords: a task, an object, a service (e.g. 'create github issue')."
+)
+SEARCH_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {"type": "string", "description": "Keywords describing the tool you need."}},
+    "required": ["query"],
+    "additionalProperties": False,
+}
+RESULT_LIMIT = 5  # tools one search loads: enough for a task's few tools, few enough to stay cheap
+ITEM_TYPES = frozenset({"tool_search_call", "tool_search_output", "additional_tools"})
+_ADDABLE = frozenset({"function", "custom", "namespace"})  # tool types a search output or additional_tools may add
+
+
+def search_tool(entry: dict[str, Any] | None, param: str = "tools") -> Tool:
+    """The `tool_search` tool as the model is offered it: `entry` is the request's (None: the
+    gateway offers it for deferred registry or MCP tools, and the Response does not list it).
+    `source` is "client" for `execution: "client"` (the call is returned), else "gateway"."""
+    client = False
+    description, parameters = SEARCH_DESCRIPTION, SEARCH_PARAMETERS
+    if entry is not None:
+        execution = entry.get("execution")
+        if execution not in (None, "server", "client"):
+            raise InvalidRequest(
+                f"Invalid '{param}.execution': expected 'server' or 'client'.", param=f"{param}.execution"
+            )
+        client = execution == "client"
+        given_description, given_parameters = entry.get("description"), entry.get("parameters")
+        if given_description is not None and not isinstance(given_description, str):
+            raise InvalidRequest(f"Invalid '{param}.description': expected a string.", param=f"{param}.description")
+        if given_parameters is not None and not isinstance(given_parameters, dict):
+            raise InvalidRequest(
+                f"Invalid '{param}.parameters': expected a JSON Schema object.", param=f"{param}.parameters"
+            )
+        if client:  # a client's search takes what its own search takes
+            description = given_description or description
+            parameters = given_parameters or parameters
+    return Tool(
+        SEARCH_NAME,
+        description,
+        parameters,
+        parameters is SEARCH_PARAMETERS,
+        source="client" if client else "gateway",
+        kind="tool_search",
+        report=dict(entry) if entry is not None else None,
+        reported=entry is not None,
+    )
+
+
+def check_deferred(tools: list[Tool], raw_tools: Any) -> None:
+    """A client's deferred tool needs a `tool_search` tool to be found with (as OpenAI requires)."""
+    if not any(t.deferred for t in tools) or any(t.kind == "tool_search" for t in tools):
+        return
+    if isinstance(raw_tools, list) and any(isinstance(e, dict) and e.get("type") == "tool_search" for e in raw_tools):
+        return
+    first = next(t for t in tools if t.deferred)
+    raise InvalidRequest(
+        f"Tool {first.item_name!r} has 'defer_loading': true, which needs a 'tool_search' tool in 'tools'.",
+        param="tools",
+    )
+
+
+# -- ranking ---------------------------------------------------------------------------------
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+_STOPWORDS = frozenset(
+    "a an and are as at be by for from get has in into is it its of on or that the this to with "
+    "you your tool tools use using can which will".split()
+)
+
+
+_SUFFIXES = (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("s", ""))
+
+
+def _stem(word: str) -> str:
+    """A light suffix strip, then a final "e" (issues/issue, files/file, listing/list,
+    created/create meet): enough for tool names, mostly verbs and nouns, without a stemmer's
+    dependency."""
+    for suffix, keep in _SUFFIXES:
+        if word.endswith(suffix) and not word.endswith("ss") and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)] + keep
+            break
+    return word[:-1] if word.endswith("e") and len(word) >= 4 else word
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-cased, stemmed words of `text`; camelCase, snake_case and kebab-case split."""
+    return [_stem(w.lower()) for w in _WORD.findall(text) if w.lower() not in _STOPWORDS]
+
+
+def _parameter_names(schema: Any, depth: int = 0) -> list[str]:
+    if not isinstance(schema, dict) or depth > 3:
+        return []
+    properties = schema.get("properties")
+    names: list[str] = []
+    if isinstance(properties, dict):
+        for key, sub in properties.items():
+            names.append(key)
+            names += _parameter_names(sub, depth + 1)
+    if isinstance(schema.get("items"), dict):
+        names += _parameter_names(schema["items"], depth + 1)
+    return names
+
+
+@dataclass(slots=True)
+class ToolIndex:
+    """BM25 (k1 1.2, b 0.75) over the deferred tools. A tool's document is its name and its
+    namespace or MCP server label (both weighted 3: a name says most of what a tool does), its
+    description and its parameter names (weight 1). Ties keep the tools' order."""
+
+    tools: list[Tool]
+    groups: dict[str, str] = field(default_factory=dict)  # upstream name -> namespace or MCP server label
+    _docs: list[Counter[str]] = field(default_factory=list)
+    _lengths: list[int] = field(default_factory=list)
+    _df: Counter[str] = field(default_factory=Counter)
+
+    K1 = 1.2
+    B = 0.75
+    NAME_WEIGHT = 3
+
+    def __post_init__(self) -> None:
+        for tool in self.tools:
+            doc: Counter[str] = Counter()
+            named = tokens(tool.item_name) + tokens(self.groups.get(tool.name, tool.namespace or ""))
+            for word in named:
+                doc[word] += self.NAME_WEIGHT
+            doc.update(tokens(tool.description or ""))
+            doc.update(tokens(" ".join(_parameter_names(tool.parameters))))
+            self._docs.append(doc)
+            self._lengths.append(sum(doc.values()))
+            self._df.update(doc.keys())
+
+    def search(self, query: str, limit: int = RESULT_LIMIT) -> list[Tool]:
+        """The best `limit` tools for `query` (an exact tool name first); none when nothing matches."""
+        wanted = query.strip()
+        exact = [t for t in self.tools if wanted in (t.item_name, t.name)]
+        terms = set(tokens(query))
+        if not self.tools or not terms:
+            return exact[:limit]
+        count = len(self.tools)
+        average = sum(self._lengths) / count or 1.0
+        scored: list[tuple[float, int]] = []
+        for index, (doc, length) in enumerate(zip(self._docs, self._lengths)):
+            score = 0.0
+            for term in terms:
+                frequency = doc.get(term)
+                if not frequency:
+                    continue
+                idf = math.log(1 + (count - self._df[term] + 0.5) / (self._df[term] + 0.5))
+                score += (
+                    idf * frequency * (self.K1 + 1) / (frequency + self.K1 * (1 - self.B + self.B * length / average))
+                )
+            if score > 0:
+                scored.append((-score, index))
+        scored.sort()
+        ranked = exact + [self.tools[i] for _, i in scored if self.tools[i] not in exact]
+        return ranked[:limit]
+
+
+def search_query(arguments: Any) -> str:
+    """The query of a search call's arguments (an object; a model's bare text is taken whole)."""
+    if isinstance(arguments, dict):
+        query = arguments.get("query")
+        if isinstance(query, str):
+            return query
+        return " ".join(v for v in arguments.values() if isinstance(v, str))
+    return arguments if isinstance(arguments, str) else ""
+
+
+def call_arguments(text: str) -> Any:
+    """A search call's `arguments` (an object in the item) from the function arguments the model wrote."""
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {"query": text}
+    return value if isinstance(value, dict) else {"query": text}
+
+
+# -- what a search loads, as the wire shows it ----------------------------------------------
+def tool_entries(found: list[Tool], namespaces: dict[str, str], servers: dict[str, tuple[str, str]]) -> list[dict]:
+    """The `tools` of a `tool_search_output`: functions and custom tools as declared (with
+    `defer_loading`), namespace members in their namespace (`namespaces`: name -> description),
+    MCP tools as their server with the found tools allowed (`servers`: upstream name -> (label,
+    tool)); one entry per namespace and per server."""
+    entries: list[dict[str, Any]] = []
+    by_group: dict[tuple[str, str], dict[str, Any]] = {}
+    for tool in found:
+        if tool.name in servers:
+            label, name = servers[tool.name]
+            entry = by_group.get(("mcp", label))
+            if entry is None:
+                entry = by_group[("mcp", label)] = {
+                    "type": "mcp",
+                    "server_label": label,
+                    "allowed_tools": [],
+                    "defer_loading": True,
+                }
+                entries.append(entry)
+            entry["allowed_tools"].append(name)
+            continue
+        member = _member_entry(tool)
+        if tool.namespace:
+            entry = by_group.get(("namespace", tool.namespace))
+            if entry is None:
+                entry = by_group[("namespace", tool.namespace)] = {
+                    "type": "namespace",
+                    "name": tool.namespace,
+                    "description": namespaces.get(tool.namespace, ""),
+                    "tools": [],
+                }
+                entries.append(entry)
+            entry["tools"].append(member)
+        else:
+            entries.append(member)
+    return entries
+
+
+def _member_entry(tool: Tool) -> dict[str, Any]:
+    entry: dict[str, Any]
+    if tool.kind == "custom":
+        entry = {"type": "custom", "name": tool.item_name, "description": tool.description}
+        if tool.report is not None and "format" in tool.report:
+            entry["format"] = tool.report["format"]
+    else:
+        entry = {
+            "type": "function",
+            "name": tool.item_name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+            "strict": tool.strict,
+        }
+    entry["defer_loading"] = True
+    return entry
+
+
+def call_item(call_id: str, *, client: bool) -> dict[str, Any]:
+    """A `tool_search_call` as it opens (its arguments are filled when the model's call ends)."""
+    return {
+        "id": new_id("tsc"),
+        "type": "tool_search_call",
+        "status": "in_progress",
+        "call_id": call_id,
+        "execution": "client" if client else "server",
+        "arguments": {},
+    }
+
+
+def output_item(call: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The gateway's answer to a server-executed search call."""
+    return {
+        "id": new_id("tso"),
+        "type": "tool_search_output",
+        "status": "completed",
+        "call_id": call.get("call_id"),
+        "execution": "server",
+        "tools": entries,
+    }
+
+
+# -- what a chain has loaded ------------------------------------------------------------------
+@dataclass(slots=True)
+class Loaded:
+    """What the items of a context load: the upstream names of tools found (deferred tools the run
+    has), and the definitions they bring that the run does not have (a client search's results,
+    `additional_tools`), by where they came from."""
+
+    names: set[str] = field(default_factory=set)
+    added: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+    mcp: list[tuple[str, str]] = field(default_factory=list)  # (server label, tool) found
+
+
+def found_in(items: Iterable[dict[str, Any]]) -> Loaded:
+    """The tools the `tool_search_output` and `additional_tools` items of `items` load."""
+    loaded = Loaded()
+    for index, item in enumerate(items):
+        if item["type"] not in ("tool_search_output", "additional_tools"):
+            continue
+        for j, entry in enumerate(item.get("tools") or []):
+            if not isinstance(entry, dict):
+                continue
+            kind = entry.get("type")
+            if kind == "mcp" and isinstance(entry.get("server_label"), str):
+                names = entry.get("allowed_tools")
+                if isinstance(names, list):
+                    loaded.mcp += [(entry["server_label"], n) for n in names if isinstance(n, str)]
+            elif kind == "function" or kind == "custom":
+                loaded.names.add(str(entry.get("name")))
+                loaded.added.append((entry, f"items[{index}].tools[{j}]"))
+            elif kind == "namespace":
+                for member in entry.get("tools") or []:
+                    if isinstance(member, dict):
+                        loaded.names.add(namespaced_name(str(entry.get("name")), str(member.get("name"))))
+                loaded.added.append((entry, f"items[{index}].tools[{j}]"))
+    return loaded
+
+
+def check_additional_tools(raw: dict[str, Any], param: str) -> dict[str, Any]:
+    """An `additional_tools` input item, as stored: developer-given functions, custom tools and
+    namespaces (checked as `tools` entries are) that the model may call from this item on."""
+    if raw.get("role", "developer") != "developer":
+        raise InvalidRequest(f"Invalid '{param}.role': only 'developer' is supported.", param=f"{param}.role")
+    tools = raw.get("tools")
+    if not isinstance(tools, list):
+        raise InvalidRequest(f"Missing or invalid '{param}.tools': expected an array.", param=f"{param}.tools")
+    for j, entry in enumerate(tools):
+        if not isinstance(entry, dict) or entry.get("type") not in _ADDABLE:
+            raise InvalidRequest(
+                f"Invalid '{param}.tools[{j}]': additional tools are 'function', 'custom' or 'namespace' tools.",
+                param=f"{param}.tools[{j}].type",
+            )
+    try:
+        normalize_tools(tools)
+    except InvalidRequest as exc:  # named where the item has it
+        raise InvalidRequest(
+            exc.message.replace("'tools[", f"'{param}.tools["), param=f"{param}.{exc.param or 'tools'}"
+        ) from None
+    item_id = raw.get("id")
+    if item_id is not None and not isinstance(item_id, str):
+        raise InvalidRequest(f"Invalid '{param}.id': expected a string.", param=f"{param}.id")
+    return {"type": "additional_tools", "id": item_id or new_id("adt"), "role": "developer", "tools": tools}
+
+
+def added_tools(loaded: Loaded, known: set[str]) -> list[Tool]:
+    """The tools `loaded` brings that are not among `known` upstream names, as the model is offered
+    them; each is the client's (the gateway runs only registry and MCP tools it planned)."""
+    out: list[Tool] = []
+    for entry, _where in loaded.added:
+        try:
+            parsed = normalize_tools([dict(entry, defer_loading=None)] if entry.get("type") != "namespace" else [entry])
+        except InvalidRequest:
+            continue  # checked when it came in; an entry this run cannot offer is left out
+        for tool in parsed:
+            if tool.name not in known:
+                tool.deferred, tool.reported = False, False
+                known.add(tool.name)
+                out.append(tool)
+    return out
+
+
+# -- what the model sees of them ---------------------------------------------------------------
+def as_function_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Searches as the function calls the model made and their results (a text listing what was
+    loaded); `additional_tools` items and searches without a call id (another server's) left out."""
+    if not any(item["type"] in ITEM_TYPES for item in items):
+        return items
+    answered = {i.get("call_id") for i in items if i["type"] == "tool_search_output" and i.get("call_id")}
+    out: list[dict[str, Any]] = []
+    for item in items:
+        kind = item["type"]
+        if kind == "tool_search_call":
+            if item.get("call_id") in answered or item.get("execution") == "client":
+                out.append(
+                    {
+                        "type": "function_call",
+                        "id": item["id"],
+                        "call_id": item["call_id"],
+                        "name": SEARCH_NAME,
+                        "arguments": json.dumps(item.get("arguments") or {}),
+                    }
+                )
+        elif kind == "tool_search_output":
+            if item.get("call_id"):
+                out.append(
+                    {"type": "function_call_output", "call_id": item["call_id"], "output": _listing(item.get("tools"))}
+                )
+        elif kind != "additional_tools":
+            out.append(item)
+    return out
+
+
+def _listing(entries: Any) -> str:
+    """What a search found, for the model: each tool's name and description (it sees the schemas
+    in its tool list from now on)."""
+    lines: list[str] = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("type") == "namespace":
+            for member in entry.get("tools") or []:
+                if isinstance(member, dict):
+                    lines.append(f"- {entry.get('name')}.{member.get('name')}: {member.get('description') or ''}")
+        elif entry.get("type") == "mcp":
+            lines += [f"- {entry.get('server_label')}: {name}" for name in entry.get("allowed_tools") or []]
+        else:
+            lines.append(f"- {entry.get('name')}: {entry.get('description') or ''}")
+    if not lines:
+        return "No tool matched the query; try other keywords."
+    return "Tools loaded, callable now:\n" + "\n".join(lines)
