@@ -36,16 +36,23 @@ class RunToolSearch:
         deferred = [t for t in tools if t.deferred]
         if not (deferred or has_search or self.loads):
             return tools
-        found = self._loaded.names | {mcp_names[key] for key in self._loaded.mcp if key in mcp_names}
+        for key in self._loaded.mcp:  # MCP tools a chain found, by the names the model knows them
+            if key in mcp_names:
+                self._loaded.names.setdefault(mcp_names[key])
         known = {t.name for t in tools}
         if self._extra is None:
             self._extra = tool_search.added_tools(self._loaded, known)
-        offered = [t for t in tools if not t.deferred or t.name in found] + self._extra
+        offered = [t for t in tools if not t.deferred]
         if deferred and not has_search:
             # Deferred registry or MCP tools (the client cannot know them): the gateway offers its search.
             if self._gateway_search is None:
                 self._gateway_search = tool_search.search_tool(None)
             offered.append(self._gateway_search)
+        # Found tools follow, in the order found: the tools before them stay as they were, so an
+        # upstream's prompt cache keeps its prefix as tools are found.
+        by_name = {t.name: t for t in deferred}
+        offered += [by_name[name] for name in self._loaded.names if name in by_name]
+        offered += self._extra
         if deferred != self._deferred:  # the MCP prelude adds a server's deferred tools once
             self._deferred, self._index = deferred, None
             self._namespaces = {
@@ -69,5 +76,5 @@ class RunToolSearch:
                 groups={name: label for name, (label, _) in self._servers.items()},
             )
         found = self._index.search(tool_search.search_query(call.get("arguments")))
-        self._loaded.names.update(t.name for t in found)
+        self._loaded.names.update(dict.fromkeys(t.name for t in found))
         return tool_search.output_item(call, tool_search.tool_entries(found, self._namespaces, self._servers))

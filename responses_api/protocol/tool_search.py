@@ -293,7 +293,7 @@ class Loaded:
     has), and the definitions they bring that the run does not have (a client search's results,
     `additional_tools`), by where they came from."""
 
-    names: set[str] = field(default_factory=set)
+    names: dict[str, None] = field(default_factory=dict)  # in the order found: offered in that order
     added: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     mcp: list[tuple[str, str]] = field(default_factory=list)  # (server label, tool) found
 
@@ -313,12 +313,12 @@ def found_in(items: Iterable[dict[str, Any]]) -> Loaded:
                 if isinstance(names, list):
                     loaded.mcp += [(entry["server_label"], n) for n in names if isinstance(n, str)]
             elif kind == "function" or kind == "custom":
-                loaded.names.add(str(entry.get("name")))
+                loaded.names.setdefault(str(entry.get("name")))
                 loaded.added.append((entry, f"items[{index}].tools[{j}]"))
             elif kind == "namespace":
                 for member in entry.get("tools") or []:
                     if isinstance(member, dict):
-                        loaded.names.add(namespaced_name(str(entry.get("name")), str(member.get("name"))))
+                        loaded.names.setdefault(namespaced_name(str(entry.get("name")), str(member.get("name"))))
                 loaded.added.append((entry, f"items[{index}].tools[{j}]"))
     return loaded
 

@@ -22,6 +22,8 @@ from responses_api.protocol.tool_search import (
 )
 from responses_api.protocol.tools import Tool, make_tool
 
+pytestmark = pytest.mark.embedded  # plain data: runs in the embedded (SQLite) pass too
+
 LISTINGS = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "mcp_listings.json").read_text())
 
 
@@ -140,7 +142,7 @@ def test_found_tools_are_grouped_as_the_sdk_types_them() -> None:
     assert parsed.tools[0].type == "namespace"
     # What the output loads, read back from the item (a chain continued later).
     loaded = found_in([{**item, "tools": entries}])
-    assert loaded.names == {"crm__find_contact", "crm__add_note", "weather"}
+    assert list(loaded.names) == ["crm__find_contact", "crm__add_note", "weather"]
     assert loaded.mcp == [("docs", "search")]
 
 
@@ -161,7 +163,7 @@ def test_additional_tools_items_are_checked_and_load_their_tools() -> None:
     [item] = normalize_input(
         [{"type": "additional_tools", "role": "developer", "tools": [{"type": "function", "name": "late"}]}]
     )
-    assert item["id"].startswith("adt_") and found_in([item]).names == {"late"}
+    assert item["id"].startswith("adt_") and list(found_in([item]).names) == ["late"]
     with pytest.raises(InvalidRequest) as caught:
         normalize_input([{"type": "additional_tools", "role": "developer", "tools": [{"type": "web_search"}]}])
     assert caught.value.param == "input[0].tools[0].type"
