@@ -94,7 +94,8 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
         "title": "Hosted tool",
         "description": "A tool OpenAI runs on its servers. Served by the route's registry tool where "
         "the operator configured one, passed on to a native Responses upstream, or else dropped and "
-        "named in the `x-gateway-dropped-tools` header (the model answers without it).",
+        "named in the `x-gateway-dropped-tools` header (the model answers without it). `tool_search` "
+        "is served by the gateway itself, over its deferred tools, for every upstream.",
         "required": ["type"],
         "properties": {"type": {"enum": sorted(HOSTED_TOOL_TYPES)}},
     },
@@ -116,6 +117,19 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
             "approval_request_id": {"type": "string"},
             "approve": {"type": "boolean"},
             "reason": {"type": ["string", "null"]},
+        },
+    },
+    "AdditionalToolsItemParam": {
+        "type": "object",
+        "title": "Additional tools",
+        "description": "Tools the developer adds from this item on (functions, custom tools, namespaces); "
+        "kept in the chain like any item.",
+        "required": ["type", "tools"],
+        "properties": {
+            "type": {"const": "additional_tools"},
+            "id": {"type": ["string", "null"]},
+            "role": {"const": "developer"},
+            "tools": {"type": "array", "items": {"type": "object"}},
         },
     },
     "GatewayOutputItemParam": {
@@ -145,7 +159,11 @@ def with_gateway_unions(schemas: dict[str, Any]) -> dict[str, Any]:
     tool_union["oneOf"] += [ref(name) for name in ("McpToolParam", "HostedToolParam", "ClientToolParam")]
     tool_union.pop("discriminator", None)  # the added members are keyed by enums, not one constant each
     item_union = schemas["ItemParam"]
-    item_union["oneOf"] += [ref("McpApprovalResponseItemParam"), ref("GatewayOutputItemParam")]
+    item_union["oneOf"] += [
+        ref("McpApprovalResponseItemParam"),
+        ref("AdditionalToolsItemParam"),
+        ref("GatewayOutputItemParam"),
+    ]
     item_union.pop("discriminator", None)
     return schemas
 
