@@ -20,7 +20,6 @@ from ..protocol.errors import GatewayError, InvalidRequest, ServerError, Upstrea
 from ..protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from ..protocol.mcp import pending_approvals
 from ..protocol.response import response_object
-from ..protocol.tool_search import as_function_items
 from ..protocol.tools import Tool, allowed_tool_names
 from ..store.sealing import reasoning_sealer, signed_reasoning_sealer
 from ..upstreams import UpstreamCall, UpstreamRequest, open_call
@@ -205,10 +204,7 @@ class ResponseRun:
             names = self.mcp.names if self.mcp is not None else {}
             hosted = self.builder.hosted_outputs
             items = model_items(self.job.context, self.response["output"], hosted, names, self._open_compaction)
-            run_tools = req.tools + self.mcp_tools
-            tools = self.tool_search.offered(run_tools, names, self.builder)
-            if tools is not run_tools:  # deferred tools or tool search: searches shown as function calls
-                items = as_function_items(items)
+            tools, items = self.tool_search.offered(req.tools + self.mcp_tools, items, names, self.builder)
         window = self.job.route.context_window
         if window:
             items, dropped = fit_context(items, tools, window, req)
@@ -324,7 +320,7 @@ class ResponseRun:
             ]
             mcp_calls = self.builder.step_mcp_calls
             hosted_calls = self.builder.step_hosted_calls
-            searches = self.builder.step_search_calls
+            searches = self.builder.step_search_calls  # the gateway answers them (tool_search.py)
             if self.builder.finish_reason in INCOMPLETE_REASONS or not (
                 server_calls or mcp_calls or hosted_calls or searches
             ):

@@ -29,13 +29,20 @@ class RunToolSearch:
         """The context loaded tools: its search items are shown to the model as function calls."""
         return bool(self._loaded.names or self._loaded.added or self._loaded.mcp)
 
-    def offered(self, tools: list[Tool], mcp_names: dict[tuple[str, str], str], builder: EventBuilder) -> list[Tool]:
-        """The tools one model call is offered, out of the run's `tools` (request and MCP tools):
-        without deferred tools, a search tool or loaded items, `tools` as they are."""
+    def offered(
+        self,
+        tools: list[Tool],
+        items: list[dict[str, Any]],
+        mcp_names: dict[tuple[str, str], str],
+        builder: EventBuilder,
+    ) -> tuple[list[Tool], list[dict[str, Any]]]:
+        """The tools one model call is offered, out of the run's `tools` (request and MCP tools),
+        and its `items` with searches shown as the function calls the model made. Without deferred
+        tools, a search tool or loaded items: both as they are."""
         has_search = any(t.kind == "tool_search" for t in tools)
         deferred = [t for t in tools if t.deferred]
         if not (deferred or has_search or self.loads):
-            return tools
+            return tools, items
         for key in self._loaded.mcp:  # MCP tools a chain found, by the names the model knows them
             if key in mcp_names:
                 self._loaded.names.setdefault(mcp_names[key])
@@ -65,7 +72,7 @@ class RunToolSearch:
         # A deferred tool's call is run even if the model named it before finding it.
         builder.allowed_tools = allowed_tool_names(self._tool_choice, offered + deferred)
         self._servers = {name: (b.server_label, b.tool_name) for name, b in builder.mcp_bindings.items()}
-        return offered
+        return offered, tool_search.as_function_items(items)
 
     def answer(self, call: dict[str, Any]) -> dict[str, Any]:
         """The `tool_search_output` answering a server-executed search call; what it found is

@@ -390,14 +390,14 @@ def as_function_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif kind == "tool_search_output":
             if item.get("call_id"):
                 out.append(
-                    {"type": "function_call_output", "call_id": item["call_id"], "output": _listing(item.get("tools"))}
+                    {"type": "function_call_output", "call_id": item["call_id"], "output": listing(item.get("tools"))}
                 )
         elif kind != "additional_tools":
             out.append(item)
     return out
 
 
-def _listing(entries: Any) -> str:
+def listing(entries: Any) -> str:
     """What a search found, for the model: each tool's name and description (it sees the schemas
     in its tool list from now on)."""
     lines: list[str] = []

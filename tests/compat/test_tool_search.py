@@ -248,3 +248,45 @@ def test_client_executed_search_and_additional_tools(
     )
     assert [o.type for o in added.output] == ["function_call"]
     assert _tool_names(scripted.model_calls[-1].body) == {"get_weather"}
+
+
+def test_a_background_run_searches_and_the_sdk_stream_helper_reads_it(
+    gateway: Gateway, scripted: ScriptedUpstream, upstream_model: tuple[str, str], catalogue: int, worker: Any
+) -> None:
+    """A worker's run plans the same deferred tools and answers the same search; the SDK's
+    stream helper (which accumulates items by type) reads a streamed search."""
+    import time
+
+    model, upstream = upstream_model
+    scripted.enqueue(
+        upstream,
+        Reply(tool_calls=[call("tool_search", {"query": "order"}, "s1")]),
+        Reply(tool_calls=[call("lookup_order", {"order_id": "D4"}, "c4")]),
+        Reply(text="D4 has shipped."),
+    )
+    client = gateway.openai()
+    started = client.responses.create(model=model, input="Where is D4?", background=True)
+    deadline = time.monotonic() + 30
+    resp = started
+    while resp.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        resp = client.responses.retrieve(started.id)
+    assert resp.status == "completed", resp.error
+    assert [o.type for o in resp.output if o.type != "mcp_list_tools"] == [
+        "tool_search_call",
+        "tool_search_output",
+        "mcp_call",
+        "message",
+    ]
+
+    scripted.enqueue(
+        upstream,
+        Reply(tool_calls=[call("tool_search", {"query": "add two integers"}, "s2")]),
+        Reply(text="Found an adder."),
+    )
+    with client.responses.stream(model=model, input="Can you add?") as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert "response.output_item.done" in kinds and final.output_text == "Found an adder."
+    found = next(o for o in final.output if o.type == "tool_search_output")
+    assert "add_numbers" in {getattr(t, "name", None) for t in found.tools}
