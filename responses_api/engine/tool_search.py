@@ -21,6 +21,7 @@ class RunToolSearch:
         self._index: ToolIndex | None = None
         self._gateway_search: Tool | None = None
         self._deferred: list[Tool] = []
+        self._deferred_ids: list[int] = []
         self._namespaces: dict[str, str] = {}
         self._servers: dict[str, tuple[str, str]] = {}
 
@@ -60,8 +61,9 @@ class RunToolSearch:
         by_name = {t.name: t for t in deferred}
         offered += [by_name[name] for name in self._loaded.names if name in by_name]
         offered += self._extra
-        if deferred != self._deferred:  # the MCP prelude adds a server's deferred tools once
-            self._deferred, self._index = deferred, None
+        ids = [id(t) for t in deferred]
+        if ids != self._deferred_ids:  # the MCP prelude adds a server's deferred tools once
+            self._deferred, self._deferred_ids, self._index = deferred, ids, None
             self._namespaces = {
                 t.namespace: str(t.report.get("description") or "")
                 for t in tools

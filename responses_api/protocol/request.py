@@ -439,5 +439,5 @@ def with_tool_search(tools: list[Tool], raw: Any) -> list[Tool]:
         if any(t.name == "tool_search" for t in tools):
             raise InvalidRequest("Duplicate tool name 'tool_search'.", param=f"tools[{searches[0][0]}]")
         tools = [*tools, search_tool(searches[0][1], f"tools[{searches[0][0]}]")]
-    check_deferred(tools, raw)
+    check_deferred(tools)
     return tools

@@ -77,11 +77,9 @@ def search_tool(entry: dict[str, Any] | None, param: str = "tools") -> Tool:
     )
 
 
-def check_deferred(tools: list[Tool], raw_tools: Any) -> None:
+def check_deferred(tools: list[Tool]) -> None:
     """A client's deferred tool needs a `tool_search` tool to be found with (as OpenAI requires)."""
     if not any(t.deferred for t in tools) or any(t.kind == "tool_search" for t in tools):
-        return
-    if isinstance(raw_tools, list) and any(isinstance(e, dict) and e.get("type") == "tool_search" for e in raw_tools):
         return
     first = next(t for t in tools if t.deferred)
     raise InvalidRequest(
@@ -290,8 +288,9 @@ def output_item(call: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str
 @dataclass(slots=True)
 class Loaded:
     """What the items of a context load: the upstream names of tools found (deferred tools the run
-    has), and the definitions they bring that the run does not have (a client search's results,
-    `additional_tools`), by where they came from."""
+    has), and the definitions a client brought (a client search's results, `additional_tools`),
+    which the run offers where it has no tool of that name. A server search's results only name
+    tools: a tool of the registry is never turned into a client's by a chain that outlived it."""
 
     names: dict[str, None] = field(default_factory=dict)  # in the order found: offered in that order
     added: list[tuple[dict[str, Any], str]] = field(default_factory=list)
@@ -304,6 +303,7 @@ def found_in(items: Iterable[dict[str, Any]]) -> Loaded:
     for index, item in enumerate(items):
         if item["type"] not in ("tool_search_output", "additional_tools"):
             continue
+        clients = item["type"] == "additional_tools" or item.get("execution") == "client"
         for j, entry in enumerate(item.get("tools") or []):
             if not isinstance(entry, dict):
                 continue
@@ -314,12 +314,14 @@ def found_in(items: Iterable[dict[str, Any]]) -> Loaded:
                     loaded.mcp += [(entry["server_label"], n) for n in names if isinstance(n, str)]
             elif kind == "function" or kind == "custom":
                 loaded.names.setdefault(str(entry.get("name")))
-                loaded.added.append((entry, f"items[{index}].tools[{j}]"))
+                if clients:
+                    loaded.added.append((entry, f"items[{index}].tools[{j}]"))
             elif kind == "namespace":
                 for member in entry.get("tools") or []:
                     if isinstance(member, dict):
                         loaded.names.setdefault(namespaced_name(str(entry.get("name")), str(member.get("name"))))
-                loaded.added.append((entry, f"items[{index}].tools[{j}]"))
+                if clients:
+                    loaded.added.append((entry, f"items[{index}].tools[{j}]"))
     return loaded
 
 
@@ -355,7 +357,7 @@ def added_tools(loaded: Loaded, known: set[str]) -> list[Tool]:
     out: list[Tool] = []
     for entry, _where in loaded.added:
         try:
-            parsed = normalize_tools([dict(entry, defer_loading=None)] if entry.get("type") != "namespace" else [entry])
+            parsed = normalize_tools([entry])
         except InvalidRequest:
             continue  # checked when it came in; an entry this run cannot offer is left out
         for tool in parsed:

@@ -14,6 +14,7 @@ from responses_api.protocol.items import normalize_input
 from responses_api.protocol.request import parse_create_request
 from responses_api.protocol.tool_search import (
     ToolIndex,
+    added_tools,
     as_function_items,
     call_arguments,
     found_in,
@@ -192,3 +193,16 @@ def test_searches_are_shown_to_the_model_as_function_calls() -> None:
     assert json.loads(shown[1]["arguments"]) == {"query": "x"} and shown[1]["name"] == "tool_search"
     assert "No tool matched" in shown[2]["output"]
     assert call_arguments('{"query": "a"}') == {"query": "a"} and call_arguments("plain") == {"query": "plain"}
+
+
+def test_only_a_clients_items_bring_definitions() -> None:
+    """A server search's results name tools the run has; a client's search and additional_tools
+    bring definitions, which become the client's tools where the run has none of that name."""
+    entry = {"type": "function", "name": "refund", "parameters": {"type": "object", "properties": {}}}
+    server = {"type": "tool_search_output", "id": "o", "call_id": "c", "execution": "server", "tools": [entry]}
+    client = dict(server, execution="client")
+    assert list(found_in([server]).names) == ["refund"] and found_in([server]).added == []
+    loaded = found_in([client])
+    [tool] = added_tools(loaded, known=set())
+    assert (tool.name, tool.source, tool.deferred) == ("refund", "client", False)
+    assert added_tools(found_in([client]), known={"refund"}) == []
