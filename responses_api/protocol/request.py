@@ -348,7 +348,7 @@ def parse_create_request(body: Any) -> CreateRequest:
         background=background,
         stream=_bool(body, "stream", False),
         tools=tools,
-        mcp_tools=normalize_mcp_tools(body.get("tools")),
+        mcp_tools=_deferred_mcp_checked(normalize_mcp_tools(body.get("tools")), tools),
         hosted_tools=hosted_tools(body.get("tools")),
         tool_choice=tool_choice,
         parallel_tool_calls=_bool(body, "parallel_tool_calls", True),
@@ -427,6 +427,17 @@ def parse_input_tokens_request(body: Any) -> CreateRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
     return parse_create_request({k: v for k, v in body.items() if k not in ("stream", "background", "store")})
+
+
+def _deferred_mcp_checked(mcp_tools: list[McpTool], tools: list[Tool]) -> list[McpTool]:
+    deferred = next((m for m in mcp_tools if m.deferred), None)
+    if deferred is not None and not any(t.kind == "tool_search" for t in tools):
+        raise InvalidRequest(
+            f"MCP server {deferred.server_label!r} has 'defer_loading': true, which needs a 'tool_search' tool "
+            "in 'tools'.",
+            param=f"{deferred.param}.defer_loading",
+        )
+    return mcp_tools
 
 
 def with_tool_search(tools: list[Tool], raw: Any) -> list[Tool]:

@@ -290,3 +290,40 @@ def test_a_background_run_searches_and_the_sdk_stream_helper_reads_it(
     assert "response.output_item.done" in kinds and final.output_text == "Found an adder."
     found = next(o for o in final.output if o.type == "tool_search_output")
     assert "add_numbers" in {getattr(t, "name", None) for t in found.tools}
+
+
+def test_a_request_defers_an_mcp_server_it_names(
+    gateway: Gateway, scripted: ScriptedUpstream, upstream_model: tuple[str, str], mcp_server: McpServerProcess
+) -> None:
+    model, upstream = upstream_model
+    shop = {
+        "type": "mcp",
+        "server_label": "shop",
+        "server_url": mcp_server.url,
+        "headers": {"Authorization": f"Bearer {mcp_server.token}"},
+        "require_approval": "never",
+        "defer_loading": True,
+    }
+    with gateway.http() as http:
+        refused = http.post("/v1/responses", json={"model": model, "input": "x", "tools": [shop]})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "tools[0].defer_loading"
+    scripted.enqueue(
+        upstream,
+        Reply(tool_calls=[call("tool_search", {"query": "add integers"}, "s1")]),
+        Reply(tool_calls=[call("add", {"a": 1, "b": 2}, "c1")]),
+        Reply(text="3."),
+    )
+    resp = gateway.openai().responses.create(model=model, input="1+2?", tools=[{"type": "tool_search"}, shop])
+    assert [o.type for o in resp.output] == [
+        "mcp_list_tools",
+        "tool_search_call",
+        "tool_search_output",
+        "mcp_call",
+        "message",
+    ]
+    (found,) = resp.output[2].tools
+    assert found.type == "mcp" and found.server_label == "shop" and "add" in found.allowed_tools
+    assert resp.output[3].output == "3" and mcp_server.counts() == {"add": 1}
+    assert _tool_names(scripted.model_calls[-3].body) == {"tool_search"}
+    assert {"add", "tool_search"} <= _tool_names(scripted.model_calls[-2].body)
+    assert [t.defer_loading for t in resp.tools if t.type == "mcp"] == [True]
