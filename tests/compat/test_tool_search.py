@@ -327,3 +327,23 @@ def test_a_request_defers_an_mcp_server_it_names(
     assert _tool_names(scripted.model_calls[-3].body) == {"tool_search"}
     assert {"add", "tool_search"} <= _tool_names(scripted.model_calls[-2].body)
     assert [t.defer_loading for t in resp.tools if t.type == "mcp"] == [True]
+
+
+def test_a_store_false_history_sent_back_keeps_what_was_found(
+    gateway: Gateway, scripted: ScriptedUpstream, upstream_model: tuple[str, str], catalogue: int
+) -> None:
+    model, upstream = upstream_model
+    scripted.enqueue(
+        upstream,
+        Reply(tool_calls=[call("tool_search", {"query": "look up an order"}, "s1")]),
+        Reply(text="I can look orders up."),
+        Reply(tool_calls=[call("lookup_order", {"order_id": "E5"}, "c5")]),
+        Reply(text="E5 has shipped."),
+    )
+    client = gateway.openai()
+    first = client.responses.create(model=model, input="Can you track orders?", store=False)
+    history = [{"role": "user", "content": "Can you track orders?"}]
+    history += [o.model_dump(exclude_none=True) for o in first.output if o.type != "mcp_list_tools"]
+    second = client.responses.create(model=model, input=[*history, {"role": "user", "content": "E5?"}], store=False)
+    assert [o.type for o in second.output if o.type != "mcp_list_tools"] == ["mcp_call", "message"]
+    assert "lookup_order" in _tool_names(scripted.model_calls[-2].body)
