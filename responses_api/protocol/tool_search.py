@@ -77,6 +77,19 @@ def search_tool(entry: dict[str, Any] | None, param: str = "tools") -> Tool:
     )
 
 
+def search_description(count: int, groups: dict[str, str]) -> str:
+    """The search function's description for `count` deferred tools: what they are grouped in
+    (MCP servers, namespaces; at most 30 named), so the model knows what it may search for."""
+    if not count:
+        return SEARCH_DESCRIPTION
+    text = f"{SEARCH_DESCRIPTION} {count} tools are not loaded yet"
+    if groups:
+        named = [f"{name} ({what[:80]})" for name, what in list(groups.items())[:30]]
+        more = f" and {len(groups) - 30} more" if len(groups) > 30 else ""
+        text += ", among them those of " + ", ".join(named) + more
+    return text + "."
+
+
 def check_deferred(tools: list[Tool]) -> None:
     """A client's deferred tool needs a `tool_search` tool to be found with (as OpenAI requires)."""
     if not any(t.deferred for t in tools) or any(t.kind == "tool_search" for t in tools):

@@ -124,7 +124,12 @@ def test_the_model_finds_and_calls_a_deferred_tool(
     first, second, third = scripted.model_calls[-3:]
     # The first call offered the search alone: none of the 200+ deferred schemas.
     assert _tool_names(first.body) == {"tool_search"}
-    assert len(json.dumps(first.body)) < 2_000 < catalogue
+    assert len(json.dumps(first.body)) < 2_500 < catalogue
+    # The search's description says what can be found: how many tools, of which MCP servers.
+    (search,) = first.body["tools"]
+    description = (search.get("function") or search)["description"]
+    assert "are not loaded yet" in description and "shop (MCP server)" in description
+    assert "github (" not in description  # registry tools belong to no server
     assert {"tool_search", "lookup_order"} <= _tool_names(second.body) and len(_tool_names(second.body)) <= 6
     assert "lookup_order" in str(second.body) and "order A1: shipped" in str(third.body)
 

@@ -13,11 +13,13 @@ from responses_api.protocol.errors import InvalidRequest
 from responses_api.protocol.items import normalize_input
 from responses_api.protocol.request import parse_create_request
 from responses_api.protocol.tool_search import (
+    SEARCH_DESCRIPTION,
     ToolIndex,
     added_tools,
     as_function_items,
     call_arguments,
     found_in,
+    search_description,
     tokens,
     tool_entries,
 )
@@ -206,3 +208,11 @@ def test_only_a_clients_items_bring_definitions() -> None:
     [tool] = added_tools(loaded, known=set())
     assert (tool.name, tool.source, tool.deferred) == ("refund", "client", False)
     assert added_tools(found_in([client]), known={"refund"}) == []
+
+
+def test_the_search_says_what_it_can_find() -> None:
+    assert search_description(0, {}) == SEARCH_DESCRIPTION
+    text = search_description(3, {"crm": "namespace: The CRM", "shop": "MCP server"})
+    assert text.endswith("3 tools are not loaded yet, among them those of crm (namespace: The CRM), shop (MCP server).")
+    many = search_description(40, {f"s{i}": "MCP server" for i in range(35)})
+    assert many.endswith("s29 (MCP server) and 5 more.")
