@@ -176,22 +176,22 @@ def test_a_streamed_search_is_valid_and_a_registry_tool_runs(
     assert json.loads(output[3]["output"]) == {"sum": 42}
 
 
-def test_a_chain_continued_over_websocket_keeps_what_was_found(
+def test_over_websocket_a_search_loop_runs_and_the_chain_keeps_what_was_found(
     gateway: Gateway, scripted: ScriptedUpstream, upstream_model: tuple[str, str], catalogue: int
 ) -> None:
+    """A search, a call of what it found and the answer in one WebSocket turn; the next turn (and
+    a later one over HTTP) calls the found tool without searching again."""
     model, upstream = upstream_model
     scripted.enqueue(
         upstream,
         Reply(tool_calls=[call("tool_search", {"query": "order lookup"}, "s1")]),
-        Reply(text="Which order?"),
+        Reply(tool_calls=[call("lookup_order", {"order_id": "C2"}, "c2")]),
+        Reply(text="C2 has shipped."),
         Reply(tool_calls=[call("lookup_order", {"order_id": "C3"}, "c3")]),
         Reply(text="C3 has shipped."),
+        Reply(tool_calls=[call("lookup_order", {"order_id": "C4"}, "c4")]),
+        Reply(text="C4 has shipped."),
     )
-    first = gateway.openai().responses.create(model=model, input="Can you track orders?")
-    assert [o.type for o in first.output if o.type != "mcp_list_tools"][:2] == [
-        "tool_search_call",
-        "tool_search_output",
-    ]
 
     def turn(connection: Any, **body: Any) -> dict:
         connection.response.create(model=model, **body)
@@ -203,10 +203,17 @@ def test_a_chain_continued_over_websocket_keeps_what_was_found(
             if event.type in ("response.completed", "response.failed", "response.incomplete", "error"):
                 return validate_events(events)
 
+    def kinds(response: dict) -> list[str]:
+        return [o["type"] for o in response["output"] if o["type"] != "mcp_list_tools"]
+
     with gateway.openai().responses.connect() as connection:
-        second = turn(connection, input="Order C3.", previous_response_id=first.id)
-    assert [o["type"] for o in second["output"] if o["type"] != "mcp_list_tools"] == ["mcp_call", "message"]
+        first = turn(connection, input="Where is C2?")
+        assert kinds(first) == ["tool_search_call", "tool_search_output", "mcp_call", "message"]
+        second = turn(connection, input="And C3?", previous_response_id=first["id"])
+    assert kinds(second) == ["mcp_call", "message"]
     assert "lookup_order" in _tool_names(scripted.model_calls[-2].body)
+    third = gateway.openai().responses.create(model=model, input="And C4?", previous_response_id=second["id"])
+    assert kinds(third.model_dump()) == ["mcp_call", "message"] and third.output_text == "C4 has shipped."
 
 
 def test_client_executed_search_and_additional_tools(
