@@ -103,10 +103,14 @@ def check_deferred(tools: list[Tool]) -> None:
 
 # -- ranking ---------------------------------------------------------------------------------
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-_STOPWORDS = frozenset(
-    "a an and are as at be by for from get has in into is it its of on or that the this to with "
-    "you your tool tools use using can which will".split()
-)
+# Words that say nothing of what a tool does: stop words, and "tool" itself.
+# fmt: off
+_STOPWORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "get", "has", "in", "into",
+    "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "with", "you", "your",
+    "tool", "tools", "use", "using", "can", "which", "will",
+})
+# fmt: on
 
 
 _SUFFIXES = (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("s", ""))
