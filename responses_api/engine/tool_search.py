@@ -73,7 +73,7 @@ class RunToolSearch:
         builder.tool_kinds.update({t.name: t for t in searchable})
         # A deferred tool's call is run even if the model named it before finding it.
         builder.allowed_tools = allowed_tool_names(self._tool_choice, offered + deferred)
-        return offered, tool_search.as_function_items(items)
+        return offered, tool_search.as_function_items(items, mcp_names)
 
     def _described(self, search: Tool | None) -> Tool:
         """The search function (the request's, or the gateway's when `search` is None) telling the

@@ -386,7 +386,9 @@ def added_tools(loaded: Loaded, known: set[str]) -> list[Tool]:
 
 
 # -- what the model sees of them ---------------------------------------------------------------
-def as_function_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def as_function_items(
+    items: list[dict[str, Any]], mcp_names: dict[tuple[str, str], str] | None = None
+) -> list[dict[str, Any]]:
     """Searches as the function calls the model made and their results (a text listing what was
     loaded); `additional_tools` items and searches without a call id (another server's) left out."""
     if not any(item["type"] in ITEM_TYPES for item in items):
@@ -409,16 +411,20 @@ def as_function_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif kind == "tool_search_output":
             if item.get("call_id"):
                 out.append(
-                    {"type": "function_call_output", "call_id": item["call_id"], "output": listing(item.get("tools"))}
+                    {
+                        "type": "function_call_output",
+                        "call_id": item["call_id"],
+                        "output": listing(item.get("tools"), mcp_names),
+                    }
                 )
         elif kind != "additional_tools":
             out.append(item)
     return out
 
 
-def listing(entries: Any) -> str:
-    """What a search found, for the model: each tool's name and description (it sees the schemas
-    in its tool list from now on)."""
+def listing(entries: Any, mcp_names: dict[tuple[str, str], str] | None = None) -> str:
+    """What a search found, for the model: each tool by the function name it calls, with its
+    description (the schemas are in its tool list from now on)."""
     lines: list[str] = []
     for entry in entries if isinstance(entries, list) else []:
         if not isinstance(entry, dict):
@@ -426,9 +432,13 @@ def listing(entries: Any) -> str:
         if entry.get("type") == "namespace":
             for member in entry.get("tools") or []:
                 if isinstance(member, dict):
-                    lines.append(f"- {entry.get('name')}.{member.get('name')}: {member.get('description') or ''}")
+                    called = namespaced_name(str(entry.get("name")), str(member.get("name")))
+                    lines.append(f"- {called}: {member.get('description') or ''}")
         elif entry.get("type") == "mcp":
-            lines += [f"- {entry.get('server_label')}: {name}" for name in entry.get("allowed_tools") or []]
+            label = str(entry.get("server_label"))
+            for name in entry.get("allowed_tools") or []:
+                called = (mcp_names or {}).get((label, name), name)  # the function name the model calls
+                lines.append(f"- {called}: {name} of the MCP server {label}")
         else:
             lines.append(f"- {entry.get('name')}: {entry.get('description') or ''}")
     if not lines:

@@ -70,7 +70,7 @@ pytestmark = pytest.mark.embedded
             },
             "tool_output",
             "tool_search",
-            "- shop: lookup_order",
+            "- lookup_order: lookup_order of the MCP server shop",
         ),
     ],
 )

@@ -216,3 +216,16 @@ def test_the_search_says_what_it_can_find() -> None:
     assert text.endswith("3 tools are not loaded yet, among them those of crm (namespace: The CRM), shop (MCP server).")
     many = search_description(40, {f"s{i}": "MCP server" for i in range(35)})
     assert many.endswith("s29 (MCP server) and 5 more.")
+
+
+def test_the_result_names_each_tool_as_the_model_calls_it() -> None:
+    found = [
+        {"type": "namespace", "name": "crm", "description": "", "tools": [{"type": "function", "name": "find"}]},
+        {"type": "mcp", "server_label": "linear", "allowed_tools": ["create_issue"]},
+    ]
+    items = [
+        {"type": "tool_search_call", "id": "t", "call_id": "c", "execution": "server", "arguments": {}},
+        {"type": "tool_search_output", "id": "o", "call_id": "c", "execution": "server", "tools": found},
+    ]
+    text = as_function_items(items, {("linear", "create_issue"): "linear__create_issue"})[1]["output"]
+    assert "- crm__find:" in text and "- linear__create_issue: create_issue of the MCP server linear" in text
