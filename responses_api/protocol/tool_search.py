@@ -39,7 +39,7 @@ SEARCH_PARAMETERS: dict[str, Any] = {
 }
 RESULT_LIMIT = 5  # tools one search loads: enough for a task's few tools, few enough to stay cheap
 ITEM_TYPES = frozenset({"tool_search_call", "tool_search_output", "additional_tools"})
-_ADDABLE = frozenset({"function", "custom", "namespace"})  # tool types a search output or additional_tools may add
+_ADDABLE = frozenset({"function", "custom", "namespace"})  # the tool types an additional_tools item adds
 
 
 def search_tool(entry: dict[str, Any] | None, param: str = "tools") -> Tool:
@@ -310,18 +310,18 @@ class Loaded:
     tools: a tool of the registry is never turned into a client's by a chain that outlived it."""
 
     names: dict[str, None] = field(default_factory=dict)  # in the order found: offered in that order
-    added: list[tuple[dict[str, Any], str]] = field(default_factory=list)
+    added: list[dict[str, Any]] = field(default_factory=list)
     mcp: list[tuple[str, str]] = field(default_factory=list)  # (server label, tool) found
 
 
 def found_in(items: Iterable[dict[str, Any]]) -> Loaded:
     """The tools the `tool_search_output` and `additional_tools` items of `items` load."""
     loaded = Loaded()
-    for index, item in enumerate(items):
+    for item in items:
         if item["type"] not in ("tool_search_output", "additional_tools"):
             continue
         clients = item["type"] == "additional_tools" or item.get("execution") == "client"
-        for j, entry in enumerate(item.get("tools") or []):
+        for entry in item.get("tools") or []:
             if not isinstance(entry, dict):
                 continue
             kind = entry.get("type")
@@ -329,16 +329,16 @@ def found_in(items: Iterable[dict[str, Any]]) -> Loaded:
                 names = entry.get("allowed_tools")
                 if isinstance(names, list):
                     loaded.mcp += [(entry["server_label"], n) for n in names if isinstance(n, str)]
-            elif kind == "function" or kind == "custom":
+            elif kind in ("function", "custom"):
                 loaded.names.setdefault(str(entry.get("name")))
                 if clients:
-                    loaded.added.append((entry, f"items[{index}].tools[{j}]"))
+                    loaded.added.append(entry)
             elif kind == "namespace":
                 for member in entry.get("tools") or []:
                     if isinstance(member, dict):
                         loaded.names.setdefault(namespaced_name(str(entry.get("name")), str(member.get("name"))))
                 if clients:
-                    loaded.added.append((entry, f"items[{index}].tools[{j}]"))
+                    loaded.added.append(entry)
     return loaded
 
 
@@ -372,7 +372,7 @@ def added_tools(loaded: Loaded, known: set[str]) -> list[Tool]:
     """The tools `loaded` brings that are not among `known` upstream names, as the model is offered
     them; each is the client's (the gateway runs only registry and MCP tools it planned)."""
     out: list[Tool] = []
-    for entry, _where in loaded.added:
+    for entry in loaded.added:
         try:
             parsed = normalize_tools([entry])
         except InvalidRequest:
