@@ -84,10 +84,8 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 
 for _sig in (signal.SIGTERM, signal.SIGHUP):
-    try:
+    with contextlib.suppress(ValueError, OSError):  # not the main thread
         signal.signal(_sig, _on_signal)
-    except (ValueError, OSError):  # not the main thread
-        pass
 
 
 def raise_nofile(target: int = 65536) -> int:
@@ -95,10 +93,8 @@ def raise_nofile(target: int = 65536) -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = min(target, hard) if hard != resource.RLIM_INFINITY else target
     if want > soft:
-        try:
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-        except (ValueError, OSError):
-            pass
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
@@ -385,16 +381,30 @@ def litellm_venv() -> Path:
     return Path(os.environ.get("LITELLM_VENV") or BENCH / ".litellm-venv")
 
 
+# The LiteLLM release every comparison runs against (the newest on 2026-11-27): a ratio to an
+# unpinned LiteLLM would move with its releases. Change it on purpose, and say so in bench/README.md.
+LITELLM_VERSION = "1.110.2"
+
+
 def ensure_litellm(timeout: float = 900) -> Path | None:
-    """The `litellm` executable of a separate virtualenv (created when missing), or None."""
+    """The `litellm` executable of a separate virtualenv holding LITELLM_VERSION (installed or
+    replaced when missing or another version), or None."""
     venv = litellm_venv()
     exe = venv / "bin" / "litellm"
-    if exe.exists():
+    stamp = venv / ".bench-litellm-version"
+    if exe.exists() and stamp.exists() and stamp.read_text().strip() == LITELLM_VERSION:
         return exe
-    log(f"installing litellm[proxy] into {venv} (separate virtualenv, one time)")
+    log(f"installing litellm[proxy]=={LITELLM_VERSION} into {venv} (separate virtualenv)")
     try:
-        subprocess.run([shutil.which("python3") or sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "litellm[proxy]"], check=True, timeout=timeout)
+        if not (venv / "bin" / "pip").exists():
+            python = shutil.which("python3") or sys.executable
+            subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", f"litellm[proxy]=={LITELLM_VERSION}"],
+            check=True,
+            timeout=timeout,
+        )
+        stamp.write_text(LITELLM_VERSION)
     except (subprocess.SubprocessError, OSError) as exc:
         log(f"LiteLLM: install failed ({exc}); skipping LiteLLM")
         return None
@@ -836,12 +846,10 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     commit = ""
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
         ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
     return {
         "nproc": os.cpu_count(),
         "cpu_model": model,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -219,10 +220,8 @@ async def serve(host: str, port: int, max_seconds: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(f"lean upstream on http://{host}:{port}/v1 (pid {os.getpid()})", flush=True)
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), max_seconds)
-    except TimeoutError:
-        pass
     server.close()
 
 

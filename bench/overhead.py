@@ -38,7 +38,16 @@ PROMPT = "Say hello to the benchmark."
 
 
 class Target:
-    def __init__(self, name: str, base: str, headers: dict[str, str], *, direct: bool, pid: int | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        base: str,
+        headers: dict[str, str],
+        *,
+        direct: bool,
+        pid: int | None,
+        extra: dict | None = None,
+    ) -> None:
         self.name = name
         self.base = base
         self.headers = headers
@@ -51,7 +60,7 @@ class Target:
             self.stream_body = json.dumps({**msg, "stream": True}).encode()
         else:
             self.path = "/responses"
-            req = {"model": "bench-model", "input": PROMPT}
+            req = {"model": "bench-model", "input": PROMPT, **(extra or {})}
             self.body = json.dumps(req).encode()
             self.stream_body = json.dumps({**req, "stream": True}).encode()
 
@@ -152,6 +161,9 @@ def main() -> None:
     ap.add_argument("--cap", type=int, default=20000, help="max requests per throughput cell")
     ap.add_argument("--no-litellm", action="store_true")
     ap.add_argument(
+        "--no-nostore", action="store_true", help="skip the target 'nostore' (this gateway, store: false requests)"
+    )
+    ap.add_argument(
         "--baseline",
         metavar="REV",
         default="",
@@ -185,6 +197,12 @@ def main() -> None:
         Target("direct", up.base_url, {}, direct=True, pid=up.proc.pid),
         Target("gateway", f"{gw.url}/v1", gw.headers, direct=False, pid=gw.proc.pid),
     ]
+    if not args.no_nostore:
+        # The same process answering `store: false` requests: like with like against LiteLLM,
+        # which stores nothing either.
+        targets.append(
+            Target("nostore", f"{gw.url}/v1", gw.headers, direct=False, pid=gw.proc.pid, extra={"store": False})
+        )
     base_gw = None
     if args.baseline:
         tree = c.source_tree(args.baseline, d / "baseline-tree")
@@ -335,6 +353,7 @@ def main() -> None:
         for n in proxies:
             row[n]["added_p50_ms"] = round(row[n]["latency_ms"]["median"] - row["direct"]["latency_ms"]["median"], 3)
             row[n]["added_p99_ms"] = round(row[n]["latency_ms"]["p99"] - row["direct"]["latency_ms"]["p99"], 3)
+            row[n]["cpu_ms_per_request"] = cpu_per_request(row[n], n)
         results["throughput"][str(conc)] = row
         c.log(
             f"concurrency {conc}: "
@@ -367,6 +386,22 @@ def main() -> None:
         targets_check[f"p99_added_c{top}_lower_than_litellm"] = (
             tp["gateway"]["added_p99_ms"] < tp["litellm"]["added_p99_ms"]
         )
+        if "nostore" in tp:  # performance round 5a (issue 40): like with like, per unit of CPU
+            for k, row in results["throughput"].items():
+                ours, theirs = (
+                    row["nostore"]["cpu_ms_per_request"]["process"],
+                    row["litellm"]["cpu_ms_per_request"]["process"],
+                )
+                if ours and theirs:
+                    headline[f"cpu_per_request_litellm_over_nostore_c{k}"] = round(theirs / ours, 2)
+                    if k != "1":
+                        targets_check[f"nostore_cpu_per_request_c{k}_le_1/15_litellm"] = ours * 15 <= theirs
+            if tp["litellm"]["rps"]:
+                nostore_ratio = tp["nostore"]["rps"] / tp["litellm"]["rps"]
+                headline[f"throughput_ratio_nostore_over_litellm_c{top}"] = round(nostore_ratio, 2)
+                targets_check[f"nostore_throughput_c{top}_ge_10x_litellm"] = nostore_ratio >= 10
+        ll_ttfe = results["streaming"]["litellm"]["added_ttfe_ms"]["median"]
+        targets_check["added_ttfe_le_1/10_litellm"] = gw_st["median"] * 10 <= ll_ttfe
 
     print()
     print(
@@ -395,6 +430,20 @@ def main() -> None:
                 for k, row in results["throughput"].items()
             )
             + ")"
+        )
+    print("CPU per request (ms; the target's process, and PostgreSQL's beside it):")
+    for k, row in results["throughput"].items():
+        print(
+            f"  c={k}: "
+            + ", ".join(
+                f"{n} {row[n]['cpu_ms_per_request']['process']}"
+                + (
+                    f" (+pg {row[n]['cpu_ms_per_request']['postgres']})"
+                    if row[n]["cpu_ms_per_request"]["postgres"]
+                    else ""
+                )
+                for n in proxies
+            )
         )
     for k, v in targets_check.items():
         print(f"  target {k}: {'met' if v else 'MISSED'}")
@@ -428,6 +477,21 @@ def main() -> None:
         if srv is not None:
             srv.stop()
     pg.stop()
+
+
+def cpu_per_request(cell: dict, name: str) -> dict[str, float | None]:
+    """CPU milliseconds per request of a throughput cell: the target's process, and PostgreSQL's
+    (None where the target writes nothing there: LiteLLM, `store: false`)."""
+    rps = cell["rps"]
+    cores = cell["cpu_cores"]
+    if not rps:
+        return {"process": None, "postgres": None}
+    process = cores.get(f"{name}_cores")
+    postgres = cores.get("postgres_cores") if name not in ("litellm", "nostore") else None
+    return {
+        "process": round(process / rps * 1000, 3) if process is not None else None,
+        "postgres": round(postgres / rps * 1000, 3) if postgres is not None else None,
+    }
 
 
 def _litellm_version() -> str | None:

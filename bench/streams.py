@@ -99,6 +99,8 @@ async def run_level(
     ramp_s = time.perf_counter() - t0
     all_open = first_tokens >= n and not done_early
     # Hold: the measurement window.
+    ramp_meter = meter.stop()
+    meter = c.CpuMeter(cpu_pids).start()
     w_start = time.perf_counter()
     spy = None
     if profile_pid:
@@ -107,8 +109,7 @@ async def run_level(
         exe = profile_gateway.py_spy()
         raw = c.run_dir("streams-spy") / "gateway.raw"
         if exe:
-            # Starting py-spy takes no time, so a blocking Popen in this coroutine is fine.
-            spy = subprocess.Popen(
+            spy = subprocess.Popen(  # noqa: ASYNC220 - starting py-spy takes no time: a blocking Popen is fine
                 [
                     exe,
                     "record",
@@ -117,7 +118,7 @@ async def run_level(
                     "--gil",
                     "-r",
                     "100",
-                    "-d",  # noqa: ASYNC220
+                    "-d",
                     str(max(1, int(args.hold))),
                     "-f",
                     "raw",
@@ -134,7 +135,8 @@ async def run_level(
         if rss_pid:
             rss_samples.append(c.rss_bytes(rss_pid))
     w_end = time.perf_counter()
-    cpu = meter.stop()
+    window_cpu = meter.stop()
+    cpu = _combined(ramp_meter, window_cpu)
     profile = None
     if spy is not None:
         try:
@@ -166,6 +168,17 @@ async def run_level(
             if a >= w_start:
                 gaps_window.append(b - a - args.interval)
     ttfe = [ts[0] - st for ts, st in zip(times, starts) if ts and st]
+    # CPU per relayed event (the window: every stream open, no creates in flight) and per opened
+    # stream (the ramp's CPU less what relaying the ramp's events cost at the window's rate).
+    relayed_window = sum(events_in_window)
+    relayed_ramp = sum(1 for ts in times for t in ts if t < w_start)
+    per_event_us = per_stream_ms = None
+    window_cores = window_cpu.get("gateway_cores")
+    if window_cores is not None and relayed_window:
+        per_event_us = window_cores * window_cpu["wall_s"] / relayed_window * 1e6
+        ramp_cores = ramp_meter.get("gateway_cores", 0.0)
+        ramp_cpu_s = ramp_cores * ramp_meter["wall_s"] - per_event_us / 1e6 * relayed_ramp
+        per_stream_ms = max(ramp_cpu_s, 0.0) / max(started, 1) * 1000
     rss_peak = max(rss_samples) if rss_samples else 0
     return {
         "streams": n,
@@ -186,8 +199,22 @@ async def run_level(
         # per stream actually open (a level that could not open all N divides by those open)
         "rss_per_stream_kb": round((rss_peak - rss_before) / max(first_tokens, 1) / 1024, 1) if rss_pid else None,
         "cpu_cores_ramp_and_window": cpu,
+        "cpu_cores_window": window_cpu,
+        "cpu_us_per_relayed_event": round(per_event_us, 1) if per_event_us is not None else None,
+        "cpu_ms_per_opened_stream": round(per_stream_ms, 3) if per_stream_ms is not None else None,
         "profile_categories": profile["categories"] if profile else None,
     }
+
+
+def _combined(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
+    """Two consecutive CpuMeter readings as one over both spans (cores weighted by wall time)."""
+    wall = first["wall_s"] + second["wall_s"]
+    out = {
+        key: round((first.get(key, 0.0) * first["wall_s"] + second.get(key, 0.0) * second["wall_s"]) / wall, 3)
+        for key in first.keys() | second.keys()
+        if key != "wall_s"
+    }
+    return out | {"wall_s": round(wall, 3)}
 
 
 def wait_idle(pid: int, timeout: float = 60.0) -> float:
@@ -349,7 +376,8 @@ def main() -> None:
                 f"{r['open_rate_per_s']}/s), added inter-event window p50 {w.get('median')} p99 {w.get('p99')} "
                 f"max {w.get('max')} ms; incl. ramp p99 {a.get('p99')} ms; TTFE p50 {r['ttfe_ms'].get('median')} ms; "
                 f"gateway {cpu.get('gateway_cores')} cores, machine {cpu.get('machine_cores')}, "
-                f"others {cpu.get('others_cores')}"
+                f"others {cpu.get('others_cores')}; {r['cpu_us_per_relayed_event']} us CPU per relayed event, "
+                f"{r['cpu_ms_per_opened_stream']} ms per opened stream"
                 + (f"; RSS +{r['rss_per_stream_kb']} KiB/stream" if name != "direct" else "")
             )
         g = row["gateway"]
@@ -365,7 +393,8 @@ def main() -> None:
     print()
     print(
         f"{'streams':>7}  {'all open':>8}  {'open/s':>6}  {'p50 add':>7}  {'p99 add':>7}  {'max add':>7}  "
-        f"{'p99 incl ramp':>13}  {'direct p99':>10}  {'KiB/stream':>10}  {'gw cores':>8}  within {args.bound_ms:.0f} ms"
+        f"{'p99 incl ramp':>13}  {'direct p99':>10}  {'KiB/stream':>10}  {'gw cores':>8}  {'us/event':>8}  "
+        f"{'ms/open':>7}  within {args.bound_ms:.0f} ms"
     )
     for r in rows:
         g = r["gateway"]
@@ -376,7 +405,7 @@ def main() -> None:
             f"{w.get('p99', float('nan')):>7.1f}  {w.get('max', float('nan')):>7.1f}  "
             f"{g['added_inter_event_ms_all'].get('p99', float('nan')):>13.1f}  {dp99:>10.1f}  "
             f"{g['rss_per_stream_kb']!s:>10}  {g['cpu_cores_ramp_and_window'].get('gateway_cores', 0):>8}  "
-            f"{r['within_bound']}"
+            f"{g['cpu_us_per_relayed_event']!s:>8}  {g['cpu_ms_per_opened_stream']!s:>7}  {r['within_bound']}"
         )
     if base_gw is not None:
         for r in rows:
@@ -385,10 +414,12 @@ def main() -> None:
                 print(
                     f"{r['streams']:>7}  baseline {args.baseline}: opened {b['with_first_token']} "
                     f"({b['open_rate_per_s']}/s), p99 {b['added_inter_event_ms_window'].get('p99')} ms, "
-                    f"{b['cpu_cores_ramp_and_window'].get('gateway_cores')} cores; this tree: opened "
-                    f"{g['with_first_token']} ({g['open_rate_per_s']}/s), p99 "
+                    f"{b['cpu_cores_ramp_and_window'].get('gateway_cores')} cores, "
+                    f"{b['cpu_us_per_relayed_event']} us/event, {b['cpu_ms_per_opened_stream']} ms/open; this tree: "
+                    f"opened {g['with_first_token']} ({g['open_rate_per_s']}/s), p99 "
                     f"{g['added_inter_event_ms_window'].get('p99')} ms, "
-                    f"{g['cpu_cores_ramp_and_window'].get('gateway_cores')} cores"
+                    f"{g['cpu_cores_ramp_and_window'].get('gateway_cores')} cores, "
+                    f"{g['cpu_us_per_relayed_event']} us/event, {g['cpu_ms_per_opened_stream']} ms/open"
                 )
     print(
         f"streams held by one gateway process with p99 added inter-event delay < {args.bound_ms:.0f} ms: {held} "

@@ -208,7 +208,7 @@ async def chains(gateway: c.Gateway, upstream: c.Upstream, turns: int, samples: 
     await sock.close()
     up_long = await upstream_time(direct, chat_body("echo", turns, tool_loop=False), samples)
     up_short = await upstream_time(direct, chat_body("echo", 1, tool_loop=False), samples)
-    med = lambda v: c.pct(v, 50)  # noqa: E731
+    med = lambda v: c.pct(v, 50)  # noqa: E731 - a one-line helper
     out = {
         "turns": turns,
         "samples": samples,

@@ -8,21 +8,19 @@ GATEWAY_CONFIG is not synced here: once per deployment, by `manage.py sync_gatew
 web processes nor resetting the admin's edits at every start.
 """
 
+import gc
+import logging
 import os
+import resource
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
 _django = get_asgi_application()  # sets Django up first
 
-import gc
-import logging
-import resource
-
-from django.conf import settings
-
-from responses_api.api.asgi import ApiApplication  # noqa: E402
+from responses_api.api.asgi import ApiApplication  # noqa: E402 - after Django is set up (above)
 
 # The /v1 API's views directly (no per-request thread hops), the rest through Django.
 application = ApiApplication(_django)

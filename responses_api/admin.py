@@ -25,6 +25,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from .api.auth import budget_of, key_quota, tenant_quota
+from .engine.router import target_health
 from .history import presenters
 from .history import selectors as history
 from .models import ApiKey, ModelRoute, Provider, Response, ResponseItem, RouteTarget, Tenant, validate_base_url
@@ -136,7 +138,7 @@ class _PageChangeList(ChangeList):
 
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        self.model_admin.annotate_page(list(self.result_list))  # type: ignore[attr-defined]
+        self.model_admin.annotate_page(list(self.result_list))  # type: ignore[attr-defined]  # annotate_page is declared by this app's admins that use this changelist
 
 
 @admin.register(Tenant)
@@ -171,11 +173,11 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     def annotate_page(self, tenants: list[Tenant]) -> None:
         use = history.tenants_use(tenants)
         for tenant in tenants:
-            tenant._use = use[tenant.pk]  # type: ignore[attr-defined]
+            tenant._use = use[tenant.pk]  # type: ignore[attr-defined]  # the page's annotation, set on the row for its columns
 
     @admin.display(description="API keys", ordering="_keys")
     def key_count(self, obj: Tenant) -> int:
-        return obj._keys  # type: ignore[attr-defined]
+        return obj._keys  # type: ignore[attr-defined]  # the page's annotation (annotate_page)
 
     @admin.display(description="Limits and budget")
     def limits(self, obj: Tenant) -> str:
@@ -183,7 +185,7 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
     @admin.display(description="Spent this period")
     def period_spend(self, obj: Tenant) -> str:
-        use: history.TenantUse = obj._use  # type: ignore[attr-defined]
+        use: history.TenantUse = obj._use  # type: ignore[attr-defined]  # the page's annotation (annotate_page)
         period = "today" if obj.budget_period == "day" else "this month"
         text = f"{use.period_tokens:,} tokens (${use.period_micro_usd / 1_000_000:,.2f}) {period}"
         if obj.budget_tokens:
@@ -194,7 +196,7 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
     @admin.display(description="Last minute")
     def last_minute(self, obj: Tenant) -> str:
-        use: history.TenantUse = obj._use  # type: ignore[attr-defined]
+        use: history.TenantUse = obj._use  # type: ignore[attr-defined]  # the page's annotation (annotate_page)
         return f"{use.minute_requests:,} requests, {use.minute_tokens:,} tokens"
 
 
@@ -597,7 +599,7 @@ class ModelRouteAdmin(ConfigManagedAdmin, admin.ModelAdmin):
         labels = [_target_label(t) for route in routes for t in route.targets.all()]
         found = target_health(labels) if labels else {}
         for route in routes:
-            route._health = {label: found.get(label) for label in map(_target_label, route.targets.all())}  # type: ignore[attr-defined]
+            route._health = {label: found.get(label) for label in map(_target_label, route.targets.all())}  # type: ignore[attr-defined]  # the page's annotation, set on the row for its columns
 
     @admin.display(description="Health")
     def health(self, obj: ModelRoute) -> str:
@@ -1025,6 +1027,4 @@ class ResponseAdmin(admin.ModelAdmin):
         return bool(request.user.is_superuser)
 
 
-from .api.auth import budget_of, key_quota, tenant_quota
 from .conversations import admin as conversations_admin  # noqa: E402,F401 - registers ConversationAdmin
-from .engine.router import target_health

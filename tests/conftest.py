@@ -63,21 +63,13 @@ def _forget_target_health() -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_caches() -> Iterator[None]:
-    from responses_api.api import auth
-    from responses_api.orchestration import routing, toolplan
-    from tool_registry import services as tool_services
+    """Every in-process cache empty (store/ttlcache.py: one registry) and every target healthy."""
+    from responses_api.store import ttlcache
 
-    clears = (
-        auth.clear_cache,
-        routing.clear_cache,
-        toolplan.clear_cache,
-        tool_services.clear_cache,
-        _forget_target_health,
-    )
-    for clear in clears:
+    for clear in (ttlcache.clear_all, _forget_target_health):
         clear()
     yield
-    for clear in clears:
+    for clear in (ttlcache.clear_all, _forget_target_health):
         clear()
 
 

@@ -9,10 +9,11 @@ import json
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from responses_api.ops.config_admin import ConfigManagedAdmin
@@ -81,7 +82,7 @@ class ToolAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     def test_link(self, tool: Tool) -> str:
         return format_html('<a href="{}">test call</a>', reverse("admin:tool_registry_tool_test", args=[tool.pk]))
 
-    def get_urls(self):  # type: ignore[no-untyped-def]
+    def get_urls(self) -> list[URLPattern]:
         extra = [
             path("<int:tool_id>/test/", self.admin_site.admin_view(self.test_call_view), name="tool_registry_tool_test")
         ]
@@ -162,7 +163,7 @@ class McpServerAdmin(ConfigManagedAdmin, admin.ModelAdmin):
         return format_html("<ul>{}</ul>", format_html_join("", "<li><code>{}</code>: {}</li>", rows))
 
     @admin.action(description="Refresh tool listing from the server")
-    def refresh_tools(self, request: HttpRequest, queryset) -> None:  # type: ignore[no-untyped-def]
+    def refresh_tools(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         for server in queryset:
             try:
                 tools = mcp_listing_refresh(server)

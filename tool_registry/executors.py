@@ -83,7 +83,7 @@ async def _run_http(spec: ToolSpec, arguments: dict[str, Any], policy: EgressPol
         )
     except EgressDenied as exc:
         return _error(f"egress refused: {exc}")
-    except Exception as exc:  # any transport failure is the model's to hear about
+    except Exception as exc:  # noqa: BLE001 - any transport failure is the model's to hear about
         return _error(f"tool '{spec.name}' could not be reached: {type(exc).__name__}")
     if response.status_code >= 400:
         return _error(
@@ -120,7 +120,7 @@ async def _run_python(spec: ToolSpec, arguments: dict[str, Any], allowed_modules
             value = await asyncio.to_thread(function, **arguments)
     except TypeError as exc:
         return _error(f"bad arguments for '{spec.name}': {exc}")
-    except Exception as exc:  # the tool's own failure, reported to the model
+    except Exception as exc:  # noqa: BLE001 - the tool's own failure, reported to the model
         return _error(f"tool '{spec.name}' failed: {type(exc).__name__}: {exc}")
     return ToolResult(_as_output(value), ok=True)
 

@@ -76,7 +76,9 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         self.host_header = host if port == (443 if scheme == "https" else 80) else f"{host}:{port}"
         self.sni = host.rstrip(".") if scheme == "https" and literal_address(host) is None else None
         self.inner = httpx2.AsyncHTTPTransport(retries=0, trust_env=False)
-        self.error_status: int | None = None  # the SDK turns HTTP errors into JSON-RPC ones
+        # The status of an answer that is not MCP (an error, or a redirect this client does not
+        # follow): the SDK would report either as a JSON-RPC error, hiding what the server said.
+        self.error_status: int | None = None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url
@@ -88,7 +90,7 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         if self.sni:
             request.extensions = {**request.extensions, "sni_hostname": self.sni}
         response = await self.inner.handle_async_request(request)
-        if response.status_code >= 400 and request.method != "DELETE":
+        if response.status_code >= 300 and request.method != "DELETE":
             self.error_status = response.status_code
         return response
 
@@ -150,6 +152,10 @@ async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[C
         if code is None or isinstance(_leaf(exc), (McpUnavailable, TimeoutError)):
             raise
         message = f"MCP server '{spec.label}' answered HTTP {code}"
+        if code < 400:
+            # Following it would leave the origin the egress policy checked (and may carry the
+            # server's credentials elsewhere): the operator or client registers the final URL.
+            message += " (a redirect: MCP servers are called at their own URL; give the URL it redirects to)"
         raise McpUnavailable(message, {"type": "http_error", "code": code, "message": message}) from None
 
 
@@ -182,7 +188,7 @@ async def list_tools(spec: McpServerSpec, policy: EgressPolicy) -> list[dict[str
 
     try:
         return await asyncio.wait_for(fetch(), spec.timeout)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure of the server becomes an McpUnavailable with its reason
         raise _failure(exc, spec) from None
 
 
@@ -214,7 +220,7 @@ async def call_tool(spec: McpServerSpec, policy: EgressPolicy, name: str, argume
     started = time.monotonic()
     try:
         result = await asyncio.wait_for(run(), spec.timeout)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure of the call becomes an outcome the model hears about
         failure = _failure(exc, spec)
         log.info(
             "mcp call %s/%s failed after %.0f ms: %s",

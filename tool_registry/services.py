@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -13,6 +12,7 @@ from django.utils import timezone
 
 from responses_api.models import Tenant
 from responses_api.protocol.mcp import ApprovalPolicy, ToolFilter
+from responses_api.store.ttlcache import TTLCache
 
 from .egress import EgressPolicy
 from .executors import ToolSpec
@@ -25,21 +25,19 @@ def egress_policy() -> EgressPolicy:
     return EgressAllow.objects.policy()
 
 
-_adhoc_policies: dict[int, tuple[float, EgressPolicy]] = {}
+_adhoc_policies: TTLCache[int, EgressPolicy] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 
 
 def adhoc_egress_policy(tenant_id: int) -> EgressPolicy:
     """The policy for MCP server URLs an API client sends: public addresses only, plus the
     explicit ad-hoc allowances (GATEWAY_MCP_ADHOC_EGRESS_ALLOW and the tenant's own), never the
     operator's allowlist for registered tools (cached briefly)."""
-    now = time.monotonic()
     cached = _adhoc_policies.get(tenant_id)
-    if cached is None or cached[0] <= now:
-        tenant_entries = Tenant.objects.filter(pk=tenant_id).values_list("mcp_adhoc_egress_allow", flat=True).first()
-        entries = [*settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW, *(tenant_entries or [])]
-        cached = (now + settings.GATEWAY_CACHE_SECONDS, EgressPolicy.from_strings(entries))
-        _adhoc_policies[tenant_id] = cached
-    return cached[1]
+    if cached is not None:
+        return cached[0]
+    tenant_entries = Tenant.objects.filter(pk=tenant_id).values_list("mcp_adhoc_egress_allow", flat=True).first()
+    entries = [*settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW, *(tenant_entries or [])]
+    return _adhoc_policies.put(tenant_id, EgressPolicy.from_strings(entries))
 
 
 def clear_cache() -> None:

@@ -9,13 +9,18 @@ bearer keys, set no cookies and are CSRF-exempt, so this lane calls them
 without that machinery. What the API still needs from the chain is applied
 here, inline and without hops: the request id and access log
 (RequestIdMiddleware), Host validation, and the response headers of the
-security, common and X-Frame-Options middleware. The admin, static files,
-health checks and the API docs go through Django's full handler as before.
+security, common and X-Frame-Options middleware. The API's documents
+(/v1/openapi.json, /v1/docs) are such views too; the admin, static files,
+health checks and any /v1 view not marked `fast_lane` go through Django's full
+handler as before. The WebSocket at /v1/responses is served here (websocket.py),
+and the lifespan: a process's SIGTERM drain and liveness beat at start, its
+upstream session, database pool and usage records closed at shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 import threading
@@ -52,7 +57,7 @@ def fast_lane(view: Callable[..., Any]) -> Callable[..., Any]:
     """Mark an async API view as served by ApiApplication (it must not need the session, CSRF or
     user middleware: the history's staff-session authentication loads a session itself, only
     for a GET or HEAD without a key; drf_policies.KeyOrStaffSessionAuthentication)."""
-    view.fast_lane = True  # type: ignore[attr-defined]
+    view.fast_lane = True  # type: ignore[attr-defined]  # marks a view for the fast lane on the function object
     return view
 
 
@@ -106,7 +111,7 @@ class ApiApplication:
             # A chunked body, read whole above: its length, as a parser (DRF's) looks for one.
             request.META["CONTENT_LENGTH"] = str(len(body))
         request.resolver_match = match
-        request.rejected = rejected  # type: ignore[attr-defined]
+        request.rejected = rejected  # type: ignore[attr-defined]  # the lane's refusal rides on the request to the view
 
         # As Django's handler does: stop the view when the client goes away (a stream's
         # engine then cancels the upstream call and stores what it had).
@@ -115,10 +120,8 @@ class ApiApplication:
         await asyncio.wait((listener, process), return_when=asyncio.FIRST_COMPLETED)
         if not process.done():
             process.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await process
-            except asyncio.CancelledError:
-                pass
         else:
             listener.cancel()
             process.result()
@@ -130,7 +133,7 @@ class ApiApplication:
                 await response.write_to(send, _start(response))
             elif not response.streaming:  # as Django's send_response, in one body message
                 await send(_start(response))
-                await send({"type": "http.response.body", "body": response.content})  # type: ignore[attr-defined]
+                await send({"type": "http.response.body", "body": response.content})
             else:
                 await self.django.send_response(response, send)
         except asyncio.CancelledError:
@@ -141,8 +144,8 @@ class ApiApplication:
             request.get_host()  # ALLOWED_HOSTS
         except DisallowedHost:
             return error_response(InvalidRequest("Invalid Host header.", param=None, code="invalid_host"))
-        if request.rejected is not None:  # type: ignore[attr-defined]
-            return error_response(request.rejected)  # type: ignore[attr-defined]
+        if request.rejected is not None:  # type: ignore[attr-defined]  # set by the lane above
+            return error_response(request.rejected)  # type: ignore[attr-defined]  # set by the lane above
         nul = _nul_parameter(request)
         if nul is not None:
             # No database stores NUL in text, and no id or filter of ours contains one.

@@ -1,5 +1,6 @@
-"""API key authentication (the DRF authentication classes are in `drf_policies.py`), and the
-staff session principal with which the history's read endpoints are browsed.
+"""Who is asking: the `Principal` (domain.py) of an API key, with its key's and tenant's rate
+limits and budget, or of a staff user's admin session browsing the history read-only. The DRF
+authentication classes that call these are in `drf_policies.py`.
 
 Keys look like `sk-gw-<prefix>_<secret>`; the database keeps the prefix and
 the SHA-256 of the whole key. Successful look-ups are cached in-process for

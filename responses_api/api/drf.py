@@ -40,7 +40,7 @@ class ApiRequest(Request):
 
     @property
     def log_extra(self) -> dict[str, Any]:
-        return self._request.log_extra  # type: ignore[attr-defined]
+        return self._request.log_extra  # type: ignore[attr-defined]  # log_extra is set on the request by the ASGI lane (asgi.py)
 
 
 class ApiView(APIView):
@@ -75,7 +75,7 @@ class ApiView(APIView):
 
     @property
     def principal(self) -> Principal:
-        return self.request.user  # type: ignore[return-value]
+        return self.request.user  # type: ignore[return-value]  # DRF types its user as Django's; ours is the key's Principal
 
     def initialize_request(self, request: HttpRequest, *args: Any, **kwargs: Any) -> ApiRequest:
         if request.META.get("CONTENT_LENGTH") and not request.META.get("CONTENT_TYPE"):
@@ -106,7 +106,7 @@ class ApiView(APIView):
             response = (handler or self.http_method_not_allowed)(drf_request, *args, **kwargs)
             if inspect.isawaitable(response):
                 response = await response
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - DRF's own dispatch: every error goes to the exception handler
             response = self.handle_exception(exc)
         response = self.finalize_response(drf_request, response, *args, **kwargs)
         return self._released(drf_request, response)
@@ -118,10 +118,10 @@ class ApiView(APIView):
         in flight they outlive young collections and pile up for full ones: at concurrency 64
         they cost about 0.4 ms of CPU a request (bench/README.md, "DRF views")."""
         if getattr(response, "is_rendered", True) is False:
-            response.render()  # type: ignore[attr-defined]
-            response.renderer_context = None  # type: ignore[attr-defined]
-        request.parser_context = None  # type: ignore[assignment]
-        self.request = None  # type: ignore[assignment]
+            response.render()  # type: ignore[attr-defined]  # only DRF's Response has render(); a plain HttpResponse is rendered already
+            response.renderer_context = None  # type: ignore[attr-defined]  # only DRF's Response has a renderer context
+        request.parser_context = None  # type: ignore[assignment]  # cleared to break DRF's reference cycle (docstring)
+        self.request = None  # type: ignore[assignment]  # cleared to break DRF's reference cycle (docstring)
         return response
 
     async def initial_async(self, request: Request, *args: Any, **kwargs: Any) -> None:
@@ -146,7 +146,7 @@ class ApiView(APIView):
                 waits.append(throttle.wait())
         if waits:
             # None when no throttle knows how long (DRF's own check_throttles passes it on too).
-            self.throttled(request, max((w for w in waits if w is not None), default=None))  # type: ignore[arg-type]
+            self.throttled(request, max((w for w in waits if w is not None), default=None))  # type: ignore[arg-type]  # DRF's throttled() takes None for an unknown wait, its stubs say float
 
     async def _authenticate(self, request: Request) -> None:
         """`Request._authenticate`, awaiting async authenticators (its private steps as DRF's own)."""
@@ -156,10 +156,10 @@ class ApiView(APIView):
                 if inspect.isawaitable(result):
                     result = await result
             except Exception:
-                request._not_authenticated()  # type: ignore[attr-defined]
+                request._not_authenticated()  # type: ignore[attr-defined]  # DRF's private step, as its own Request._authenticate calls it
                 raise
             if result is not None:
-                request._authenticator = authenticator  # type: ignore[attr-defined]
+                request._authenticator = authenticator  # type: ignore[attr-defined]  # DRF's private attribute, as its own Request._authenticate sets it
                 request.user, request.auth = result
                 return
-        request._not_authenticated()  # type: ignore[attr-defined]
+        request._not_authenticated()  # type: ignore[attr-defined]  # DRF's private step, as its own Request._authenticate calls it

@@ -30,7 +30,7 @@ class BearerKeyAuthentication(BaseAuthentication):
     """`Authorization: Bearer <API key>`; the principal is the request's `user`."""
 
     # Async: awaited by drf.ApiView's dispatch (DRF's own Request would not await it).
-    async def authenticate(self, request: Request) -> tuple[Principal, None]:  # type: ignore[override]
+    async def authenticate(self, request: Request) -> tuple[Principal, None]:  # type: ignore[override]  # DRF awaits what an authenticator returns here (drf.py), its stubs say sync
         principal = await principal_for(bearer_token(request.META.get("HTTP_AUTHORIZATION")))
         log_extra = getattr(request._request, "log_extra", None)
         if log_extra is not None:
@@ -47,7 +47,7 @@ class KeyOrStaffSessionAuthentication(BearerKeyAuthentication):
     browsable API to a browser. A keyed request takes the key path after one header test;
     a POST is never authenticated by a session (no CSRF token is asked for: none is needed)."""
 
-    def authenticate(self, request: Request) -> Awaitable[tuple[Principal, None]]:  # type: ignore[override]
+    def authenticate(self, request: Request) -> Awaitable[tuple[Principal, None]]:  # type: ignore[override]  # returns the key's coroutine itself, awaited by drf.py; the stubs say sync
         # Not a coroutine itself: a keyed request gets the key's coroutine as it is (awaited by
         # drf.ApiView's dispatch), one header test and no extra frame on the keyed path.
         if request.META.get("HTTP_AUTHORIZATION") or request.method not in ("GET", "HEAD"):

@@ -28,7 +28,7 @@ def error_response(error: GatewayError) -> HttpResponse:
     if error.status in (400, 401, 403, 404, 409):
         headers.setdefault("x-should-retry", "false")
     response = json_response(error.body(), status=error.status, headers=headers)
-    response.log_fields = {"error_code": error.code, "error_param": error.param}  # type: ignore[attr-defined]
+    response.log_fields = {"error_code": error.code, "error_param": error.param}  # type: ignore[attr-defined]  # read by the access log (middleware.py)
     return response
 
 

@@ -1,16 +1,24 @@
-"""Liveness (`/healthz`) and readiness (`/readyz`: database and, when configured, Redis)."""
+"""Liveness (`/healthz`), readiness (`/readyz`: database and, when configured, Redis), and the
+Prometheus scrape (`/metrics`: the counts of observability/metrics.py and the background queue,
+read from the database)."""
 
 from __future__ import annotations
 
 import hmac
+import time
+from collections.abc import Iterator
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Count, Max, Min
 from django.http import HttpRequest, HttpResponse
+from prometheus_client.core import GaugeMetricFamily
 
+from ..models import Response
 from ..observability.metrics import exposition
 from ..orchestration import lifecycle
 from ..store import db
+from ..store.redis_clients import ping
 from .exception_handlers import json_response
 
 
@@ -24,13 +32,7 @@ def _check_database() -> None:
 
 
 def _check_redis() -> None:
-    import redis
-
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        client.ping()
-    finally:
-        client.close()
+    ping(settings.REDIS_URL)  # the process's own client: a probe opens no connection of its own
 
 
 async def readyz(request: HttpRequest) -> HttpResponse:
@@ -48,12 +50,41 @@ async def readyz(request: HttpRequest) -> HttpResponse:
         try:
             await db.run(check)
             checks[name] = "ok"
-        except Exception as exc:  # readiness reports any failure, whatever its kind
+        except Exception as exc:  # noqa: BLE001 - readiness reports any failure, whatever its kind
             checks[name] = f"error: {type(exc).__name__}"
             healthy = False
     return json_response(
         {"status": "ok" if healthy else "unavailable", "checks": checks}, status=200 if healthy else 503
     )
+
+
+class BackgroundQueue:
+    """Background work, read from the database at scrape time."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = time.time()
+        queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(
+            n=Count("id"), oldest=Min("created_at")
+        )
+        running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).aggregate(
+            n=Count("id"), beat=Max("heartbeat_at")
+        )
+        yield GaugeMetricFamily(
+            "gateway_background_queued", "Background responses waiting for a worker.", value=queued["n"]
+        )
+        yield GaugeMetricFamily(
+            "gateway_background_oldest_queued_seconds",
+            "Age of the oldest queued one.",
+            value=now - queued["oldest"].timestamp() if queued["oldest"] else 0,
+        )
+        yield GaugeMetricFamily(
+            "gateway_background_running", "Background responses a worker runs now.", value=running["n"]
+        )
+        yield GaugeMetricFamily(
+            "gateway_worker_heartbeat_age_seconds",
+            "Seconds since the freshest heartbeat of a running background response.",
+            value=now - running["beat"].timestamp() if running["beat"] else 0,
+        )
 
 
 async def metrics(request: HttpRequest) -> HttpResponse:
@@ -76,5 +107,5 @@ async def metrics(request: HttpRequest) -> HttpResponse:
             },
             status=401,
         )
-    body, content_type = await db.run(exposition)
+    body, content_type = await db.run(exposition, BackgroundQueue())
     return HttpResponse(body, content_type=content_type)

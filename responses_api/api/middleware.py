@@ -6,6 +6,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
@@ -22,19 +23,19 @@ class RequestIdMiddleware:
     sync_capable = True
     async_capable = True
 
-    def __init__(self, get_response):  # type: ignore[no-untyped-def]
+    def __init__(self, get_response: Any) -> None:
         self.get_response = get_response
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
 
-    def _before(self, request) -> float:  # type: ignore[no-untyped-def]
+    def _before(self, request: Any) -> float:
         incoming = request.headers.get("x-request-id", "")
         request.request_id = incoming if _SAFE_ID.match(incoming) else f"req_{uuid.uuid4().hex}"
         request.log_extra = {}
         return time.monotonic()
 
-    def _after(self, request, response, started: float):  # type: ignore[no-untyped-def]
+    def _after(self, request: Any, response: Any, started: float) -> Any:
         response["x-request-id"] = request.request_id
         if request.path.startswith("/v1/"):
             match = getattr(request, "resolver_match", None)
@@ -53,19 +54,19 @@ class RequestIdMiddleware:
                 _access_line(request, response, started)
         return response
 
-    def __call__(self, request):  # type: ignore[no-untyped-def]
+    def __call__(self, request: Any) -> Any:
         if self.is_async:
             return self.__acall__(request)
         started = self._before(request)
         return self._after(request, self.get_response(request), started)
 
-    async def __acall__(self, request):  # type: ignore[no-untyped-def]
+    async def __acall__(self, request: Any) -> Any:
         started = self._before(request)
         response = await self.get_response(request)
         return self._after(request, response, started)
 
 
-def _access_line(request, response, started: float, **more) -> None:  # type: ignore[no-untyped-def]
+def _access_line(request: Any, response: Any, started: float, **more: Any) -> None:
     elapsed = time.monotonic() - started
     _observe(request, response.status_code, elapsed, more.get("first_byte_ms"))
     log.info(
@@ -82,7 +83,7 @@ def _access_line(request, response, started: float, **more) -> None:  # type: ig
     )
 
 
-async def _log_at_end(content, request, response, started: float):  # type: ignore[no-untyped-def]
+async def _log_at_end(content: Any, request: Any, response: Any, started: float) -> AsyncIterator[Any]:
 
     first_byte: float | None = None
     ended = False
@@ -101,7 +102,7 @@ async def _log_at_end(content, request, response, started: float):  # type: igno
         _access_line(request, response, started, **more)
 
 
-def _log_stream_at_end(response: EventStream, request, started: float) -> None:  # type: ignore[no-untyped-def]
+def _log_stream_at_end(response: EventStream, request: Any, started: float) -> None:
     """`_log_at_end` for the API's event streams, which the ASGI lane writes itself."""
 
     def ended(first_write: float | None, finished: bool) -> None:
@@ -115,7 +116,7 @@ def _log_stream_at_end(response: EventStream, request, started: float) -> None: 
     response.on_end = ended
 
 
-def _observe(request, status: int, seconds: float, first_byte_ms: float | None) -> None:  # type: ignore[no-untyped-def]
+def _observe(request: Any, status: int, seconds: float, first_byte_ms: float | None) -> None:
 
     match = getattr(request, "resolver_match", None)
     route = match.route if match is not None and match.route else "unmatched"

@@ -20,7 +20,9 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
 from ..protocol.client_tools import CLIENT_BUILTINS, HOSTED_ITEM_TYPES, HOSTED_TOOL_TYPES
+from ..protocol.items import CLIENT_TOOL_ITEM_FIELDS, ID_MAX_CHARS, MCP_CALL_STATUSES
 from ..protocol.mcp import LABEL as MCP_LABEL
+from ..protocol.request import NUMBER_BOUNDS, STRING_BOUNDS
 from ..protocol.wirejson import copy_json
 
 SCHEMAS_FILE = Path(__file__).with_name("openresponses-schemas.json")
@@ -50,16 +52,46 @@ def _list_of(item: dict[str, Any], description: str) -> dict[str, Any]:
     }
 
 
-_STRINGS = {"type": "array", "items": {"type": "string"}}
+_STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}}
 _TOOL_NAMES = {
     "anyOf": [
         _STRINGS,
         {
             "type": "object",
-            "properties": {"tool_names": _STRINGS, "read_only": {"type": "boolean"}},
+            "properties": {
+                "tool_names": {"anyOf": [_STRINGS, {"type": "null"}]},
+                "read_only": {"type": ["boolean", "null"]},
+            },
             "additionalProperties": False,
         },
     ]
+}
+
+_CUSTOM_TOOL: dict[str, Any] = {
+    "type": "object",
+    "title": "Custom tool",
+    "description": "A tool whose input is free-form text (or follows a grammar), run by the client.",
+    "required": ["type", "name"],
+    "properties": {
+        "type": {"const": "custom"},
+        "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+        "description": {"type": ["string", "null"]},
+        "format": {
+            "anyOf": [
+                {"type": "null"},
+                {"type": "object", "required": ["type"], "properties": {"type": {"const": "text"}}},
+                {
+                    "type": "object",
+                    "required": ["type", "syntax", "definition"],
+                    "properties": {
+                        "type": {"const": "grammar"},
+                        "syntax": {"enum": ["lark", "regex"]},
+                        "definition": {"type": "string"},
+                    },
+                },
+            ]
+        },
+    },
 }
 
 # What the gateway accepts beyond the Open Responses schema's function tools and items
@@ -76,17 +108,35 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
         "properties": {
             "type": {"const": "mcp"},
             "server_label": {"type": "string", "pattern": MCP_LABEL.pattern},
-            "server_url": {"type": "string", "pattern": "^https?://"},
+            "server_url": {"type": ["string", "null"], "pattern": "^https?://"},
+            "connector_id": {"type": "null", "description": "Not supported: give `server_url` or a registered label."},
+            "tunnel_id": {"type": "null", "description": "Not supported: give `server_url` or a registered label."},
             "server_description": {"type": "string"},
-            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "headers": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
             "authorization": {"type": "string"},
             "allowed_tools": _TOOL_NAMES,
             "require_approval": {
                 "anyOf": [
                     {"enum": ["always", "never"]},
-                    {"type": "object", "properties": {"always": _TOOL_NAMES, "never": _TOOL_NAMES}},
+                    {
+                        "type": "object",
+                        "properties": {"always": _TOOL_NAMES, "never": _TOOL_NAMES},
+                        "additionalProperties": False,
+                    },
                 ]
             },
+        },
+        # Credentials go with an ad-hoc `server_url` only: a registered server brings its own.
+        "not": {
+            "allOf": [
+                {
+                    "anyOf": [
+                        {"required": ["headers"], "properties": {"headers": {"type": "object", "minProperties": 1}}},
+                        {"required": ["authorization"], "properties": {"authorization": {"type": "string"}}},
+                    ]
+                },
+                {"anyOf": [{"not": {"required": ["server_url"]}}, {"properties": {"server_url": {"type": "null"}}}]},
+            ]
         },
     },
     "HostedToolParam": {
@@ -102,10 +152,27 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
     "ClientToolParam": {
         "type": "object",
         "title": "Client-run tool",
-        "description": "A custom (free-form input) tool, a namespace of tools, or a built-in tool the "
-        "client runs itself (shell, apply_patch, computer use): the model's calls come back as items.",
+        "description": "A built-in tool the client runs itself (shell, apply_patch, computer use): "
+        "the model's calls come back as items.",
         "required": ["type"],
-        "properties": {"type": {"enum": sorted({"custom", "namespace", *CLIENT_BUILTINS})}},
+        "properties": {"type": {"enum": sorted(CLIENT_BUILTINS)}},
+    },
+    "CustomToolParam": _CUSTOM_TOOL,
+    "NamespaceToolParam": {
+        "type": "object",
+        "title": "Namespace of tools",
+        "description": "Function and custom tools under one name; their calls carry the namespace.",
+        "required": ["type", "name", "tools"],
+        "properties": {
+            "type": {"const": "namespace"},
+            "name": {"type": "string", "minLength": 1},
+            "description": {"type": ["string", "null"]},
+            "tools": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"anyOf": [ref("FunctionToolParam"), {**_CUSTOM_TOOL, "required": ["type", "name"]}]},
+            },
+        },
     },
     "McpApprovalResponseItemParam": {
         "type": "object",
@@ -114,7 +181,7 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
         "properties": {
             "type": {"const": "mcp_approval_response"},
             "id": {"type": ["string", "null"]},
-            "approval_request_id": {"type": "string"},
+            "approval_request_id": {"type": "string", "minLength": 1},
             "approve": {"type": "boolean"},
             "reason": {"type": ["string", "null"]},
         },
@@ -132,40 +199,255 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
             "tools": {"type": "array", "items": {"type": "object"}},
         },
     },
-    "GatewayOutputItemParam": {
-        "type": "object",
-        "title": "Output item sent back",
-        "description": "An output item of an earlier response, given back as input (store: false "
-        "conversations): MCP, hosted-tool and client-tool calls and their outputs.",
-        "required": ["type"],
-        "properties": {
-            "type": {
-                "enum": sorted(
-                    {"mcp_call", "mcp_list_tools", "mcp_approval_request", *HOSTED_ITEM_TYPES}
-                    | {call for call, _ in CLIENT_BUILTINS.values()}
-                    | {output for _, output in CLIENT_BUILTINS.values()}
-                    | {"custom_tool_call", "custom_tool_call_output"}
-                )
-            }
-        },
-    },
 }
+
+
+_EXTRA_TOOLS = ("McpToolParam", "HostedToolParam", "ClientToolParam", "CustomToolParam", "NamespaceToolParam")
 
 
 def with_gateway_unions(schemas: dict[str, Any]) -> dict[str, Any]:
     """The protocol's tool and input-item unions, widened to what the gateway accepts."""
     schemas = copy_json(schemas)
     tool_union = schemas["ResponsesToolParam"]
-    tool_union["oneOf"] += [ref(name) for name in ("McpToolParam", "HostedToolParam", "ClientToolParam")]
+    tool_union["oneOf"] += [ref(name) for name in _EXTRA_TOOLS]
     tool_union.pop("discriminator", None)  # the added members are keyed by enums, not one constant each
     item_union = schemas["ItemParam"]
+    schemas.update(_output_item_params())
     item_union["oneOf"] += [
         ref("McpApprovalResponseItemParam"),
         ref("AdditionalToolsItemParam"),
-        ref("GatewayOutputItemParam"),
+        *(ref(name) for name in _output_item_params()),
     ]
     item_union.pop("discriminator", None)
+    # What a Response reports: the same tools (MCP ones with `headers: null`, as OpenAI echoes
+    # them: the gateway never echoes credentials) and the same kinds of items.
+    schemas["Tool"]["oneOf"] += [ref(name) for name in _EXTRA_TOOLS]
+    schemas["Tool"].pop("discriminator", None)
+    schemas["ItemField"]["oneOf"] += [
+        ref("McpApprovalResponseItemParam"),
+        ref("AdditionalToolsItemParam"),
+        *(ref(name) for name in _output_item_params()),
+    ]
+    schemas["ItemField"].pop("discriminator", None)
+    _with_gateway_rules(schemas)
     return schemas
+
+
+# A model name, as every endpoint's parser takes it: required, not empty, and within the
+# stored column (`Response.model`).
+MODEL_NAME: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 200}
+CONVERSATION_ID: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 64}
+
+
+def _with_gateway_rules(schemas: dict[str, Any]) -> None:
+    """Where the gateway's parsers are stricter than the Open Responses schema, the document says so.
+
+    A request the document allows is served, and one it forbids is refused (the schemathesis test
+    in tests/reliability checks both), so each rule the parsers enforce beyond the specification
+    is written into the vendored schemas here rather than left for clients to discover.
+    """
+    create = schemas["CreateResponseBody"]
+    create["required"] = sorted({*create.get("required", []), "model"})
+    create["properties"]["model"] = {**MODEL_NAME, "description": "The route to use (a model name `/v1/models` lists)."}
+    # Something to answer: new input, or the context of an earlier response or a conversation
+    # (`protocol/request.parse_create`); and never both of the last two.
+    create["properties"]["conversation"] = {
+        "description": "The conversation this response belongs to: its items are the context, and "
+        "the input and output are added to it.",
+        "anyOf": [
+            CONVERSATION_ID,
+            {"type": "object", "required": ["id"], "properties": {"id": CONVERSATION_ID}},
+            {"type": "null"},
+        ],
+    }
+    create["anyOf"] = [_present("input"), _present("previous_response_id"), _present("conversation")]
+    no_tools = {
+        "anyOf": [
+            {"not": {"required": ["tools"]}},
+            {"properties": {"tools": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}},
+        ]
+    }
+    create["allOf"] = [
+        {"not": {"allOf": [_present("previous_response_id"), _present("conversation")]}},
+        # A background response is polled from the store (protocol/request.py).
+        {
+            "not": {
+                "required": ["background", "store"],
+                "properties": {"background": {"const": True}, "store": {"const": False}},
+            }
+        },
+        # A tool call is required of the model only where it has a tool to call (protocol/tools.py).
+        {
+            "not": {
+                "allOf": [{"required": ["tool_choice"], "properties": {"tool_choice": {"const": "required"}}}, no_tools]
+            }
+        },
+    ]
+    for name, (lowest, highest, integer) in NUMBER_BOUNDS.items():
+        bounded = {"type": "integer" if integer else "number", "minimum": lowest, "maximum": highest}
+        _nullable(create["properties"], name, bounded)
+    for name in STRING_BOUNDS:
+        _nullable(create["properties"], name, _bounded_string(name))
+    # A conversation stores items, not references to them (conversations/views.py).
+    schemas["ConversationItemParam"] = {
+        "oneOf": [member for member in schemas["ItemParam"]["oneOf"] if member != ref("ItemReferenceParam")]
+    }
+    # An item without a `type` is a message if it has a `role`, and a reference if it is `{"id"}`
+    # alone (protocol/items.py): anything more needs its type.
+    schemas["ItemReferenceParam"]["anyOf"] = [
+        {"required": ["type"], "properties": {"type": {"const": "item_reference"}}},
+        {"maxProperties": 1},
+    ]
+    # OpenAI's allowed-tools choice picks among tools: mode `none` would be `tool_choice: "none"`.
+    schemas["AllowedToolsParam"]["properties"]["mode"] = {
+        "enum": ["auto", "required"],
+        "description": "How to select a tool from the allowed set.",
+    }
+    # text.format: JSON mode too, and a JSON schema needs its name and schema (protocol/request._text).
+    schemas["TextFormatParam"]["oneOf"].append(ref("JsonObjectResponseFormat"))
+    json_schema = schemas["JsonSchemaResponseFormatParam"]
+    json_schema["required"] = ["type", "name", "schema"]
+    json_schema["properties"]["name"] = {**json_schema["properties"]["name"], "minLength": 1}
+    json_schema["properties"]["description"] = {"type": ["string", "null"]}
+    schemas["CompactionSummaryItemParam"]["properties"]["encrypted_content"] = {"type": "string", "minLength": 1}
+    schemas["ItemReferenceParam"]["properties"]["id"] = {"type": "string", "minLength": 1, "maxLength": ID_MAX_CHARS}
+    for call_item in ("FunctionCallItemParam", "FunctionCallOutputItemParam"):
+        schemas[call_item]["properties"]["call_id"]["maxLength"] = (
+            ID_MAX_CHARS  # tests/reliability/test_column_bounds.py
+        )
+    # Tool outputs hold text, images and files; a video is refused (no upstream dialect takes one).
+    output_parts = schemas["FunctionCallOutputItemParam"]["properties"]["output"]["oneOf"][1]["items"]
+    output_parts["oneOf"] = [part for part in output_parts["oneOf"] if part != ref("InputVideoContent")]
+    _explicit_discriminators(schemas)
+    image_part = schemas["InputImageContentParamAutoParam"]
+    image_part["properties"]["image_url"] = {
+        "anyOf": [{"type": "string", "maxLength": 20971520, "pattern": "^(https?://|data:)"}, {"type": "null"}],
+        "description": "An http(s) URL, or the image itself in a data URL.",
+    }
+    image_part["properties"]["file_id"] = _NULLABLE_STRING
+    image_part["anyOf"] = [_present("image_url"), _present("file_id")]
+    file_part = schemas["InputFileContentParam"]
+    file_part["properties"]["file_id"] = _NULLABLE_STRING
+    file_part["anyOf"] = [_present("file_data"), _present("file_url"), _present("file_id")]
+
+
+_JSON_TYPES: dict[type, str] = {str: "string", dict: "object", list: "array"}
+_NULLABLE_STRING = {"type": ["string", "null"]}
+_NAME = {"type": "string", "minLength": 1}
+
+
+def _json_type(kind: type | tuple[type, ...]) -> dict[str, Any]:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return {"type": [_JSON_TYPES[k] for k in kinds] if len(kinds) > 1 else _JSON_TYPES[kinds[0]]}
+
+
+def _item(kind: str, title: str, required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "title": title,
+        "required": ["type", *required],
+        "properties": {"type": {"const": kind}, "id": _NULLABLE_STRING, **required, **(optional or {})},
+    }
+
+
+@functools.cache
+def _output_item_params() -> dict[str, Any]:
+    """Output items of an earlier response given back as input (store: false conversations):
+    MCP, hosted-tool and client-tool calls and their outputs, each with the fields the request
+    parser (`protocol/items.py`) requires of it."""
+    schemas: dict[str, Any] = {}
+    for kind, fields in sorted(CLIENT_TOOL_ITEM_FIELDS.items()):
+        required = {name: _json_type(expected) for name, expected in fields.items()}
+        schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (client-run tool)", required)
+    # The SDK's LocalShellCallOutput names its call by `id` alone.
+    schemas["Gateway_local_shell_call_output_ItemParam"]["anyOf"] = [
+        {"required": ["call_id"], "properties": {"call_id": {"type": "string"}}},
+        {"required": ["id"], "properties": {"id": _NAME}},
+    ]
+    for kind in sorted(HOSTED_ITEM_TYPES):
+        schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {"id": _NAME})
+    mcp_tool = {"server_label": _NAME, "name": _NAME, "arguments": {"type": "string"}}
+    schemas["Gateway_mcp_call_ItemParam"] = _item(
+        "mcp_call",
+        "MCP call",
+        mcp_tool,
+        {
+            "output": _NULLABLE_STRING,
+            "error": {"type": ["string", "object", "null"]},
+            "status": {"enum": sorted(MCP_CALL_STATUSES)},
+            "approval_request_id": _NULLABLE_STRING,
+        },
+    )
+    schemas["Gateway_mcp_approval_request_ItemParam"] = _item(
+        "mcp_approval_request", "MCP approval request", {"id": _NAME, **mcp_tool}
+    )
+    named_tools = {
+        "type": "array",
+        "items": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+    }
+    schemas["Gateway_mcp_list_tools_ItemParam"] = _item(
+        "mcp_list_tools", "MCP tool listing", {"server_label": _NAME, "tools": named_tools}, {"error": _NULLABLE_STRING}
+    )
+    return schemas
+
+
+def _explicit_discriminators(schemas: dict[str, Any]) -> None:
+    """Each `discriminator` maps the `type` values to their schemas explicitly.
+
+    Without a `mapping`, OpenAPI reads a discriminator's values as the schema names
+    ("UserMessageItemParam"), which no client sends. Where one value belongs to several members
+    (the message roles all have `type: "message"`), no mapping can say it: the discriminator goes,
+    and `oneOf` alone decides.
+    """
+
+    def type_values(member: dict[str, Any]) -> list[str]:
+        target = schemas.get(member.get("$ref", "").rsplit("/", 1)[-1], member)
+        kind = target.get("properties", {}).get("type", {})
+        options = [kind, *kind.get("anyOf", [])]
+        return [v for o in options for v in ([o["const"]] if "const" in o else o.get("enum", [])) if v is not None]
+
+    def visit(node: Any) -> None:
+        if isinstance(node, dict):
+            members = node.get("oneOf") or node.get("anyOf")
+            if "discriminator" in node and members:
+                mapping: dict[str, str] = {}
+                unique = True
+                for member in members:
+                    for value in type_values(member):
+                        unique = unique and value not in mapping and "$ref" in member
+                        mapping[value] = member.get("$ref", "")
+                if unique and mapping and all(type_values(m) for m in members):
+                    node["discriminator"] = {"propertyName": node["discriminator"]["propertyName"], "mapping": mapping}
+                else:
+                    del node["discriminator"]
+            for value in node.values():
+                visit(value)
+        elif isinstance(node, list):
+            for value in node:
+                visit(value)
+
+    visit(schemas)
+
+
+def _bounded_string(name: str) -> dict[str, Any]:
+    """A string field of a create request as `protocol/request.py` bounds it."""
+    shortest = 1 if name == "previous_response_id" else 0
+    return {"type": "string", "minLength": shortest, "maxLength": STRING_BOUNDS[name]}
+
+
+def _nullable(properties: dict[str, Any], name: str, schema: dict[str, Any]) -> None:
+    """The field, `null` or `schema` (keeping the specification's description)."""
+    description = properties.get(name, {}).get("description")
+    if description is None:
+        description = next(
+            (m.get("description") for m in properties.get(name, {}).get("anyOf", []) if "description" in m), None
+        )
+    properties[name] = {"anyOf": [schema, {"type": "null"}], **({"description": description} if description else {})}
+
+
+def _present(name: str) -> dict[str, Any]:
+    """The field is given and not null."""
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
 
 
 GATEWAY_SCHEMAS: dict[str, Any] = {
@@ -279,12 +561,13 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["model"],
         "properties": {
-            "model": {"type": "string"},
+            "model": MODEL_NAME,
             "input": {"anyOf": [{"type": "string"}, {"type": "array", "items": ref("ItemParam")}, {"type": "null"}]},
-            "previous_response_id": {"type": ["string", "null"]},
+            "previous_response_id": {"anyOf": [_bounded_string("previous_response_id"), {"type": "null"}]},
             "instructions": {"type": ["string", "null"]},
-            "prompt_cache_key": {"type": ["string", "null"]},
+            "prompt_cache_key": {"anyOf": [_bounded_string("prompt_cache_key"), {"type": "null"}]},
         },
+        "anyOf": [_present("input"), _present("previous_response_id")],
     },
     "CompactedResponse": {
         "type": "object",
@@ -301,6 +584,7 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "description": "Up to 16 key-value pairs: keys of at most 64 characters, values of at most 512.",
         "maxProperties": 16,
+        "propertyNames": {"maxLength": 64},
         "additionalProperties": {"type": "string", "maxLength": 512},
     },
     "Conversation": {
@@ -317,7 +601,9 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
     "CreateConversationBody": {
         "type": "object",
         "properties": {
-            "items": {"anyOf": [{"type": "array", "items": ref("ItemParam"), "maxItems": 20}, {"type": "null"}]},
+            "items": {
+                "anyOf": [{"type": "array", "items": ref("ConversationItemParam"), "maxItems": 20}, {"type": "null"}]
+            },
             "metadata": {"anyOf": [ref("Metadata"), {"type": "null"}]},
         },
     },
@@ -329,7 +615,7 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
     "AddConversationItemsBody": {
         "type": "object",
         "required": ["items"],
-        "properties": {"items": {"type": "array", "items": ref("ItemParam"), "maxItems": 20}},
+        "properties": {"items": {"type": "array", "items": ref("ConversationItemParam"), "maxItems": 20}},
     },
     "DeletedConversation": {
         "type": "object",
@@ -344,7 +630,7 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "description": "The upstream's own request or answer, passed through unchanged (only `model` is read).",
         "required": ["model"],
-        "properties": {"model": {"type": "string"}},
+        "properties": {"model": MODEL_NAME},
     },
 }
 

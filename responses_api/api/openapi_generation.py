@@ -36,6 +36,8 @@ def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": ref("GatewayError")}}}
 
 
+NO_NUL = "^[^\\x00]*$"
+
 ERROR_RESPONSES = {
     "400": _error("Invalid request: `param` names the field or parameter at fault."),
     "401": _error("Missing or invalid API key."),
@@ -95,6 +97,13 @@ def add_components(result: dict[str, Any], generator: Any, request: Any, public:
         raise RuntimeError(f"OpenAPI components declared twice: {sorted(clashes)}")
     schemas.update(declared)
     schemas["ResponseStreamEvent"] = stream_events_schema()
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                schema = parameter.get("schema", {})
+                if parameter["in"] in ("path", "query") and schema.get("type") == "string":
+                    # No database stores NUL in text (api/asgi.py refuses it before any view).
+                    schema.setdefault("pattern", NO_NUL)
     result["components"] = {key: result["components"][key] for key in sorted(result["components"])}
     result["components"]["schemas"] = dict(sorted(schemas.items()))
     return result

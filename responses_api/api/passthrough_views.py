@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
@@ -39,9 +40,9 @@ async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoi
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
-    request.log_extra["model"] = model  # type: ignore[attr-defined]
+    request.log_extra["model"] = model
     route = await route_for(principal, model)
-    request.log_extra["routed"] = True  # type: ignore[attr-defined]
+    request.log_extra["routed"] = True
     stream = endpoint == UsageRecord.Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
     grant = await admit(principal, price=route.price, estimate=lambda: _estimate(request.body, body))
     try:
@@ -121,7 +122,7 @@ async def _forward(
     if stream:
         usage: dict[str, Any] = {}
 
-        async def chunks():  # type: ignore[no-untyped-def]
+        async def chunks() -> AsyncIterator[bytes]:
             try:
                 async for chunk in body_chunks(forwarded, usage):
                     yield chunk
@@ -193,7 +194,7 @@ async def _translated(
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
 
-    async def chunks():  # type: ignore[no-untyped-def]
+    async def chunks() -> AsyncIterator[bytes]:
         status = 200
         try:
             yield sse(writer.opening())
@@ -220,7 +221,7 @@ async def _translated(
 def _note_tokens(request: ApiRequest, usage: dict[str, Any] | None) -> None:
     """For the access log and the metrics."""
     input_tokens, output_tokens = usage_tokens(usage)
-    request.log_extra.update(input_tokens=input_tokens, output_tokens=output_tokens)  # type: ignore[attr-defined]
+    request.log_extra.update(input_tokens=input_tokens, output_tokens=output_tokens)
 
 
 def _record(

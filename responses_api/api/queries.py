@@ -120,7 +120,11 @@ _PLUS_LOST = re.compile(r"(?<=\d) (\d\d(?::?\d\d)?)$")
 
 @extend_schema_field(
     {
-        "oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "format": "date-time"}],
+        # The maximum is the last second of year 9999, the end of what a timestamp can say.
+        "oneOf": [
+            {"type": "integer", "minimum": 0, "maximum": 253402300799},
+            {"type": "string", "format": "date-time"},
+        ],
         "description": "Unix time in seconds, or an ISO 8601 date or date-time (UTC unless it gives an offset).",
         "examples": [1767225600, "2026-01-01", "2026-01-01T09:30:00+02:00"],
     }
@@ -143,7 +147,14 @@ class TimestampField(serializers.Field):
             moment = datetime.fromisoformat(_PLUS_LOST.sub(r"+\1", text))
         except (ValueError, TypeError, OverflowError, OSError):
             self.fail("invalid")
-        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+        if moment.tzinfo is None:
+            return moment.replace(tzinfo=UTC)
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError:
+            # A valid date-time whose offset carries it before year 1 or past 9999 in UTC: as a
+            # bound of a range, the first or last moment there is.
+            return (datetime.min if moment.year == 1 else datetime.max).replace(tzinfo=UTC)
 
     def to_representation(self, value: datetime) -> int:
         return int(value.timestamp())
@@ -163,13 +174,14 @@ class CommaSeparatedField(serializers.ListField):
 class DeepObjectField(serializers.DictField):
     """`metadata[project]=alpha&metadata[env]=prod`: each key given once; sorted by key."""
 
-    KEY = re.compile(r"^[^\[\]]{1,64}$")
+    KEY = re.compile(r"^[^\[\]\x00]{1,64}$")
 
     def __init__(self, *, max_keys: int, max_value_length: int, **kwargs: Any) -> None:
         self.max_keys = max_keys
         self.openapi_schema = {
             "type": "object",
-            "additionalProperties": {"type": "string", "maxLength": max_value_length},
+            "additionalProperties": {"type": "string", "maxLength": max_value_length, "pattern": "^[^\\x00]*$"},
+            "propertyNames": {"pattern": self.KEY.pattern},
             "maxProperties": max_keys,
         }
         super().__init__(child=serializers.CharField(max_length=max_value_length, allow_blank=True), **kwargs)
@@ -218,7 +230,10 @@ def _choice(choices: tuple[str, ...]) -> serializers.ChoiceField:
 
 
 def _text(help_text: str, max_length: int = 200) -> serializers.CharField:
-    return serializers.CharField(max_length=max_length, default=None, help_text=help_text)
+    # Taken as given: a value of spaces is a filter or cursor that matches nothing, not "absent".
+    return serializers.CharField(
+        min_length=1, max_length=max_length, trim_whitespace=False, default=None, help_text=help_text
+    )
 
 
 def _after(what: str) -> serializers.CharField:
@@ -258,7 +273,7 @@ class ResponseListQuery(QueryParameters):
     )
     previous_response_id = _text("Only responses chained directly to this one.")
     # A field named like `Field.root`: DRF's metaclass takes declared fields off the class.
-    root = _text(  # type: ignore[assignment]
+    root = _text(  # type: ignore[assignment]  # a field named like Serializer.root, taken off the class by DRF's metaclass
         "Only the responses of the chain that starts at this response: "
         "the response itself and every response chained after it, at any depth."
     )

@@ -7,6 +7,8 @@ request. This async middleware consults WhiteNoise only for STATIC_URL paths.
 
 from __future__ import annotations
 
+from typing import Any
+
 from asgiref.sync import markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
@@ -17,7 +19,7 @@ class AsyncStaticFilesMiddleware:
     sync_capable = False
     async_capable = True
 
-    def __init__(self, get_response) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, get_response: Any) -> None:
         self.get_response = get_response
         # WhiteNoise answers static paths itself and returns its get_response() for the rest.
         self.whitenoise = WhiteNoiseMiddleware(lambda request: None)

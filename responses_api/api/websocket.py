@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 import uuid
@@ -206,7 +207,7 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
     try:
         principal = await principal_for(bearer_token(headers.get("authorization")))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure refuses the connection with an error frame
         error = exc if isinstance(exc, GatewayError) else (unavailable(exc) or ServerError("Authentication failed."))
         return await _deny(scope, send, error)
     if lifecycle.draining():
@@ -235,8 +236,27 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
             del _open_per_key[principal.key_id]
 
 
+# This connection's handshake was refused on purpose (set in the connection's task, which is
+# the task uvicorn logs from once the application returns).
+_handshake_refused: contextvars.ContextVar[bool] = contextvars.ContextVar("handshake_refused", default=False)
+
+
+class _RefusedHandshakeIsNotAnError(logging.Filter):
+    """uvicorn (websockets-sansio) logs "ASGI callable returned without completing handshake."
+    at ERROR after a handshake refused with an HTTP response, which is the ASGI way to refuse
+    one: a wrong key or a full server is the client's business, not an alert for operators.
+    The same line for any other connection (a real bug) still gets through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_handshake_refused.get() and record.msg == "ASGI callable returned without completing handshake.")
+
+
+logging.getLogger("uvicorn.error").addFilter(_RefusedHandshakeIsNotAnError())
+
+
 async def _deny(scope: dict[str, Any], send: Send, error: GatewayError) -> None:
     """Refuse the handshake with the protocol's error body where the server can send one."""
+    _handshake_refused.set(True)
     if "websocket.http.response" in scope.get("extensions", {}):
         body = dumps(error.body()).encode()
         headers = [

@@ -69,7 +69,7 @@ def conversations_page(*, tenant_id: int | None, after: str | None, limit: int, 
     if after is not None:
         anchor = qs.filter(id=after).values_list("created_at", flat=True).first()
         if anchor is None:
-            raise InvalidRequest(f"No conversation with id '{after}'.", param="after")
+            raise InvalidRequest(f"'after': no conversation found with id '{after}'.", param="after")
         qs = (
             (qs.filter(created_at__lt=anchor) | qs.filter(created_at=anchor, id__lt=after))
             if descending

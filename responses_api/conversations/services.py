@@ -1,6 +1,7 @@
-"""Writes of conversations: create, update, delete, add and remove items, and the append a
-response makes when it finishes. Appends lock the conversation row, so concurrent writers
-take consecutive positions and a response's items stay together."""
+"""Writes of conversations: create, update, delete, add and remove items. A finishing response
+appends its items through store/services.py, in the transaction of its finish, with the same
+lock and append used here: appends lock the conversation row, so concurrent writers take
+consecutive positions and a response's items stay together."""
 
 from __future__ import annotations
 

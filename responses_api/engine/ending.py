@@ -48,6 +48,6 @@ async def _when_back(
             )
             log.warning("response %s: its end is stored now", response["id"])
             return
-        except Exception:
+        except Exception:  # noqa: BLE001 - the store is still down, whatever it raises: try again later
             delay = min(delay * 2, 5.0)
     log.warning("response %s: its failure could not be stored; the reaper will end it", response["id"])

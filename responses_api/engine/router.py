@@ -12,9 +12,9 @@ falls back to the next target; when every target failed, the whole order is trie
 an exponential backoff with full jitter (honouring a 429's Retry-After), up to
 GATEWAY_ROUTER_MAX_RETRIES times and within GATEWAY_ROUTER_RETRY_BUDGET_SECONDS in all.
 
-Health (consecutive failures, cooldown, last error) is shared through Redis when REDIS_URL is
-set and read through a one-second local cache, so the request path costs at most one Redis
-read per second per process; failures are written at once. In-process otherwise.
+Health (consecutive failures, cooldown, last error; store/router_health.py) is shared through
+Redis when REDIS_URL is set and read through a one-second local cache, so the request path
+costs at most one Redis read per second per process; failures are written at once.
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.conf import settings
 
 from ..domain import Route, Target
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError, UpstreamUnavailable
+from ..store import router_health
+from ..store.router_health import Health, health_store
+from ..store.ttlcache import TTLCache
 from ..upstreams import UpstreamCall
 
 log = logging.getLogger("gateway.router")
@@ -40,207 +42,20 @@ T = TypeVar("T")
 HEALTH_CACHE_SECONDS = 1.0
 
 
-@dataclass(slots=True)
-class Health:
-    failures: int = 0
-    cooled_until: float = 0.0  # epoch seconds
-    last_error: str = ""
-    last_error_at: float = 0.0
-
-    def cooling(self, now: float) -> bool:
-        return self.cooled_until > now
-
-
-class HealthStore:
-    async def read(self, labels: list[str]) -> dict[str, Health]:
-        raise NotImplementedError
-
-    async def failed(self, label: str, error: str, *, cool_for: float | None) -> Health:
-        raise NotImplementedError
-
-    async def succeeded(self, label: str) -> None:
-        raise NotImplementedError
-
-    async def acquire(self, label: str, limit: int, lease: str, seconds: float) -> bool:
-        raise NotImplementedError
-
-    async def release(self, label: str, lease: str) -> None:
-        raise NotImplementedError
-
-    def read_sync(self, labels: list[str]) -> dict[str, tuple[Health, int]]:
-        """(health, requests in flight) per target, for the admin."""
-        raise NotImplementedError
-
-
-class MemoryHealthStore(HealthStore):
-    def __init__(self) -> None:
-        self.health: dict[str, Health] = {}
-        self.leases: dict[str, dict[str, float]] = {}
-
-    async def read(self, labels: list[str]) -> dict[str, Health]:
-        return {label: self.health.get(label, Health()) for label in labels}
-
-    async def failed(self, label: str, error: str, *, cool_for: float | None) -> Health:
-        now = time.time()
-        health = self.health.setdefault(label, Health())
-        health.failures += 1
-        health.last_error, health.last_error_at = error[:300], now
-        if cool_for is None and health.failures >= settings.GATEWAY_ROUTER_COOLDOWN_FAILURES:
-            cool_for = settings.GATEWAY_ROUTER_COOLDOWN_SECONDS
-        if cool_for:
-            health.cooled_until = max(health.cooled_until, now + cool_for)
-        return Health(health.failures, health.cooled_until, health.last_error, health.last_error_at)
-
-    async def succeeded(self, label: str) -> None:
-        health = self.health.get(label)
-        if health is not None:
-            health.failures, health.cooled_until = 0, 0.0
-
-    async def acquire(self, label: str, limit: int, lease: str, seconds: float) -> bool:
-        now = time.time()
-        held = {k: v for k, v in self.leases.get(label, {}).items() if v > now}
-        if len(held) >= limit:
-            self.leases[label] = held
-            return False
-        held[lease] = now + seconds
-        self.leases[label] = held
-        return True
-
-    async def release(self, label: str, lease: str) -> None:
-        self.leases.get(label, {}).pop(lease, None)
-
-    def read_sync(self, labels: list[str]) -> dict[str, tuple[Health, int]]:
-        now = time.time()
-        return {
-            label: (self.health.get(label, Health()), sum(1 for v in self.leases.get(label, {}).values() if v > now))
-            for label in labels
-        }
-
-
-_FAILED = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
-redis.call('HSET', KEYS[1], 'last_error', ARGV[1], 'last_error_at', tostring(now))
-local cool = tonumber(ARGV[2])
-if cool < 0 and failures >= tonumber(ARGV[3]) then cool = tonumber(ARGV[4]) end
-local until_ = tonumber(redis.call('HGET', KEYS[1], 'cooled_until') or '0')
-if cool > 0 and now + cool > until_ then
-  until_ = now + cool
-  redis.call('HSET', KEYS[1], 'cooled_until', tostring(until_))
-end
-redis.call('EXPIRE', KEYS[1], 86400)
-return {failures, tostring(until_), tostring(now)}
-"""
-
-_ACQUIRE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
-redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3])) + 1)
-return 1
-"""
-
-
-class RedisHealthStore(HealthStore):
-    PREFIX = "gw:rt:"
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._clients: dict[int, Any] = {}
-        self._sync: Any = None
-
-    def _client(self) -> Any:
-        import redis.asyncio as redis
-
-        loop = id(asyncio.get_running_loop())
-        client = self._clients.get(loop)
-        if client is None:
-            client = redis.Redis.from_url(
-                self.url, socket_connect_timeout=2, socket_timeout=2, health_check_interval=30
-            )
-            self._clients = {loop: client}
-        return client
-
-    @staticmethod
-    def _health(raw: dict) -> Health:
-        def text(key: bytes) -> str:
-            value = raw.get(key, b"")
-            return value.decode() if isinstance(value, bytes) else str(value)
-
-        return Health(
-            int(text(b"failures") or 0),
-            float(text(b"cooled_until") or 0),
-            text(b"last_error"),
-            float(text(b"last_error_at") or 0),
-        )
-
-    async def read(self, labels: list[str]) -> dict[str, Health]:
-        async with self._client().pipeline(transaction=False) as pipe:
-            for label in labels:
-                pipe.hgetall(self.PREFIX + label)
-            rows = await pipe.execute()
-        return {label: self._health(row) for label, row in zip(labels, rows)}
-
-    async def failed(self, label: str, error: str, *, cool_for: float | None) -> Health:
-        failures, until, now = await self._client().eval(
-            _FAILED,
-            1,
-            self.PREFIX + label,
-            error[:300],
-            -1 if cool_for is None else cool_for,
-            settings.GATEWAY_ROUTER_COOLDOWN_FAILURES,
-            settings.GATEWAY_ROUTER_COOLDOWN_SECONDS,
-        )
-        return Health(int(failures), float(until), error[:300], float(now))
-
-    async def succeeded(self, label: str) -> None:
-        await self._client().hset(self.PREFIX + label, mapping={"failures": 0, "cooled_until": 0})
-
-    async def acquire(self, label: str, limit: int, lease: str, seconds: float) -> bool:
-        return bool(await self._client().eval(_ACQUIRE, 1, self.PREFIX + "inflight:" + label, limit, lease, seconds))
-
-    async def release(self, label: str, lease: str) -> None:
-        await self._client().zrem(self.PREFIX + "inflight:" + label, lease)
-
-    def read_sync(self, labels: list[str]) -> dict[str, tuple[Health, int]]:
-        import redis
-
-        if self._sync is None:
-            self._sync = redis.Redis.from_url(self.url, socket_connect_timeout=2, socket_timeout=2)
-        now = time.time()
-        return {
-            label: (
-                self._health(self._sync.hgetall(self.PREFIX + label)),
-                self._sync.zcount(self.PREFIX + "inflight:" + label, now, "+inf"),
-            )
-            for label in labels
-        }
-
-
-_store: HealthStore | None = None
-_cache: dict[str, tuple[float, Health]] = {}  # label -> (read at, health): the one-second view
-
-
-def health_store() -> HealthStore:
-    global _store
-    if _store is None:
-        _store = RedisHealthStore(settings.REDIS_URL) if settings.REDIS_URL else MemoryHealthStore()
-    return _store
+# label -> health: the one-second view of the shared health
+_health_view: TTLCache[str, Health] = TTLCache(lambda: HEALTH_CACHE_SECONDS)
 
 
 def reset() -> None:
     """Tests: forget every target's health (and the current settings)."""
-    global _store
-    _store = None
-    _cache.clear()
+    router_health.reset()
+    _health_view.clear()
 
 
 async def _health(labels: list[str]) -> dict[str, Health]:
-    now = time.monotonic()
-    stale = [label for label in labels if label not in _cache or now - _cache[label][0] > HEALTH_CACHE_SECONDS]
+    known = {label: _health_view.get(label) for label in labels}
+    stale = [label for label, cached in known.items() if cached is None]
+    fresh: dict[str, Health] = {}
     if stale:
         try:
             fresh = await health_store().read(stale)
@@ -248,8 +63,8 @@ async def _health(labels: list[str]) -> dict[str, Health]:
             log.warning("router: target health unavailable (%s)", exc)
             fresh = {label: Health() for label in stale}
         for label, health in fresh.items():
-            _cache[label] = (now, health)
-    return {label: _cache[label][1] for label in labels}
+            _health_view.put(label, health)
+    return {label: cached[0] if cached is not None else fresh[label] for label, cached in known.items()}
 
 
 def attempt_order(route: Route, rng: random.Random | None = None) -> list[Target]:
@@ -385,7 +200,7 @@ async def _failed(target: Target, error: GatewayError) -> None:
     except Exception as exc:  # noqa: BLE001 - health is advisory
         log.warning("router: could not record a failure of %s: %s", target.label, exc)
         return
-    _cache[target.label] = (time.monotonic(), health)
+    _health_view.put(target.label, health)
     if health.cooling(time.time()):
         log.warning(
             "router: target %s cooled down for %.0f s after %d failure(s); last: %s",
@@ -399,10 +214,10 @@ async def _failed(target: Target, error: GatewayError) -> None:
 async def _succeeded(target: Target) -> None:
     try:
         await health_store().succeeded(target.label)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - health is advisory: a success not recorded costs nothing
         log.warning("router: could not record a success of %s: %s", target.label, exc)
         return
-    _cache[target.label] = (time.monotonic(), Health())
+    _health_view.put(target.label, Health())
     log.info("router: target %s is healthy again", target.label)
 
 
@@ -410,7 +225,7 @@ def target_health(labels: list[str]) -> dict[str, tuple[Health, int]]:
     """For the admin: each target's health and requests in flight (sync)."""
     try:
         return health_store().read_sync(labels)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the admin shows health as unknown
         log.warning("router: target health unavailable: %s", exc)
         return {}
 

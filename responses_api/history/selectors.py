@@ -215,7 +215,7 @@ class ThreadCursor:
     position: int
 
     def __str__(self) -> str:
-        return f"{self.response_id}:{ROLE_NAMES[self.role]}:{self.position}"  # type: ignore[index]
+        return f"{self.response_id}:{ROLE_NAMES[self.role]}:{self.position}"  # type: ignore[index]  # role is a small-integer column, typed by the stubs as the field
 
     @classmethod
     def parse(cls, raw: str) -> ThreadCursor:
@@ -283,7 +283,7 @@ class ThreadEntry:
 
     @property
     def role_name(self) -> str:
-        return ROLE_NAMES[self.role]  # type: ignore[index]
+        return ROLE_NAMES[self.role]  # type: ignore[index]  # role is a small-integer column, typed by the stubs as the field
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -8,7 +8,7 @@ every tenant, read-only, as DRF's browsable API in a browser.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
 from ..api.drf import ApiRequest, ApiView
@@ -103,7 +103,10 @@ class UsageView(ApiView):
         "model, UTC day and/or tenant, with each rate limit and budget of the key and its tenant. "
         "Deleted responses count: their tokens were spent.",
         parameters=UsageQuery.openapi_parameters(),
-        responses={200: ref("UsageList")},
+        responses={
+            200: ref("UsageList"),
+            403: OpenApiResponse(ref("GatewayError"), description="Grouping by tenant needs an admin key."),
+        },
     )
     async def get(self, request: ApiRequest) -> Response:
         principal = self.principal
@@ -111,7 +114,7 @@ class UsageView(ApiView):
         group_by = args["group_by"]
         if "tenant" in group_by and not principal.is_admin:
             raise InvalidRequest(
-                "Grouping by 'tenant' needs an admin key.", param="group_by", code="admin_key_required"
+                "Grouping by 'tenant' needs an admin key.", param="group_by", code="admin_key_required", status=403
             )
         data = await db.run(
             selectors.usage_summary,

@@ -60,7 +60,7 @@ class McpSession:
                 try:
                     # The item shows what this response may use: allowed_tools applied.
                     tools, error = allowed(await toolset.listing(label)), None
-                except Exception as exc:  # the server is down or refused: answer without its tools
+                except Exception as exc:  # noqa: BLE001 - the server is down or refused: answer without its tools
                     tools, error = [], getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
                 for event in builder.close_list_tools(item, tools, error):
                     yield event

@@ -4,31 +4,52 @@ one configured: not public by default).
 Several processes (uvicorn workers, Celery) each count their own; with PROMETHEUS_MULTIPROC_DIR
 set in their environment (an empty directory, cleared at deployment start) the scrape sums
 them all, whichever process answers it. Each process writes its own files there, named by
-host and pid (`process_identifier`): web and worker containers sharing one directory have
-pid namespaces of their own, so a pid alone would collide. The queue and worker figures are
-read from the database at scrape time, so they are the same whichever process answers.
+host, pid and a random part (`process_identifier`): web and worker containers sharing one
+directory have pid namespaces of their own, so a pid alone would collide. A web process killed
+outright leaves its live gauges behind: the live processes' liveness beat removes them. The queue and worker figures are
+read from the database at scrape time (api/health.py), so they are the same whichever process
+answers.
 
 `METRICS` is the one list of what is exposed: the single-process exposition registers it,
 and the multi-process one lists every family of it too, even before any process counted."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-import socket
-import time
 from collections.abc import Iterator
 from typing import Any
+
+from .process import process_id
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before prometheus_client reads it: writes go there
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
 
-from prometheus_client import values  # noqa: E402
+from prometheus_client import values
 
 
 def process_identifier() -> str:
-    """This process in the shared metrics directory: host name and pid (a container's host
-    name is its own). prometheus_client splits file names on '_', so none may be in it."""
-    return f"{socket.gethostname()}-{os.getpid()}".replace("_", "-")
+    """This process in the shared metrics directory: its liveness id (host name, pid and a
+    random part: a container's host name is its own, and a pid reused later on one host is
+    another process, whose gauges must not start from a dead one's). prometheus_client splits
+    file names on '_', so none may be in it."""
+    return metrics_identifier(process_id())
+
+
+def metrics_identifier(liveness_id: str) -> str:
+    return liveness_id.replace(":", "-").replace("_", "-")
+
+
+def forget_processes(liveness_ids: list[str]) -> None:
+    """Web processes found dead (killed: they never ran `process_exit`): their live gauges
+    (open streams, open WebSockets) leave the sums; their counters stay, they were counted."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        for liveness_id in liveness_ids:
+            # Every live process sweeps: another may have removed the files a moment ago.
+            with contextlib.suppress(FileNotFoundError):
+                multiprocess.mark_process_dead(metrics_identifier(liveness_id))
 
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -36,8 +57,7 @@ if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     # fork, which prometheus_client notices and then starts the child's own files.
     values.ValueClass = values.MultiProcessValue(process_identifier)
 
-from django.db.models import Count, Max, Min
-from prometheus_client import (  # noqa: E402
+from prometheus_client import (  # noqa: E402 - after PROMETHEUS_MULTIPROC_DIR is prepared (above)
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
@@ -45,11 +65,8 @@ from prometheus_client import (  # noqa: E402
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily  # noqa: E402
-from prometheus_client.metrics import MetricWrapperBase  # noqa: E402
-from prometheus_client.metrics_core import Metric  # noqa: E402
-
-from ..models import Response
+from prometheus_client.metrics import MetricWrapperBase  # noqa: E402 - after PROMETHEUS_MULTIPROC_DIR is prepared (above)
+from prometheus_client.metrics_core import Metric  # noqa: E402 - after PROMETHEUS_MULTIPROC_DIR is prepared (above)
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -108,35 +125,6 @@ def upstream_error(target: str, code: str | None) -> None:
     UPSTREAM_ERRORS.labels(target, code or "unknown").inc()
 
 
-class _QueueCollector:
-    """Background work, read from the database at scrape time."""
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        now = time.time()
-        queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(
-            n=Count("id"), oldest=Min("created_at")
-        )
-        running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).aggregate(
-            n=Count("id"), beat=Max("heartbeat_at")
-        )
-        yield GaugeMetricFamily(
-            "gateway_background_queued", "Background responses waiting for a worker.", value=queued["n"]
-        )
-        yield GaugeMetricFamily(
-            "gateway_background_oldest_queued_seconds",
-            "Age of the oldest queued one.",
-            value=now - queued["oldest"].timestamp() if queued["oldest"] else 0,
-        )
-        yield GaugeMetricFamily(
-            "gateway_background_running", "Background responses a worker runs now.", value=running["n"]
-        )
-        yield GaugeMetricFamily(
-            "gateway_worker_heartbeat_age_seconds",
-            "Seconds since the freshest heartbeat of a running background response.",
-            value=now - running["beat"].timestamp() if running["beat"] else 0,
-        )
-
-
 class _SharedDirectoryCollector:
     """The sums of every process's files in PROMETHEUS_MULTIPROC_DIR, plus an empty family for
     each of METRICS no process has counted yet (the single-process exposition lists those too)."""
@@ -154,14 +142,17 @@ class _SharedDirectoryCollector:
                     yield family
 
 
-def exposition() -> tuple[bytes, str]:
+def exposition(*collectors: Any) -> tuple[bytes, str]:
+    """What /metrics answers: every process's counts, and what `collectors` read at scrape time
+    (api/health.py: the background queue, from the database)."""
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry.register(_SharedDirectoryCollector())
     else:
         for metric in METRICS:
             registry.register(metric)
-    registry.register(_QueueCollector())
+    for collector in collectors:
+        registry.register(collector)
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 

@@ -24,14 +24,14 @@ class ConfigManagedAdmin:
         return {field for key in keys for field in self.config_fields.get(key, (key,))}
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        base = list(super().get_readonly_fields(request, obj))  # type: ignore[misc]
+        base = list(super().get_readonly_fields(request, obj))  # type: ignore[misc]  # a mixin: the ModelAdmin method comes with the class it is mixed into
         managed = self.managed_admin_fields(obj) - set(base)
         hidden = {f for key in getattr(obj, "config_managed", None) or [] for f in self.config_hidden.get(key, ())}
         return [*base, "config_status", *sorted(managed - hidden)]
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         hidden = {f for key in getattr(obj, "config_managed", None) or [] for f in self.config_hidden.get(key, ())}
-        fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]
+        fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]  # a mixin: the ModelAdmin method comes with the class it is mixed into
         shown = [
             (name, {**options, "fields": tuple(f for f in options["fields"] if f not in hidden)})
             for name, options in fieldsets
@@ -43,7 +43,7 @@ class ConfigManagedAdmin:
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         hidden = {f for key in getattr(obj, "config_managed", None) or [] for f in self.config_hidden.get(key, ())}
-        form = super().get_form(request, obj, change, **kwargs)  # type: ignore[misc]
+        form = super().get_form(request, obj, change, **kwargs)  # type: ignore[misc]  # a mixin: the ModelAdmin method comes with the class it is mixed into
         for name in hidden:
             form.base_fields.pop(name, None)
         return form
@@ -57,4 +57,4 @@ class ConfigManagedAdmin:
             ", ".join(keys),
         )
 
-    config_status.short_description = "Config file"  # type: ignore[attr-defined]
+    config_status.short_description = "Config file"  # type: ignore[attr-defined]  # the admin reads a column's title from the function

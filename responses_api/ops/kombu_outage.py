@@ -30,5 +30,5 @@ def install() -> None:
             raise RedisConnectionError("the broker connection is closed")
         return connparams(self, asynchronous=asynchronous)
 
-    transport.Channel._connparams = _connparams  # type: ignore[method-assign]
+    transport.Channel._connparams = _connparams  # type: ignore[method-assign]  # patching kombu's transport is this module's point
     _installed = True

@@ -262,9 +262,9 @@ def start_local_model_process(
 
     # a+b, not ab: the tail is read back on failure. Handed to the child, closed below.
     log: IO[bytes] = (
-        open(log_file, "a+b")  # noqa: SIM115
+        open(log_file, "a+b")  # noqa: SIM115 - the child keeps the file; closed below once it started
         if log_file is not None
-        else tempfile.TemporaryFile()  # noqa: SIM115
+        else tempfile.TemporaryFile()  # noqa: SIM115 - the child keeps the file; closed below once it started
     )
     try:
         proc = subprocess.Popen(

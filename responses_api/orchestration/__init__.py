@@ -1,1 +1,3 @@
-"""From a parsed request to a run: routes, rate limits, tool planning, run assembly, the worker hand-off decision."""
+"""From a parsed request to a run: admission (routes, sealed input, rate limits), tool planning,
+run assembly, the hand-off to a worker and the worker's side, compaction and token counts, a
+process's drain and liveness."""

@@ -1,10 +1,13 @@
 """The one place a ResponseRun is assembled: from a request on the web path (`run_for_request`)
 and from a stored job on a worker (`run_for_job`).
 
-Both plan their tools with toolplan.plan_tools and end in `_assemble`, which gives the run its
-tool runner, MCP toolset and limits; they differ only in where the context comes from (the
-web path reads the chain while it checks access, a worker reads it when the run starts) and
-in where events go (the worker streams from the upstream into the event log).
+Both take tools planned by toolplan.plan_tools and end in `_assemble`, which gives the run the
+route's context window (learned from the upstream when the operator set none), its tool runner
+and its MCP session. They differ only in where the context comes from (the web path reads the
+chain or conversation, checking access, or continues a WebSocket's previous response from
+memory; a worker reads it when the run starts), in what a run stores (the web path's row is
+inserted while a stream's upstream is asked; a worker's exists already) and in where events go
+(the worker streams from the upstream into the event log).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ..mcp.credentials import restore_credentials
 from ..mcp.planning import registry_mcp_labels, toolset_for
 from ..mcp.session import McpSession
 from ..models import Response
+from ..observability.process import process_id
 from ..protocol.answers import check_outputs_answer_calls
 from ..protocol.errors import InvalidRequest
 from ..protocol.ids import new_id
@@ -35,7 +39,7 @@ from ..store import db, selectors, services
 from ..store.eventlog import event_log
 from ..store.persistence import DatabasePersistence
 from ..upstreams.tokenize import context_window
-from . import lifecycle, liveness
+from . import lifecycle
 from .limits import Grant
 from .routing import route_get
 from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
@@ -101,7 +105,7 @@ async def run_for_request(
             model=req.model,
             params=params,
             created_at=created_at,
-            served_by=liveness.process_id() if req.stream else "",  # a stream's row is open meanwhile
+            served_by=process_id() if req.stream else "",  # a stream's row is open meanwhile
         )
     job = ResponseJob(
         response_id=response_id,

@@ -9,6 +9,12 @@ forgets them; so does every other live process: reaping needs no particular proc
 A process killed outright (kill -9, OOM) thus has its rows failed within 4 beats (20 s by
 default), and its slots and reservations back within GATEWAY_LEASE_SECONDS (30 s).
 
+Every GATEWAY_REAPER_INTERVAL_SECONDS each web process also runs the worker runs' reaper
+(worker.reap_stale: runs whose worker stopped heartbeating, queued runs no worker
+took), which Celery beat schedules on a worker too: with the only worker or beat dead, the rows
+clients poll still end. Reaping is idempotent (a row is finished once), so several processes
+sweeping at once only repeat a cheap query.
+
 An id is host:pid:random: containers sharing a database may reuse pids, and a restarted process
 is a new one. The embedded mode's process reaps what its previous run left open at its first beat.
 """
@@ -17,41 +23,43 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-import socket
 
 from django.conf import settings
 
+from ..observability.metrics import forget_processes
+from ..observability.process import process_id
 from ..store import db, services
 from .limits import renew_leases_from_now_on, renew_live_leases
+from .worker import reap_stale
 
 log = logging.getLogger("gateway.liveness")
-
-_id: tuple[int, str] | None = None
-
-
-def process_id() -> str:
-    global _id
-    pid = os.getpid()
-    if _id is None or _id[0] != pid:  # a forked child is a process of its own
-        _id = (pid, f"{socket.gethostname()[:80]}:{pid}:{secrets.token_hex(4)}")
-    return _id[1]
 
 
 async def beat_once() -> None:
     interval = settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS
-    failed = await db.run(services.web_process_beat, process_id=process_id(), stale_after=3 * interval)
+    failed, dead = await db.run(services.web_process_beat, process_id=process_id(), stale_after=3 * interval)
     if failed:
         log.warning("failed %d open responses of web processes that stopped", failed)
+    if dead:
+        forget_processes(dead)
     await renew_live_leases()
 
 
 async def beat_forever() -> None:
     renew_leases_from_now_on()
+    reaped_at = 0.0
     while True:
         await asyncio.sleep(settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS)
         try:
             await beat_once()
+            now = asyncio.get_running_loop().time()
+            if now - reaped_at >= settings.GATEWAY_REAPER_INTERVAL_SECONDS:
+                # Worker runs whose worker died, and queued ones no worker took: Celery beat's
+                # reaper does this on a worker too, but that worker and beat may be the ones
+                # that died, and every web process is alive while clients wait on those rows.
+                reaped_at = now
+                reaped = await reap_stale()
+                if reaped:
+                    log.warning("failed %d responses whose worker stopped or never started them", reaped)
         except Exception as exc:  # noqa: BLE001 - the next beat tries again
             log.warning("liveness beat failed: %s: %s", type(exc).__name__, str(exc)[:200])

@@ -11,6 +11,7 @@ import hashlib
 import os
 from decimal import Decimal
 
+from cryptography.fernet import Fernet, MultiFernet
 from django.conf import settings
 
 from ..domain import Price, ProviderConfig, Route, Target
@@ -20,11 +21,9 @@ from ..store.sealing import encryption_secrets
 from ..store.ttlcache import TTLCache
 
 
-def _fernet():
+def _fernet() -> MultiFernet:
     """Encrypts with the newest secret, decrypts with any (store/sealing.py's list): a
     GATEWAY_ENCRYPTION_KEY entry is a Fernet key itself; SECRET_KEY's is derived from it."""
-    from cryptography.fernet import Fernet, MultiFernet
-
     keys = [
         secret if is_fernet_key else base64.urlsafe_b64encode(hashlib.sha256(secret.encode()).digest()).decode()
         for secret, is_fernet_key in encryption_secrets()

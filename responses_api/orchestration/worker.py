@@ -1,7 +1,7 @@
 """Worker-run responses: claim, run with heartbeat and cancellation, reap the stale (handoff.enqueue hands them here).
 
 The same engine as the web path runs here; its events go to the event log
-(eventlog.py) instead of a socket. A Celery task calls `run_claimed` in
+(store/eventlog.py) instead of a socket. A Celery task calls `run_claimed` in
 production; in embedded mode (no REDIS_URL) an asyncio task in the web
 process does, so the one-command start keeps the same features.
 
@@ -29,9 +29,9 @@ from ..protocol.errors import GatewayError, ServerError
 from ..protocol.events import EventBuilder, output_from_events
 from ..store import db, selectors, services
 from ..store.eventlog import TERMINAL_TYPES, event_log
+from ..store.limit_counters import drain as limits_drain
 from .assembly import run_for_job
 from .limits import Grant
-from .limits import drain as limits_drain
 
 log = logging.getLogger("gateway.background")
 

@@ -256,10 +256,18 @@ def _mcp_approval_request(raw: dict, param: str) -> dict:
     }
 
 
+MCP_CALL_STATUSES = frozenset({"in_progress", "completed", "incomplete", "calling", "failed"})
+
+
 def _mcp_call(raw: dict, param: str) -> dict:
     error = raw.get("error")
     if error is not None and not isinstance(error, (str, dict)):
         raise _bad(f"Invalid '{param}.error': expected an object or a string.", f"{param}.error")
+    status = raw.get("status")
+    if status is not None and status not in MCP_CALL_STATUSES:
+        raise _bad(
+            f"Invalid '{param}.status': expected one of {', '.join(sorted(MCP_CALL_STATUSES))}.", f"{param}.status"
+        )
     return {
         "type": "mcp_call",
         "id": raw.get("id") or new_id("mcp"),
@@ -301,7 +309,7 @@ def _client_tool_item(raw: dict, param: str, required: dict[str, type | tuple[ty
         item["call_id"] = _require_str(raw, "id", param, allow_empty=False)
     for key, expected in required.items():
         if not isinstance(item.get(key), expected) or isinstance(item.get(key), bool):
-            what = {str: "a string", dict: "an object", list: "an array"}.get(expected, "a string or an array")  # type: ignore[call-overload]
+            what = {str: "a string", dict: "an object", list: "an array"}.get(expected, "a string or an array")  # type: ignore[call-overload]  # a dict keyed by types: the stubs' overloads of get take no type key
             raise _bad(f"Missing or invalid '{param}.{key}': expected {what}.", f"{param}.{key}")
     item["id"] = item.get("id") or new_id(CLIENT_TOOL_ITEM_PREFIX[kind])
     if kind.endswith("_call") or kind == "local_shell_call_output":
@@ -309,7 +317,9 @@ def _client_tool_item(raw: dict, param: str, required: dict[str, type | tuple[ty
     return item
 
 
-_CLIENT_TOOL_ITEMS: dict[str, dict[str, type | tuple[type, ...]]] = {
+# The fields each client-run tool's call and output item must carry (the OpenAPI document's
+# schemas for them are generated from this table too: api/openapi.py).
+CLIENT_TOOL_ITEM_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "custom_tool_call": {"call_id": str, "name": str, "input": str},
     "custom_tool_call_output": {"call_id": str, "output": (str, list)},
     "local_shell_call": {"call_id": str, "action": dict},
@@ -390,8 +400,8 @@ def _normalize_item(raw: Any, param: str) -> dict:
         return {"type": "compaction_trigger"}
     if kind in _MCP_ITEMS:
         return _MCP_ITEMS[kind](raw, param)
-    if kind in _CLIENT_TOOL_ITEMS:
-        return _client_tool_item(raw, param, _CLIENT_TOOL_ITEMS[kind])
+    if kind in CLIENT_TOOL_ITEM_FIELDS:
+        return _client_tool_item(raw, param, CLIENT_TOOL_ITEM_FIELDS[kind])
     if kind == "tool_search_output" and raw.get("execution") == "client":
         # A client's search result: it answers the client's call, and what it returns is loaded.
         item = _client_tool_item(raw, param, {"call_id": str, "tools": list})

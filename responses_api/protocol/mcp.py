@@ -1,7 +1,8 @@
 """MCP tools in the protocol: the request's `{"type": "mcp"}` tools, approval policies,
 the names the model sees, and how MCP items read to a Chat Completions model.
 
-Pure: no I/O. Listing and calling servers lives in tool_registry/mcp.py.
+Pure: no I/O. Which servers a run uses and the run's MCP session are in responses_api/mcp/;
+listing and calling servers is tool_registry/mcp.py.
 """
 
 from __future__ import annotations
@@ -174,9 +175,8 @@ def parse_mcp_tool(entry: dict[str, Any], param: str) -> McpTool:
                 param=f"{param}.{unsupported}",
             )
     url = entry.get("server_url")
-    if url is not None:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise InvalidRequest(f"Invalid '{param}.server_url': expected an http(s) URL.", param=f"{param}.server_url")
+    if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
+        raise InvalidRequest(f"Invalid '{param}.server_url': expected an http(s) URL.", param=f"{param}.server_url")
     headers = entry.get("headers") or {}
     if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         raise InvalidRequest(f"Invalid '{param}.headers': expected an object of strings.", param=f"{param}.headers")

@@ -92,10 +92,34 @@ def expect(value: Any, kind: type | tuple[type, ...], param: str, what: str) -> 
     return value
 
 
-def _optional_number(body: dict, name: str, lo: float, hi: float, *, integer: bool = False) -> Any:
+# The numbers a create request may set: (lowest, highest, integer only). The OpenAPI document
+# states the same bounds (api/openapi.py reads this table).
+NUMBER_BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "max_output_tokens": (1, 10_000_000, True),
+    "max_tool_calls": (1, 10_000, True),
+    "temperature": (0, 2, False),
+    "top_p": (0, 1, False),
+    "presence_penalty": (-2, 2, False),
+    "frequency_penalty": (-2, 2, False),
+    "top_logprobs": (0, 20, True),
+}
+# The strings a create request may set, with their longest length (the stored columns' or the
+# upstreams'); the document states them too.
+STRING_BOUNDS: dict[str, int] = {
+    "previous_response_id": 128,
+    "user": 512,
+    "safety_identifier": 512,
+    "prompt_cache_key": 1024,
+}
+
+
+def _optional_number(body: dict, name: str) -> Any:
+    lo, hi, integer = NUMBER_BOUNDS[name]
     value = body.get(name)
     if value is None:
         return None
+    if integer and isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON has one number type: 3.0 is the integer 3 (JSON Schema agrees)
     kind = int if integer else (int, float)
     expect(value, kind, name, "an integer" if integer else "a number")
     if not lo <= value <= hi:
@@ -106,7 +130,8 @@ def _optional_number(body: dict, name: str, lo: float, hi: float, *, integer: bo
     return value
 
 
-def _optional_str(body: dict, name: str, max_len: int = 512) -> str | None:
+def _optional_str(body: dict, name: str) -> str | None:
+    max_len = STRING_BOUNDS[name]
     value = body.get(name)
     if value is None:
         return None
@@ -289,7 +314,7 @@ def parse_create_request(body: Any) -> CreateRequest:
     if len(model) > MODEL_MAX_CHARS:
         raise InvalidRequest(f"'model' is longer than {MODEL_MAX_CHARS} characters.", param="model")
 
-    previous_response_id = _optional_str(body, "previous_response_id", 128)
+    previous_response_id = _optional_str(body, "previous_response_id")
     if conversation is not None and previous_response_id is not None:
         raise InvalidRequest(
             "Mutually exclusive parameters: 'conversation' and 'previous_response_id'; use one.",
@@ -335,8 +360,8 @@ def parse_create_request(body: Any) -> CreateRequest:
     if instructions is not None:
         expect(instructions, str, "instructions", "a string")
 
-    max_output_tokens = _optional_number(body, "max_output_tokens", 1, 10_000_000, integer=True)
-    max_tool_calls = _optional_number(body, "max_tool_calls", 1, 10_000, integer=True)
+    max_output_tokens = _optional_number(body, "max_output_tokens")
+    max_tool_calls = _optional_number(body, "max_tool_calls")
 
     return CreateRequest(
         model=model,
@@ -354,19 +379,19 @@ def parse_create_request(body: Any) -> CreateRequest:
         parallel_tool_calls=_bool(body, "parallel_tool_calls", True),
         max_output_tokens=max_output_tokens,
         max_tool_calls=max_tool_calls,
-        temperature=_optional_number(body, "temperature", 0, 2),
-        top_p=_optional_number(body, "top_p", 0, 1),
-        presence_penalty=_optional_number(body, "presence_penalty", -2, 2),
-        frequency_penalty=_optional_number(body, "frequency_penalty", -2, 2),
-        top_logprobs=_optional_number(body, "top_logprobs", 0, 20, integer=True),
+        temperature=_optional_number(body, "temperature"),
+        top_p=_optional_number(body, "top_p"),
+        presence_penalty=_optional_number(body, "presence_penalty"),
+        frequency_penalty=_optional_number(body, "frequency_penalty"),
+        top_logprobs=_optional_number(body, "top_logprobs"),
         truncation=truncation,
         text=_text(body.get("text")),
         reasoning=_reasoning(body.get("reasoning")),
         metadata=_metadata(body.get("metadata")),
         include=_include(body.get("include")),
-        user=_optional_str(body, "user", 512),
-        safety_identifier=_optional_str(body, "safety_identifier", 512),
-        prompt_cache_key=_optional_str(body, "prompt_cache_key", 1024),
+        user=_optional_str(body, "user"),
+        safety_identifier=_optional_str(body, "safety_identifier"),
+        prompt_cache_key=_optional_str(body, "prompt_cache_key"),
         service_tier=service_tier,
         compact=compact,
         generate=generate,

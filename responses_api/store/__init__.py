@@ -1,2 +1,4 @@
-"""The database side: writes (services), reads (selectors), what a run stores (persistence), the thread
-hop (db), sealing of values given back to clients, and the TTL cache of hot look-ups."""
+"""The database and Redis side: writes (services), reads (selectors), what a run stores
+(persistence), usage records, the thread hop (db), the Redis clients and the Redis-backed stores
+(event log, limit counters, router health), infrastructure outages, sealing of values given back
+to clients, and the one in-process cache (ttlcache)."""

@@ -12,13 +12,14 @@ import asyncio
 import json
 import logging
 import time
-import weakref
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
+
+from .redis_clients import STREAMS, async_client
 
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 CANCEL_PREFIX = "gw:cancel:"
@@ -123,30 +124,9 @@ class MemoryEventLog(EventLog):
 class RedisEventLog(EventLog):
     def __init__(self, url: str) -> None:
         self.url = url
-        # One client per event loop: a Celery task runs its own loop.
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
     def _client(self) -> Any:
-        import redis.asyncio as redis
-
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            from redis.asyncio.retry import Retry
-            from redis.backoff import ExponentialWithJitterBackoff
-
-            client = redis.Redis.from_url(
-                self.url,
-                decode_responses=False,
-                # Redis gone: fail within seconds (a 503), not after the default backoff; a
-                # connection that died while idle (Redis restarted) is replaced by a retry.
-                socket_connect_timeout=2.0,
-                socket_timeout=15.0,  # > the 5 s XREAD block
-                retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=3),
-                health_check_interval=30,
-            )
-            self._clients[loop] = client
-        return client
+        return async_client(self.url, STREAMS)
 
     async def append(self, response_id: str, event: dict[str, Any]) -> bool:
         from redis.exceptions import ResponseError
@@ -223,7 +203,7 @@ def forget_now(response_ids: list[str]) -> None:
     cannot be reached (GATEWAY_EVENT_LOG_TTL_SECONDS)."""
     try:
         async_to_sync(event_log().forget)(response_ids)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - Redis unreachable, whatever it raises: the logs expire on their own
         logging.getLogger("gateway.eventlog").warning(
             "could not drop the event logs of %d purged response(s)", len(response_ids)
         )

@@ -1,4 +1,7 @@
-"""Reads: responses, their items and chains, keys and routes. Plain sync ORM functions.
+"""Reads: responses and their items, a request's context (its chain, by one recursive SQL
+query whatever the length, or its conversation, then its input with item references
+resolved), the jobs the reaper looks for, a tenant's spend for budgets, the models a key may
+use. Sync functions.
 
 Async callers go through `responses_api.store.db.run`, which runs them in a worker
 thread and releases the connection at once.
@@ -190,9 +193,11 @@ def context_check(
     (1 query) or the conversation (1 query), the item references (1 query, only if any)."""
     if previous_response_id is not None:
         chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
-    elif conversation_id is not None:
-        if not Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).exists():
-            raise _conversation_not_found(conversation_id)
+    elif (
+        conversation_id is not None
+        and not Conversation.objects.filter(id=conversation_id, tenant_id=tenant_id).exists()
+    ):
+        raise _conversation_not_found(conversation_id)
     resolve_references(tenant_id, input_items)
 
 

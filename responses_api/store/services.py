@@ -1,4 +1,6 @@
-"""Writes: create and finish a response, delete one, create API keys.
+"""Writes: create and finish a response (and append it to its conversation), delete, purge and
+expire responses, create and revoke API keys, the job lifecycle of worker runs and the web
+processes' beat.
 
 Plain sync ORM functions, plus, for PostgreSQL, the hot writes as single statements
 (`finish_statement`, `insert_statement`) that the web process awaits on its event loop
@@ -558,7 +560,7 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
     return counts
 
 
-# -- worker-run responses: the job lifecycle (background.py drives it) ---------------
+# -- worker-run responses: the job lifecycle (orchestration/worker.py drives it) ------
 
 
 def response_job_claim(*, response_id: str) -> Response | None:
@@ -574,16 +576,16 @@ def response_job_heartbeat(*, response_id: str) -> None:
     Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
 
 
-def web_process_beat(*, process_id: str, stale_after: float) -> int:
+def web_process_beat(*, process_id: str, stale_after: float) -> tuple[int, list[str]]:
     """This web process is alive; the open foreground responses of processes that stopped
     beating are failed (they will never finish), and those processes forgotten. Returns how many
-    responses were failed."""
+    responses were failed, and the processes forgotten."""
     now = timezone.now()
     WebProcess.objects.update_or_create(id=process_id, defaults={"beat_at": now})
     cutoff = now - timedelta(seconds=stale_after)
     dead = list(WebProcess.objects.filter(beat_at__lt=cutoff).values_list("id", flat=True))
     if not dead:
-        return 0
+        return 0, []
     failed = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=False, served_by__in=dead).update(
         **_ended(
             {
@@ -594,7 +596,7 @@ def web_process_beat(*, process_id: str, stale_after: float) -> int:
         )
     )
     WebProcess.objects.filter(id__in=dead, beat_at__lt=cutoff).delete()
-    return failed
+    return failed, dead
 
 
 def response_fail_abandoned_foreground() -> int:

@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import Any
 
 import aiohttp
 
 from ..domain import Target
 from ..protocol import jsonlimits
+from ..store.ttlcache import TTLCache
 from .http import get_session, proxy_for
 
 log = logging.getLogger("gateway.upstreams")
 
 REMEMBER_SECONDS = 600.0
 _TIMEOUT = aiohttp.ClientTimeout(total=2.0)
-_windows: dict[tuple[str, str], tuple[float, int | None]] = {}
-_no_tokenizer: dict[str, float] = {}
+_windows: TTLCache[tuple[str, str], int | None] = TTLCache(lambda: REMEMBER_SECONDS)
+_no_tokenizer: TTLCache[str, bool] = TTLCache(lambda: REMEMBER_SECONDS)
 
 
 def _headers(target: Target) -> dict[str, str]:
@@ -53,9 +53,8 @@ async def context_window(target: Target) -> int | None:
     """The upstream model's context window, when its /v1/models says (cached)."""
     key = (target.provider.base_url, target.upstream_model)
     cached = _windows.get(key)
-    now = time.monotonic()
-    if cached is not None and cached[0] > now:
-        return cached[1]
+    if cached is not None:
+        return cached[0]
     window: int | None = None
     try:
         listing = await _get_json(target, f"{target.provider.base_url}/models")
@@ -65,15 +64,14 @@ async def context_window(target: Target) -> int | None:
                 window = value if isinstance(value, int) and value > 0 else None
     except Exception as exc:  # noqa: BLE001 - best effort
         log.info("could not learn the context window of %s: %s", target.label, type(exc).__name__)
-    _windows[key] = (now + REMEMBER_SECONDS, window)
-    return window
+    return _windows.put(key, window)
 
 
 async def count_tokens(target: Target, chat_body: dict[str, Any]) -> int | None:
     """Exact input tokens of a Chat Completions request, where the upstream tokenizes
     (vLLM: POST /tokenize at the server's root); None where it cannot."""
     base = target.provider.base_url
-    if _no_tokenizer.get(base, 0.0) > time.monotonic():
+    if _no_tokenizer.get(base) is not None:
         return None
     root = base[: -len("/v1")] if base.endswith("/v1") else base
     body = {"model": target.upstream_model, "messages": chat_body["messages"], "add_generation_prompt": True}
@@ -85,6 +83,6 @@ async def count_tokens(target: Target, chat_body: dict[str, Any]) -> int | None:
         answer = None
     count = answer.get("count") if isinstance(answer, dict) else None
     if not isinstance(count, int):
-        _no_tokenizer[base] = time.monotonic() + REMEMBER_SECONDS
+        _no_tokenizer.put(base, True)
         return None
     return count

@@ -120,7 +120,7 @@ def test_usage_per_model_per_day_by_default(api: HistoryApi) -> None:
 def test_usage_by_tenant_needs_an_admin_key(api: HistoryApi) -> None:
     make_response(api.tenant_id, input_tokens=10, output_tokens=1)
     make_response(api.other_tenant_id, input_tokens=20, output_tokens=2)
-    error = api.error("/v1/usage", {"group_by": "tenant"})
+    error = api.error("/v1/usage", {"group_by": "tenant"}, status=403)
     assert error["param"] == "group_by" and error["code"] == "admin_key_required"
     rows = api.ok("/v1/usage", {"group_by": "tenant"}, key=api.admin_key)["data"]
     assert [(r["tenant"], r["total_tokens"]) for r in rows] == [("acme", 11), ("globex", 22)]
@@ -139,6 +139,15 @@ def test_usage_by_tenant_needs_an_admin_key(api: HistoryApi) -> None:
 )
 def test_usage_invalid_values(api: HistoryApi, params: dict, param: str) -> None:
     assert api.error("/v1/usage", params)["param"] == param
+
+
+def test_a_bound_past_the_first_or_last_second_is_that_second(api: HistoryApi) -> None:
+    """In UTC these are before year 1 and after 9999 (a 500 before): as bounds of a range they
+    are the first and the last moment there is."""
+    make_response(api.tenant_id, input_tokens=10, output_tokens=1)
+    assert api.ok("/v1/usage", {"end": "0001-01-01T00:00:01+01:00"})["data"] == []
+    assert api.ok("/v1/usage", {"start": "9999-12-31T23:59:59-01:00"})["data"] == []
+    assert len(api.ok("/v1/usage", {"start": "0001-01-01T00:00:01+01:00"})["data"]) == 1
 
 
 def test_another_tenants_ids_are_never_listed_or_readable(api: HistoryApi) -> None:

@@ -36,3 +36,18 @@ def test_a_full_cache_starts_over_and_clear_empties_it() -> None:
     assert len(cache) == 1 and cache.get(3) == (3,) and cache.get(0) is None
     cache.clear()
     assert len(cache) == 0 and cache.get(3) is None
+
+
+def test_clear_all_empties_every_cache_of_the_process_in_one_call() -> None:
+    """Every TTLCache registers itself: the test fixtures reset all of them (the gateway's own
+    too: routes, keys, tools, context windows, target health) with one call."""
+    from responses_api.orchestration import routing
+    from responses_api.store import ttlcache
+    from responses_api.upstreams import tokenize
+
+    mine: TTLCache[str, int] = TTLCache(lambda: 60.0)
+    mine.put("a", 1)
+    routing._routes.put("some-model", None)
+    tokenize._windows.put(("http://upstream.invalid", "m"), 4096)
+    ttlcache.clear_all()
+    assert len(mine) == len(routing._routes) == len(tokenize._windows) == 0

@@ -36,7 +36,7 @@ class Canary:
                 canary.connections += 1
                 super().setup()
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length") or 0))
                 self.send_response(status)
                 self.send_header("content-type", content_type)
@@ -44,7 +44,7 @@ class Canary:
                 self.end_headers()
                 self.wfile.write(body)
 
-            do_GET = do_DELETE = do_POST  # noqa: N815
+            do_GET = do_DELETE = do_POST  # noqa: N815 - BaseHTTPRequestHandler's method names
 
             def log_message(self, *args: object) -> None:
                 pass

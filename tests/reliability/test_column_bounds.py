@@ -138,7 +138,7 @@ def test_every_item_type_the_parser_accepts_fits_its_column() -> None:
         "item_reference",
         "compaction",
         *items._MCP_ITEMS,
-        *items._CLIENT_TOOL_ITEMS,
+        *items.CLIENT_TOOL_ITEM_FIELDS,
         *HOSTED_ITEM_TYPES,
     }
     limit = _length("responses_api", "Item", "type")

@@ -37,7 +37,7 @@ from tests.test_deploy import interpolate, settings_env_names
 try:
     PG_BINDIR = find_postgres_bindir()
     find_redis_server()
-except Exception:
+except Exception:  # noqa: BLE001 - no binaries, whatever the finder raises: skip
     pytest.skip("PostgreSQL and Redis binaries are needed", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[2]

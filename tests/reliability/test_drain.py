@@ -23,7 +23,7 @@ from tests.support.upstream import Reply, ScriptedUpstream
 
 try:
     find_postgres_bindir(), find_redis_server()
-except Exception:  # the embedded suite on a machine without servers
+except Exception:  # noqa: BLE001 - the embedded suite on a machine without servers
     pytest.skip("PostgreSQL and Redis binaries are needed", allow_module_level=True)
 
 DRAIN = 3.0

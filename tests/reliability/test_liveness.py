@@ -9,17 +9,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.reliability.deployment import Deployment, temporary_deployment
+from tests.reliability.test_metrics import value
 from tests.support.servers import _free_port, find_postgres_bindir, find_redis_server
 from tests.support.upstream import Reply, ScriptedUpstream
 
 try:
     find_postgres_bindir(), find_redis_server()
-except Exception:  # the embedded suite on a machine without servers
+except Exception:  # noqa: BLE001 - the embedded suite on a machine without servers
     pytest.skip("PostgreSQL and Redis binaries are needed", allow_module_level=True)
 
 BEAT, LEASE = 1.0, 4.0
@@ -31,12 +33,18 @@ def upstream() -> Iterator[ScriptedUpstream]:
         yield server
 
 
+METRICS_TOKEN = "scrape-liveness-1234"
+
+
 @pytest.fixture
-def deployment(upstream: ScriptedUpstream) -> Iterator[Deployment]:
+def deployment(upstream: ScriptedUpstream, tmp_path: Path) -> Iterator[Deployment]:
     env = {
         "GATEWAY_PROCESS_HEARTBEAT_SECONDS": str(BEAT),
         "GATEWAY_LEASE_SECONDS": str(LEASE),
         "GATEWAY_CACHE_SECONDS": "0",
+        # Both processes count into one directory, as a deployment's containers do.
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
+        "GATEWAY_METRICS_TOKEN": METRICS_TOKEN,
     }
     with temporary_deployment(upstream.base_url, prefix="gateway-liveness-", env=env) as deployed:
         yield deployed
@@ -82,6 +90,9 @@ def test_a_killed_web_process_is_reaped_by_the_live_one(deployment: Deployment, 
     refused = survivor.post("/v1/responses", json={"model": "m", "input": "y", "max_output_tokens": 16})
     assert seen == [200, 200, 200], deployment.log("web.log")
     assert refused.status_code == 429, refused.text  # the slots are taken
+    # Retry-After: when the first lease runs out if its process stopped (at most one lease).
+    assert 1 <= int(refused.headers["retry-after"]) <= LEASE, refused.headers
+    assert open_streams(survivor) == 3
 
     doomed.kill()  # SIGKILL: nothing of it runs again
     doomed.wait(10)
@@ -96,6 +107,8 @@ def test_a_killed_web_process_is_reaped_by_the_live_one(deployment: Deployment, 
     reaped_after = time.monotonic() - killed_at
     rows = deployment.rows("SELECT status, error->>'code' FROM responses_api_response")
     assert rows == [("failed", "interrupted")] * 3, rows
+    # The dead process's live gauge left the sums with it (the sweep that failed its rows).
+    assert open_streams(survivor) == 0
 
     upstream.set_default("m", Reply(text="ok"))
     while True:
@@ -109,3 +122,26 @@ def test_a_killed_web_process_is_reaped_by_the_live_one(deployment: Deployment, 
     # The bounds the README states, at this test's beat and lease: 4 beats, one lease (+ slack).
     assert reaped_after < 4 * BEAT + 3 and slots_after < LEASE + 3, (reaped_after, slots_after)
     survivor.close()
+
+
+def open_streams(client: httpx.Client) -> float:
+    scrape = client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    assert scrape.status_code == 200, scrape.text
+    return value(scrape.text, "gateway_open_streams")
+
+
+def test_worker_runs_are_reaped_with_no_worker_and_no_beat(deployment: Deployment) -> None:
+    """Celery beat schedules the worker runs' reaper on a worker: with both gone (here: never
+    started), a background response nobody will run must still end, reaped by the web process's
+    liveness beat. On e2dc33d it stayed `queued` for as long as nothing else reaped it."""
+    deployment.env["GATEWAY_QUEUED_MAX_SECONDS"] = "2"
+    deployment.start_web(workers=1)
+    with deployment.client() as client:
+        created = client.post("/v1/responses", json={"model": "m", "input": "x", "background": True})
+        assert created.status_code == 200, created.text
+        response_id = created.json()["id"]
+        deadline = time.monotonic() + 20
+        while (body := client.get(f"/v1/responses/{response_id}").json())["status"] == "queued":
+            assert time.monotonic() < deadline, "the queued response was never reaped"
+            time.sleep(0.2)
+    assert body["status"] == "failed" and body["error"]["code"] == "queue_timeout", body

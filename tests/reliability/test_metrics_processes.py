@@ -16,7 +16,7 @@ from tests.support.upstream import Reply, ScriptedUpstream
 
 try:
     find_postgres_bindir(), find_redis_server()
-except Exception:
+except Exception:  # noqa: BLE001 - no binaries, whatever the finder raises: skip
     pytest.skip("PostgreSQL and Redis binaries are needed", allow_module_level=True)
 
 

@@ -22,7 +22,7 @@ from tests.support.upstream import Reply, ScriptedUpstream
 
 try:
     find_postgres_bindir(), find_redis_server()
-except Exception:  # the embedded suite on a machine without servers: nothing to stop
+except Exception:  # noqa: BLE001 - the embedded suite on a machine without servers: nothing to stop
     pytest.skip("PostgreSQL and Redis binaries are needed", allow_module_level=True)
 
 POOL_TIMEOUT = 2.0  # DB_POOL_TIMEOUT for this deployment: the bound on a request's wait

@@ -182,7 +182,7 @@ def test_a_foreign_or_altered_reasoning_blob_is_refused(gateway: Gateway, script
             )
         assert raw.status_code == 400, raw.text
         assert raw.json()["error"]["param"] == "input[1].encrypted_content"
-    assert len(scripted.requests) == 1  # refused before any upstream call
+    assert len(scripted.model_calls) == 1  # refused before any upstream call
 
 
 def test_the_reasoning_comes_back_to_a_provider_that_takes_it(gateway: Gateway, scripted: ScriptedUpstream) -> None:

@@ -142,7 +142,7 @@ def test_over_a_websocket_the_next_turn_continues_from_the_compaction(
     ]
 
 
-def test_over_an_anthropic_upstream(anthropic: Gateway, scripted: ScriptedUpstream) -> None:  # noqa: F811
+def test_over_an_anthropic_upstream(anthropic: Gateway, scripted: ScriptedUpstream) -> None:  # noqa: F811 - a fixture, imported above
     scripted.enqueue("claude-up", Reply(text=SUMMARY), Reply(text="Menu."))
     client = anthropic.openai()
     compacted = client.responses.create(model=CLAUDE, input=[*history(), TRIGGER], store=False)
@@ -181,7 +181,7 @@ def test_an_empty_summary_fails_the_response(gateway: Gateway, scripted: Scripte
     assert resp.status_code == 502 and resp.json()["error"]["code"] == "upstream_empty"
 
 
-def test_over_a_native_responses_upstream(native: Gateway, scripted: ScriptedUpstream) -> None:  # noqa: F811
+def test_over_a_native_responses_upstream(native: Gateway, scripted: ScriptedUpstream) -> None:  # noqa: F811 - a fixture, imported above
     gateway = native  # the route NATIVE -> a scripted /v1/responses server
     scripted.enqueue("up-native", Reply(text=SUMMARY), Reply(text="Menu."))
     client = gateway.openai()

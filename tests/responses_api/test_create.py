@@ -277,7 +277,7 @@ def test_input_items_paging(gateway: Gateway, scripted: ScriptedUpstream) -> Non
     client = gateway.openai()
     inputs = [{"role": "user", "content": f"m{i}"} for i in range(5)]
     resp = client.responses.create(model=MODEL, input=inputs)
-    texts = lambda page: [i.content[0].text for i in page.data]  # noqa: E731
+    texts = lambda page: [i.content[0].text for i in page.data]  # noqa: E731 - a one-line helper
     first = client.responses.input_items.list(resp.id, limit=2)
     assert texts(first) == ["m4", "m3"] and first.has_more
     rest = client.responses.input_items.list(resp.id, limit=10, after=first.data[-1].id)

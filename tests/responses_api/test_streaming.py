@@ -130,10 +130,9 @@ def test_openai_sdk_stream_helper(gateway: Gateway, scripted: ScriptedUpstream, 
 def test_sdk_reports_mid_stream_upstream_failure(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue(MODEL, Reply(text="a long answer that will be cut", disconnect_after=3))
     client = gateway.openai()
-    with pytest.raises(openai.APIError):
-        with client.responses.stream(model=MODEL, input="hi") as stream:
-            for _ in stream:
-                pass
+    with pytest.raises(openai.APIError), client.responses.stream(model=MODEL, input="hi") as stream:
+        for _ in stream:
+            pass
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ cluster lives in a directory that user can reach.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import os
 import pwd
@@ -97,10 +98,8 @@ _atexit_registered = False
 def _stop_all_at_exit() -> None:
     # Copy: stop() removes the server from the list.
     for server in list(_live):  # noqa: PERF101 - stop() mutates _live
-        try:
+        with contextlib.suppress(Exception):
             server.stop()
-        except Exception:  # noqa: BLE001, S110 - best effort at interpreter exit
-            pass
 
 
 class _ManagedServer:
@@ -413,10 +412,8 @@ def _cluster_root(base_dir: Path, ident: tuple[int, int] | None) -> tuple[Path, 
     root = make_run_dir(_TMP_PREFIX, tmp)
     os.chown(root, *ident)
     # Leave a pointer where the caller would look for the cluster.
-    try:
+    with contextlib.suppress(OSError):
         (base_dir / "postgres-location.txt").write_text(f"{root}\n")
-    except OSError:
-        pass
     return root, root
 
 

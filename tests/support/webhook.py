@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -73,14 +74,12 @@ class WebhookServer:
                 self.send_header("content-type", route.content_type)
                 self.send_header("content-length", str(len(raw)))
                 self.end_headers()
-                try:
+                with contextlib.suppress(OSError):
                     self.wfile.write(raw)
-                except OSError:
-                    pass
                 call.finished = time.monotonic()
 
-            do_POST = _serve
-            do_GET = _serve
+            do_POST = _serve  # noqa: N815 - BaseHTTPRequestHandler's method names
+            do_GET = _serve  # noqa: N815 - BaseHTTPRequestHandler's method names
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True

@@ -89,7 +89,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(route.body)
 
-    do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _handle
+    do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _handle  # noqa: N815 - BaseHTTPRequestHandler's method names
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         pass

@@ -54,7 +54,7 @@ def test_list_and_call_in_one_response(
     assert resp.output_text == "It is 42."
     assert mcp_server.counts() == {"add": 1}
     # The model saw the server's tools as functions, then the call and its output.
-    first = scripted.requests[-2].body
+    first = scripted.model_calls[-2].body
     assert {t["function"]["name"] for t in first["tools"]} == {"add", "lookup_order", "slow"}
     second = scripted.requests[-1].body["messages"]
     assert second[-2]["tool_calls"][0]["function"]["name"] == "add"
@@ -237,7 +237,7 @@ def test_allowed_tools_filter_what_the_model_sees(
 ) -> None:
     scripted.enqueue(MODEL, Reply(tool_calls=[call("lookup_order", {"order_id": "A1"}, "c1")]), Reply(text="no"))
     resp = gateway.openai().responses.create(model=MODEL, input="hi", tools=[adhoc(mcp_server, allowed_tools=["add"])])
-    sent = scripted.requests[0].body
+    sent = scripted.model_calls[0].body
     assert [t["function"]["name"] for t in sent["tools"]] == ["add"]
     # The listing item reports what the model could use; a call outside it never runs.
     assert [t.name for t in resp.output[0].tools] == ["add"]
@@ -266,8 +266,46 @@ def test_server_down_and_tool_errors_are_clean_outputs(
     assert failed_call["error"]["type"] == "mcp_tool_execution_error"
     assert b"response.mcp_call.failed" in raw
     # Only the reachable server's tools went to the model; the error went back to it.
-    assert {t["function"]["name"] for t in scripted.requests[-2].body["tools"]} == {"add", "lookup_order", "slow"}
+    assert {t["function"]["name"] for t in scripted.model_calls[-2].body["tools"]} == {"add", "lookup_order", "slow"}
     assert "error" in scripted.requests[-1].body["messages"][-1]["content"]
+    assert resp["status"] == "completed"
+
+
+def test_a_redirecting_server_is_reported_as_the_redirect_it_answered(
+    gateway: Gateway, scripted: ScriptedUpstream, settings
+) -> None:  # type: ignore[no-untyped-def]
+    """An MCP server answering 307 (moved) is not followed (the egress check was for its origin);
+    the listing's error says what it answered, not "JSON-RPC error"."""
+    import http.server
+    import threading
+
+    class Moved(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(307)
+            self.send_header("Location", "http://127.0.0.1:1/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Moved)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{port}"]
+    moved = {
+        "type": "mcp",
+        "server_label": "moved",
+        "server_url": f"http://127.0.0.1:{port}/mcp",
+        "require_approval": "never",
+    }
+    scripted.enqueue(MODEL, Reply(text="no tools today"))
+    try:
+        _, resp = stream(gateway, {"model": MODEL, "input": "?", "tools": [moved]})
+    finally:
+        server.shutdown()
+    listing = resp["output"][0]
+    assert listing["type"] == "mcp_list_tools" and "answered HTTP 307 (a redirect" in listing["error"], listing
     assert resp["status"] == "completed"
 
 

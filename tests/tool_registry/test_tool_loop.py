@@ -277,7 +277,7 @@ def test_web_search_served_by_a_registry_tool(
     kinds = [e["type"] for e in parse_sse(raw.text)]
     assert kinds.index("response.web_search_call.searching") < kinds.index("response.web_search_call.completed")
     # The model saw its search as a function call with the registry tool's output.
-    offered = [t["function"]["name"] for t in scripted.requests[0].body["tools"]]
+    offered = [t["function"]["name"] for t in scripted.model_calls[0].body["tools"]]
     assert offered == ["corp_search"]
     tool_message = scripted.requests[-1].body["messages"][-1]
     assert tool_message["role"] == "tool" and "42 is the answer" in tool_message["content"]

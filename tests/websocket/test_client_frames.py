@@ -105,10 +105,10 @@ def test_a_cache_prewarm_is_a_warm_up_too(gateway: Gateway, scripted: ScriptedUp
 
 def test_a_warm_up_takes_one_request_and_no_tokens(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     from responses_api.models import ApiKey
-    from responses_api.orchestration import limits
+    from responses_api.store import limit_counters
     from tests.responses_api.test_rate_limits import key_id, set_limits
 
-    limits.reset_store()
+    limit_counters.reset_store()
     forget_redis_keys("gw:rl:*")
     key, _ = make_key(tenant="warm")
     set_limits(ApiKey, key_id(key), requests_per_minute=2, tokens_per_minute=50)

@@ -28,7 +28,7 @@ import yaml
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from responses_api.models import ApiKey
@@ -160,7 +160,7 @@ class Command(BaseCommand):
         "model and uvicorn; prints the key and examples; Ctrl-C stops everything."
     )
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--local-model-port", type=int, default=int(os.environ.get("LOCAL_MODEL_PORT", "8091")))
@@ -188,7 +188,7 @@ class Command(BaseCommand):
         )
 
     # --- the steps ------------------------------------------------------------------
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         self.opts = options
         state_dir = ensure_state_dir(options["state_dir"].resolve())
         self.key_file = state_dir / "dev-key"
@@ -339,7 +339,7 @@ class Command(BaseCommand):
             # Own session: Ctrl-C reaches this supervisor only, which then stops the children in order.
             start_new_session=True,
             # Safe here: the supervisor runs no threads of its own (the usual preexec_fn risk).
-            preexec_fn=processes.die_with_parent,  # noqa: PLW1509
+            preexec_fn=processes.die_with_parent,  # noqa: PLW1509 - set before any thread starts: the child dies with this command
         )
 
     def wait_ready(self, web_proc: subprocess.Popen[bytes], base: str, stop: threading.Event) -> bool:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from responses_api.models import Response, Tenant
 from responses_api.store.services import PurgeRefused, response_descendants, responses_purge
@@ -17,7 +18,7 @@ class Command(BaseCommand):
         "continued. Their token usage is kept. Select by id, and/or with --deleted, --tenant, --before."
     )
 
-    def add_arguments(self, parser):  # type: ignore[no-untyped-def]
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("response_ids", nargs="*", help="Response ids (resp_...).")
         parser.add_argument(
             "--deleted", action="store_true", help="Every response deleted through the API (DELETE /v1/responses/{id})."
@@ -26,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--before", help="Only responses created before this date (YYYY-MM-DD, UTC).")
         parser.add_argument("--dry-run", action="store_true", help="Say what would be purged; change nothing.")
 
-    def handle(self, *args, **options):  # type: ignore[no-untyped-def]
+    def handle(self, *args: Any, **options: Any) -> None:
         ids: list[str] = options["response_ids"]
         if not (ids or options["deleted"] or options["tenant"]):
             raise CommandError("Name response ids, or select with --deleted and/or --tenant [--before].")

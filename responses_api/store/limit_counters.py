@@ -1,0 +1,478 @@
+"""The counters behind rate limits and budgets (orchestration/limits.py decides with them):
+token buckets, concurrency leases and budget spend with its reservations. In Redis when
+REDIS_URL is set (one Lua script checks every limit of a request and takes them all or none,
+so web processes and workers share them exactly; settles are batched off the request path),
+in this process otherwise (the embedded mode has one process)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from .redis_clients import async_client, sync_client
+
+log = logging.getLogger("gateway.limits")
+
+
+@dataclass(slots=True)
+class Check:
+    kind: str  # "bucket" | "lease" | "budget"
+    key: str
+    what: str  # for the message: "requests per minute", "tokens per minute", ...
+    label: str
+    limit: int
+    cost: int = 0  # bucket: what is taken
+    micro_usd_limit: int = -1  # budget: -1 unlimited
+    reset_in: float = 0.0  # budget: seconds to the period's end
+    reserve_micro_usd: int = 0  # budget: what this request reserves (its tokens are `cost`)
+
+
+@dataclass(slots=True)
+class Decision:
+    allowed: bool
+    failed: int = -1  # index of the check that refused
+    retry_after: float = 0.0
+    remaining: dict[int, tuple[float, float]] = field(default_factory=dict)  # bucket -> (left, to full)
+    seed: int = -1  # a budget whose period count is not known yet
+
+
+class LimitStore:
+    async def acquire(self, checks: list[Check], lease_id: str, lease_seconds: float) -> Decision:
+        raise NotImplementedError
+
+    async def settle(
+        self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]], leases: list[str], lease_id: str
+    ) -> None:
+        """buckets: (key, limit, tokens to take back (+) or give back (-)); budgets: (key, tokens,
+        micro_usd) spent; leases: keys to release `lease_id` from."""
+        raise NotImplementedError
+
+    async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
+        raise NotImplementedError
+
+    def snapshot(self, checks: list[Check]) -> list[dict[str, Any]]:
+        """Current use, synchronously (the admin): one entry per check."""
+        raise NotImplementedError
+
+    async def renew(self, grants: list[tuple[str, list[str], str | None]], until_seconds: float) -> None:
+        """(lease id, lease keys, budget key) of live requests: their leases and reservations
+        now last `until_seconds` more (liveness.py: a dead process's stop being renewed)."""
+        raise NotImplementedError
+
+    async def drain(self) -> None:
+        """Wait for settles still on their way."""
+
+
+class MemoryLimitStore(LimitStore):
+    """The embedded mode's store: the same arithmetic as the Redis script, in this process."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, at)
+        self.leases: dict[str, dict[str, float]] = {}  # key -> {lease id: until}
+        self.spent: dict[str, tuple[int, int, float]] = {}  # key -> (tokens, micro_usd, until)
+        # budget key -> {lease id: (tokens, micro_usd, until)}: what running requests reserved
+        self.reserved: dict[str, dict[str, tuple[int, int, float]]] = {}
+
+    def _level(self, key: str, limit: int, now: float) -> float:
+        tokens, at = self.buckets.get(key, (float(limit), now))
+        return min(float(limit), tokens + max(0.0, now - at) * limit / 60.0)
+
+    def _spent(self, key: str, now: float) -> tuple[int, int] | None:
+        entry = self.spent.get(key)
+        if entry is None or entry[2] <= now:
+            return None
+        return entry[0], entry[1]
+
+    async def acquire(self, checks: list[Check], lease_id: str, lease_seconds: float) -> Decision:
+        now = self.clock()
+        levels: dict[int, float] = {}
+        for i, check in enumerate(checks):
+            if check.kind == "bucket":
+                level, cost = self._level(check.key, check.limit, now), min(check.cost, check.limit)
+                if level < cost:
+                    return Decision(False, i, (cost - level) * 60.0 / check.limit)
+                levels[i] = level - cost
+            elif check.kind == "lease":
+                held = {k: v for k, v in self.leases.get(check.key, {}).items() if v > now}
+                self.leases[check.key] = held
+                if len(held) >= check.limit:
+                    return Decision(False, i, min(held.values()) - now)
+            else:
+                spent = self._spent(check.key, now)
+                if spent is None:
+                    return Decision(False, seed=i)
+                holding = {k: v for k, v in self.reserved.get(check.key, {}).items() if v[2] > now}
+                self.reserved[check.key] = holding
+                reserved = (sum(v[0] for v in holding.values()), sum(v[1] for v in holding.values()))
+                if _over_budget(check, *spent, reserved=reserved):
+                    return Decision(False, i, check.reset_in)
+        decision = Decision(True)
+        for i, check in enumerate(checks):
+            if check.kind == "bucket":
+                self.buckets[check.key] = (levels[i], now)
+                decision.remaining[i] = (levels[i], (check.limit - levels[i]) * 60.0 / check.limit)
+            elif check.kind == "lease":
+                self.leases[check.key][lease_id] = now + lease_seconds
+            else:
+                self.reserved[check.key][lease_id] = (check.cost, check.reserve_micro_usd, now + lease_seconds)
+        return decision
+
+    async def settle(
+        self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]], leases: list[str], lease_id: str
+    ) -> None:
+        now = self.clock()
+        for key, limit, delta in buckets:
+            self.buckets[key] = (min(float(limit), self._level(key, limit, now) - delta), now)
+        for key, tokens, micro_usd in budgets:
+            self.reserved.get(key, {}).pop(lease_id, None)
+            entry = self.spent.get(key)
+            if entry is not None and entry[2] > now:
+                self.spent[key] = (entry[0] + tokens, entry[1] + micro_usd, entry[2])
+        for key in leases:
+            self.leases.get(key, {}).pop(lease_id, None)
+
+    async def renew(self, grants: list[tuple[str, list[str], str | None]], until_seconds: float) -> None:
+        until = self.clock() + until_seconds
+        for lease_id, keys, budget_key in grants:
+            for key in keys:
+                if lease_id in self.leases.get(key, {}):
+                    self.leases[key][lease_id] = until
+            held = self.reserved.get(budget_key or "", {}).get(lease_id)
+            if held is not None:
+                self.reserved[budget_key or ""][lease_id] = (held[0], held[1], until)
+
+    async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
+        if self._spent(key, self.clock()) is None:
+            self.spent[key] = (tokens, micro_usd, self.clock() + ttl)
+
+    def snapshot(self, checks: list[Check]) -> list[dict[str, Any]]:
+        now = self.clock()
+        out: list[dict[str, int | None]] = []
+        for check in checks:
+            if check.kind == "bucket":
+                out.append({"used": max(0, round(check.limit - self._level(check.key, check.limit, now)))})
+            elif check.kind == "lease":
+                out.append({"used": sum(1 for v in self.leases.get(check.key, {}).values() if v > now)})
+            else:
+                spent = self._spent(check.key, now)
+                out.append({"used": None} if spent is None else {"used": spent[0], "micro_usd": spent[1]})
+        return out
+
+
+def _over_budget(check: Check, tokens: int, micro_usd: int, *, reserved: tuple[int, int] = (0, 0)) -> bool:
+    """Whether a request must be refused. The rule (the same in the Redis script): what is spent,
+    what running requests reserved and what this one reserves must fit the budget; but when no
+    request holds a reservation, one is admitted as long as anything is left, so that the end of
+    a budget can be used: only that last request may cross it, by at most its own size."""
+
+    def refused(limit: int, spent: int, held: int, wanted: int) -> bool:
+        if limit < 0:
+            return False
+        if spent >= limit:
+            return True
+        return held > 0 and spent + held + wanted > limit
+
+    return refused(check.limit, tokens, reserved[0], check.cost) or refused(
+        check.micro_usd_limit, micro_usd, reserved[1], check.reserve_micro_usd
+    )
+
+
+# Every check of a request in one atomic step: evaluate all, then take all (or nothing).
+_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local lease_id = ARGV[1]
+local lease_until = now + tonumber(ARGV[2])
+local n = #KEYS
+local level = {}
+local function refused(limit, spent, held, wanted)
+  if limit < 0 then return false end
+  if spent >= limit then return true end
+  return held > 0 and spent + held + wanted > limit
+end
+for i = 1, n do
+  local kind = ARGV[2 + (i - 1) * 6 + 1]
+  local a = tonumber(ARGV[2 + (i - 1) * 6 + 2])
+  local b = tonumber(ARGV[2 + (i - 1) * 6 + 3])
+  local c = tonumber(ARGV[2 + (i - 1) * 6 + 4])
+  local d = tonumber(ARGV[2 + (i - 1) * 6 + 5])
+  local e = tonumber(ARGV[2 + (i - 1) * 6 + 6])
+  local key = KEYS[i]
+  if kind == 'bucket' then
+    local v = redis.call('HMGET', key, 'level', 'at')
+    local lv = tonumber(v[1]) or a
+    local at = tonumber(v[2]) or now
+    lv = math.min(a, lv + math.max(0, now - at) * a / 60)
+    local cost = math.min(b, a)
+    if lv < cost then return {'deny', i, tostring((cost - lv) * 60 / a)} end
+    level[i] = lv - cost
+  elseif kind == 'lease' then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+    if redis.call('ZCARD', key) >= a then
+      -- the first lease to expire: when a slot frees at the latest, if its holder stopped
+      local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      return {'deny', i, tostring(tonumber(first[2]) - now)}
+    end
+  else
+    local v = redis.call('HMGET', key, 'tokens', 'micro_usd')
+    if not v[1] then return {'seed', i, '0'} end
+    -- reservations of running requests: expired ones (a dead process's) are given back first
+    local rkey, akey = key .. ':r', key .. ':a'
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', rkey, '-inf', now)) do
+      local held = redis.call('HGET', akey, id)
+      if held then
+        local sep = string.find(held, ',')
+        redis.call('HINCRBY', key, 'rt', -tonumber(string.sub(held, 1, sep - 1)))
+        redis.call('HINCRBY', key, 'ru', -tonumber(string.sub(held, sep + 1)))
+        redis.call('HDEL', akey, id)
+      end
+      redis.call('ZREM', rkey, id)
+    end
+    local r = redis.call('HMGET', key, 'rt', 'ru')
+    local rt, ru = tonumber(r[1]) or 0, tonumber(r[2]) or 0
+    if refused(a, tonumber(v[1]), rt, d) or refused(b, tonumber(v[2]), ru, e) then
+      return {'deny', i, tostring(c)}
+    end
+  end
+end
+local out = {'ok'}
+for i = 1, n do
+  local kind = ARGV[2 + (i - 1) * 6 + 1]
+  local a = tonumber(ARGV[2 + (i - 1) * 6 + 2])
+  local key = KEYS[i]
+  if kind == 'bucket' then
+    local to_full = (a - level[i]) * 60 / a
+    redis.call('HSET', key, 'level', tostring(level[i]), 'at', tostring(now))
+    redis.call('EXPIRE', key, math.ceil(to_full) + 1)
+    table.insert(out, tostring(level[i]))
+    table.insert(out, tostring(to_full))
+  elseif kind == 'lease' then
+    redis.call('ZADD', key, lease_until, lease_id)
+    redis.call('EXPIRE', key, math.ceil(lease_until - now) + 1)
+  else
+    local d = ARGV[2 + (i - 1) * 6 + 5]
+    local e = ARGV[2 + (i - 1) * 6 + 6]
+    local rkey, akey = key .. ':r', key .. ':a'
+    redis.call('ZADD', rkey, lease_until, lease_id)
+    redis.call('HSET', akey, lease_id, d .. ',' .. e)
+    redis.call('HINCRBY', key, 'rt', d)
+    redis.call('HINCRBY', key, 'ru', e)
+    local ttl = redis.call('TTL', key)
+    if ttl > 0 then
+      redis.call('EXPIRE', rkey, ttl)
+      redis.call('EXPIRE', akey, ttl)
+    end
+  end
+end
+return out
+"""
+
+_SETTLE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local lease_id = ARGV[1]
+local nb, ns = tonumber(ARGV[2]), tonumber(ARGV[3])
+local arg = 4
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  if i <= nb then
+    local a, delta = tonumber(ARGV[arg]), tonumber(ARGV[arg + 1])
+    arg = arg + 2
+    local v = redis.call('HMGET', key, 'level', 'at')
+    local lv = tonumber(v[1]) or a
+    local at = tonumber(v[2]) or now
+    lv = math.min(a, math.min(a, lv + math.max(0, now - at) * a / 60) - delta)
+    redis.call('HSET', key, 'level', tostring(lv), 'at', tostring(now))
+    redis.call('EXPIRE', key, math.ceil((a - lv) * 60 / a) + 1)
+  elseif i <= nb + ns then
+    if redis.call('EXISTS', key) == 1 then
+      redis.call('HINCRBY', key, 'tokens', ARGV[arg])
+      redis.call('HINCRBY', key, 'micro_usd', ARGV[arg + 1])
+      local held = redis.call('HGET', key .. ':a', lease_id)
+      if held then
+        local sep = string.find(held, ',')
+        redis.call('HINCRBY', key, 'rt', -tonumber(string.sub(held, 1, sep - 1)))
+        redis.call('HINCRBY', key, 'ru', -tonumber(string.sub(held, sep + 1)))
+        redis.call('HDEL', key .. ':a', lease_id)
+        redis.call('ZREM', key .. ':r', lease_id)
+      end
+    end
+    arg = arg + 2
+  else
+    redis.call('ZREM', key, lease_id)
+  end
+end
+return 1
+"""
+
+_SEED = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'tokens', ARGV[1], 'micro_usd', ARGV[2])
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+"""
+
+
+class RedisLimitStore(LimitStore):
+    PREFIX = "gw:rl:"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._scripts: dict[int, dict[str, Any]] = {}  # per client (one per event loop)
+        self._pending: list[tuple[list[str], list[Any]]] = []
+        self._flushing: asyncio.Future | None = None
+
+    def _script(self, name: str) -> Any:
+        """A registered script (sent by its SHA; the text only when Redis lacks it)."""
+        client = async_client(self.url)
+        scripts = self._scripts.get(id(client))
+        if scripts is None:
+            scripts = {
+                key: client.register_script(text)
+                for key, text in (("acquire", _ACQUIRE), ("settle", _SETTLE), ("seed", _SEED))
+            }
+            self._scripts = {id(client): scripts}
+        return scripts[name]
+
+    async def acquire(self, checks: list[Check], lease_id: str, lease_seconds: float) -> Decision:
+        args: list[Any] = [lease_id, lease_seconds]
+        for check in checks:
+            args += [
+                check.kind,
+                check.limit,
+                check.cost if check.kind == "bucket" else check.micro_usd_limit,
+                check.reset_in,
+                check.cost if check.kind == "budget" else 0,
+                check.reserve_micro_usd,
+            ]
+        reply = await self._script("acquire")(keys=[self.PREFIX + c.key for c in checks], args=args)
+        verdict = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
+        if verdict == "seed":
+            return Decision(False, seed=int(reply[1]) - 1)
+        if verdict == "deny":
+            return Decision(False, int(reply[1]) - 1, float(reply[2]))
+        decision = Decision(True)
+        values = iter(reply[1:])
+        for i, check in enumerate(checks):
+            if check.kind == "bucket":
+                decision.remaining[i] = (float(next(values)), float(next(values)))
+        return decision
+
+    async def settle(
+        self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]], leases: list[str], lease_id: str
+    ) -> None:
+        """Queued, not awaited: a request's end does not wait for it, and the settles of one
+        event-loop turn go to Redis in one pipeline (under load, one round trip for many).
+        `drain()` waits for them (a worker before its loop closes)."""
+        keys = (
+            [self.PREFIX + k for k, _, _ in buckets]
+            + [self.PREFIX + k for k, _, _ in budgets]
+            + [self.PREFIX + k for k in leases]
+        )
+        if not keys:
+            return
+        args: list[Any] = [lease_id, len(buckets), len(budgets)]
+        for _, limit, delta in buckets:
+            args += [limit, delta]
+        for _, tokens, micro_usd in budgets:
+            args += [tokens, micro_usd]
+        self._pending.append((keys, args))
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(0)  # the other requests ending in this turn join the batch
+        from redis.exceptions import NoScriptError
+
+        script = self._script("settle")
+        client = script.registered_client
+        while self._pending:
+            batch, self._pending = self._pending, []
+            for attempt in range(2):
+                try:
+                    # EVALSHA by hand: a pipeline given Script objects asks SCRIPT EXISTS first,
+                    # every time (one more round trip per flush).
+                    async with client.pipeline(transaction=False) as pipe:
+                        for keys, args in batch:
+                            pipe.evalsha(script.sha, len(keys), *keys, *args)
+                        await pipe.execute()
+                    break
+                except NoScriptError:  # Redis restarted and lost its scripts: load it, once
+                    if attempt:
+                        log.warning("rate limits: could not settle %d request(s): script missing", len(batch))
+                    else:
+                        await client.script_load(_SETTLE)
+                except Exception as exc:  # noqa: BLE001 - leases expire; buckets refill on their own
+                    log.warning("rate limits: could not settle %d request(s): %s", len(batch), exc)
+                    break
+
+    async def drain(self) -> None:
+        if self._flushing is not None and not self._flushing.done():
+            await self._flushing
+
+    async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
+        await self._script("seed")(keys=[self.PREFIX + key], args=[tokens, micro_usd, math.ceil(ttl)])
+
+    async def renew(self, grants: list[tuple[str, list[str], str | None]], until_seconds: float) -> None:
+        if not grants:
+            return
+        client = self._script("settle").registered_client
+        until = time.time() + until_seconds  # Redis's clock and ours: the same host's, or NTP's
+        async with client.pipeline(transaction=False) as pipe:
+            for lease_id, keys, budget_key in grants:
+                for key in keys:
+                    pipe.zadd(self.PREFIX + key, {lease_id: until}, xx=True)
+                if budget_key:
+                    pipe.zadd(self.PREFIX + budget_key + ":r", {lease_id: until}, xx=True)
+            await pipe.execute()
+
+    def snapshot(self, checks: list[Check]) -> list[dict[str, Any]]:
+        client = sync_client(self.url)
+        now = time.time()
+        out: list[dict[str, int | None]] = []
+        for check in checks:
+            key = self.PREFIX + check.key
+            if check.kind == "bucket":
+                level, at = client.hmget(key, "level", "at")
+                if level is None:
+                    out.append({"used": 0})
+                    continue
+                current = min(check.limit, float(level) + max(0.0, now - float(at)) * check.limit / 60.0)
+                out.append({"used": max(0, round(check.limit - current))})
+            elif check.kind == "lease":
+                out.append({"used": client.zcount(key, now, "+inf")})
+            else:
+                tokens, micro_usd = client.hmget(key, "tokens", "micro_usd")
+                out.append({"used": None} if tokens is None else {"used": int(tokens), "micro_usd": int(micro_usd)})
+        return out
+
+
+_store: LimitStore | None = None
+
+
+def limit_store() -> LimitStore:
+    global _store
+    if _store is None:
+        _store = RedisLimitStore(settings.REDIS_URL) if settings.REDIS_URL else MemoryLimitStore()
+    return _store
+
+
+async def drain() -> None:
+    """A worker's run ended: let its settle reach the store before the task's loop closes."""
+    if _store is not None:
+        await _store.drain()
+
+
+def reset_store() -> None:
+    """Tests: start from empty counters (and the current settings)."""
+    global _store
+    _store = None

@@ -1,0 +1,78 @@
+"""The one place Redis clients are made (REDIS_URL): an async client per event loop (a Celery
+worker runs its own loop; a client is bound to the loop it was made on), one sync client for
+threads (the admin's and /v1/usage's snapshots, /readyz), each with the timeouts of its use.
+
+- "commands" (limits, router health): short commands; Redis gone is an error within 2 s, which
+  callers turn into a 503 or a healthy-looking target.
+- "streams" (the event log): reads block for up to 5 s (XREAD), so a longer socket timeout; a
+  connection that died while idle (Redis restarted) is replaced by a retry with backoff.
+
+`redis` itself is imported on first use: 136 ms of a process's start-up (-X importtime), and
+an embedded deployment (no REDIS_URL) never needs it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from typing import Any
+
+COMMANDS = "commands"
+STREAMS = "streams"
+
+_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
+_sync: dict[str, Any] = {}
+_sync_lock = threading.Lock()
+
+
+def _options(use: str) -> dict[str, Any]:
+    if use == STREAMS:
+        from redis.asyncio.retry import Retry
+        from redis.backoff import ExponentialWithJitterBackoff
+
+        return {
+            "decode_responses": False,
+            "socket_connect_timeout": 2.0,
+            "socket_timeout": 15.0,  # > the 5 s XREAD block
+            "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=3),
+            "health_check_interval": 30,
+        }
+    return {"socket_connect_timeout": 2, "socket_timeout": 2, "health_check_interval": 30}
+
+
+def async_client(url: str, use: str = COMMANDS) -> Any:
+    """This event loop's client for `url` and `use` (made on first use)."""
+    loop = asyncio.get_running_loop()
+    clients = _async.get(loop)
+    if clients is None:
+        clients = _async[loop] = {}
+    client = clients.get((url, use))
+    if client is None:
+        import redis.asyncio as redis
+
+        client = clients[(url, use)] = redis.Redis.from_url(url, **_options(use))
+    return client
+
+
+def sync_client(url: str) -> Any:
+    """The process's sync client for `url` (thread-safe: it keeps a pool of connections)."""
+    client = _sync.get(url)
+    if client is None:
+        with _sync_lock:
+            client = _sync.get(url)
+            if client is None:
+                import redis
+
+                client = _sync[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+    return client
+
+
+def ping(url: str) -> None:
+    """Sync: Redis answers (/readyz), through the shared sync client; raises when it does not."""
+    sync_client(url).ping()
+
+
+def forget() -> None:
+    """Tests: clients are made afresh (REDIS_URL may differ between tests)."""
+    _async.clear()
+    _sync.clear()
