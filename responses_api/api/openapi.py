@@ -67,6 +67,11 @@ _TOOL_NAMES = {
     ]
 }
 
+_DEFER_LOADING: dict[str, Any] = {
+    "type": ["boolean", "null"],
+    "description": "Deferred: kept from the model until its `tool_search` finds it (a `tool_search` tool "
+    "must be given).",
+}
 _CUSTOM_TOOL: dict[str, Any] = {
     "type": "object",
     "title": "Custom tool",
@@ -76,6 +81,7 @@ _CUSTOM_TOOL: dict[str, Any] = {
         "type": {"const": "custom"},
         "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
         "description": {"type": ["string", "null"]},
+        "defer_loading": _DEFER_LOADING,
         "format": {
             "anyOf": [
                 {"type": "null"},
@@ -109,6 +115,7 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
             "type": {"const": "mcp"},
             "server_label": {"type": "string", "pattern": MCP_LABEL.pattern},
             "server_url": {"type": ["string", "null"], "pattern": "^https?://"},
+            "defer_loading": _DEFER_LOADING,
             "connector_id": {"type": "null", "description": "Not supported: give `server_url` or a registered label."},
             "tunnel_id": {"type": "null", "description": "Not supported: give `server_url` or a registered label."},
             "server_description": {"type": "string"},
@@ -147,7 +154,21 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
         "named in the `x-gateway-dropped-tools` header (the model answers without it). `tool_search` "
         "is served by the gateway itself, over its deferred tools, for every upstream.",
         "required": ["type"],
-        "properties": {"type": {"enum": sorted(HOSTED_TOOL_TYPES)}},
+        "properties": {"type": {"enum": sorted(HOSTED_TOOL_TYPES - {"tool_search"})}},
+    },
+    "ToolSearchToolParam": {
+        "type": "object",
+        "title": "Tool search",
+        "description": "Search over the deferred tools (`defer_loading`). Executed by the gateway for every "
+        "upstream (`execution` server, the default), or by the client (`execution: client`: the model's "
+        "`tool_search_call` is returned, with the tool's own `description` and `parameters`).",
+        "required": ["type"],
+        "properties": {
+            "type": {"const": "tool_search"},
+            "execution": {"enum": ["server", "client", None]},
+            "description": {"type": ["string", "null"]},
+            "parameters": {"type": ["object", "null"]},
+        },
     },
     "ClientToolParam": {
         "type": "object",
@@ -196,18 +217,29 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
             "type": {"const": "additional_tools"},
             "id": {"type": ["string", "null"]},
             "role": {"const": "developer"},
-            "tools": {"type": "array", "items": {"type": "object"}},
+            "tools": {
+                "type": "array",
+                "items": {"anyOf": [ref("FunctionToolParam"), ref("CustomToolParam"), ref("NamespaceToolParam")]},
+            },
         },
     },
 }
 
 
-_EXTRA_TOOLS = ("McpToolParam", "HostedToolParam", "ClientToolParam", "CustomToolParam", "NamespaceToolParam")
+_EXTRA_TOOLS = (
+    "McpToolParam",
+    "HostedToolParam",
+    "ToolSearchToolParam",
+    "ClientToolParam",
+    "CustomToolParam",
+    "NamespaceToolParam",
+)
 
 
 def with_gateway_unions(schemas: dict[str, Any]) -> dict[str, Any]:
     """The protocol's tool and input-item unions, widened to what the gateway accepts."""
     schemas = copy_json(schemas)
+    schemas["FunctionToolParam"]["properties"]["defer_loading"] = _DEFER_LOADING
     tool_union = schemas["ResponsesToolParam"]
     tool_union["oneOf"] += [ref(name) for name in _EXTRA_TOOLS]
     tool_union.pop("discriminator", None)  # the added members are keyed by enums, not one constant each
@@ -231,6 +263,24 @@ def with_gateway_unions(schemas: dict[str, Any]) -> dict[str, Any]:
     schemas["ItemField"].pop("discriminator", None)
     _with_gateway_rules(schemas)
     return schemas
+
+
+# A tool, or a namespace's member, with `defer_loading: true`.
+_DEFERRED: dict[str, Any] = {
+    "type": "object",
+    "required": ["defer_loading"],
+    "properties": {"defer_loading": {"const": True}},
+}
+_DEFERRED_ENTRY: dict[str, Any] = {
+    "anyOf": [
+        _DEFERRED,
+        {
+            "type": "object",
+            "required": ["type", "tools"],
+            "properties": {"type": {"const": "namespace"}, "tools": {"type": "array", "contains": _DEFERRED}},
+        },
+    ]
+}
 
 
 # A model name, as every endpoint's parser takes it: required, not empty, and within the
@@ -275,6 +325,24 @@ def _with_gateway_rules(schemas: dict[str, Any]) -> None:
                 "required": ["background", "store"],
                 "properties": {"background": {"const": True}, "store": {"const": False}},
             }
+        },
+        # A deferred tool is found with a `tool_search` tool (protocol/tool_search.py).
+        {
+            "if": {
+                "required": ["tools"],
+                "properties": {"tools": {"type": "array", "contains": _DEFERRED_ENTRY}},
+            },
+            "then": {
+                "properties": {
+                    "tools": {
+                        "contains": {
+                            "type": "object",
+                            "required": ["type"],
+                            "properties": {"type": {"const": "tool_search"}},
+                        }
+                    }
+                }
+            },
         },
         # A tool call is required of the model only where it has a tool to call (protocol/tools.py).
         {
@@ -366,6 +434,21 @@ def _output_item_params() -> dict[str, Any]:
     ]
     for kind in sorted(HOSTED_ITEM_TYPES):
         schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {"id": _NAME})
+    # A tool search's call may come without an id (one is given); a client's search output
+    # answers its call by `call_id` and loads its `tools` (protocol/items.py).
+    schemas["Gateway_tool_search_call_ItemParam"] = _item("tool_search_call", "tool_search_call", {})
+    schemas["Gateway_tool_search_output_ItemParam"]["required"] = ["type"]
+    schemas["Gateway_tool_search_output_ItemParam"]["anyOf"] = [
+        {"required": ["id"], "properties": {"id": _NAME}},
+        {
+            "required": ["execution", "call_id", "tools"],
+            "properties": {
+                "execution": {"const": "client"},
+                "call_id": _NAME,
+                "tools": {"type": "array", "items": {"type": "object"}},
+            },
+        },
+    ]
     mcp_tool = {"server_label": _NAME, "name": _NAME, "arguments": {"type": "string"}}
     schemas["Gateway_mcp_call_ItemParam"] = _item(
         "mcp_call",

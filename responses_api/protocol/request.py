@@ -470,7 +470,10 @@ def with_tool_search(tools: list[Tool], raw: Any) -> list[Tool]:
     run, client-executed ones the client's); a deferred tool needs one."""
     searches = [(i, e) for i, e in enumerate(raw) if isinstance(e, dict) and e.get("type") == "tool_search"]
     if len(searches) > 1:
-        raise InvalidRequest("Only one 'tool_search' tool may be given.", param=f"tools[{searches[1][0]}]")
+        raise InvalidRequest(
+            "Duplicate tool name 'tool_search': only one 'tool_search' tool may be given.",
+            param=f"tools[{searches[1][0]}]",
+        )
     if searches:
         if any(t.name == "tool_search" for t in tools):
             raise InvalidRequest("Duplicate tool name 'tool_search'.", param=f"tools[{searches[0][0]}]")
