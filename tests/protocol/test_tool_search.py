@@ -1,6 +1,7 @@
-"""Tool search's ranking and items, with plain data: 214 tools of eleven MCP servers' listings
-(tests/fixtures/mcp_listings.json: GitHub, Slack, filesystem, Atlassian, Notion, Stripe,
-Postgres, Google, Linear, Sentry, Kubernetes), where several servers share tool names."""
+"""Tool search's ranking and items, with plain data: 214 tools in listings modelled on eleven
+public MCP servers (tests/fixtures/mcp_listings.json: GitHub, Slack, filesystem, Atlassian,
+Notion, Stripe, Postgres, Google, Linear, Sentry, Kubernetes), where several servers share tool
+names."""
 
 from __future__ import annotations
 
