@@ -9,7 +9,8 @@ from typing import Any
 
 from ..protocol import tool_search
 from ..protocol.events import EventBuilder
-from ..protocol.tool_search import Loaded, ToolIndex
+from ..protocol.tool_ranking import ToolIndex
+from ..protocol.tool_search import Loaded
 from ..protocol.tools import Tool, allowed_tool_names
 
 

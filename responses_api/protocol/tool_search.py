@@ -2,10 +2,11 @@
 
 A deferred tool (a client function with `defer_loading: true`, a registry tool or MCP server
 marked deferred) is kept out of the model's tool list. The model is offered a `tool_search`
-function instead; the gateway answers its searches from the deferred set (BM25 over each tool's
-name, namespace or server, description and parameter names) with a `tool_search_output` item that
-carries the found definitions, and those tools are offered from the next model call on. The
-output items stay in the chain, so a continued chain still has them (`found_in`).
+function instead; the gateway answers its searches from the deferred set (tool_ranking.py: BM25
+over each tool's name, namespace or server, description and parameter names) with a
+`tool_search_output` item that carries the found definitions, and those tools are offered from
+the next model call on. The output items stay in the chain, so a continued chain still has them
+(`found_in`).
 
 With `execution: "client"` the search is the client's: its calls come back as
 `tool_search_call` items, and the client's `tool_search_output` loads what it returns.
@@ -15,9 +16,6 @@ With `execution: "client"` the search is the client's: its calls come back as
 from __future__ import annotations
 
 import json
-import math
-import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +35,6 @@ SEARCH_PARAMETERS: dict[str, Any] = {
     "required": ["query"],
     "additionalProperties": False,
 }
-RESULT_LIMIT = 5  # tools one search loads: enough for a task's few tools, few enough to stay cheap
 ITEM_TYPES = frozenset({"tool_search_call", "tool_search_output", "additional_tools"})
 _ADDABLE = frozenset({"function", "custom", "namespace"})  # the tool types an additional_tools item adds
 
@@ -99,106 +96,6 @@ def check_deferred(tools: list[Tool]) -> None:
         f"Tool {first.item_name!r} has 'defer_loading': true, which needs a 'tool_search' tool in 'tools'.",
         param="tools",
     )
-
-
-# -- ranking ---------------------------------------------------------------------------------
-_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
-# Words that say nothing of what a tool does: stop words, and "tool" itself.
-# fmt: off
-_STOPWORDS = frozenset({
-    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "get", "has", "in", "into",
-    "is", "it", "its", "of", "on", "or", "that", "the", "this", "to", "with", "you", "your",
-    "tool", "tools", "use", "using", "can", "which", "will",
-})
-# fmt: on
-
-
-_SUFFIXES = (("ies", "y"), ("sses", "ss"), ("ing", ""), ("ed", ""), ("s", ""))
-
-
-def _stem(word: str) -> str:
-    """A light suffix strip, then a final "e" (issues/issue, files/file, listing/list,
-    created/create meet): enough for tool names, mostly verbs and nouns, without a stemmer's
-    dependency."""
-    for suffix, keep in _SUFFIXES:
-        if word.endswith(suffix) and not word.endswith("ss") and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)] + keep
-            break
-    return word[:-1] if word.endswith("e") and len(word) >= 4 else word
-
-
-def tokens(text: str) -> list[str]:
-    """Lower-cased, stemmed words of `text`; camelCase, snake_case and kebab-case split."""
-    return [_stem(w.lower()) for w in _WORD.findall(text) if w.lower() not in _STOPWORDS]
-
-
-def _parameter_names(schema: Any, depth: int = 0) -> list[str]:
-    if not isinstance(schema, dict) or depth > 3:
-        return []
-    properties = schema.get("properties")
-    names: list[str] = []
-    if isinstance(properties, dict):
-        for key, sub in properties.items():
-            names.append(key)
-            names += _parameter_names(sub, depth + 1)
-    if isinstance(schema.get("items"), dict):
-        names += _parameter_names(schema["items"], depth + 1)
-    return names
-
-
-@dataclass(slots=True)
-class ToolIndex:
-    """BM25 (k1 1.2, b 0.75) over the deferred tools. A tool's document is its name and its
-    namespace or MCP server label (both weighted 3: a name says most of what a tool does), its
-    description and its parameter names (weight 1). Ties keep the tools' order."""
-
-    tools: list[Tool]
-    groups: dict[str, str] = field(default_factory=dict)  # upstream name -> namespace or MCP server label
-    _docs: list[Counter[str]] = field(default_factory=list)
-    _lengths: list[int] = field(default_factory=list)
-    _df: Counter[str] = field(default_factory=Counter)
-
-    K1 = 1.2
-    B = 0.75
-    NAME_WEIGHT = 3
-
-    def __post_init__(self) -> None:
-        for tool in self.tools:
-            doc: Counter[str] = Counter()
-            named = tokens(tool.item_name) + tokens(self.groups.get(tool.name, tool.namespace or ""))
-            for word in named:
-                doc[word] += self.NAME_WEIGHT
-            doc.update(tokens(tool.description or ""))
-            doc.update(tokens(" ".join(_parameter_names(tool.parameters))))
-            self._docs.append(doc)
-            self._lengths.append(sum(doc.values()))
-            self._df.update(doc.keys())
-
-    def search(self, query: str, limit: int = RESULT_LIMIT) -> list[Tool]:
-        """The best `limit` tools for `query` (an exact tool name first); none when nothing matches."""
-        wanted = query.strip()
-        exact = [t for t in self.tools if wanted in (t.item_name, t.name)]
-        terms = set(tokens(query))
-        if not self.tools or not terms:
-            return exact[:limit]
-        count = len(self.tools)
-        average = sum(self._lengths) / count or 1.0
-        scored: list[tuple[float, int]] = []
-        for index, (doc, length) in enumerate(zip(self._docs, self._lengths)):
-            score = 0.0
-            for term in terms:
-                frequency = doc.get(term)
-                if not frequency:
-                    continue
-                idf = math.log(1 + (count - self._df[term] + 0.5) / (self._df[term] + 0.5))
-                score += (
-                    idf * frequency * (self.K1 + 1) / (frequency + self.K1 * (1 - self.B + self.B * length / average))
-                )
-            if score > 0:
-                scored.append((-score, index))
-        scored.sort()
-        ranked = exact + [self.tools[i] for _, i in scored if self.tools[i] not in exact]
-        return ranked[:limit]
 
 
 def search_query(arguments: Any) -> str:

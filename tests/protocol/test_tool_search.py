@@ -13,15 +13,14 @@ import pytest
 from responses_api.protocol.errors import InvalidRequest
 from responses_api.protocol.items import normalize_input
 from responses_api.protocol.request import parse_create_request
+from responses_api.protocol.tool_ranking import ToolIndex, tokens
 from responses_api.protocol.tool_search import (
     SEARCH_DESCRIPTION,
-    ToolIndex,
     added_tools,
     as_function_items,
     call_arguments,
     found_in,
     search_description,
-    tokens,
     tool_entries,
 )
 from responses_api.protocol.tools import Tool, make_tool
