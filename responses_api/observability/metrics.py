@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from .process import process_id
+from ..process import process_id
 
 if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before prometheus_client reads it: writes go there
     os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)

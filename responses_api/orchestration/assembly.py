@@ -29,7 +29,7 @@ from ..mcp.credentials import restore_credentials
 from ..mcp.planning import registry_mcp_labels, toolset_for
 from ..mcp.session import McpSession
 from ..models import Response
-from ..observability.process import process_id
+from ..process import process_id
 from ..protocol.answers import check_outputs_answer_calls
 from ..protocol.errors import InvalidRequest
 from ..protocol.ids import new_id

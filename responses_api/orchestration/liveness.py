@@ -15,8 +15,8 @@ took), which Celery beat schedules on a worker too: with the only worker or beat
 clients poll still end. Reaping is idempotent (a row is finished once), so several processes
 sweeping at once only repeat a cheap query.
 
-An id is host:pid:random: containers sharing a database may reuse pids, and a restarted process
-is a new one. The embedded mode's process reaps what its previous run left open at its first beat.
+An id is host:pid:random (responses_api/process.py): containers sharing a database may reuse
+pids, and a restarted process is a new one. The embedded mode's process reaps what its previous run left open at its first beat.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import logging
 from django.conf import settings
 
 from ..observability.metrics import forget_processes
-from ..observability.process import process_id
+from ..process import process_id
 from ..store import db, services
 from .limits import renew_leases_from_now_on, renew_live_leases
 from .worker import reap_stale
