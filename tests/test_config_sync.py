@@ -202,3 +202,36 @@ def test_entries_removed_from_the_file_stay_and_are_unmarked(settings) -> None: 
         "llama3.2",
         "gpt-4.1-mini",
     ]
+
+
+def test_tools_and_mcp_servers_are_deferred_from_the_file(settings) -> None:  # type: ignore[no-untyped-def]
+    """`defer_loading: true` keeps a tool (or a server's tools) out of the model's list until tool
+    search finds it; the specs a run gets carry it."""
+    from tool_registry.models import McpServer, Tool
+    from tool_registry.services import mcp_spec_of, spec_of
+
+    settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal", "10.9.0.1"]
+    config = {
+        **CONFIG,
+        "tools": [
+            {
+                "name": "lookup",
+                "executor": {"type": "http", "url": "http://10.9.0.1/lookup"},
+                "defer_loading": True,
+            },
+            {"name": "ping", "executor": {"type": "http", "url": "http://10.9.0.1/ping"}},
+        ],
+        "mcp_servers": [
+            {"label": "docs", "url": "http://mcp.internal:8000/mcp", "defer_loading": True},
+            {"label": "calc", "url": "http://mcp.internal:9000/mcp"},
+        ],
+    }
+    sync_config(config)
+    assert spec_of(Tool.objects.get(name="lookup")).defer_loading is True
+    assert spec_of(Tool.objects.get(name="ping")).defer_loading is False
+    assert mcp_spec_of(McpServer.objects.get(label="docs")).defer_loading is True
+    assert mcp_spec_of(McpServer.objects.get(label="calc")).defer_loading is False
+    config["tools"][0]["defer_loading"] = False
+    sync_config(config)
+    assert Tool.objects.get(name="lookup").defer_loading is False
+    assert "defer_loading" in Tool.objects.get(name="lookup").config_managed

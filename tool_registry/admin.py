@@ -52,11 +52,12 @@ class ToolAdmin(ConfigManagedAdmin, admin.ModelAdmin):
         "enabled",
         "strict",
         "run_on_worker",
+        "defer_loading",
         "timeout",
         "updated_at",
         "test_link",
     )
-    list_filter = ("executor", "enabled", "run_on_worker")
+    list_filter = ("executor", "enabled", "run_on_worker", "defer_loading")
     search_fields = ("name", "description", "url", "python_callable")
     filter_horizontal = ("tenants", "routes")
     fieldsets = (
@@ -67,7 +68,7 @@ class ToolAdmin(ConfigManagedAdmin, admin.ModelAdmin):
             {"fields": ("url", "headers_env", "signing_secret_env"), "classes": ("gw-executor", "gw-executor-http")},
         ),
         ("Python function", {"fields": ("python_callable",), "classes": ("gw-executor", "gw-executor-python")}),
-        ("Access", {"fields": ("tenants", "routes", "run_on_worker")}),
+        ("Access", {"fields": ("tenants", "routes", "run_on_worker", "defer_loading")}),
     )
 
     class Media:
@@ -115,8 +116,17 @@ class ToolAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 @admin.register(McpServer)
 class McpServerAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     config_fields = {"require_approval": ("approval", "approval_tools")}
-    list_display = ("label", "url", "approval", "enabled", "tool_count", "tools_fetched_at", "last_error")
-    list_filter = ("enabled", "approval")
+    list_display = (
+        "label",
+        "url",
+        "approval",
+        "enabled",
+        "defer_loading",
+        "tool_count",
+        "tools_fetched_at",
+        "last_error",
+    )
+    list_filter = ("enabled", "approval", "defer_loading")
     search_fields = ("label", "url", "description")
     filter_horizontal = ("tenants", "routes")
     readonly_fields = ("listed_tools", "tools_fetched_at", "last_error")
@@ -131,6 +141,7 @@ class McpServerAdmin(ConfigManagedAdmin, admin.ModelAdmin):
                     "approval",
                     "approval_tools",
                     "cache_seconds",
+                    "defer_loading",
                     "listed_tools",
                     "tools_fetched_at",
                     "last_error",

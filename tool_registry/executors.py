@@ -39,6 +39,7 @@ class ToolSpec:
     signing_secret_env: str = ""
     python_callable: str = ""
     run_on_worker: bool = False
+    defer_loading: bool = False  # offered only once the model finds it with tool search
 
 
 @dataclass(frozen=True, slots=True)

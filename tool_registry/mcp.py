@@ -46,6 +46,7 @@ class McpServerSpec:
     registry_id: int | None = None  # None: declared ad hoc by the request
     description: str | None = None
     cache_seconds: float = 300.0
+    defer_loading: bool = False  # its tools are offered only once found with tool search
 
     def allows(self, name: str, annotations: dict[str, Any] | None) -> bool:
         return self.allowed is None or self.allowed.admits(name, annotations)

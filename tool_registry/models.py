@@ -77,6 +77,10 @@ class Tool(models.Model):
     run_on_worker = models.BooleanField(
         default=False, help_text="Responses using this tool run on a background worker."
     )
+    defer_loading = models.BooleanField(
+        default=False,
+        help_text="Deferred: kept out of the model's tool list until the model finds it with tool search.",
+    )
     config_managed = config_managed_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
@@ -214,6 +218,10 @@ class McpServer(models.Model):
     )
     timeout = models.FloatField(default=30.0, help_text="Seconds for one list or call before it counts as failed.")
     cache_seconds = models.PositiveIntegerField(default=300, help_text="How long a tool listing is reused.")
+    defer_loading = models.BooleanField(
+        default=False,
+        help_text="Deferred: the server's tools stay out of the model's tool list until found with tool search.",
+    )
     enabled = models.BooleanField(default=True)
     tenants = models.ManyToManyField(
         "responses_api.Tenant",

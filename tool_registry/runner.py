@@ -116,6 +116,10 @@ class McpToolset:
     def _policy_for(self, spec: McpServerSpec) -> EgressPolicy:
         return self.policy if spec.registry_id is not None else self.adhoc_policy
 
+    def deferred(self, label: str) -> bool:
+        """The server's tools are offered only once tool search finds them."""
+        return self.servers[label].defer_loading
+
     def allows(self, label: str, name: str, annotations: dict | None) -> bool:
         return self.servers[label].allows(name, annotations)
 

@@ -58,6 +58,7 @@ def spec_of(tool: Tool) -> ToolSpec:
         signing_secret_env=tool.signing_secret_env,
         python_callable=tool.python_callable,
         run_on_worker=tool.run_on_worker,
+        defer_loading=tool.defer_loading,
     )
 
 
@@ -104,6 +105,7 @@ def mcp_spec_of(server: McpServer) -> McpServerSpec:
         registry_id=server.pk,
         description=server.description or None,
         cache_seconds=float(server.cache_seconds),
+        defer_loading=server.defer_loading,
     )
 
 

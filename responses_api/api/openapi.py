@@ -20,7 +20,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
 from ..protocol.client_tools import CLIENT_BUILTINS, HOSTED_ITEM_TYPES, HOSTED_TOOL_TYPES
-from ..protocol.items import CLIENT_TOOL_ITEM_FIELDS, HOSTED_ITEM_ID_OPTIONAL, ID_MAX_CHARS, MCP_CALL_STATUSES
+from ..protocol.items import CLIENT_TOOL_ITEM_FIELDS, ID_MAX_CHARS, MCP_CALL_STATUSES
 from ..protocol.mcp import LABEL as MCP_LABEL
 from ..protocol.request import (
     NUMBER_BOUNDS,
@@ -73,6 +73,11 @@ _TOOL_NAMES = {
     ]
 }
 
+_DEFER_LOADING: dict[str, Any] = {
+    "type": ["boolean", "null"],
+    "description": "Deferred: kept from the model until its `tool_search` finds it (a `tool_search` tool "
+    "must be given).",
+}
 _CUSTOM_TOOL: dict[str, Any] = {
     "type": "object",
     "title": "Custom tool",
@@ -82,6 +87,7 @@ _CUSTOM_TOOL: dict[str, Any] = {
         "type": {"const": "custom"},
         "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
         "description": {"type": ["string", "null"]},
+        "defer_loading": _DEFER_LOADING,
         "format": {
             "anyOf": [
                 {"type": "null"},
@@ -115,6 +121,7 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
             "type": {"const": "mcp"},
             "server_label": {"type": "string", "pattern": MCP_LABEL.pattern},
             "server_url": {"type": ["string", "null"], "pattern": "^https?://"},
+            "defer_loading": _DEFER_LOADING,
             "connector_id": {"type": "null", "description": "Not supported: give `server_url` or a registered label."},
             "tunnel_id": {"type": "null", "description": "Not supported: give `server_url` or a registered label."},
             "server_description": {"type": "string"},
@@ -150,9 +157,24 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
         "title": "Hosted tool",
         "description": "A tool OpenAI runs on its servers. Served by the route's registry tool where "
         "the operator configured one, passed on to a native Responses upstream, or else dropped and "
-        "named in the `x-gateway-dropped-tools` header (the model answers without it).",
+        "named in the `x-gateway-dropped-tools` header (the model answers without it). `tool_search` "
+        "is served by the gateway itself, over its deferred tools, for every upstream.",
         "required": ["type"],
-        "properties": {"type": {"enum": sorted(HOSTED_TOOL_TYPES)}},
+        "properties": {"type": {"enum": sorted(HOSTED_TOOL_TYPES - {"tool_search"})}},
+    },
+    "ToolSearchToolParam": {
+        "type": "object",
+        "title": "Tool search",
+        "description": "Search over the deferred tools (`defer_loading`). Executed by the gateway for every "
+        "upstream (`execution` server, the default), or by the client (`execution: client`: the model's "
+        "`tool_search_call` is returned, with the tool's own `description` and `parameters`).",
+        "required": ["type"],
+        "properties": {
+            "type": {"const": "tool_search"},
+            "execution": {"enum": ["server", "client", None]},
+            "description": {"type": ["string", "null"]},
+            "parameters": {"type": ["object", "null"]},
+        },
     },
     "ClientToolParam": {
         "type": "object",
@@ -191,21 +213,49 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
             "reason": {"type": ["string", "null"]},
         },
     },
+    "AdditionalToolsItemParam": {
+        "type": "object",
+        "title": "Additional tools",
+        "description": "Tools the developer adds from this item on (functions, custom tools, namespaces); "
+        "kept in the chain like any item.",
+        "required": ["type", "tools"],
+        "properties": {
+            "type": {"const": "additional_tools"},
+            "id": {"type": ["string", "null"]},
+            "role": {"const": "developer"},
+            "tools": {
+                "type": "array",
+                "items": {"anyOf": [ref("FunctionToolParam"), ref("CustomToolParam"), ref("NamespaceToolParam")]},
+            },
+        },
+    },
 }
 
 
-_EXTRA_TOOLS = ("McpToolParam", "HostedToolParam", "ClientToolParam", "CustomToolParam", "NamespaceToolParam")
+_EXTRA_TOOLS = (
+    "McpToolParam",
+    "HostedToolParam",
+    "ToolSearchToolParam",
+    "ClientToolParam",
+    "CustomToolParam",
+    "NamespaceToolParam",
+)
 
 
 def with_gateway_unions(schemas: dict[str, Any]) -> dict[str, Any]:
     """The protocol's tool and input-item unions, widened to what the gateway accepts."""
     schemas = copy_json(schemas)
+    schemas["FunctionToolParam"]["properties"]["defer_loading"] = _DEFER_LOADING
     tool_union = schemas["ResponsesToolParam"]
     tool_union["oneOf"] += [ref(name) for name in _EXTRA_TOOLS]
     tool_union.pop("discriminator", None)  # the added members are keyed by enums, not one constant each
     item_union = schemas["ItemParam"]
     schemas.update(_output_item_params())
-    item_union["oneOf"] += [ref("McpApprovalResponseItemParam"), *(ref(name) for name in _output_item_params())]
+    item_union["oneOf"] += [
+        ref("McpApprovalResponseItemParam"),
+        ref("AdditionalToolsItemParam"),
+        *(ref(name) for name in _output_item_params()),
+    ]
     item_union.pop("discriminator", None)
     # What a Response reports: the same tools (MCP ones with `headers: null`, as OpenAI echoes
     # them: the gateway never echoes credentials) and the same kinds of items.
@@ -213,11 +263,30 @@ def with_gateway_unions(schemas: dict[str, Any]) -> dict[str, Any]:
     schemas["Tool"].pop("discriminator", None)
     schemas["ItemField"]["oneOf"] += [
         ref("McpApprovalResponseItemParam"),
+        ref("AdditionalToolsItemParam"),
         *(ref(name) for name in _output_item_params()),
     ]
     schemas["ItemField"].pop("discriminator", None)
     _with_gateway_rules(schemas)
     return schemas
+
+
+# A tool, or a namespace's member, with `defer_loading: true`.
+_DEFERRED: dict[str, Any] = {
+    "type": "object",
+    "required": ["defer_loading"],
+    "properties": {"defer_loading": {"const": True}},
+}
+_DEFERRED_ENTRY: dict[str, Any] = {
+    "anyOf": [
+        _DEFERRED,
+        {
+            "type": "object",
+            "required": ["type", "tools"],
+            "properties": {"type": {"const": "namespace"}, "tools": {"type": "array", "contains": _DEFERRED}},
+        },
+    ]
+}
 
 
 # A model name, as every endpoint's parser takes it: required, not empty, and within the
@@ -262,6 +331,24 @@ def _with_gateway_rules(schemas: dict[str, Any]) -> None:
                 "required": ["background", "store"],
                 "properties": {"background": {"const": True}, "store": {"const": False}},
             }
+        },
+        # A deferred tool is found with a `tool_search` tool (protocol/tool_search.py).
+        {
+            "if": {
+                "required": ["tools"],
+                "properties": {"tools": {"type": "array", "contains": _DEFERRED_ENTRY}},
+            },
+            "then": {
+                "properties": {
+                    "tools": {
+                        "contains": {
+                            "type": "object",
+                            "required": ["type"],
+                            "properties": {"type": {"const": "tool_search"}},
+                        }
+                    }
+                }
+            },
         },
         # A tool call is required of the model only where it has a tool to call (protocol/tools.py).
         {
@@ -399,11 +486,22 @@ def _output_item_params() -> dict[str, Any]:
         {"required": ["id"], "properties": {"id": _NAME}},
     ]
     for kind in sorted(HOSTED_ITEM_TYPES):
-        if kind in HOSTED_ITEM_ID_OPTIONAL:  # a client-run tool search's items may name their call alone
-            optional_id = {"id": {"oneOf": [_NAME, {"type": "null"}]}}
-            schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {}, optional_id)
-        else:
-            schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {"id": _NAME})
+        schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {"id": _NAME})
+    # A tool search's call may come without an id (one is given); a client's search output
+    # answers its call by `call_id` and loads its `tools` (protocol/items.py).
+    schemas["Gateway_tool_search_call_ItemParam"] = _item("tool_search_call", "tool_search_call", {})
+    schemas["Gateway_tool_search_output_ItemParam"]["required"] = ["type"]
+    schemas["Gateway_tool_search_output_ItemParam"]["anyOf"] = [
+        {"required": ["id"], "properties": {"id": _NAME}},
+        {
+            "required": ["execution", "call_id", "tools"],
+            "properties": {
+                "execution": {"const": "client"},
+                "call_id": _NAME,
+                "tools": {"type": "array", "items": {"type": "object"}},
+            },
+        },
+    ]
     mcp_tool = {"server_label": _NAME, "name": _NAME, "arguments": {"type": "string"}}
     schemas["Gateway_mcp_call_ItemParam"] = _item(
         "mcp_call",

@@ -30,6 +30,7 @@ from .ending import store_failure, store_failure_when_back
 from .interfaces import McpSession, Persistence, ResponseJob, ToolRunner
 from .router import SlotCall, route_call
 from .steering import STEERED, Steering, ends_a_message
+from .tool_search import RunToolSearch
 from .tools import run_tool_step
 
 log = logging.getLogger("gateway.engine")
@@ -92,6 +93,7 @@ class ResponseRun:
             seal_signed=signed_reasoning_sealer(job.tenant_id),
             sequence_number=first_sequence_number,
         )
+        self.tool_search = RunToolSearch(req.tool_choice, job.context)
         self.error: GatewayError | None = None
         # OpenTelemetry (tracing.py): None unless an exporter is configured.
         self._span = tracing.response_span(
@@ -232,7 +234,9 @@ class ResponseRun:
         names = self.mcp.names if self.mcp is not None else {}
         hosted = self.builder.hosted_outputs
         items = model_items(self.job.context, self.response["output"], hosted, names, self._open_compaction)
-        return items, self.job.request.tools + self.mcp_tools
+        # Deferred tools stay out until a search finds them; searches show as the calls they were.
+        tools, items = self.tool_search.offered(self.job.request.tools + self.mcp_tools, items, names, self.builder)
+        return items, tools
 
     # -- the stream --------------------------------------------------------------
     async def events(self, opening: str = "created") -> AsyncIterator[Event]:
@@ -345,7 +349,10 @@ class ResponseRun:
             ]
             mcp_calls = self.builder.step_mcp_calls
             hosted_calls = self.builder.step_hosted_calls
-            if self.builder.finish_reason in INCOMPLETE_REASONS or not (server_calls or mcp_calls or hosted_calls):
+            searches = self.builder.step_search_calls  # the gateway answers them (tool_search.py)
+            if self.builder.finish_reason in INCOMPLETE_REASONS or not (
+                server_calls or mcp_calls or hosted_calls or searches
+            ):
                 for event in self.builder.skip_mcp_calls("not run: the model's output was cut short"):
                     yield event
                 for item in hosted_calls:
@@ -353,6 +360,9 @@ class ResponseRun:
                         yield event
                 terminal += self.builder.finish()
                 return
+            for search in searches:  # answered at once: a search is a lookup in memory
+                for event in self.builder.add_item(self.tool_search.answer(search)):
+                    yield event
             budget = self.job.request.max_tool_calls
             wanted = len(server_calls) + len(mcp_calls) + len(hosted_calls)
             room = wanted if budget is None else max(budget - self.tool_calls_made, 0)

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..models import Response
 from ..protocol.client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, output_as_text
+from ..protocol.tool_search import listing
 
 TERMINAL_BAD = {"failed", "cancelled", "incomplete"}
 
@@ -117,6 +118,22 @@ def item_block(item: dict[str, Any], io: str = "", tool_names: dict[str, str] | 
             arguments=pretty_json(item.get("arguments") or ""),
             output=pretty_json(item["output"]) if item.get("output") is not None else "",
             error=pretty_json(error) if error else "",
+            **common,
+        )
+    if kind == "tool_search_call":
+        return Block(
+            "tool_call",
+            title="tool_search",
+            call_id=item.get("call_id") or "",
+            arguments=pretty_json(item.get("arguments") or {}),
+            **common,
+        )
+    if kind == "tool_search_output":
+        return Block(
+            "tool_output",
+            title="tool_search",
+            call_id=item.get("call_id") or "",
+            output=listing(item.get("tools")),
             **common,
         )
     if kind in CALL_ITEM_KIND or kind in ("web_search_call", "file_search_call"):

@@ -76,6 +76,8 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[CreateRequest, McpPlan
                 spec = dataclasses.replace(spec, allowed=ToolFilter(names, decl.allowed.read_only))
             if decl.approval_given:
                 approvals[decl.server_label] = decl.approval
+            if decl.deferred:  # a request may defer a registered server's tools, not undo its deferral
+                spec = dataclasses.replace(spec, defer_loading=True)
         else:
             if not settings.GATEWAY_MCP_ADHOC:
                 raise InvalidRequest(
@@ -98,6 +100,7 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[CreateRequest, McpPlan
                     approval=decl.approval,
                     timeout=settings.GATEWAY_MCP_TIMEOUT,
                     description=decl.server_description,
+                    defer_loading=decl.deferred,
                 ),
                 None,
             )
@@ -117,6 +120,7 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[CreateRequest, McpPlan
                 allowed=spec.allowed,
                 approval=spec.approval,
                 server_description=spec.description,
+                deferred=spec.defer_loading,
             )
         )
     if attached:

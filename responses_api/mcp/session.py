@@ -70,16 +70,16 @@ class McpSession:
         for label, tool in listed:
             name = self.names[(label, tool["name"])]
             schema = tool.get("input_schema") if isinstance(tool.get("input_schema"), dict) else None
-            self.tools.append(
-                make_tool(
-                    name=name,
-                    description=tool.get("description") or None,
-                    parameters=schema,
-                    strict=False,
-                    param=f"MCP tool {label}/{tool['name']}",
-                    source="mcp",
-                )
+            offered = make_tool(
+                name=name,
+                description=tool.get("description") or None,
+                parameters=schema,
+                strict=False,
+                param=f"MCP tool {label}/{tool['name']}",
+                source="mcp",
             )
+            offered.deferred = toolset.deferred(label)
+            self.tools.append(offered)
             needs_approval = toolset.requires_approval(label, tool["name"], tool.get("annotations"))
             bindings[name] = McpBinding(label, tool["name"], needs_approval)
         builder.mcp_bindings = bindings

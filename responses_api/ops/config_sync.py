@@ -299,6 +299,7 @@ _TOOL_FIELDS: dict[str, Any] = {
     "timeout": lambda v: {"timeout": float(v)},
     "executor": _tool_executor,  # after `timeout`: the executor's own timeout wins
     "run_on_worker": lambda v: {"run_on_worker": bool(v)},
+    "defer_loading": lambda v: {"defer_loading": bool(v)},
 }
 
 
@@ -323,7 +324,8 @@ def _sync_tools(entries: list[dict[str, Any]]) -> int:
 
 def _sync_mcp_servers(entries: list[dict[str, Any]]) -> int:
     """`mcp_servers:` entries: label, url, headers_env, allowed_tools, require_approval
-    (always | never | a list of the tools that need it), timeout, cache_seconds, routes, tenants."""
+    (always | never | a list of the tools that need it), timeout, cache_seconds, defer_loading, routes,
+    tenants."""
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"mcp_servers[{i}]"
@@ -359,6 +361,7 @@ _MCP_FIELDS: dict[str, Any] = {
     "timeout": lambda v: {"timeout": float(v)},
     "cache_seconds": lambda v: {"cache_seconds": int(v)},
     "enabled": lambda v: {"enabled": bool(v)},
+    "defer_loading": lambda v: {"defer_loading": bool(v)},
 }
 
 

@@ -48,6 +48,8 @@ async def _count(principal: Principal, req: CreateRequest, route: Route) -> tupl
     items = expand_compactions(
         context, lambda sealed: unseal(sealed, tenant_id=principal.tenant_id, purpose="compaction")
     )
+    # What the first model call is offered: deferred tools wait for a search (tool_search.py).
+    tools = [t for t in req.tools if not t.deferred]
     if route.targets:
         target = route.targets[0]
         chat = build_chat_request(
@@ -55,10 +57,10 @@ async def _count(principal: Principal, req: CreateRequest, route: Route) -> tupl
             items,
             upstream_model=target.upstream_model,
             stream=False,
-            tools=req.tools,
+            tools=tools,
             options=chat_options(target.provider.options),
         )
         exact = await count_tokens(target, chat)
         if exact is not None:
             return exact, True
-    return estimate_request(items, req.instructions, [t.as_dict() for t in req.tools]), False
+    return estimate_request(items, req.instructions, [t.as_dict() for t in tools]), False

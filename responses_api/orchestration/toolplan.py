@@ -71,13 +71,18 @@ def merge_registry_tools(req: CreateRequest, specs: list[ToolSpec]) -> CreateReq
     merged: list[Tool] = []
     for tool in req.tools:
         spec = by_name.pop(tool.name, None) if tool.bare else None
-        merged.append(tool if spec is None else _registry_tool(spec))
+        if spec is None:
+            merged.append(tool)
+        else:  # the client may defer a registry tool it names, not undo the registry's deferral
+            named = _registry_tool(spec)
+            named.deferred = named.deferred or tool.deferred
+            merged.append(named)
     merged += [_registry_tool(s) for s in by_name.values() if s.name not in {t.name for t in merged}]
     return dataclasses.replace(req, tools=merged)
 
 
 def _registry_tool(spec: ToolSpec) -> Tool:
-    return make_tool(
+    tool = make_tool(
         name=spec.name,
         description=spec.description or None,
         parameters=spec.parameters,
@@ -85,6 +90,8 @@ def _registry_tool(spec: ToolSpec) -> Tool:
         param=f"registry tool {spec.name}",
         source="registry",
     )
+    tool.deferred = spec.defer_loading
+    return tool
 
 
 async def tool_runner(response_id: str, specs: list[ToolSpec]) -> Any:

@@ -72,6 +72,7 @@ ITEM_ID_PREFIX = {
     "apply_patch_call_output": "apco",
     "computer_call": "cu",
     "computer_call_output": "cuo",
+    "tool_search_output": "tso",
 }
 
 # The parameters each built-in is offered with (not strict: optional fields stay optional).

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from . import tool_search
 from .client_tools import SERVABLE_HOSTED_TOOLS, call_item, hosted_call_item
 from .deltas import (
     Delta,
@@ -112,6 +113,7 @@ class EventBuilder:
         self.step_hosted_calls: list[dict[str, Any]] = []
         # item id -> the call as the model made it, and its output: what the model sees next.
         self.hosted_outputs: dict[str, dict[str, Any]] = {}
+        self.step_search_calls: list[dict[str, Any]] = []  # tool_search_call items the gateway answers
         self.reasoning_summary = reasoning_summary
         self.seal_reasoning = seal_reasoning
         self.seal_signed = seal_signed
@@ -356,7 +358,9 @@ class EventBuilder:
         binding = self.mcp_bindings.get(pending.name)
         tool = self.tool_kinds.get(pending.name)
         call_id = pending.call_id or new_id("call")
-        if binding is None and tool is not None and tool.kind in SERVABLE_HOSTED_TOOLS:
+        if binding is None and tool is not None and tool.kind == "tool_search":
+            item = tool_search.call_item(call_id, client=tool.source == "client")
+        elif binding is None and tool is not None and tool.kind in SERVABLE_HOSTED_TOOLS:
             item = hosted_call_item(tool.kind, "", "in_progress")
             self.hosted_outputs[item["id"]] = {"name": pending.name, "call_id": call_id}
         elif binding is None and tool is not None and tool.kind != "function":
@@ -470,6 +474,15 @@ class EventBuilder:
                 self.step_hosted_calls.append(call.item)
                 continue
             status = last_status if n == len(calls) - 1 else "completed"
+            if kind == "tool_search_call":
+                call.item["arguments"], call.item["status"] = tool_search.call_arguments(arguments), status
+                events.append(
+                    self._event("response.output_item.done", output_index=call.output_index, item=self._copy(call.item))
+                )
+                # The gateway answers a server search; a client's is returned for the client to answer.
+                client = call.item["execution"] == "client"
+                (self.step_calls if client else self.step_search_calls).append(call.item)
+                continue
             if kind != "function_call":
                 events += self._close_client_tool_call(call, arguments, status)
                 continue
@@ -537,6 +550,7 @@ class EventBuilder:
         self.step_mcp_calls = []
         self.step_approvals = []
         self.step_hosted_calls = []
+        self.step_search_calls = []
         self._suppressed.clear()
 
     # -- MCP ---------------------------------------------------------------------

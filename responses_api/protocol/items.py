@@ -14,6 +14,7 @@ from .client_tools import ITEM_ID_PREFIX as CLIENT_TOOL_ITEM_PREFIX
 from .errors import InvalidRequest
 from .ids import new_id
 from .surface import REFUSED_INPUT_ITEMS
+from .tool_search import check_additional_tools
 
 INPUT_ROLES = frozenset({"user", "system", "developer"})
 PHASES = frozenset({"commentary", "final_answer"})
@@ -434,8 +435,17 @@ def _normalize_item(raw: Any, param: str) -> dict:
         return _MCP_ITEMS[kind](raw, param)
     if kind in CLIENT_TOOL_ITEM_FIELDS:
         return _client_tool_item(raw, param, CLIENT_TOOL_ITEM_FIELDS[kind])
+    if kind == "tool_search_output" and raw.get("execution") == "client":
+        # A client's search result: it answers the client's call, and what it returns is loaded.
+        item = _client_tool_item(raw, param, {"call_id": str, "tools": list})
+        item.setdefault("status", "completed")
+        return item
+    if kind == "tool_search_call" and not raw.get("id"):
+        return dict(raw, id=new_id("tsc"))
     if kind in HOSTED_ITEM_TYPES:
         return _hosted_tool_item(raw, param)
+    if kind == "additional_tools":
+        return check_additional_tools(raw, param)
     if kind in REFUSED_INPUT_ITEMS:
         raise _bad(f"Invalid '{param}.type': {kind!r} is not supported: {REFUSED_INPUT_ITEMS[kind]}.", f"{param}.type")
     raise _bad(f"Invalid '{param}.type': unsupported item type {kind!r}.", f"{param}.type")

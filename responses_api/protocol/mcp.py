@@ -96,6 +96,7 @@ class McpTool:
     approval_given: bool = False  # the request said require_approval (else the registry decides)
     server_description: str | None = None
     param: str = "tools"  # where the request declared it, for errors
+    deferred: bool = False  # defer_loading: its tools are offered once tool search finds them
 
     def as_dict(self) -> dict[str, Any]:
         """As the Response echoes it: headers and authorization are secrets, never echoed."""
@@ -113,6 +114,8 @@ class McpTool:
         else:
             out["allowed_tools"] = None
         out["require_approval"] = self.approval.as_json()
+        if self.deferred:
+            out["defer_loading"] = True
         return out
 
 
@@ -195,7 +198,11 @@ def parse_mcp_tool(entry: dict[str, Any], param: str) -> McpTool:
         raise InvalidRequest(
             f"Invalid '{param}.server_description': expected a string.", param=f"{param}.server_description"
         )
+    deferred = entry.get("defer_loading")
+    if deferred is not None and not isinstance(deferred, bool):
+        raise InvalidRequest(f"Invalid '{param}.defer_loading': expected a boolean.", param=f"{param}.defer_loading")
     return McpTool(
+        deferred=bool(deferred),
         server_label=label,
         server_url=url,
         headers=headers,

@@ -17,6 +17,7 @@ from .errors import InvalidRequest
 from .items import normalize_input
 from .mcp import McpTool, normalize_mcp_tools
 from .surface import REFUSED_REQUEST_FIELDS, unapplied_candidates
+from .tool_search import check_deferred, search_tool
 from .tools import HostedTool, Tool, hosted_tools, normalize_tool_choice, normalize_tools
 
 KNOWN_INCLUDES = frozenset(
@@ -345,6 +346,8 @@ def parse_create_request(body: Any) -> CreateRequest:
         raise InvalidRequest("'previous_response_id' must not be empty.", param="previous_response_id")
 
     tools = normalize_tools(body.get("tools"))
+    if body.get("tools"):
+        tools = with_tool_search(tools, body.get("tools"))
     tool_choice = normalize_tool_choice(body.get("tool_choice"), tools)
 
     truncation = body.get("truncation") or "disabled"
@@ -370,7 +373,7 @@ def parse_create_request(body: Any) -> CreateRequest:
         background=background,
         stream=_bool(body, "stream", False),
         tools=tools,
-        mcp_tools=normalize_mcp_tools(body.get("tools")),
+        mcp_tools=_deferred_mcp_checked(normalize_mcp_tools(body.get("tools")), tools),
         hosted_tools=hosted_tools(body.get("tools")),
         tool_choice=tool_choice,
         parallel_tool_calls=_bool(body, "parallel_tool_calls", True),
@@ -517,3 +520,31 @@ def parse_input_tokens_request(body: Any) -> CreateRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
     return parse_create_request({k: v for k, v in body.items() if k not in ("stream", "background", "store")})
+
+
+def _deferred_mcp_checked(mcp_tools: list[McpTool], tools: list[Tool]) -> list[McpTool]:
+    deferred = next((m for m in mcp_tools if m.deferred), None)
+    if deferred is not None and not any(t.kind == "tool_search" for t in tools):
+        raise InvalidRequest(
+            f"MCP server {deferred.server_label!r} has 'defer_loading': true, which needs a 'tool_search' tool "
+            "in 'tools'.",
+            param=f"{deferred.param}.defer_loading",
+        )
+    return mcp_tools
+
+
+def with_tool_search(tools: list[Tool], raw: Any) -> list[Tool]:
+    """The request's `tool_search` tool joins its tools (server-executed ones are the gateway's to
+    run, client-executed ones the client's); a deferred tool needs one."""
+    searches = [(i, e) for i, e in enumerate(raw) if isinstance(e, dict) and e.get("type") == "tool_search"]
+    if len(searches) > 1:
+        raise InvalidRequest(
+            "Duplicate tool name 'tool_search': only one 'tool_search' tool may be given.",
+            param=f"tools[{searches[1][0]}]",
+        )
+    if searches:
+        if any(t.name == "tool_search" for t in tools):
+            raise InvalidRequest("Duplicate tool name 'tool_search'.", param=f"tools[{searches[0][0]}]")
+        tools = [*tools, search_tool(searches[0][1], f"tools[{searches[0][0]}]")]
+    check_deferred(tools)
+    return tools

@@ -251,7 +251,7 @@ TOOL_TYPES: dict[str, Entry] = {
     "file_search": _e(PASSED, _HOSTED),
     "code_interpreter": _e(PASSED, _OPENAI_HOSTED),
     "image_generation": _e(PASSED, _OPENAI_HOSTED),
-    "tool_search": _e(PASSED, _OPENAI_HOSTED),
+    "tool_search": _e(SERVED, "the gateway searches the deferred tools itself, on every upstream kind; execution: client hands the call to the client"),
     "programmatic_tool_calling": _e(PASSED, _OPENAI_HOSTED),
 }
 
@@ -276,11 +276,11 @@ INPUT_ITEM_TYPES: dict[str, Entry] = {
     "file_search_call": _e(SERVED, _HISTORY),
     "code_interpreter_call": _e(SERVED, _HISTORY),
     "image_generation_call": _e(SERVED, _HISTORY),
-    "tool_search_call": _e(SERVED, _HISTORY),
-    "tool_search_output": _e(SERVED, _HISTORY + "; with a call_id, must answer a call before it"),
+    "tool_search_call": _e(SERVED, "a search the gateway (or the client) ran"),
+    "tool_search_output": _e(SERVED, "the tools it found are offered again; a client's (execution: client) must answer its call"),
     "program": _e(SERVED, _HISTORY),
     "program_output": _e(SERVED, _HISTORY + "; must answer a call before it"),
-    "additional_tools": _e(REFUSED, "tools added inside the context are not served: give them in 'tools'"),
+    "additional_tools": _e(SERVED, "its tools are offered from that item on, for the rest of the response and the chain"),
     "configuration_update": _e(REFUSED, "configuration changes inside the context are not served: set the request's own fields"),
 }
 
@@ -303,11 +303,11 @@ OUTPUT_ITEM_TYPES: dict[str, Entry] = {
     "mcp_approval_response": _e(SERVED, "in item lists, as the client gave it"),
     "code_interpreter_call": _e(PASSED, _RELAYED),
     "image_generation_call": _e(PASSED, _RELAYED),
-    "tool_search_call": _e(PASSED, _RELAYED),
-    "tool_search_output": _e(PASSED, _RELAYED),
+    "tool_search_call": _e(SERVED, "from the gateway's tool search (any upstream kind)"),
+    "tool_search_output": _e(SERVED, "from the gateway's tool search (any upstream kind)"),
     "program": _e(PASSED, _RELAYED),
     "program_output": _e(PASSED, _RELAYED),
-    "additional_tools": _e(NOT_EMITTED, "the gateway adds no tools inside a response"),
+    "additional_tools": _e(SERVED, "in item lists, as the client gave it"),
     "configuration_update": _e(NOT_EMITTED, "the gateway changes no configuration inside a response"),
 }
 
@@ -379,10 +379,14 @@ def _names(table: dict[str, Entry], *treatments: Treatment) -> frozenset[str]:
 
 
 # Hosted tools: served by a registry tool, passed through, or dropped (x-gateway-dropped-tools).
-HOSTED_TOOL_TYPES = _names(TOOL_TYPES, PASSED)
-# Items of hosted tools: history in the context, relayed whole from a responses upstream.
+# `tool_search` is the gateway's own (protocol/tool_search.py) but, like these, is parsed apart
+# from the function tools (protocol/tools.normalize_tools skips it; request.py adds it).
+HOSTED_TOOL_TYPES = _names(TOOL_TYPES, PASSED) | {"tool_search"}
+# Items of hosted tools: history in the context, relayed whole from a responses upstream (or,
+# for tool search, written by the gateway's own search).
 HOSTED_ITEM_TYPES = _names(INPUT_ITEM_TYPES, SERVED) & (
-    _names(OUTPUT_ITEM_TYPES, PASSED) | {"web_search_call", "file_search_call"}
+    _names(OUTPUT_ITEM_TYPES, PASSED)
+    | {"web_search_call", "file_search_call", "tool_search_call", "tool_search_output"}
 )
 REFUSED_INPUT_ITEMS = {name: entry.note for name, entry in INPUT_ITEM_TYPES.items() if entry.treatment is REFUSED}
 REFUSED_REQUEST_FIELDS = {name: field.why for name, field in REQUEST_FIELDS.items() if field.treatment is REFUSED}

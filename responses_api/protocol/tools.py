@@ -50,6 +50,7 @@ class Tool:
     namespace: str | None = None
     report: dict[str, Any] | None = None
     reported: bool = True
+    deferred: bool = False  # defer_loading: offered only once tool search finds it (protocol/tool_search.py)
 
     @property
     def item_name(self) -> str:
@@ -58,13 +59,16 @@ class Tool:
     def as_dict(self) -> dict[str, Any]:
         if self.report is not None:
             return self.report
-        return {
+        entry = {
             "type": "function",
             "name": self.name,
             "description": self.description,
             "parameters": self.parameters,
             "strict": self.strict,
         }
+        if self.deferred:
+            entry["defer_loading"] = True
+        return entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +182,7 @@ def _function_tool(entry: dict[str, Any], param: str, namespace: str | None = No
         strict=entry.get("strict"),
         param=param,
     )
+    tool.deferred = _defer_loading(entry, param)
     if namespace is None:
         tool.bare = all(entry.get(k) is None for k in ("parameters", "description", "strict"))
     else:
@@ -185,6 +190,13 @@ def _function_tool(entry: dict[str, Any], param: str, namespace: str | None = No
         tool.name = namespaced_name(namespace, tool.name)
         tool.reported = False
     return tool
+
+
+def _defer_loading(entry: dict[str, Any], param: str) -> bool:
+    value = entry.get("defer_loading")
+    if value is not None and not isinstance(value, bool):
+        raise InvalidRequest(f"Invalid '{param}.defer_loading': expected a boolean.", param=f"{param}.defer_loading")
+    return bool(value)
 
 
 def _custom_tool(entry: dict[str, Any], param: str, namespace: str | None = None) -> Tool:
@@ -219,6 +231,7 @@ def _custom_tool(entry: dict[str, Any], param: str, namespace: str | None = None
         namespace=namespace,
         report=None if namespace else dict(entry),
         reported=namespace is None,
+        deferred=_defer_loading(entry, param),
     )
 
 
@@ -289,13 +302,14 @@ def normalize_tools(raw: Any) -> list[Tool]:
 
 
 def hosted_tools(raw: Any) -> list[HostedTool]:
-    """The request's hosted tools (`web_search`, ...), in order; `normalize_tools` checked the array."""
+    """The request's hosted tools (`web_search`, ...), in order; `normalize_tools` checked the array.
+    `tool_search` is not one of them: the gateway serves it for every upstream (request.py)."""
     if not isinstance(raw, list):
         return []
     return [
         HostedTool(entry["type"], dict(entry), f"tools[{i}]")
         for i, entry in enumerate(raw)
-        if isinstance(entry, dict) and entry.get("type") in HOSTED_TOOL_TYPES
+        if isinstance(entry, dict) and entry.get("type") in HOSTED_TOOL_TYPES and entry["type"] != "tool_search"
     ]
 
 

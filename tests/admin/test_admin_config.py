@@ -241,3 +241,46 @@ def test_mcp_server_admin_refreshes_the_tool_listing(admin_client, mcp_server, m
     assert bad.status_code == 200
     errors = bad.context["adminform"].form.errors
     assert "url" in errors
+
+
+def test_tools_and_mcp_servers_are_deferred_in_the_admin(admin_client, settings) -> None:  # type: ignore[no-untyped-def]
+    """*Defer loading* on a tool's and an MCP server's form: saved, listed and filterable."""
+    from tool_registry.models import McpServer, Tool
+
+    settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]
+    tool = admin_client.post(
+        reverse("admin:tool_registry_tool_add"),
+        {
+            "name": "lookup",
+            "description": "Look a customer up.",
+            "parameters": '{"type": "object", "properties": {}}',
+            "strict": "on",
+            "enabled": "on",
+            "timeout": "5",
+            "executor": "http",
+            "url": "http://127.0.0.1:9/lookup",
+            "headers_env": "{}",
+            "defer_loading": "on",
+        },
+    )
+    assert tool.status_code == 302, tool.content.decode()[:2000]
+    server = admin_client.post(
+        reverse("admin:tool_registry_mcpserver_add"),
+        {
+            "label": "shop",
+            "url": "http://127.0.0.1:9/mcp",
+            "headers_env": "{}",
+            "allowed_tools": "[]",
+            "approval": "never",
+            "approval_tools": "[]",
+            "timeout": "5",
+            "cache_seconds": "300",
+            "defer_loading": "on",
+        },
+    )
+    assert server.status_code == 302, server.content.decode()[:2000]
+    assert Tool.objects.get(name="lookup").defer_loading and McpServer.objects.get(label="shop").defer_loading
+    listing = admin_client.get(reverse("admin:tool_registry_tool_changelist"), {"defer_loading__exact": "1"})
+    assert "lookup" in listing.content.decode()
+    page = admin_client.get(reverse("admin:tool_registry_mcpserver_change", args=[McpServer.objects.get().pk]))
+    assert 'name="defer_loading"' in page.content.decode()

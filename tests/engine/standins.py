@@ -134,9 +134,10 @@ class Toolset:
     """Stand-in MCP toolset (tool_registry.runner.McpToolset) with one server, "srv", whose
     `add` tool answers "3"."""
 
-    def __init__(self, *, approval: bool = False, down: bool = False) -> None:
+    def __init__(self, *, approval: bool = False, down: bool = False, deferred: bool = False) -> None:
         self.approval = approval
         self.down = down
+        self.is_deferred = deferred
         self.listed = 0
         self.calls: list[tuple[str, str, str, tuple[str, str]]] = []
 
@@ -152,6 +153,9 @@ class Toolset:
 
     def allows(self, label: str, name: str, annotations: dict | None) -> bool:
         return True
+
+    def deferred(self, label: str) -> bool:
+        return self.is_deferred
 
     def requires_approval(self, label: str, name: str, annotations: dict | None) -> bool:
         return self.approval

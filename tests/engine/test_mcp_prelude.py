@@ -127,3 +127,36 @@ def test_an_approved_call_without_its_server_is_a_400() -> None:
     with pytest.raises(InvalidRequest) as refused:
         asyncio.run(run.connect())
     assert refused.value.param == "tools"
+
+
+def test_a_deferred_servers_tools_wait_for_a_search() -> None:
+    """A deferred server is listed, but the model is offered the gateway's search only; the
+    search's answer loads `add`, which the next model call is offered and which then runs."""
+    toolset = Toolset(deferred=True)
+    upstream = Upstream(
+        [
+            ToolCallDelta(0, call_id="s1", name="tool_search", arguments='{"query": "add numbers"}'),
+            Finish("tool_calls"),
+        ],
+        add_call(),
+        [TextDelta("3"), Finish("stop")],
+    )
+    stored = Stored()
+    run = ResponseRun(
+        make_job({"input": "1+2?", "stream": True}), stored, Tools(), mcp=McpSession(toolset), open_upstream=upstream
+    )
+    validate_events(drive(run))
+    assert [t.name for t in upstream.requests[0][1].tools] == ["tool_search"]
+    assert [t.name for t in upstream.requests[1][1].tools] == ["tool_search", "add"]
+    output = stored.finished[0]["output"]
+    assert [i["type"] for i in output] == [
+        "mcp_list_tools",
+        "tool_search_call",
+        "tool_search_output",
+        "mcp_call",
+        "message",
+    ]
+    assert output[2]["tools"] == [
+        {"type": "mcp", "server_label": "srv", "allowed_tools": ["add"], "defer_loading": True}
+    ]
+    assert [(label, name) for label, name, _, _ in toolset.calls] == [("srv", "add")]

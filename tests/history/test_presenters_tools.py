@@ -54,6 +54,24 @@ pytestmark = pytest.mark.embedded
             "",
             "failed: no file",
         ),
+        (
+            {"type": "tool_search_call", "id": "t", "call_id": "k", "execution": "server", "arguments": {"query": "q"}},
+            "tool_call",
+            "tool_search",
+            '"query": "q"',
+        ),
+        (
+            {
+                "type": "tool_search_output",
+                "id": "o",
+                "call_id": "k",
+                "execution": "server",
+                "tools": [{"type": "mcp", "server_label": "shop", "allowed_tools": ["lookup_order"]}],
+            },
+            "tool_output",
+            "tool_search",
+            "- lookup_order: lookup_order of the MCP server shop",
+        ),
     ],
 )
 def test_tool_items_render_as_calls_and_outputs(item: dict, kind: str, title: str, text: str) -> None:

@@ -251,3 +251,35 @@ def test_hosted_tools_go_to_the_upstream_and_their_items_come_back(native: Gatew
     body = sent(scripted)[-1]
     assert [i["type"] for i in body["input"]] == ["message", "message", "message"]
     assert body["tool_choice"] == {"type": "web_search"}
+
+
+def test_hosted_tool_search_over_a_native_upstream(native: Gateway, scripted: ScriptedUpstream) -> None:
+    """The gateway serves `tool_search` itself on a native Responses upstream too: the upstream is
+    offered a `tool_search` function (never OpenAI's hosted tool), sees the search as a function
+    call and its result, and is offered the found tool on the next call."""
+    deferred = [
+        {
+            "type": "function",
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            "defer_loading": True,
+        }
+        for name, description in (("lookup", "Look up a customer record."), ("refund", "Refund a payment."))
+    ]
+    scripted.enqueue(
+        "up-native",
+        Reply(tool_calls=[call("tool_search", {"query": "customer record"}, "s1")]),
+        Reply(tool_calls=[call("lookup", {"q": "ada"}, "c1")]),
+    )
+    client = native.openai()
+    resp = client.responses.create(model=NATIVE, input="Find Ada.", tools=[{"type": "tool_search"}, *deferred])
+    assert [o.type for o in resp.output] == ["tool_search_call", "tool_search_output", "function_call"]
+    assert [t.name for t in resp.output[1].tools] == ["lookup"]  # "refund" does not match
+    first, second = sent(scripted)[-2:]
+    assert [t["name"] for t in first["tools"]] == ["tool_search"] and first["tools"][0]["type"] == "function"
+    assert [t["name"] for t in second["tools"]] == ["tool_search", "lookup"]
+    assert [i["type"] for i in second["input"]][-2:] == ["function_call", "function_call_output"]
+    assert "lookup" in second["input"][-1]["output"]
+    assert {t.type for t in resp.tools} == {"tool_search", "function"}
+    assert all(t.defer_loading for t in resp.tools if t.type == "function")

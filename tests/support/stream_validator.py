@@ -143,6 +143,9 @@ OPENAI_ITEM_SCHEMAS = (
     "ComputerToolCall",
     "WebSearchToolCall",
     "FileSearchToolCall",
+    "ToolSearchCall",
+    "ToolSearchOutput",
+    "AdditionalTools",
 )
 OPENAI_TOOL_SCHEMAS = (
     "MCPTool",
@@ -155,6 +158,7 @@ OPENAI_TOOL_SCHEMAS = (
     "WebSearchTool",
     "WebSearchPreviewTool",
     "FileSearchTool",
+    "ToolSearchToolParam",
 )
 # Hosted-tool call items: in_progress -> searching -> completed, each an event of its own.
 _HOSTED_CALL_STAGES = ("in_progress", "searching", "completed")
