@@ -10,14 +10,12 @@ from collections.abc import Iterator
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max, Min
 from django.http import HttpRequest, HttpResponse
 from prometheus_client.core import GaugeMetricFamily
 
-from ..models import Response
 from ..observability.metrics import exposition
 from ..orchestration import lifecycle
-from ..store import db
+from ..store import db, selectors
 from ..store.redis_clients import ping
 from .exception_handlers import json_response
 
@@ -63,12 +61,7 @@ class BackgroundQueue:
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = time.time()
-        queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(
-            n=Count("id"), oldest=Min("created_at")
-        )
-        running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).aggregate(
-            n=Count("id"), beat=Max("heartbeat_at")
-        )
+        queued, running = selectors.background_queue()
         yield GaugeMetricFamily(
             "gateway_background_queued", "Background responses waiting for a worker.", value=queued["n"]
         )

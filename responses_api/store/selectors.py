@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, Max, Min, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -358,3 +358,15 @@ def response_jobs_stuck_queued() -> list[str]:
         status=Response.Status.QUEUED, on_worker=True, heartbeat_at__isnull=True, created_at__lt=cutoff
     )
     return list(rows.values_list("id", flat=True)[:500])
+
+
+def background_queue() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Worker-run responses now (two aggregate queries, read at /metrics scrape time): queued
+    ones (`n`, `oldest` created_at) and running ones (`n`, `beat`: the freshest heartbeat)."""
+    queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(
+        n=Count("id"), oldest=Min("created_at")
+    )
+    running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).aggregate(
+        n=Count("id"), beat=Max("heartbeat_at")
+    )
+    return queued, running
