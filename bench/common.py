@@ -309,6 +309,7 @@ class Gateway:
         config: dict | None = None,
         uvicorn_args: list[str] | None = None,
         tree: Path | None = None,
+        server: str = "uvicorn",
     ) -> None:
         """`tree`: run the gateway from another source tree (e.g. an earlier commit, see
         `source_tree`) with this interpreter; it needs a database of its own."""
@@ -322,7 +323,7 @@ class Gateway:
             key or manage(["create_api_key", "bench", "--tenant", "bench"], self.env, cwd=tree).strip().splitlines()[-1]
         )
         self.port = free_port()
-        cmd = [
+        cmd = _granian_command(self.port) if server == "granian" else [
             PYTHON,
             "-m",
             "uvicorn",
@@ -360,6 +361,31 @@ class Gateway:
         self.proc.stop()
 
 
+def _granian_command(port: int) -> list[str]:
+    """The gateway under granian (Rust HTTP, ASGI interface): a server to weigh against uvicorn."""
+    return [
+        PYTHON,
+        "-m",
+        "granian",
+        "--interface",
+        "asgi",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--loop",
+        "uvloop",
+        "--http",
+        "1",
+        "--backlog",
+        "4096",
+        "--no-access-log",
+        "--log-level",
+        "warning",
+        "project.asgi:application",
+    ]
+
+
 def source_tree(rev: str, dest: Path) -> Path:
     """The files of commit `rev` (git archive) in `dest`: a gateway to compare against in one run."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -381,9 +407,12 @@ def litellm_venv() -> Path:
     return Path(os.environ.get("LITELLM_VENV") or BENCH / ".litellm-venv")
 
 
-# The LiteLLM release every comparison runs against (the newest on 2026-11-27): a ratio to an
-# unpinned LiteLLM would move with its releases. Change it on purpose, and say so in bench/README.md.
-LITELLM_VERSION = "1.110.2"
+# The LiteLLM release every comparison runs against: a ratio to an unpinned LiteLLM would move
+# with its releases. 1.108.7 is the newest whose `[proxy]` extra installs from the package
+# registry on 2026-11-27 (1.108.8 to 1.110.2 pin litellm-enterprise, litellm-proxy-extras or
+# litellm-proxy releases the registry does not have). Change it on purpose, and say so in
+# bench/README.md.
+LITELLM_VERSION = "1.108.7"
 
 
 def ensure_litellm(timeout: float = 900) -> Path | None:

@@ -128,6 +128,7 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     ap.add_argument("--settings", default="", help="DJANGO_SETTINGS_MODULE for the gateway (diagnostics)")
     ap.add_argument("--label", default="")
+    ap.add_argument("--server", choices=("uvicorn", "granian"), default="uvicorn", help="the ASGI server to run")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--no-profile", action="store_true", help="only measure (no py-spy)")
     ap.add_argument("--no-store", action="store_true", help="store: false (what the database write costs)")
@@ -149,6 +150,7 @@ def main() -> None:
         models={"bench-model": ("local", "echo")},
         log_dir=d,
         extra_env=extra,
+        server=args.server,
     )
     body = json.dumps(
         {
