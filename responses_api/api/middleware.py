@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,8 +30,10 @@ class RequestIdMiddleware:
             markcoroutinefunction(self)
 
     def _before(self, request: Any) -> float:
-        incoming = request.headers.get("x-request-id", "")
-        request.request_id = incoming if _SAFE_ID.match(incoming) else f"req_{uuid.uuid4().hex}"
+        # META, not `request.headers`: building that mapping of every header costs ~20 us.
+        incoming = request.META.get("HTTP_X_REQUEST_ID", "")
+        # 128 random bits, as uuid4's hex (without its version bits), at two thirds of its cost.
+        request.request_id = incoming if _SAFE_ID.match(incoming) else f"req_{os.urandom(16).hex()}"
         request.log_extra = {}
         return time.monotonic()
 

@@ -30,7 +30,7 @@ from ..store.eventlog import event_log
 from .asgi import fast_lane
 from .drf import ApiRequest, ApiView
 from .drf_policies import KeyOrStaffSessionAuthentication
-from .exception_handlers import error_response
+from .exception_handlers import error_response, json_response
 from .openapi import json_body, json_or_stream, rate_limited, ref, response_header
 from .queries import PageQuery, RetrieveQuery
 from .sse import EventStream, note_response
@@ -108,7 +108,7 @@ async def _answer(request: ApiRequest, req: CreateRequest, started: ResponseRun 
         if req.stream:  # relay the worker's events live; the work survives a disconnect
             return _sse_response(request, follow_log(started.response_id))
         note_response(request.log_extra, started.response)
-        return Response(started.response)
+        return json_response(started.response)
     run = started
     await run.connect()  # every target failed: a clean HTTP error, nothing streamed
     if req.stream:
@@ -120,7 +120,8 @@ async def _answer(request: ApiRequest, req: CreateRequest, started: ResponseRun 
     note_response(request.log_extra, result)
     if run.error is not None:
         raise run.error
-    answer = Response(result)
+    # A plain JSON response: the same bytes as DRF's Response and renderer, at a third of the cost.
+    answer = json_response(result)
     if run.truncated_items:  # truncation "auto" dropped the oldest items to fit the window
         answer["x-gateway-truncated-items"] = str(run.truncated_items)
         request.log_extra["truncated_items"] = run.truncated_items
