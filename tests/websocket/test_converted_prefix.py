@@ -5,10 +5,12 @@ connections or tenants."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from responses_api.protocol.compaction import SUMMARY_REQUEST
 from responses_api.protocol.prefix import ConvertedPrefix
 from tests.responses_api.test_anthropic import CLAUDE, anthropic  # noqa: F401 - the fixture
 from tests.responses_api.test_native_responses import NATIVE, native  # noqa: F401 - the fixture
@@ -243,3 +245,53 @@ def test_no_prefix_crosses_connections_or_tenants(gateway: Gateway, scripted: Sc
     assert later[0] not in mine_prefix and not later[1]
     sent = [m["content"] for m in scripted.requests[-1].body["messages"]]
     assert sent == ["tenant one's secret", "answer", "go on", "answer", "later"]
+
+
+def test_automatic_compaction_clears_the_prefix_and_sends_the_uncached_bodies(
+    gateway: Gateway, scripted: ScriptedUpstream, kind: tuple[str, str, str], resumed: list, settings: Any
+) -> None:
+    dialect, model, upstream = kind
+    summaries: list[str] = []
+
+    def reply(body: dict[str, Any]) -> Reply:
+        if SUMMARY_REQUEST in json.dumps(body):
+            summaries.append(f"Summary {len(summaries) + 1}: the user counts turns.")
+            return Reply(text=summaries[-1])
+        return Reply(text="Noted, and every earlier number kept in mind. " * 2)
+
+    scripted.set_responder(upstream, reply)
+
+    def session() -> tuple[list[dict], list[list[bool]], list[int]]:
+        """12 turns on one socket: the upstream bodies, each turn's prefix lookups, and the turns
+        that compacted."""
+        before, previous = len(scripted.requests), None
+        lookups, compacted = [], []
+        summaries.clear()  # numbered per session: both sessions get the same words
+        with socket(gateway) as ws:
+            for n in range(12):
+                body: dict[str, Any] = {
+                    "model": model,
+                    "input": f"Turn {n}: note the number {n} and keep counting with me.",
+                    "context_management": [{"type": "compaction", "compact_threshold": 150}],
+                }
+                if previous:
+                    body["previous_response_id"] = previous
+                calls = len(resumed)
+                final = completed(ws, **body)
+                previous = final["id"]
+                lookups.append([hit for _, hit in resumed[calls:]])
+                if any(item["type"] == "compaction" for item in final["output"]):
+                    compacted.append(n)
+        return [r.body for r in scripted.requests[before:] if r.path == PATHS[dialect]], lookups, compacted
+
+    settings.GATEWAY_WS_PREFIX_CACHE_MAX_ITEMS = 0
+    uncached, _, compacted_uncached = session()
+    settings.GATEWAY_WS_PREFIX_CACHE_MAX_ITEMS = 10000
+    cached, lookups, compacted = session()
+    assert len(compacted) >= 2 and compacted == compacted_uncached
+    assert cached == uncached  # the summary calls and the calls proper alike
+    for n in compacted:
+        # The summary call was not given the prefix; the call proper after it found it cleared.
+        assert lookups[n] == [False]
+    # Between compactions, continuations built on the lane's prefix (from the compacted context).
+    assert all(lookups[n] == [True] for n in range(1, 12) if n not in compacted)
