@@ -10,10 +10,11 @@ every event of a named lane's response (and the error frame of its create) echoe
 continuation with `previous_response_id` needs no chain read, `store: false` chains continue on
 the socket, and a lane may continue (fork) another lane's response; a continuation that fails
 forgets its parent in its own lane only. A lane also keeps its last model call's context in the
-upstream's dialect (protocol/prefix.py), which only its own continuation of its head reuses. `response.steer` queues user input into a running
-response (steering.py): the response stops at a safe boundary (engine/steering.py) and a
-successor, chained to it, commits the input. Errors that stop a create before its response
-exists are `{"type": "error", "status", "error"}` envelopes; the connection stays open.
+upstream's dialect (protocol/prefix.py), which only its own continuation of its head reuses.
+`response.steer` queues user input into a running response (steering.py): the response stops at
+a safe boundary (engine/steering.py) and a successor, chained to it, commits the input. Errors
+that stop a create before its response exists are `{"type": "error", "status", "error"}`
+envelopes; the connection stays open.
 
 It is served by the same ASGI entry as the HTTP API and drives the same engine
 (`gateway.start_response`, `ResponseRun.events`); each response is admitted (rate limits,

@@ -44,13 +44,11 @@ class _Entry:
 class ConvertedPrefix:
     """One lane's single entry (bounded: one per lane, at most `max_items` items)."""
 
-    __slots__ = ("_entry", "max_items", "hits", "misses")
+    __slots__ = ("_entry", "max_items")
 
     def __init__(self, max_items: int) -> None:
         self._entry: _Entry | None = None
         self.max_items = max_items
-        self.hits = 0
-        self.misses = 0
 
     def clear(self) -> None:
         self._entry = None
@@ -60,13 +58,10 @@ class ConvertedPrefix:
         None when the entry is not for this key or these items."""
         entry = self._entry
         if entry is None or entry.key != key:
-            self.misses += entry is not None
             return None
         covered = len(entry.items)
         if covered > len(items) or items[:covered] != entry.items:
-            self.misses += 1
             return None
-        self.hits += 1
         return entry.conversion.resumed(), covered
 
     def keep(self, key: tuple[Any, ...], items: list[dict[str, Any]], conversion: Conversion) -> None:
