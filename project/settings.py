@@ -184,6 +184,10 @@ GATEWAY_WS_MAX_QUEUED_BYTES = env.int("GATEWAY_WS_MAX_QUEUED_BYTES", default=16 
 GATEWAY_WS_MAX_ACTIVE_RESPONSES = env.int("GATEWAY_WS_MAX_ACTIVE_RESPONSES", default=16)
 GATEWAY_WS_MAX_STREAMS = env.int("GATEWAY_WS_MAX_STREAMS", default=32)
 GATEWAY_WS_MAX_PENDING_STEERS = env.int("GATEWAY_WS_MAX_PENDING_STEERS", default=8)
+# Each lane keeps its last model call's context converted to the upstream's dialect, so that its
+# next continuation converts only what it adds (protocol/prefix.py): up to this many items (a
+# longer context is converted in full every turn); 0: no lane keeps one.
+GATEWAY_WS_PREFIX_CACHE_MAX_ITEMS = env.int("GATEWAY_WS_PREFIX_CACHE_MAX_ITEMS", default=10000)
 DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_REQUEST_BYTES
 
 # --- Static files ------------------------------------------------------------

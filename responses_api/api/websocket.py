@@ -9,10 +9,12 @@ every event of a named lane's response (and the error frame of its create) echoe
 `stream_id`. Each lane keeps its most recent response in memory (`PriorContext`), so a
 continuation with `previous_response_id` needs no chain read, `store: false` chains continue on
 the socket, and a lane may continue (fork) another lane's response; a continuation that fails
-forgets its parent in its own lane only. `response.steer` queues user input into a running
-response (steering.py): the response stops at a safe boundary (engine/steering.py) and a
-successor, chained to it, commits the input. Errors that stop a create before its response
-exists are `{"type": "error", "status", "error"}` envelopes; the connection stays open.
+forgets its parent in its own lane only. A lane also keeps its last model call's context in the
+upstream's dialect (protocol/prefix.py), which only its own continuation of its head reuses.
+`response.steer` queues user input into a running response (steering.py): the response stops at
+a safe boundary (engine/steering.py) and a successor, chained to it, commits the input. Errors
+that stop a create before its response exists are `{"type": "error", "status", "error"}`
+envelopes; the connection stays open.
 
 It is served by the same ASGI entry as the HTTP API and drives the same engine
 (`gateway.start_response`, `ResponseRun.events`); each response is admitted (rate limits,
@@ -53,6 +55,7 @@ from ..orchestration.handoff import WorkerStarted
 from ..orchestration.worker import follow_log
 from ..protocol import jsonlimits
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
+from ..protocol.prefix import ConvertedPrefix
 from ..protocol.request import parse_create_request
 from ..protocol.surface import BETA_MESSAGE, CLIENT_EVENTS, beta_requested
 from ..store.outages import unavailable
@@ -295,13 +298,17 @@ class _Lane:
     """One `stream_id` of a connection (None: the default lane): its creates run first in,
     first out, each after the one before ended; it remembers its most recent response."""
 
-    __slots__ = ("stream_id", "waiting", "task", "prior", "evicted", "held")
+    __slots__ = ("stream_id", "waiting", "task", "prior", "evicted", "held", "converted")
 
     def __init__(self, stream_id: str | None) -> None:
         self.stream_id = stream_id
         self.waiting: deque[_Create] = deque()
         self.task: asyncio.Task[None] | None = None
         self.prior: PriorContext | None = None  # its most recent response, for continuations
+        # Its last model call's context in the upstream's dialect (protocol/prefix.py), for its
+        # own next continuation of `prior` only: never another lane's, never another connection's.
+        max_items = settings.GATEWAY_WS_PREFIX_CACHE_MAX_ITEMS
+        self.converted = ConvertedPrefix(max_items) if max_items > 0 else None
         self.evicted: set[str] = set()  # continuing from these again on this lane: not found
         # Accepted steering input of a response that stopped for client tool output or an
         # approval: it goes first into this lane's continuation of that response.
@@ -373,6 +380,9 @@ class Connection:
             tasks = [lane.task for lane in self._lanes.values() if lane.task is not None]
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
+            for lane in self._lanes.values():  # what the lanes converted goes with the connection
+                if lane.converted is not None:
+                    lane.converted.clear()
 
     async def _supervise(self) -> None:
         """Until the connection should end: the client closed it, the process drains (after
@@ -620,6 +630,7 @@ class Connection:
             queue = self._steerable_queue(started.job.response_id, lane, body, unsupported_reason(body))
             if queue.unsupported is None:
                 started.steering = queue
+            started.converted_prefix = self._converted_for(lane, previous)
             await started.connect()
             await self._relay(started.events(), lane, previous, turn, queue, run=started)
             return queue
@@ -827,6 +838,15 @@ class Connection:
         else:  # run by a worker (always stored): continuations read the chain from the database
             lane.prior = None
 
+    def _converted_for(self, lane: _Lane, previous: str | None) -> ConvertedPrefix | None:
+        """The lane's converted prefix for a run of it: as it is when the run continues the lane's
+        own most recent response, emptied otherwise (a new chain, a fork of another lane's
+        response, a chain read from the store). The run's own calls then fill it."""
+        converted = lane.converted
+        if converted is not None and (lane.prior is None or lane.prior.response_id != previous):
+            converted.clear()
+        return converted
+
     def _evict(self, lane: _Lane, response_id: str | None) -> None:
         """A continuation from `response_id` failed on `lane`: the lane forgets it (another lane
         that holds it keeps it: a failed fork does not break its source)."""
@@ -835,3 +855,5 @@ class Connection:
         lane.evicted.add(response_id)
         if lane.prior is not None and lane.prior.response_id == response_id:
             lane.prior = None
+        if lane.converted is not None:
+            lane.converted.clear()

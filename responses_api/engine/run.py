@@ -19,6 +19,7 @@ from ..observability.metrics import upstream_error
 from ..protocol.errors import GatewayError, InvalidRequest, ServerError, UpstreamError
 from ..protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from ..protocol.mcp import pending_approvals
+from ..protocol.prefix import ConvertedPrefix
 from ..protocol.response import response_object
 from ..protocol.tools import Tool, allowed_tool_names
 from ..store.sealing import reasoning_sealer, signed_reasoning_sealer
@@ -112,6 +113,9 @@ class ResponseRun:
         self._tools_task: asyncio.Future | None = None
         # WebSocket steering (api/steering.py): asked at the safe boundaries (engine/steering.py).
         self.steering: Steering | None = None
+        # A WebSocket lane's converted upstream prefix (protocol/prefix.py), given by the lane:
+        # model calls of this run reuse and keep it; a compaction or truncation clears it.
+        self.converted_prefix: ConvertedPrefix | None = None
 
     # -- before the first byte -------------------------------------------------
     async def connect(self) -> None:
@@ -209,23 +213,38 @@ class ResponseRun:
 
     def _upstream_request(self) -> UpstreamRequest:
         req = self.job.request
+        prefix = self.converted_prefix
         if req.compact:
             req, items = compaction_request(req, self.job.context, self._open_compaction)
             tools: list[Tool] = []
+            prefix = None
         else:
             items, tools = self._model_items()
             if self._autocompact is not None and self._autocompact.pending:
                 # context_management: the summary first, over what the call proper would be given
                 req, items = compaction_request(req, self.job.context, self._open_compaction, items=items)
                 tools = []
+                prefix = None
         window = self.job.route.context_window
         if window:
             items, dropped = fit_context(items, tools, window, req)
+            if dropped:  # the oldest items are gone: nothing converted before begins these
+                prefix = None
             if dropped > self.truncated_items:  # the most of any step is what the client is told
                 self.truncated_items = dropped
                 log.info("response %s: truncation dropped the %d oldest items", self.job.response_id, dropped)
+        if prefix is None and self.converted_prefix is not None:
+            # A compaction or truncation changes the context's beginning: the lane's next call
+            # must not build on what was converted before it (the item check would refuse it
+            # too; this frees it now).
+            self.converted_prefix.clear()
         return UpstreamRequest(
-            request=req, items=items, tools=tools, stream=self.stream_upstream, tenant_id=self.job.tenant_id
+            request=req,
+            items=items,
+            tools=tools,
+            stream=self.stream_upstream,
+            tenant_id=self.job.tenant_id,
+            prefix=prefix,
         )
 
     def _model_items(self) -> tuple[list[dict[str, Any]], list[Tool]]:

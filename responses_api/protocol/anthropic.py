@@ -37,6 +37,7 @@ from .deltas import (
     UpstreamFailed,
     Usage,
 )
+from .prefix import ConvertedPrefix, converted
 from .request import CreateRequest
 from .surface import SENT_FIELDS
 from .tools import Tool, chosen_upstream_name, namespaced_name
@@ -77,10 +78,18 @@ def build_messages_request(
     stream: bool,
     tools: list[Tool] | None = None,
     options: dict[str, Any] | None = None,
+    prefix: ConvertedPrefix | None = None,
+    scope: str = "",
 ) -> dict[str, Any]:
+    """`prefix`: a WebSocket lane's converted messages, reused when they begin these items and
+    were converted alike (`scope`, the target, names the upstream and whose signed thinking)."""
     options = options or {}
     tools = req.tools if tools is None else tools
-    system, messages = to_messages(items, req.instructions)
+    instructions = req.instructions
+    conversion = converted(prefix, ("anthropic", scope, instructions), items, lambda: AnthropicConversion(instructions))
+    system = conversion.system_text()
+    # Placing the marks changes blocks: a kept conversion gives a copy of those it may change.
+    messages = conversion.messages if prefix is None else conversion.for_placement()
     if (req.text or {}).get("format", {}).get("type") == "json_object":
         system = f"{system}\n\n{JSON_OBJECT_INSTRUCTION}" if system else JSON_OBJECT_INSTRUCTION
     place_anthropic_breakpoints(messages, req)
@@ -150,57 +159,106 @@ def _tool_param(tool: Tool) -> dict[str, Any]:
 
 def to_messages(items: list[dict[str, Any]], instructions: str | None) -> tuple[str, list[dict[str, Any]]]:
     """(system, messages) for the Messages API, turns of one role merged."""
-    system = [instructions] if instructions else []
-    messages: list[dict[str, Any]] = []
+    conversion = AnthropicConversion(instructions)
+    conversion.extend(items)
+    return conversion.system_text(), conversion.messages
 
-    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+
+class AnthropicConversion:
+    """Items as the Messages API's system text and messages, item by item: a WebSocket lane keeps
+    one to extend on its next turn (protocol/prefix.py). Extending writes only to the last
+    message (turns of one role merge into it); placing the cache marks writes to the blocks that
+    carry one and to the last message's, which `for_placement` copies first."""
+
+    __slots__ = ("system", "messages", "marked")
+
+    def __init__(self, instructions: str | None) -> None:
+        self.system: list[str] = [instructions] if instructions else []
+        self.messages: list[dict[str, Any]] = []
+        self.marked: list[int] = []  # the messages holding a block with `cache_control`
+
+    def system_text(self) -> str:
+        return "\n\n".join(s for s in self.system if s)
+
+    def resumed(self) -> AnthropicConversion:
+        copy = AnthropicConversion.__new__(AnthropicConversion)
+        copy.system = list(self.system)
+        copy.messages = list(self.messages)
+        if copy.messages:
+            last = copy.messages[-1]
+            copy.messages[-1] = {**last, "content": list(last["content"])}
+        copy.marked = list(self.marked)
+        return copy
+
+    def for_placement(self) -> list[dict[str, Any]]:
+        """The messages, with those place_anthropic_breakpoints may change copied (the last one,
+        and those with a mark), so that placing the marks leaves this conversion as it is."""
+        messages = list(self.messages)
+        for index in {*self.marked, len(messages) - 1} if messages else ():
+            message = messages[index]
+            messages[index] = {
+                **message,
+                "content": [
+                    {**block, "cache_control": dict(block["cache_control"])}
+                    if "cache_control" in block
+                    else dict(block)
+                    for block in message["content"]
+                ],
+            }
+        return messages
+
+    def _add(self, role: str, blocks: list[dict[str, Any]]) -> None:
         if not blocks:
             return
+        messages = self.messages
         if messages and messages[-1]["role"] == role:
             messages[-1]["content"] += blocks
         else:
             messages.append({"role": role, "content": blocks})
+        if any("cache_control" in block for block in blocks) and self.marked[-1:] != [len(messages) - 1]:
+            self.marked.append(len(messages) - 1)
 
-    for item in items:
-        kind = item["type"]
-        if kind == "message":
-            role, content = item["role"], item["content"]
-            if role in ("system", "developer"):
-                system.append(_text_of(content))
-            elif role == "assistant":
-                add("assistant", [{"type": "text", "text": _text_of(content)}] if _text_of(content) else [])
-            else:
-                add("user", _user_blocks(content))
-        elif kind == "function_call" or kind in CALL_ITEM_KIND:
-            if kind == "function_call":
-                name = namespaced_name(item["namespace"], item["name"]) if item.get("namespace") else item["name"]
-                call_id, arguments = item["call_id"], item.get("arguments") or "{}"
-            else:
-                call = call_as_chat(item)
-                call_id, name, arguments = call["id"], call["function"]["name"], call["function"]["arguments"]
-            add("assistant", [{"type": "tool_use", "id": call_id, "name": name, "input": _json_object(arguments)}])
-        elif kind == "function_call_output":
-            output = item["output"]
-            result = {
-                "type": "tool_result",
-                "tool_use_id": item["call_id"],
-                "content": output if isinstance(output, str) else _text_of(output),
-            }
-            marks = [] if isinstance(output, str) else [p for p in output if p.get("prompt_cache_breakpoint")]
-            if marks:
-                result["cache_control"] = cache_control(marks[-1]["prompt_cache_breakpoint"])
-            add("user", [result])
-        elif kind in OUTPUT_ITEM_TYPES:
-            add("user", [{"type": "tool_result", "tool_use_id": item["call_id"], "content": output_as_text(item)}])
-        elif kind == "reasoning" and item.get("signature"):
-            # Signed thinking (upstreams/anthropic.py opened it from the gateway's seal): sent back
-            # first in its assistant turn, as the API requires with tool use.
-            add(
-                "assistant",
-                [{"type": "thinking", "thinking": item.get("thinking") or "", "signature": item["signature"]}],
-            )
-        # Other reasoning items are not sent: Anthropic accepts thinking only with its signature.
-    return "\n\n".join(s for s in system if s), messages
+    def extend(self, items: list[dict[str, Any]]) -> None:
+        add, system = self._add, self.system
+        for item in items:
+            kind = item["type"]
+            if kind == "message":
+                role, content = item["role"], item["content"]
+                if role in ("system", "developer"):
+                    system.append(_text_of(content))
+                elif role == "assistant":
+                    add("assistant", [{"type": "text", "text": _text_of(content)}] if _text_of(content) else [])
+                else:
+                    add("user", _user_blocks(content))
+            elif kind == "function_call" or kind in CALL_ITEM_KIND:
+                if kind == "function_call":
+                    name = namespaced_name(item["namespace"], item["name"]) if item.get("namespace") else item["name"]
+                    call_id, arguments = item["call_id"], item.get("arguments") or "{}"
+                else:
+                    call = call_as_chat(item)
+                    call_id, name, arguments = call["id"], call["function"]["name"], call["function"]["arguments"]
+                add("assistant", [{"type": "tool_use", "id": call_id, "name": name, "input": _json_object(arguments)}])
+            elif kind == "function_call_output":
+                output = item["output"]
+                result = {
+                    "type": "tool_result",
+                    "tool_use_id": item["call_id"],
+                    "content": output if isinstance(output, str) else _text_of(output),
+                }
+                marks = [] if isinstance(output, str) else [p for p in output if p.get("prompt_cache_breakpoint")]
+                if marks:
+                    result["cache_control"] = cache_control(marks[-1]["prompt_cache_breakpoint"])
+                add("user", [result])
+            elif kind in OUTPUT_ITEM_TYPES:
+                add("user", [{"type": "tool_result", "tool_use_id": item["call_id"], "content": output_as_text(item)}])
+            elif kind == "reasoning" and item.get("signature"):
+                # Signed thinking (upstreams/anthropic.py opened it from the gateway's seal): sent back
+                # first in its assistant turn, as the API requires with tool use.
+                add(
+                    "assistant",
+                    [{"type": "thinking", "thinking": item.get("thinking") or "", "signature": item["signature"]}],
+                )
+            # Other reasoning items are not sent: Anthropic accepts thinking only with its signature.
 
 
 def _text_of(content: Any) -> str:

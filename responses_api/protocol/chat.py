@@ -11,6 +11,7 @@ from .caching import upstream_cache_fields
 from .client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text, screenshot_url
 from .deltas import Delta, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .errors import UpstreamError
+from .prefix import ConvertedPrefix, converted
 from .request import CreateRequest
 from .surface import SENT_FIELDS
 from .tools import Tool, chosen_upstream_name, namespaced_name
@@ -87,61 +88,91 @@ def _user_content(parts: list[dict], breakpoints: bool = False) -> str | list[di
 
 
 def items_to_messages(items: list[dict], instructions: str | None, options: ChatOptions | None = None) -> list[dict]:
-    options = options or ChatOptions()
-    messages: list[dict] = []
-    pending_reasoning: list[str] = []  # reasoning waits for the assistant turn it belongs to
-    if instructions:
-        messages.append({"role": options.developer_role, "content": instructions})
-    for item in items:
-        kind = item["type"]
-        if kind == "message":
-            role = item["role"]
-            if role == "assistant":
-                text = "".join(p.get("text") or p.get("refusal") or "" for p in item["content"])
-                last = messages[-1] if messages else None
-                if last is not None and last["role"] == "assistant":
-                    # One assistant turn: text written around tool calls must not
-                    # come between the calls and their outputs (upstreams reject that).
-                    last["content"] = "\n".join(t for t in (last["content"], text) if t)
+    conversion = ChatConversion(instructions, options or ChatOptions())
+    conversion.extend(items)
+    return conversion.messages
+
+
+class ChatConversion:
+    """Items as Chat Completions messages, item by item: a WebSocket lane keeps one to extend on
+    its next turn (protocol/prefix.py). Extending writes only to the last message (an assistant
+    turn that text and tool calls join) and to the reasoning still waiting for its turn."""
+
+    __slots__ = ("messages", "options", "pending_reasoning")
+
+    def __init__(self, instructions: str | None, options: ChatOptions) -> None:
+        self.options = options
+        self.messages: list[dict] = []
+        self.pending_reasoning: list[str] = []  # reasoning waits for the assistant turn it belongs to
+        if instructions:
+            self.messages.append({"role": options.developer_role, "content": instructions})
+
+    def resumed(self) -> ChatConversion:
+        copy = ChatConversion.__new__(ChatConversion)
+        copy.options = self.options
+        copy.messages = list(self.messages)
+        if copy.messages:  # the one message extending may change: its own dict and call list
+            last = copy.messages[-1] = dict(copy.messages[-1])
+            if "tool_calls" in last:
+                last["tool_calls"] = list(last["tool_calls"])
+        copy.pending_reasoning = list(self.pending_reasoning)
+        return copy
+
+    def extend(self, items: list[dict]) -> None:
+        options, messages, pending_reasoning = self.options, self.messages, self.pending_reasoning
+        for item in items:
+            kind = item["type"]
+            if kind == "message":
+                role = item["role"]
+                if role == "assistant":
+                    text = "".join(p.get("text") or p.get("refusal") or "" for p in item["content"])
+                    last = messages[-1] if messages else None
+                    if last is not None and last["role"] == "assistant":
+                        # One assistant turn: text written around tool calls must not
+                        # come between the calls and their outputs (upstreams reject that).
+                        last["content"] = "\n".join(t for t in (last["content"], text) if t)
+                    else:
+                        messages.append({"role": "assistant", "content": text})
                 else:
-                    messages.append({"role": "assistant", "content": text})
-            else:
-                if role == "developer":
-                    role = options.developer_role
-                messages.append({"role": role, "content": _user_content(item["content"], options.send_prompt_cache)})
-        elif kind == "function_call" or kind in CALL_ITEM_KIND:
-            if kind == "function_call":
-                name = item["name"]
-                if item.get("namespace"):
-                    name = namespaced_name(item["namespace"], name)
-                call = {
-                    "id": item["call_id"],
-                    "type": "function",
-                    "function": {"name": name, "arguments": item["arguments"] or "{}"},
-                }
-            else:
-                call = call_as_chat(item)
-            _assistant_turn(messages).setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item["output"])})
-        elif kind in OUTPUT_ITEM_TYPES:
-            messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output_as_text(item)})
-            image = screenshot_url(item)
-            if image:  # tool messages carry text only: the screenshot follows as the user's image
-                messages.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]})
-        elif kind == "reasoning" and options.send_reasoning:
-            text = "".join(
-                p.get("text", "") for p in item.get("content") or [] if p.get("type") == "reasoning_text"
-            ) or "".join(p.get("text", "") for p in item.get("summary") or [])
-            if text:
-                pending_reasoning.append(text)
-                continue
-        if pending_reasoning and messages and messages[-1]["role"] == "assistant":
-            messages[-1]["reasoning_content"] = "\n".join(pending_reasoning)
-            pending_reasoning.clear()
-        # Otherwise reasoning items are not sent back (most Chat Completions servers reject them),
-        # nor are hosted tools' items (web_search_call, ...): no upstream call produced them.
-    return messages
+                    if role == "developer":
+                        role = options.developer_role
+                    messages.append(
+                        {"role": role, "content": _user_content(item["content"], options.send_prompt_cache)}
+                    )
+            elif kind == "function_call" or kind in CALL_ITEM_KIND:
+                if kind == "function_call":
+                    name = item["name"]
+                    if item.get("namespace"):
+                        name = namespaced_name(item["namespace"], name)
+                    call = {
+                        "id": item["call_id"],
+                        "type": "function",
+                        "function": {"name": name, "arguments": item["arguments"] or "{}"},
+                    }
+                else:
+                    call = call_as_chat(item)
+                _assistant_turn(messages).setdefault("tool_calls", []).append(call)
+            elif kind == "function_call_output":
+                messages.append(
+                    {"role": "tool", "tool_call_id": item["call_id"], "content": _output_text(item["output"])}
+                )
+            elif kind in OUTPUT_ITEM_TYPES:
+                messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": output_as_text(item)})
+                image = screenshot_url(item)
+                if image:  # tool messages carry text only: the screenshot follows as the user's image
+                    messages.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]})
+            elif kind == "reasoning" and options.send_reasoning:
+                text = "".join(
+                    p.get("text", "") for p in item.get("content") or [] if p.get("type") == "reasoning_text"
+                ) or "".join(p.get("text", "") for p in item.get("summary") or [])
+                if text:
+                    pending_reasoning.append(text)
+                    continue
+            if pending_reasoning and messages and messages[-1]["role"] == "assistant":
+                messages[-1]["reasoning_content"] = "\n".join(pending_reasoning)
+                pending_reasoning.clear()
+            # Otherwise reasoning items are not sent back (most Chat Completions servers reject them),
+            # nor are hosted tools' items (web_search_call, ...): no upstream call produced them.
 
 
 def _assistant_turn(messages: list[dict]) -> dict:
@@ -172,12 +203,25 @@ def build_chat_request(
     stream: bool,
     tools: list[Tool] | None = None,
     options: ChatOptions | None = None,
+    prefix: ConvertedPrefix | None = None,
+    scope: str = "",
 ) -> dict[str, Any]:
+    """`prefix`: a WebSocket lane's converted messages, reused when they begin these items and
+    were converted alike (`scope`, the target, names the upstream)."""
     options = options or ChatOptions()
     tools = req.tools if tools is None else tools
+    instructions = req.instructions
+    key = (
+        "chat_completions",
+        scope,
+        instructions,
+        options.developer_role,
+        options.send_prompt_cache,
+        options.send_reasoning,
+    )
     body: dict[str, Any] = {
         "model": upstream_model,
-        "messages": items_to_messages(items, req.instructions, options),
+        "messages": converted(prefix, key, items, lambda: ChatConversion(instructions, options)).messages,
         "stream": stream,
     }
     if stream:

@@ -26,6 +26,7 @@ from .deltas import (
     UpstreamFailed,
     Usage,
 )
+from .prefix import ConvertedPrefix, converted
 from .request import CreateRequest
 from .surface import SENT_FIELDS
 from .tools import Tool, chosen_upstream_name, namespaced_name
@@ -47,11 +48,15 @@ def build_responses_request(
     stream: bool,
     tools: list[Tool] | None = None,
     extra_body: dict[str, Any] | None = None,
+    prefix: ConvertedPrefix | None = None,
+    scope: str = "",
 ) -> dict[str, Any]:
+    """`prefix`: a WebSocket lane's converted input, reused when it begins these items and was
+    converted for the same upstream (`scope`, the target)."""
     tools = req.tools if tools is None else tools
     body: dict[str, Any] = {
         "model": upstream_model,
-        "input": input_items(items),
+        "input": converted(prefix, ("responses", scope), items, NativeConversion).input,
         "store": False,
         "stream": stream,
     }
@@ -100,6 +105,24 @@ def _tool_param(tool: Tool) -> dict[str, Any]:
     if tool.description:
         param["description"] = tool.description
     return param
+
+
+class NativeConversion:
+    """The input of a Responses upstream, item by item (each converts on its own): a WebSocket
+    lane keeps one to extend on its next turn (protocol/prefix.py)."""
+
+    __slots__ = ("input",)
+
+    def __init__(self) -> None:
+        self.input: list[dict[str, Any]] = []
+
+    def resumed(self) -> NativeConversion:
+        copy = NativeConversion()
+        copy.input = list(self.input)
+        return copy
+
+    def extend(self, items: list[dict[str, Any]]) -> None:
+        self.input += input_items(items)
 
 
 def input_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -29,6 +29,8 @@ async def open_messages(target: Target, request: UpstreamRequest) -> EventStream
         stream=request.stream,
         tools=request.tools,
         options=provider.options,
+        prefix=request.prefix,
+        scope=f"{target.label}\n{request.tenant_id}",
     )
     headers = {
         "content-type": "application/json",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..protocol.deltas import Delta
+from ..protocol.prefix import ConvertedPrefix
 from ..protocol.request import CreateRequest
 from ..protocol.tools import Tool
 
@@ -18,6 +19,8 @@ class UpstreamRequest:
     tools: list[Tool]
     stream: bool  # stream from the upstream (the client streams, or a tool loop wants early calls)
     tenant_id: int | None = None  # whose sealed items (signed reasoning) the adapter may open
+    # A WebSocket lane's converted prefix (protocol/prefix.py): the adapter reuses and keeps it.
+    prefix: ConvertedPrefix | None = None
 
 
 class UpstreamCall(Protocol):

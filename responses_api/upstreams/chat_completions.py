@@ -264,6 +264,8 @@ async def open_chat_completion(target: Target, request: UpstreamRequest) -> Chat
         stream=request.stream,
         tools=request.tools,
         options=chat_options(provider.options),
+        prefix=request.prefix,
+        scope=target.label,
     )
     headers = {"content-type": "application/json", **provider.headers}
     if provider.api_key:

@@ -21,6 +21,8 @@ async def open_responses(target: Target, request: UpstreamRequest) -> EventStrea
         stream=request.stream,
         tools=request.tools,
         extra_body=provider.options.get("extra_body"),
+        prefix=request.prefix,
+        scope=target.label,
     )
     headers = {"content-type": "application/json", **provider.headers}
     if provider.api_key:
