@@ -88,10 +88,7 @@ class ApiApplication:
             return await self.django(scope, receive, send)
         if not path_info.startswith(self.prefix):
             return await self.django(scope, receive, send)
-        try:
-            match = get_resolver().resolve(path_info)
-        except Resolver404:
-            match = None
+        match = _resolve(path_info)
         rejected: GatewayError | None = None
         if match is None:  # an unknown /v1 URL: the API's JSON 404, not Django's HTML page
             shown = path_info.encode("unicode_escape").decode("ascii")[:200]
@@ -108,6 +105,7 @@ class ApiApplication:
             body, rejected = b"", rejected or exc
         set_script_prefix(get_script_prefix(scope))
         request = ASGIRequest(scope, io.BytesIO(body))
+        request._body = body  # read whole above: `request.body` need not read and check it again
         if body and "CONTENT_LENGTH" not in request.META:
             # A chunked body, read whole above: its length, as a parser (DRF's) looks for one.
             request.META["CONTENT_LENGTH"] = str(len(body))
@@ -270,10 +268,30 @@ def _host_allowed(request: HttpRequest) -> bool:
     return True
 
 
+# The matches of the API's fixed paths (patterns without parameters: a bounded set, the URLconf's),
+# shared by their requests: nothing writes to a ResolverMatch, and resolving costs 13 us.
+_fixed_matches: dict[str, ResolverMatch] = {}
+
+
+def _resolve(path_info: str) -> ResolverMatch | None:
+    match = _fixed_matches.get(path_info)
+    if match is not None:
+        return match
+    try:
+        match = get_resolver().resolve(path_info)
+    except Resolver404:
+        return None
+    if match.route == path_info[1:]:  # the pattern is this literal path (not the catch-all 404)
+        _fixed_matches[path_info] = match
+    return match
+
+
 @receiver(setting_changed)
 def _forget_allowed_hosts(*, setting: str, **kwargs: Any) -> None:
     if setting in _HOST_SETTINGS:
         _allowed_hosts.clear()
+    if setting == "ROOT_URLCONF":
+        _fixed_matches.clear()
 
 
 def _nul_parameter(request: HttpRequest) -> str | None:
