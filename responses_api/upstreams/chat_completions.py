@@ -297,9 +297,10 @@ async def post_json(
     wait = max(provider.first_byte_timeout, provider.idle_timeout) if stream else provider.timeout
     first_byte = provider.first_byte_timeout if stream else provider.timeout
     # A stream's reads are timed by its StallGuard alone: aiohttp's per-read limit would
-    # re-arm a timer for every chunk (bench: a relayed token's CPU).
+    # re-arm a timer for every chunk (bench: a relayed token's CPU). A whole answer is timed by
+    # the deadline below, which no single read can outlast either.
     timeout = aiohttp.ClientTimeout(
-        total=None, connect=first_byte, sock_connect=provider.connect_timeout, sock_read=None if stream else wait
+        total=None, connect=first_byte, sock_connect=provider.connect_timeout, sock_read=None
     )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + first_byte
