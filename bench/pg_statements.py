@@ -147,7 +147,9 @@ def process_cpu(pid: int) -> dict[int, float]:
 
 
 def is_fk_check(sql: str) -> bool:
-    return sql.startswith("SELECT 1 FROM ONLY") and "FOR KEY SHARE OF x" in sql
+    # The RI trigger's query; pg_stat_statements may keep it as "SELECT $2 FROM ONLY ..." when it
+    # first saw it normalised.
+    return sql.startswith("SELECT ") and ' FROM ONLY "public".' in sql and "FOR KEY SHARE OF x" in sql
 
 
 def settle_stats() -> None:
@@ -164,8 +166,10 @@ def measure(label: str, url: str, pg_pid: int, gw: c.Gateway, args: argparse.Nam
     query(url, "SELECT pg_stat_statements_reset()")
     before = snapshot(url)
     cpu0 = process_cpu(pg_pid)
+    gw0 = c.tree_cpu_seconds(gw.proc.pid)
     wall = asyncio.run(drive(base, gw.headers, args.requests, args.concurrency, args.stream))
     cpu1 = process_cpu(pg_pid)
+    gw_cpu = c.tree_cpu_seconds(gw.proc.pid) - gw0
     # Processes that started during the run count whole; one that ended during it is not seen.
     cpu = sum(v - cpu0.get(pid, 0.0) for pid, v in cpu1.items())
     settle_stats()
@@ -193,6 +197,7 @@ def measure(label: str, url: str, pg_pid: int, gw: c.Gateway, args: argparse.Nam
         "wal_fpi": (after["wal_fpi"] - before["wal_fpi"]) / n,
         "wal_bytes": (after["wal_bytes"] - before["wal_bytes"]) / n,
         "pg_cpu_ms": cpu / n * 1000,
+        "gateway_cpu_ms": gw_cpu / n * 1000,  # the other side of the round trips (noisy on a shared machine)
     }
     index_writes = {}
     for table in TABLES:
@@ -308,6 +313,14 @@ def main() -> None:
     ap.add_argument("--explain", action="store_true", help="also print auto_explain plans of a few creates")
     ap.add_argument("--explain-requests", type=int, default=2)
     ap.add_argument("--baseline", metavar="REV", default="", help="also measure the gateway of commit REV")
+    ap.add_argument(
+        "--variant",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="also measure this tree with an environment variable set (its own database), "
+        "e.g. DB_PREPARED_STATEMENTS=off; repeatable, one run each",
+    )
     args = ap.parse_args()
     c.raise_nofile()
     c.use_uvloop()
@@ -324,6 +337,15 @@ def main() -> None:
     gw = c.Gateway(db_url=pg.url, providers=providers, models=models, log_dir=d)
     results.append(measure("this tree", pg.url, pg.pid, gw, args))
     gw.stop()
+    for n, variant in enumerate(args.variant):
+        name, _, value = variant.partition("=")
+        url = c.create_database(pg.url, f"variant{n}")
+        query(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        var_gw = c.Gateway(
+            db_url=url, providers=providers, models=models, log_dir=d, name=f"variant{n}", extra_env={name: value}
+        )
+        results.append(measure(f"this tree, {variant}", url, pg.pid, var_gw, args))
+        var_gw.stop()
     if args.baseline:
         tree = c.source_tree(args.baseline, d / "baseline-tree")
         url = c.create_database(pg.url, "baseline")
