@@ -105,6 +105,14 @@ if _db["ENGINE"] == "django.db.backends.postgresql":
         "reconnect_timeout": env.float("DB_RECONNECT_TIMEOUT", default=5.0),
     }
     _db["OPTIONS"].setdefault("connect_timeout", env.int("DB_CONNECT_TIMEOUT", default=3))
+    # Server-side prepared statements (psycopg prepares a statement on its 5th run on a
+    # connection): the stored create's one statement is then parsed and planned once per
+    # connection instead of on every create (bench/README.md, "PostgreSQL CPU per stored
+    # create"). They live in a server session, so a pooler that hands one client several
+    # server sessions (PgBouncer in transaction mode before 1.21) needs DB_PREPARED_STATEMENTS=off.
+    # Django's own cursors bind on the client and never prepare: this is the async pool's.
+    if env.bool("DB_PREPARED_STATEMENTS", default=True):
+        _db["OPTIONS"].setdefault("prepare_threshold", 5)
     _db["CONN_MAX_AGE"] = 0
     _db["CONN_HEALTH_CHECKS"] = False
 elif _db["ENGINE"] == "django.db.backends.sqlite3":

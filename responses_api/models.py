@@ -305,8 +305,13 @@ class Response(models.Model):
     RUNNING = (Status.QUEUED, Status.IN_PROGRESS)
     ENDED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.INCOMPLETE)
 
+    # Every stored create writes an entry in each index of this table: the indexes are the
+    # ones a query uses (Meta.indexes), without the `varchar_pattern_ops` copies Django adds to
+    # text columns with db_index (no query here matches a prefix with LIKE) and without a
+    # tenant index the (tenant, ...) ones already start with (bench/README.md, "PostgreSQL
+    # CPU per stored create").
     id = models.CharField(primary_key=True, max_length=64)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="responses")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="responses", db_index=False)
     api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True)
     previous_response = models.ForeignKey(
         "self",
@@ -315,6 +320,7 @@ class Response(models.Model):
         blank=True,
         related_name="next_responses",
         db_constraint=True,
+        db_index=False,  # Meta.indexes
     )
     conversation = models.ForeignKey(
         Conversation,
@@ -322,9 +328,10 @@ class Response(models.Model):
         null=True,
         blank=True,
         related_name="responses",
+        db_index=False,  # Meta.indexes
     )
-    status = models.CharField(max_length=16, choices=Status.choices, db_index=True)
-    model = models.CharField(max_length=200, db_index=True)
+    status = models.CharField(max_length=16, choices=Status.choices)  # indexed in Meta.indexes
+    model = models.CharField(max_length=200)  # indexed in Meta.indexes
     upstream = models.CharField(max_length=300, blank=True, help_text="provider:upstream model used")
     instructions = models.TextField(null=True, blank=True)  # noqa: DJ001 - null: none were sent ("" was)
     params = models.JSONField(default=dict, help_text="Request-derived fields of the Response.")
@@ -357,7 +364,14 @@ class Response(models.Model):
     served_by = models.CharField(max_length=128, blank=True, default="", db_default="", editable=False)
 
     class Meta:
-        indexes = [models.Index(fields=["tenant", "-created_at"], name="resp_tenant_created")]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="resp_tenant_created"),
+            # Plain btrees where Django's db_index would add a LIKE copy too.
+            models.Index(fields=["previous_response"], name="resp_previous"),
+            models.Index(fields=["conversation"], name="resp_conversation"),
+            models.Index(fields=["status"], name="resp_status"),
+            models.Index(fields=["model"], name="resp_model"),
+        ]
 
     def __str__(self) -> str:
         return self.id
@@ -373,11 +387,16 @@ class Item(models.Model):
     """One conversation item, stored once and referenced by the responses that use it."""
 
     id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    public_id = models.CharField(max_length=255, db_index=True)  # a client may name its items: 400 past this
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)  # Meta.indexes
+    public_id = models.CharField(max_length=255)  # a client may name its items: 400 past this
     type = models.CharField(max_length=40)
     data = models.JSONField()
     created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        # Items are looked up by public id within a tenant (item references, a conversation's
+        # item): one index for both columns instead of one per column plus a LIKE copy.
+        indexes = [models.Index(fields=["tenant", "public_id"], name="item_tenant_public_id")]
 
     def __str__(self) -> str:
         return self.public_id
@@ -390,7 +409,8 @@ class ResponseItem(models.Model):
         INPUT = 0
         OUTPUT = 1
 
-    response = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="response_items")
+    # No index of its own: the unique (response, role, position) one starts with it.
+    response = models.ForeignKey(Response, on_delete=models.CASCADE, related_name="response_items", db_index=False)
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="+")
     role = models.PositiveSmallIntegerField(choices=Role.choices)
     position = models.PositiveIntegerField()

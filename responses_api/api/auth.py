@@ -49,7 +49,9 @@ def cached_principal(raw_key: str) -> Principal | None:
 async def principal_for(raw_key: str) -> Principal:
     """Async: the cached principal, or a look-up off the event loop."""
     cached = cached_principal(raw_key)
-    return cached if cached is not None else await db.run(authenticate_key, raw_key)
+    # Concurrent requests with one key share one look-up (when the cache entry expires, every
+    # request in flight misses at once).
+    return cached if cached is not None else await db.run_shared(("key", raw_key), authenticate_key, raw_key)
 
 
 def authenticate_key(raw_key: str) -> Principal:

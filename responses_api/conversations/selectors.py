@@ -41,6 +41,7 @@ def conversation_items_page(
     conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
     return items_page(
         ConversationItem.objects.filter(conversation=conversation),
+        tenant_id=conversation.tenant_id,
         after=after,
         limit=limit,
         order=order,
@@ -51,7 +52,8 @@ def conversation_items_page(
 def conversation_item_get(*, tenant_id: int, conversation_id: str, item_id: str) -> dict[str, Any]:
     conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
     data = (
-        ConversationItem.objects.filter(conversation=conversation, item__public_id=item_id)
+        # The tenant too: items are indexed by (tenant, public id).
+        ConversationItem.objects.filter(conversation=conversation, item__tenant_id=tenant_id, item__public_id=item_id)
         .order_by("position")
         .values_list("item__data", flat=True)
         .first()

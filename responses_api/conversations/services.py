@@ -46,8 +46,10 @@ def conversation_items_add(
 
 def conversation_item_delete(*, tenant_id: int, conversation_id: str, item_id: str) -> Conversation:
     conversation = conversation_get(tenant_id=tenant_id, conversation_id=conversation_id)
-    link = (
-        ConversationItem.objects.filter(conversation=conversation, item__public_id=item_id).order_by("position").first()
+    link = (  # the tenant too: items are indexed by (tenant, public id)
+        ConversationItem.objects.filter(conversation=conversation, item__tenant_id=tenant_id, item__public_id=item_id)
+        .order_by("position")
+        .first()
     )
     if link is None:
         raise NotFound(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="item_id")

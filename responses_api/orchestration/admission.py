@@ -28,7 +28,7 @@ async def route_for(principal: Principal, model: str) -> Route:
             code="model_not_found",
         )
     cached = route_cached(model)
-    return cached if cached is not None else await db.run(route_get, model)
+    return cached if cached is not None else await db.run_shared(("route", model), route_get, model)
 
 
 def open_sealed_reasoning(req: CreateRequest, tenant_id: int) -> CreateRequest:

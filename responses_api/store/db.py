@@ -43,11 +43,44 @@ async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 async def run_cached(cache: TTLCache, key: Hashable, fn: Callable[..., T], **kwargs: Any) -> T:
-    """`run(fn, **kwargs)`, remembered in `cache` under `key` (a hit costs no thread hop)."""
+    """`run(fn, **kwargs)`, remembered in `cache` under `key` (a hit costs no thread hop);
+    concurrent misses share one run (`run_shared`)."""
     cached = cache.get(key)
     if cached is not None:
         return cached[0]
-    return cache.put(key, await run(fn, **kwargs))
+    return await run_shared((id(cache), key), _put, cache, key, fn, kwargs)
+
+
+def _put(cache: TTLCache, key: Hashable, fn: Callable[..., T], kwargs: dict[str, Any]) -> T:
+    return cache.put(key, fn(**kwargs))
+
+
+_flights: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, asyncio.Task]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def run_shared(flight: Hashable, fn: Callable[..., T], *args: Any) -> T:
+    """`run(fn, *args)`, one at a time per `flight` on this loop: callers that come while one
+    runs get its result (or its error). A cached look-up (key, route, tools) expires for every
+    request in flight at once; without this each of them, 64 at c=64, ran the same queries
+    (bench/README.md, "PostgreSQL CPU per stored create"). The run is a task of its own, so a
+    caller that goes away (a client disconnect) does not cancel it for the others."""
+    loop = asyncio.get_running_loop()
+    flights = _flights.setdefault(loop, {})
+    task = flights.get(flight)
+    if task is None:
+        task = loop.create_task(run(fn, *args))
+        flights[flight] = task
+        task.add_done_callback(functools.partial(_landed, flights, flight))
+    return await asyncio.shield(task)
+
+
+def _landed(flights: dict[Hashable, asyncio.Task], flight: Hashable, task: asyncio.Task) -> None:
+    if flights.get(flight) is task:
+        del flights[flight]
+    if not task.cancelled():
+        task.exception()  # retrieved: its callers (if any are left) got it
 
 
 def native_async() -> bool:
@@ -105,4 +138,4 @@ async def close_pool() -> None:
         await pool.close()
 
 
-__all__ = ["run", "fetch_one", "copy_rows", "native_async", "close_pool", "close_old_connections"]
+__all__ = ["run", "run_shared", "fetch_one", "copy_rows", "native_async", "close_pool", "close_old_connections"]

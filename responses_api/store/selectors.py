@@ -309,16 +309,26 @@ def input_items_page(*, tenant_id: int | None, response_id: str, after: str | No
     row = response_get_row(tenant_id=tenant_id, response_id=response_id)
     qs = ResponseItem.objects.filter(response_id=row.id, role=ResponseItem.Role.INPUT)
     return items_page(
-        qs, after=after, limit=limit, order=order, unknown_after=f"No input item with id '{after}' in this response."
+        qs,
+        tenant_id=row.tenant_id,
+        after=after,
+        limit=limit,
+        order=order,
+        unknown_after=f"No input item with id '{after}' in this response.",
     )
 
 
-def items_page(links: Any, *, after: str | None, limit: int, order: str, unknown_after: str) -> ListPage:
+def items_page(
+    links: Any, *, tenant_id: int, after: str | None, limit: int, order: str, unknown_after: str
+) -> ListPage:
     """A page of items through their links (`position` + `item`): ResponseItem or ConversationItem
-    rows; `after` is an item id from an earlier page."""
+    rows of `tenant_id`; `after` is an item id from an earlier page."""
     descending = order == "desc"
     if after is not None:
-        anchor = links.filter(item__public_id=after).values_list("position", flat=True).first()
+        # The tenant too: items are indexed by (tenant, public id).
+        anchor = (
+            links.filter(item__tenant_id=tenant_id, item__public_id=after).values_list("position", flat=True).first()
+        )
         if anchor is None:
             raise InvalidRequest(unknown_after, param="after")
         links = links.filter(position__lt=anchor) if descending else links.filter(position__gt=anchor)

@@ -434,8 +434,17 @@ def _identity_kwargs(ident: tuple[int, int] | None) -> dict[str, Any]:
     return {"user": uid, "group": gid, "extra_groups": []}
 
 
-def start_postgres(base_dir: Path, *, database: str = "gateway", timeout: float = 60.0) -> PostgresServer:
+def start_postgres(
+    base_dir: Path,
+    *,
+    database: str = "gateway",
+    timeout: float = 60.0,
+    settings: dict[str, str] | None = None,
+) -> PostgresServer:
     """Initialise and start a throwaway cluster under ``base_dir``.
+
+    ``settings``: more server settings (``-c name=value``), e.g.
+    ``shared_preload_libraries`` for bench/pg_statements.py.
 
     Trust authentication for role ``postgres``, listening on 127.0.0.1 at a
     free port, with a database ``database`` created. Raise
@@ -517,6 +526,7 @@ def start_postgres(base_dir: Path, *, database: str = "gateway", timeout: float 
             "full_page_writes=off",
             "-c",
             "logging_collector=off",
+            *(arg for name, value in (settings or {}).items() for arg in ("-c", f"{name}={value}")),
         ]
         popen_kwargs = dict(
             cwd=root,
