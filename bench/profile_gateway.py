@@ -129,6 +129,7 @@ def main() -> None:
     ap.add_argument("--settings", default="", help="DJANGO_SETTINGS_MODULE for the gateway (diagnostics)")
     ap.add_argument("--label", default="")
     ap.add_argument("--server", choices=("uvicorn", "granian"), default="uvicorn", help="the ASGI server to run")
+    ap.add_argument("--tree", default="", metavar="REV", help="profile the gateway of git commit REV instead")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--no-profile", action="store_true", help="only measure (no py-spy)")
     ap.add_argument("--no-store", action="store_true", help="store: false (what the database write costs)")
@@ -151,6 +152,7 @@ def main() -> None:
         log_dir=d,
         extra_env=extra,
         server=args.server,
+        tree=c.source_tree(args.tree, d / "tree") if args.tree else None,
     )
     body = json.dumps(
         {
