@@ -323,28 +323,32 @@ class Gateway:
             key or manage(["create_api_key", "bench", "--tenant", "bench"], self.env, cwd=tree).strip().splitlines()[-1]
         )
         self.port = free_port()
-        cmd = _granian_command(self.port) if server == "granian" else [
-            PYTHON,
-            "-m",
-            "uvicorn",
-            "project.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--no-access-log",
-            "--log-level",
-            "warning",
-            "--loop",
-            "auto",
-            "--http",
-            "auto",
-            "--backlog",
-            "4096",
-            "--timeout-keep-alive",
-            "60",
-            *(uvicorn_args or []),
-        ]
+        cmd = (
+            _granian_command(self.port)
+            if server == "granian"
+            else [
+                PYTHON,
+                "-m",
+                "uvicorn",
+                "project.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--no-access-log",
+                "--log-level",
+                "warning",
+                "--loop",
+                "auto",
+                "--http",
+                "auto",
+                "--backlog",
+                "4096",
+                "--timeout-keep-alive",
+                "60",
+                *(uvicorn_args or []),
+            ]
+        )
         self.proc = Proc(name, cmd, env=self.env, log_dir=log_dir, cwd=tree)
         wait_http(f"{self.url}/healthz", self.proc)
         log(f"{name} at {self.url} (pid {self.proc.pid})")

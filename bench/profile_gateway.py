@@ -79,6 +79,33 @@ CATEGORIES = [
 ]
 
 
+# What each gateway feature costs (issue 40: a feature not configured should cost nothing
+# measurable): the share of samples with one of its frames anywhere on the stack.
+FEATURES = [
+    ("request parsing (protocol/request.py)", ("protocol/request.py",)),
+    ("API key authentication", ("api/auth.py", "BearerKeyAuthentication")),
+    ("rate limits and budgets (admission)", ("orchestration/admission.py", "store/limit_counters.py")),
+    ("metrics", ("observability/metrics.py", "prometheus_client/")),
+    ("access log", ("_access_line",)),
+    ("usage records", ("store/usage.py",)),
+    ("tracing hooks", ("engine/tracing.py", "opentelemetry/")),
+    ("MCP planning", ("responses_api/mcp/",)),
+    ("tool registry planning", ("orchestration/toolplan.py",)),
+    ("automatic compaction", ("engine/autocompact.py",)),
+    ("tool search", ("engine/tool_search.py",)),
+    ("reasoning sealing", ("store/sealing.py",)),
+    ("surface classification", ("protocol/surface.py",)),
+    ("router choice (attempt order, cooldowns)", ("attempt_order",)),
+    ("DRF dispatch", ("rest_framework/",)),
+    ("stored response write", ("store/persistence.py",)),
+    ("upstream call (body, aiohttp, decode)", ("responses_api/upstreams/",)),
+]
+
+
+def features(frames: list[str]) -> list[str]:
+    return [name for name, needles in FEATURES if any(n in f for f in frames for n in needles)]
+
+
 def categorize(frames: list[str]) -> str:
     for frame in reversed(frames):
         where = frame[frame.rfind("(") + 1 :] if "(" in frame else frame
@@ -92,6 +119,7 @@ def aggregate(raw: Path, top: int) -> tuple[str, dict]:
     cats: collections.Counter = collections.Counter()
     self_c: collections.Counter = collections.Counter()
     incl: collections.Counter = collections.Counter()
+    feats: collections.Counter = collections.Counter()
     total = 0
     for line in raw.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
@@ -101,11 +129,15 @@ def aggregate(raw: Path, top: int) -> tuple[str, dict]:
         total += k
         frames = stack.split(";")
         cats[categorize(frames)] += k
+        for name in features(frames):
+            feats[name] += k
         self_c[frames[-1]] += k
         for f in set(frames):
             incl[f] += k
     lines = [f"on-CPU samples: {total}", "", "by category (leaf-most library on the stack):"]
     lines += [f"  {n / total * 100:5.1f}%  {name}" for name, n in cats.most_common()]
+    lines += ["", "by feature (inclusive; a sample may count for several):"]
+    lines += [f"  {feats[name] / total * 100:5.1f}%  {name}" for name, _ in FEATURES]
     lines += ["", "top self (leaf) functions:"]
     lines += [f"  {n / total * 100:5.1f}%  {f}" for f, n in self_c.most_common(top)]
     lines += ["", "top inclusive functions:"]
@@ -113,6 +145,7 @@ def aggregate(raw: Path, top: int) -> tuple[str, dict]:
     data = {
         "samples": total,
         "categories": {k: round(v / total * 100, 2) for k, v in cats.most_common()},
+        "features": {name: round(feats[name] / total * 100, 2) for name, _ in FEATURES},
         "self": [[f, round(n / total * 100, 2)] for f, n in self_c.most_common(top)],
         "inclusive": [[f, round(n / total * 100, 2)] for f, n in incl.most_common(top * 3)],
     }
