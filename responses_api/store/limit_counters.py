@@ -230,8 +230,8 @@ for i = 1, n do
       local held = redis.call('HGET', akey, id)
       if held then
         local sep = string.find(held, ',')
-        redis.call('HINCRBY', key, 'rt', -tonumber(string.sub(held, 1, sep - 1)))
-        redis.call('HINCRBY', key, 'ru', -tonumber(string.sub(held, sep + 1)))
+        redis.call('HINCRBY', key, 'rt', 0 - tonumber(string.sub(held, 1, sep - 1)))
+        redis.call('HINCRBY', key, 'ru', 0 - tonumber(string.sub(held, sep + 1)))
         redis.call('HDEL', akey, id)
       end
       redis.call('ZREM', rkey, id)
@@ -299,8 +299,8 @@ for i = 1, #KEYS do
       local held = redis.call('HGET', key .. ':a', lease_id)
       if held then
         local sep = string.find(held, ',')
-        redis.call('HINCRBY', key, 'rt', -tonumber(string.sub(held, 1, sep - 1)))
-        redis.call('HINCRBY', key, 'ru', -tonumber(string.sub(held, sep + 1)))
+        redis.call('HINCRBY', key, 'rt', 0 - tonumber(string.sub(held, 1, sep - 1)))
+        redis.call('HINCRBY', key, 'ru', 0 - tonumber(string.sub(held, sep + 1)))
         redis.call('HDEL', key .. ':a', lease_id)
         redis.call('ZREM', key .. ':r', lease_id)
       end

@@ -563,3 +563,34 @@ def test_parallel_requests_reserve_the_budget_and_only_the_last_may_cross_it(
     assert len(admitted) >= 1
     budget = next(e for e in gateway.http().get("/v1/usage").json()["limits"] if e["limit"] == "daily budget")
     assert budget["used"] == spent
+
+
+def test_a_token_budget_on_an_unpriced_route_settles_every_reservation(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    """An unpriced route reserves 0 micro-USD. Giving that back was `-tonumber('0')` in the Redis
+    scripts, Lua's -0, which HINCRBY refuses: the settle stopped half-way and left the
+    reservation behind, and once it expired every admission failed (found by bench/capacity.py)."""
+    from responses_api.models import Tenant
+
+    usage = {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}
+    scripted.set_default(MODEL, Reply(text="ok", usage=usage))
+    set_limits(Tenant, gateway.tenant_id, budget_period="day", budget_tokens=1000)
+    for _ in range(3):
+        assert create(gateway, max_output_tokens=50).status_code == 200
+    budget = next(e for e in gateway.http().get("/v1/usage").json()["limits"] if e["limit"] == "daily budget")
+    assert budget["used"] == 30
+    if settings.REDIS_URL:
+        import redis
+
+        client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+        try:
+            (budget_key,) = [
+                k for k in client.scan_iter("gw:rl:*") if client.type(k) == "hash" and "rt" in client.hkeys(k)
+            ]
+            held = client.hgetall(f"{budget_key}:a")
+            counters = client.hgetall(budget_key)
+        finally:
+            client.close()
+        assert held == {}, f"reservations left behind: {held}"
+        assert (counters.get("rt"), counters.get("ru")) == ("0", "0")
