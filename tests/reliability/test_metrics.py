@@ -69,3 +69,21 @@ def test_requests_tokens_streams_and_errors_are_counted(gateway: Gateway, script
     assert delta("gateway_upstream_errors_total", target=f"scripted:{MODEL}") == 1
     assert value(after, "gateway_open_streams") == 0
     assert "gateway_background_queued" in after and "gateway_worker_heartbeat_age_seconds" in after
+
+
+def test_without_a_token_request_metrics_are_not_kept(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+    """/metrics is a 404 without a token: a request's figures would cost CPU for nobody."""
+    from responses_api.observability.metrics import REQUESTS
+
+    def count() -> float:
+        return REQUESTS.labels("v1/responses", MODEL, "200")._value.get()
+
+    settings.GATEWAY_METRICS_TOKEN = ""
+    before = count()
+    scripted.enqueue(MODEL, Reply(text="not counted"), Reply(text="counted"))
+    client = gateway.openai()
+    client.responses.create(model=MODEL, input="hi")
+    assert count() == before
+    settings.GATEWAY_METRICS_TOKEN = "scrape-secret-123"
+    client.responses.create(model=MODEL, input="hi")
+    assert count() == before + 1

@@ -119,9 +119,14 @@ def test_a_warm_up_takes_one_request_and_no_tokens(gateway: Gateway, scripted: S
 
 
 def test_each_turn_has_an_access_line_and_request_metrics(
-    gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
+    access_log: Lines,
+    settings,  # type: ignore[no-untyped-def]
 ) -> None:
     from prometheus_client import REGISTRY
+
+    settings.GATEWAY_METRICS_TOKEN = "scrape-secret-ws"  # request metrics are kept only when readable
 
     from responses_api.api.websocket import WEBSOCKET_ROUTE
     from responses_api.observability.metrics import REQUESTS
