@@ -321,7 +321,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per load phase")
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--bg-concurrency", type=int, default=16, help="background creates polled at once")
-    ap.add_argument("--poll", type=float, default=0.05, help="seconds between a background response's polls")
+    ap.add_argument("--poll", type=float, default=0.5, help="seconds between a background response's polls")
     ap.add_argument("--streams", type=int, default=500, help="slow streams held open in phase e")
     ap.add_argument("--hold", type=float, default=4.0, help="seconds the streams are held (the window)")
     ap.add_argument("--latency", type=float, default=0.02, help="the scripted upstream's latency (s)")
