@@ -2,21 +2,16 @@
 100,000 requests per second and 100,000 concurrent streams would need.
 
 One configuration, as compose runs it: two web processes (`uvicorn --workers 2`), one PostgreSQL,
-Redis (REDIS_URL: the limit counters with tenant and key rate limits and a tenant budget that never
-bind, the event logs, Celery's broker) and one Celery worker (`--concurrency`, default 2). Phases:
+Redis (REDIS_URL: tenant and key rate limits and a budget that never bind, so every request is
+counted; the event logs; Celery's broker) and one Celery worker. Phases, in this order: (e)
+--streams slow streams held open (bench/lean_upstream.py, a token every 100 ms): web CPU and RSS
+per open stream; at --concurrency: (a) stored non-streaming, (b) stored streamed and (c)
+`store: false` creates; (d) background creates polled to completion: worker CPU per response.
 
-  a. stored non-streaming creates at --concurrency (64);
-  b. stored streamed creates at --concurrency;
-  c. `store: false` creates at --concurrency;
-  d. background creates (`background: true, store: true`) polled to completion, --bg-concurrency at
-     once: the worker's CPU per background response;
-  e. --streams slow streams held open (one token every 100 ms, bench/lean_upstream.py): web CPU
-     and RSS per open stream.
-
-Per phase: req/s, cores of the web tree, the worker tree, PostgreSQL and Redis, CPU ms per request,
-PostgreSQL transactions, rows written (tup_inserted + tup_updated + tup_deleted) and WAL bytes per
-request, Redis commands per request. Then a capacity table (markdown) from those figures; linear
-in per-request CPU. Results: bench/results/capacity.json.
+Per phase, net of an idle baseline: req/s; CPU ms per request of the web tree, the worker tree,
+PostgreSQL and Redis; PostgreSQL transactions, rows written and WAL bytes; Redis commands (Lua
+scripts' inner calls included). Then the capacity table (markdown), linear in those figures.
+Results: bench/results/capacity.json.
 
     .venv/bin/python bench/capacity.py [--duration 5] [--streams 500] [--hold 4]
 """
@@ -363,7 +358,6 @@ def main() -> None:
                 "requests_per_minute": big,
                 "tokens_per_minute": big,
                 "max_concurrent_requests": 10**6,
-                # 10**12 tokens overflow the counting scripts (Lua numbers print as 1e+12): stay under.
                 "budget": {"period": "month", "tokens": big, "usd": big},
                 "keys": [{"name": "bench", "requests_per_minute": big, "max_concurrent_requests": 10**6}],
             }
