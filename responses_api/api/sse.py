@@ -1,4 +1,4 @@
-"""Server-sent events: one write per event, keep-alive comments while the source is silent."""
+"""Server-sent events: one write per batch of ready events, keep-alive comments while the source is silent."""
 
 from __future__ import annotations
 
@@ -20,7 +20,27 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def encode_event(event: Event) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + dumpb(event) + b"\n\n"
+    kind = event["type"]
+    head = _HEADS.get(kind)
+    if head is None:
+        head = b"event: " + kind.encode() + b"\ndata: "
+        if len(_HEADS) < 512:  # the protocol's event types, and a bound whatever comes
+            _HEADS[kind] = head
+    return b"".join((head, dumpb(event), b"\n\n"))
+
+
+_HEADS: dict[str, bytes] = {}  # event type -> its frame's `event:` line and `data: `
+
+
+async def one_by_one(events: AsyncIterator[Event]) -> AsyncIterator[list[Event]]:
+    """A source of single events as the batches `EventStream` writes (each alone)."""
+    try:
+        async for event in events:
+            yield [event]
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 # The events that tell the access log about the response: its id, its end, its error.
@@ -61,13 +81,17 @@ def note_event(extra: dict[str, Any], event: Event) -> None:
 class EventStream(StreamingHttpResponse):
     """A `text/event-stream` response of protocol events, ended by `data: [DONE]`.
 
-    The API's ASGI lane (asgi.py) writes it with `write_to`: the events are read in the
-    request's own task and each is written as it comes, and a keep-alive comment goes out
-    when the source has been silent for `keepalive` seconds. Per event that is one encode
-    and one write: no queue between tasks and no timer (the one timer per stream is re-armed
-    only when it fires), which at thousands of open streams is most of the relay's CPU
-    (bench/README.md, performance round 3). Served by Django's own handler instead (nothing
-    routes the API there), it is a plain streaming response without keep-alives.
+    `batches`: the events, as lists of those that are ready together (ResponseRun.event_batches;
+    `one_by_one` makes any event source one). The API's ASGI lane (asgi.py) writes it with
+    `write_to`: the batches are read in the request's own task and each is written as it
+    comes, its frames in one write, and a keep-alive comment goes out when the source has been
+    silent for `keepalive` seconds. Nothing is held back to make a batch: a list is what the
+    source had ready at once (the events of one upstream delta, or of the response's start),
+    and it goes out before the source is read again. Per batch that is one write: no queue
+    between tasks and no timer (the one timer per stream is re-armed only when it fires),
+    which at thousands of open streams is most of the relay's CPU (bench/README.md,
+    performance rounds 3 and 5b). Served by Django's own handler instead (nothing routes the
+    API there), it is a plain streaming response without keep-alives.
 
     `log_extra`: the request's access-log fields, filled in from the events as they pass.
     `on_start()` and `on_end(first_write, finished)` (set by the access-log middleware) are
@@ -75,29 +99,37 @@ class EventStream(StreamingHttpResponse):
     the first event's write (None if none was written), `finished` whether the stream ran to
     its end (False: the client left)."""
 
-    def __init__(self, events: AsyncIterator[Event], keepalive: float, log_extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, batches: AsyncIterator[list[Event]], keepalive: float, log_extra: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(self._frames(), content_type="text/event-stream")
         self["Cache-Control"] = "no-cache"
         self["X-Accel-Buffering"] = "no"
-        self.events = events
+        self.batches = batches
         self.keepalive = keepalive
         self.log_extra = log_extra
         self.on_start: Callable[[], None] | None = None
         self.on_end: Callable[[float | None, bool], None] | None = None
         self._first_write: float | None = None
 
-    def _frame(self, event: Event) -> bytes:
-        if self.log_extra is not None and event["type"] in _NOTED:
-            note_event(self.log_extra, event)
-        return encode_event(event)
+    def _body(self, batch: list[Event]) -> bytes:
+        """The frames of a batch, in one piece; the access log notes the events that tell it."""
+        extra = self.log_extra
+        if extra is not None:
+            for event in batch:
+                if event["type"] in _NOTED:
+                    note_event(extra, event)
+        if len(batch) == 1:
+            return encode_event(batch[0])
+        return b"".join([encode_event(event) for event in batch])
 
     async def _frames(self) -> AsyncIterator[bytes]:
         if self.on_start is not None:
             self.on_start()
         finished = False
         try:
-            async for event in self.events:
-                yield self._frame(event)
+            async for batch in self.batches:
+                yield self._body(batch)
                 if self._first_write is None:
                     self._first_write = time.monotonic()
             yield DONE
@@ -141,10 +173,10 @@ class EventStream(StreamingHttpResponse):
             timer = loop.call_at(last_write + interval, silent)
 
         timer = loop.call_at(last_write + interval, silent)
-        events = self.events
+        batches = self.batches
         try:
-            async for event in events:
-                body = self._frame(event)
+            async for batch in batches:
+                body = self._body(batch)
                 sending = True
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 sending = False
@@ -159,7 +191,7 @@ class EventStream(StreamingHttpResponse):
             timer.cancel()
             if ping is not None and not ping.done():
                 ping.cancel()
-            aclose = getattr(events, "aclose", None)
+            aclose = getattr(batches, "aclose", None)
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()

@@ -33,13 +33,13 @@ from .drf_policies import KeyOrStaffSessionAuthentication
 from .exception_handlers import error_response, json_response
 from .openapi import json_body, json_or_stream, rate_limited, ref, response_header
 from .queries import PageQuery, RetrieveQuery
-from .sse import EventStream, note_response
+from .sse import EventStream, note_response, one_by_one
 
 log = logging.getLogger("gateway.views")
 
 
-def _sse_response(request: ApiRequest, events: AsyncIterator[Event]) -> EventStream:
-    return EventStream(events, settings.GATEWAY_SSE_KEEPALIVE_SECONDS, request.log_extra)
+def _sse_response(request: ApiRequest, batches: AsyncIterator[list[Event]]) -> EventStream:
+    return EventStream(batches, settings.GATEWAY_SSE_KEEPALIVE_SECONDS, request.log_extra)
 
 
 class ResponsesView(ApiView):
@@ -106,13 +106,13 @@ def _rate_limit_headers(started: ResponseRun | WorkerStarted) -> dict[str, str]:
 async def _answer(request: ApiRequest, req: CreateRequest, started: ResponseRun | WorkerStarted) -> HttpResponseBase:
     if isinstance(started, WorkerStarted):
         if req.stream:  # relay the worker's events live; the work survives a disconnect
-            return _sse_response(request, follow_log(started.response_id))
+            return _sse_response(request, one_by_one(follow_log(started.response_id)))
         note_response(request.log_extra, started.response)
         return json_response(started.response)
     run = started
     await run.connect()  # every target failed: a clean HTTP error, nothing streamed
     if req.stream:
-        response = _sse_response(request, run.events())
+        response = _sse_response(request, run.event_batches())
         if run.truncated_items:  # known for the first step; later steps are in the log
             response["x-gateway-truncated-items"] = str(run.truncated_items)
         return response
@@ -155,7 +155,7 @@ class ResponseDetailView(ApiView):
         if not row.on_worker:
             raise InvalidRequest("Only background (worker-run) responses can be streamed again.", param="stream")
         # An expired or lost log (and one Redis cannot give now) ends with the stored state.
-        return _sse_response(request, follow_log(response_id, args["starting_after"]))
+        return _sse_response(request, one_by_one(follow_log(response_id, args["starting_after"])))
 
     @extend_schema(
         operation_id="deleteResponse",

@@ -34,7 +34,7 @@ from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, Upstrea
 from ..store import router_health
 from ..store.router_health import Health, health_store
 from ..store.ttlcache import TTLCache
-from ..upstreams import UpstreamCall
+from ..upstreams import UpstreamCall, delta_batches
 
 log = logging.getLogger("gateway.router")
 
@@ -241,6 +241,13 @@ class SlotCall:
         try:
             async for delta in self.call.deltas():
                 yield delta
+        finally:
+            await self.slot.release()
+
+    async def delta_batches(self) -> AsyncIterator[list[Any]]:
+        try:
+            async for batch in delta_batches(self.call):
+                yield batch
         finally:
             await self.slot.release()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ..domain import Target
@@ -23,7 +23,7 @@ from ..protocol.prefix import ConvertedPrefix
 from ..protocol.response import response_object
 from ..protocol.tools import Tool, allowed_tool_names
 from ..store.sealing import reasoning_sealer, signed_reasoning_sealer
-from ..upstreams import UpstreamCall, UpstreamRequest, open_call
+from ..upstreams import UpstreamCall, UpstreamRequest, delta_batches, open_call
 from . import tracing
 from .autocompact import AutoCompaction, compact_then_open, compaction_events
 from .context import collect_summary, compaction_opener, compaction_request, fit_context, model_items
@@ -259,7 +259,20 @@ class ResponseRun:
 
     # -- the stream --------------------------------------------------------------
     async def events(self, opening: str = "created") -> AsyncIterator[Event]:
-        """All events of the response, to the terminal one.
+        """All events of the response, to the terminal one, one by one (`event_batches`)."""
+        batches = self.event_batches(opening)
+        try:
+            async for batch in batches:
+                for event in batch:
+                    yield event
+        finally:
+            await batches.aclose()  # the client left: the run stops the upstream now
+
+    async def event_batches(self, opening: str = "created") -> AsyncGenerator[list[Event], None]:
+        """All events of the response, to the terminal one, as lists of the events that are ready
+        together (what one upstream delta or one step makes): an SSE writer sends each list in
+        one write (api/sse.py), and a relayed token passes one generator level less than
+        event by event would (bench/README.md, performance round 5b). No list is empty.
 
         `opening`: "created" emits response.created + response.in_progress;
         "in_progress" (a worker taking a queued response) only the latter;
@@ -267,12 +280,13 @@ class ResponseRun:
         assert self._call is not None or self._prelude or not self.job.request.generate, "connect() first"
         try:
             opening_events = {"created": self.builder.start, "in_progress": self.builder.begin}
-            for event in opening_events.get(opening, list)():
-                yield event
+            first = opening_events.get(opening, list)()
+            if first:
+                yield first
             try:
                 terminal: list[Event] = []
-                async for event in self._steps(terminal):
-                    yield event
+                async for batch in self._steps(terminal):
+                    yield batch
             except _Cancelled:
                 terminal = self._stopped()
             except GatewayError as exc:
@@ -308,8 +322,8 @@ class ResponseRun:
                 await store_failure(
                     self.persistence, self.response, upstream=self._upstream_label, started=self._started
                 )
-            for event in terminal:
-                yield event
+            if terminal:
+                yield terminal
         except (asyncio.CancelledError, GeneratorExit):
             # The client went away (or the response was cancelled): stop the
             # upstream now and keep what was generated.
@@ -319,14 +333,15 @@ class ResponseRun:
             if self._call is not None:
                 await self._call.aclose()
 
-    async def _steps(self, terminal: list[Event]) -> AsyncIterator[Event]:
-        """Model calls and server tool calls until an answer; fills `terminal` at the end."""
+    async def _steps(self, terminal: list[Event]) -> AsyncIterator[list[Event]]:
+        """Model calls and server tool calls until an answer, as non-empty lists of events; fills
+        `terminal` at the end."""
         if not self.job.request.generate:  # a warm-up: the context is prepared, nothing generated
             terminal += self.builder.finish()
             return
         if self.job.request.compact:
             async for event in self._compaction(terminal):
-                yield event
+                yield [event]
             return
         if self._prelude:
             assert self.mcp is not None  # connect() refused approvals without their servers
@@ -338,7 +353,7 @@ class ResponseRun:
                 stopped=lambda: self._cancel_requested,
             )
             async for event in prelude:
-                yield event
+                yield [event]
             self.tool_calls_made += len(self._approved)
             if self._cancel_requested:
                 raise _Cancelled()
@@ -348,18 +363,42 @@ class ResponseRun:
         while True:
             if self._autocompact is not None and self._autocompact.pending:
                 async for event in compact_then_open(self):
-                    yield event
-            async for delta in self._deltas():
-                if self.steering is not None and ends_a_message(self.builder, delta) and self.steering.wanted():
-                    terminal += self.builder.finish(incomplete_reason=STEERED)
-                    return
-                for event in self.builder.feed(delta):
-                    yield event
+                    yield [event]
+            # What _deltas does, inline and a batch (a network read) at a time: a relayed token
+            # passes one generator level less, and a burst of them becomes one list of events.
+            try:
+                async for deltas in delta_batches(self._call):
+                    if self._cancel_requested:
+                        raise _Cancelled()
+                    events: list[Event] = []
+                    failure: Exception | None = None
+                    for delta in deltas:
+                        if self.steering is not None and ends_a_message(self.builder, delta) and self.steering.wanted():
+                            if events:
+                                yield events
+                            terminal += self.builder.finish(incomplete_reason=STEERED)
+                            return
+                        try:
+                            events += self.builder.feed(delta)
+                        except Exception as exc:  # noqa: BLE001 - raised below, after the events before it
+                            failure = exc
+                            break
+                    if events:
+                        yield events
+                    if failure is not None:
+                        raise failure
+            except _Cancelled:
+                raise
+            except Exception:
+                if self._cancel_requested:
+                    raise _Cancelled() from None
+                raise
             if self._cancel_requested:
                 raise _Cancelled()
             self._end_call_span()
-            for event in self.builder.end_step():
-                yield event
+            events = self.builder.end_step()
+            if events:
+                yield events
             calls = self.builder.step_calls
             server_calls = [
                 c
@@ -372,16 +411,18 @@ class ResponseRun:
             if self.builder.finish_reason in INCOMPLETE_REASONS or not (
                 server_calls or mcp_calls or hosted_calls or searches
             ):
-                for event in self.builder.skip_mcp_calls("not run: the model's output was cut short"):
-                    yield event
+                events = self.builder.skip_mcp_calls("not run: the model's output was cut short")
                 for item in hosted_calls:
-                    for event in self.builder.finish_hosted_call(item, None):
-                        yield event
+                    events += self.builder.finish_hosted_call(item, None)
+                if events:
+                    yield events
                 terminal += self.builder.finish()
                 return
+            events = []
             for search in searches:  # answered at once: a search is a lookup in memory
-                for event in self.builder.add_item(self.tool_search.answer(search)):
-                    yield event
+                events += self.builder.add_item(self.tool_search.answer(search))
+            if events:
+                yield events
             budget = self.job.request.max_tool_calls
             wanted = len(server_calls) + len(mcp_calls) + len(hosted_calls)
             room = wanted if budget is None else max(budget - self.tool_calls_made, 0)
@@ -408,17 +449,16 @@ class ResponseRun:
                 raise
             finally:
                 self._tools_task = None
+            events = []
             for item, outcome in zip(run_mcp, outcomes[: len(run_mcp)]):
-                for event in self.builder.finish_mcp_call(item, output=outcome.output, error=outcome.error):
-                    yield event
+                events += self.builder.finish_mcp_call(item, output=outcome.output, error=outcome.error)
             for item, output in zip(hosted_calls, [*outcomes[len(run_mcp) :], *[None] * len(hosted_calls)]):
-                for event in self.builder.finish_hosted_call(item, output):
-                    yield event
-            for event in self.builder.skip_mcp_calls("not run: max_tool_calls was reached"):
-                yield event
+                events += self.builder.finish_hosted_call(item, output)
+            events += self.builder.skip_mcp_calls("not run: max_tool_calls was reached")
             for item in outputs:
-                for event in self.builder.add_item(item):
-                    yield event
+                events += self.builder.add_item(item)
+            if events:
+                yield events
             if len(run_server) + len(run_mcp) + len(run_hosted) < wanted:
                 terminal += self.builder.finish(incomplete_reason="max_tool_calls")
                 return
@@ -557,6 +597,6 @@ class ResponseRun:
     async def run_to_end(self) -> dict[str, Any]:
         """The non-streaming path: the same machine, its final state."""
         self.builder.discard_events()
-        async for _ in self.events():
+        async for _ in self.event_batches():
             pass
         return self.response

@@ -298,6 +298,8 @@ class ThinkSplitter:
         self._after_think = False  # newlines right after </think> are dropped, in whatever chunk
 
     def feed(self, text: str) -> list[Delta]:
+        if self._state == "text" and not self._after_think and not self._buffer:
+            return [TextDelta(text)]  # past any <think>: every chunk of an answer after its first
         out: list[Delta] = []
         self._buffer += text
         while self._buffer:
@@ -422,43 +424,48 @@ class ChunkDecoder:
         self._call_by_raw[raw] = index
         return index
 
-    def feed(self, chunk: Any) -> Iterator[Delta]:
+    def feed(self, chunk: Any) -> list[Delta]:
+        """The deltas of one chunk (a list, not a generator: one per relayed token)."""
         if not isinstance(chunk, dict):
             raise UpstreamError("The upstream sent a malformed stream chunk.")
         if "error" in chunk and not chunk.get("choices"):
             error = chunk["error"]
             message = error.get("message") if isinstance(error, dict) else str(error)
             raise UpstreamError(f"The upstream reported an error mid-stream: {message}")
-        for choice in chunk.get("choices") or []:
+        out: list[Delta] = []
+        for choice in chunk.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
             reasoning = _reasoning_of(delta)
             if reasoning:
-                yield ReasoningDelta(reasoning)
+                out.append(ReasoningDelta(reasoning))
             content = delta.get("content")
             if isinstance(content, str) and content:
-                yield from self._think.feed(content)
+                out += self._think.feed(content)
             refusal = delta.get("refusal")
             if isinstance(refusal, str) and refusal:
-                yield RefusalDelta(refusal)
-            calls = delta.get("tool_calls") or []
+                out.append(RefusalDelta(refusal))
+            calls = delta.get("tool_calls")
             if calls:
                 # Text held back (leading whitespace, an unclosed tag) belongs before the calls.
-                yield from self._think.flush()
-            for call in calls:
-                function = call.get("function") or {}
-                arguments = function.get("arguments") or ""
-                if not isinstance(arguments, str):
-                    arguments = json.dumps(arguments)
-                yield ToolCallDelta(self._call_index(call), call.get("id"), function.get("name"), arguments)
+                out += self._think.flush()
+                for call in calls:
+                    function = call.get("function") or {}
+                    arguments = function.get("arguments") or ""
+                    if not isinstance(arguments, str):
+                        arguments = json.dumps(arguments)
+                    out.append(ToolCallDelta(self._call_index(call), call.get("id"), function.get("name"), arguments))
             if choice.get("finish_reason"):
-                yield from self._think.flush()
+                out += self._think.flush()
                 self.finish = FINISH_REASONS.get(choice["finish_reason"], "stop")
-        usage = _usage(chunk.get("usage"))
-        if usage:
-            self.saw_usage = True
-            yield usage
+        raw_usage = chunk.get("usage")
+        if raw_usage is not None:
+            usage = _usage(raw_usage)
+            if usage:
+                self.saw_usage = True
+                out.append(usage)
+        return out
 
     def close(self) -> Iterator[Delta]:
         yield from self._think.flush()

@@ -237,10 +237,24 @@ class EventBuilder:
                 )
             )
             return events
-        base = {"item_id": open_item.item["id"], "output_index": open_item.output_index, "content_index": part.index}
         if part_kind == "output_text":
-            events.append(self._event("response.output_text.delta", **base, delta=text, logprobs=[]))
-        elif part_kind == "refusal":
+            # The event of nearly every relayed token: built in place, as _event would (same keys,
+            # same order), without its keyword merges.
+            events.append(
+                {
+                    "type": "response.output_text.delta",
+                    "sequence_number": self.sequence_number,
+                    "item_id": open_item.item["id"],
+                    "output_index": open_item.output_index,
+                    "content_index": part.index,
+                    "delta": text,
+                    "logprobs": [],
+                }
+            )
+            self.sequence_number += 1
+            return events
+        base = {"item_id": open_item.item["id"], "output_index": open_item.output_index, "content_index": part.index}
+        if part_kind == "refusal":
             events.append(self._event("response.refusal.delta", **base, delta=text))
         else:
             events.append(self._event("response.reasoning_text.delta", **base, delta=text))

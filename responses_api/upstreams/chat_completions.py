@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from ..protocol.errors import (
     UpstreamUnavailable,
 )
 from ..protocol.wirejson import dumpb
-from .base import UpstreamRequest
+from .base import UpstreamRequest, one_by_one
 from .http import get_session, proxy_for
 
 
@@ -134,29 +134,45 @@ class ChatCompletionCall:
         self._ready = deltas  # non-streaming: the whole answer, already decoded
         self._guard = guard
 
-    async def deltas(self) -> AsyncIterator[Delta]:
+    def deltas(self) -> AsyncIterator[Delta]:
+        return one_by_one(self.delta_batches())
+
+    async def delta_batches(self) -> AsyncGenerator[list[Delta], None]:
+        """The deltas of each network read together (a burst of chunks the gateway reads at
+        once becomes one batch, and the client gets its events in one write), never empty."""
         if self._ready is not None:
-            for delta in self._ready:
-                yield delta
+            if self._ready:
+                yield self._ready
             return
         assert self._response is not None
         decoder = ChunkDecoder()
         done = False
         guard = self._guard
+        lines = DataLines(self._response, guard)
         with reading(self._target, self._response, guard):
-            async for payloads in data_lines(self._response, guard):
+            while (payloads := await lines.next()) is not None:
+                batch: list[Delta] = []
+                failure: Exception | None = None
                 for payload in payloads:
                     if payload == b"[DONE]":
                         done = True
                         break
                     chunk = parse_data(payload)
                     if chunk is None:
-                        raise UpstreamError(
+                        failure = UpstreamError(
                             f"Upstream '{self._target.label}' sent a malformed stream chunk.",
                             code="upstream_malformed",
                         )
-                    for delta in decoder.feed(chunk):
-                        yield delta
+                        break
+                    try:
+                        batch += decoder.feed(chunk)
+                    except Exception as exc:  # noqa: BLE001 - raised below, after what came before it
+                        failure = exc
+                        break
+                if batch:
+                    yield batch
+                if failure is not None:
+                    raise failure
                 if done:
                     break
             if done:
@@ -168,8 +184,7 @@ class ChatCompletionCall:
                 f"Upstream '{self._target.label}' ended the stream before finishing.",
                 code="upstream_truncated",
             )
-        for delta in decoder.close():
-            yield delta
+        yield list(decoder.close())
 
     async def aclose(self) -> None:
         if self._response is not None:
@@ -206,39 +221,62 @@ async def _drain(response: aiohttp.ClientResponse) -> None:
         response.close()
 
 
-async def _chunks(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    while True:
-        try:
-            chunk = await content.readany()
-        except TRANSPORT_ERRORS:
-            # aiohttp raises a lost connection before handing out the bytes that came with
-            # it; they are the upstream's last words (a partial answer is kept): them first.
-            buffered = getattr(content, "_buffer", None)
-            if buffered:
-                rest = b"".join(buffered)
-                buffered.clear()
-                yield rest
-            raise
-        if not chunk:
-            return
-        yield chunk
+class DataLines:
+    """The values of an SSE body's `data:` lines, stripped, a list per read from the network
+    that holds any (a relayed token costs one read, not a step per line). Comments, `event:`
+    names and blank lines are left out: every dialect's data repeats what they say.
+
+    `await lines.next()` is one coroutine step per read where it was two async generators
+    stacked (a read, then a split): each async generator level costs every relayed token a
+    step of its own (bench/README.md, performance round 5b)."""
+
+    __slots__ = ("_content", "_guard", "_pending", "_failure", "_ended")
+
+    def __init__(self, response: aiohttp.ClientResponse, guard: StallGuard | None = None) -> None:
+        self._content = response.content
+        self._guard = guard
+        self._pending = b""
+        self._failure: BaseException | None = None
+        self._ended = False
+
+    async def next(self) -> list[bytes] | None:
+        """The data values of the next read(s) holding at least one; None at the end of the body."""
+        content = self._content
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._ended:
+                return None
+            try:
+                chunk = await content.readany()
+            except TRANSPORT_ERRORS as exc:
+                # aiohttp raises a lost connection before handing out the bytes that came with
+                # it; they are the upstream's last words (a partial answer is kept): them first.
+                chunk = _held_back(content)
+                if not chunk:
+                    raise
+                self._failure = exc
+            if not chunk:
+                self._ended = True
+                pending, self._pending = self._pending, b""
+                return [pending[5:].strip()] if pending.startswith(b"data:") else None
+            if self._guard is not None:
+                self._guard.chunk()
+            pending = self._pending
+            lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
+            self._pending = lines.pop()
+            payloads = [line[5:].strip() for line in lines if line.startswith(b"data:")]
+            if payloads:
+                return payloads
 
 
-async def data_lines(response: aiohttp.ClientResponse, guard: StallGuard | None = None) -> AsyncIterator[list[bytes]]:
-    """The values of the body's SSE `data:` lines, stripped, a list per read from the network
-    (one step of this generator per read, not per line: a relayed token costs one). Comments,
-    `event:` names and blank lines are left out: every dialect's data repeats what they say."""
-    pending = b""
-    async for chunk in _chunks(response.content):
-        if guard is not None:
-            guard.chunk()
-        lines = (pending + chunk).split(b"\n") if pending else chunk.split(b"\n")
-        pending = lines.pop()
-        payloads = [line[5:].strip() for line in lines if line.startswith(b"data:")]
-        if payloads:
-            yield payloads
-    if pending.startswith(b"data:"):
-        yield [pending[5:].strip()]
+def _held_back(content: aiohttp.StreamReader) -> bytes:
+    buffered = getattr(content, "_buffer", None)
+    if not buffered:
+        return b""
+    rest = b"".join(buffered)
+    buffered.clear()
+    return rest
 
 
 def parse_data(payload: bytes) -> Any:

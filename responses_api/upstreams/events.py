@@ -11,7 +11,7 @@ import aiohttp
 from ..domain import Target
 from ..protocol.deltas import Delta, UpstreamFailed
 from ..protocol.errors import UpstreamError
-from .chat_completions import Opened, StallGuard, _drain, data_lines, parse_data, reading
+from .chat_completions import DataLines, Opened, StallGuard, _drain, parse_data, reading
 
 
 class EventStreamCall:
@@ -43,8 +43,9 @@ class EventStreamCall:
         assert self._response is not None
         decoder = self._decoder()
         guard = self._guard
+        lines = DataLines(self._response, guard)
         with reading(self._target, self._response, guard):
-            async for payloads in data_lines(self._response, guard):
+            while (payloads := await lines.next()) is not None:
                 for payload in payloads:
                     if payload == b"[DONE]":
                         break

@@ -122,3 +122,60 @@ def test_a_streams_row_is_written_after_its_upstream_request_went_out(monkeypatc
     events = drive(run)
     validate_events(events)
     assert order == ["upstream request sent", "row inserted"]
+
+
+class BatchedCall:
+    """A model call whose deltas come in batches (a network read each), as ChatCompletionCall's."""
+
+    def __init__(self, batches: list[list[object]]) -> None:
+        self._batches = batches
+
+    async def delta_batches(self):  # type: ignore[no-untyped-def]
+        for batch in self._batches:
+            await asyncio.sleep(0)
+            yield batch
+
+    async def deltas(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("the engine reads a call's batches when it has them")
+        yield
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_burst_of_deltas_is_one_batch_of_events_in_order() -> None:
+    """Deltas that came together become one list of events (what the SSE writer sends in one
+    write), numbered on without a gap; `events()` gives the same events one by one."""
+    burst = [[TextDelta("a"), TextDelta("b"), TextDelta("c")], [TextDelta("d")], [Usage(3, 4), Finish("stop")]]
+
+    async def go(batched: bool) -> list[list[dict]]:
+        async def opener(target: Target, request: UpstreamRequest) -> BatchedCall:
+            return BatchedCall(burst)
+
+        run = ResponseRun(make_job({"input": "hi", "stream": True}), Stored(), Tools(), open_upstream=opener)
+        await run.connect()
+        if batched:
+            return [batch async for batch in run.event_batches()]
+        return [[event] async for event in run.events()]
+
+    batches = asyncio.run(go(batched=True))
+    kinds = [[e["type"] for e in batch] for batch in batches]
+    assert kinds[0] == ["response.created", "response.in_progress"]
+    assert kinds[1] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.delta",
+    ]
+    assert [e["delta"] for e in batches[1][2:]] == ["a", "b", "c"]
+    assert kinds[2] == ["response.output_text.delta"] and batches[2][0]["delta"] == "d"
+    assert kinds[-1][-1] == "response.completed"
+    assert all(batches)  # no empty batch: each is a write
+    events = [e for batch in batches for e in batch]
+    validate_events(events)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    one_by_one = [e for batch in asyncio.run(go(batched=False)) for e in batch]
+    assert [(e["type"], e["sequence_number"]) for e in one_by_one] == [
+        (e["type"], e["sequence_number"]) for e in events
+    ]

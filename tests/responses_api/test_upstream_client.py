@@ -192,3 +192,43 @@ async def test_a_finished_stream_leaves_its_connection_in_the_pool() -> None:
             call = await open_call(target, request)
             assert [d async for d in call.deltas()]
         assert len(connections) == 1
+
+
+def _sse_chunk(delta: dict, finish: str | None = None) -> bytes:
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    chunk["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
+    data = b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def test_a_burst_of_chunks_read_at_once_is_one_batch_and_a_lone_one_is_not_held_back() -> None:
+    """What one network read brings is one batch of deltas, in the upstream's order (the client
+    then gets their events in one write); a chunk that comes alone is handed on at once."""
+    more, end = asyncio.Event(), asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        burst = b"".join(_sse_chunk({"content": text}) for text in ["He", "ll", "o,", " w"])
+        writer.write(head + _sse_chunk({"role": "assistant", "content": ""}) + burst)
+        await writer.drain()
+        await more.wait()
+        writer.write(_sse_chunk({"content": "orld"}))
+        await writer.drain()
+        await end.wait()
+        tail = _sse_chunk({}, "stop") + b"%x\r\ndata: [DONE]\n\n\r\n0\r\n\r\n" % len(b"data: [DONE]\n\n")
+        writer.write(tail)
+        await writer.drain()
+        writer.close()
+
+    async with _upstream(serve, stream=True) as (target, request):
+        call = await open_call(target, request)
+        batches = call.delta_batches()  # type: ignore[attr-defined]  # ChatCompletionCall's
+        first = await asyncio.wait_for(batches.__anext__(), 5)
+        assert [d.text for d in first] == ["He", "ll", "o,", " w"]
+        more.set()
+        lone = await asyncio.wait_for(batches.__anext__(), 5)  # not waiting for the end's chunks
+        assert [d.text for d in lone] == ["orld"]
+        end.set()
+        rest = [d async for batch in batches for d in batch]
+        assert [type(d).__name__ for d in rest] == ["Finish"]
