@@ -32,17 +32,6 @@ def encode_event(event: Event) -> bytes:
 _HEADS: dict[str, bytes] = {}  # event type -> its frame's `event:` line and `data: `
 
 
-async def one_by_one(events: AsyncIterator[Event]) -> AsyncIterator[list[Event]]:
-    """A source of single events as the batches `EventStream` writes (each alone)."""
-    try:
-        async for event in events:
-            yield [event]
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
 # The events that tell the access log about the response: its id, its end, its error.
 _NOTED = frozenset(
     {
@@ -82,7 +71,7 @@ class EventStream(StreamingHttpResponse):
     """A `text/event-stream` response of protocol events, ended by `data: [DONE]`.
 
     `batches`: the events, as lists of those that are ready together (ResponseRun.event_batches;
-    `one_by_one` makes any event source one). The API's ASGI lane (asgi.py) writes it with
+    protocol.batches.singly makes any event source one). The API's ASGI lane (asgi.py) writes it with
     `write_to`: the batches are read in the request's own task and each is written as it
     comes, its frames in one write, and a keep-alive comment goes out when the source has been
     silent for `keepalive` seconds. Nothing is held back to make a batch: a list is what the

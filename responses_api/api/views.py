@@ -22,6 +22,7 @@ from ..orchestration.gateway import start_response
 from ..orchestration.handoff import WorkerStarted
 from ..orchestration.input_tokens import count_input_tokens
 from ..orchestration.worker import cancel_background, follow_log
+from ..protocol.batches import singly
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.events import Event, output_from_events
 from ..protocol.request import CreateRequest, parse_compact_request, parse_create_request, parse_input_tokens_request
@@ -33,7 +34,7 @@ from .drf_policies import KeyOrStaffSessionAuthentication
 from .exception_handlers import error_response, json_response
 from .openapi import json_body, json_or_stream, rate_limited, ref, response_header
 from .queries import PageQuery, RetrieveQuery
-from .sse import EventStream, note_response, one_by_one
+from .sse import EventStream, note_response
 
 log = logging.getLogger("gateway.views")
 
@@ -106,7 +107,7 @@ def _rate_limit_headers(started: ResponseRun | WorkerStarted) -> dict[str, str]:
 async def _answer(request: ApiRequest, req: CreateRequest, started: ResponseRun | WorkerStarted) -> HttpResponseBase:
     if isinstance(started, WorkerStarted):
         if req.stream:  # relay the worker's events live; the work survives a disconnect
-            return _sse_response(request, one_by_one(follow_log(started.response_id)))
+            return _sse_response(request, singly(follow_log(started.response_id)))
         note_response(request.log_extra, started.response)
         return json_response(started.response)
     run = started
@@ -155,7 +156,7 @@ class ResponseDetailView(ApiView):
         if not row.on_worker:
             raise InvalidRequest("Only background (worker-run) responses can be streamed again.", param="stream")
         # An expired or lost log (and one Redis cannot give now) ends with the stored state.
-        return _sse_response(request, one_by_one(follow_log(response_id, args["starting_after"])))
+        return _sse_response(request, singly(follow_log(response_id, args["starting_after"])))
 
     @extend_schema(
         operation_id="deleteResponse",

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..domain import Target
 from ..observability.metrics import upstream_error
+from ..protocol.batches import flatten
 from ..protocol.errors import GatewayError, InvalidRequest, ServerError, UpstreamError
 from ..protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from ..protocol.mcp import pending_approvals
@@ -258,15 +259,10 @@ class ResponseRun:
         return items, tools
 
     # -- the stream --------------------------------------------------------------
-    async def events(self, opening: str = "created") -> AsyncIterator[Event]:
-        """All events of the response, to the terminal one, one by one (`event_batches`)."""
-        batches = self.event_batches(opening)
-        try:
-            async for batch in batches:
-                for event in batch:
-                    yield event
-        finally:
-            await batches.aclose()  # the client left: the run stops the upstream now
+    def events(self, opening: str = "created") -> AsyncIterator[Event]:
+        """All events of the response, to the terminal one, one by one (`event_batches`; closing
+        the stream closes them: the client left, the run stops the upstream now)."""
+        return flatten(self.event_batches(opening))
 
     async def event_batches(self, opening: str = "created") -> AsyncGenerator[list[Event], None]:
         """All events of the response, to the terminal one, as lists of the events that are ready

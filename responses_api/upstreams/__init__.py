@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from ..domain import Target
+from ..protocol.batches import singly
 from ..protocol.deltas import Delta
 from .anthropic import open_messages
-from .base import UpstreamCall, UpstreamRequest, batched
+from .base import UpstreamCall, UpstreamRequest
 from .chat_completions import open_chat_completion
 from .responses import open_responses
 
@@ -26,7 +27,7 @@ async def open_call(target: Target, request: UpstreamRequest) -> UpstreamCall:
 def delta_batches(call: UpstreamCall) -> AsyncIterator[list[Delta]]:
     """The call's deltas as batches: its own `delta_batches` if it has one (never empty lists)."""
     batches = getattr(call, "delta_batches", None)
-    return batches() if batches is not None else batched(call.deltas())
+    return batches() if batches is not None else singly(call.deltas())
 
 
 __all__ = ["UpstreamCall", "UpstreamRequest", "delta_batches", "open_call"]

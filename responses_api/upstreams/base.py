@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,25 +34,3 @@ class UpstreamCall(Protocol):
     async def aclose(self) -> None:
         """Close the upstream request now (client gone, cancelled)."""
         ...
-
-
-async def one_by_one(batches: AsyncGenerator[list[Delta], None]) -> AsyncIterator[Delta]:
-    """The deltas of `batches`, one at a time; closing this closes them (the upstream request
-    is released then, not when the garbage collector finds them)."""
-    try:
-        async for batch in batches:
-            for delta in batch:
-                yield delta
-    finally:
-        await batches.aclose()
-
-
-async def batched(deltas: AsyncIterator[Delta]) -> AsyncIterator[list[Delta]]:
-    """A call without `delta_batches`: each delta a batch of its own."""
-    try:
-        async for delta in deltas:
-            yield [delta]
-    finally:
-        aclose = getattr(deltas, "aclose", None)
-        if aclose is not None:
-            await aclose()

@@ -12,6 +12,7 @@ import aiohttp
 
 from ..domain import Target
 from ..protocol import jsonlimits
+from ..protocol.batches import flatten
 from ..protocol.chat import ChatOptions, ChunkDecoder, build_chat_request, completion_to_deltas
 from ..protocol.deltas import Delta
 from ..protocol.errors import (
@@ -23,7 +24,7 @@ from ..protocol.errors import (
     UpstreamUnavailable,
 )
 from ..protocol.wirejson import dumpb
-from .base import UpstreamRequest, one_by_one
+from .base import UpstreamRequest
 from .http import get_session, proxy_for
 
 
@@ -135,7 +136,7 @@ class ChatCompletionCall:
         self._guard = guard
 
     def deltas(self) -> AsyncIterator[Delta]:
-        return one_by_one(self.delta_batches())
+        return flatten(self.delta_batches())
 
     async def delta_batches(self) -> AsyncGenerator[list[Delta], None]:
         """The deltas of each network read together (a burst of chunks the gateway reads at

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from responses_api.api.sse import DONE, EventStream, encode_event, one_by_one
+from responses_api.api.sse import DONE, EventStream, encode_event
+from responses_api.protocol.batches import singly
 from tests.support.stream_validator import parse_sse
 
 pytestmark = pytest.mark.embedded
@@ -79,7 +80,7 @@ async def test_a_single_ready_event_is_written_before_the_source_is_read_again()
     assert send.bodies == [encode_event(_delta(0, "a")), encode_event(_delta(1, "b")), DONE]
 
 
-async def test_one_by_one_writes_each_event_alone_and_closes_its_source() -> None:
+async def test_a_source_of_single_events_writes_each_alone_and_closes_its_source() -> None:
     closed = asyncio.Event()
 
     async def events() -> AsyncIterator[dict[str, Any]]:
@@ -92,7 +93,7 @@ async def test_one_by_one_writes_each_event_alone_and_closes_its_source() -> Non
 
     send = Recorder()
     writing = asyncio.ensure_future(
-        EventStream(one_by_one(events()), keepalive=30.0).write_to(send, {"type": "http.response.start"})
+        EventStream(singly(events()), keepalive=30.0).write_to(send, {"type": "http.response.start"})
     )
     for _ in range(20):
         await asyncio.sleep(0)
