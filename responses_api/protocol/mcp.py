@@ -333,6 +333,8 @@ def pending_approvals(
 
     An approval response must answer a request in the context; a request already run (an
     mcp_call carries its id) is not run again."""
+    if not any(i["type"] == "mcp_approval_response" for i in input_items):
+        return [], []  # nothing to look up: a long chain's context is not scanned on every turn
     requests = {i["id"]: i for i in context if i["type"] == "mcp_approval_request"}
     done = {i.get("approval_request_id") for i in context if i["type"] == "mcp_call"}
     to_run: list[tuple[dict[str, Any], dict[str, Any]]] = []
