@@ -8,12 +8,16 @@ listing and calling servers is tool_registry/mcp.py.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidRequest
 from .tools import TOOL_NAME
+
+MCP_ITEM_TYPES = frozenset({"mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"})
+_item_type = operator.itemgetter("type")
 
 LABEL = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _NOT_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
@@ -283,7 +287,7 @@ def as_model_items(items: list[dict[str, Any]], names: dict[tuple[str, str], str
     mcp_list_tools: dropped (its tools are the request's function tools). mcp_call: a call and
     its output. An approval request the user denied: a call and a "denied" output, so the model
     hears about it; approved ones are the later mcp_call; unanswered ones are dropped."""
-    if not any(i["type"].startswith("mcp_") for i in items):
+    if MCP_ITEM_TYPES.isdisjoint(map(_item_type, items)):  # in C: a long chain is scanned on every call
         return items
     denied = {
         i["approval_request_id"]: i.get("reason")

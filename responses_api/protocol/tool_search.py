@@ -16,6 +16,7 @@ With `execution: "client"` the search is the client's: its calls come back as
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,9 @@ from typing import Any
 from .errors import InvalidRequest
 from .ids import new_id
 from .tools import Tool, namespaced_name, normalize_tools
+
+_LOADING_TYPES = frozenset({"tool_search_output", "additional_tools"})  # items that load tools
+_item_type = operator.itemgetter("type")
 
 SEARCH_NAME = "tool_search"  # the function the model calls; OpenAI's tool has no other name
 SEARCH_DESCRIPTION = (
@@ -214,8 +218,10 @@ class Loaded:
 def found_in(items: Iterable[dict[str, Any]]) -> Loaded:
     """The tools the `tool_search_output` and `additional_tools` items of `items` load."""
     loaded = Loaded()
+    if isinstance(items, list) and _LOADING_TYPES.isdisjoint(map(_item_type, items)):
+        return loaded  # the common case, found in C: a long chain is scanned on every turn
     for item in items:
-        if item["type"] not in ("tool_search_output", "additional_tools"):
+        if item["type"] not in _LOADING_TYPES:
             continue
         clients = item["type"] == "additional_tools" or item.get("execution") == "client"
         for entry in item.get("tools") or []:
