@@ -185,7 +185,9 @@ class ChatCompletionCall:
                 f"Upstream '{self._target.label}' ended the stream before finishing.",
                 code="upstream_truncated",
             )
-        yield list(decoder.close())
+        closing = list(decoder.close())
+        if closing:  # a batch is never empty
+            yield closing
 
     async def aclose(self) -> None:
         if self._response is not None:
