@@ -24,6 +24,9 @@ def hits(upstream: ScriptedUpstream, model: str) -> int:
     return sum(1 for r in upstream.requests if r.path == "/v1/chat/completions" and r.body.get("model") == model)
 
 
+COOLDOWN_SECONDS = 30
+
+
 def test_a_failing_target_is_cooled_for_every_process_and_recovers() -> None:
     base = Path(tempfile.mkdtemp(prefix="gateway-router-"))
     with ScriptedUpstream() as upstream:
@@ -45,7 +48,9 @@ def test_a_failing_target_is_cooled_for_every_process_and_recovers() -> None:
             config=config,
             env={
                 "GATEWAY_ROUTER_COOLDOWN_FAILURES": "3",
-                "GATEWAY_ROUTER_COOLDOWN_SECONDS": "4",
+                # Long enough that the second burst below ends inside it on a loaded machine
+                # (at load 10 on two cores, 40 requests on new connections took over 4 s).
+                "GATEWAY_ROUTER_COOLDOWN_SECONDS": str(COOLDOWN_SECONDS),
                 "GATEWAY_ROUTER_MAX_RETRIES": "0",
             },
         )
@@ -62,16 +67,18 @@ def test_a_failing_target_is_cooled_for_every_process_and_recovers() -> None:
                 return statuses
 
             assert burst(20) == [200] * 20  # 'a' failed, 'b' answered every time
+            cooled_by = time.monotonic()  # the threshold was crossed during that burst
             failed_on_a = hits(upstream, "a")
             # At most the threshold, plus one per process that had not yet seen the cooldown in
             # its one-second health cache.
             assert 3 <= failed_on_a <= 3 + 2, failed_on_a
             time.sleep(1.1)
             assert burst(20) == [200] * 20
+            assert time.monotonic() - cooled_by < COOLDOWN_SECONDS, "the burst outlasted the cooldown"
             assert hits(upstream, "a") == failed_on_a  # cooled for both processes: not asked again
 
             upstream.set_default("a", Reply(text="from a"))  # 'a' recovers
-            time.sleep(4.2)
+            time.sleep(max(0.0, cooled_by + COOLDOWN_SECONDS + 0.2 - time.monotonic()))
             before = hits(upstream, "a")
             assert burst(30) == [200] * 30
             assert hits(upstream, "a") - before >= 5  # weighted 1:1 again, in both processes
