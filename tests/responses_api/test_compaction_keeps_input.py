@@ -1,0 +1,157 @@
+"""Issue 46: after a whole-context compaction item the upstream context holds what the request
+that sent it placed before it, then the summary, then what follows; nothing of what the summary
+stands for. Codex 0.171 sends its base instructions as a `developer` item before the item in a
+request without `previous_response_id` (tests/fixtures/codex/README.md), and continues from that
+request by `previous_response_id` (from the database, or from the WebSocket connection's
+memory): its instructions must reach the upstream, byte-identical, on every upstream kind."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from responses_api.protocol.compaction import SUMMARY_REQUEST, WHOLE_SUMMARY_PREFIX
+from tests.responses_api.test_anthropic import CLAUDE, anthropic  # noqa: F401 - the fixture
+from tests.responses_api.test_native_responses import NATIVE, native  # noqa: F401 - the fixture
+from tests.support.harness import MODEL, Gateway
+from tests.support.stream_validator import validate_events, validate_response_object, validate_sse
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.websocket.test_websocket_mode import socket, turn
+
+pytestmark = pytest.mark.embedded
+
+BASE = json.loads((Path(__file__).parents[1] / "fixtures" / "codex" / "base_instructions_item.json").read_text())
+BASE_TEXT = BASE["content"][0]["text"]
+SUMMARY = "SUMMARY: the user builds a dog cafe page; the header is done."
+OLD_QUESTION = "OLD-TURN: build me a dog cafe page."
+OLD_ANSWER = "OLD-ANSWER: here is the header."
+KINDS = [  # (the model the client asks for, the upstream model, the upstream path)
+    (MODEL, MODEL, "/v1/chat/completions"),
+    (CLAUDE, "claude-up", "/v1/messages"),
+    (NATIVE, "up-native", "/v1/responses"),
+]
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def strings(value: Any) -> Iterator[str]:
+    """Every string of a JSON value (the upstream body), whole."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for inner in value.values():
+            yield from strings(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from strings(inner)
+
+
+def script(scripted: ScriptedUpstream, upstream_model: str) -> None:
+    def reply(body: dict[str, Any]) -> Reply:
+        text = json.dumps(body)
+        if SUMMARY_REQUEST in text:
+            return Reply(text=SUMMARY)
+        return Reply(text=OLD_ANSWER if OLD_QUESTION in text else "Menu next.")
+
+    scripted.set_responder(upstream_model, reply)
+
+
+def check_after_compaction(body: dict[str, Any], *, path: str, last: str) -> None:
+    """Codex's instructions, byte-identical, then the summary, then the new items; nothing of
+    the chain the summary stands for."""
+    texts = list(strings(body))
+    dumped = json.dumps(body)
+    assert BASE_TEXT in texts, "the base instructions reach the upstream whole and unchanged"
+    assert any(t.startswith(WHOLE_SUMMARY_PREFIX) and t.endswith(SUMMARY) for t in texts)
+    assert OLD_QUESTION not in dumped and OLD_ANSWER not in dumped
+    if path != "/v1/messages":  # Anthropic's instructions are its `system`, outside the messages
+        order = [json.dumps(BASE_TEXT), json.dumps(WHOLE_SUMMARY_PREFIX)[:-1], json.dumps(last)]
+        positions = [dumped.index(piece) for piece in order]
+        assert positions == sorted(positions), positions
+    if path == "/v1/messages":
+        system = body["system"] if isinstance(body["system"], str) else "".join(b["text"] for b in body["system"])
+        assert BASE_TEXT in system
+    elif path == "/v1/chat/completions":
+        assert {"role": "developer", "content": BASE_TEXT} in body["messages"] or {
+            "role": "system",
+            "content": BASE_TEXT,
+        } in body["messages"]
+
+
+def answered(scripted: ScriptedUpstream, path: str) -> list[dict[str, Any]]:
+    return [r.body for r in scripted.requests if r.path == path and SUMMARY_REQUEST not in json.dumps(r.body)]
+
+
+Send = Callable[..., dict[str, Any]]
+
+
+def codex_session(send: Send, model: str) -> None:
+    """What Codex does: a turn, a remote compaction of the chain, then a request without
+    `previous_response_id` that places its initial context before the compaction item, then a
+    turn continuing it."""
+    first = send(model=model, input=[BASE, user(OLD_QUESTION)])
+    compacted = send(model=model, input=[{"type": "compaction_trigger"}], previous_response_id=first["id"])
+    (item,) = compacted["output"]
+    assert item["type"] == "compaction"
+    after = send(
+        model=model,
+        input=[
+            BASE,
+            user("Build the menu."),
+            {"type": "compaction", "id": item["id"], "encrypted_content": item["encrypted_content"]},
+            user("Go on."),
+        ],
+    )
+    send(model=model, input=[user("And the prices?")], previous_response_id=after["id"])
+
+
+@pytest.fixture
+def kinds(anthropic: Gateway, native: Gateway) -> Gateway:  # noqa: F811 - the fixtures
+    return anthropic  # one gateway with the three routes
+
+
+@pytest.mark.parametrize(("model", "upstream_model", "path"), KINDS)
+@pytest.mark.parametrize("transport", ["json", "sse"])
+def test_over_http_the_base_instructions_outlive_the_compaction(
+    kinds: Gateway, scripted: ScriptedUpstream, model: str, upstream_model: str, path: str, transport: str
+) -> None:
+    script(scripted, upstream_model)
+    with kinds.http() as http:
+
+        def send(**body: Any) -> dict[str, Any]:
+            answer = http.post("/v1/responses", json={**body, "stream": transport == "sse"})
+            assert answer.status_code == 200, answer.text
+            if transport == "sse":
+                return validate_sse(answer.content)
+            validate_response_object(answer.json())
+            return answer.json()
+
+        codex_session(send, model)
+    after, continued = answered(scripted, path)[-2:]
+    check_after_compaction(after, path=path, last="Go on.")
+    # The next turn reads the chain from the database: its instructions are still there.
+    check_after_compaction(continued, path=path, last="And the prices?")
+
+
+@pytest.mark.parametrize(("model", "upstream_model", "path"), KINDS)
+def test_over_a_websocket_the_base_instructions_outlive_the_compaction(
+    kinds: Gateway, scripted: ScriptedUpstream, model: str, upstream_model: str, path: str
+) -> None:
+    script(scripted, upstream_model)
+    with socket(kinds) as ws:
+
+        def send(**body: Any) -> dict[str, Any]:
+            final = validate_events(turn(ws, **body, store=False))  # Codex's: from the connection's memory
+            assert final["status"] == "completed", final
+            return final
+
+        codex_session(send, model)
+    after, continued = answered(scripted, path)[-2:]
+    check_after_compaction(after, path=path, last="Go on.")
+    check_after_compaction(continued, path=path, last="And the prices?")
