@@ -155,3 +155,24 @@ def test_over_a_websocket_the_base_instructions_outlive_the_compaction(
     after, continued = answered(scripted, path)[-2:]
     check_after_compaction(after, path=path, last="Go on.")
     check_after_compaction(continued, path=path, last="And the prices?")
+
+
+def test_in_a_conversation_the_base_instructions_outlive_the_compaction(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    """The conversation holds the compaction twice: as the trigger's output (which keeps nothing
+    before it) and in the input of the request that placed Codex's context before it (which
+    keeps that input's items before it on every later turn)."""
+    script(scripted, MODEL)
+    client = gateway.openai()
+    conversation = client.conversations.create().id
+
+    def send(**body: Any) -> dict[str, Any]:
+        body.pop("previous_response_id", None)  # the conversation carries the context
+        return client.responses.create(**body, conversation=conversation).model_dump(mode="json")
+
+    codex_session(send, MODEL)
+    after, continued = answered(scripted, "/v1/chat/completions")[-2:]
+    check_after_compaction(after, path="/v1/chat/completions", last="Go on.")
+    check_after_compaction(continued, path="/v1/chat/completions", last="And the prices?")
+    assert json.dumps(continued).count(json.dumps(BASE_TEXT)) == 1
