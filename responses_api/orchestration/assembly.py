@@ -31,7 +31,7 @@ from ..mcp.session import McpSession
 from ..models import Response
 from ..process import process_id
 from ..protocol.answers import check_outputs_answer_calls
-from ..protocol.compaction import InputSpans
+from ..protocol.compaction import InputSpans, span_after
 from ..protocol.errors import InvalidRequest
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
@@ -82,7 +82,7 @@ async def run_for_request(
     stored_input, stored_previous = req.input_items, req.previous_response_id
     if prior is not None and req.previous_response_id == prior.response_id and not references:
         context = prior.items + req.input_items
-        spans = (*prior.input_spans, range(len(prior.items), len(context)))
+        spans = span_after(prior.input_spans, len(prior.items), len(context))
         if not prior.stored:
             # Continuing an unstored response: a stored one keeps its whole context as input,
             # so its chain never points at a response the database does not have.
@@ -197,12 +197,13 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
     specs = registry_tools_for(tenant_id=row.tenant_id, route_name=req.model, names=registry_tool_names(req, route))
     servers = mcp_servers_for(tenant_id=row.tenant_id, route_name=req.model, labels=registry_mcp_labels(req))
     plan = plan_tools(req, route, specs, servers)
+    own = selectors.resolve_references(row.tenant_id, req.input_items)
     history = selectors.Context([], ())
     if row.previous_response_id:
-        history = selectors.chain_load(response_id=row.previous_response_id)
+        compacted = any(item["type"] == "compaction" for item in own)
+        history = selectors.chain_load(response_id=row.previous_response_id, compacted=compacted)
     elif row.conversation_id:  # the conversation as it is when the run starts
         history = selectors.conversation_load(tenant_id=row.tenant_id, conversation_id=row.conversation_id)
-    own = selectors.resolve_references(row.tenant_id, req.input_items)
     job = ResponseJob(
         response_id=row.id,
         created_at=int(row.created_at.timestamp()),
@@ -212,7 +213,7 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
         route=route,
         context=history.items + own,
         input_items=req.input_items,
-        input_spans=(*history.input_spans, range(len(history.items), len(history.items) + len(own))),
+        input_spans=span_after(history.input_spans, len(history.items), len(history.items) + len(own)),
     )
     return job, plan
 

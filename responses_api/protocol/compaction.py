@@ -88,9 +88,20 @@ _OUTPUT_TYPES = frozenset(
 
 
 InputSpans: TypeAlias = tuple[range, ...]
-"""Where the input of each request lies in a context (index ranges, oldest first): this request's
-own, and those of its chain or of the WebSocket connection's memory where they are known. What a
-whole-context compaction item keeps before it is what the same input placed there."""
+"""Where the client's input lies in a context (index ranges, oldest first): this request's own,
+and that of its chain or of the WebSocket connection's memory where it is known. A whole-context
+compaction item keeps what the client placed before it in the same span. The inputs of
+consecutive requests with no output between them are one span (`span_after`): a warm-up
+(`generate: false`) answers nothing, and Codex resumes a session by warming up with its
+instructions, then sending the rest of its context, compaction item included, after them."""
+
+
+def span_after(spans: InputSpans, start: int, stop: int) -> InputSpans:
+    """`spans` and the input at `start:stop` after them: one span with the last if nothing came
+    between them (the request before answered nothing)."""
+    if spans and spans[-1].stop == start:
+        return (*spans[:-1], range(spans[-1].start, stop))
+    return (*spans, range(start, stop))
 
 
 def expand_compactions(
@@ -99,14 +110,14 @@ def expand_compactions(
     """The items the model is given: each compaction item becomes a message holding its summary,
     and the context starts at the last one whose summary stands for the whole context (v2).
 
-    After that item the upstream context holds, in order, the items of the same request's input
-    (its span in `inputs`) that precede it, then its summary, then what follows it. A client
-    places there what must outlive the compaction: Codex sends its instructions as a `developer`
-    item before the item, in a request without `previous_response_id`. Nothing else the summary
-    stands for is sent: the older chain, the conversation, the connection's memory, and the
-    output before an item a response produced (an automatic compaction's summary was written over
-    that output). A v1 item drops nothing: its user messages sit beside it. Tool outputs whose
-    calls were dropped go with them."""
+    After that item the upstream context holds, in order, the items of the request's own input
+    (its span in `inputs`: with a warm-up's that it continues) that precede it, then its summary,
+    then what follows it. A client places there what must outlive the compaction: Codex sends its
+    instructions as a `developer` item before the item, in a request without
+    `previous_response_id`. Nothing else the summary stands for is sent: the older chain, the
+    conversation, the connection's memory, and the output before an item a response produced (an
+    automatic compaction's summary was written over that output). A v1 item drops nothing: its
+    user messages sit beside it. Tool outputs whose calls were dropped go with them."""
     if "compaction" not in map(_item_type, items):  # in C: a long chain is scanned on every call
         return items
     payloads: dict[int, dict[str, Any]] = {}

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from ..domain import Principal
 from ..models import Conversation, ConversationItem, Item, ModelRoute, Response, ResponseItem, UsageRecord
-from ..protocol.compaction import InputSpans
+from ..protocol.compaction import InputSpans, span_after
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.response import response_object
 
@@ -156,13 +156,13 @@ def chain_input_spans(*, response_id: str) -> InputSpans:
     with connection.cursor() as cursor:
         cursor.execute(sql, [response_id])
         parts = cursor.fetchall()
-    spans: list[range] = []
+    spans: InputSpans = ()
     start = 0
     for role, count in parts:
-        if role == ResponseItem.Role.INPUT:
-            spans.append(range(start, start + count))
+        if role == ResponseItem.Role.INPUT:  # joined to the one before when it answered nothing
+            spans = span_after(spans, start, start + count)
         start += count
-    return tuple(spans)
+    return spans
 
 
 def items_by_public_id(*, tenant_id: int, public_ids: list[str]) -> dict[str, Item]:
@@ -274,29 +274,36 @@ def context_load(
 ) -> Context:
     """`context_get`, with where each request's input lies in it; a chain or conversation that
     holds a compaction item costs one or two queries more (the spans are what it keeps)."""
-    history = history_load(
-        tenant_id=tenant_id, previous_response_id=previous_response_id, conversation_id=conversation_id
+    history = history_load(  # first: an unknown chain is the error a request hears first
+        tenant_id=tenant_id,
+        previous_response_id=previous_response_id,
+        conversation_id=conversation_id,
+        compacted="compaction" in map(_item_type, input_items),  # one named by reference: not its input's
     )
     own = resolve_references(tenant_id, input_items)
     start = len(history.items)
-    return Context(history.items + own, (*history.input_spans, range(start, start + len(own))))
+    return Context(history.items + own, span_after(history.input_spans, start, start + len(own)))
 
 
-def history_load(*, tenant_id: int, previous_response_id: str | None, conversation_id: str | None) -> Context:
+def history_load(
+    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, compacted: bool = False
+) -> Context:
     """The chain (its head checked) or the conversation a request continues, with the spans of
-    the inputs in it that a compaction item of it keeps items of."""
+    the inputs in it that a compaction item keeps items of (`compacted`: the request's own
+    input holds one, which may keep a warm-up's input before it)."""
     if previous_response_id is not None:
         chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
-        return chain_load(response_id=previous_response_id)
+        return chain_load(response_id=previous_response_id, compacted=compacted)
     if conversation_id is not None:
         return conversation_load(tenant_id=tenant_id, conversation_id=conversation_id)
     return Context([], ())
 
 
-def chain_load(*, response_id: str) -> Context:
-    """A chain's items, and (only when it holds a compaction item) its inputs' spans."""
+def chain_load(*, response_id: str, compacted: bool = False) -> Context:
+    """A chain's items, and (only when it or the request continuing it, `compacted`, holds a
+    compaction item) its inputs' spans."""
     items = chain_items_list(response_id=response_id)
-    if "compaction" not in map(_item_type, items):  # in C: the common case costs no query
+    if not compacted and "compaction" not in map(_item_type, items):  # in C: the common case costs no query
         return Context(items, ())
     return Context(items, chain_input_spans(response_id=response_id))
 

@@ -176,3 +176,35 @@ def test_in_a_conversation_the_base_instructions_outlive_the_compaction(
     check_after_compaction(after, path="/v1/chat/completions", last="Go on.")
     check_after_compaction(continued, path="/v1/chat/completions", last="And the prices?")
     assert json.dumps(continued).count(json.dumps(BASE_TEXT)) == 1
+
+
+@pytest.mark.parametrize("transport", ["json", "websocket"])
+def test_a_resumed_codex_session_warms_up_with_its_instructions_then_sends_the_compaction_item(
+    gateway: Gateway, scripted: ScriptedUpstream, transport: str
+) -> None:
+    """`codex exec resume` sends its instructions alone in a warm-up (`generate: false`), then
+    the rest of its context, compaction item included, continuing the warm-up: nothing was
+    answered between the two, so the instructions are before the item in the same input."""
+    script(scripted, MODEL)
+    client = gateway.openai()
+    first = client.responses.create(model=MODEL, input=[BASE, user(OLD_QUESTION)])
+    compacted = client.responses.create(
+        model=MODEL, input=[{"type": "compaction_trigger"}], previous_response_id=first.id
+    )
+    item = compacted.output[0].model_dump(mode="json")
+    rest = [
+        user("Build the menu."),
+        {"type": "compaction", "id": item["id"], "encrypted_content": item["encrypted_content"]},
+        user("Go on."),
+    ]
+    if transport == "json":
+        warm = client.responses.create(model=MODEL, input=[BASE], extra_body={"generate": False})
+        assert warm.output == []
+        client.responses.create(model=MODEL, input=rest, previous_response_id=warm.id)
+    else:
+        with socket(gateway) as ws:
+            warmed = validate_events(turn(ws, model=MODEL, input=[BASE], generate=False, store=False))
+            assert warmed["output"] == []
+            final = validate_events(turn(ws, model=MODEL, input=rest, previous_response_id=warmed["id"], store=False))
+            assert final["status"] == "completed", final
+    check_after_compaction(answered(scripted, "/v1/chat/completions")[-1], path="/v1/chat/completions", last="Go on.")
