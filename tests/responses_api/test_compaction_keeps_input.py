@@ -208,3 +208,23 @@ def test_a_resumed_codex_session_warms_up_with_its_instructions_then_sends_the_c
             final = validate_events(turn(ws, model=MODEL, input=rest, previous_response_id=warmed["id"], store=False))
             assert final["status"] == "completed", final
     check_after_compaction(answered(scripted, "/v1/chat/completions")[-1], path="/v1/chat/completions", last="Go on.")
+
+
+def test_input_tokens_count_what_the_compaction_keeps(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """`POST /v1/responses/input_tokens` counts the context the model would get: Codex's
+    instructions before the item included (about 4,200 tokens of them)."""
+    script(scripted, MODEL)
+    client = gateway.openai()
+    compacted = client.responses.create(model=MODEL, input=[user(OLD_QUESTION), {"type": "compaction_trigger"}])
+    item = compacted.output[0].model_dump(mode="json")
+    body = {
+        "model": MODEL,
+        "input": [
+            BASE,
+            {"type": "compaction", "id": item["id"], "encrypted_content": item["encrypted_content"]},
+            user("Go on."),
+        ],
+    }
+    counted = gateway.http().post("/v1/responses/input_tokens", json=body)
+    assert counted.status_code == 200, counted.text
+    assert counted.json()["input_tokens"] > len(BASE_TEXT) // 5
