@@ -833,7 +833,10 @@ class Connection:
             return
         if run is not None:
             lane.prior = PriorContext(
-                final["id"], run.job.context + run.response["output"], stored=bool(final.get("store", True))
+                final["id"],
+                run.job.context + run.response["output"],
+                stored=bool(final.get("store", True)),
+                input_spans=run.job.input_spans,  # the output is no input: nothing before its items is kept
             )
         else:  # run by a worker (always stored): continuations read the chain from the database
             lane.prior = None

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from ..protocol.compaction import WHOLE_CONTEXT_INSTRUCTIONS, expand_compactions, summary_request_item
+from ..protocol.compaction import WHOLE_CONTEXT_INSTRUCTIONS, InputSpans, expand_compactions, summary_request_item
 from ..protocol.deltas import TextDelta, Usage
 from ..protocol.errors import InvalidRequest, UpstreamError
 from ..protocol.mcp import as_model_items
@@ -28,13 +28,15 @@ def compaction_opener(tenant_id: int) -> OpenCompaction:
 
 def model_items(
     context: list[dict[str, Any]],
+    inputs: InputSpans,
     output: list[dict[str, Any]],
     hosted_outputs: dict[str, dict[str, Any]],
     mcp_names: dict[tuple[str, str], str],
     open_compaction: OpenCompaction,
 ) -> list[dict[str, Any]]:
-    """The context and what this response produced so far (later steps of a tool loop see it);
-    a served hosted tool's call is shown to the model as the function call it made, with its output."""
+    """The context (`inputs`: where each request's input lies in it) and what this response
+    produced so far (later steps of a tool loop see it); a served hosted tool's call is shown to
+    the model as the function call it made, with its output."""
     produced: list[dict[str, Any]] = []
     for item in output:
         served = hosted_outputs.get(item["id"])
@@ -51,12 +53,14 @@ def model_items(
             ]
         else:
             produced.append(item)
-    return expand_compactions(as_model_items(context + produced, mcp_names), open_compaction)
+    # Compactions first: MCP items change the item count, the spans count the context's items.
+    return as_model_items(expand_compactions(context + produced, open_compaction, inputs), mcp_names)
 
 
 def compaction_request(
     req: CreateRequest,
     context: list[dict[str, Any]],
+    inputs: InputSpans,
     open_compaction: OpenCompaction,
     items: list[dict[str, Any]] | None = None,
 ) -> tuple[CreateRequest, list[dict[str, Any]]]:
@@ -76,7 +80,7 @@ def compaction_request(
         max_output_tokens=None,
     )
     if items is None:
-        items = expand_compactions(as_model_items(context, {}), open_compaction)
+        items = as_model_items(expand_compactions(context, open_compaction, inputs), {})
     return summarise, [*items, summary_request_item()]
 
 

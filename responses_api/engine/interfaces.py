@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..domain import Route
+from ..protocol.compaction import InputSpans
 from ..protocol.events import Event, EventBuilder
 from ..protocol.request import CreateRequest
 from ..protocol.tools import Tool
@@ -27,6 +28,9 @@ class ResponseJob:
     route: Route
     context: list[dict[str, Any]]  # the previous chain + this input: what the model sees
     input_items: list[dict[str, Any]]  # this request's own input (stored with the response)
+    # Where each request's input lies in `context` (this one's last): what a compaction item
+    # keeps before it (protocol/compaction.py expand_compactions).
+    input_spans: InputSpans
 
 
 class Persistence(Protocol):

@@ -216,14 +216,16 @@ class ResponseRun:
         req = self.job.request
         prefix = self.converted_prefix
         if req.compact:
-            req, items = compaction_request(req, self.job.context, self._open_compaction)
+            req, items = compaction_request(req, self.job.context, self.job.input_spans, self._open_compaction)
             tools: list[Tool] = []
             prefix = None
         else:
             items, tools = self._model_items()
             if self._autocompact is not None and self._autocompact.pending:
                 # context_management: the summary first, over what the call proper would be given
-                req, items = compaction_request(req, self.job.context, self._open_compaction, items=items)
+                req, items = compaction_request(
+                    req, self.job.context, self.job.input_spans, self._open_compaction, items=items
+                )
                 tools = []
                 prefix = None
         window = self.job.route.context_window
@@ -253,7 +255,9 @@ class ResponseRun:
         compaction on; and the tools."""
         names = self.mcp.names if self.mcp is not None else {}
         hosted = self.builder.hosted_outputs
-        items = model_items(self.job.context, self.response["output"], hosted, names, self._open_compaction)
+        items = model_items(
+            self.job.context, self.job.input_spans, self.response["output"], hosted, names, self._open_compaction
+        )
         # Deferred tools stay out until a search finds them; searches show as the calls they were.
         tools, items = self.tool_search.offered(self.job.request.tools + self.mcp_tools, items, names, self.builder)
         return items, tools

@@ -31,6 +31,7 @@ from ..mcp.session import McpSession
 from ..models import Response
 from ..process import process_id
 from ..protocol.answers import check_outputs_answer_calls
+from ..protocol.compaction import InputSpans, span_after
 from ..protocol.errors import InvalidRequest
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
@@ -55,6 +56,7 @@ class PriorContext:
     response_id: str
     items: list[dict[str, Any]]  # its whole context: input (with what it continued) and output
     stored: bool
+    input_spans: InputSpans  # where each request's input lies in `items` (what a compaction keeps)
 
 
 async def run_for_request(
@@ -80,20 +82,23 @@ async def run_for_request(
     stored_input, stored_previous = req.input_items, req.previous_response_id
     if prior is not None and req.previous_response_id == prior.response_id and not references:
         context = prior.items + req.input_items
+        spans = span_after(prior.input_spans, len(prior.items), len(context))
         if not prior.stored:
             # Continuing an unstored response: a stored one keeps its whole context as input,
             # so its chain never points at a response the database does not have.
             stored_input, stored_previous = context, None
     elif req.previous_response_id or references or req.conversation:
-        context = await db.run(
-            selectors.context_get,
+        loaded = await db.run(
+            selectors.context_load,
             tenant_id=principal.tenant_id,
             previous_response_id=req.previous_response_id,
             conversation_id=req.conversation,
             input_items=req.input_items,
         )
+        context, spans = loaded.items, loaded.input_spans
     else:
         context = list(req.input_items)
+        spans = (range(len(context)),)
     check_outputs_answer_calls(context, len(req.input_items))
     create_row = None
     if req.store:
@@ -116,6 +121,7 @@ async def run_for_request(
         route=route,
         context=context,
         input_items=req.input_items,
+        input_spans=spans,
     )
     persistence = DatabasePersistence(
         tenant_id=principal.tenant_id,
@@ -191,11 +197,13 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
     specs = registry_tools_for(tenant_id=row.tenant_id, route_name=req.model, names=registry_tool_names(req, route))
     servers = mcp_servers_for(tenant_id=row.tenant_id, route_name=req.model, labels=registry_mcp_labels(req))
     plan = plan_tools(req, route, specs, servers)
-    context: list[dict] = []
+    own = selectors.resolve_references(row.tenant_id, req.input_items)
+    history = selectors.Context([], ())
     if row.previous_response_id:
-        context = selectors.chain_items_list(response_id=row.previous_response_id)
+        compacted = any(item["type"] == "compaction" for item in own)
+        history = selectors.chain_load(response_id=row.previous_response_id, compacted=compacted)
     elif row.conversation_id:  # the conversation as it is when the run starts
-        context = selectors.conversation_context(tenant_id=row.tenant_id, conversation_id=row.conversation_id)
+        history = selectors.conversation_load(tenant_id=row.tenant_id, conversation_id=row.conversation_id)
     job = ResponseJob(
         response_id=row.id,
         created_at=int(row.created_at.timestamp()),
@@ -203,8 +211,9 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
         request=plan.request,
         params=row.params,
         route=route,
-        context=context + selectors.resolve_references(row.tenant_id, req.input_items),
+        context=history.items + own,
         input_items=req.input_items,
+        input_spans=span_after(history.input_spans, len(history.items), len(history.items) + len(own)),
     )
     return job, plan
 

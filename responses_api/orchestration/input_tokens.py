@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..domain import Principal, Route
 from ..protocol.chat import build_chat_request
-from ..protocol.compaction import expand_compactions
+from ..protocol.compaction import InputSpans, expand_compactions
 from ..protocol.request import CreateRequest
 from ..protocol.tokens import estimate_request
 from ..store import db, selectors
@@ -36,17 +36,19 @@ async def count_input_tokens(principal: Principal, req: CreateRequest) -> tuple[
 async def _count(principal: Principal, req: CreateRequest, route: Route) -> tuple[int, bool]:
     req = open_sealed_reasoning(req, principal.tenant_id)
     context = list(req.input_items)
+    spans: InputSpans = (range(len(context)),)
     if req.previous_response_id or req.conversation or any(i["type"] == "item_reference" for i in context):
-        context = await db.run(
-            selectors.context_get,
+        loaded = await db.run(
+            selectors.context_load,
             tenant_id=principal.tenant_id,
             previous_response_id=req.previous_response_id,
             conversation_id=req.conversation,
             input_items=req.input_items,
         )
+        context, spans = loaded.items, loaded.input_spans
     unseal = sealer().unseal
     items = expand_compactions(
-        context, lambda sealed: unseal(sealed, tenant_id=principal.tenant_id, purpose="compaction")
+        context, lambda sealed: unseal(sealed, tenant_id=principal.tenant_id, purpose="compaction"), spans
     )
     # What the first model call is offered: deferred tools wait for a search (tool_search.py).
     tools = [t for t in req.tools if not t.deferred]

@@ -5,13 +5,14 @@ to the tenant); a later request that carries the item gives the model the summar
 Two forms. `/v1/responses/compact` (v1) answers the user messages, verbatim, then the item,
 whose summary covers everything else. A `compaction_trigger` as the last input item of a create
 (v2, Codex's remote compaction) answers the item alone, whose summary covers the whole context:
-its payload says so (`whole`), and a later context starts at it."""
+its payload says so (`whole`), and a later context starts at it, keeping only what the request
+that sent it placed before it (`expand_compactions`)."""
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from .ids import new_id
 
@@ -37,7 +38,8 @@ SUMMARY_PREFIX = (
 )
 
 
-WHOLE_SUMMARY_PREFIX = "Summary of this conversation so far (compacted; it replaces everything before it):\n\n"
+# Not "it replaces everything before it": a request's own items before it (Codex's instructions) stay.
+WHOLE_SUMMARY_PREFIX = "Summary of this conversation so far (compacted; it stands for the earlier turns):\n\n"
 
 
 def summary_request_item() -> dict[str, Any]:
@@ -85,37 +87,64 @@ _OUTPUT_TYPES = frozenset(
 )
 
 
+InputSpans: TypeAlias = tuple[range, ...]
+"""Where the client's input lies in a context (index ranges, oldest first): this request's own,
+and that of its chain or of the WebSocket connection's memory where it is known. A whole-context
+compaction item keeps what the client placed before it in the same span. The inputs of
+consecutive requests with no output between them are one span (`span_after`): a warm-up
+(`generate: false`) answers nothing, and Codex resumes a session by warming up with its
+instructions, then sending the rest of its context, compaction item included, after them."""
+
+
+def span_after(spans: InputSpans, start: int, stop: int) -> InputSpans:
+    """`spans` and the input at `start:stop` after them: one span with the last if nothing came
+    between them (the request before answered nothing)."""
+    if spans and spans[-1].stop == start:
+        return (*spans[:-1], range(spans[-1].start, stop))
+    return (*spans, range(start, stop))
+
+
 def expand_compactions(
-    items: list[dict[str, Any]], open_payload: Callable[[str], dict[str, Any]]
+    items: list[dict[str, Any]], open_payload: Callable[[str], dict[str, Any]], inputs: InputSpans = ()
 ) -> list[dict[str, Any]]:
     """The items the model is given: each compaction item becomes a message holding its summary,
-    and the context starts at the last one whose summary stands for the whole context before it
-    (tool outputs whose calls were before it go with them)."""
+    and the context starts at the last one whose summary stands for the whole context (v2).
+
+    After that item the upstream context holds, in order, the items of the request's own input
+    (its span in `inputs`: with a warm-up's that it continues) that precede it, then its summary,
+    then what follows it. A client places there what must outlive the compaction: Codex sends its
+    instructions as a `developer` item before the item, in a request without
+    `previous_response_id`. Nothing else the summary stands for is sent: the older chain, the
+    conversation, the connection's memory, and the output before an item a response produced (an
+    automatic compaction's summary was written over that output). A v1 item drops nothing: its
+    user messages sit beside it. Tool outputs whose calls were dropped go with them."""
     if "compaction" not in map(_item_type, items):  # in C: a long chain is scanned on every call
         return items
+    payloads: dict[int, dict[str, Any]] = {}
+    begin = 0
+    for index, item in enumerate(items):
+        if item["type"] == "compaction" and item.get("encrypted_content"):
+            payload = payloads[index] = open_payload(item["encrypted_content"])
+            if payload.get("whole"):
+                begin = next((span.start for span in inputs if index in span), index)
     expanded: list[dict[str, Any]] = []
-    for item in items:
+    for index in range(begin, len(items)):
+        item = items[index]
         if item["type"] != "compaction":
             expanded.append(item)
             continue
-        if not item.get("encrypted_content"):
+        opened = payloads.get(index)
+        if opened is None:
             continue  # one whose summary was never written (its response failed while compacting)
-        payload = open_payload(item["encrypted_content"])
-        summary = {
-            "type": "message",
-            "id": item["id"],
-            "role": "user",
-            "content": [
-                {
-                    "type": "input_text",
-                    "text": (WHOLE_SUMMARY_PREFIX if payload.get("whole") else SUMMARY_PREFIX) + payload["summary"],
-                }
-            ],
-        }
-        if payload.get("whole"):
-            expanded = [summary]
-        else:
-            expanded.append(summary)
+        prefix = WHOLE_SUMMARY_PREFIX if opened.get("whole") else SUMMARY_PREFIX
+        expanded.append(
+            {
+                "type": "message",
+                "id": item["id"],
+                "role": "user",
+                "content": [{"type": "input_text", "text": prefix + opened["summary"]}],
+            }
+        )
     calls = {item.get("call_id") for item in expanded if item["type"] not in _OUTPUT_TYPES}
     return [item for item in expanded if item["type"] not in _OUTPUT_TYPES or item.get("call_id") in calls]
 

@@ -263,7 +263,7 @@ INPUT_ITEM_TYPES: dict[str, Entry] = {
     "function_call": _e(SERVED),
     "function_call_output": _e(SERVED, "must answer a call before it"),
     "reasoning": _e(SERVED, "sent back where the upstream takes it (sealed encrypted_content opened)"),
-    "compaction": _e(SERVED, "the upstream context starts at its summary"),
+    "compaction": _e(SERVED, "the upstream context starts at its summary, after what its request's input placed before it"),
     "compaction_trigger": _e(SERVED, "last item only: the answer is one compaction item"),
     "custom_tool_call": _e(SERVED), "custom_tool_call_output": _e(SERVED, "must answer a call before it"),
     "local_shell_call": _e(SERVED), "local_shell_call_output": _e(SERVED, "must answer a call before it"),

@@ -10,6 +10,7 @@ thread and releases the connection at once.
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,6 +23,7 @@ from django.utils import timezone
 
 from ..domain import Principal
 from ..models import Conversation, ConversationItem, Item, ModelRoute, Response, ResponseItem, UsageRecord
+from ..protocol.compaction import InputSpans, span_after
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.response import response_object
 
@@ -59,6 +61,9 @@ CHAIN_STEP_SQL = {
 def chain_step_sql(response_table: str) -> str:
     """The recursive step of a `chain(id, prev, depth)` CTE walking back to the root."""
     return CHAIN_STEP_SQL.get(connection.vendor, CHAIN_STEP_SQL["default"]).format(response=response_table)
+
+
+_item_type = operator.itemgetter("type")
 
 
 def _loads(value: Any) -> Any:
@@ -124,6 +129,42 @@ def chain_items_list(*, response_id: str) -> list[dict[str, Any]]:
         return [_loads(row[0]) for row in cursor.fetchall()]
 
 
+# How many items each response of a chain has in its input (role 0) and its output (role 1),
+# in the order chain_items_list returns them.
+CHAIN_PARTS_SQL = """
+WITH RECURSIVE chain(id, prev, depth) AS (
+    SELECT id, previous_response_id, 0 FROM {response} WHERE id = %s
+    UNION ALL
+    {step}
+)
+SELECT ri.role, COUNT(*) FROM chain
+JOIN {response_item} ri ON ri.response_id = chain.id
+GROUP BY chain.depth, ri.role
+ORDER BY chain.depth DESC, ri.role
+"""
+
+
+def chain_input_spans(*, response_id: str) -> InputSpans:
+    """Where each response's input lies in `chain_items_list`'s items: what a compaction item
+    of the chain keeps before it. One query; asked only for a chain that holds one."""
+    response = connection.ops.quote_name(Response._meta.db_table)
+    sql = CHAIN_PARTS_SQL.format(
+        step=chain_step_sql(response),
+        response=response,
+        response_item=connection.ops.quote_name(ResponseItem._meta.db_table),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [response_id])
+        parts = cursor.fetchall()
+    spans: InputSpans = ()
+    start = 0
+    for role, count in parts:
+        if role == ResponseItem.Role.INPUT:  # joined to the one before when it answered nothing
+            spans = span_after(spans, start, start + count)
+        start += count
+    return spans
+
+
 def items_by_public_id(*, tenant_id: int, public_ids: list[str]) -> dict[str, Item]:
     """The newest stored item for each public id (for `item_reference`)."""
     found: dict[str, Item] = {}
@@ -154,6 +195,41 @@ def resolve_references(tenant_id: int, items: list[dict]) -> list[dict]:
     return resolved
 
 
+def conversation_input_spans(*, conversation_id: str, context: list[dict[str, Any]]) -> InputSpans:
+    """Where the input of each stored response that placed a compaction item in the conversation
+    lies in `context` (its items, as `conversation_context` read them): what that item keeps
+    before it. A compaction item no stored response's input holds (a `store: false` turn, an
+    item added by the items API, a response's output) keeps nothing before it. Two queries,
+    asked only for a conversation that holds a compaction item."""
+    ids = list(
+        ConversationItem.objects.filter(conversation_id=conversation_id)
+        .order_by("position")
+        .values_list("item_id", flat=True)
+    )
+    if len(ids) != len(context):  # appended to since it was read: no span rather than a wrong one
+        return ()
+    compactions = {ids[n] for n, item in enumerate(context) if item["type"] == "compaction"}
+    links = ResponseItem.objects.filter(
+        response_id__in=ResponseItem.objects.filter(item_id__in=compactions, role=ResponseItem.Role.INPUT).values(
+            "response_id"
+        ),
+        role=ResponseItem.Role.INPUT,
+    ).values_list("response_id", "item_id")
+    inputs: dict[int, set[str]] = {}  # item id -> the responses whose input holds it
+    for response_id, item_id in links:
+        inputs.setdefault(item_id, set()).add(response_id)
+    spans: list[range] = []
+    for n, item_id in enumerate(ids):
+        if item_id not in compactions:
+            continue
+        for response_id in inputs.get(item_id, ()):
+            start = n  # that response's input, appended at once, runs back from its compaction item
+            while start and response_id in inputs.get(ids[start - 1], ()):
+                start -= 1
+            spans.append(range(start, n + 1))
+    return tuple(spans)
+
+
 def conversation_context(*, tenant_id: int, conversation_id: str) -> list[dict[str, Any]]:
     """Every item of the conversation, oldest first, for a response's context: one query,
     whatever the length (the tenant check is part of it)."""
@@ -171,19 +247,73 @@ def _conversation_not_found(conversation_id: str) -> NotFound:
     return NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation")
 
 
+@dataclass(slots=True)
+class Context:
+    """A request's context and where each request's input lies in it (its own last)."""
+
+    items: list[dict[str, Any]]
+    input_spans: InputSpans
+
+
 def context_get(
     *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict]
 ) -> list[dict]:
     """What a request's model sees: the chain (or the conversation), then its input with item
     references resolved. Chain head (1 query), chain items (1 query, whatever the length),
     item references (1 query, only if any); another tenant's chain is previous_response_not_found."""
-    context: list[dict] = []
+    return context_load(
+        tenant_id=tenant_id,
+        previous_response_id=previous_response_id,
+        conversation_id=conversation_id,
+        input_items=input_items,
+    ).items
+
+
+def context_load(
+    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict]
+) -> Context:
+    """`context_get`, with where each request's input lies in it; a chain or conversation that
+    holds a compaction item costs one or two queries more (the spans are what it keeps)."""
+    history = history_load(  # first: an unknown chain is the error a request hears first
+        tenant_id=tenant_id,
+        previous_response_id=previous_response_id,
+        conversation_id=conversation_id,
+        compacted="compaction" in map(_item_type, input_items),  # one named by reference: not its input's
+    )
+    own = resolve_references(tenant_id, input_items)
+    start = len(history.items)
+    return Context(history.items + own, span_after(history.input_spans, start, start + len(own)))
+
+
+def history_load(
+    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, compacted: bool = False
+) -> Context:
+    """The chain (its head checked) or the conversation a request continues, with the spans of
+    the inputs in it that a compaction item keeps items of (`compacted`: the request's own
+    input holds one, which may keep a warm-up's input before it)."""
     if previous_response_id is not None:
         chain_head_get(tenant_id=tenant_id, response_id=previous_response_id)
-        context = chain_items_list(response_id=previous_response_id)
-    elif conversation_id is not None:
-        context = conversation_context(tenant_id=tenant_id, conversation_id=conversation_id)
-    return context + resolve_references(tenant_id, input_items)
+        return chain_load(response_id=previous_response_id, compacted=compacted)
+    if conversation_id is not None:
+        return conversation_load(tenant_id=tenant_id, conversation_id=conversation_id)
+    return Context([], ())
+
+
+def chain_load(*, response_id: str, compacted: bool = False) -> Context:
+    """A chain's items, and (only when it or the request continuing it, `compacted`, holds a
+    compaction item) its inputs' spans."""
+    items = chain_items_list(response_id=response_id)
+    if not compacted and "compaction" not in map(_item_type, items):  # in C: the common case costs no query
+        return Context(items, ())
+    return Context(items, chain_input_spans(response_id=response_id))
+
+
+def conversation_load(*, tenant_id: int, conversation_id: str) -> Context:
+    """A conversation's items, and (only when it holds a compaction item) the spans it keeps."""
+    items = conversation_context(tenant_id=tenant_id, conversation_id=conversation_id)
+    if "compaction" not in map(_item_type, items):
+        return Context(items, ())
+    return Context(items, conversation_input_spans(conversation_id=conversation_id, context=items))
 
 
 def context_check(

@@ -183,46 +183,80 @@ def test_codex_over_websockets_runs_a_shell_tool_loop(
     assert is_tool_result(scripted.requests[-1].body, "the answer is 42")
 
 
+# Codex's base instructions, as its pinned version sends them (tests/fixtures/codex/README.md).
+BASE_INSTRUCTIONS = json.loads(
+    (Path(__file__).parents[1] / "fixtures" / "codex" / "base_instructions_item.json").read_text()
+)["content"][0]["text"]
+# Codex's `model_auto_compact_token_limit` here: above what a request costs right after a
+# compaction (its instructions, skills, environment and about 4,600 tokens of tool schemas:
+# about 9,900 tokens as the upstream below counts them), or Codex would compact in a loop; and
+# below that plus one `cat notes.txt` output (about 2,800 tokens), so that each read compacts.
+AUTO_COMPACT_LIMIT = 12_000
+
+
+def strings(value: object) -> list[str]:
+    """Every string of a JSON value, whole."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for inner in value.values() for s in strings(inner)]
+    if isinstance(value, list):
+        return [s for inner in value for s in strings(inner)]
+    return []
+
+
 def test_codex_remote_compaction_completes_and_the_session_continues(
     gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path, upstream_model: tuple[str, str], access_log: Lines
 ) -> None:
     """The built-in OpenAI provider at the gateway (`openai_base_url`) compacts remotely: a
-    create whose last input item is `compaction_trigger`, answered by one compaction item."""
+    create whose last input item is `compaction_trigger`, answered by one compaction item.
+    After it Codex's base instructions still reach the model (issue 46), and the session
+    compacts again at its limit, without looping."""
     model, upstream = upstream_model
     summary = "SUMMARY: the user asked about notes.txt; it says the answer is 42."
     work = tmp_path / "work"
     work.mkdir()
     (work / "notes.txt").write_text("the answer is 42\n" + "padding line\n" * 1000)
-    calls = {"n": 0}
+    reads = {"n": 0}
 
     def respond(body: dict) -> Reply:
-        text = json.dumps(body)
-        if "Summarize the conversation above" in text:
-            return Reply(text=summary)
-        calls["n"] += 1
-        if calls["n"] == 1:
-            return Reply(
-                tool_calls=[{"id": "call_read", "name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}]
-            )
-        return Reply(text="The notes say the answer is 42.")
+        # What a real upstream counts: the whole request, instructions and tool schemas included.
+        cost = len(json.dumps(scripted.requests[-1].body)) // 4
+        usage = {"prompt_tokens": cost, "completion_tokens": 20, "total_tokens": cost + 20}
+        if "Summarize the conversation above" in json.dumps(body):
+            return Reply(text=summary, usage=usage)
+        reads["n"] += 1
+        if reads["n"] <= 3:  # three reads of the file, each pushing the context past the limit
+            call = {"id": f"call_read{reads['n']}", "name": "exec_command", "arguments": {"cmd": "cat notes.txt"}}
+            return Reply(tool_calls=[call], usage=usage)
+        return Reply(text="The notes say the answer is 42.", usage=usage)
 
     scripted.set_responder(upstream, respond)
-    settings = "model_auto_compact_token_limit = 1500\n"
+    settings = f"model_auto_compact_token_limit = {AUTO_COMPACT_LIMIT}\n"
     first = run_codex(
         gateway, work, tmp_path / "home", "What do my notes say?", model=model, openai_provider=True, settings=settings
     )
     assert first.returncode == 0, f"codex failed:\n{first.stdout[-3000:]}\n{first.stderr[-3000:]}"
     bodies = [r.body for r in scripted.requests]
-    compactions = [b for b in bodies if "Summarize the conversation above" in json.dumps(b)]
+    is_summary = ["Summarize the conversation above" in json.dumps(b) for b in bodies]
     from responses_api.models import Response
 
     usage = list(Response.objects.values_list("input_tokens", "output_tokens"))
-    assert compactions, f"Codex never compacted remotely (usage of its responses: {usage})"
-    # The built-in provider speaks WebSocket mode: the compaction was one of its turns.
+    assert sum(is_summary) >= 2, f"Codex did not compact twice (usage of its responses: {usage})"
+    assert sum(is_summary) <= 6, f"Codex compacted in a loop: {sum(is_summary)} compactions"
+    # Every model call after the first compaction still carries Codex's base instructions,
+    # byte-identical, beside the summary.
+    after = [b for n, b in enumerate(bodies) if not is_summary[n] and any(is_summary[:n])]
+    assert after, "no model call after the compaction"
+    for body in after:
+        texts = strings(body)
+        assert BASE_INSTRUCTIONS in texts or any(BASE_INSTRUCTIONS in t for t in texts), "instructions lost"
+        assert any(summary in t for t in texts)
+    # The built-in provider speaks WebSocket mode: the compactions were some of its turns.
     compacted = [t for t in access_log.websocket_turns() if t.get("response_status") == "completed"]
-    assert len(compacted) >= 3, compacted  # the tool call, the compaction, the answer
+    assert len(compacted) >= 6, compacted  # three reads, two compactions, the answer
     # The session goes on after the compaction: `exec resume` continues it, and its upstream
-    # context starts at the compaction's summary, not at the whole history.
+    # context starts at the compaction's summary (after Codex's instructions), not at the whole history.
     resumed = run_codex(
         gateway,
         work,
@@ -237,4 +271,5 @@ def test_codex_remote_compaction_completes_and_the_session_continues(
     assert resumed.returncode == 0, f"resume failed:\n{resumed.stdout[-3000:]}\n{resumed.stderr[-3000:]}"
     last = scripted.requests[-1].body
     assert summary in json.dumps(last)
-    assert "padding line\\npadding line" not in json.dumps(last)
+    assert any(BASE_INSTRUCTIONS in t for t in strings(last))
+    assert json.dumps(last).count("Original token count") <= 1, "reads before the last compaction came back"

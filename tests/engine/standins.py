@@ -42,6 +42,7 @@ def make_job(
         route=Route("m", targets or (make_target("a"),), context_window=window),
         context=[*(before or []), *req.input_items],
         input_items=list(req.input_items),
+        input_spans=(range(len(before or []), len(before or []) + len(req.input_items)),),
     )
 
 

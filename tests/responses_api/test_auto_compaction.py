@@ -125,9 +125,10 @@ def test_the_stream_shows_the_compaction_as_openai_does(gateway: Gateway, script
     assert compaction.type == "compaction" and summaries[0] not in compaction.encrypted_content
     assert message.type == "message" and final.output_text == ANSWER
     assert final.usage is not None and final.usage.input_tokens > 0
-    # Stateless chaining: the client sends everything back, compaction item included; the
+    # Stateless chaining: the client sends the output back from the compaction item on (what
+    # OpenAI's guide advises: what a request places before the item is sent, issue 46); the
     # upstream gets the summary and what came after it.
-    sent_back = [*history, {"role": "user", "content": "And now?"}, *[o.model_dump() for o in final.output]]
+    sent_back = [o.model_dump() for o in final.output]
     with gateway.http() as http:
         raw = http.post(
             "/v1/responses",

@@ -1,7 +1,8 @@
 """Compaction v2: a `compaction_trigger` as the last input item of an ordinary create answers
 exactly one sealed `compaction` item (Codex's remote compaction), over JSON, SSE and WebSocket,
 stored or not, after a chain, a conversation or an inline history, on Chat Completions and
-Anthropic upstreams; and the turn after it starts its upstream context at that item."""
+Anthropic upstreams; and the turn after it starts its upstream context at that item, after what
+its own input placed before the item (test_compaction_keeps_input.py)."""
 
 from __future__ import annotations
 
@@ -65,16 +66,18 @@ def test_json_store_false_inline_history_then_the_context_starts_at_the_item(
     assert "You are Codex." in asked["messages"][0]["content"]
     assert "tools" not in asked or not asked["tools"]
     assert any(m.get("content") == LONG for m in asked["messages"])
-    # Codex's next turn: the history with the compaction item, then the new message.
-    after_input = [*history(), {"type": "compaction", "id": item["id"], "encrypted_content": item["encrypted_content"]}]
+    # Codex's next turn: what it keeps (the user's messages) before the compaction item, then
+    # the new message. What the request places before the item is sent; the summary follows.
+    after_input = [
+        history()[0],
+        {"type": "compaction", "id": item["id"], "encrypted_content": item["encrypted_content"]},
+    ]
     after = client.responses.create(
         model=MODEL, input=[*after_input, {"role": "user", "content": "Next?"}], store=False
     )
     assert after.output_text == "Adding prices."
     messages = scripted.model_calls[2].body["messages"]
-    assert [m["role"] for m in messages] == ["user", "user"]
-    assert messages[0]["content"] == WHOLE_SUMMARY_PREFIX + SUMMARY
-    assert messages[1]["content"] == "Next?"
+    assert [m["content"] for m in messages] == ["Build a dog cafe page.", WHOLE_SUMMARY_PREFIX + SUMMARY, "Next?"]
     # The upstream body after compaction is smaller than the one before it.
     assert len(json.dumps(scripted.model_calls[2].body)) < len(json.dumps(scripted.model_calls[0].body)) / 3
     assert before.output_text == "before"
@@ -152,7 +155,7 @@ def test_over_an_anthropic_upstream(anthropic: Gateway, scripted: ScriptedUpstre
     nxt = client.responses.create(
         model=CLAUDE,
         input=[
-            *history(),
+            history()[0],
             {"type": "compaction", "id": item["id"], "encrypted_content": item["encrypted_content"]},
             {"role": "user", "content": "Menu?"},
         ],
@@ -162,7 +165,7 @@ def test_over_an_anthropic_upstream(anthropic: Gateway, scripted: ScriptedUpstre
     messages = sent(scripted)[-1].body["messages"]
     assert len(messages) == 1 and messages[0]["role"] == "user"
     texts = [block["text"] for block in messages[0]["content"]]
-    assert texts == [WHOLE_SUMMARY_PREFIX + SUMMARY, "Menu?"]
+    assert texts == ["Build a dog cafe page.", WHOLE_SUMMARY_PREFIX + SUMMARY, "Menu?"]
 
 
 def test_a_trigger_anywhere_but_last_is_refused_before_any_upstream_call(
