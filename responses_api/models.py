@@ -39,6 +39,13 @@ def default_alert_thresholds() -> list[int]:
     return [80, 100]
 
 
+def validate_alert_thresholds(value: object) -> None:
+    if not isinstance(value, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 < t <= 1000 for t in value
+    ):
+        raise ValidationError("A list of whole percentages from 1 to 1000, e.g. [80, 100].")
+
+
 class RateLimits(models.Model):
     """Per-minute and concurrency limits and the budget of a key or of a tenant (all its keys
     together); limits.py counts them, alerts.py calls the webhooks at the budget's thresholds."""
@@ -89,11 +96,10 @@ class RateLimits(models.Model):
         abstract = True
 
     def clean(self) -> None:
-        thresholds = self.alert_thresholds
-        if not isinstance(thresholds, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) and 0 < t <= 1000 for t in thresholds
-        ):
-            raise ValidationError({"alert_thresholds": "A list of whole percentages from 1 to 1000, e.g. [80, 100]."})
+        try:
+            validate_alert_thresholds(self.alert_thresholds)
+        except ValidationError as exc:
+            raise ValidationError({"alert_thresholds": exc.messages}) from None
 
 
 class Tenant(RateLimits):

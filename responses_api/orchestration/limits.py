@@ -43,6 +43,7 @@ from ..store.limit_counters import Check, Crossing, Decision, LimitStore, Spend,
 from ..store.outages import ServiceUnavailable
 from ..store.selectors import spend_since
 from ..store.usage import usage_writer
+from .alerts import budget_crossed
 
 log = logging.getLogger("gateway.limits")
 
@@ -176,21 +177,19 @@ class Grant:
             log.warning("rate limits: could not settle %s: %s", self.lease_id, exc)
 
     def _crossed(self, crossings: list[Crossing]) -> None:
-        """Thresholds this request's spend crossed first in their period: alerts.py logs and
-        sends them (a hook: alerts.py is above this module's store, and sends off this path)."""
+        """Thresholds this request's spend crossed first in their period (each reported by one
+        settle only, across processes): alerts.py logs and sends them."""
         holds = {b.key: b for b in self.budgets}
-        hook = crossing_hook
-        if hook is None:
-            return
         for crossing in crossings:
             hold = holds.get(crossing.key)
             if hold is not None:
-                hook(hold, crossing)
-
-
-# alerts.py sets it: called with (budget, crossing) for each threshold crossed (at most once per
-# budget, threshold and period, across processes).
-crossing_hook: Callable[[BudgetHold, Crossing], None] | None = None
+                budget_crossed(
+                    scope=hold.scope,
+                    period=hold.period,
+                    token_limit=hold.tokens,
+                    micro_usd_limit=hold.micro_usd,
+                    crossing=crossing,
+                )
 
 
 async def admit(
