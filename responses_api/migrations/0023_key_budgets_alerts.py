@@ -7,79 +7,150 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0022_leaner_write_indexes'),
+        ("responses_api", "0022_leaner_write_indexes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AlertWebhook',
+            name="AlertWebhook",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=100, unique=True)),
-                ('url', models.CharField(help_text='e.g. https://hooks.corp/gw', max_length=500, validators=[responses_api.models.validate_base_url])),
-                ('secret_encrypted', models.TextField(blank=True, editable=False, help_text='The signing secret, encrypted with GATEWAY_ENCRYPTION_KEY.')),
-                ('enabled', models.BooleanField(default=True)),
-                ('config_managed', models.JSONField(blank=True, default=list, editable=False, help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). Empty: not in the file, the admin's alone.")),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(max_length=100, unique=True)),
+                (
+                    "url",
+                    models.CharField(
+                        help_text="e.g. https://hooks.corp/gw",
+                        max_length=500,
+                        validators=[responses_api.models.validate_base_url],
+                    ),
+                ),
+                (
+                    "secret_encrypted",
+                    models.TextField(
+                        blank=True,
+                        editable=False,
+                        help_text="The signing secret, encrypted with GATEWAY_ENCRYPTION_KEY.",
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                (
+                    "config_managed",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        editable=False,
+                        help_text="The GATEWAY_CONFIG keys that set this entry's fields (read-only in the admin). Empty: not in the file, the admin's alone.",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='alert_thresholds',
-            field=models.JSONField(blank=True, default=responses_api.models.default_alert_thresholds, help_text='Percentages of the budget at which the alert webhooks are called (once each per budget period), e.g. [80, 100]. Empty: no alerts.'),
+            model_name="apikey",
+            name="alert_thresholds",
+            field=models.JSONField(
+                blank=True,
+                default=responses_api.models.default_alert_thresholds,
+                help_text="Percentages of the budget at which the alert webhooks are called (once each per budget period), e.g. [80, 100]. Empty: no alerts.",
+            ),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='budget_period',
-            field=models.CharField(choices=[('day', 'per day (UTC)'), ('month', 'per calendar month (UTC)')], default='month', max_length=8),
+            model_name="apikey",
+            name="budget_period",
+            field=models.CharField(
+                choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")], default="month", max_length=8
+            ),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='budget_tokens',
-            field=models.PositiveBigIntegerField(blank=True, help_text="Tokens spent per budget period (a tenant's: by all its keys together). Empty: no budget.", null=True),
+            model_name="apikey",
+            name="budget_tokens",
+            field=models.PositiveBigIntegerField(
+                blank=True,
+                help_text="Tokens spent per budget period (a tenant's: by all its keys together). Empty: no budget.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='budget_usd',
-            field=models.DecimalField(blank=True, decimal_places=2, help_text="Cost spent per budget period (a tenant's: by all its keys together), priced by each model route's price table. Empty: no budget.", max_digits=12, null=True, verbose_name='budget (USD)'),
+            model_name="apikey",
+            name="budget_usd",
+            field=models.DecimalField(
+                blank=True,
+                decimal_places=2,
+                help_text="Cost spent per budget period (a tenant's: by all its keys together), priced by each model route's price table. Empty: no budget.",
+                max_digits=12,
+                null=True,
+                verbose_name="budget (USD)",
+            ),
         ),
         migrations.AddField(
-            model_name='apikey',
-            name='expires_at',
-            field=models.DateTimeField(blank=True, help_text='From this time the key is refused (401 api_key_expired). Empty: never expires.', null=True),
+            model_name="apikey",
+            name="expires_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="From this time the key is refused (401 api_key_expired). Empty: never expires.",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='tenant',
-            name='alert_thresholds',
-            field=models.JSONField(blank=True, default=responses_api.models.default_alert_thresholds, help_text='Percentages of the budget at which the alert webhooks are called (once each per budget period), e.g. [80, 100]. Empty: no alerts.'),
+            model_name="tenant",
+            name="alert_thresholds",
+            field=models.JSONField(
+                blank=True,
+                default=responses_api.models.default_alert_thresholds,
+                help_text="Percentages of the budget at which the alert webhooks are called (once each per budget period), e.g. [80, 100]. Empty: no alerts.",
+            ),
         ),
         migrations.AlterField(
-            model_name='tenant',
-            name='budget_tokens',
-            field=models.PositiveBigIntegerField(blank=True, help_text="Tokens spent per budget period (a tenant's: by all its keys together). Empty: no budget.", null=True),
+            model_name="tenant",
+            name="budget_tokens",
+            field=models.PositiveBigIntegerField(
+                blank=True,
+                help_text="Tokens spent per budget period (a tenant's: by all its keys together). Empty: no budget.",
+                null=True,
+            ),
         ),
         migrations.AlterField(
-            model_name='tenant',
-            name='budget_usd',
-            field=models.DecimalField(blank=True, decimal_places=2, help_text="Cost spent per budget period (a tenant's: by all its keys together), priced by each model route's price table. Empty: no budget.", max_digits=12, null=True, verbose_name='budget (USD)'),
+            model_name="tenant",
+            name="budget_usd",
+            field=models.DecimalField(
+                blank=True,
+                decimal_places=2,
+                help_text="Cost spent per budget period (a tenant's: by all its keys together), priced by each model route's price table. Empty: no budget.",
+                max_digits=12,
+                null=True,
+                verbose_name="budget (USD)",
+            ),
         ),
         migrations.CreateModel(
-            name='AlertDelivery',
+            name="AlertDelivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('event', models.JSONField(help_text='The body sent.')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('delivered', 'Delivered'), ('failed', 'Failed')], default='pending', max_length=16)),
-                ('attempts', models.PositiveSmallIntegerField(default=0)),
-                ('response_status', models.PositiveSmallIntegerField(blank=True, null=True)),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('delivered_at', models.DateTimeField(blank=True, null=True)),
-                ('webhook', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='responses_api.alertwebhook')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("event", models.JSONField(help_text="The body sent.")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("pending", "Pending"), ("delivered", "Delivered"), ("failed", "Failed")],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("attempts", models.PositiveSmallIntegerField(default=0)),
+                ("response_status", models.PositiveSmallIntegerField(blank=True, null=True)),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ("delivered_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "webhook",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="deliveries",
+                        to="responses_api.alertwebhook",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'alert deliveries',
+                "verbose_name_plural": "alert deliveries",
             },
         ),
     ]

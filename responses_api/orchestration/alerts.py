@@ -36,9 +36,7 @@ DELIVER_ALERT_TASK = "responses_api.deliver_alert"
 _background: set[asyncio.Task] = set()  # the loop holds tasks only weakly
 
 
-def budget_crossed(
-    *, scope: str, period: str, token_limit: int, micro_usd_limit: int, crossing: Crossing
-) -> None:
+def budget_crossed(*, scope: str, period: str, token_limit: int, micro_usd_limit: int, crossing: Crossing) -> None:
     """A threshold crossed (called from the settle, in an event loop): log it now, record and
     send it in the background."""
     kind, _, ident = scope.partition(":")
@@ -130,9 +128,7 @@ def deliver_once(delivery_id: int, *, final: bool) -> bool:
         headers["X-Gateway-Signature"] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     status: int | None = None
     try:
-        reply = httpx.post(
-            webhook.url, content=body, headers=headers, timeout=settings.GATEWAY_ALERT_TIMEOUT_SECONDS
-        )
+        reply = httpx.post(webhook.url, content=body, headers=headers, timeout=settings.GATEWAY_ALERT_TIMEOUT_SECONDS)
         status = reply.status_code
         delivered = 200 <= status < 300
         error = "" if delivered else f"HTTP {status}: {reply.text[:500]}"
@@ -143,6 +139,10 @@ def deliver_once(delivery_id: int, *, final: bool) -> bool:
     )
     if not delivered:
         log.warning(
-            "alert webhook %s: delivery %d failed (%s)%s", webhook.name, delivery_id, error, "" if final else "; retrying"
+            "alert webhook %s: delivery %d failed (%s)%s",
+            webhook.name,
+            delivery_id,
+            error,
+            "" if final else "; retrying",
         )
     return delivered

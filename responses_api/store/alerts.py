@@ -17,18 +17,15 @@ def alert_deliveries_create(*, event: dict[str, Any], tenant_id: int | None, key
     webhooks = list(AlertWebhook.objects.filter(enabled=True).values_list("id", flat=True))
     if not webhooks:
         return []
-    key = ApiKey.objects.filter(id=key_id).values("id", "name", "prefix", "tenant_id").first() if key_id else None
-    if key is not None:
-        tenant_id = key.pop("tenant_id")
-    tenant = Tenant.objects.filter(id=tenant_id).values("id", "name").first()
+    key: dict[str, Any] | None = None
+    if key_id is not None:
+        row = ApiKey.objects.filter(id=key_id).values_list("id", "name", "prefix", "tenant_id").first()
+        if row is not None:
+            key, tenant_id = {"id": row[0], "name": row[1], "prefix": row[2]}, row[3]
+    tenant = Tenant.objects.filter(id=tenant_id or 0).values("id", "name").first()
     event = {**event, "tenant": tenant, "api_key": key}
+    # PostgreSQL and SQLite (3.35+) return the new rows' ids from one insert.
     rows = AlertDelivery.objects.bulk_create(AlertDelivery(webhook_id=w, event=event) for w in webhooks)
-    if rows and rows[0].pk is None:  # a backend that does not return ids from a bulk insert
-        return list(
-            AlertDelivery.objects.filter(webhook_id__in=webhooks, event=event).order_by("-id")[: len(rows)].values_list(
-                "id", flat=True
-            )
-        )
     return [row.pk for row in rows]
 
 

@@ -507,7 +507,7 @@ class RedisLimitStore(LimitStore):
     async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
         await self._script("seed")(keys=[self.PREFIX + key], args=[tokens, micro_usd, math.ceil(ttl)])
 
-    async def renew(self, grants: list[tuple[str, list[str], str | None]], until_seconds: float) -> None:
+    async def renew(self, grants: list[tuple[str, list[str], list[str]]], until_seconds: float) -> None:
         if not grants:
             return
         client = self._script("settle").registered_client

@@ -144,7 +144,9 @@ def test_a_revoked_key_cannot_be_regenerated(admin_client, gateway: Gateway) -> 
     ApiKey.objects.filter(id=key.id).update(revoked_at=timezone.now())
     admin_client.post(f"/admin/responses_api/apikey/{key.id}/regenerate/")
     assert ApiKey.objects.get(id=key.id).secret_hash == key.secret_hash
-    assert 'id="gw-regenerate"' not in admin_client.get(f"/admin/responses_api/apikey/{key.id}/change/").content.decode()
+    assert (
+        'id="gw-regenerate"' not in admin_client.get(f"/admin/responses_api/apikey/{key.id}/change/").content.decode()
+    )
 
 
 def test_the_key_page_shows_what_the_key_spent(

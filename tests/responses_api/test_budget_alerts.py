@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from django.conf import settings
 
 from tests.support.harness import MODEL, CeleryWorker, Gateway, forget_redis_keys, make_key
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -106,7 +105,9 @@ def test_a_keys_budget_thresholds_send_a_signed_webhook_once_each(
         wait_for("the 80% alert", lambda: webhook.calls_to("/alerts"))
         assert create(gateway) == 200  # 120%: the 100% alert (the last request may cross)
         assert create(gateway) == 429  # spent: refused, and nothing settled, so no alert
-        calls = wait_for("the 100% alert", lambda: len(webhook.calls_to("/alerts")) >= 2 and webhook.calls_to("/alerts"))
+        calls = wait_for(
+            "the 100% alert", lambda: len(webhook.calls_to("/alerts")) >= 2 and webhook.calls_to("/alerts")
+        )
     time.sleep(0.5)  # nothing more comes
     calls = webhook.calls_to("/alerts")
     assert len(calls) == 2, [c.json for c in calls]
@@ -124,10 +125,10 @@ def test_a_keys_budget_thresholds_send_a_signed_webhook_once_each(
     deliveries = wait_for(
         "the deliveries recorded",
         lambda: (
-            rows := list(AlertDelivery.objects.order_by("id").values_list("status", "attempts", "response_status"))
-        )
-        and all(r[0] == "delivered" for r in rows)
-        and rows,
+            (rows := list(AlertDelivery.objects.order_by("id").values_list("status", "attempts", "response_status")))
+            and all(r[0] == "delivered" for r in rows)
+            and rows
+        ),
     )
     assert deliveries == [("delivered", 1, 204), ("delivered", 1, 204)]
     logged = [r.getMessage() for r in caplog.records if r.name == "gateway.alerts"]
