@@ -155,8 +155,16 @@ class _PageChangeList(ChangeList):
         self.model_admin.annotate_page(list(self.result_list))  # type: ignore[attr-defined]  # annotate_page is declared by this app's admins that use this changelist
 
 
+class TenantForm(forms.ModelForm):
+    class Meta:
+        model = Tenant
+        fields = "__all__"
+        widgets = {"alert_thresholds": forms.TextInput(attrs={"size": 20})}
+
+
 @admin.register(Tenant)
 class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
+    form = TenantForm
     config_fields = {"budget": ("budget_period", "budget_tokens", "budget_usd", "alert_thresholds")}
     list_display = ("name", "key_count", "limits", "period_spend", "last_minute", "created_at")
     search_fields = ("name",)
@@ -244,6 +252,7 @@ class ApiKeyForm(forms.ModelForm):
     class Meta:
         model = ApiKey
         fields = ("tenant", "name", "is_admin", "allowed_models", "expires_at")
+        widgets = {"alert_thresholds": forms.TextInput(attrs={"size": 20})}
 
 
 class RevokedFilter(admin.SimpleListFilter):
