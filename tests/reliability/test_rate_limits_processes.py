@@ -19,6 +19,7 @@ from tests.reliability.test_metrics import value
 from tests.support.servers import find_postgres_bindir, find_redis_server
 from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.webhook import Route, WebhookServer
 
 try:
     find_postgres_bindir(), find_redis_server()
@@ -115,11 +116,30 @@ def test_concurrent_streams_hold_across_two_processes(deployed) -> None:  # type
         ] * 4
 
 
+@pytest.fixture(scope="module")
+def alerts(deployed) -> Iterator[WebhookServer]:  # type: ignore[no-untyped-def]
+    """A webhook receiver on loopback for budget alerts, and the Celery worker that sends them."""
+    deployment, _, _ = deployed
+    server = WebhookServer().start()
+    server.routes["/alerts"] = Route(status=200)
+    deployment.rows(
+        "INSERT INTO responses_api_alertwebhook (name, url, secret_encrypted, enabled, config_managed, created_at) "
+        "VALUES ('ops', %s, '', true, '[]', now()) RETURNING id",
+        server.url + "/alerts",
+    )
+    deployment.start_worker()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize("scope", ["tenant", "key"])
-def test_a_budget_holds_exactly_across_two_processes(deployed, scope: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_budget_holds_exactly_across_two_processes(deployed, alerts: WebhookServer, scope: str) -> None:  # type: ignore[no-untyped-def]
     """A tenant's budget and a key's (the same counters, another scope) under a burst spread over
     both processes: when each request reserves what it then spends, exactly the budget is spent
-    (1.0x), never one request more, and every refusal is a 429 budget_exceeded."""
+    (1.0x), never one request more, and every refusal is a 429 budget_exceeded. Its 80% and 100%
+    alerts reach the webhook once each, whichever process settled the crossing request."""
     from responses_api.protocol.request import parse_create_request
     from responses_api.protocol.tokens import estimate_request
 
@@ -161,3 +181,12 @@ def test_a_budget_holds_exactly_across_two_processes(deployed, scope: str) -> No
         tenant,
     )
     assert spent[0] == budget
+    deadline = time.monotonic() + 60
+    while len(mine := [c.json for c in alerts.calls_to("/alerts") if c.json["tenant"]["name"] == tenant]) < 2:
+        assert time.monotonic() < deadline, f"alerts for {tenant}: {mine}"
+        time.sleep(0.2)
+    time.sleep(1)  # a duplicate would come now
+    mine = [c.json for c in alerts.calls_to("/alerts") if c.json["tenant"]["name"] == tenant]
+    assert sorted(e["threshold_percent"] for e in mine) == [80, 100], mine
+    assert {e["scope"] for e in mine} == {scope}
+    assert [e["spent"]["tokens"] for e in sorted(mine, key=lambda e: e["threshold_percent"])][1] == budget
