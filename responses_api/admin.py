@@ -158,7 +158,7 @@ class _PageChangeList(ChangeList):
 class TenantForm(forms.ModelForm):
     class Meta:
         model = Tenant
-        fields = "__all__"
+        fields = ("alert_thresholds",)  # the admin's fieldsets name the form's fields; this sets a widget
         widgets = {"alert_thresholds": forms.TextInput(attrs={"size": 20})}
 
 
