@@ -332,6 +332,13 @@ GATEWAY_ROUTER_COOLDOWN_SECONDS = env.float("GATEWAY_ROUTER_COOLDOWN_SECONDS", d
 # 503 (False).
 GATEWAY_RATE_LIMIT_FAIL_OPEN = env.bool("GATEWAY_RATE_LIMIT_FAIL_OPEN", default=True)
 
+# Budget alerts (orchestration/alerts.py; webhooks set in the admin or the config file): each
+# delivery is tried this many times more after a failure, GATEWAY_ALERT_RETRY_SECONDS apart at
+# first and doubling (at most 10 minutes), each attempt given GATEWAY_ALERT_TIMEOUT_SECONDS.
+GATEWAY_ALERT_RETRIES = env.int("GATEWAY_ALERT_RETRIES", default=5)
+GATEWAY_ALERT_RETRY_SECONDS = env.float("GATEWAY_ALERT_RETRY_SECONDS", default=10.0)
+GATEWAY_ALERT_TIMEOUT_SECONDS = env.float("GATEWAY_ALERT_TIMEOUT_SECONDS", default=10.0)
+
 # own retention_days (admin) overrides it. Runs every GATEWAY_RETENTION_INTERVAL_SECONDS on beat.
 GATEWAY_RETENTION_DAYS = env.int("GATEWAY_RETENTION_DAYS", default=0)
 GATEWAY_RETENTION_INTERVAL_SECONDS = env.float("GATEWAY_RETENTION_INTERVAL_SECONDS", default=3600.0)

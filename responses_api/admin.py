@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from cryptography.fernet import InvalidToken
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
@@ -26,16 +27,30 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from .api.auth import budget_of, key_quota, tenant_quota
+from .api.auth import clear_cache as clear_key_cache
+from .domain import Budget
 from .engine.router import target_health
 from .history import presenters
 from .history import selectors as history
-from .models import ApiKey, ModelRoute, Provider, Response, ResponseItem, RouteTarget, Tenant, validate_base_url
+from .models import (
+    AlertDelivery,
+    AlertWebhook,
+    ApiKey,
+    ModelRoute,
+    Provider,
+    Response,
+    ResponseItem,
+    RouteTarget,
+    Tenant,
+    validate_base_url,
+)
 from .ops.config_admin import ConfigManagedAdmin
 from .orchestration import routing
 from .orchestration.limits import current_use
 from .protocol.compaction import COMPACTION_INSTRUCTIONS, client_instructions
 from .protocol.errors import GatewayError
 from .store import services
+from .store.selectors import spend_since
 
 # The front page links the operator's daily pages (usage, route health, docs) above the models.
 admin.site.index_template = "admin/gateway_index.html"
@@ -123,12 +138,11 @@ def _limits_text(owner: Tenant | ApiKey) -> str:
         parts.append(f"{owner.tokens_per_minute:,} tpm")
     if owner.max_concurrent_requests:
         parts.append(f"{owner.max_concurrent_requests:,} concurrent")
-    if isinstance(owner, Tenant):
-        period = "a day" if owner.budget_period == "day" else "a month"
-        if owner.budget_tokens is not None:
-            parts.append(f"{owner.budget_tokens:,} tokens {period}")
-        if owner.budget_usd is not None:
-            parts.append(f"${owner.budget_usd:,.2f} {period}")
+    period = "a day" if owner.budget_period == "day" else "a month"
+    if owner.budget_tokens is not None:
+        parts.append(f"{owner.budget_tokens:,} tokens {period}")
+    if owner.budget_usd is not None:
+        parts.append(f"${owner.budget_usd:,.2f} {period}")
     return " · ".join(parts) or "none"
 
 
@@ -141,9 +155,17 @@ class _PageChangeList(ChangeList):
         self.model_admin.annotate_page(list(self.result_list))  # type: ignore[attr-defined]  # annotate_page is declared by this app's admins that use this changelist
 
 
+class TenantForm(forms.ModelForm):
+    class Meta:
+        model = Tenant
+        fields = ("alert_thresholds",)  # the admin's fieldsets name the form's fields; this sets a widget
+        widgets = {"alert_thresholds": forms.TextInput(attrs={"size": 20})}
+
+
 @admin.register(Tenant)
 class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
-    config_fields = {"budget": ("budget_period", "budget_tokens", "budget_usd")}
+    form = TenantForm
+    config_fields = {"budget": ("budget_period", "budget_tokens", "budget_usd", "alert_thresholds")}
     list_display = ("name", "key_count", "limits", "period_spend", "last_minute", "created_at")
     search_fields = ("name",)
     ordering = ("name",)
@@ -153,7 +175,7 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
             "Rate limits (all of the tenant's keys together)",
             {"fields": ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "current_use")},
         ),
-        ("Budget", {"fields": ("budget_period", "budget_tokens", "budget_usd")}),
+        ("Budget", {"fields": ("budget_period", "budget_tokens", "budget_usd", "alert_thresholds")}),
     )
     readonly_fields = ("created_at", "current_use")
 
@@ -162,7 +184,10 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
         if obj.pk is None:
             return "—"
         quota = tenant_quota(obj)
-        return _use_table(current_use((quota,) if quota else (), budget_of(obj)), history.recent_use(tenant_id=obj.pk))
+        budget = budget_of(obj)
+        return _use_table(
+            current_use((quota,) if quota else (), (budget,) if budget else ()), history.recent_use(tenant_id=obj.pk)
+        )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
         return super().get_queryset(request).annotate(_keys=Count("api_keys"))
@@ -226,7 +251,8 @@ class ApiKeyForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = ("tenant", "name", "is_admin", "allowed_models")
+        fields = ("tenant", "name", "is_admin", "allowed_models", "expires_at")
+        widgets = {"alert_thresholds": forms.TextInput(attrs={"size": 20})}
 
 
 class RevokedFilter(admin.SimpleListFilter):
@@ -234,11 +260,14 @@ class RevokedFilter(admin.SimpleListFilter):
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("active", "Active"), ("revoked", "Revoked")]
+        return [("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        now = timezone.now()
         if self.value() == "active":
-            return queryset.filter(revoked_at__isnull=True)
+            return queryset.filter(revoked_at__isnull=True).exclude(expires_at__lte=now)
+        if self.value() == "expired":
+            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
         if self.value() == "revoked":
             return queryset.filter(revoked_at__isnull=False)
         return queryset
@@ -270,17 +299,23 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
         if obj is None:
-            return ["tenant", "name", "is_admin", "allowed_models"]
+            return ["tenant", "name", "is_admin", "allowed_models", "expires_at"]
         return [
             "tenant",
             "key_prefix",
             "name",
             "is_admin",
             "allowed_models",
+            "expires_at",
             "requests_per_minute",
             "tokens_per_minute",
             "max_concurrent_requests",
+            "budget_period",
+            "budget_tokens",
+            "budget_usd",
+            "alert_thresholds",
             "current_use",
+            "spend",
             "created_at",
             "last_used_at",
             "revoked_at",
@@ -288,13 +323,30 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.display(description="Current use")
     def current_use(self, obj: ApiKey) -> str:
-        quota = key_quota(obj)
-        return _use_table(current_use((quota,) if quota else (), None), history.recent_use(key_id=obj.pk))
+        quota, budget = key_quota(obj), budget_of(obj)
+        return _use_table(
+            current_use((quota,) if quota else (), (budget,) if budget else ()), history.recent_use(key_id=obj.pk)
+        )
+
+    @admin.display(description="Spent")
+    def spend(self, obj: ApiKey) -> str:
+        """This key's tokens and cost today and this month, from the stored usage (responses and
+        usage records) at the routes' current prices."""
+        now = time.time()
+        rows = []
+        for label, period in (("today (UTC)", "day"), ("this month (UTC)", "month")):
+            start = datetime.fromtimestamp(Budget(obj.tenant_id, period).window(now)[1], UTC)
+            tokens, micro_usd = spend_since(tenant_id=obj.tenant_id, key_id=obj.pk, start=start)
+            rows.append((label, f"{tokens:,} tokens", f"${micro_usd / 1_000_000:,.4f}"))
+        return format_html(
+            '<table data-role="key-spend"><tr><th>period</th><th>tokens</th><th>cost</th></tr>{}</table>',
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
             return []
-        return ["tenant", "key_prefix", "current_use", "created_at", "last_used_at", "revoked_at"]
+        return ["tenant", "key_prefix", "current_use", "spend", "created_at", "last_used_at", "revoked_at"]
 
     @admin.display(description="Key", ordering="prefix")
     def key_prefix(self, obj: ApiKey) -> str:
@@ -320,6 +372,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def state(self, obj: ApiKey) -> str:
         if obj.revoked_at:
             return mark_safe('<span class="gw-badge gw-bad">revoked</span>')
+        if obj.expires_at is not None and obj.expires_at <= timezone.now():
+            return mark_safe('<span class="gw-badge gw-warn">expired</span>')
         return mark_safe('<span class="gw-badge gw-ok">active</span>')
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: forms.ModelForm, change: bool) -> None:
@@ -360,6 +414,37 @@ class ApiKeyAdmin(admin.ModelAdmin):
         extra_context = dict(extra_context or {})
         extra_context["model_names"] = list(ModelRoute.objects.order_by("name").values_list("name", flat=True))
         return super().add_view(request, form_url, extra_context)
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path(
+                "<path:object_id>/regenerate/",
+                self.admin_site.admin_view(self.regenerate_view),
+                name="responses_api_apikey_regenerate",
+            ),
+            *super().get_urls(),
+        ]
+
+    def regenerate_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST (the key page's button): a new secret for this key, shown once on its page."""
+        key = self.get_object(request, unquote(object_id))
+        if key is None:
+            raise Http404("No such API key.")
+        if request.method != "POST" or not self.has_change_permission(request, key):
+            return HttpResponseRedirect(_change_url(key))
+        if key.revoked_at is not None:
+            messages.error(request, "A revoked key cannot be regenerated: create a new one.")
+            return HttpResponseRedirect(_change_url(key))
+        raw = services.api_key_regenerate(key=key)
+        clear_key_cache()  # this process at once; the others within GATEWAY_CACHE_SECONDS
+        self.log_change(request, key, "Regenerated the secret.")
+        request.session[_secret_session_key(key.pk)] = raw
+        messages.success(
+            request,
+            f"The API key “{key.name}” has a new secret. Copy it now: it is shown only once. "
+            f"The old one is refused within {settings.GATEWAY_CACHE_SECONDS:g} seconds.",
+        )
+        return HttpResponseRedirect(_change_url(key))
 
     @admin.action(description="Revoke selected API keys")
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
@@ -1025,6 +1110,79 @@ class ResponseAdmin(admin.ModelAdmin):
 
     def has_purge_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.is_superuser)
+
+
+# --------------------------------------------------------------------------- budget alerts
+
+
+class AlertWebhookForm(forms.ModelForm):
+    new_secret = forms.CharField(
+        required=False,
+        label="Signing secret",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password", "size": 60}),
+        help_text="Signs each delivery: X-Gateway-Signature: sha256=<HMAC-SHA256 of the body>. Stored "
+        "encrypted and never shown again; leave empty to keep the current one.",
+    )
+    clear_secret = forms.BooleanField(required=False, label="Remove the signing secret")
+
+    class Meta:
+        model = AlertWebhook
+        fields = ("name", "url", "enabled")
+
+
+@admin.register(AlertWebhook)
+class AlertWebhookAdmin(ConfigManagedAdmin, admin.ModelAdmin):
+    """Where budget alerts go: each threshold crossed (set per tenant and key, 80% and 100% by
+    default) is POSTed to every enabled webhook."""
+
+    form = AlertWebhookForm
+    config_fields = {"secret": ()}
+    config_hidden = {"secret": ("new_secret", "clear_secret")}
+    list_display = ("name", "url", "enabled", "signed", "created_at")
+    fieldsets = ((None, {"fields": ("name", "url", "enabled", "new_secret", "clear_secret")}),)
+
+    @admin.display(description="Signed", boolean=True)
+    def signed(self, obj: AlertWebhook) -> bool:
+        return bool(obj.secret_encrypted)
+
+    def save_model(self, request: HttpRequest, obj: AlertWebhook, form: forms.ModelForm, change: bool) -> None:
+        if form.cleaned_data.get("new_secret"):
+            obj.secret_encrypted = routing.encrypt_secret(form.cleaned_data["new_secret"])
+        elif form.cleaned_data.get("clear_secret"):
+            obj.secret_encrypted = ""
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(AlertDelivery)
+class AlertDeliveryAdmin(admin.ModelAdmin):
+    """Each alert sent to each webhook, with its last attempt: read-only."""
+
+    list_display = ("created_at", "alert", "webhook", "status", "attempts", "response_status", "delivered_at")
+    list_filter = ("status", "webhook")
+    list_select_related = ("webhook",)
+    ordering = ("-created_at",)
+    readonly_fields = (
+        "webhook",
+        "event",
+        "status",
+        "attempts",
+        "response_status",
+        "error",
+        "created_at",
+        "delivered_at",
+    )
+
+    @admin.display(description="Alert")
+    def alert(self, obj: AlertDelivery) -> str:
+        event = obj.event or {}
+        who = (event.get("api_key") or {}).get("name") or (event.get("tenant") or {}).get("name") or "?"
+        return f"{event.get('scope', '')} {who}: {event.get('threshold_percent')}% of the {event.get('period')} budget"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 from .conversations import admin as conversations_admin  # noqa: E402,F401 - registers ConversationAdmin

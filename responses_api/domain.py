@@ -27,10 +27,21 @@ class Quota:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
+    """A tenant's budget (all its keys together), or a key's own (`key_id` set): each is
+    counted on its own, and a request must fit both."""
+
     tenant_id: int
     period: str  # "day" | "month" (UTC)
     tokens: int | None = None
     usd: Decimal | None = None
+    key_id: int | None = None
+    label: str = "this tenant"  # for messages: "The monthly budget of this tenant is spent"
+    alert_at: tuple[int, ...] = ()  # percentages at which alerts.py calls the webhooks
+
+    @property
+    def scope(self) -> str:
+        """The counters' name: "tenant:3", "key:12"."""
+        return f"key:{self.key_id}" if self.key_id is not None else f"tenant:{self.tenant_id}"
 
     def window(self, now: float) -> tuple[str, float, float]:
         """(period id, its start, seconds left) at `now` (epoch seconds)."""
@@ -65,7 +76,8 @@ class Principal:
     is_admin: bool
     allowed_models: tuple[str, ...]
     quotas: tuple[Quota, ...] = ()  # the key's and the tenant's rate limits (limits.py)
-    budget: Budget | None = None
+    budgets: tuple[Budget, ...] = ()  # the key's and the tenant's budgets
+    expires_at: float | None = None  # epoch seconds: the key's expiry (checked on cache hits too)
     staff_user: str | None = None  # a staff user's admin session browsing history (no key)
 
     # DRF treats the authenticated "user" as truthy and asks is_authenticated.

@@ -35,9 +35,20 @@ def config_managed_field() -> models.JSONField:
     )
 
 
+def default_alert_thresholds() -> list[int]:
+    return [80, 100]
+
+
+def validate_alert_thresholds(value: object) -> None:
+    if not isinstance(value, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 < t <= 1000 for t in value
+    ):
+        raise ValidationError("A list of whole percentages from 1 to 1000, e.g. [80, 100].")
+
+
 class RateLimits(models.Model):
-    """Per-minute and concurrency limits of a key or of a tenant (all its keys together);
-    limits.py counts them."""
+    """Per-minute and concurrency limits and the budget of a key or of a tenant (all its keys
+    together); limits.py counts them, alerts.py calls the webhooks at the budget's thresholds."""
 
     requests_per_minute = models.PositiveIntegerField(
         null=True,
@@ -55,9 +66,40 @@ class RateLimits(models.Model):
         blank=True,
         help_text="Requests running at once (a stream or background run counts until it ends). Empty: no limit.",
     )
+    budget_period = models.CharField(
+        max_length=8,
+        choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")],
+        default="month",
+    )
+    budget_tokens = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Tokens spent per budget period (a tenant's: by all its keys together). Empty: no budget.",
+    )
+    budget_usd = models.DecimalField(
+        "budget (USD)",
+        max_digits=12,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        help_text="Cost spent per budget period (a tenant's: by all its keys together), priced by each model "
+        "route's price table. Empty: no budget.",
+    )
+    alert_thresholds = models.JSONField(
+        default=default_alert_thresholds,
+        blank=True,
+        help_text="Percentages of the budget at which the alert webhooks are called (once each per budget "
+        "period), e.g. [80, 100]. Empty: no alerts.",
+    )
 
     class Meta:
         abstract = True
+
+    def clean(self) -> None:
+        try:
+            validate_alert_thresholds(self.alert_thresholds)
+        except ValidationError as exc:
+            raise ValidationError({"alert_thresholds": exc.messages}) from None
 
 
 class Tenant(RateLimits):
@@ -78,25 +120,6 @@ class Tenant(RateLimits):
         "forever. Empty: GATEWAY_RETENTION_DAYS (0 there too: keep forever). A response a newer one still "
         "continues is kept until that chain expires as a whole.",
     )
-    budget_period = models.CharField(
-        max_length=8,
-        choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")],
-        default="month",
-    )
-    budget_tokens = models.PositiveBigIntegerField(
-        null=True,
-        blank=True,
-        help_text="Tokens this tenant may spend per budget period. Empty: no budget.",
-    )
-    budget_usd = models.DecimalField(
-        "budget (USD)",
-        max_digits=12,
-        decimal_places=2,
-        null=True,
-        blank=True,
-        help_text="Cost this tenant may spend per budget period, priced by each model route's price table. "
-        "Empty: no budget.",
-    )
     config_managed = config_managed_field()
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -104,6 +127,7 @@ class Tenant(RateLimits):
         return self.name
 
     def clean(self) -> None:
+        super().clean()
         entries = self.mcp_adhoc_egress_allow
         if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
             raise ValidationError({"mcp_adhoc_egress_allow": "A list of strings."})
@@ -127,6 +151,11 @@ class ApiKey(RateLimits):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="From this time the key is refused (401 api_key_expired). Empty: never expires.",
+    )
 
     class Meta:
         verbose_name = "API key"
@@ -462,3 +491,44 @@ class WebProcess(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class AlertWebhook(models.Model):
+    """Where budget alerts go (alerts.py): every enabled webhook gets each alert, as a JSON POST
+    signed with HMAC-SHA256 of its body under the secret (`X-Gateway-Signature: sha256=<hex>`)."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    url = models.CharField(max_length=500, validators=[validate_base_url], help_text="e.g. https://hooks.corp/gw")
+    secret_encrypted = models.TextField(
+        blank=True, editable=False, help_text="The signing secret, encrypted with GATEWAY_ENCRYPTION_KEY."
+    )
+    enabled = models.BooleanField(default=True)
+    config_managed = config_managed_field()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AlertDelivery(models.Model):
+    """One alert sent (or being sent) to one webhook, with how its last attempt went."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"  # every attempt failed
+
+    webhook = models.ForeignKey(AlertWebhook, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.JSONField(help_text="The body sent.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "alert deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.event.get('type', 'alert')} → {self.webhook_id} ({self.status})"

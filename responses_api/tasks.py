@@ -15,7 +15,9 @@ from typing import Any
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
 
+from .orchestration.alerts import deliver_once, retry_delay
 from .orchestration.worker import reap_stale, run_claimed
 from .store.services import retention_expire
 
@@ -54,3 +56,11 @@ def reap_stale_responses() -> int:
 @shared_task(name="responses_api.expire_responses", ignore_result=True)
 def expire_responses() -> dict:
     return retention_expire()
+
+
+@shared_task(name="responses_api.deliver_alert", bind=True, acks_late=True, ignore_result=True)
+def deliver_alert(self, delivery_id: int) -> None:  # type: ignore[no-untyped-def]  # Celery's bound task
+    """One budget alert to one webhook; retried with backoff (GATEWAY_ALERT_RETRIES times)."""
+    retries = settings.GATEWAY_ALERT_RETRIES
+    if not deliver_once(delivery_id, final=self.request.retries >= retries):
+        raise self.retry(countdown=retry_delay(self.request.retries), max_retries=retries)

@@ -4,12 +4,14 @@ authentication classes that call these are in `drf_policies.py`.
 
 Keys look like `sk-gw-<prefix>_<secret>`; the database keeps the prefix and
 the SHA-256 of the whole key. Successful look-ups are cached in-process for
-GATEWAY_CACHE_SECONDS, so a revoked key stops working within that time.
+GATEWAY_CACHE_SECONDS, so a revoked (or regenerated) key stops working within that time; an
+expiry is checked on every request, cached or not.
 """
 
 from __future__ import annotations
 
 import hmac
+import time
 from importlib import import_module
 
 from django.conf import settings
@@ -40,10 +42,21 @@ def _invalid() -> AuthenticationFailed:
     return AuthenticationFailed("Incorrect API key provided.")
 
 
+def _expired() -> AuthenticationFailed:
+    # Names neither the key's tenant nor its name: whoever holds an old key learns only that it expired.
+    return AuthenticationFailed("This API key has expired.", code="api_key_expired")
+
+
+def _unexpired(principal: Principal) -> Principal:
+    if principal.expires_at is not None and principal.expires_at <= time.time():
+        raise _expired()
+    return principal
+
+
 def cached_principal(raw_key: str) -> Principal | None:
     """The cached principal for a key, without touching the database."""
     cached = _cache.get(hash_key(raw_key))
-    return cached[0] if cached is not None else None
+    return _unexpired(cached[0]) if cached is not None else None
 
 
 async def principal_for(raw_key: str) -> Principal:
@@ -59,13 +72,15 @@ def authenticate_key(raw_key: str) -> Principal:
     digest = hash_key(raw_key)
     cached = _cache.get(digest)
     if cached is not None:
-        return cached[0]
+        return _unexpired(cached[0])
     if not raw_key.startswith(KEY_PREFIX) or "_" not in raw_key[len(KEY_PREFIX) :]:
         raise _invalid()
     prefix = raw_key[len(KEY_PREFIX) :].split("_", 1)[0]
     key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
     if key is None or key.revoked_at is not None or not hmac.compare_digest(key.secret_hash, digest):
         raise _invalid()
+    if key.expires_at is not None and key.expires_at <= timezone.now():
+        raise _expired()
     if key.last_used_at is None or (timezone.now() - key.last_used_at).total_seconds() > 60:
         ApiKey.objects.filter(id=key.id).update(last_used_at=timezone.now())
     principal = Principal(
@@ -76,7 +91,8 @@ def authenticate_key(raw_key: str) -> Principal:
         is_admin=key.is_admin,
         allowed_models=tuple(key.allowed_models or ()),
         quotas=tuple(q for q in (key_quota(key), tenant_quota(key.tenant)) if q is not None),
-        budget=budget_of(key.tenant),
+        budgets=tuple(b for b in (budget_of(key), budget_of(key.tenant)) if b is not None),
+        expires_at=key.expires_at.timestamp() if key.expires_at is not None else None,
     )
     return _cache.put(digest, principal)
 
@@ -120,10 +136,20 @@ def tenant_quota(tenant: Tenant) -> Quota | None:
     return quota_of(f"tenant:{tenant.id}", f"tenant '{tenant.name}'", tenant)
 
 
-def budget_of(tenant: Tenant) -> Budget | None:
-    if tenant.budget_tokens is None and tenant.budget_usd is None:
+def budget_of(owner: ApiKey | Tenant) -> Budget | None:
+    """A key's own budget, or its tenant's (all its keys together); None when it has none."""
+    if owner.budget_tokens is None and owner.budget_usd is None:
         return None
-    return Budget(tenant.id, tenant.budget_period, tenant.budget_tokens, tenant.budget_usd)
+    is_key = isinstance(owner, ApiKey)
+    return Budget(
+        owner.tenant_id if isinstance(owner, ApiKey) else owner.id,
+        owner.budget_period,
+        owner.budget_tokens,
+        owner.budget_usd,
+        key_id=owner.id if is_key else None,
+        label=f"API key '{owner.name}'" if is_key else "this tenant",
+        alert_at=tuple(sorted(set(owner.alert_thresholds or ()))),
+    )
 
 
 def clear_cache() -> None:

@@ -132,6 +132,6 @@ class UsageView(ApiView):
                 "end": int(args["end"].timestamp()) if args["end"] else None,
                 "data": data,
                 # Each rate limit and budget of this key and its tenant, with its use now.
-                "limits": await db.run(current_use, principal.quotas, principal.budget),
+                "limits": await db.run(current_use, principal.quotas, principal.budgets),
             }
         )

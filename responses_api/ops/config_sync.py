@@ -1,7 +1,7 @@
 """Sync providers and model routes from the GATEWAY_CONFIG file (YAML or JSON) into the database.
 
 Idempotent: running it again with the same file changes nothing. One rule for every
-section (providers, models, tools, mcp_servers, tenants): a field the file sets is the
+section (providers, models, tools, mcp_servers, tenants, alert_webhooks): a field the file sets is the
 file's, recorded in the entry's `config_managed` and read-only in the admin; a field it
 leaves out is the admin's and never reset; an entry not (or no longer) in the file is left
 alone, and unmarked. Run once per deployment (compose's `migrate` service, `scripts/run`),
@@ -23,7 +23,7 @@ from django.db import transaction
 from tool_registry.models import McpServer, Tool
 
 from ..api.auth import clear_cache as clear_key_cache
-from ..models import ApiKey, ModelRoute, Provider, RouteTarget, Tenant
+from ..models import AlertWebhook, ApiKey, ModelRoute, Provider, RouteTarget, Tenant, validate_alert_thresholds
 from ..orchestration.routing import clear_cache, encrypt_secret
 
 
@@ -125,6 +125,7 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
         "tools": 0,
         "mcp_servers": 0,
         "tenants": _sync_tenants(data.get("tenants") or []),
+        "alert_webhooks": _sync_alert_webhooks(data.get("alert_webhooks") or []),
     }
     providers: dict[str, Provider] = {}
     for i, entry in enumerate(data.get("providers") or []):
@@ -188,14 +189,20 @@ _TENANT_LIMITS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_re
 
 
 def _tenant_budget(budget: Any) -> dict[str, Any]:
+    """A tenant's or a key's `budget: {period, tokens, usd, alert_thresholds}`."""
     budget = budget or {}
-    if not isinstance(budget, dict) or set(budget) - {"period", "tokens", "usd"}:
-        raise ValueError("expected a mapping of period, tokens and usd")
+    if not isinstance(budget, dict) or set(budget) - {"period", "tokens", "usd", "alert_thresholds"}:
+        raise ValueError("expected a mapping of period, tokens, usd and alert_thresholds")
     try:
         usd = Decimal(str(budget["usd"])) if budget.get("usd") is not None else None
     except InvalidOperation:
         raise ValueError("usd is not a number") from None
-    return {"budget_period": budget.get("period", "month"), "budget_tokens": budget.get("tokens"), "budget_usd": usd}
+    return {
+        "budget_period": budget.get("period", "month"),
+        "budget_tokens": budget.get("tokens"),
+        "budget_usd": usd,
+        "alert_thresholds": budget.get("alert_thresholds", [80, 100]),
+    }
 
 
 _TENANT_FIELDS: dict[str, Any] = {
@@ -233,16 +240,24 @@ def _sync_key_limits(tenant: Any, entries: list[Any], where: str) -> None:
     error, so a deployment's config may name keys created after it)."""
     for j, entry in enumerate(entries):
         at = f"{where}.keys[{j}]"
-        if not isinstance(entry, dict) or set(entry) - {"name", *_KEY_LIMITS}:
-            raise ConfigError(f"{at}: expected a mapping of name and {', '.join(_KEY_LIMITS)}")
+        if not isinstance(entry, dict) or set(entry) - {"name", "budget", *_KEY_LIMITS}:
+            raise ConfigError(f"{at}: expected a mapping of name, budget and {', '.join(_KEY_LIMITS)}")
         name = _require(entry, "name", at)
         for field in _KEY_LIMITS:
             value = entry.get(field)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{at}.{field}: a positive integer, or null for no limit")
-        updated = ApiKey.objects.filter(tenant=tenant, name=name).update(
-            **{field: entry[field] for field in _KEY_LIMITS if field in entry}
-        )
+        fields = {field: entry[field] for field in _KEY_LIMITS if field in entry}
+        if "budget" in entry:
+            try:
+                fields.update(_tenant_budget(entry["budget"]))
+            except ValueError as exc:
+                raise ConfigError(f"{at}.budget: {exc}") from None
+            try:
+                validate_alert_thresholds(fields["alert_thresholds"])
+            except ValidationError as exc:
+                raise ConfigError(f"{at}.budget.alert_thresholds: {exc.messages[0]}") from None
+        updated = ApiKey.objects.filter(tenant=tenant, name=name).update(**fields)
         if not updated:
             logging.getLogger("gateway.config").warning(
                 "%s: tenant %r has no API key named %r yet; its limits apply once config is synced again",
@@ -250,6 +265,31 @@ def _sync_key_limits(tenant: Any, entries: list[Any], where: str) -> None:
                 tenant.name,
                 name,
             )
+
+
+_WEBHOOK_FIELDS: dict[str, Any] = {
+    "url": lambda v: {"url": str(v)},
+    "secret": lambda v: {"secret_encrypted": encrypt_secret(str(v)) if v else ""},
+    "enabled": lambda v: {"enabled": bool(v)},
+}
+
+
+def _sync_alert_webhooks(entries: list[Any]) -> int:
+    """`alert_webhooks: [{name, url, secret, enabled}]`: where budget alerts are POSTed (the
+    secret, which signs them, is stored encrypted). The file's rule, as for every section."""
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        where = f"alert_webhooks[{i}]"
+        if not isinstance(entry, dict) or set(entry) - {"name", *_WEBHOOK_FIELDS}:
+            raise ConfigError(f"{where}: expected a mapping of name, url, secret and enabled")
+        name = _require(entry, "name", where)
+        _require(entry, "url", where)
+        webhook = AlertWebhook.objects.filter(name=name).first() or AlertWebhook(name=name)
+        _set(webhook, entry, _WEBHOOK_FIELDS, where)
+        _save_valid(webhook, where)
+        seen.add(name)
+    _unmanage_others(AlertWebhook, "name", seen, "alert_webhooks")
+    return len(entries)
 
 
 def _price(price: Any, where: str) -> dict[str, Any]:

@@ -70,7 +70,7 @@ async def admit_request(
     principal: Principal, req: CreateRequest, route: Route, *, on_worker: bool = False
 ) -> Grant | None:
     """The rate limits and budget of the principal, for one create (None: it has none)."""
-    if not principal.quotas and principal.budget is None:
+    if not principal.quotas and not principal.budgets:
         return None
     if not req.generate:  # a warm-up calls no model: one request, no tokens, no slot held
         return await admit(principal, concurrent=False)

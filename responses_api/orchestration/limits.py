@@ -1,5 +1,6 @@
 """Rate limits and budgets: requests, tokens and concurrent runs per minute per key and per
-tenant, and a tenant's token or cost budget per day or month.
+tenant, and a key's and a tenant's token or cost budget per day or month (a key's budget is
+another scope of the same counters: a request must fit both).
 
 The counters (store/limit_counters.py) live in Redis when REDIS_URL is set (one Lua script
 checks every limit of a request and takes them all or none, so web processes and workers share
@@ -15,7 +16,8 @@ principal without limits: that path costs one attribute test.
   background run holds one until it ends; a process that dies lets it expire.
 - Budgets count spent tokens and cost (micro-USD from the route's price table) per period.
   The count is seeded from the database when its period starts (or Redis lost it), so
-  Redis is a cache of what the store already knows.
+  Redis is a cache of what the store already knows. The settle that counts a request's
+  spend also reports the alert thresholds it crossed first in the period (alerts.py).
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from ..domain import Budget, Price, Quota
 from ..observability.metrics import rate_limited
 from ..protocol.errors import RateLimited
 from ..store import db
-from ..store.limit_counters import Check, Decision, LimitStore, limit_store
+from ..store.limit_counters import Check, Crossing, Decision, LimitStore, Spend, limit_store
 from ..store.outages import ServiceUnavailable
 from ..store.selectors import spend_since
 from ..store.usage import usage_writer
+from .alerts import budget_crossed
 
 log = logging.getLogger("gateway.limits")
 
@@ -50,7 +53,7 @@ log = logging.getLogger("gateway.limits")
 
 def checks_for(
     quotas: tuple[Quota, ...],
-    budget: Budget | None,
+    budgets: tuple[Budget, ...],
     *,
     estimate: int,
     now: float,
@@ -70,14 +73,16 @@ def checks_for(
             )
         if q.concurrent and concurrent:
             checks.append(Check("lease", f"conc:{q.scope}", "concurrent requests", q.label, q.concurrent))
-    if budget is not None and (budget.tokens is not None or budget.usd is not None):
+    for budget in budgets:
+        if budget.tokens is None and budget.usd is None:
+            continue
         ident, _, left = budget.window(now)
         checks.append(
             Check(
                 "budget",
-                f"budget:{budget.tenant_id}:{ident}",
+                budget_key(budget, ident),
                 "daily budget" if budget.period == "day" else "monthly budget",
-                "this tenant",
+                budget.label,
                 budget.tokens if budget.tokens is not None else -1,
                 micro_usd_limit=int(budget.usd * 1_000_000) if budget.usd is not None else -1,
                 reset_in=left,
@@ -88,6 +93,30 @@ def checks_for(
     return checks
 
 
+def budget_key(budget: Budget, ident: str) -> str:
+    """A budget's counter in one period. A tenant's keeps the name it had before keys had
+    budgets (`budget:<tenant id>:<period>`), so a deploy does not reseed running counts."""
+    if budget.key_id is None:
+        return f"budget:{budget.tenant_id}:{ident}"
+    return f"budget:key:{budget.key_id}:{ident}"
+
+
+@dataclass(slots=True)
+class BudgetHold:
+    """A budget a request counts against, as its end needs it: the counter and, for the alert
+    thresholds the settle checks, the limits and whose budget it is."""
+
+    key: str
+    scope: str  # "tenant:3", "key:12"
+    period: str
+    tokens: int  # -1: no token limit
+    micro_usd: int  # -1: no cost limit
+    alert_at: tuple[int, ...] = ()
+
+    def as_list(self) -> list[Any]:
+        return [self.key, self.scope, self.period, self.tokens, self.micro_usd, list(self.alert_at)]
+
+
 @dataclass(slots=True, weakref_slot=True, eq=False)  # identity: kept in a WeakSet
 class Grant:
     """What a request holds from admission to its end; `end()` settles and releases (once)."""
@@ -95,7 +124,7 @@ class Grant:
     lease_id: str
     buckets: list[tuple[str, int, int]]  # (key, limit, reserved): tokens-per-minute buckets
     leases: list[str]
-    budget_key: str | None
+    budgets: list[BudgetHold]
     price: Price
     headers: dict[str, str] = field(default_factory=dict)
     ended: bool = False
@@ -106,7 +135,7 @@ class Grant:
             "lease_id": self.lease_id,
             "buckets": self.buckets,
             "leases": self.leases,
-            "budget_key": self.budget_key,
+            "budgets": [b.as_list() for b in self.budgets],
             "price": [str(self.price.input), str(self.price.output)],
         }
 
@@ -118,7 +147,10 @@ class Grant:
             lease_id=data["lease_id"],
             buckets=[tuple(b) for b in data["buckets"]],
             leases=list(data["leases"]),
-            budget_key=data["budget_key"],
+            # A job queued before key budgets named its one (tenant) budget `budget_key`: no
+            # alerts for it, but its settle still counts.
+            budgets=[BudgetHold(b[0], b[1], b[2], b[3], b[4], tuple(b[5])) for b in data.get("budgets", ())]
+            + ([BudgetHold(data["budget_key"], "", "", -1, -1)] if data.get("budget_key") else []),
             price=Price(Decimal(data["price"][0]), Decimal(data["price"][1])),
         )
 
@@ -131,18 +163,33 @@ class Grant:
         output_tokens = int((usage or {}).get("output_tokens") or (usage or {}).get("completion_tokens") or 0)
         used = input_tokens + output_tokens
         # Always, when there is a budget: the settle also gives back this request's reservation.
-        budgets = (
-            [(self.budget_key, used, self.price.micro_usd(input_tokens, output_tokens))] if self.budget_key else []
-        )
+        micro_usd = self.price.micro_usd(input_tokens, output_tokens) if self.budgets else 0
+        budgets = [Spend(b.key, used, micro_usd, b.tokens, b.micro_usd, b.alert_at) for b in self.budgets]
         try:
             await limit_store().settle(
                 [(k, limit, used - reserved) for k, limit, reserved in self.buckets],
                 budgets,
                 self.leases,
                 self.lease_id,
+                on_crossed=self._crossed if any(b.alert_at for b in self.budgets) else None,
             )
         except Exception as exc:  # noqa: BLE001 - the leases expire on their own
             log.warning("rate limits: could not settle %s: %s", self.lease_id, exc)
+
+    def _crossed(self, crossings: list[Crossing]) -> None:
+        """Thresholds this request's spend crossed first in their period (each reported by one
+        settle only, across processes): alerts.py logs and sends them."""
+        holds = {b.key: b for b in self.budgets}
+        for crossing in crossings:
+            hold = holds.get(crossing.key)
+            if hold is not None:
+                budget_crossed(
+                    scope=hold.scope,
+                    period=hold.period,
+                    token_limit=hold.tokens,
+                    micro_usd_limit=hold.micro_usd,
+                    crossing=crossing,
+                )
 
 
 async def admit(
@@ -156,19 +203,19 @@ async def admit(
 ) -> Grant | None:
     """Take what one request needs from every limit of its key and tenant, or raise a 429
     naming the limit (with Retry-After). None when the principal has no limits."""
-    quotas, budget = principal.quotas, principal.budget
-    if not quotas and budget is None:
+    quotas, budgets = principal.quotas, principal.budgets
+    if not quotas and not budgets:
         return None
     now = time.time()
     needs_tokens = any(q.tokens_per_minute for q in quotas)
-    budgeted = budget is not None and (budget.tokens is not None or budget.usd is not None)
+    budgeted = any(b.tokens is not None or b.usd is not None for b in budgets)
     estimated = max(1, estimate()) if needs_tokens or budgeted else 0
     reserved = estimated if needs_tokens else 0
     # Against a budget: the input estimate plus the output the request may produce (`estimate`
     # already counts max_output_tokens where the request set it; `output_reserve` otherwise).
     budget_tokens = estimated + output_reserve if budgeted else 0
     reserve = (budget_tokens, (price or Price()).micro_usd(estimated, output_reserve) if budgeted else 0)
-    checks = checks_for(quotas, budget, estimate=reserved, now=now, concurrent=concurrent, reserve=reserve)
+    checks = checks_for(quotas, budgets, estimate=reserved, now=now, concurrent=concurrent, reserve=reserve)
     if not checks:
         return None
     lease_id = uuid.uuid4().hex
@@ -178,8 +225,11 @@ async def admit(
     store = limit_store()
     try:
         decision = await store.acquire(checks, lease_id, lease_seconds)
-        if decision.seed >= 0:  # the budget's period has no count yet: the database has it
-            await _seed_budget(store, budget, checks[decision.seed], now)
+        by_key = {budget_key(b, b.window(now)[0]): b for b in budgets}
+        for _ in budgets:  # a budget's period has no count yet: the database has it (each once)
+            if decision.seed < 0:
+                break
+            await _seed_budget(store, by_key[checks[decision.seed].key], checks[decision.seed], now)
             decision = await store.acquire(checks, lease_id, lease_seconds)
     except RateLimited:
         raise
@@ -201,11 +251,17 @@ async def admit(
         # What each bucket really took: an estimate above the whole limit took the limit.
         buckets=[(c.key, c.limit, min(c.cost, c.limit)) for c in checks if c.what == "tokens per minute"],
         leases=[c.key for c in checks if c.kind == "lease"],
-        budget_key=next((c.key for c in checks if c.kind == "budget"), None),
+        budgets=[
+            BudgetHold(
+                c.key, by_key[c.key].scope, by_key[c.key].period, c.limit, c.micro_usd_limit, by_key[c.key].alert_at
+            )
+            for c in checks
+            if c.kind == "budget"
+        ],
         price=price or Price(),
         headers=_headers(checks, decision),
     )
-    if renewed and (grant.leases or grant.budget_key):
+    if renewed and (grant.leases or grant.budgets):
         _renewing.add(grant)
     return grant
 
@@ -224,7 +280,7 @@ def renew_leases_from_now_on() -> None:
 async def renew_live_leases() -> None:
     """liveness.py's beat: the leases of this process's running requests last another
     GATEWAY_LEASE_SECONDS."""
-    grants = [(g.lease_id, g.leases, g.budget_key) for g in list(_renewing) if not g.ended]
+    grants = [(g.lease_id, g.leases, [b.key for b in g.budgets]) for g in list(_renewing) if not g.ended]
     if grants:
         await limit_store().renew(grants, float(settings.GATEWAY_LEASE_SECONDS))
 
@@ -289,13 +345,17 @@ def _duration(seconds: float) -> str:
 async def _seed_budget(store: LimitStore, budget: Budget, check: Check, now: float) -> None:
     _, start, left = budget.window(now)
     await usage_writer.flush()  # the calls of the last half second, queued as usage records
-    tokens, micro_usd = await db.run(spend_since, tenant_id=budget.tenant_id, start=datetime.fromtimestamp(start, UTC))
+    tokens, micro_usd = await db.run(
+        spend_since, tenant_id=budget.tenant_id, key_id=budget.key_id, start=datetime.fromtimestamp(start, UTC)
+    )
     await store.seed(check.key, tokens, micro_usd, left + 86400)
 
 
-def current_use(quotas: tuple[Quota, ...], budget: Budget | None) -> list[dict[str, Any]]:
+def current_use(quotas: tuple[Quota, ...], budgets: tuple[Budget, ...]) -> list[dict[str, Any]]:
     """Each limit with its current use (sync: the admin and the usage API's thread)."""
-    checks = checks_for(quotas, budget, estimate=0, now=time.time())
+    now = time.time()
+    checks = checks_for(quotas, budgets, estimate=0, now=now)
+    by_key = {budget_key(b, b.window(now)[0]): b for b in budgets}
     if not checks:
         return []
     try:
@@ -312,13 +372,13 @@ def current_use(quotas: tuple[Quota, ...], budget: Budget | None) -> list[dict[s
             **use,
         }
         if check.kind == "budget":
-            if entry.get("used") is None and budget is not None:
+            budget = by_key[check.key]
+            if entry.get("used") is None:
                 # No request has counted this period yet (or Redis lost it): the store knows
                 # what it spent, as the first request of the period will seed it.
-
-                _, start, _ = budget.window(time.time())
+                _, start, _ = budget.window(now)
                 entry["used"], entry["micro_usd"] = spend_since(
-                    tenant_id=budget.tenant_id, start=datetime.fromtimestamp(start, UTC)
+                    tenant_id=budget.tenant_id, key_id=budget.key_id, start=datetime.fromtimestamp(start, UTC)
                 )
             entry["usd"] = check.micro_usd_limit / 1_000_000 if check.micro_usd_limit >= 0 else None
             entry["renews_in_seconds"] = int(check.reset_in)

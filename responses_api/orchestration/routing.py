@@ -35,6 +35,10 @@ def encrypt_secret(value: str) -> str:
     return _fernet().encrypt(value.encode()).decode()
 
 
+def decrypt_secret(value: str) -> str:
+    return _fernet().decrypt(value.encode()).decode()
+
+
 def provider_secret(provider: Provider) -> str | None:
     if provider.api_key_env:
         value = os.environ.get(provider.api_key_env)

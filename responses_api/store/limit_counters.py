@@ -35,6 +35,47 @@ class Check:
 
 
 @dataclass(slots=True)
+class Spend:
+    """What a request spent against one budget, settled at its end, with what that budget's
+    alert thresholds need: its limits (-1: none) and the percentages (e.g. 80, 100)."""
+
+    key: str
+    tokens: int
+    micro_usd: int
+    token_limit: int = -1
+    micro_usd_limit: int = -1
+    alert_at: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class Crossing:
+    """A threshold a settle crossed first in its budget's period (only one settle, across
+    processes, reports each), with the spend it reached."""
+
+    key: str
+    percent: int
+    tokens: int
+    micro_usd: int
+
+
+def crossed(spend: Spend, tokens: int, micro_usd: int, alerted: set[int]) -> list[Crossing]:
+    """The thresholds reached and not yet reported (the Redis settle script does the same);
+    marks them in `alerted`."""
+    out = []
+    for pct in spend.alert_at:
+        reached = (spend.token_limit >= 0 and tokens * 100 >= spend.token_limit * pct) or (
+            spend.micro_usd_limit >= 0 and micro_usd * 100 >= spend.micro_usd_limit * pct
+        )
+        if reached and pct not in alerted:
+            alerted.add(pct)
+            out.append(Crossing(spend.key, pct, tokens, micro_usd))
+    return out
+
+
+OnCrossed = Callable[[list[Crossing]], None]
+
+
+@dataclass(slots=True)
 class Decision:
     allowed: bool
     failed: int = -1  # index of the check that refused
@@ -48,10 +89,16 @@ class LimitStore:
         raise NotImplementedError
 
     async def settle(
-        self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]], leases: list[str], lease_id: str
+        self,
+        buckets: list[tuple[str, int, int]],
+        budgets: list[Spend],
+        leases: list[str],
+        lease_id: str,
+        on_crossed: OnCrossed | None = None,
     ) -> None:
-        """buckets: (key, limit, tokens to take back (+) or give back (-)); budgets: (key, tokens,
-        micro_usd) spent; leases: keys to release `lease_id` from."""
+        """buckets: (key, limit, tokens to take back (+) or give back (-)); budgets: what was
+        spent; leases: keys to release `lease_id` from. `on_crossed` hears of the alert
+        thresholds the spend crossed first (when the settle is done, maybe later)."""
         raise NotImplementedError
 
     async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
@@ -61,8 +108,8 @@ class LimitStore:
         """Current use, synchronously (the admin): one entry per check."""
         raise NotImplementedError
 
-    async def renew(self, grants: list[tuple[str, list[str], str | None]], until_seconds: float) -> None:
-        """(lease id, lease keys, budget key) of live requests: their leases and reservations
+    async def renew(self, grants: list[tuple[str, list[str], list[str]]], until_seconds: float) -> None:
+        """(lease id, lease keys, budget keys) of live requests: their leases and reservations
         now last `until_seconds` more (liveness.py: a dead process's stop being renewed)."""
         raise NotImplementedError
 
@@ -80,6 +127,7 @@ class MemoryLimitStore(LimitStore):
         self.spent: dict[str, tuple[int, int, float]] = {}  # key -> (tokens, micro_usd, until)
         # budget key -> {lease id: (tokens, micro_usd, until)}: what running requests reserved
         self.reserved: dict[str, dict[str, tuple[int, int, float]]] = {}
+        self.alerted: dict[str, set[int]] = {}  # budget key -> thresholds reported this period
 
     def _level(self, key: str, limit: int, now: float) -> float:
         tokens, at = self.buckets.get(key, (float(limit), now))
@@ -126,32 +174,48 @@ class MemoryLimitStore(LimitStore):
         return decision
 
     async def settle(
-        self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]], leases: list[str], lease_id: str
+        self,
+        buckets: list[tuple[str, int, int]],
+        budgets: list[Spend],
+        leases: list[str],
+        lease_id: str,
+        on_crossed: OnCrossed | None = None,
     ) -> None:
         now = self.clock()
         for key, limit, delta in buckets:
             self.buckets[key] = (min(float(limit), self._level(key, limit, now) - delta), now)
-        for key, tokens, micro_usd in budgets:
-            self.reserved.get(key, {}).pop(lease_id, None)
-            entry = self.spent.get(key)
+        crossings: list[Crossing] = []
+        for spend in budgets:
+            self.reserved.get(spend.key, {}).pop(lease_id, None)
+            entry = self.spent.get(spend.key)
             if entry is not None and entry[2] > now:
-                self.spent[key] = (entry[0] + tokens, entry[1] + micro_usd, entry[2])
+                self.spent[spend.key] = (entry[0] + spend.tokens, entry[1] + spend.micro_usd, entry[2])
+                if spend.alert_at:
+                    alerted = self.alerted.setdefault(spend.key, set())
+                    crossings += crossed(spend, entry[0] + spend.tokens, entry[1] + spend.micro_usd, alerted)
         for key in leases:
             self.leases.get(key, {}).pop(lease_id, None)
+        if crossings and on_crossed is not None:
+            try:
+                on_crossed(crossings)
+            except Exception as exc:  # noqa: BLE001 - an alert lost is logged, the counts are right
+                log.warning("budget alerts: could not report %d crossing(s): %s", len(crossings), exc)
 
-    async def renew(self, grants: list[tuple[str, list[str], str | None]], until_seconds: float) -> None:
+    async def renew(self, grants: list[tuple[str, list[str], list[str]]], until_seconds: float) -> None:
         until = self.clock() + until_seconds
-        for lease_id, keys, budget_key in grants:
+        for lease_id, keys, budget_keys in grants:
             for key in keys:
                 if lease_id in self.leases.get(key, {}):
                     self.leases[key][lease_id] = until
-            held = self.reserved.get(budget_key or "", {}).get(lease_id)
-            if held is not None:
-                self.reserved[budget_key or ""][lease_id] = (held[0], held[1], until)
+            for budget_key in budget_keys:
+                held = self.reserved.get(budget_key, {}).get(lease_id)
+                if held is not None:
+                    self.reserved[budget_key][lease_id] = (held[0], held[1], until)
 
     async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
         if self._spent(key, self.clock()) is None:
             self.spent[key] = (tokens, micro_usd, self.clock() + ttl)
+            self.alerted.pop(key, None)  # a new count (Redis's flags go with its hash)
 
     def snapshot(self, checks: list[Check]) -> list[dict[str, Any]]:
         now = self.clock()
@@ -281,6 +345,7 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local lease_id = ARGV[1]
 local nb, ns = tonumber(ARGV[2]), tonumber(ARGV[3])
 local arg = 4
+local out = {}
 for i = 1, #KEYS do
   local key = KEYS[i]
   if i <= nb then
@@ -294,8 +359,8 @@ for i = 1, #KEYS do
     redis.call('EXPIRE', key, math.ceil((a - lv) * 60 / a) + 1)
   elseif i <= nb + ns then
     if redis.call('EXISTS', key) == 1 then
-      redis.call('HINCRBY', key, 'tokens', ARGV[arg])
-      redis.call('HINCRBY', key, 'micro_usd', ARGV[arg + 1])
+      local tok = redis.call('HINCRBY', key, 'tokens', ARGV[arg])
+      local mic = redis.call('HINCRBY', key, 'micro_usd', ARGV[arg + 1])
       local held = redis.call('HGET', key .. ':a', lease_id)
       if held then
         local sep = string.find(held, ',')
@@ -304,13 +369,25 @@ for i = 1, #KEYS do
         redis.call('HDEL', key .. ':a', lease_id)
         redis.call('ZREM', key .. ':r', lease_id)
       end
+      -- alert thresholds reached: each reported by one settle only (a flag in the period's hash)
+      local tl, ul = tonumber(ARGV[arg + 2]), tonumber(ARGV[arg + 3])
+      for pct in string.gmatch(ARGV[arg + 4], '%d+') do
+        local p = tonumber(pct)
+        if ((tl >= 0 and tok * 100 >= tl * p) or (ul >= 0 and mic * 100 >= ul * p))
+            and redis.call('HSETNX', key, 'alert:' .. pct, 1) == 1 then
+          table.insert(out, i - nb)
+          table.insert(out, p)
+          table.insert(out, tok)
+          table.insert(out, mic)
+        end
+      end
     end
-    arg = arg + 2
+    arg = arg + 5
   else
     redis.call('ZREM', key, lease_id)
   end
 end
-return 1
+return out
 """
 
 _SEED = """
@@ -328,7 +405,8 @@ class RedisLimitStore(LimitStore):
     def __init__(self, url: str) -> None:
         self.url = url
         self._scripts: dict[int, dict[str, Any]] = {}  # per client (one per event loop)
-        self._pending: list[tuple[list[str], list[Any]]] = []
+        # (keys, args, the budget keys in order, who hears of crossed thresholds)
+        self._pending: list[tuple[list[str], list[Any], list[str], OnCrossed | None]] = []
         self._flushing: asyncio.Future | None = None
 
     def _script(self, name: str) -> Any:
@@ -368,14 +446,20 @@ class RedisLimitStore(LimitStore):
         return decision
 
     async def settle(
-        self, buckets: list[tuple[str, int, int]], budgets: list[tuple[str, int, int]], leases: list[str], lease_id: str
+        self,
+        buckets: list[tuple[str, int, int]],
+        budgets: list[Spend],
+        leases: list[str],
+        lease_id: str,
+        on_crossed: OnCrossed | None = None,
     ) -> None:
         """Queued, not awaited: a request's end does not wait for it, and the settles of one
         event-loop turn go to Redis in one pipeline (under load, one round trip for many).
-        `drain()` waits for them (a worker before its loop closes)."""
+        `drain()` waits for them (a worker before its loop closes); `on_crossed` is called
+        from there."""
         keys = (
             [self.PREFIX + k for k, _, _ in buckets]
-            + [self.PREFIX + k for k, _, _ in budgets]
+            + [self.PREFIX + b.key for b in budgets]
             + [self.PREFIX + k for k in leases]
         )
         if not keys:
@@ -383,9 +467,9 @@ class RedisLimitStore(LimitStore):
         args: list[Any] = [lease_id, len(buckets), len(budgets)]
         for _, limit, delta in buckets:
             args += [limit, delta]
-        for _, tokens, micro_usd in budgets:
-            args += [tokens, micro_usd]
-        self._pending.append((keys, args))
+        for b in budgets:
+            args += [b.tokens, b.micro_usd, b.token_limit, b.micro_usd_limit, ",".join(map(str, b.alert_at))]
+        self._pending.append((keys, args, [b.key for b in budgets], on_crossed))
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.ensure_future(self._flush())
 
@@ -402,9 +486,10 @@ class RedisLimitStore(LimitStore):
                     # EVALSHA by hand: a pipeline given Script objects asks SCRIPT EXISTS first,
                     # every time (one more round trip per flush).
                     async with client.pipeline(transaction=False) as pipe:
-                        for keys, args in batch:
+                        for keys, args, _, _ in batch:
                             pipe.evalsha(script.sha, len(keys), *keys, *args)
-                        await pipe.execute()
+                        replies = await pipe.execute()
+                    _report_crossings(batch, replies)
                     break
                 except NoScriptError:  # Redis restarted and lost its scripts: load it, once
                     if attempt:
@@ -422,16 +507,16 @@ class RedisLimitStore(LimitStore):
     async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
         await self._script("seed")(keys=[self.PREFIX + key], args=[tokens, micro_usd, math.ceil(ttl)])
 
-    async def renew(self, grants: list[tuple[str, list[str], str | None]], until_seconds: float) -> None:
+    async def renew(self, grants: list[tuple[str, list[str], list[str]]], until_seconds: float) -> None:
         if not grants:
             return
         client = self._script("settle").registered_client
         until = time.time() + until_seconds  # Redis's clock and ours: the same host's, or NTP's
         async with client.pipeline(transaction=False) as pipe:
-            for lease_id, keys, budget_key in grants:
+            for lease_id, keys, budget_keys in grants:
                 for key in keys:
                     pipe.zadd(self.PREFIX + key, {lease_id: until}, xx=True)
-                if budget_key:
+                for budget_key in budget_keys:
                     pipe.zadd(self.PREFIX + budget_key + ":r", {lease_id: until}, xx=True)
             await pipe.execute()
 
@@ -454,6 +539,25 @@ class RedisLimitStore(LimitStore):
                 tokens, micro_usd = client.hmget(key, "tokens", "micro_usd")
                 out.append({"used": None} if tokens is None else {"used": int(tokens), "micro_usd": int(micro_usd)})
         return out
+
+
+def _report_crossings(
+    batch: list[tuple[list[str], list[Any], list[str], OnCrossed | None]], replies: list[Any]
+) -> None:
+    """Each settle's reply lists (budget index, percent, tokens, micro-USD) per threshold it
+    crossed first."""
+    for (_, _, budget_keys, on_crossed), reply in zip(batch, replies):
+        if not reply or on_crossed is None:
+            continue
+        values = [int(v) for v in reply]
+        crossings = [
+            Crossing(budget_keys[values[i] - 1], values[i + 1], values[i + 2], values[i + 3])
+            for i in range(0, len(values), 4)
+        ]
+        try:
+            on_crossed(crossings)
+        except Exception as exc:  # noqa: BLE001 - an alert lost is logged, the counts are right
+            log.warning("budget alerts: could not report %d crossing(s): %s", len(crossings), exc)
 
 
 _store: LimitStore | None = None

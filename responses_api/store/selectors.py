@@ -331,16 +331,18 @@ def context_check(
     resolve_references(tenant_id, input_items)
 
 
-def spend_since(*, tenant_id: int, start: datetime) -> tuple[int, int]:
-    """A tenant's tokens and cost (micro-USD, at the routes' current prices) since `start`:
-    what a budget's period has spent before this process counted it. Two queries and the
-    price table."""
+def spend_since(*, tenant_id: int, start: datetime, key_id: int | None = None) -> tuple[int, int]:
+    """A tenant's (or, with `key_id`, one key's) tokens and cost (micro-USD, at the routes'
+    current prices) since `start`: what a budget's period has spent before this process
+    counted it. Two queries and the price table."""
     prices = {
         name: (i or 0, o or 0)
         for name, i, o in ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")
     }
     tokens = micro_usd = 0
     for source in (Response.objects.all(), UsageRecord.objects.all()):
+        if key_id is not None:
+            source = source.filter(api_key_id=key_id)
         rows = (
             source.filter(tenant_id=tenant_id, created_at__gte=start)
             .values("model")

@@ -420,6 +420,17 @@ def api_key_create(*, tenant_name: str, name: str, is_admin: bool = False) -> tu
     return key, raw
 
 
+def api_key_regenerate(*, key: ApiKey) -> str:
+    """A new secret (and prefix) for the same key: its id, name, limits, budget and usage
+    history stay. The old secret is refused from now on, within GATEWAY_CACHE_SECONDS where a
+    process still holds it in its key cache. Returns the new secret, shown once."""
+    prefix = secrets.token_hex(6)
+    raw = f"{KEY_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+    ApiKey.objects.filter(id=key.id).update(prefix=prefix, secret_hash=hash_key(raw))
+    key.prefix, key.secret_hash = prefix, hash_key(raw)
+    return raw
+
+
 def api_key_revoke(*, key: ApiKey) -> None:
     ApiKey.objects.filter(id=key.id, revoked_at__isnull=True).update(revoked_at=timezone.now())
 

@@ -219,6 +219,18 @@ def test_operator_creates_an_api_key_and_sees_the_secret_once(page, site: dict, 
     assert secret not in page.content()
     expect(page.locator("#result_list")).to_contain_text("browser-made")
 
+    # Regenerate: the same key with a new secret, shown once; the old secret is refused.
+    page.locator("#result_list a", has_text="browser-made").click()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#gw-regenerate")
+    expect(page.locator("#gw-new-secret")).to_be_visible()
+    renewed = page.locator("#gw-secret-value").inner_text().strip()
+    assert renewed.startswith("sk-gw-") and renewed != secret
+    page.screenshot(path=artifacts / "admin-apikey-regenerated.png", full_page=True)
+    for key, status in ((secret, 401), (renewed, 200)):
+        models = httpx.get(f"{site['url']}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        assert models.status_code == status, (status, models.text)
+
 
 def test_api_docs_render_offline(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
     from playwright.sync_api import expect

@@ -61,6 +61,9 @@ OPERATOR = {
     ("responses_api", "Tenant", "name"),
     ("responses_api", "Tenant", "budget_period"),
     ("responses_api", "ApiKey", "name"),
+    ("responses_api", "ApiKey", "budget_period"),
+    ("responses_api", "AlertWebhook", "name"),
+    ("responses_api", "AlertWebhook", "url"),
     ("responses_api", "Provider", "name"),
     ("responses_api", "Provider", "kind"),
     ("responses_api", "Provider", "base_url"),
@@ -87,6 +90,7 @@ GATEWAY = {
     ("responses_api", "Response", "upstream"),
     ("responses_api", "Response", "served_by"),
     ("responses_api", "WebProcess", "id"),
+    ("responses_api", "AlertDelivery", "status"),
     ("responses_api", "Item", "type"),  # one of the parser's known types: test below
     ("responses_api", "UsageRecord", "endpoint"),
     ("responses_api", "UsageRecord", "model"),  # a route's name: usage is recorded for routed calls only

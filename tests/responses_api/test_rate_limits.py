@@ -499,6 +499,8 @@ def test_the_admin_shows_limits_and_their_current_use(
             "requests_per_minute": "7",
             "tokens_per_minute": "",
             "max_concurrent_requests": "",
+            "budget_period": "month",
+            "alert_thresholds": "[80, 100]",
         },
     )
     assert reply.status_code == 302, reply.content.decode()[:2000]
@@ -594,3 +596,34 @@ def test_a_token_budget_on_an_unpriced_route_settles_every_reservation(
             client.close()
         assert held == {}, f"reservations left behind: {held}"
         assert (counters.get("rt"), counters.get("ru")) == ("0", "0")
+
+
+def test_a_keys_budget_is_its_own_scope_and_its_tenants_budget_still_binds(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    """A key's budget counts that key's spend only (seeded from its own stored usage); its
+    tenant's counts every key's; a request must fit both, and a refusal names whose it was."""
+    from responses_api.models import ApiKey, Tenant
+
+    usage = {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}
+    scripted.set_default(MODEL, Reply(text="ok", usage=usage))
+    other, _ = make_key(name="other")
+    assert create(gateway).status_code == 200  # 40 spent by this key before its budget existed
+    assert create(gateway, other).status_code == 200  # 40 by the other key: not this key's
+    set_limits(ApiKey, key_id(gateway.key), budget_period="day", budget_tokens=100)
+    assert create(gateway).status_code == 200  # seeded with 40 (its own), now 80
+    assert create(gateway).status_code == 200  # 80 < 100: the last may cross, now 120
+    refused = create(gateway)
+    assert refused.status_code == 429, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "budget_exceeded" and error["message"].startswith("The daily budget of API key 'test'")
+    assert create(gateway, other).status_code == 200  # the other key has no budget of its own
+    limits = {(e["scope"], e["limit"]): e for e in gateway.http().get("/v1/usage").json()["limits"]}
+    assert limits[("API key 'test'", "daily budget")]["used"] == 120
+    assert limits[("API key 'test'", "daily budget")]["value"] == 100
+    # The tenant's budget counts both keys (40 + 120 + 80 = 240 spent): it refuses the other key too.
+    set_limits(Tenant, gateway.tenant_id, budget_period="month", budget_tokens=200)
+    refused = create(gateway, other)
+    assert refused.status_code == 429 and refused.json()["error"]["message"].startswith(
+        "The monthly budget of this tenant"
+    )

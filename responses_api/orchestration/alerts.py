@@ -1,0 +1,148 @@
+"""Budget alerts: when a settle (limits.py) reports that a budget's spend crossed one of its
+thresholds (80% and 100% by default) for the first time in its period, a log line, and a
+signed JSON POST to every enabled alert webhook, recorded as an AlertDelivery and sent from
+the worker with retries (Celery, or an in-process task when embedded). Nothing here runs on
+a request's path: the settle that detects a crossing runs after the answer, and the
+delivery after that.
+
+The signature: `X-Gateway-Signature: sha256=<hex HMAC-SHA256 of the raw body under the
+webhook's secret>` (absent without a secret)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from celery import current_app
+from django.conf import settings
+
+from ..store import db
+from ..store.alerts import alert_deliveries_create, alert_delivery_attempted, alert_delivery_for_sending
+from ..store.limit_counters import Crossing
+from .routing import decrypt_secret
+
+log = logging.getLogger("gateway.alerts")
+
+# The Celery task that sends one delivery (tasks.deliver_alert), sent by name: the tasks
+# module is the worker's entry point, above this layer.
+DELIVER_ALERT_TASK = "responses_api.deliver_alert"
+
+_background: set[asyncio.Task] = set()  # the loop holds tasks only weakly
+
+
+def budget_crossed(*, scope: str, period: str, token_limit: int, micro_usd_limit: int, crossing: Crossing) -> None:
+    """A threshold crossed (called from the settle, in an event loop): log it now, record and
+    send it in the background."""
+    kind, _, ident = scope.partition(":")
+    period_id = crossing.key.rsplit(":", 1)[-1]
+    spent_usd = crossing.micro_usd / 1_000_000
+    log.warning(
+        "budget alert: %s %s reached %d%% of its %s budget (%s): %d tokens, $%.4f spent",
+        "API key" if kind == "key" else "tenant",
+        ident,
+        crossing.percent,
+        "daily" if period == "day" else "monthly",
+        period_id,
+        crossing.tokens,
+        spent_usd,
+    )
+    event = {
+        "type": "budget.threshold_crossed",
+        "threshold_percent": crossing.percent,
+        "scope": kind,
+        "period": period,
+        "period_id": period_id,
+        "budget": {
+            "tokens": token_limit if token_limit >= 0 else None,
+            "usd": micro_usd_limit / 1_000_000 if micro_usd_limit >= 0 else None,
+        },
+        "spent": {"tokens": crossing.tokens, "usd": spent_usd},
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    task = asyncio.get_running_loop().create_task(
+        _record_and_send(
+            event,
+            tenant_id=int(ident) if kind == "tenant" else None,
+            key_id=int(ident) if kind == "key" else None,
+        )
+    )
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+async def _record_and_send(event: dict[str, Any], *, tenant_id: int | None, key_id: int | None) -> None:
+    try:
+        ids = await db.run(alert_deliveries_create, event=event, tenant_id=tenant_id, key_id=key_id)
+        for delivery_id in ids:
+            await enqueue_delivery(delivery_id)
+    except Exception as exc:  # noqa: BLE001 - the log line above is the alert's record then
+        log.warning("budget alert: could not record or enqueue its webhook deliveries: %s", exc)
+
+
+async def enqueue_delivery(delivery_id: int) -> None:
+    if settings.EMBEDDED_WORKER:
+        task = asyncio.get_running_loop().create_task(_deliver_in_process(delivery_id))
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+        return
+    await asyncio.to_thread(current_app.send_task, DELIVER_ALERT_TASK, args=(delivery_id,))
+
+
+def retry_delay(attempt: int) -> float:
+    """Seconds before retry `attempt` (0 first): GATEWAY_ALERT_RETRY_SECONDS, doubling, at most 10 minutes."""
+    return min(settings.GATEWAY_ALERT_RETRY_SECONDS * 2**attempt, 600.0)
+
+
+async def _deliver_in_process(delivery_id: int) -> None:
+    """The embedded worker's sending: as the Celery task, retries with the same backoff."""
+    retries = settings.GATEWAY_ALERT_RETRIES
+    for attempt in range(retries + 1):
+        if await asyncio.to_thread(deliver_once, delivery_id, final=attempt == retries):
+            return
+        if attempt < retries:
+            await asyncio.sleep(retry_delay(attempt))
+
+
+def deliver_once(delivery_id: int, *, final: bool) -> bool:
+    """One attempt (sync: a worker's thread): True when delivered (or nothing is left to
+    send), False to try again later. Each attempt is recorded on the delivery."""
+    found = alert_delivery_for_sending(delivery_id=delivery_id)
+    if found is None:
+        return True
+    delivery, webhook = found
+    body = json.dumps({"id": f"alert_{delivery.pk}", **delivery.event}, separators=(",", ":")).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "open-responses-gateway-alerts",
+        "X-Gateway-Event": str(delivery.event.get("type", "")),
+        "X-Gateway-Delivery": str(delivery.pk),
+    }
+    secret = decrypt_secret(webhook.secret_encrypted) if webhook.secret_encrypted else ""
+    if secret:
+        headers["X-Gateway-Signature"] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    status: int | None = None
+    try:
+        reply = httpx.post(webhook.url, content=body, headers=headers, timeout=settings.GATEWAY_ALERT_TIMEOUT_SECONDS)
+        status = reply.status_code
+        delivered = 200 <= status < 300
+        error = "" if delivered else f"HTTP {status}: {reply.text[:500]}"
+    except httpx.HTTPError as exc:
+        delivered, error = False, f"{type(exc).__name__}: {exc}"
+    alert_delivery_attempted(
+        delivery_id=delivery_id, delivered=delivered, final=final, response_status=status, error=error
+    )
+    if not delivered:
+        log.warning(
+            "alert webhook %s: delivery %d failed (%s)%s",
+            webhook.name,
+            delivery_id,
+            error,
+            "" if final else "; retrying",
+        )
+    return delivered
