@@ -68,14 +68,15 @@ async def test_many_calls_are_one_insert_within_the_interval(tenant_id: int, ins
     writer = UsageWriter(flush_seconds=0.2)
     for n in range(50):
         writer.add(**_record(tenant_id, n))
-    assert await db.run(_stored, tenant_id) == []  # not yet: the answer never waits for it
-    for _ in range(50):
+    # Not yet: the answer never waits for it. Checked before any await, so a slow machine
+    # cannot let the timer fire first.
+    assert inserts == []
+    # Waits on the outcome, not on a guess of how long a loaded machine takes to write it.
+    deadline = asyncio.get_running_loop().time() + 30
+    while await db.run(_stored, tenant_id) != list(range(50)):
+        assert asyncio.get_running_loop().time() < deadline, inserts
         await asyncio.sleep(0.05)
-        if inserts:
-            break
-    await asyncio.sleep(0.05)
     assert inserts == [50]
-    assert await db.run(_stored, tenant_id) == list(range(50))
 
 
 async def test_records_survive_a_failed_write(
