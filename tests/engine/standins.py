@@ -146,7 +146,7 @@ class Toolset:
         return ["srv"]
 
     async def list_requested(self, listed_before: set[str]) -> None:
-        """"srv" stands for a server the route attached: the prelude lists it (see
+        """ "srv" stands for a server the route attached: the prelude lists it (see
         tests/tool_registry/test_mcp.py for servers a request names)."""
 
     async def listing(self, label: str) -> list[dict[str, Any]]:
