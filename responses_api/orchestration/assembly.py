@@ -66,13 +66,13 @@ async def run_for_request(
     route: Route,
     prior: PriorContext | None = None,
     grant: Grant | None = None,
-    compacted: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None,
+    compacted: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> ResponseRun:
     """A run of `plan.request` in this process. Validates access and loads the chain: one
     thread hop, and only for a chain or item references.
 
     `compacted`: /v1/responses/compact's summary run, which is stored as what it answers: a
-    chain's root (its output, given by `compacted` from the run's response, stands for the
+    chain's root (its output, in the response `compacted` makes of the run's, stands for the
     whole context it summarised, so neither its input nor its chain is stored again) with the
     client's instructions as the Response's (the summariser prompt stays the gateway's)."""
     req = plan.request

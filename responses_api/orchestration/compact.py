@@ -28,16 +28,20 @@ async def compact_conversation(principal: Principal, req: CreateRequest) -> tupl
     answer: list[dict[str, Any]] = []
     context: list[dict[str, Any]] = []
 
-    def compacted(response: dict[str, Any]) -> list[dict[str, Any]]:
-        """The answer's output, made once the summary is written: what the response's row keeps
-        (a chain onto it continues from it) and what the client gets."""
+    def compacted(response: dict[str, Any]) -> dict[str, Any]:
+        """The response its row keeps, made once the summary is written: its output is the
+        answer's (a chain onto it continues from it, GET shows it). Without a summary it failed,
+        as the client is told: never a record a chain would continue from with nothing."""
         summary = _summary_text(response)
         if summary:
             sealed = sealer().seal(
                 summary_payload(summary, whole=False), tenant_id=principal.tenant_id, purpose="compaction"
             )
             answer[:] = compacted_output(context[:-1], sealed)
-        return answer
+            return {**response, "output": answer}
+        if response["status"] != "completed":
+            return {**response, "output": []}
+        return {**response, "status": "failed", "error": _no_summary().as_response_error(), "output": []}
 
     try:
         # Usage and history record the compaction like any response; its row keeps the
@@ -54,7 +58,7 @@ async def compact_conversation(principal: Principal, req: CreateRequest) -> tupl
     if run.error is not None:
         raise run.error
     if not answer:
-        raise UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
+        raise _no_summary()
     compacted_object = {
         "id": result["id"],
         "object": "response.compaction",
@@ -63,6 +67,10 @@ async def compact_conversation(principal: Principal, req: CreateRequest) -> tupl
         "usage": result["usage"],
     }
     return compacted_object, grant.headers if grant is not None else {}
+
+
+def _no_summary() -> UpstreamError:
+    return UpstreamError("The model returned no summary for the compaction.", code="upstream_empty")
 
 
 def _summary_text(response: dict[str, Any]) -> str:

@@ -44,7 +44,7 @@ class DatabasePersistence:
         insert_at_open: bool = False,
         conversation_id: str | None = None,
         grant: Settles | None = None,
-        stored_output: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None,
+        stored_output: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         api_key_id: int | None = None,
     ) -> None:
         self.conversation_id = conversation_id
@@ -53,7 +53,7 @@ class DatabasePersistence:
         self.tenant_id = tenant_id
         self.input_items = input_items
         self.store = store
-        # A /compact run: its row keeps the output this gives (from the run's response), no input.
+        # A /compact run: its row keeps the response this makes of the run's (its output), no input.
         self.stored_output = stored_output
         self.create_row = create_row
         self.insert_at_open = insert_at_open
@@ -109,7 +109,7 @@ class DatabasePersistence:
                 return
         input_items = self.input_items if input_items is None else input_items
         if self.stored_output is not None:
-            response, input_items = {**response, "output": self.stored_output(response)}, []
+            response, input_items = self.stored_output(response), []
         fields: dict[str, Any] = dict(
             tenant_id=self.tenant_id,
             response=response,

@@ -165,3 +165,15 @@ def test_compact_errors(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     foreign = gateway.http(other_key).post("/v1/responses", json={"model": MODEL, "input": [item]})
     assert foreign.status_code == 400 and foreign.json()["error"]["code"] == "invalid_encrypted_content"
     assert http.get("/v1/responses/compact").status_code == 405
+
+
+def test_a_compaction_without_a_summary_is_stored_failed(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """The client gets a 502; the record says failed too, so nothing continues from an empty one."""
+    from responses_api.models import Response
+
+    scripted.enqueue(MODEL, Reply(text="   "))
+    with gateway.http() as http:
+        r = http.post("/v1/responses/compact", json={"model": MODEL, "input": "hello"})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_empty"
+    row = Response.objects.order_by("-created_at").first()
+    assert row is not None and row.status == "failed" and row.error["code"] == "upstream_empty"
