@@ -1,6 +1,9 @@
 """Talking to MCP servers: list their tools and call them, under the egress policy.
 
-Uses the `mcp` package's client over streamable HTTP. Every operation opens its own
+Uses the `mcp` package's clients over streamable HTTP or, for servers that only speak it, the
+older HTTP+SSE transport: found by the MCP specification's backwards-compatibility procedure
+(POST first; on 400, 404 or 405, GET for the event stream) and remembered per server URL, so
+each later session goes straight to the transport that worked. Every operation opens its own
 short-lived session (connect, discover/initialize, one request, close): a session is tied
 to the task that opened it, while a response's calls run in several tasks, and a pooled
 session would outlive the request's credentials. The HTTP client under the session sends
@@ -13,14 +16,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx2
 from mcp import Client
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -47,6 +53,9 @@ class McpServerSpec:
     description: str | None = None
     cache_seconds: float = 300.0
     defer_loading: bool = False  # its tools are offered only once found with tool search
+    # The request's own declaration (`tools[i]`); None: attached by the route. A listing of a
+    # server the request names that fails, fails the request (424) before any model call.
+    param: str | None = None
 
     def allows(self, name: str, annotations: dict[str, Any] | None) -> bool:
         return self.allowed is None or self.allowed.admits(name, annotations)
@@ -65,6 +74,61 @@ class McpUnavailable(Exception):
 class CallOutcome:
     output: str | None
     error: dict[str, Any] | None
+
+
+class EndpointRefused(httpx2.SSEError):
+    """An HTTP+SSE server named a message endpoint off the origin the egress policy checked.
+
+    An SSEError, because the SDK's SSE reader lets only that kind out before the endpoint is
+    known (anything else it would hand to a reader that does not exist yet, and wait)."""
+
+
+# An SSE event ends at a blank line, with any of the three line ends.
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_MAX_UNTIL_ENDPOINT = 64 * 1024  # the endpoint event comes first; a stream that withholds it is cut off
+
+
+class _EndpointChecked(httpx2.AsyncByteStream):
+    """An HTTP+SSE event stream whose `endpoint` event is checked before the SDK reads it: the
+    URL the server hands back must be on the origin the egress policy checked and the client
+    is pinned to (requests anywhere else are refused too, but refusing here ends the session
+    at once, with the reason, instead of at its timeout)."""
+
+    def __init__(self, inner: Any, url: str, origin: tuple[str, str, int]) -> None:
+        self.inner, self.url, self.origin = inner, url, origin
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        pending: bytes | None = b""
+        async for chunk in self.inner:
+            if pending is not None:
+                pending += chunk
+                while pending is not None and (end := _EVENT_END.search(pending)):
+                    block, pending = pending[: end.start()], pending[end.end() :]
+                    if self._is_endpoint(block):
+                        pending = None
+                if pending is not None and len(pending) > _MAX_UNTIL_ENDPOINT:
+                    raise EndpointRefused("the MCP server's event stream did not name its message endpoint")
+            yield chunk
+
+    def _is_endpoint(self, block: bytes) -> bool:
+        lines = block.decode("utf-8", "replace").splitlines()
+        event = next((line[6:].strip() for line in lines if line.startswith("event:")), "message")
+        if event != "endpoint":
+            return False
+        data = "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
+        endpoint = urljoin(self.url, data.strip())
+        try:
+            scheme, host, port, _ = parse_url(endpoint)
+        except EgressDenied as exc:
+            raise EndpointRefused(f"its message endpoint was refused: {exc}") from None
+        if (scheme, host.rstrip(".").lower(), port) != self.origin:
+            raise EndpointRefused(
+                f"its message endpoint {scheme}://{host}:{port} is not on the origin the egress policy checked"
+            )
+        return True
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
 class _PinnedTransport(httpx2.AsyncBaseTransport):
@@ -92,6 +156,9 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         response = await self.inner.handle_async_request(request)
         if response.status_code >= 300 and request.method != "DELETE":
             self.error_status = response.status_code
+        elif request.method == "GET" and response.headers.get("content-type", "").startswith("text/event-stream"):
+            # HTTP+SSE: the stream names where requests go; it must stay on this origin.
+            response.stream = _EndpointChecked(response.stream, str(url), self.origin)
         return response
 
     async def aclose(self) -> None:
@@ -109,7 +176,7 @@ def _failure(exc: BaseException, spec: McpServerSpec) -> McpUnavailable:
     exc = _leaf(exc)
     if isinstance(exc, McpUnavailable):
         return exc
-    if isinstance(exc, EgressDenied):
+    if isinstance(exc, (EgressDenied, EndpointRefused)):
         message = f"egress refused for MCP server '{spec.label}': {exc}"
         return McpUnavailable(message, {"type": "http_error", "code": 403, "message": message})
     if isinstance(exc, MCPError):
@@ -129,34 +196,100 @@ def _failure(exc: BaseException, spec: McpServerSpec) -> McpUnavailable:
     return McpUnavailable(message, {"type": "http_error", "code": 502, "message": message})
 
 
+# The transport each server URL answered on ("streamable" or "sse"), found once and then used
+# directly. Bounded: ad-hoc URLs come from clients; a forgotten one is found again.
+_transports: dict[str, str] = {}
+_TRANSPORTS_KEPT = 4096
+# What a server that speaks only HTTP+SSE answers the POST of streamable HTTP (the
+# specification's backwards-compatibility procedure).
+_NOT_STREAMABLE = frozenset({400, 404, 405})
+
+
+def _connector(kind: str, spec: McpServerSpec, transport: _PinnedTransport) -> tuple[httpx2.AsyncClient | None, Any]:
+    """(the HTTP client to close, the SDK transport) of one session over `kind`."""
+    headers = {"user-agent": "open-responses-gateway", **spec.headers}
+    if kind == "sse":
+
+        def factory(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+            base: dict[str, str] = headers,
+        ) -> httpx2.AsyncClient:
+            return httpx2.AsyncClient(
+                transport=transport,
+                headers={**base, **(headers or {})},
+                timeout=timeout or httpx2.Timeout(spec.timeout),
+                auth=auth,
+                follow_redirects=False,
+            )
+
+        # The SDK opens (and closes) the client; its read timeout spans waits between events.
+        return None, sse_client(
+            spec.url, timeout=spec.timeout, sse_read_timeout=spec.timeout, httpx_client_factory=factory
+        )
+    http = httpx2.AsyncClient(
+        transport=transport, headers=headers, timeout=httpx2.Timeout(spec.timeout), follow_redirects=False
+    )
+    return http, streamable_http_client(spec.url, http_client=http)
+
+
+async def _open(kind: str, spec: McpServerSpec, transport: _PinnedTransport, stack: AsyncExitStack) -> Client:
+    http, sdk_transport = _connector(kind, spec, transport)
+    if http is not None:
+        await stack.enter_async_context(http)
+    client = Client(sdk_transport, cache=None, read_timeout_seconds=spec.timeout)
+    return await stack.enter_async_context(client)
+
+
+def _http_failure(spec: McpServerSpec, code: int) -> McpUnavailable:
+    message = f"MCP server '{spec.label}' answered HTTP {code}"
+    if code < 400:
+        # Following it would leave the origin the egress policy checked (and may carry the
+        # server's credentials elsewhere): the operator or client registers the final URL.
+        message += " (a redirect: MCP servers are called at their own URL; give the URL it redirects to)"
+    return McpUnavailable(message, {"type": "http_error", "code": code, "message": message})
+
+
 @asynccontextmanager
 async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[Client]:
     scheme, host, port, _ = parse_url(spec.url)
     addresses = await resolve_checked(host, port, policy)
+    known = _transports.get(spec.url)
+    kinds = [known] if known else ["streamable", "sse"]
     transport = _PinnedTransport(scheme, host, port, addresses[0])
-    http = httpx2.AsyncClient(
-        transport=transport,
-        headers={"user-agent": "open-responses-gateway", **spec.headers},
-        timeout=httpx2.Timeout(spec.timeout),
-        follow_redirects=False,
-    )
+    first_status: int | None = None
     try:
-        async with http:
-            client = Client(
-                streamable_http_client(spec.url, http_client=http), cache=None, read_timeout_seconds=spec.timeout
-            )
-            async with client:
-                yield client
+        async with AsyncExitStack() as stack:
+            for kind in kinds:
+                transport = _PinnedTransport(scheme, host, port, addresses[0])
+                attempt = AsyncExitStack()
+                try:
+                    client = await _open(kind, spec, transport, attempt)
+                except Exception:
+                    await attempt.aclose()
+                    status = transport.error_status
+                    if known is not None and status in _NOT_STREAMABLE:
+                        _transports.pop(spec.url, None)  # the server changed: the next session looks again
+                    elif kind == "streamable" and status in _NOT_STREAMABLE:
+                        first_status = status
+                        continue  # perhaps an HTTP+SSE server: GET for its event stream
+                    elif kind == "sse" and status in _NOT_STREAMABLE and first_status is not None:
+                        # Neither transport is served here: report what the POST was answered.
+                        raise _http_failure(spec, first_status) from None
+                    raise
+                stack.push_async_exit(attempt)
+                break
+            if known is None:
+                if len(_transports) >= _TRANSPORTS_KEPT:
+                    _transports.pop(next(iter(_transports)))
+                _transports[spec.url] = kind
+            yield client
     except Exception as exc:
         code = transport.error_status
         if code is None or isinstance(_leaf(exc), (McpUnavailable, TimeoutError)):
             raise
-        message = f"MCP server '{spec.label}' answered HTTP {code}"
-        if code < 400:
-            # Following it would leave the origin the egress policy checked (and may carry the
-            # server's credentials elsewhere): the operator or client registers the final URL.
-            message += " (a redirect: MCP servers are called at their own URL; give the URL it redirects to)"
-        raise McpUnavailable(message, {"type": "http_error", "code": code, "message": message}) from None
+        raise _http_failure(spec, code) from None
 
 
 def _tool_dict(tool: Any) -> dict[str, Any]:

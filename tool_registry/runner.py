@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 from django.conf import settings
 
+from responses_api.protocol.errors import FailedDependency
 from responses_api.protocol.mcp import ApprovalPolicy
 from responses_api.store import db
 
@@ -84,13 +86,35 @@ class McpToolset:
         self.servers = {s.label: s for s in servers}
         self.policy = policy
         self.adhoc_policy = adhoc_policy
-        self.cached = cached or {}  # label -> a fresh listing from the registry's cache
+        self.cached = dict(cached or {})  # label -> a fresh listing (the registry's cache, or listed by this run)
         # A request may ask for approval of more calls than a registered server demands, never fewer.
         self.request_approval = request_approval or {}
 
     @property
     def labels(self) -> list[str]:
         return list(self.servers)
+
+    async def list_requested(self, listed_before: set[str]) -> None:
+        """List, at once, the servers the request names that its chain has not listed; the
+        first (in request order) whose listing fails raises FailedDependency. The listings are
+        kept for the prelude (`listing`), which lists the route's servers itself."""
+        wanted = [
+            s.label
+            for s in self.servers.values()
+            if s.param is not None and s.label not in listed_before and s.label not in self.cached
+        ]
+        if not wanted:
+            return
+        outcomes = await asyncio.gather(*(self.listing(label) for label in wanted), return_exceptions=True)
+        for label, outcome in zip(wanted, outcomes, strict=True):
+            if isinstance(outcome, McpUnavailable):
+                raise FailedDependency(
+                    f"Error retrieving tool list from MCP server: '{label}'. Http status code: 424 "
+                    f"(Failed Dependency). {outcome.message}",
+                    param=self.servers[label].param,
+                )
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def listing(self, label: str) -> list[dict]:
         spec = self.servers[label]
@@ -111,6 +135,7 @@ class McpToolset:
             await db.run(services.mcp_listing_store, server_id=spec.registry_id, tools=tools)
         else:
             _adhoc_listings[key] = (time.monotonic() + spec.cache_seconds, tools)
+        self.cached[label] = tools  # this run lists a server once
         return tools
 
     def _policy_for(self, spec: McpServerSpec) -> EgressPolicy:

@@ -796,6 +796,17 @@ def rate_limited() -> dict[int, OpenApiResponse]:
     return {429: OpenApiResponse(ref("GatewayError"), description="A rate limit or budget is used up.")}
 
 
+def failed_dependency() -> dict[int, OpenApiResponse]:
+    """The 424 of a create whose named MCP server could not list its tools (as OpenAI answers)."""
+    return {
+        424: OpenApiResponse(
+            ref("GatewayError"),
+            description="An MCP server the request names could not list its tools (`type` "
+            "`external_connector_error`, `code` `http_error`, `param` `tools[i]`).",
+        )
+    }
+
+
 def json_body(name: str) -> dict[str, Any]:
     return {"application/json": ref(name)}
 

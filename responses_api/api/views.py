@@ -33,7 +33,7 @@ from .asgi import fast_lane
 from .drf import ApiRequest, ApiView
 from .drf_policies import KeyOrStaffSessionAuthentication
 from .exception_handlers import error_response, json_response
-from .openapi import json_body, json_or_stream, rate_limited, ref, response_header
+from .openapi import failed_dependency, json_body, json_or_stream, rate_limited, ref, response_header
 from .queries import PageQuery, RetrieveQuery
 from .sse import EventStream, note_response
 
@@ -60,6 +60,7 @@ class ResponsesView(ApiView):
         responses={
             **json_or_stream("ResponseResource"),
             **rate_limited(),
+            **failed_dependency(),
         },
         parameters=[
             response_header(

@@ -73,6 +73,10 @@ class McpSession(Protocol):
         stopped: Callable[[], bool],
     ) -> AsyncIterator[Event]: ...
 
+    async def list_requested(self, context: list[dict[str, Any]]) -> None:
+        """Before the first byte: list the servers the request names (FailedDependency if one fails)."""
+        ...
+
     async def call(self, label: str, name: str, arguments: str, *, key: tuple[str, str]) -> Any:
         """Run one call once; returns an outcome with `output` and `error` (never raises)."""
         ...

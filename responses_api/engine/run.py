@@ -142,6 +142,10 @@ class ResponseRun:
             try:
                 if not self._prelude and self.job.request.generate:
                     self._call = await self._open_next()
+                elif self._prelude and self.mcp is not None:
+                    # Before anything is sent: a named MCP server whose tools cannot be listed
+                    # fails the request (424), as at OpenAI.
+                    await self.mcp.list_requested(self.job.context)
             finally:
                 try:
                     await opening

@@ -78,6 +78,7 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[CreateRequest, McpPlan
                 approvals[decl.server_label] = decl.approval
             if decl.deferred:  # a request may defer a registered server's tools, not undo its deferral
                 spec = dataclasses.replace(spec, defer_loading=True)
+            spec = dataclasses.replace(spec, param=decl.param)
         else:
             if not settings.GATEWAY_MCP_ADHOC:
                 raise InvalidRequest(
@@ -101,6 +102,7 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[CreateRequest, McpPlan
                     timeout=settings.GATEWAY_MCP_TIMEOUT,
                     description=decl.server_description,
                     defer_loading=decl.deferred,
+                    param=decl.param,
                 ),
                 None,
             )

@@ -26,6 +26,12 @@ class McpSession:
     def labels(self) -> list[str]:
         return self.toolset.labels
 
+    async def list_requested(self, context: list[dict[str, Any]]) -> None:
+        """Before the response starts: list the servers the request names that its chain has not
+        listed; one that fails raises FailedDependency (a 424), so no model answers without the
+        tools the client asked for. The prelude then uses these listings."""
+        await self.toolset.list_requested(set(_listed_before(context)))
+
     async def call(self, label: str, name: str, arguments: str, *, key: tuple[str, str]) -> Any:
         """Run one call once (`key`: the response and item it belongs to); an outcome with
         `output` and `error`, never an exception."""
@@ -42,9 +48,7 @@ class McpSession:
     ) -> AsyncIterator[Event]:
         """List, bind, run the approved calls; stops before the next call once `stopped()`."""
         toolset = self.toolset
-        listed_before = {
-            i["server_label"]: i["tools"] for i in context if i["type"] == "mcp_list_tools" and not i.get("error")
-        }
+        listed_before = _listed_before(context)
         listed: list[tuple[str, dict[str, Any]]] = []
         for label in toolset.labels:
 
@@ -103,3 +107,8 @@ class McpSession:
             )
             for event in builder.finish_mcp_call(item, output=outcome.output, error=outcome.error):
                 yield event
+
+
+def _listed_before(context: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The tools each server listed earlier in the chain (by label)."""
+    return {i["server_label"]: i["tools"] for i in context if i["type"] == "mcp_list_tools" and not i.get("error")}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +32,7 @@ from ..mcp.session import McpSession
 from ..models import Response
 from ..process import process_id
 from ..protocol.answers import check_outputs_answer_calls
-from ..protocol.compaction import InputSpans, span_after
+from ..protocol.compaction import InputSpans, client_instructions, span_after
 from ..protocol.errors import InvalidRequest
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
@@ -66,13 +67,15 @@ async def run_for_request(
     route: Route,
     prior: PriorContext | None = None,
     grant: Grant | None = None,
-    keep_items: bool = True,
+    compacted: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> ResponseRun:
     """A run of `plan.request` in this process. Validates access and loads the chain: one
     thread hop, and only for a chain or item references.
 
-    `keep_items=False` records the response (usage, history) without its input and output
-    items: /v1/responses/compact's summary run."""
+    `compacted`: /v1/responses/compact's summary run, which is stored as what it answers: a
+    chain's root (its output, in the response `compacted` makes of the run's, stands for the
+    whole context it summarised, so neither its input nor its chain is stored again) with the
+    client's instructions as the Response's (the summariser prompt stays the gateway's)."""
     req = plan.request
     response_id = new_id("resp")
     now = time.time()
@@ -80,6 +83,10 @@ async def run_for_request(
     created_at = datetime.fromtimestamp(now, UTC)
     references = any(i["type"] == "item_reference" for i in req.input_items)
     stored_input, stored_previous = req.input_items, req.previous_response_id
+    stored_params = params
+    if compacted is not None:
+        stored_input, stored_previous = [], None
+        stored_params = {**params, "instructions": client_instructions(params.get("instructions"))[0]}
     if prior is not None and req.previous_response_id == prior.response_id and not references:
         context = prior.items + req.input_items
         spans = span_after(prior.input_spans, len(prior.items), len(context))
@@ -108,10 +115,12 @@ async def run_for_request(
             api_key_id=principal.key_id,
             previous_response_id=stored_previous,
             model=req.model,
-            params=params,
+            params=stored_params,
             created_at=created_at,
             served_by=process_id() if req.stream else "",  # a stream's row is open meanwhile
         )
+        # The column keeps what the model was given (the admin marks the gateway's prompt).
+        create_row["instructions"] = req.instructions
     job = ResponseJob(
         response_id=response_id,
         created_at=int(now),
@@ -131,7 +140,7 @@ async def run_for_request(
         insert_at_open=req.stream,
         conversation_id=req.conversation,
         grant=grant,
-        keep_items=keep_items,
+        stored_output=compacted,
         api_key_id=principal.key_id,
     )
     run = await _assemble(job, persistence, plan)

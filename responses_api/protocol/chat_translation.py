@@ -120,6 +120,13 @@ def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
             out[target] = body[source]
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     if limit is not None:
+        if type(limit) is int and limit < 16:
+            # Read as a Responses request, whose floor (OpenAI's) is 16: named as the client sent it.
+            name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+            raise InvalidRequest(
+                f"Invalid '{name}': {limit} is below 16, the least this model's Responses upstream takes.",
+                param=name,
+            )
         out["max_output_tokens"] = limit
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":

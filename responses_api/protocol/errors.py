@@ -70,6 +70,15 @@ class RateLimited(GatewayError):
     default_code = "rate_limit_exceeded"
 
 
+class FailedDependency(GatewayError):
+    """A tool the request names could not be used (an MCP server's tool listing failed): what
+    OpenAI answers, with its type and code."""
+
+    status = 424
+    error_type = "external_connector_error"
+    default_code = "http_error"
+
+
 class UpstreamError(GatewayError):
     """The upstream answered with an error or with something that is not the protocol."""
 

@@ -111,7 +111,7 @@ def expect(value: Any, kind: type | tuple[type, ...], param: str, what: str) -> 
 # The numbers a create request may set: (lowest, highest, integer only). The OpenAPI document
 # states the same bounds (api/openapi.py reads this table).
 NUMBER_BOUNDS: dict[str, tuple[float, float, bool]] = {
-    "max_output_tokens": (1, 10_000_000, True),
+    "max_output_tokens": (16, 10_000_000, True),  # OpenAI's floor: below 16 is a 400 there too
     "max_tool_calls": (1, 10_000, True),
     "temperature": (0, 2, False),
     "top_p": (0, 1, False),

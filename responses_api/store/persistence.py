@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..models import Response, UsageRecord
@@ -43,7 +44,7 @@ class DatabasePersistence:
         insert_at_open: bool = False,
         conversation_id: str | None = None,
         grant: Settles | None = None,
-        keep_items: bool = True,
+        stored_output: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         api_key_id: int | None = None,
     ) -> None:
         self.conversation_id = conversation_id
@@ -52,7 +53,8 @@ class DatabasePersistence:
         self.tenant_id = tenant_id
         self.input_items = input_items
         self.store = store
-        self.keep_items = keep_items  # False: the row records the response (status, usage), not its items
+        # A /compact run: its row keeps the response this makes of the run's (its output), no input.
+        self.stored_output = stored_output
         self.create_row = create_row
         self.insert_at_open = insert_at_open
 
@@ -106,8 +108,8 @@ class DatabasePersistence:
             if self.conversation_id is None:
                 return
         input_items = self.input_items if input_items is None else input_items
-        if not self.keep_items:
-            response, input_items = {**response, "output": []}, []
+        if self.stored_output is not None:
+            response, input_items = self.stored_output(response), []
         fields: dict[str, Any] = dict(
             tenant_id=self.tenant_id,
             response=response,

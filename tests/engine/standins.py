@@ -146,6 +146,10 @@ class Toolset:
     def labels(self) -> list[str]:
         return ["srv"]
 
+    async def list_requested(self, listed_before: set[str]) -> None:
+        """ "srv" stands for a server the route attached: the prelude lists it (see
+        tests/tool_registry/test_mcp.py for servers a request names)."""
+
     async def listing(self, label: str) -> list[dict[str, Any]]:
         self.listed += 1
         if self.down:

@@ -262,6 +262,7 @@ TOP_LEVEL_ERRORS: list[tuple[dict[str, Any], str | None]] = [
     (base(presence_penalty=3), "presence_penalty"),
     (base(frequency_penalty="1"), "frequency_penalty"),
     (base(max_output_tokens=0), "max_output_tokens"),
+    (base(max_output_tokens=15), "max_output_tokens"),  # OpenAI's floor is 16
     (base(max_output_tokens=10.5), "max_output_tokens"),
     (base(max_tool_calls=0), "max_tool_calls"),
     (base(top_logprobs=21), "top_logprobs"),

@@ -111,6 +111,10 @@ def test_what_cannot_be_translated_is_a_400_naming_it(routes: Gateway, scripted:
             model="via-responses", messages=[{"role": "user", "content": "x"}], logit_bias={"1": 1}
         )
     assert refused.value.body["param"] == "logit_bias"
+    # Read as a Responses request: below its floor of 16, named as the client sent it.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="via-responses", messages=[{"role": "user", "content": "x"}], max_tokens=8)
+    assert refused.value.body["param"] == "max_tokens"
     with pytest.raises(openai.BadRequestError) as refused:
         client.embeddings.create(model="via-anthropic", input="x")
     assert refused.value.body["code"] == "model_not_supported"

@@ -187,9 +187,10 @@ def call(name: str, args: dict, call_id: str) -> dict:
 
 
 class McpServerProcess:
-    """tests/support/mcp_server.py in a subprocess: a real streamable-HTTP MCP server."""
+    """tests/support/mcp_server.py in a subprocess: a real streamable-HTTP MCP server (with
+    `sse`, one that speaks only the older HTTP+SSE transport, at /sse)."""
 
-    def __init__(self, token: str = "") -> None:
+    def __init__(self, token: str = "", *, sse: bool = False) -> None:
         import socket
         import subprocess
         import sys
@@ -198,8 +199,9 @@ class McpServerProcess:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
         self.token = token
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.url = f"http://127.0.0.1:{self.port}/{'sse' if sse else 'mcp'}"
         args = [sys.executable, "-m", "tests.support.mcp_server", str(self.port)] + ([token] if token else [])
+        args += ["--sse"] if sse else []
         self.process = subprocess.Popen(args, cwd=str(Path(__file__).resolve().parents[2]))
 
         def answers() -> bool:

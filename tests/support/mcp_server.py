@@ -1,6 +1,8 @@
-"""A real MCP server for the tests: the `mcp` package's MCPServer over streamable HTTP.
+"""A real MCP server for the tests: the `mcp` package's MCPServer (FastMCP, renamed in mcp 2)
+over streamable HTTP at /mcp, or with `--sse` over the older HTTP+SSE transport (GET /sse for
+the event stream, POST /messages/ for requests).
 
-Run as a subprocess: `python -m tests.support.mcp_server PORT [TOKEN]`. It exposes two
+Run as a subprocess: `python -m tests.support.mcp_server PORT [TOKEN] [--sse]`. It exposes two
 tools, `add` and `lookup_order` (plus `slow` to test timeouts), and counts calls:
 `GET /counts` answers `{"add": n, ...}`, `POST /counts/reset` clears them. With TOKEN
 set, MCP requests must carry `Authorization: Bearer TOKEN` (the headers a registry
@@ -63,7 +65,7 @@ class RequireToken:
         self.token = token
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith("/mcp"):
+        if scope["type"] == "http" and scope["path"].startswith(("/mcp", "/sse", "/messages")):
             headers = dict(scope["headers"])
             if headers.get(b"authorization") != f"Bearer {self.token}".encode():
                 response = JSONResponse({"error": "unauthorized"}, status_code=401)
@@ -72,14 +74,32 @@ class RequireToken:
         await self.app(scope, receive, send)
 
 
+class CountProbes:
+    """Counts the POSTs an HTTP+SSE server gets at its event-stream URL (the streamable-HTTP
+    probe of the backwards-compatibility procedure), as `probes` in /counts."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/sse":
+            calls["probes"] += 1
+        await self.app(scope, receive, send)
+
+
 def main() -> None:
-    port = int(sys.argv[1])
-    token = sys.argv[2] if len(sys.argv) > 2 else ""
-    app = server.streamable_http_app(
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-    )
+    args = [a for a in sys.argv[1:] if a != "--sse"]
+    port = int(args[0])
+    token = args[1] if len(args) > 1 else ""
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    if "--sse" in sys.argv:
+        app = server.sse_app(transport_security=security)
+    else:
+        app = server.streamable_http_app(transport_security=security)
     if token:
         app = RequireToken(app, token)
+    if "--sse" in sys.argv:
+        app = CountProbes(app)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 

@@ -245,29 +245,109 @@ def test_allowed_tools_filter_what_the_model_sees(
     assert mcp_server.counts() == {}
 
 
-def test_server_down_and_tool_errors_are_clean_outputs(
-    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
-) -> None:  # type: ignore[no-untyped-def]
-    settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW += ["127.0.0.1:9"]
-    down = {"type": "mcp", "server_label": "down", "server_url": "http://127.0.0.1:9/mcp", "require_approval": "never"}
+def test_tool_errors_are_clean_outputs(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess
+) -> None:
     scripted.enqueue(
         MODEL,
         Reply(tool_calls=[call("lookup_order", {"order_id": "missing"}, "c1")]),
         Reply(text="That order does not exist."),
     )
-    raw, resp = stream(gateway, {"model": MODEL, "input": "?", "tools": [down, adhoc(mcp_server)]})
+    raw, resp = stream(gateway, {"model": MODEL, "input": "?", "tools": [adhoc(mcp_server)]})
     kinds = [o["type"] for o in resp["output"]]
-    assert kinds == ["mcp_list_tools", "mcp_list_tools", "mcp_call", "message"]
-    failed_listing = resp["output"][0]
-    assert failed_listing["server_label"] == "down" and "could not be reached" in failed_listing["error"]
-    assert b"response.mcp_list_tools.failed" in raw
-    failed_call = resp["output"][2]
+    assert kinds == ["mcp_list_tools", "mcp_call", "message"]
+    failed_call = resp["output"][1]
     assert failed_call["status"] == "failed" and failed_call["output"] is None
     assert failed_call["error"]["type"] == "mcp_tool_execution_error"
     assert b"response.mcp_call.failed" in raw
-    # Only the reachable server's tools went to the model; the error went back to it.
-    assert {t["function"]["name"] for t in scripted.model_calls[-2].body["tools"]} == {"add", "lookup_order", "slow"}
     assert "error" in scripted.requests[-1].body["messages"][-1]["content"]
+    assert resp["status"] == "completed"
+
+
+def failed_dependency(gateway: Gateway, body: dict, label: str, index: int = 0) -> dict:
+    """A create whose named MCP server cannot list its tools: OpenAI's 424, before any stream."""
+    with gateway.http() as http:
+        for stream_ in (False, True):
+            with http.stream("POST", "/v1/responses", json={**body, "stream": stream_}) as r:
+                r.read()
+                assert r.status_code == 424, r.text
+                assert r.headers["content-type"].startswith("application/json")
+                error = r.json()["error"]
+                assert (error["type"], error["code"], error["param"]) == (
+                    "external_connector_error",
+                    "http_error",
+                    f"tools[{index}]",
+                )
+                assert error["message"].startswith(f"Error retrieving tool list from MCP server: '{label}'.")
+    return error
+
+
+def test_a_named_server_whose_listing_fails_fails_the_request_before_any_model_call(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
+) -> None:  # type: ignore[no-untyped-def]
+    settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW += ["127.0.0.1:9"]
+    down = {"type": "mcp", "server_label": "down", "server_url": "http://127.0.0.1:9/mcp", "require_approval": "never"}
+    error = failed_dependency(gateway, {"model": MODEL, "input": "?", "tools": [adhoc(mcp_server), down]}, "down", 1)
+    assert "could not be reached" in error["message"]
+    # A server that wants a token, called without one: the message names its status.
+    no_token = {**adhoc(mcp_server), "headers": {}}
+    error = failed_dependency(gateway, {"model": MODEL, "input": "?", "tools": [no_token]}, "shop")
+    assert "answered HTTP 401" in error["message"]
+    assert scripted.model_calls == []
+    assert mcp_server.counts() == {}
+
+
+def test_a_failed_listing_over_a_websocket_and_on_a_worker(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, worker
+) -> None:  # type: ignore[no-untyped-def]
+    from tests.websocket.test_websocket_mode import socket, turn
+
+    no_token = {**adhoc(mcp_server), "headers": {}}
+    with socket(gateway) as ws:
+        (error,) = turn(ws, model=MODEL, input="x", tools=[no_token])
+    assert (error["type"], error["status"]) == ("error", 424)
+    assert (error["error"]["type"], error["error"]["code"], error["error"]["param"]) == (
+        "external_connector_error",
+        "http_error",
+        "tools[0]",
+    )
+    client = gateway.openai()
+    started = client.responses.create(model=MODEL, input="x", tools=[no_token], background=True)
+    import time
+
+    deadline = time.monotonic() + 30
+    resp = started
+    while resp.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        resp = client.responses.retrieve(started.id)
+    assert resp.status == "failed", resp
+    assert resp.error.code == "http_error"
+    assert "Error retrieving tool list from MCP server: 'shop'" in resp.error.message
+    assert "HTTP 401" in resp.error.message
+    with gateway.http() as http, http.stream("GET", f"/v1/responses/{started.id}", params={"stream": "true"}) as r:
+        raw = r.read()
+    assert validate_sse(raw, background=True)["status"] == "failed"
+    assert scripted.model_calls == []
+
+
+def test_a_route_attached_server_that_is_down_keeps_its_error_item(
+    gateway: Gateway, scripted: ScriptedUpstream, settings
+) -> None:  # type: ignore[no-untyped-def]
+    """A server the operator attached, not named by the client: the response goes on without it."""
+    from responses_api.models import ModelRoute
+    from tool_registry.models import McpServer
+
+    settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]
+    server = McpServer(label="down", url="http://127.0.0.1:9/mcp", approval="never")
+    server.full_clean()
+    server.save()
+    server.routes.add(ModelRoute.objects.get(name=MODEL))
+    gateway_module_clear()
+    scripted.enqueue(MODEL, Reply(text="no tools today"))
+    raw, resp = stream(gateway, {"model": MODEL, "input": "?"})
+    assert [o["type"] for o in resp["output"]] == ["mcp_list_tools", "message"]
+    assert "could not be reached" in resp["output"][0]["error"]
+    assert b"response.mcp_list_tools.failed" in raw
     assert resp["status"] == "completed"
 
 
@@ -275,7 +355,7 @@ def test_a_redirecting_server_is_reported_as_the_redirect_it_answered(
     gateway: Gateway, scripted: ScriptedUpstream, settings
 ) -> None:  # type: ignore[no-untyped-def]
     """An MCP server answering 307 (moved) is not followed (the egress check was for its origin);
-    the listing's error says what it answered, not "JSON-RPC error"."""
+    the error says what it answered, not "JSON-RPC error"."""
     import http.server
     import threading
 
@@ -299,14 +379,11 @@ def test_a_redirecting_server_is_reported_as_the_redirect_it_answered(
         "server_url": f"http://127.0.0.1:{port}/mcp",
         "require_approval": "never",
     }
-    scripted.enqueue(MODEL, Reply(text="no tools today"))
     try:
-        _, resp = stream(gateway, {"model": MODEL, "input": "?", "tools": [moved]})
+        error = failed_dependency(gateway, {"model": MODEL, "input": "?", "tools": [moved]}, "moved")
     finally:
         server.shutdown()
-    listing = resp["output"][0]
-    assert listing["type"] == "mcp_list_tools" and "answered HTTP 307 (a redirect" in listing["error"], listing
-    assert resp["status"] == "completed"
+    assert "answered HTTP 307 (a redirect" in error["message"], error
 
 
 def test_server_dying_mid_response_fails_the_call_not_the_response(

@@ -9,7 +9,7 @@ import pytest
 
 from responses_api.protocol.compaction import COMPACTION_INSTRUCTIONS, SUMMARY_PREFIX
 from tests.support.harness import MODEL, Gateway, make_key
-from tests.support.stream_validator import validate_events
+from tests.support.stream_validator import validate_events, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.websocket.test_websocket_mode import socket, turn
 
@@ -57,10 +57,11 @@ def test_compact_then_continue_over_http(gateway: Gateway, scripted: ScriptedUps
         "Now the menu.",
         "Menu drafted.",
     ]
-    # Usage is recorded like any response's; the conversation is not stored a second time.
+    # Usage is recorded like any response's; the conversation is not stored a second time:
+    # the row keeps the compacted output (a chain may continue from it), not the input.
     row = Response.objects.get(id=compacted.id)
     assert (row.status, row.output_tokens) == ("completed", compacted.usage.output_tokens)
-    assert not row.response_items.exists()
+    assert row.response_items.filter(role=0).count() == 0 and row.response_items.count() == 3
 
     # A new response (no previous_response_id) on the compacted window plus the next message.
     window = [item.model_dump(exclude_none=True) for item in compacted.output]
@@ -92,6 +93,58 @@ def test_compact_from_input_and_continue_over_a_websocket(gateway: Gateway, scri
     ]
 
 
+def test_a_chain_onto_a_compaction_continues_from_its_output(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """previous_response_id onto a /compact result: the model gets the kept user messages and the
+    summary, GET shows the compacted output, and neither shows the gateway's summariser prompt."""
+    from responses_api.models import Response
+
+    earlier = conversation(gateway, scripted)  # the compaction's own chain: summarised, not repeated
+    scripted.enqueue(MODEL, Reply(text="The secret word is banana."))
+    items = [
+        {"role": "user", "content": "Remember: the secret word is banana."},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Got it."}]},
+    ]
+    with gateway.http() as http:
+        r = http.post(
+            "/v1/responses/compact",
+            json={"model": MODEL, "input": items, "instructions": "Be brief.", "previous_response_id": earlier},
+        )
+        assert r.status_code == 200, r.text
+        compacted = r.json()
+        scripted.enqueue(MODEL, Reply(text="banana"))
+        with http.stream(
+            "POST",
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": "What was the secret word?",
+                "previous_response_id": compacted["id"],
+                "stream": True,
+            },
+        ) as reply:
+            assert reply.status_code == 200, reply.read()
+            raw = reply.read()
+        stored = http.get(f"/v1/responses/{compacted['id']}").json()
+        listed = http.get("/v1/responses", params={"limit": 100}).json()["data"]
+    final = validate_sse(raw)
+    assert final["output"][0]["content"][0]["text"] == "banana"
+    assert [m["content"] for m in scripted.requests[-1].body["messages"]] == [
+        "Build a dog cafe landing page.",
+        "Now the menu.",
+        "Remember: the secret word is banana.",
+        SUMMARY_PREFIX + "The secret word is banana.",
+        "What was the secret word?",
+    ]
+    # GET shows what /compact answered; the record is the root of the chain that follows it.
+    assert [(o["type"], o["id"]) for o in stored["output"]] == [(o["type"], o["id"]) for o in compacted["output"]]
+    assert stored["output"][-1]["encrypted_content"] == compacted["output"][-1]["encrypted_content"]
+    assert stored["previous_response_id"] is None
+    # The client's instructions, never the gateway's summariser prompt (the admin still marks it).
+    (record,) = [r for r in listed if r["id"] == compacted["id"]]
+    assert record["instructions"] == stored["instructions"] == "Be brief."
+    assert Response.objects.get(id=compacted["id"]).instructions.endswith(COMPACTION_INSTRUCTIONS)
+
+
 def test_compact_errors(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue(MODEL, Reply(text=SUMMARY))
     http = gateway.http()
@@ -112,3 +165,15 @@ def test_compact_errors(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     foreign = gateway.http(other_key).post("/v1/responses", json={"model": MODEL, "input": [item]})
     assert foreign.status_code == 400 and foreign.json()["error"]["code"] == "invalid_encrypted_content"
     assert http.get("/v1/responses/compact").status_code == 405
+
+
+def test_a_compaction_without_a_summary_is_stored_failed(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """The client gets a 502; the record says failed too, so nothing continues from an empty one."""
+    from responses_api.models import Response
+
+    scripted.enqueue(MODEL, Reply(text="   "))
+    with gateway.http() as http:
+        r = http.post("/v1/responses/compact", json={"model": MODEL, "input": "hello"})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_empty"
+    row = Response.objects.order_by("-created_at").first()
+    assert row is not None and row.status == "failed" and row.error["code"] == "upstream_empty"
