@@ -4,6 +4,7 @@ targets (upstreams/passthrough.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -22,7 +23,7 @@ from ..orchestration.limits import Grant, admit
 from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat_usage, sse
 from ..protocol.errors import GatewayError, InvalidRequest
 from ..protocol.ids import new_id
-from ..protocol.request import parse_create_request
+from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.surface import unapplied_chat_fields
 from ..store.usage import usage_writer
 from ..upstreams import UpstreamRequest, open_call
@@ -57,6 +58,19 @@ async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoi
     for name, value in (grant.headers if grant is not None else {}).items():
         response[name] = value
     return response
+
+
+def _read_as_responses(body: dict[str, Any], *, output_floor: bool) -> CreateRequest:
+    """The Chat body as a Responses create. A cap under the Responses API's floor of 16 is
+    refused only where the upstream is a Responses server; Chat Completions clients may ask an
+    Anthropic upstream for fewer tokens, and get exactly that cap."""
+    converted = chat_to_responses_body(body, output_floor=output_floor)
+    limit = converted.get("max_output_tokens")
+    if type(limit) is int and 1 <= limit < 16:
+        return dataclasses.replace(
+            parse_create_request({**converted, "max_output_tokens": 16}), max_output_tokens=limit
+        )
+    return parse_create_request(converted)
 
 
 def _estimate(raw: bytes, body: dict[str, Any]) -> int:
@@ -104,7 +118,7 @@ async def _forward(
                 code="model_not_supported",
             )
         if not translated:
-            translated.append(parse_create_request(chat_to_responses_body(body)))
+            translated.append(_read_as_responses(body, output_floor=kind == "responses"))
         req = translated[0]
         return await open_call(
             target, UpstreamRequest(request=req, items=req.input_items, tools=req.tools, stream=stream)

@@ -27,9 +27,11 @@ from .surface import CHAT_FIELDS, Handling
 _REFUSED = {name: field.why for name, field in CHAT_FIELDS.items() if field.responses.handling is Handling.REFUSED}
 
 
-def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
+def chat_to_responses_body(body: dict[str, Any], *, output_floor: bool = True) -> dict[str, Any]:
     """A Responses create body for this Chat Completions body; InvalidRequest names what
-    cannot be translated."""
+    cannot be translated. `output_floor`: the upstream is a Responses server, whose least
+    `max_output_tokens` is 16; an Anthropic upstream, like Chat Completions, takes fewer, so
+    without it a smaller cap is left for the caller to apply after parsing."""
     for name, why in _REFUSED.items():
         value = body.get(name)
         if value is not None and not (name == "n" and value == 1):
@@ -120,7 +122,7 @@ def chat_to_responses_body(body: dict[str, Any]) -> dict[str, Any]:
             out[target] = body[source]
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
     if limit is not None:
-        if type(limit) is int and limit < 16:
+        if output_floor and type(limit) is int and limit < 16:
             # Read as a Responses request, whose floor (OpenAI's) is 16: named as the client sent it.
             name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
             raise InvalidRequest(

@@ -129,3 +129,14 @@ def test_an_upstream_failure_mid_stream_ends_with_an_error_chunk(routes: Gateway
         ).text
     frames = [line[6:] for line in raw.split("\n\n") if line.startswith("data: ")]
     assert frames[-1] != "[DONE]" and json.loads(frames[-1])["error"]["type"] == "server_error"
+
+
+def test_a_cap_under_sixteen_reaches_an_anthropic_upstream_as_sent(routes: Gateway, scripted: ScriptedUpstream) -> None:
+    """The Responses API's floor of 16 is not the Chat Completions client's: an Anthropic upstream
+    takes a smaller cap, and gets exactly the one the client sent."""
+    scripted.set_default("up-anthropic", Reply(text="Hi."))
+    completion = routes.openai().chat.completions.create(
+        model="via-anthropic", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+    )
+    assert completion.choices[0].message.content == "Hi."
+    assert [r for r in scripted.requests if r.path == "/v1/messages"][-1].body["max_tokens"] == 8
