@@ -35,6 +35,19 @@ def config_managed_field() -> models.JSONField:
     )
 
 
+def config_source_field() -> models.CharField:
+    """Which config file manages an entry (ops/config_sync.py): a sync of another file never
+    changes or un-manages it. Empty: no file (or a sync from before sources were recorded)."""
+    return models.CharField(
+        max_length=1000,
+        blank=True,
+        default="",
+        editable=False,
+        help_text="The config file that manages this entry (its absolute path, or the bundled model of "
+        "scripts/run). Empty: no file.",
+    )
+
+
 class RateLimits(models.Model):
     """Per-minute and concurrency limits of a key or of a tenant (all its keys together);
     limits.py counts them."""
@@ -98,6 +111,7 @@ class Tenant(RateLimits):
         "Empty: no budget.",
     )
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -170,6 +184,7 @@ class Provider(models.Model):
     headers = models.JSONField(default=dict, blank=True, help_text="Extra request headers.")
     enabled = models.BooleanField(default=True)
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -216,6 +231,7 @@ class ModelRoute(models.Model):
         blank=True,
     )
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

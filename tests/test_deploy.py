@@ -629,3 +629,67 @@ def test_the_development_admin_login_is_offered_and_reused(tmp_path, db) -> None
     get_user_model().objects.create_superuser("ops", password="x" * 12)
     (tmp_path / "other").write_text("")
     assert "exists already" in dev_admin(tmp_path / "fresh")
+
+
+def _gateway_up(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", "gateway_up", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _dump(db_file: Path) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(db_file) as conn:
+        return list(conn.iterdump())
+
+
+def test_a_second_scripts_run_on_a_busy_port_changes_nothing_in_the_database(tmp_path: Path) -> None:
+    """The running gateway (its own GATEWAY_CONFIG, its model port, its key) is left exactly as
+    it was when a second run stops on the busy port: no sync, no key, no un-managing."""
+    import socket
+
+    db_file = tmp_path / "shared.sqlite3"
+    operator = tmp_path / "gateway.yaml"
+    operator.write_text(
+        yaml.safe_dump(
+            {
+                "providers": [{"name": "vllm", "kind": "chat_completions", "base_url": "http://vllm:8000/v1"}],
+                "models": [{"name": "big", "targets": [{"provider": "vllm", "model": "llama"}]}],
+            }
+        )
+    )
+    base = {k: v for k, v in os.environ.items() if k not in settings_env_names()} | {
+        "DEBUG": "1",
+        "DATABASE_URL": f"sqlite:///{db_file}",
+    }
+    first = _gateway_up(
+        base | {"GATEWAY_CONFIG": str(operator)},
+        "--setup-only",
+        "--state-dir",
+        str(tmp_path / "first"),
+        "--local-model-port",
+        "22091",
+    )
+    assert first.returncode == 0, first.stderr
+    before = _dump(db_file)
+    assert any("http://127.0.0.1:22091/v1" in line for line in before)
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        second = _gateway_up(
+            base | {"PORT": str(port), "LOCAL_MODEL": "0"},  # no GATEWAY_CONFIG, default model port
+            "--state-dir",
+            str(tmp_path / "second"),
+        )
+    assert second.returncode != 0
+    assert f"port {port} on 127.0.0.1 is in use" in second.stderr
+    assert _dump(db_file) == before  # providers, routes, keys, config ownership: all as they were

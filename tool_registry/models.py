@@ -8,7 +8,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from responses_api.models import config_managed_field
+from responses_api.models import config_managed_field, config_source_field
 from responses_api.store.ttlcache import TTLCache
 
 from .egress import EgressDenied, EgressPolicy, EgressResolutionError, check_url_sync, parse_url
@@ -82,6 +82,7 @@ class Tool(models.Model):
         help_text="Deferred: kept out of the model's tool list until the model finds it with tool search.",
     )
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -239,6 +240,7 @@ class McpServer(models.Model):
     tools_fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
