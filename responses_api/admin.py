@@ -29,7 +29,17 @@ from .api.auth import budget_of, key_quota, tenant_quota
 from .engine.router import target_health
 from .history import presenters
 from .history import selectors as history
-from .models import ApiKey, ModelRoute, Provider, Response, ResponseItem, RouteTarget, Tenant, validate_base_url
+from .models import (
+    ApiKey,
+    MaintenanceRun,
+    ModelRoute,
+    Provider,
+    Response,
+    ResponseItem,
+    RouteTarget,
+    Tenant,
+    validate_base_url,
+)
 from .ops.config_admin import ConfigManagedAdmin
 from .orchestration import routing
 from .orchestration.limits import current_use
@@ -148,14 +158,28 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     search_fields = ("name",)
     ordering = ("name",)
     fieldsets = (
-        (None, {"fields": ("name", "mcp_adhoc_egress_allow", "retention_days", "created_at")}),
+        (None, {"fields": ("name", "mcp_adhoc_egress_allow", "retention_days", "retention_last_run", "created_at")}),
         (
             "Rate limits (all of the tenant's keys together)",
             {"fields": ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "current_use")},
         ),
         ("Budget", {"fields": ("budget_period", "budget_tokens", "budget_usd")}),
     )
-    readonly_fields = ("created_at", "current_use")
+    readonly_fields = ("created_at", "current_use", "retention_last_run")
+
+    @admin.display(description="Retention last ran")
+    def retention_last_run(self, obj: Tenant) -> str:
+        run = MaintenanceRun.objects.filter(name=services.RETENTION_JOB).first()
+        if run is None:
+            return (
+                "never: it runs every GATEWAY_RETENTION_INTERVAL_SECONDS on Celery beat, or in the embedded "
+                "process; `manage.py expire_responses` runs it now"
+            )
+        deleted = run.result or {}
+        return (
+            f"{run.ran_at:%Y-%m-%d %H:%M:%S} UTC (all tenants): deleted {deleted.get('responses', 0):,} "
+            f"response(s) and {deleted.get('items', 0):,} item(s)"
+        )
 
     @admin.display(description="Current use")
     def current_use(self, obj: Tenant) -> str:

@@ -478,3 +478,15 @@ class WebProcess(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class MaintenanceRun(models.Model):
+    """When a periodic job last ran and what it did (one row per job, e.g. `retention`), so the
+    admin can say whether retention runs at all, whichever process (beat, embedded) ran it."""
+
+    name = models.CharField(primary_key=True, max_length=64)
+    ran_at = models.DateTimeField()
+    result = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.ran_at:%Y-%m-%d %H:%M}"

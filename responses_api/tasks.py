@@ -17,7 +17,7 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from .orchestration.worker import reap_stale, run_claimed
-from .store.services import retention_expire
+from .store.services import retention_run
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -53,4 +53,4 @@ def reap_stale_responses() -> int:
 
 @shared_task(name="responses_api.expire_responses", ignore_result=True)
 def expire_responses() -> dict:
-    return retention_expire()
+    return retention_run()
