@@ -42,6 +42,7 @@ def config_source_field() -> models.CharField:
         max_length=1000,
         blank=True,
         default="",
+        db_default="",  # kept in the database: the previous release's inserts, during a rolling deploy, leave it out
         editable=False,
         help_text="The config file that manages this entry (its absolute path, or the bundled model of "
         "scripts/run). Empty: no file.",
