@@ -287,3 +287,42 @@ def test_each_file_owns_its_entries_and_another_files_sync_leaves_them_alone(tmp
 
 def bundled_entry() -> dict:
     return {"name": "local", "base_url": "http://127.0.0.1:9999/v1"}
+
+
+def test_a_loopback_tool_url_is_refused_naming_where_to_allow_it(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.GATEWAY_EGRESS_ALLOW = []
+    with pytest.raises(ConfigError) as refused:
+        sync_config({"tools": [{"name": "local", "executor": {"type": "http", "url": "http://127.0.0.1:9/x"}}]})
+    assert "127.0.0.1" in str(refused.value) and "loopback" in str(refused.value)
+    assert "add it to GATEWAY_EGRESS_ALLOW (or the admin's Egress allowlist) if this is intended" in str(refused.value)
+
+
+def test_ad_hoc_mcp_refusals_name_the_tenants_allowlist_not_the_operators(settings) -> None:  # type: ignore[no-untyped-def]
+    from tests.support.harness import make_key
+    from tool_registry.egress import EgressDenied, check_url_sync
+    from tool_registry.services import adhoc_egress_policy
+
+    settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]  # the operator's, which client URLs never get
+    _, tenant = make_key(tenant="adhoc")
+    with pytest.raises(EgressDenied, match="tenant's ad-hoc MCP egress allowlist") as refused:
+        check_url_sync("http://127.0.0.1:9/mcp", adhoc_egress_policy(tenant))
+    assert "GATEWAY_EGRESS_ALLOW " not in str(refused.value)
+
+
+@pytest.mark.parametrize("section", ["providers", "models", "targets", "tenants"])
+def test_a_misspelt_key_is_reported_as_unknown(section: str) -> None:
+    provider = {"name": "p", "base_url": "http://p:1/v1"}
+    model = {"name": "m", "targets": [{"provider": "p", "model": "x"}]}
+    config, typo = {
+        "providers": ({"providers": [{**provider, "base-url": "x"}]}, "base-url"),
+        "models": ({"providers": [provider], "models": [{"name": "m", "target": model["targets"]}]}, "target"),
+        "targets": (
+            {"providers": [provider], "models": [{"name": "m", "targets": [{"provider": "p", "modle": "x"}]}]},
+            "modle",
+        ),
+        "tenants": ({"tenants": [{"name": "t", "retention": 3}]}, "retention"),
+    }[section]
+    with pytest.raises(ConfigError, match=f"unknown (key|field)\\(s\\) {typo}\\b") as refused:
+        sync_config(config)
+    if section == "models":
+        assert str(refused.value) == "models[0]: unknown key(s) target: 'target' (did you mean 'targets'?)"

@@ -693,3 +693,30 @@ def test_a_second_scripts_run_on_a_busy_port_changes_nothing_in_the_database(tmp
     assert second.returncode != 0
     assert f"port {port} on 127.0.0.1 is in use" in second.stderr
     assert _dump(db_file) == before  # providers, routes, keys, config ownership: all as they were
+
+
+def test_a_database_that_is_down_is_one_line_naming_it() -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends: nothing listens there
+    env = {k: v for k, v in os.environ.items() if k not in settings_env_names()} | {
+        "DEBUG": "1",
+        "DATABASE_URL": f"postgres://gateway:secret@127.0.0.1:{port}/gateway",
+        "DB_POOL_TIMEOUT": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "migrate"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"manage.py: cannot use database 'gateway' at 127.0.0.1:{port} as 'gateway': ")
+    assert "Connection refused" in last and last.endswith("(is it running, and is DATABASE_URL right?)")

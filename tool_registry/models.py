@@ -113,6 +113,9 @@ class Tool(models.Model):
 _policy_cache: TTLCache[str, EgressPolicy] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 
 
+OPERATOR_ALLOWLIST = "GATEWAY_EGRESS_ALLOW (or the admin's Egress allowlist)"
+
+
 class EgressAllowManager(models.Manager["EgressAllow"]):
     def policy(self) -> EgressPolicy:
         """Settings' GATEWAY_EGRESS_ALLOW plus the admin's allowlist (cached GATEWAY_CACHE_SECONDS):
@@ -121,7 +124,8 @@ class EgressAllowManager(models.Manager["EgressAllow"]):
         if cached is not None:
             return cached[0]
         entries = [*settings.GATEWAY_EGRESS_ALLOW, *self.values_list("entry", flat=True)]
-        return _policy_cache.put("policy", EgressPolicy.from_strings(entries))
+        policy = EgressPolicy.from_strings(entries, allowlist=OPERATOR_ALLOWLIST)
+        return _policy_cache.put("policy", policy)
 
     @staticmethod
     def forget_policy() -> None:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,21 @@ def _require(entry: dict, key: str, where: str) -> Any:
     if key not in entry or entry[key] in (None, ""):
         raise ConfigError(f"{where}: '{key}' is required")
     return entry[key]
+
+
+def _known_keys(entry: Any, allowed: Iterable[str], where: str) -> None:
+    """A misspelt key is named as unknown (with the key it probably meant), before any check of
+    what is missing: `target:` for `targets:` reads "unknown key target", not "targets is required"."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    allowed = set(allowed)
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        hints = [
+            f"{key!r} (did you mean {close[0]!r}?)" if (close := get_close_matches(key, allowed, 1)) else repr(key)
+            for key in unknown
+        ]
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}: {', '.join(hints)}")
 
 
 def _float(value: Any) -> float:
@@ -150,6 +167,9 @@ def _route_fields(where: str) -> dict[str, Any]:
     }
 
 
+_TARGET_KEYS = ("provider", "model", "weight", "priority", "max_concurrent")
+
+
 @transaction.atomic
 def sync_config(data: dict[str, Any], *, source: str = "") -> dict[str, int]:
     """Upsert what the file lists; returns counts of what was written.
@@ -169,6 +189,7 @@ def sync_config(data: dict[str, Any], *, source: str = "") -> dict[str, int]:
     providers: dict[str, Provider] = {}
     for i, entry in enumerate(data.get("providers") or []):
         where = f"providers[{i}]"
+        _known_keys(entry, {"name", *_PROVIDER_FIELDS}, where)
         name = _require(entry, "name", where)
         _require(entry, "base_url", where)
         provider = Provider.objects.filter(name=name).first() or Provider(name=name)
@@ -180,6 +201,7 @@ def sync_config(data: dict[str, Any], *, source: str = "") -> dict[str, int]:
     routes: set[str] = set()
     for i, entry in enumerate(data.get("models") or []):
         where = f"models[{i}]"
+        _known_keys(entry, {"name", "targets", *_route_fields(where)}, where)
         name = _require(entry, "name", where)
         targets = _require(entry, "targets", where)
         route = ModelRoute.objects.filter(name=name).first() or ModelRoute(name=name)
@@ -189,6 +211,7 @@ def sync_config(data: dict[str, Any], *, source: str = "") -> dict[str, int]:
         routes.add(name)
         wanted = []
         for j, target in enumerate(targets):
+            _known_keys(target, _TARGET_KEYS, f"{where}.targets[{j}]")
             provider_name = _require(target, "provider", f"{where}.targets[{j}]")
             target_provider = providers.get(provider_name) or Provider.objects.filter(name=provider_name).first()
             if target_provider is None:
@@ -347,6 +370,7 @@ def _sync_tools(entries: list[dict[str, Any]], source: str) -> int:
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"tools[{i}]"
+        _known_keys(entry, {"name", "routes", *_TOOL_FIELDS}, where)
         _require(entry, "executor", where)
         tool = Tool.objects.filter(name=_require(entry, "name", where)).first() or Tool(
             name=entry["name"], parameters={"type": "object", "properties": {}}
@@ -369,6 +393,7 @@ def _sync_mcp_servers(entries: list[dict[str, Any]], source: str) -> int:
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"mcp_servers[{i}]"
+        _known_keys(entry, {"label", "routes", "tenants", *_MCP_FIELDS}, where)
         label = _require(entry, "label", where)
         _require(entry, "url", where)
         server = McpServer.objects.filter(label=label).first() or McpServer(label=label)
