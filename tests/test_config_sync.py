@@ -326,3 +326,19 @@ def test_a_misspelt_key_is_reported_as_unknown(section: str) -> None:
         sync_config(config)
     if section == "models":
         assert str(refused.value) == "models[0]: unknown key(s) target: 'target' (did you mean 'targets'?)"
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_provider_key_variable_that_is_empty_is_not_set(value: str | None, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """docker-compose.yml passes `OPENAI_API_KEY: ${OPENAI_API_KEY:-}`: unset on the host, it
+    arrives empty, and must read as missing, not as a key."""
+    from responses_api.orchestration.routing import provider_secret
+    from responses_api.protocol.errors import GatewayError
+
+    if value is None:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("OPENAI_API_KEY", value)
+    sync_config(CONFIG)
+    with pytest.raises(GatewayError, match=r"reads its key from \$OPENAI_API_KEY, which is not set"):
+        provider_secret(Provider.objects.get(name="openai"))

@@ -720,3 +720,46 @@ def test_a_database_that_is_down_is_one_line_naming_it() -> None:
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"manage.py: cannot use database 'gateway' at 127.0.0.1:{port} as 'gateway': ")
     assert "Connection refused" in last and last.endswith("(is it running, and is DATABASE_URL right?)")
+
+
+def test_postgres_connections_fit_within_its_max_connections() -> None:
+    """Every process's pools at their compose sizes: web and worker processes hold two pools
+    (Django's and the async one), beat one; postgres keeps 3 for superusers."""
+    env: dict[str, str] = {}
+    app_env = SERVICES["web"]["environment"]
+    pool = int(interpolate(app_env["DB_POOL_MAX_SIZE"], env))
+    web = int(interpolate(command_words("web")[command_words("web").index("--workers") + 1], env))
+    worker = int(interpolate(command_words("worker")[command_words("worker").index("--concurrency") + 1], env))
+    postgres = SERVICES["postgres"]["command"]
+    max_connections = int(next(w.split("=", 1)[1] for w in postgres if w.startswith("max_connections=")))
+    assert (web + worker) * 2 * pool + pool <= max_connections - 3
+
+
+def test_the_worker_grace_period_outlasts_its_longest_task() -> None:
+    """SIGTERM is Celery's warm shutdown: running tasks go on up to CELERY_TASK_TIME_LIMIT."""
+    grace = SERVICES["worker"]["stop_grace_period"]
+    assert grace.endswith("s") and float(grace[:-1]) > settings.CELERY_TASK_TIME_LIMIT
+
+
+def test_every_container_rotates_its_logs() -> None:
+    for name, service in SERVICES.items():
+        logging = service.get("logging") or {}
+        assert logging.get("driver") == "json-file" and logging["options"]["max-size"], name
+
+
+def test_built_images_carry_the_projects_version_not_latest() -> None:
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    for name, service in SERVICES.items():
+        image = service.get("image", "")
+        assert not image.endswith(":latest") and ":" in image, name
+        if "build" in service:
+            assert image == f"open-responses-gateway:{version}", name
+
+
+def test_the_local_model_is_not_listed_unless_its_profile_runs() -> None:
+    """Its server exists only with `--profile local-model`: by default the route is off."""
+    config = yaml.safe_load((ROOT / "deploy" / "gateway.yaml").read_text())
+    local = next(m for m in config["models"] if m["name"] == "local")
+    assert local["enabled"] is False
