@@ -763,3 +763,33 @@ def test_the_local_model_is_not_listed_unless_its_profile_runs() -> None:
     config = yaml.safe_load((ROOT / "deploy" / "gateway.yaml").read_text())
     local = next(m for m in config["models"] if m["name"] == "local")
     assert local["enabled"] is False
+
+
+def test_settings_read_secrets_from_name_file_variables(tmp_path: Path) -> None:
+    """`SECRET_KEY_FILE=/run/secrets/secret_key` (compose `secrets:`): the file's content, without
+    its trailing newline, for any setting."""
+    secret = secrets.token_urlsafe(50)
+    (tmp_path / "secret_key").write_text(secret + "\n")
+    (tmp_path / "database_url").write_text(f"sqlite:///{tmp_path / 'from-file.sqlite3'}\n")
+    env = {k: v for k, v in os.environ.items() if k not in settings_env_names()} | {
+        "DEBUG": "false",
+        "ALLOWED_HOSTS": "gateway.example.com",
+        "SECRET_KEY_FILE": str(tmp_path / "secret_key"),
+        "DATABASE_URL_FILE": str(tmp_path / "database_url"),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings as s; "
+            "print(s.SECRET_KEY); print(s.DATABASES['default']['NAME'])",
+        ],
+        cwd=ROOT,
+        env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [secret, str(tmp_path / "from-file.sqlite3")]
