@@ -131,8 +131,8 @@ def test_services_and_commands() -> None:
     assert "python manage.py migrate --noinput" in command_words("migrate")[-1]
     assert SERVICES["migrate"]["restart"] == "no"
 
-    assert SERVICES["postgres"]["image"] == "postgres:16"
-    assert SERVICES["redis"]["image"] == "redis:7"
+    assert SERVICES["postgres"]["image"] == "postgres:16.6-bookworm"
+    assert SERVICES["redis"]["image"] == "redis:7.4.1-bookworm"
     assert any(v.endswith(":/var/lib/postgresql/data") for v in SERVICES["postgres"]["volumes"])
     assert set(COMPOSE["volumes"]) >= {"postgres-data"}
 
@@ -439,7 +439,7 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 def test_dockerfile() -> None:
     instructions = dockerfile_instructions()
-    assert instructions[0] == ("FROM", "python:3.11-slim")
+    assert instructions[0] == ("FROM", "python:3.11.11-slim-bookworm")
     users = [rest for word, rest in instructions if word == "USER"]
     assert users and users[-1] not in ("root", "0")
     runs = " ".join(rest for word, rest in instructions if word == "RUN")
@@ -793,3 +793,12 @@ def test_settings_read_secrets_from_name_file_variables(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-2:] == [secret, str(tmp_path / "from-file.sqlite3")]
+
+
+def test_base_images_are_exact_versions() -> None:
+    """A floating tag (postgres:16, redis:7, python:3.11-slim) changes under a rebuild or a pull."""
+    exact = re.compile(r":\d+\.\d+(\.\d+)?(-[a-z]+)*$")
+    images = [service["image"] for service in SERVICES.values() if "build" not in service]
+    images.append(re.search(r"^FROM (\S+)", DOCKERFILE, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    for image in images:
+        assert exact.search(image), image
