@@ -1,7 +1,8 @@
 # The gateway image: web (uvicorn), Celery worker and beat, and, with the default
 # INSTALL_LOCAL_MODEL=1, the optional bundled local model (docker-compose.yml's
 # `local-model` profile). Runs as a non-root user; static files are collected at build time.
-FROM python:3.11-slim
+# Exact: a rebuild gets the same Python and Debian; move it on purpose.
+FROM python:3.11.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

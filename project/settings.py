@@ -13,7 +13,21 @@ from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.Env()
+
+class _SecretFiles(environ.FileAwareMapping):
+    """`NAME_FILE=/run/secrets/name` sets NAME from that file (compose `secrets:`, Kubernetes),
+    for every setting read below; the file's trailing newline is not part of the value."""
+
+    def __getitem__(self, key: str) -> str:
+        value: str = super().__getitem__(key)
+        return value.rstrip("\r\n") if self.env.get(key + "_FILE") else value
+
+
+class _Env(environ.Env):
+    ENVIRON = _SecretFiles()
+
+
+env = _Env()
 if (BASE_DIR / ".env").exists():
     environ.Env.read_env(BASE_DIR / ".env")
 

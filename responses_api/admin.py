@@ -36,6 +36,7 @@ from .models import (
     AlertDelivery,
     AlertWebhook,
     ApiKey,
+    MaintenanceRun,
     ModelRoute,
     Provider,
     Response,
@@ -170,14 +171,28 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     search_fields = ("name",)
     ordering = ("name",)
     fieldsets = (
-        (None, {"fields": ("name", "mcp_adhoc_egress_allow", "retention_days", "created_at")}),
+        (None, {"fields": ("name", "mcp_adhoc_egress_allow", "retention_days", "retention_last_run", "created_at")}),
         (
             "Rate limits (all of the tenant's keys together)",
             {"fields": ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "current_use")},
         ),
         ("Budget", {"fields": ("budget_period", "budget_tokens", "budget_usd", "alert_thresholds")}),
     )
-    readonly_fields = ("created_at", "current_use")
+    readonly_fields = ("created_at", "current_use", "retention_last_run")
+
+    @admin.display(description="Retention last ran")
+    def retention_last_run(self, obj: Tenant) -> str:
+        run = MaintenanceRun.objects.filter(name=services.RETENTION_JOB).first()
+        if run is None:
+            return (
+                "never: it runs every GATEWAY_RETENTION_INTERVAL_SECONDS on Celery beat, or in the embedded "
+                "process; `manage.py expire_responses` runs it now"
+            )
+        deleted = run.result or {}
+        return (
+            f"{run.ran_at:%Y-%m-%d %H:%M:%S} UTC (all tenants): deleted {deleted.get('responses', 0):,} "
+            f"response(s) and {deleted.get('items', 0):,} item(s)"
+        )
 
     @admin.display(description="Current use")
     def current_use(self, obj: Tenant) -> str:

@@ -46,6 +46,20 @@ def validate_alert_thresholds(value: object) -> None:
         raise ValidationError("A list of whole percentages from 1 to 1000, e.g. [80, 100].")
 
 
+def config_source_field() -> models.CharField:
+    """Which config file manages an entry (ops/config_sync.py): a sync of another file never
+    changes or un-manages it. Empty: no file (or a sync from before sources were recorded)."""
+    return models.CharField(
+        max_length=1000,
+        blank=True,
+        default="",
+        db_default="",  # kept in the database: the previous release's inserts, during a rolling deploy, leave it out
+        editable=False,
+        help_text="The config file that manages this entry (its absolute path, or the bundled model of "
+        "scripts/run). Empty: no file.",
+    )
+
+
 class RateLimits(models.Model):
     """Per-minute and concurrency limits and the budget of a key or of a tenant (all its keys
     together); limits.py counts them, alerts.py calls the webhooks at the budget's thresholds."""
@@ -70,6 +84,7 @@ class RateLimits(models.Model):
         max_length=8,
         choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")],
         default="month",
+        db_default="month",  # kept in the database: the previous release's inserts leave it out
     )
     budget_tokens = models.PositiveBigIntegerField(
         null=True,
@@ -87,6 +102,7 @@ class RateLimits(models.Model):
     )
     alert_thresholds = models.JSONField(
         default=default_alert_thresholds,
+        db_default=[80, 100],  # kept in the database: the previous release's inserts leave it out
         blank=True,
         help_text="Percentages of the budget at which the alert webhooks are called (once each per budget "
         "period), e.g. [80, 100]. Empty: no alerts.",
@@ -121,6 +137,7 @@ class Tenant(RateLimits):
         "continues is kept until that chain expires as a whole.",
     )
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -199,6 +216,7 @@ class Provider(models.Model):
     headers = models.JSONField(default=dict, blank=True, help_text="Extra request headers.")
     enabled = models.BooleanField(default=True)
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -245,6 +263,7 @@ class ModelRoute(models.Model):
         blank=True,
     )
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -504,6 +523,7 @@ class AlertWebhook(models.Model):
     )
     enabled = models.BooleanField(default=True)
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
@@ -532,3 +552,15 @@ class AlertDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event.get('type', 'alert')} → {self.webhook_id} ({self.status})"
+
+
+class MaintenanceRun(models.Model):
+    """When a periodic job last ran and what it did (one row per job, e.g. `retention`), so the
+    admin can say whether retention runs at all, whichever process (beat, embedded) ran it."""
+
+    name = models.CharField(primary_key=True, max_length=64)
+    ran_at = models.DateTimeField()
+    result = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.ran_at:%Y-%m-%d %H:%M}"

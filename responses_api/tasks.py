@@ -19,7 +19,7 @@ from django.conf import settings
 
 from .orchestration.alerts import deliver_once, retry_delay
 from .orchestration.worker import reap_stale, run_claimed
-from .store.services import retention_expire
+from .store.services import retention_run
 
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
@@ -55,7 +55,7 @@ def reap_stale_responses() -> int:
 
 @shared_task(name="responses_api.expire_responses", ignore_result=True)
 def expire_responses() -> dict:
-    return retention_expire()
+    return retention_run()
 
 
 @shared_task(name="responses_api.deliver_alert", bind=True, acks_late=True, ignore_result=True)

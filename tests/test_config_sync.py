@@ -239,3 +239,110 @@ def test_tools_and_mcp_servers_are_deferred_from_the_file(settings) -> None:  # 
     sync_config(config)
     assert Tool.objects.get(name="lookup").defer_loading is False
     assert "defer_loading" in Tool.objects.get(name="lookup").config_managed
+
+
+def test_each_file_owns_its_entries_and_another_files_sync_leaves_them_alone(tmp_path, settings) -> None:  # type: ignore[no-untyped-def]
+    """Syncing file B never changes what file A manages: it neither un-manages A's entries
+    (as `sync_gateway_config extra.yaml` once did to the bundled model's) nor takes one over."""
+    import yaml
+
+    from responses_api.management.commands.gateway_up import local_config
+    from responses_api.ops.config_sync import BUNDLED_SOURCE, source_of, sync_config_file
+    from tool_registry.models import McpServer, Tool
+
+    settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal", "10.9.0.0/16"]
+    main, extra = tmp_path / "gateway.yaml", tmp_path / "extra.yaml"
+    main.write_text(yaml.safe_dump(FULL))
+    extra.write_text(yaml.safe_dump({"providers": [{"name": "vllm", "base_url": "http://vllm:8000/v1"}]}))
+    sync_config(local_config(8091), source=BUNDLED_SOURCE)
+    sync_config_file(main)
+    owned = {section: (obj.config_source, obj.config_managed) for section, obj in _sections().items()}
+    assert {source for source, _ in owned.values()} == {source_of(main)}
+
+    sync_config_file(extra)
+    assert {s: (o.config_source, o.config_managed) for s, o in _sections().items()} == owned
+    bundled = Provider.objects.get(name="local")
+    assert (bundled.config_source, bundled.config_managed) == (BUNDLED_SOURCE, ["kind", "base_url", "timeout"])
+    assert ModelRoute.objects.get(name="local").config_managed == ["description", "targets"]
+    # The bundled config synced alone (scripts/run without GATEWAY_CONFIG) leaves the file's alone.
+    sync_config(local_config(8091), source=BUNDLED_SOURCE)
+    assert {s: (o.config_source, o.config_managed) for s, o in _sections().items()} == owned
+    assert Provider.objects.get(name="vllm").config_source == source_of(extra)
+
+    # Another file listing an entry a file still manages is refused, nothing written.
+    extra.write_text(yaml.safe_dump({"providers": [{"name": "ollama", "base_url": "http://elsewhere:1/v1"}]}))
+    with pytest.raises(ConfigError, match=f"'ollama' is managed by {main}"):
+        sync_config_file(extra)
+    assert Provider.objects.get(name="ollama").base_url == "http://ollama:11434/v1"
+    assert Provider.objects.get(name="vllm").config_source == source_of(extra)
+    # A file that is gone (moved, renamed) no longer holds its entries; the bundled model's
+    # entries yield to any file.
+    main.unlink()
+    extra.write_text(
+        yaml.safe_dump({"providers": [{"name": "ollama", "base_url": "http://elsewhere:1/v1"}, bundled_entry()]})
+    )
+    sync_config_file(extra)
+    assert set(Provider.objects.filter(config_source=source_of(extra)).values_list("name", flat=True)) == {
+        "ollama",
+        "local",
+    }
+    assert Tool.objects.get().config_source == McpServer.objects.get().config_source == source_of(main)
+
+
+def bundled_entry() -> dict:
+    return {"name": "local", "base_url": "http://127.0.0.1:9999/v1"}
+
+
+def test_a_loopback_tool_url_is_refused_naming_where_to_allow_it(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.GATEWAY_EGRESS_ALLOW = []
+    with pytest.raises(ConfigError) as refused:
+        sync_config({"tools": [{"name": "local", "executor": {"type": "http", "url": "http://127.0.0.1:9/x"}}]})
+    assert "127.0.0.1" in str(refused.value) and "loopback" in str(refused.value)
+    assert "add it to GATEWAY_EGRESS_ALLOW (or the admin's Egress allowlist) if this is intended" in str(refused.value)
+
+
+def test_ad_hoc_mcp_refusals_name_the_tenants_allowlist_not_the_operators(settings) -> None:  # type: ignore[no-untyped-def]
+    from tests.support.harness import make_key
+    from tool_registry.egress import EgressDenied, check_url_sync
+    from tool_registry.services import adhoc_egress_policy
+
+    settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]  # the operator's, which client URLs never get
+    _, tenant = make_key(tenant="adhoc")
+    with pytest.raises(EgressDenied, match="tenant's ad-hoc MCP egress allowlist") as refused:
+        check_url_sync("http://127.0.0.1:9/mcp", adhoc_egress_policy(tenant))
+    assert "GATEWAY_EGRESS_ALLOW " not in str(refused.value)
+
+
+@pytest.mark.parametrize("section", ["providers", "models", "targets", "tenants"])
+def test_a_misspelt_key_is_reported_as_unknown(section: str) -> None:
+    provider = {"name": "p", "base_url": "http://p:1/v1"}
+    model = {"name": "m", "targets": [{"provider": "p", "model": "x"}]}
+    config, typo = {
+        "providers": ({"providers": [{**provider, "base-url": "x"}]}, "base-url"),
+        "models": ({"providers": [provider], "models": [{"name": "m", "target": model["targets"]}]}, "target"),
+        "targets": (
+            {"providers": [provider], "models": [{"name": "m", "targets": [{"provider": "p", "modle": "x"}]}]},
+            "modle",
+        ),
+        "tenants": ({"tenants": [{"name": "t", "retention": 3}]}, "retention"),
+    }[section]
+    with pytest.raises(ConfigError, match=f"unknown (key|field)\\(s\\) {typo}\\b") as refused:
+        sync_config(config)
+    if section == "models":
+        assert str(refused.value) == "models[0]: unknown key(s) target: 'target' (did you mean 'targets'?)"
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_provider_key_variable_that_is_empty_is_not_set(value: str | None, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """docker-compose.yml passes `OPENAI_API_KEY: ${OPENAI_API_KEY:-}`: unset on the host, it
+    arrives empty, and must read as missing, not as a key."""
+    from responses_api.orchestration.routing import provider_secret
+    from responses_api.protocol.errors import GatewayError
+
+    if value is None:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("OPENAI_API_KEY", value)
+    sync_config(CONFIG)
+    with pytest.raises(GatewayError, match=r"reads its key from \$OPENAI_API_KEY, which is not set"):
+        provider_secret(Provider.objects.get(name="openai"))

@@ -131,8 +131,8 @@ def test_services_and_commands() -> None:
     assert "python manage.py migrate --noinput" in command_words("migrate")[-1]
     assert SERVICES["migrate"]["restart"] == "no"
 
-    assert SERVICES["postgres"]["image"] == "postgres:16"
-    assert SERVICES["redis"]["image"] == "redis:7"
+    assert SERVICES["postgres"]["image"] == "postgres:16.6-bookworm"
+    assert SERVICES["redis"]["image"] == "redis:7.4.1-bookworm"
     assert any(v.endswith(":/var/lib/postgresql/data") for v in SERVICES["postgres"]["volumes"])
     assert set(COMPOSE["volumes"]) >= {"postgres-data"}
 
@@ -439,7 +439,7 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
 
 def test_dockerfile() -> None:
     instructions = dockerfile_instructions()
-    assert instructions[0] == ("FROM", "python:3.11-slim")
+    assert instructions[0] == ("FROM", "python:3.11.11-slim-bookworm")
     users = [rest for word, rest in instructions if word == "USER"]
     assert users and users[-1] not in ("root", "0")
     runs = " ".join(rest for word, rest in instructions if word == "RUN")
@@ -629,3 +629,176 @@ def test_the_development_admin_login_is_offered_and_reused(tmp_path, db) -> None
     get_user_model().objects.create_superuser("ops", password="x" * 12)
     (tmp_path / "other").write_text("")
     assert "exists already" in dev_admin(tmp_path / "fresh")
+
+
+def _gateway_up(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", "gateway_up", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _dump(db_file: Path) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(db_file) as conn:
+        return list(conn.iterdump())
+
+
+def test_a_second_scripts_run_on_a_busy_port_changes_nothing_in_the_database(tmp_path: Path) -> None:
+    """The running gateway (its own GATEWAY_CONFIG, its model port, its key) is left exactly as
+    it was when a second run stops on the busy port: no sync, no key, no un-managing."""
+    import socket
+
+    db_file = tmp_path / "shared.sqlite3"
+    operator = tmp_path / "gateway.yaml"
+    operator.write_text(
+        yaml.safe_dump(
+            {
+                "providers": [{"name": "vllm", "kind": "chat_completions", "base_url": "http://vllm:8000/v1"}],
+                "models": [{"name": "big", "targets": [{"provider": "vllm", "model": "llama"}]}],
+            }
+        )
+    )
+    base = {k: v for k, v in os.environ.items() if k not in settings_env_names()} | {
+        "DEBUG": "1",
+        "DATABASE_URL": f"sqlite:///{db_file}",
+    }
+    first = _gateway_up(
+        base | {"GATEWAY_CONFIG": str(operator)},
+        "--setup-only",
+        "--state-dir",
+        str(tmp_path / "first"),
+        "--local-model-port",
+        "22091",
+    )
+    assert first.returncode == 0, first.stderr
+    before = _dump(db_file)
+    assert any("http://127.0.0.1:22091/v1" in line for line in before)
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        second = _gateway_up(
+            base | {"PORT": str(port), "LOCAL_MODEL": "0"},  # no GATEWAY_CONFIG, default model port
+            "--state-dir",
+            str(tmp_path / "second"),
+        )
+    assert second.returncode != 0
+    assert f"port {port} on 127.0.0.1 is in use" in second.stderr
+    assert _dump(db_file) == before  # providers, routes, keys, config ownership: all as they were
+
+
+def test_a_database_that_is_down_is_one_line_naming_it() -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the block ends: nothing listens there
+    env = {k: v for k, v in os.environ.items() if k not in settings_env_names()} | {
+        "DEBUG": "1",
+        "DATABASE_URL": f"postgres://gateway:secret@127.0.0.1:{port}/gateway",
+        "DB_POOL_TIMEOUT": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "migrate"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"manage.py: cannot use database 'gateway' at 127.0.0.1:{port} as 'gateway': ")
+    assert "Connection refused" in last and last.endswith("(is it running, and is DATABASE_URL right?)")
+
+
+def test_postgres_connections_fit_within_its_max_connections() -> None:
+    """Every process's pools at their compose sizes: web and worker processes hold two pools
+    (Django's and the async one), beat one; postgres keeps 3 for superusers."""
+    env: dict[str, str] = {}
+    app_env = SERVICES["web"]["environment"]
+    pool = int(interpolate(app_env["DB_POOL_MAX_SIZE"], env))
+    web = int(interpolate(command_words("web")[command_words("web").index("--workers") + 1], env))
+    worker = int(interpolate(command_words("worker")[command_words("worker").index("--concurrency") + 1], env))
+    postgres = SERVICES["postgres"]["command"]
+    max_connections = int(next(w.split("=", 1)[1] for w in postgres if w.startswith("max_connections=")))
+    assert (web + worker) * 2 * pool + pool <= max_connections - 3
+
+
+def test_the_worker_grace_period_outlasts_its_longest_task() -> None:
+    """SIGTERM is Celery's warm shutdown: running tasks go on up to CELERY_TASK_TIME_LIMIT."""
+    grace = SERVICES["worker"]["stop_grace_period"]
+    assert grace.endswith("s") and float(grace[:-1]) > settings.CELERY_TASK_TIME_LIMIT
+
+
+def test_every_container_rotates_its_logs() -> None:
+    for name, service in SERVICES.items():
+        logging = service.get("logging") or {}
+        assert logging.get("driver") == "json-file" and logging["options"]["max-size"], name
+
+
+def test_built_images_carry_the_projects_version_not_latest() -> None:
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    for name, service in SERVICES.items():
+        image = service.get("image", "")
+        assert not image.endswith(":latest") and ":" in image, name
+        if "build" in service:
+            assert image == f"open-responses-gateway:{version}", name
+
+
+def test_the_local_model_is_not_listed_unless_its_profile_runs() -> None:
+    """Its server exists only with `--profile local-model`: by default the route is off."""
+    config = yaml.safe_load((ROOT / "deploy" / "gateway.yaml").read_text())
+    local = next(m for m in config["models"] if m["name"] == "local")
+    assert local["enabled"] is False
+
+
+def test_settings_read_secrets_from_name_file_variables(tmp_path: Path) -> None:
+    """`SECRET_KEY_FILE=/run/secrets/secret_key` (compose `secrets:`): the file's content, without
+    its trailing newline, for any setting."""
+    secret = secrets.token_urlsafe(50)
+    (tmp_path / "secret_key").write_text(secret + "\n")
+    (tmp_path / "database_url").write_text(f"sqlite:///{tmp_path / 'from-file.sqlite3'}\n")
+    env = {k: v for k, v in os.environ.items() if k not in settings_env_names()} | {
+        "DEBUG": "false",
+        "ALLOWED_HOSTS": "gateway.example.com",
+        "SECRET_KEY_FILE": str(tmp_path / "secret_key"),
+        "DATABASE_URL_FILE": str(tmp_path / "database_url"),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings as s; "
+            "print(s.SECRET_KEY); print(s.DATABASES['default']['NAME'])",
+        ],
+        cwd=ROOT,
+        env=env | {"DJANGO_SETTINGS_MODULE": "project.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [secret, str(tmp_path / "from-file.sqlite3")]
+
+
+def test_base_images_are_exact_versions() -> None:
+    """A floating tag (postgres:16, redis:7, python:3.11-slim) changes under a rebuild or a pull."""
+    exact = re.compile(r":\d+\.\d+(\.\d+)?(-[a-z]+)*$")
+    images = [service["image"] for service in SERVICES.values() if "build" not in service]
+    images.append(re.search(r"^FROM (\S+)", DOCKERFILE, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    for image in images:
+        assert exact.search(image), image

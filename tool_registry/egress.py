@@ -30,7 +30,7 @@ import socket
 import ssl
 import time
 from collections.abc import Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
@@ -155,9 +155,11 @@ class EgressPolicy:
     """
 
     allow: tuple[str, ...] = ()
+    # Where an operator adds an entry to this policy: named in a refusal, so it says what to do.
+    allowlist: str = field(default="the egress allowlist", compare=False)
 
     @classmethod
-    def from_strings(cls, entries: Iterable[str]) -> EgressPolicy:
+    def from_strings(cls, entries: Iterable[str], *, allowlist: str = "the egress allowlist") -> EgressPolicy:
         """Validate entries (``ValueError`` naming the bad one); blank entries are skipped."""
         if isinstance(entries, str):  # a bare string would iterate by character
             entries = [entries]
@@ -166,7 +168,7 @@ class EgressPolicy:
             entry = _normalise_entry(raw)
             if entry and entry not in clean:
                 clean.append(entry)
-        return cls(tuple(clean))
+        return cls(tuple(clean), allowlist)
 
     @cached_property
     def _compiled(
@@ -396,7 +398,7 @@ def check_address(
     else:
         message = f"refusing {host!r}: {reason} address"
     raise EgressDenied(
-        message + " (add it to the egress allowlist if this is intended)",
+        message + f" (add it to {policy.allowlist} if this is intended)",
         host=host,
         address=address,
     )

@@ -8,7 +8,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
-from responses_api.models import config_managed_field
+from responses_api.models import config_managed_field, config_source_field
 from responses_api.store.ttlcache import TTLCache
 
 from .egress import EgressDenied, EgressPolicy, EgressResolutionError, check_url_sync, parse_url
@@ -82,6 +82,7 @@ class Tool(models.Model):
         help_text="Deferred: kept out of the model's tool list until the model finds it with tool search.",
     )
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -112,6 +113,9 @@ class Tool(models.Model):
 _policy_cache: TTLCache[str, EgressPolicy] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 
 
+OPERATOR_ALLOWLIST = "GATEWAY_EGRESS_ALLOW (or the admin's Egress allowlist)"
+
+
 class EgressAllowManager(models.Manager["EgressAllow"]):
     def policy(self) -> EgressPolicy:
         """Settings' GATEWAY_EGRESS_ALLOW plus the admin's allowlist (cached GATEWAY_CACHE_SECONDS):
@@ -120,7 +124,8 @@ class EgressAllowManager(models.Manager["EgressAllow"]):
         if cached is not None:
             return cached[0]
         entries = [*settings.GATEWAY_EGRESS_ALLOW, *self.values_list("entry", flat=True)]
-        return _policy_cache.put("policy", EgressPolicy.from_strings(entries))
+        policy = EgressPolicy.from_strings(entries, allowlist=OPERATOR_ALLOWLIST)
+        return _policy_cache.put("policy", policy)
 
     @staticmethod
     def forget_policy() -> None:
@@ -239,6 +244,7 @@ class McpServer(models.Model):
     tools_fetched_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
     config_managed = config_managed_field()
+    config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -37,7 +37,10 @@ def adhoc_egress_policy(tenant_id: int) -> EgressPolicy:
         return cached[0]
     tenant_entries = Tenant.objects.filter(pk=tenant_id).values_list("mcp_adhoc_egress_allow", flat=True).first()
     entries = [*settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW, *(tenant_entries or [])]
-    return _adhoc_policies.put(tenant_id, EgressPolicy.from_strings(entries))
+    policy = EgressPolicy.from_strings(
+        entries, allowlist="GATEWAY_MCP_ADHOC_EGRESS_ALLOW or the tenant's ad-hoc MCP egress allowlist (admin)"
+    )
+    return _adhoc_policies.put(tenant_id, policy)
 
 
 def clear_cache() -> None:

@@ -77,8 +77,12 @@ def authenticate_key(raw_key: str) -> Principal:
         raise _invalid()
     prefix = raw_key[len(KEY_PREFIX) :].split("_", 1)[0]
     key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
-    if key is None or key.revoked_at is not None or not hmac.compare_digest(key.secret_hash, digest):
+    if key is None or not hmac.compare_digest(key.secret_hash, digest):
         raise _invalid()
+    if key.revoked_at is not None:
+        # Only the key's holder gets here (the secret matched): telling them it was revoked,
+        # and nothing about whose it was, says what to do (ask for a new one).
+        raise AuthenticationFailed("This API key was revoked; ask the gateway's operator for a new one.")
     if key.expires_at is not None and key.expires_at <= timezone.now():
         raise _expired()
     if key.last_used_at is None or (timezone.now() - key.last_used_at).total_seconds() > 60:

@@ -73,6 +73,18 @@ def _read_as_responses(body: dict[str, Any], *, output_floor: bool) -> CreateReq
     return parse_create_request(converted)
 
 
+# What a client (or the operator reading its error) does about a model without the endpoint. The
+# upstream's own reason is quoted before it and may advise its own operator instead (llama.cpp:
+# "start it with --embeddings", which would stop the bundled model's completions).
+_WHAT_TO_DO = {
+    "embeddings": (
+        " For embeddings, call a model routed to an embedding model (e.g. nomic-embed-text on Ollama, "
+        "text-embedding-3-small on OpenAI): add it as a provider and model in GATEWAY_CONFIG "
+        "(deploy/gateway.yaml) or in the admin."
+    ),
+}
+
+
 def _estimate(raw: bytes, body: dict[str, Any]) -> int:
     """Tokens to reserve: about four bytes of the request a token, and the answer's cap."""
     cap = body.get("max_completion_tokens") or body.get("max_tokens") or 0
@@ -109,7 +121,9 @@ async def _forward(
                     raise
                 what = "embeddings" if endpoint == UsageRecord.Endpoint.EMBEDDINGS else "chat completions"
                 raise InvalidRequest(
-                    f"The model '{model}' serves no {what}. {exc.message}", param="model", code="model_not_supported"
+                    f"The model '{model}' serves no {what}. {exc.message}{_WHAT_TO_DO.get(what, '')}",
+                    param="model",
+                    code="model_not_supported",
                 ) from None
         if endpoint == UsageRecord.Endpoint.EMBEDDINGS:
             raise InvalidRequest(

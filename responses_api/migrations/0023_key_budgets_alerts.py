@@ -51,6 +51,7 @@ class Migration(migrations.Migration):
             name="alert_thresholds",
             field=models.JSONField(
                 blank=True,
+                db_default=[80, 100],
                 default=responses_api.models.default_alert_thresholds,
                 help_text="Percentages of the budget at which the alert webhooks are called (once each per budget period), e.g. [80, 100]. Empty: no alerts.",
             ),
@@ -59,7 +60,10 @@ class Migration(migrations.Migration):
             model_name="apikey",
             name="budget_period",
             field=models.CharField(
-                choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")], default="month", max_length=8
+                choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")],
+                db_default="month",
+                default="month",
+                max_length=8,
             ),
         ),
         migrations.AddField(
@@ -97,8 +101,19 @@ class Migration(migrations.Migration):
             name="alert_thresholds",
             field=models.JSONField(
                 blank=True,
+                db_default=[80, 100],
                 default=responses_api.models.default_alert_thresholds,
                 help_text="Percentages of the budget at which the alert webhooks are called (once each per budget period), e.g. [80, 100]. Empty: no alerts.",
+            ),
+        ),
+        migrations.AlterField(
+            model_name="tenant",
+            name="budget_period",
+            field=models.CharField(
+                choices=[("day", "per day (UTC)"), ("month", "per calendar month (UTC)")],
+                db_default="month",
+                default="month",
+                max_length=8,
             ),
         ),
         migrations.AlterField(

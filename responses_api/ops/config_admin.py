@@ -53,7 +53,8 @@ class ConfigManagedAdmin:
         if not keys:
             return "not in GATEWAY_CONFIG: every field is edited here"
         return format_html(
-            "managed by GATEWAY_CONFIG: <code>{}</code> (read-only here; edit the file); the other fields are edited here",
+            "managed by GATEWAY_CONFIG{}: <code>{}</code> (read-only here; edit the file); the other fields are edited here",
+            f" ({obj.config_source})" if getattr(obj, "config_source", "") else "",
             ", ".join(keys),
         )
 

@@ -6,13 +6,20 @@ file's, recorded in the entry's `config_managed` and read-only in the admin; a f
 leaves out is the admin's and never reset; an entry not (or no longer) in the file is left
 alone, and unmarked. Run once per deployment (compose's `migrate` service, `scripts/run`),
 never by the web processes.
+
+Ownership is per source file (`config_source`): a sync un-marks only the entries its own file
+managed, and refuses an entry another file still manages, so syncing file B never changes what
+file A manages. The bundled model of `scripts/run` yields to any file, and an entry whose file
+is gone may be taken over (a moved or renamed file).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +36,35 @@ from ..orchestration.routing import clear_cache, encrypt_secret
 
 class ConfigError(ValueError):
     pass
+
+
+# The `config_source` of the entries `scripts/run` (gateway_up) generates for the bundled model:
+# not a file of the operator's, so any file may take those entries over.
+BUNDLED_SOURCE = "scripts/run (bundled model)"
+
+_log = logging.getLogger("gateway.config")
+
+
+def source_of(path: str | Path) -> str:
+    """A file's source name: its absolute path, the same from any working directory."""
+    return str(Path(path).resolve())
+
+
+def _claim(obj: Any, source: str, where: str) -> None:
+    """Make `source` the entry's owner, unless another file still manages it."""
+    owner = getattr(obj, "config_source", "") or ""
+    if obj.pk is not None and obj.config_managed and owner and owner != source:
+        if owner != BUNDLED_SOURCE and Path(owner).exists():
+            raise ConfigError(
+                f"{where}: {_name_of(obj)!r} is managed by {owner}; remove it from that file "
+                "(and sync it) before another file may manage it"
+            )
+        _log.warning("%s: %r was managed by %s; %s manages it now", where, _name_of(obj), owner, source or "this sync")
+    obj.config_source = source
+
+
+def _name_of(obj: Any) -> str:
+    return str(getattr(obj, "name", None) or getattr(obj, "label", ""))
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -48,15 +84,31 @@ def _require(entry: dict, key: str, where: str) -> Any:
     return entry[key]
 
 
+def _known_keys(entry: Any, allowed: Iterable[str], where: str) -> None:
+    """A misspelt key is named as unknown (with the key it probably meant), before any check of
+    what is missing: `target:` for `targets:` reads "unknown key target", not "targets is required"."""
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    allowed = set(allowed)
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        hints = [
+            f"{key!r} (did you mean {close[0]!r}?)" if (close := get_close_matches(key, allowed, 1)) else repr(key)
+            for key in unknown
+        ]
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}: {', '.join(hints)}")
+
+
 def _float(value: Any) -> float:
     return float(value)
 
 
-def _set(obj: Any, entry: dict[str, Any], fields: dict[str, Any], where: str) -> None:
+def _set(obj: Any, entry: dict[str, Any], fields: dict[str, Any], where: str, source: str) -> None:
     """The file's rule: each key `fields` names that the entry sets is applied (through its
     function, to one or more model fields) and recorded in `config_managed`; a key the entry
     leaves out is the admin's, and its fields keep whatever they hold (a new entry: the
     model's defaults, which are the documented ones)."""
+    _claim(obj, source, where)
     managed = []
     for key, convert in fields.items():
         if key not in entry:
@@ -71,12 +123,15 @@ def _set(obj: Any, entry: dict[str, Any], fields: dict[str, Any], where: str) ->
     obj.config_managed = managed
 
 
-def _unmanage_others(model: Any, key: str, kept: set[str], section: str) -> None:
-    """Entries that left the file stay, unmarked: from now on they are the admin's alone."""
-    for obj in model.objects.exclude(**{f"{key}__in": kept}).only("pk", key, "config_managed"):
+def _unmanage_others(model: Any, key: str, kept: set[str], section: str, source: str) -> None:
+    """Entries that left the file stay, unmarked: from now on they are the admin's alone. Only
+    this source's entries (and those of no recorded source, from before sources were kept):
+    another file's entries are that file's business."""
+    rows = model.objects.exclude(**{f"{key}__in": kept}).filter(config_source__in={source, ""})
+    for obj in rows.only("pk", key, "config_managed"):
         if obj.config_managed:
-            model.objects.filter(pk=obj.pk).update(config_managed=[])
-            logging.getLogger("gateway.config").warning(
+            model.objects.filter(pk=obj.pk).update(config_managed=[], config_source="")
+            _log.warning(
                 "%s: %r is no longer in the file; left in place, no longer managed by it", section, getattr(obj, key)
             )
 
@@ -112,44 +167,52 @@ def _route_fields(where: str) -> dict[str, Any]:
     }
 
 
+_TARGET_KEYS = ("provider", "model", "weight", "priority", "max_concurrent")
+
+
 @transaction.atomic
-def sync_config(data: dict[str, Any]) -> dict[str, int]:
+def sync_config(data: dict[str, Any], *, source: str = "") -> dict[str, int]:
     """Upsert what the file lists; returns counts of what was written.
 
     A field the file sets is the file's (written at every sync, read-only in the admin); a
     field it leaves out is the admin's and never reset; an entry that left the file is left
-    in place, no longer marked as managed (`config_managed` empty)."""
+    in place, no longer marked as managed (`config_managed` empty). `source` names the file
+    (source_of(path), or BUNDLED_SOURCE): only its own entries are un-marked, and an entry
+    another existing file manages is refused (ConfigError, nothing written)."""
     counts = {
         "providers": 0,
         "models": 0,
         "tools": 0,
         "mcp_servers": 0,
-        "tenants": _sync_tenants(data.get("tenants") or []),
-        "alert_webhooks": _sync_alert_webhooks(data.get("alert_webhooks") or []),
+        "tenants": _sync_tenants(data.get("tenants") or [], source),
+        "alert_webhooks": _sync_alert_webhooks(data.get("alert_webhooks") or [], source),
     }
     providers: dict[str, Provider] = {}
     for i, entry in enumerate(data.get("providers") or []):
         where = f"providers[{i}]"
+        _known_keys(entry, {"name", *_PROVIDER_FIELDS}, where)
         name = _require(entry, "name", where)
         _require(entry, "base_url", where)
         provider = Provider.objects.filter(name=name).first() or Provider(name=name)
-        _set(provider, entry, _PROVIDER_FIELDS, where)
+        _set(provider, entry, _PROVIDER_FIELDS, where, source)
         _save_valid(provider, where)
         providers[name] = provider
         counts["providers"] += 1
-    _unmanage_others(Provider, "name", set(providers), "providers")
+    _unmanage_others(Provider, "name", set(providers), "providers", source)
     routes: set[str] = set()
     for i, entry in enumerate(data.get("models") or []):
         where = f"models[{i}]"
+        _known_keys(entry, {"name", "targets", *_route_fields(where)}, where)
         name = _require(entry, "name", where)
         targets = _require(entry, "targets", where)
         route = ModelRoute.objects.filter(name=name).first() or ModelRoute(name=name)
-        _set(route, entry, _route_fields(where), where)
+        _set(route, entry, _route_fields(where), where, source)
         route.config_managed.append("targets")
         _save_valid(route, where)
         routes.add(name)
         wanted = []
         for j, target in enumerate(targets):
+            _known_keys(target, _TARGET_KEYS, f"{where}.targets[{j}]")
             provider_name = _require(target, "provider", f"{where}.targets[{j}]")
             target_provider = providers.get(provider_name) or Provider.objects.filter(name=provider_name).first()
             if target_provider is None:
@@ -176,9 +239,9 @@ def sync_config(data: dict[str, Any]) -> dict[str, int]:
                 for p, m, w, pr, c in wanted
             )
         counts["models"] += 1
-    _unmanage_others(ModelRoute, "name", routes, "models")
-    counts["tools"] = _sync_tools(data.get("tools") or [])
-    counts["mcp_servers"] = _sync_mcp_servers(data.get("mcp_servers") or [])
+    _unmanage_others(ModelRoute, "name", routes, "models", source)
+    counts["tools"] = _sync_tools(data.get("tools") or [], source)
+    counts["mcp_servers"] = _sync_mcp_servers(data.get("mcp_servers") or [], source)
     clear_cache()
 
     clear_key_cache()
@@ -211,7 +274,7 @@ _TENANT_FIELDS: dict[str, Any] = {
 }
 
 
-def _sync_tenants(entries: list[dict[str, Any]]) -> int:
+def _sync_tenants(entries: list[dict[str, Any]], source: str) -> int:
     """Tenants with their rate limits, budget and retention (keys are made with create_api_key;
     `keys:` sets the limits of those named). The file's rule, as for every section."""
     seen: set[str] = set()
@@ -223,11 +286,11 @@ def _sync_tenants(entries: list[dict[str, Any]]) -> int:
         if unknown:
             raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
         tenant = Tenant.objects.filter(name=_require(entry, "name", where)).first() or Tenant(name=entry["name"])
-        _set(tenant, entry, _TENANT_FIELDS, where)
+        _set(tenant, entry, _TENANT_FIELDS, where, source)
         _save_valid(tenant, where)
         _sync_key_limits(tenant, entry.get("keys") or [], where)
         seen.add(tenant.name)
-    _unmanage_others(Tenant, "name", seen, "tenants")
+    _unmanage_others(Tenant, "name", seen, "tenants", source)
     return len(entries)
 
 
@@ -259,7 +322,7 @@ def _sync_key_limits(tenant: Any, entries: list[Any], where: str) -> None:
                 raise ConfigError(f"{at}.budget.alert_thresholds: {exc.messages[0]}") from None
         updated = ApiKey.objects.filter(tenant=tenant, name=name).update(**fields)
         if not updated:
-            logging.getLogger("gateway.config").warning(
+            _log.warning(
                 "%s: tenant %r has no API key named %r yet; its limits apply once config is synced again",
                 at,
                 tenant.name,
@@ -274,7 +337,7 @@ _WEBHOOK_FIELDS: dict[str, Any] = {
 }
 
 
-def _sync_alert_webhooks(entries: list[Any]) -> int:
+def _sync_alert_webhooks(entries: list[Any], source: str) -> int:
     """`alert_webhooks: [{name, url, secret, enabled}]`: where budget alerts are POSTed (the
     secret, which signs them, is stored encrypted). The file's rule, as for every section."""
     seen: set[str] = set()
@@ -285,10 +348,10 @@ def _sync_alert_webhooks(entries: list[Any]) -> int:
         name = _require(entry, "name", where)
         _require(entry, "url", where)
         webhook = AlertWebhook.objects.filter(name=name).first() or AlertWebhook(name=name)
-        _set(webhook, entry, _WEBHOOK_FIELDS, where)
+        _set(webhook, entry, _WEBHOOK_FIELDS, where, source)
         _save_valid(webhook, where)
         seen.add(name)
-    _unmanage_others(AlertWebhook, "name", seen, "alert_webhooks")
+    _unmanage_others(AlertWebhook, "name", seen, "alert_webhooks", source)
     return len(entries)
 
 
@@ -343,36 +406,38 @@ _TOOL_FIELDS: dict[str, Any] = {
 }
 
 
-def _sync_tools(entries: list[dict[str, Any]]) -> int:
+def _sync_tools(entries: list[dict[str, Any]], source: str) -> int:
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"tools[{i}]"
+        _known_keys(entry, {"name", "routes", *_TOOL_FIELDS}, where)
         _require(entry, "executor", where)
         tool = Tool.objects.filter(name=_require(entry, "name", where)).first() or Tool(
             name=entry["name"], parameters={"type": "object", "properties": {}}
         )
-        _set(tool, entry, _TOOL_FIELDS, where)
+        _set(tool, entry, _TOOL_FIELDS, where, source)
         if "routes" in entry:
             tool.config_managed.append("routes")
         _save_valid(tool, where)
         if "routes" in entry:
             tool.routes.set(ModelRoute.objects.filter(name__in=entry["routes"]))
         seen.add(tool.name)
-    _unmanage_others(Tool, "name", seen, "tools")
+    _unmanage_others(Tool, "name", seen, "tools", source)
     return len(entries)
 
 
-def _sync_mcp_servers(entries: list[dict[str, Any]]) -> int:
+def _sync_mcp_servers(entries: list[dict[str, Any]], source: str) -> int:
     """`mcp_servers:` entries: label, url, headers_env, allowed_tools, require_approval
     (always | never | a list of the tools that need it), timeout, cache_seconds, defer_loading, routes,
     tenants."""
     seen: set[str] = set()
     for i, entry in enumerate(entries):
         where = f"mcp_servers[{i}]"
+        _known_keys(entry, {"label", "routes", "tenants", *_MCP_FIELDS}, where)
         label = _require(entry, "label", where)
         _require(entry, "url", where)
         server = McpServer.objects.filter(label=label).first() or McpServer(label=label)
-        _set(server, entry, _MCP_FIELDS, where)
+        _set(server, entry, _MCP_FIELDS, where, source)
         server.config_managed += [key for key in ("routes", "tenants") if key in entry]
         _save_valid(server, where)
         if "routes" in entry:
@@ -380,7 +445,7 @@ def _sync_mcp_servers(entries: list[dict[str, Any]]) -> int:
         if "tenants" in entry:
             server.tenants.set(Tenant.objects.filter(name__in=entry["tenants"]))
         seen.add(label)
-    _unmanage_others(McpServer, "label", seen, "mcp_servers")
+    _unmanage_others(McpServer, "label", seen, "mcp_servers", source)
     return len(entries)
 
 
@@ -406,4 +471,4 @@ _MCP_FIELDS: dict[str, Any] = {
 
 
 def sync_config_file(path: str | Path) -> dict[str, int]:
-    return sync_config(load_config_file(path))
+    return sync_config(load_config_file(path), source=source_of(path))

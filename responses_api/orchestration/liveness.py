@@ -15,6 +15,9 @@ took), which Celery beat schedules on a worker too: with the only worker or beat
 clients poll still end. Reaping is idempotent (a row is finished once), so several processes
 sweeping at once only repeat a cheap query.
 
+In the embedded mode (no Redis, no Celery beat) the process also runs retention
+(services.retention_run) every GATEWAY_RETENTION_INTERVAL_SECONDS, as beat does otherwise.
+
 An id is host:pid:random (responses_api/process.py): containers sharing a database may reuse
 pids, and a restarted process is a new one. The embedded mode's process reaps what its previous run left open at its first beat.
 """
@@ -45,6 +48,16 @@ async def beat_once() -> None:
     await renew_live_leases()
 
 
+async def expire_if_due() -> None:
+    """Retention in the embedded mode, where no Celery beat runs it: due when its last run (any
+    process's, recorded in the database) is older than GATEWAY_RETENTION_INTERVAL_SECONDS."""
+    interval = settings.GATEWAY_RETENTION_INTERVAL_SECONDS
+    if await db.run(services.retention_due, interval_seconds=interval):
+        counts = await db.run(services.retention_run)
+        if any(counts.values()):
+            log.info("retention deleted %d responses and %d items", counts["responses"], counts["items"])
+
+
 async def beat_forever() -> None:
     renew_leases_from_now_on()
     reaped_at = 0.0
@@ -61,5 +74,7 @@ async def beat_forever() -> None:
                 reaped = await reap_stale()
                 if reaped:
                     log.warning("failed %d responses whose worker stopped or never started them", reaped)
+            if settings.EMBEDDED_WORKER:
+                await expire_if_due()
         except Exception as exc:  # noqa: BLE001 - the next beat tries again
             log.warning("liveness beat failed: %s: %s", type(exc).__name__, str(exc)[:200])

@@ -42,7 +42,7 @@ def decrypt_secret(value: str) -> str:
 def provider_secret(provider: Provider) -> str | None:
     if provider.api_key_env:
         value = os.environ.get(provider.api_key_env)
-        if value is None:
+        if not value:  # empty is not set: compose's `KEY: ${KEY:-}` sets it empty when unset
             raise ServerError(
                 f"Provider '{provider.name}' reads its key from ${provider.api_key_env}, which is not set.",
                 code="provider_misconfigured",

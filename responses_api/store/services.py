@@ -26,6 +26,7 @@ from ..models import (
     Conversation,
     ConversationItem,
     Item,
+    MaintenanceRun,
     Response,
     ResponseItem,
     Tenant,
@@ -494,6 +495,27 @@ def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
         )
         counts["items"] += orphans.delete()[0]
     return counts
+
+
+RETENTION_JOB = "retention"
+
+
+def retention_run(*, now: datetime | None = None) -> dict[str, int]:
+    """Retention as the periodic job runs it (beat's task, the embedded process, the
+    `expire_responses` command): expire, then record when it ran and what it deleted."""
+    now = now or timezone.now()
+    counts = retention_expire(now=now)
+    MaintenanceRun.objects.update_or_create(name=RETENTION_JOB, defaults={"ran_at": now, "result": counts})
+    return counts
+
+
+def retention_due(*, interval_seconds: float, now: datetime | None = None) -> bool:
+    """Whether retention last ran longer than `interval_seconds` ago (or never): a process that
+    restarts often (scripts/run) neither skips it nor repeats it at every start."""
+    now = now or timezone.now()
+    return not MaintenanceRun.objects.filter(
+        name=RETENTION_JOB, ran_at__gt=now - timedelta(seconds=interval_seconds)
+    ).exists()
 
 
 def response_end_open(*, response_id: str, error: dict[str, Any]) -> bool:

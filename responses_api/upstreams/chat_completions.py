@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -70,11 +72,28 @@ def transport_error(target: Target, exc: Exception) -> GatewayError:
     if isinstance(exc, TimeoutError):
         return UpstreamTimeout(f"Upstream '{target.label}' did not answer in time ({type(exc).__name__}).")
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return UpstreamError(f"Cannot connect to upstream '{target.label}'.", code="upstream_unreachable")
+        errno = getattr(exc.os_error, "errno", None)
+        reason = os.strerror(errno) if errno else type(exc.os_error).__name__  # "Connection refused"
+        return UpstreamError(
+            f"Cannot connect to provider '{target.provider.name}' at {_shown_url(target.provider.base_url)} "
+            f"(model '{target.upstream_model}'): {reason}. Check that it is running and that the provider's "
+            "base_url is right.",
+            code="upstream_unreachable",
+        )
     return UpstreamError(
         f"The connection to upstream '{target.label}' failed: {type(exc).__name__}.",
         code="upstream_connection_error",
     )
+
+
+def _shown_url(base_url: str) -> str:
+    """A provider's base_url as an error may show it: without user:password, query or fragment."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class StallGuard:

@@ -67,8 +67,13 @@ def test_revoke_action(admin_client) -> None:  # type: ignore[no-untyped-def]
     assert key.revoked_at is not None
     listing = admin_client.get(reverse("admin:responses_api_apikey_changelist"), {"state": "revoked"})
     assert listing.context["cl"].result_count == 1
-    with pytest.raises(AuthenticationFailed):
+    with pytest.raises(
+        AuthenticationFailed, match="^This API key was revoked; ask the gateway's operator for a new one.$"
+    ):
         authenticate_key(raw)
+    # Only the key's holder learns that: a wrong secret with the same prefix reads as any wrong key.
+    with pytest.raises(AuthenticationFailed, match="^Incorrect API key provided.$"):
+        authenticate_key(raw[:-4] + "xxxx")
 
 
 def test_provider_key_is_stored_encrypted_and_never_shown(admin_client) -> None:  # type: ignore[no-untyped-def]

@@ -410,6 +410,11 @@ def test_upstream_down_and_timeout(gateway: Gateway, scripted: ScriptedUpstream)
         down = http.post("/v1/responses", json={"model": "dead-model", "input": "x"})
         slow_r = http.post("/v1/responses", json={"model": "slow-model", "input": "x"})
     assert down.status_code == 502 and down.json()["error"]["code"] == "upstream_unreachable"
+    # What to check, named: the provider, where the gateway looked for it, and why it failed.
+    assert down.json()["error"]["message"] == (
+        "Cannot connect to provider 'dead' at http://127.0.0.1:9/v1 (model 'test-model'): Connection refused. "
+        "Check that it is running and that the provider's base_url is right."
+    )
     assert slow_r.status_code == 504 and slow_r.json()["error"]["code"] == "upstream_timeout"
     assert set(Response.objects.values_list("status", flat=True)) == {"failed"}
 

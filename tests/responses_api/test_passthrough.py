@@ -84,3 +84,28 @@ def test_same_keys_allowlists_and_errors(gateway: Gateway, scripted: ScriptedUps
     refused = gateway.http().post("/v1/chat/completions", json={"model": MODEL, "messages": "nope"})
     assert refused.status_code == 400 and "bad messages" in refused.json()["error"]["message"]
     assert gateway.http().get("/v1/nothing-here").status_code == 404
+
+
+def test_embeddings_on_a_chat_only_model_say_what_to_use_instead(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """llama.cpp's own 501 advises its operator to restart it with --embeddings (which would
+    stop its completions): the gateway's 400 says what the client's side does instead."""
+    scripted.embeddings_error = (
+        501,
+        {
+            "error": {
+                "code": 501,
+                "message": "This server does not support embeddings. Start it with `--embeddings`",
+                "type": "not_supported_error",
+            }
+        },
+    )
+    with pytest.raises(openai.BadRequestError) as caught:
+        gateway.openai().embeddings.create(model=MODEL, input="the sea")
+    error = caught.value.body
+    assert error["code"] == "model_not_supported" and error["param"] == "model"
+    assert error["message"].startswith(f"The model '{MODEL}' serves no embeddings.")
+    assert error["message"].endswith(
+        "For embeddings, call a model routed to an embedding model (e.g. nomic-embed-text on Ollama, "
+        "text-embedding-3-small on OpenAI): add it as a provider and model in GATEWAY_CONFIG "
+        "(deploy/gateway.yaml) or in the admin."
+    )

@@ -63,3 +63,66 @@ def test_the_global_default_applies_to_tenants_without_their_own(settings) -> No
     retention_expire()
     assert not Response.objects.filter(id=gone.id).exists()
     assert Response.objects.filter(id=kept.id).exists()
+
+
+@pytest.mark.django_db(transaction=True)  # the beat's own threads read what the test wrote
+def test_the_embedded_process_runs_retention_and_the_admin_shows_when(settings, admin_client) -> None:  # type: ignore[no-untyped-def]
+    """No Celery beat in the embedded mode: the process's own beat runs retention when due."""
+    import asyncio
+
+    from asgiref.sync import async_to_sync
+
+    from responses_api.models import MaintenanceRun, Response
+    from responses_api.orchestration import liveness
+
+    _, tenant = make_key(tenant="embedded-retention")
+    settings.EMBEDDED_WORKER = True
+    settings.GATEWAY_RETENTION_DAYS = 7
+    settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS = 0.01
+    settings.GATEWAY_RETENTION_INTERVAL_SECONDS = 3600
+    settings.STORAGES = {  # the admin's pages without collectstatic's manifest (tests/admin/conftest.py)
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    page = admin_client.get(f"/admin/responses_api/tenant/{tenant}/change/").content.decode()
+    assert "Retention last ran" in page and "expire_responses" in page  # never ran: says how it runs
+    old = make_response(tenant, created_at=timezone.now() - timedelta(days=8))
+
+    async def beat_until_expired() -> None:
+        task = asyncio.ensure_future(liveness.beat_forever())
+        try:
+            for _ in range(3000):  # generous: the machine may be loaded
+                if not await liveness.db.run(Response.objects.filter(id=old.id).exists):
+                    return
+                await asyncio.sleep(0.01)
+        finally:
+            task.cancel()
+
+    async_to_sync(beat_until_expired)()
+    assert not Response.objects.filter(id=old.id).exists()
+    run = MaintenanceRun.objects.get(name="retention")
+    assert run.result == {"responses": 1, "items": 2}
+    page = admin_client.get(f"/admin/responses_api/tenant/{tenant}/change/").content.decode()
+    assert f"{run.ran_at:%Y-%m-%d %H:%M:%S} UTC" in page and "deleted 1 response(s)" in page
+
+    # Not due again within the interval: a response that expires meanwhile waits for the next run.
+    later = make_response(tenant, created_at=timezone.now() - timedelta(days=8))
+    async_to_sync(liveness.expire_if_due)()
+    assert Response.objects.filter(id=later.id).exists()
+
+
+def test_expire_responses_runs_retention_now(settings) -> None:  # type: ignore[no-untyped-def]
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from responses_api.models import MaintenanceRun, Response
+
+    _, tenant = make_key(tenant="command-retention")
+    settings.GATEWAY_RETENTION_DAYS = 7
+    old = make_response(tenant, created_at=timezone.now() - timedelta(days=8))
+    out = StringIO()
+    call_command("expire_responses", stdout=out)
+    assert out.getvalue().strip() == "Retention: deleted 1 response(s) and 2 item(s)."
+    assert not Response.objects.filter(id=old.id).exists()
+    assert MaintenanceRun.objects.get(name="retention").result == {"responses": 1, "items": 2}

@@ -385,6 +385,8 @@ class ScriptedUpstream:
         self._responders: dict[str, Callable[[dict[str, Any]], Reply | None]] = {}
         self.model_info: dict[str, dict[str, Any]] = {}  # extra /v1/models fields, e.g. max_model_len
         self.tokenizer = False  # answer vLLM's POST /tokenize (count = characters // 3 + 3 per message)
+        # (status, body) for POST /v1/embeddings instead of vectors, e.g. llama.cpp's 501 without --embeddings
+        self.embeddings_error: tuple[int, dict[str, Any]] | None = None
         # Request fields the server refuses with a 400, as a strict server refuses what it does not
         # know (an Anthropic-compatible server without structured outputs, a Chat server and
         # `prompt_cache_key`).
@@ -523,6 +525,7 @@ class ScriptedUpstream:
             self._requests.clear()
             self._aborted.clear()
             self.refused_fields = set()
+            self.embeddings_error = None
 
     def _pick(self, model: Any, body: dict[str, Any] | None = None) -> Reply | None:
         with self._lock:
@@ -665,6 +668,8 @@ class ScriptedUpstream:
                 for name in self._known_models()
             ]
             await self._send_json(send, 200, {"object": "list", "data": data})
+        elif method == "POST" and path == "/v1/embeddings" and self.embeddings_error is not None:
+            await self._send_json(send, *self.embeddings_error)
         elif method == "POST" and path == "/v1/embeddings":
             # Deterministic 4-dimensional vectors; 1 token per word.
             texts = body.get("input")
