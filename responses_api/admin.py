@@ -29,7 +29,17 @@ from .api.auth import budget_of, key_quota, tenant_quota
 from .engine.router import target_health
 from .history import presenters
 from .history import selectors as history
-from .models import ApiKey, ModelRoute, Provider, Response, ResponseItem, RouteTarget, Tenant, validate_base_url
+from .models import (
+    PRICE_FIELDS,
+    ApiKey,
+    ModelRoute,
+    Provider,
+    Response,
+    ResponseItem,
+    RouteTarget,
+    Tenant,
+    validate_base_url,
+)
 from .ops.config_admin import ConfigManagedAdmin
 from .orchestration import routing
 from .orchestration.limits import current_use
@@ -569,7 +579,7 @@ def _health_badge(label: str, found: Any, now: float) -> str:
 @admin.register(ModelRoute)
 class ModelRouteAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     inlines = (RouteTargetInline,)
-    config_fields = {"price": ("input_usd_per_million", "output_usd_per_million"), "targets": ()}
+    config_fields = {"price": PRICE_FIELDS, "targets": ()}
     list_display = ("name", "targets_display", "health", "enabled", "run_on_worker", "updated_at")
     list_filter = ("enabled", "run_on_worker")
     search_fields = ("name", "description", "targets__upstream_model")
@@ -580,8 +590,7 @@ class ModelRouteAdmin(ConfigManagedAdmin, admin.ModelAdmin):
         "run_on_worker",
         "hosted_tools",
         "context_window",
-        "input_usd_per_million",
-        "output_usd_per_million",
+        *PRICE_FIELDS,
         "created_at",
         "updated_at",
     )

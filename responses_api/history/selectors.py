@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db import connection
@@ -21,9 +22,20 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.db.models.lookups import Exact
 from django.utils import timezone
 
-from ..models import Item, ModelRoute, Response, ResponseItem, Tenant, UsageRecord
+from ..domain import Price
+from ..models import Item, Response, ResponseItem, Tenant, UsageRecord
 from ..protocol.errors import InvalidRequest, NotFound
-from ..store.selectors import ListPage, _loads, chain_step_sql, response_object_from_row, responses_visible
+from ..store.selectors import (
+    FREE,
+    ListPage,
+    _loads,
+    chain_step_sql,
+    response_object_from_row,
+    responses_visible,
+    route_prices,
+    usage_counts,
+    usage_sums,
+)
 
 # The Postgres text-search document of an item: every "text" string at any
 # depth (message parts, reasoning summaries), as a 'simple' (language-neutral,
@@ -375,7 +387,17 @@ def response_next_ids(*, response_id: str) -> list[str]:
 
 # --------------------------------------------------------------------------- usage
 
-USAGE_DIMENSIONS = ("model", "day", "tenant")
+USAGE_DIMENSIONS = ("model", "day", "tenant", "key")
+# What a usage bucket adds up; `cost_usd` is priced from them.
+USAGE_FIELDS = (
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+)
 
 
 def usage_summary(
@@ -385,22 +407,58 @@ def usage_summary(
     start: datetime | None = None,
     end: datetime | None = None,
     model: str | None = None,
+    key_id: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Token and request totals grouped by any of model, day (UTC) and tenant: one query for
-    responses, one for passed-through calls (/v1/chat/completions, /v1/embeddings).
+    """Requests, tokens and cost grouped by any of model, day (UTC), tenant and API key: one
+    query for responses, one for passed-through and unstored calls (UsageRecord), one for the
+    price table.
 
-    Counts every response that reached the database, deleted ones included:
-    their tokens were spent."""
+    Counts every response that reached the database, deleted ones included: their tokens were
+    spent. Cost is priced per model (`Price.cost`, the function budgets settle with) at the
+    routes' current prices, then added up into the buckets asked for."""
+    prices = route_prices()
     merged: dict[tuple, dict[str, Any]] = {}
     for source in (Response.objects.all(), UsageRecord.objects.all()):
-        for bucket in _usage_buckets(source, tenant_id=tenant_id, group_by=group_by, start=start, end=end, model=model):
-            key = tuple(bucket.get(k) for k in ("day", "model", "tenant"))
+        for bucket, cost in _usage_buckets(
+            source,
+            tenant_id=tenant_id,
+            group_by=group_by,
+            start=start,
+            end=end,
+            model=model,
+            key_id=key_id,
+            prices=prices,
+        ):
+            key = tuple(bucket.get(k) for k in ("day", "model", "tenant", "key_id"))
             if key in merged:
-                for field in ("requests", "input_tokens", "output_tokens", "total_tokens"):
-                    merged[key][field] += bucket[field]
+                entry = merged[key]
+                for field in USAGE_FIELDS:
+                    entry[field] += bucket[field]
+                entry["_micro_usd"] += cost
             else:
-                merged[key] = bucket
-    return [merged[key] for key in sorted(merged, key=lambda k: tuple("" if v is None else str(v) for v in k))]
+                merged[key] = {**bucket, "_micro_usd": cost}
+    data = []
+    for key in sorted(merged, key=lambda k: tuple("" if v is None else str(v) for v in k)):
+        entry = merged[key]
+        entry["cost_usd"] = usd(entry.pop("_micro_usd"))
+        data.append(entry)
+    return data
+
+
+def usage_total(buckets: list[dict[str, Any]]) -> dict[str, Any]:
+    """The buckets added up: their cost is the sum of theirs as shown (to the micro-dollar), so a
+    client adding up the buckets (or the CSV's rows) gets the same figure."""
+    total: dict[str, Any] = {"object": "usage.bucket", **dict.fromkeys(USAGE_FIELDS, 0)}
+    for bucket in buckets:
+        for field in USAGE_FIELDS:
+            total[field] += bucket[field]
+    total["cost_usd"] = float(sum((Decimal(str(b["cost_usd"])) for b in buckets), Decimal(0)))
+    return total
+
+
+def usd(micro_usd: Decimal | int) -> float:
+    """Micro-USD as USD, to the micro-dollar: what /v1/usage and the admin show alike."""
+    return float(round(Decimal(micro_usd) / 1_000_000, 6))
 
 
 def _usage_buckets(
@@ -411,7 +469,11 @@ def _usage_buckets(
     start: datetime | None,
     end: datetime | None,
     model: str | None,
-) -> list[dict[str, Any]]:
+    key_id: int | None,
+    prices: dict[str, Price],
+) -> list[tuple[dict[str, Any], Decimal]]:
+    """Buckets of one source with their cost in micro-USD: grouped by model too (each model
+    has its price), folded back into the buckets asked for."""
     if tenant_id is not None:
         qs = qs.filter(tenant_id=tenant_id)
     if start is not None:
@@ -420,42 +482,53 @@ def _usage_buckets(
         qs = qs.filter(created_at__lt=end)
     if model is not None:
         qs = qs.filter(model=model)
-    keys: list[str] = []
+    if key_id is not None:
+        qs = qs.filter(api_key_id=key_id)
+    keys: list[str] = ["model"]
     if "day" in group_by:
         qs = qs.annotate(day=TruncDate("created_at"))
         keys.append("day")
-    if "model" in group_by:
-        keys.append("model")
     if "tenant" in group_by:
         qs = qs.annotate(tenant_name=F("tenant__name"))
         keys.append("tenant_name")
-    rows = (
-        qs.values(*keys)
-        .annotate(
-            requests=Count("id"),
-            input_tokens=Coalesce(Sum("input_tokens"), 0),
-            output_tokens=Coalesce(Sum("output_tokens"), 0),
-        )
-        .order_by(*keys)
-    )
-    data = []
+    if "key" in group_by:
+        qs = qs.annotate(key_name=F("api_key__name"), key_prefix=F("api_key__prefix"))
+        keys += ["api_key_id", "key_name", "key_prefix"]
+    rows = qs.values(*keys).annotate(requests=Count("id"), **usage_sums()).order_by(*keys)
+    folded: dict[tuple, tuple[dict[str, Any], list[Decimal]]] = {}
     for row in rows:
         entry: dict[str, Any] = {"object": "usage.bucket"}
         if "day" in row:
             day = row["day"]
             entry["day"] = day.isoformat() if isinstance(day, date) else str(day)
-        if "model" in row:
+        if "model" in group_by:
             entry["model"] = row["model"]
         if "tenant_name" in row:
             entry["tenant"] = row["tenant_name"]
-        entry.update(
-            requests=row["requests"],
-            input_tokens=row["input_tokens"],
-            output_tokens=row["output_tokens"],
-            total_tokens=row["input_tokens"] + row["output_tokens"],
-        )
-        data.append(entry)
-    return data
+        if "key" in group_by:
+            # A key deleted since: its calls stay, as no key's (SET_NULL).
+            entry["key_id"] = row["api_key_id"]
+            entry["key"] = f"{row['key_name']} ({row['key_prefix']}…)" if row["api_key_id"] is not None else None
+        counts = usage_counts(row)
+        cost = prices.get(row["model"], FREE).cost(counts)
+        figures = {
+            "requests": row["requests"],
+            "input_tokens": counts.input,
+            "output_tokens": counts.output,
+            "total_tokens": counts.input + counts.output,
+            "cached_tokens": counts.cached,
+            "cache_write_tokens": counts.cache_write,
+            "cache_write_1h_tokens": counts.cache_write_1h,
+        }
+        ident = tuple(entry.get(k) for k in ("day", "model", "tenant", "key_id"))
+        if ident in folded:
+            into, cost_acc = folded[ident]
+            for field in USAGE_FIELDS:
+                into[field] += figures[field]
+            cost_acc[0] += cost
+        else:
+            folded[ident] = ({**entry, **figures}, [cost])
+    return [(entry, cost[0]) for entry, cost in folded.values()]
 
 
 def tenant_names() -> list[tuple[int, str]]:
@@ -498,10 +571,7 @@ def tenants_use(tenants: Iterable[Tenant]) -> dict[int, TenantUse]:
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
     month = day.replace(day=1)
     minute = now - timedelta(seconds=60)
-    prices = {
-        name: (i or 0, o or 0)
-        for name, i, o in ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")
-    }
+    prices = route_prices()
     daily = {t.pk for t in tenants if t.budget_period == "day"}
     acc: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for source in (Response.objects.all(), UsageRecord.objects.all()):
@@ -509,21 +579,18 @@ def tenants_use(tenants: Iterable[Tenant]) -> dict[int, TenantUse]:
             source.filter(tenant_id__in=[t.pk for t in tenants], created_at__gte=min(month, day))
             .values("tenant_id", "model")
             .annotate(
-                mi=Coalesce(Sum("input_tokens"), 0),
-                mo=Coalesce(Sum("output_tokens"), 0),
-                di=Coalesce(Sum("input_tokens", filter=Q(created_at__gte=day)), 0),
-                do=Coalesce(Sum("output_tokens", filter=Q(created_at__gte=day)), 0),
+                **usage_sums("m_"),
+                **usage_sums("d_", created_at__gte=day),
                 n=Count("pk", filter=Q(created_at__gte=minute)),
                 nt=Coalesce(Sum("input_tokens", filter=Q(created_at__gte=minute)), 0)
                 + Coalesce(Sum("output_tokens", filter=Q(created_at__gte=minute)), 0),
             )
         )
         for row in rows:
-            i, o = (row["di"], row["do"]) if row["tenant_id"] in daily else (row["mi"], row["mo"])
-            price_in, price_out = prices.get(row["model"], (0, 0))
+            counts = usage_counts(row, "d_" if row["tenant_id"] in daily else "m_")
             entry = acc[row["tenant_id"]]
-            entry[0] += i + o
-            entry[1] += int(price_in * i + price_out * o)
+            entry[0] += counts.input + counts.output
+            entry[1] += int(prices.get(row["model"], FREE).cost(counts))
             entry[2] += row["n"]
             entry[3] += row["nt"]
     return {t.pk: TenantUse(*acc[t.pk]) if t.pk in acc else TenantUse() for t in tenants}

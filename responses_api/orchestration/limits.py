@@ -28,12 +28,11 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 
-from ..domain import Budget, Price, Quota
+from ..domain import Budget, Price, Quota, TokenCounts
 from ..observability.metrics import rate_limited
 from ..protocol.errors import RateLimited
 from ..store import db
@@ -107,7 +106,7 @@ class Grant:
             "buckets": self.buckets,
             "leases": self.leases,
             "budget_key": self.budget_key,
-            "price": [str(self.price.input), str(self.price.output)],
+            "price": self.price.as_json(),
         }
 
     @classmethod
@@ -119,7 +118,7 @@ class Grant:
             buckets=[tuple(b) for b in data["buckets"]],
             leases=list(data["leases"]),
             budget_key=data["budget_key"],
-            price=Price(Decimal(data["price"][0]), Decimal(data["price"][1])),
+            price=Price.from_json(data["price"]),
         )
 
     async def end(self, usage: dict[str, Any] | None) -> None:
@@ -127,13 +126,11 @@ class Grant:
             return
         self.ended = True
         _renewing.discard(self)
-        input_tokens = int((usage or {}).get("input_tokens") or (usage or {}).get("prompt_tokens") or 0)
-        output_tokens = int((usage or {}).get("output_tokens") or (usage or {}).get("completion_tokens") or 0)
-        used = input_tokens + output_tokens
+        counts = TokenCounts.from_usage(usage)
+        used = counts.input + counts.output
         # Always, when there is a budget: the settle also gives back this request's reservation.
-        budgets = (
-            [(self.budget_key, used, self.price.micro_usd(input_tokens, output_tokens))] if self.budget_key else []
-        )
+        # Priced here, at the end, with cache reads and writes: never on the way in.
+        budgets = [(self.budget_key, used, int(self.price.cost(counts)))] if self.budget_key else []
         try:
             await limit_store().settle(
                 [(k, limit, used - reserved) for k, limit, reserved in self.buckets],
