@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from cryptography.fernet import InvalidToken
@@ -82,6 +83,35 @@ def _change_url(obj: Any) -> str:
 
 
 # --------------------------------------------------------------------------- tenants
+
+
+def _month_start() -> datetime:
+    now = timezone.now().astimezone(UTC)
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def _cost_table(buckets: list[dict[str, Any]], by: str, label: str) -> str:
+    """Requests, tokens and cost per model or per key since the month began (UTC): the figures
+    of /v1/usage for the same period."""
+    rows = presenters.usage_by_model(buckets) if by == "model" else presenters.usage_by_key(buckets)
+    if not rows:
+        return "Nothing spent this month."
+    total = presenters.usage_totals(buckets)
+    return format_html(
+        '<table class="gw-use" data-role="cost-table" data-by="{}"><thead><tr><th>{}</th><th>Requests</th>'
+        "<th>Tokens</th><th>Cost</th></tr></thead><tbody>{}</tbody><tfoot><tr><th>This month</th>"
+        '<td>{}</td><td>{}</td><td data-role="cost-total">{}</td></tr></tfoot></table>',
+        by,
+        label,
+        format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((name, agg["requests"], agg["total_tokens"], agg["cost"]) for name, agg in rows),
+        ),
+        total["requests"],
+        total["total_tokens"],
+        total["cost"],
+    )
 
 
 def _use_table(rows: list[dict[str, Any]], window: tuple[int, int] | None = None) -> str:
@@ -164,8 +194,23 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
             {"fields": ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "current_use")},
         ),
         ("Budget", {"fields": ("budget_period", "budget_tokens", "budget_usd")}),
+        ("Cost this month (UTC)", {"fields": ("cost_by_key", "cost_by_model")}),
     )
-    readonly_fields = ("created_at", "current_use")
+    readonly_fields = ("created_at", "current_use", "cost_by_key", "cost_by_model")
+
+    @admin.display(description="By API key")
+    def cost_by_key(self, obj: Tenant) -> str:
+        if obj.pk is None:
+            return "—"
+        buckets = history.usage_summary(tenant_id=obj.pk, group_by=("key",), start=_month_start())
+        return _cost_table(buckets, "key", "API key")
+
+    @admin.display(description="By model")
+    def cost_by_model(self, obj: Tenant) -> str:
+        if obj.pk is None:
+            return "—"
+        buckets = history.usage_summary(tenant_id=obj.pk, group_by=("model",), start=_month_start())
+        return _cost_table(buckets, "model", "Model")
 
     @admin.display(description="Current use")
     def current_use(self, obj: Tenant) -> str:
@@ -268,6 +313,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "is_admin",
         "models_display",
         "limits",
+        "month_cost",
         "state",
         "created",
         "last_used",
@@ -291,10 +337,34 @@ class ApiKeyAdmin(admin.ModelAdmin):
             "tokens_per_minute",
             "max_concurrent_requests",
             "current_use",
+            "cost_by_model",
             "created_at",
             "last_used_at",
             "revoked_at",
         ]
+
+    @admin.display(description="Cost this month (UTC)")
+    def cost_by_model(self, obj: ApiKey) -> str:
+        buckets = history.usage_summary(
+            tenant_id=obj.tenant_id, group_by=("model",), start=_month_start(), key_id=obj.pk
+        )
+        return _cost_table(buckets, "model", "Model")
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _PageChangeList
+
+    def annotate_page(self, keys: list[ApiKey]) -> None:
+        """Each key's cost this month: one grouped read for the page's keys (and the price table)."""
+        buckets = history.usage_summary(
+            tenant_id=None, group_by=("key",), start=_month_start(), key_ids=[k.pk for k in keys]
+        )
+        spent = {b["key_id"]: b["cost_usd"] for b in buckets}
+        for key in keys:
+            key._cost = spent.get(key.pk, 0.0)  # type: ignore[attr-defined]  # the page's annotation
+
+    @admin.display(description="Cost this month")
+    def month_cost(self, obj: ApiKey) -> str:
+        return presenters.money(getattr(obj, "_cost", 0.0))
 
     @admin.display(description="Current use")
     def current_use(self, obj: ApiKey) -> str:
@@ -304,7 +374,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
             return []
-        return ["tenant", "key_prefix", "current_use", "created_at", "last_used_at", "revoked_at"]
+        return ["tenant", "key_prefix", "current_use", "cost_by_model", "created_at", "last_used_at", "revoked_at"]
 
     @admin.display(description="Key", ordering="prefix")
     def key_prefix(self, obj: ApiKey) -> str:
@@ -721,7 +791,9 @@ class ResponseAdmin(admin.ModelAdmin):
         "kind",
         "model",
         "tenant",
+        "key_display",
         "tokens",
+        "cost",
         "latency",
         "created",
         "conversation_link",
@@ -734,7 +806,7 @@ class ResponseAdmin(admin.ModelAdmin):
         ("created_at", admin.DateFieldListFilter),
         DeletedFilter,
     )
-    list_select_related = ("tenant",)
+    list_select_related = ("tenant", "api_key")
     search_fields = ("id", "model", "metadata")
     search_help_text = "Search by response id, model name or metadata text."
     ordering = ("-created_at",)
@@ -785,7 +857,7 @@ class ResponseAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Response]:
         qs = with_kind(super().get_queryset(request))
         if request.resolver_match and request.resolver_match.url_name == "responses_api_response_changelist":
-            return qs.defer(*LIST_DEFERRED)  # list_select_related joins the tenant
+            return qs.defer(*LIST_DEFERRED)  # list_select_related joins the tenant and the key
         return qs.select_related("tenant", "api_key")
 
     def has_hide_permission(self, request: HttpRequest) -> bool:
@@ -823,6 +895,28 @@ class ResponseAdmin(admin.ModelAdmin):
             f"{obj.output_tokens or 0:,}",
         )
 
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _PageChangeList
+
+    def annotate_page(self, rows: list[Response]) -> None:
+        """The price table, read once for the page's cost column."""
+        prices = history.route_prices()
+        for row in rows:
+            row._cost = history.row_cost_usd(row, prices)  # type: ignore[attr-defined]  # the page's annotation
+
+    @admin.display(description="Key", ordering="api_key__name")
+    def key_display(self, obj: Response) -> str:
+        if obj.api_key is None:
+            return "—"
+        return format_html(
+            '<a href="{}" title="{}">{}</a>', _change_url(obj.api_key), str(obj.api_key), obj.api_key.name
+        )
+
+    @admin.display(description="Cost")
+    def cost(self, obj: Response) -> str:
+        value = getattr(obj, "_cost", None)
+        return "—" if value is None else presenters.money(value)
+
     @admin.display(description="Latency", ordering="latency_ms")
     def latency(self, obj: Response) -> str:
         if obj.latency_ms is None:
@@ -851,13 +945,17 @@ class ResponseAdmin(admin.ModelAdmin):
     def usage_display(self, obj: Response) -> str:
         if obj.input_tokens is None:
             return "—"
+        cost = history.row_cost_usd(obj, history.route_prices())
         return format_html(
-            "{} input ({} cached) + {} output ({} reasoning) = <strong>{}</strong> tokens",
+            "{} input ({} cached, {} cache writes) + {} output ({} reasoning) = <strong>{}</strong> tokens, "
+            '<strong data-role="cost">{}</strong> at the route\'s current prices',
             f"{obj.input_tokens:,}",
             f"{obj.cached_tokens or 0:,}",
+            f"{obj.cache_write_tokens or 0:,}",
             f"{obj.output_tokens or 0:,}",
             f"{obj.reasoning_tokens or 0:,}",
             f"{obj.total_tokens:,}",
+            presenters.money(cost or 0),
         )
 
     @admin.display(description="Instructions (the client's)")
@@ -975,19 +1073,28 @@ class ResponseAdmin(admin.ModelAdmin):
         today = timezone.now().astimezone(UTC).date()
         start_day = today - timedelta(days=days - 1)
         start = datetime(start_day.year, start_day.month, start_day.day, tzinfo=UTC)
+        metric = "cost_usd" if request.GET.get("metric") == "cost" else "total_tokens"
         rows = history.usage_summary(tenant_id=tenant_id, group_by=("day", "model"), start=start)
+        by_key = history.usage_summary(tenant_id=tenant_id, group_by=("key",), start=start)
+        # The same figures from the API as CSV (a staff session may read it), per tenant.
+        query = {"start": int(start.timestamp()), "format": "csv"}
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": "Token usage",
+            "title": "Usage and cost",
             "subtitle": None,
-            "chart": presenters.usage_chart(rows, start_day, today),
+            "chart": presenters.usage_chart(rows, start_day, today, metric=metric),
+            "metric": "cost" if metric == "cost_usd" else "tokens",
             "days": days,
             "day_choices": (7, 30, 90),
             "tenants": history.tenant_names(),
             "tenant_id": tenant_id,
             "by_model": presenters.usage_by_model(rows),
+            "by_key": presenters.usage_by_key(by_key),
             "totals_display": presenters.usage_totals(rows),
+            "period_start": start,
+            "csv_by_day_url": "/v1/usage?" + urlencode({**query, "group_by": "day,model,tenant"}),
+            "csv_by_key_url": "/v1/usage?" + urlencode({**query, "group_by": "key,model,tenant"}),
             "changelist_url": reverse("admin:responses_api_response_changelist"),
         }
         return TemplateResponse(request, "admin/responses_api/response/usage.html", context)

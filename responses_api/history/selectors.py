@@ -22,7 +22,7 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.db.models.lookups import Exact
 from django.utils import timezone
 
-from ..domain import Price
+from ..domain import Price, TokenCounts
 from ..models import Item, Response, ResponseItem, Tenant, UsageRecord
 from ..protocol.errors import InvalidRequest, NotFound
 from ..store.selectors import (
@@ -408,6 +408,7 @@ def usage_summary(
     end: datetime | None = None,
     model: str | None = None,
     key_id: int | None = None,
+    key_ids: list[int] | None = None,
 ) -> list[dict[str, Any]]:
     """Requests, tokens and cost grouped by any of model, day (UTC), tenant and API key: one
     query for responses, one for passed-through and unstored calls (UsageRecord), one for the
@@ -426,7 +427,7 @@ def usage_summary(
             start=start,
             end=end,
             model=model,
-            key_id=key_id,
+            key_ids=[key_id] if key_id is not None else key_ids,
             prices=prices,
         ):
             key = tuple(bucket.get(k) for k in ("day", "model", "tenant", "key_id"))
@@ -443,6 +444,20 @@ def usage_summary(
         entry["cost_usd"] = usd(entry.pop("_micro_usd"))
         data.append(entry)
     return data
+
+
+def row_cost_usd(row: Response | UsageRecord, prices: dict[str, Price]) -> float | None:
+    """One stored call's cost (None before its usage is known), as /v1/usage prices it."""
+    if row.input_tokens is None:
+        return None
+    counts = TokenCounts(
+        row.input_tokens,
+        row.output_tokens or 0,
+        row.cached_tokens or 0,
+        row.cache_write_tokens or 0,
+        row.cache_write_1h_tokens or 0,
+    )
+    return usd(prices.get(row.model, FREE).cost(counts))
 
 
 def usage_total(buckets: list[dict[str, Any]]) -> dict[str, Any]:
@@ -469,7 +484,7 @@ def _usage_buckets(
     start: datetime | None,
     end: datetime | None,
     model: str | None,
-    key_id: int | None,
+    key_ids: list[int] | None,
     prices: dict[str, Price],
 ) -> list[tuple[dict[str, Any], Decimal]]:
     """Buckets of one source with their cost in micro-USD: grouped by model too (each model
@@ -482,8 +497,8 @@ def _usage_buckets(
         qs = qs.filter(created_at__lt=end)
     if model is not None:
         qs = qs.filter(model=model)
-    if key_id is not None:
-        qs = qs.filter(api_key_id=key_id)
+    if key_ids is not None:
+        qs = qs.filter(api_key_id__in=key_ids)
     keys: list[str] = ["model"]
     if "day" in group_by:
         qs = qs.annotate(day=TruncDate("created_at"))
