@@ -48,8 +48,33 @@ from .protocol.compaction import COMPACTION_INSTRUCTIONS, client_instructions
 from .protocol.errors import GatewayError
 from .store import services
 
-# The front page links the operator's daily pages (usage, route health, docs) above the models.
+# The front page shows today's traffic and spend and links the operator's daily pages (usage,
+# route health, docs) above the models; the header names the gateway.
 admin.site.index_template = "admin/gateway_index.html"
+admin.site.site_header = "Open Responses gateway"
+admin.site.site_title = "Open Responses gateway"
+admin.site.index_title = "Gateway administration"
+_site_index = admin.site.index
+
+
+def _figures(row: dict[str, Any]) -> tuple[str, str, str]:
+    """A usage bucket's requests, tokens and cost, for display."""
+    return f"{row['requests']:,}", f"{row['total_tokens']:,}", presenters.money(row["cost_usd"])
+
+
+def _index_with_today(request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
+    today = history.today_summary()
+    context = {
+        **(extra_context or {}),
+        "today": today,
+        "today_total": presenters.usage_totals([today.total]) if today.requests else None,
+        "top_keys": [(r.get("key") or "(a deleted key)", r["tenant"], *_figures(r)) for r in today.top_keys],
+        "top_models": [(r["model"], *_figures(r)) for r in today.top_models],
+    }
+    return _site_index(request, context)
+
+
+admin.site.index = _index_with_today  # type: ignore[method-assign]  # the site's own view, with today's figures
 
 STATUS_COLOURS = {
     "completed": "ok",

@@ -546,6 +546,34 @@ def _usage_buckets(
     return [(entry, cost[0]) for entry, cost in folded.values()]
 
 
+@dataclass(frozen=True, slots=True)
+class Today:
+    """The admin's front page: today's (UTC) traffic, errors, tokens and cost, and who spent most."""
+
+    requests: int
+    errors: int
+    total: dict[str, Any]
+    top_keys: list[dict[str, Any]]
+    top_models: list[dict[str, Any]]
+
+
+def today_summary(*, top: int = 5) -> Today:
+    """Today's figures, as /v1/usage gives them from 00:00 UTC: two grouped reads per source
+    (by key, by model), the price table and one count of errors (failed responses and calls
+    answered with an error status)."""
+    start = timezone.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    by_model = usage_summary(tenant_id=None, group_by=("model",), start=start)
+    by_key = usage_summary(tenant_id=None, group_by=("key", "tenant"), start=start)
+    total = usage_total(by_model)
+    errors = Response.objects.filter(created_at__gte=start, status=Response.Status.FAILED).count()
+    errors += UsageRecord.objects.filter(created_at__gte=start, status__gte=400).count()
+
+    def costliest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(rows, key=lambda r: (-r["cost_usd"], -r["total_tokens"]))[:top]
+
+    return Today(total["requests"], errors, total, costliest(by_key), costliest(by_model))
+
+
 def tenant_names() -> list[tuple[int, str]]:
     return list(Tenant.objects.order_by("name").values_list("id", "name"))
 

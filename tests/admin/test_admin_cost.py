@@ -27,8 +27,7 @@ def spend() -> dict:
     web, batch = ApiKey.objects.get(name="web"), ApiKey.objects.get(name="batch")
     ModelRoute.objects.create(name="claude", input_usd_per_million=Decimal(3), output_usd_per_million=Decimal(15))
     ModelRoute.objects.create(name="gpt", input_usd_per_million=Decimal(2), output_usd_per_million=Decimal(8))
-    now = timezone.now().replace(hour=12)
-    day = now if now.day > 1 else now + timedelta(hours=1)
+    day = timezone.now()
     claude = make_response(
         web.tenant_id,
         model="claude",
@@ -83,3 +82,29 @@ def test_key_and_tenant_pages_show_this_months_cost(admin_client, spend: dict) -
     total = usage_total(usage_summary(tenant_id=tenant.pk, group_by=("model",), start=month))
     assert total["cost_usd"] == 4.608
     assert '<td data-role="cost-total">$4.61</td>' in page
+
+
+def test_the_index_shows_todays_requests_errors_tokens_and_cost_with_the_top_keys_and_models(
+    admin_client,  # type: ignore[no-untyped-def]
+    spend: dict,
+) -> None:
+    make_response(
+        spend["web"].tenant_id,
+        model="gpt",
+        status="failed",
+        input_tokens=None,
+        output_tokens=None,
+        created_at=timezone.now(),
+    )
+    make_response(spend["web"].tenant_id, model="gpt", created_at=timezone.now() - timedelta(days=2))  # not today
+    body = admin_client.get(reverse("admin:index")).content.decode()
+    assert "Django administration" not in body and "Open Responses gateway" in body
+    assert '<td data-role="today-requests">3</td>' in body  # the failed one counts, the old one not
+    assert '<td data-role="today-errors">1</td>' in body
+    assert '<td data-role="today-tokens">1,511,000</td>' in body
+    assert '<td data-role="today-cost">$4.61</td>' in body
+    keys = body[body.index('data-role="today-top-keys"') :]
+    assert keys.index(f"web ({spend['web'].prefix}…)") < keys.index(f"batch ({spend['batch'].prefix}…)")
+    models = body[body.index('data-role="today-top-models"') :]
+    assert models.index(">claude<") < models.index(">gpt<")
+    assert "<td>1,010,000</td><td>$3.60</td>" in keys

@@ -357,7 +357,7 @@ def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: 
     # the front page links the daily pages
     daily_links = page.locator("[data-role=daily-links]")
     for name, href in (
-        ("Token usage", "/admin/responses_api/response/usage/"),
+        ("Usage and cost", "/admin/responses_api/response/usage/"),
         ("Route health", "/admin/responses_api/modelroute/"),
         ("API docs", "/v1/docs"),
         ("History API", "/v1/responses"),
