@@ -839,7 +839,21 @@ class ResponseAdmin(admin.ModelAdmin):
     show_full_result_count = False
     actions = ("soft_delete", "purge")
     fieldsets = (
-        (None, {"fields": ("id", "status_display", "kind", "model", "upstream", "tenant", "api_key_display")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "status_display",
+                    "kind",
+                    "model",
+                    "upstream",
+                    "tenant",
+                    "api_key_display",
+                    "conversation_display",
+                )
+            },
+        ),
         ("Timing and usage", {"fields": ("created_at", "completed_at", "latency", "usage_display")}),
         (
             "Request",
@@ -854,6 +868,7 @@ class ResponseAdmin(admin.ModelAdmin):
         "upstream",
         "tenant",
         "api_key_display",
+        "conversation_display",
         "created_at",
         "completed_at",
         "latency",
@@ -965,6 +980,13 @@ class ResponseAdmin(admin.ModelAdmin):
         if obj.api_key is None:
             return "—"
         return format_html('<a href="{}">{}</a>', _change_url(obj.api_key), str(obj.api_key))
+
+    @admin.display(description="Conversation")
+    def conversation_display(self, obj: Response) -> str:
+        if obj.conversation_id is None:
+            return "—"
+        url = reverse("admin:responses_api_conversation_change", args=[quote(obj.conversation_id)])
+        return format_html('<a href="{}" data-role="conversation-link">{}</a>', url, obj.conversation_id)
 
     @admin.display(description="Usage")
     def usage_display(self, obj: Response) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from ..models import Response
 from ..protocol.client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, output_as_text
 from ..protocol.tool_search import listing
+from ..store.selectors import usd_text as money
 
 TERMINAL_BAD = {"failed", "cancelled", "incomplete"}
 
@@ -197,13 +198,6 @@ def conversation_turns(responses: list[Any], entries: Iterable[Any], head_id: st
 
 
 USAGE_COLUMNS = ("requests", "input_tokens", "output_tokens", "total_tokens", "cached_tokens", "cache_write_tokens")
-
-
-def money(usd: float) -> str:
-    """A cost for display: cents above a dollar, the micro-dollar below (small bills show)."""
-    if usd >= 1 or usd == 0:
-        return f"${usd:,.2f}"
-    return f"${usd:.6f}".rstrip("0")
 
 
 def _display(agg: dict[str, Any]) -> dict[str, str]:

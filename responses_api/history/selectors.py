@@ -35,6 +35,7 @@ from ..store.selectors import (
     route_prices,
     usage_counts,
     usage_sums,
+    usd,
 )
 
 # The Postgres text-search document of an item: every "text" string at any
@@ -469,11 +470,6 @@ def usage_total(buckets: list[dict[str, Any]]) -> dict[str, Any]:
             total[field] += bucket[field]
     total["cost_usd"] = float(sum((Decimal(str(b["cost_usd"])) for b in buckets), Decimal(0)))
     return total
-
-
-def usd(micro_usd: Decimal | int) -> float:
-    """Micro-USD as USD, to the micro-dollar: what /v1/usage and the admin show alike."""
-    return float(round(Decimal(micro_usd) / 1_000_000, 6))
 
 
 def _usage_buckets(

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -252,6 +253,18 @@ def spend_since(*, tenant_id: int, start: datetime) -> tuple[int, int]:
             tokens += counts.input + counts.output
             micro_usd += int(prices.get(row["model"], FREE).cost(counts))
     return tokens, micro_usd
+
+
+def usd(micro_usd: Decimal | int) -> float:
+    """Micro-USD as USD, to the micro-dollar: what /v1/usage and the admin show alike."""
+    return float(round(Decimal(micro_usd) / 1_000_000, 6))
+
+
+def usd_text(usd: float) -> str:
+    """A cost for display: cents above a dollar, the micro-dollar below (small bills show)."""
+    if usd >= 1 or usd == 0:
+        return f"${usd:,.2f}"
+    return f"${usd:.6f}".rstrip("0")
 
 
 FREE = Price()
