@@ -53,7 +53,9 @@ from .store import services
 admin.site.index_template = "admin/gateway_index.html"
 admin.site.site_header = "Open Responses gateway"
 admin.site.site_title = "Open Responses gateway"
-admin.site.index_title = "Gateway administration"
+# No models sidebar: the lists' columns (key, tokens, cost, ...) get its 280 px, so a 1,400 px
+# window shows them whole beside the filters; the front page and the breadcrumbs lead everywhere.
+admin.site.enable_nav_sidebar = False
 _site_index = admin.site.index
 
 
@@ -66,9 +68,10 @@ def _index_with_today(request: HttpRequest, extra_context: dict[str, Any] | None
     today = history.today_summary()
     context = {
         **(extra_context or {}),
-        "today": today,
-        "today_total": presenters.usage_totals([today.total]) if today.requests else None,
-        "top_keys": [(r.get("key") or "(a deleted key)", r["tenant"], *_figures(r)) for r in today.top_keys],
+        "today_requests": f"{today.requests:,}",
+        "today_errors": f"{today.errors:,}",
+        "today_total": presenters.usage_totals([today.total]),
+        "top_keys": [(r.get("key") or presenters.NO_KEY, r["tenant"], *_figures(r)) for r in today.top_keys],
         "top_models": [(r["model"], *_figures(r)) for r in today.top_models],
     }
     return _site_index(request, context)
@@ -921,7 +924,7 @@ class ResponseAdmin(admin.ModelAdmin):
     def kind(self, obj: Response) -> str:
         kind = getattr(obj, "_kind", "response")
         if kind not in KIND_LABELS:
-            return "response"
+            return "—"  # a plain response: the column stays as narrow as the badges
         return format_html('<span class="gw-badge gw-busy" data-kind="{}">{}</span>', kind, KIND_LABELS[kind])
 
     @admin.display(description="Tokens in/out")

@@ -224,10 +224,14 @@ def usage_by_model(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, str]
     return [(m, _display(agg)) for m, agg in _add_up(rows, "model")]
 
 
+# Calls that name no key: their key was deleted since (SET_NULL), or none made them.
+NO_KEY = "(no key)"
+
+
 def usage_by_key(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, str]]]:
-    """Per-key totals (buckets grouped by key), costliest first; a deleted key's are "no key"."""
+    """Per-key totals (buckets grouped by key), costliest first."""
     names = {r.get("key_id"): r.get("key") for r in rows}
-    return [(names[k] or "(a deleted key)", _display(agg)) for k, agg in _add_up(rows, "key_id")]
+    return [(names[k] or NO_KEY, _display(agg)) for k, agg in _add_up(rows, "key_id")]
 
 
 def usage_totals(rows: list[dict[str, Any]]) -> dict[str, str]:

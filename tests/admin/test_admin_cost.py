@@ -99,12 +99,12 @@ def test_the_index_shows_todays_requests_errors_tokens_and_cost_with_the_top_key
     make_response(spend["web"].tenant_id, model="gpt", created_at=timezone.now() - timedelta(days=2))  # not today
     body = admin_client.get(reverse("admin:index")).content.decode()
     assert "Django administration" not in body and "Open Responses gateway" in body
-    assert '<td data-role="today-requests">3</td>' in body  # the failed one counts, the old one not
-    assert '<td data-role="today-errors">1</td>' in body
-    assert '<td data-role="today-tokens">1,511,000</td>' in body
-    assert '<td data-role="today-cost">$4.61</td>' in body
+    assert '<td class="gw-num" data-role="today-requests">3</td>' in body  # the failed one counts, the old one not
+    assert '<td class="gw-num" data-role="today-errors">1</td>' in body
+    assert '<td class="gw-num" data-role="today-tokens">1,511,000</td>' in body
+    assert '<td class="gw-num" data-role="today-cost">$4.61</td>' in body
     keys = body[body.index('data-role="today-top-keys"') :]
     assert keys.index(f"web ({spend['web'].prefix}…)") < keys.index(f"batch ({spend['batch'].prefix}…)")
     models = body[body.index('data-role="today-top-models"') :]
     assert models.index(">claude<") < models.index(">gpt<")
-    assert "<td>1,010,000</td><td>$3.60</td>" in keys
+    assert '<td class="gw-num">1,010,000</td><td class="gw-num">$3.60</td>' in keys
