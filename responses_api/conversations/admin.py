@@ -73,9 +73,11 @@ class ConversationAdmin(admin.ModelAdmin):
         counts = [(r["model"], usage_counts(r)) for r in rows]
         tokens = sum(c.input + c.output for _, c in counts)
         cost = sum((prices.get(model, FREE).cost(c) for model, c in counts), Decimal(0))
+        made = sum(r["n"] for r in rows)
         return format_html(
-            '<span data-role="conversation-usage">{} responses, <strong>{}</strong> tokens, {}</span>',
-            sum(r["n"] for r in rows),
+            '<span data-role="conversation-usage">{} response{}, <strong>{}</strong> tokens, {}</span>',
+            made,
+            "" if made == 1 else "s",
             f"{tokens:,}",
             usd_text(usd(cost)),
         )

@@ -610,3 +610,30 @@ def test_who_spent_what_at_a_glance(page, site: dict, daily: dict, artifacts: Pa
     for table in page.locator("[data-role=cost-table] [data-role=cost-total]").all():
         expect(table).to_have_text(money(acme["cost_usd"]))
     _shot(page, artifacts, "35-tenant-cost")
+
+    # a response made in a conversation links to it; the conversation names each item's response
+    # and its responses' tokens and cost
+    from responses_api.models import Response
+
+    made = Response.objects.filter(api_key=daily["key"]).order_by("created_at").first()
+    Response.objects.filter(pk=made.pk).update(conversation=daily["conversation"])
+    _open(page, f"/admin/responses_api/response/{made.pk}/change/")
+    page.locator("[data-role=conversation-link]").click()
+    usage = page.locator("[data-role=conversation-usage]")
+    expect(usage).to_contain_text(f"1 response, {made.input_tokens + made.output_tokens:,} tokens")
+    expect(page.locator("#content-main th", has_text="Response")).to_be_visible()
+    _shot(page, artifacts, "36-conversation-usage")
+
+    # tools: a config-managed HTTP tool shows no Python section; the Python one names the allowlist
+    from tool_registry.models import Tool
+
+    Tool.objects.filter(pk=daily["http_tool"].pk).update(config_managed=["executor"])
+    _open(page, f"/admin/tool_registry/tool/{daily['http_tool'].pk}/change/")
+    expect(page.locator("fieldset", has_text="HTTP webhook")).to_be_visible()
+    expect(page.locator("fieldset", has_text="Python function")).to_have_count(0)
+    _shot(page, artifacts, "37-tool-http-managed")
+    _open(page, "/admin/tool_registry/tool/add/")
+    page.select_option("#id_executor", "python")
+    expect(page.locator("[data-role=python-allowlist]")).to_be_visible()
+    expect(page.locator("[data-role=python-allowlist]")).to_contain_text("GATEWAY_PYTHON_TOOL_MODULES")
+    _shot(page, artifacts, "38-tool-python-allowlist")
