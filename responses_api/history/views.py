@@ -13,6 +13,7 @@ import io
 from typing import Any
 
 from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
@@ -128,7 +129,8 @@ class UsageView(ApiView):
         "included. Deleted responses count: their tokens were spent. `format=csv`: the buckets as CSV.",
         parameters=UsageQuery.openapi_parameters(),
         responses={
-            200: ref("UsageList"),
+            (200, "application/json"): ref("UsageList"),
+            (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="With `format=csv`."),
             403: OpenApiResponse(ref("GatewayError"), description="Grouping by tenant needs an admin key."),
         },
     )
