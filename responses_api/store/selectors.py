@@ -219,7 +219,7 @@ def route_prices() -> dict[str, Price]:
     return {row[0]: route_price(*row[1:]) for row in ModelRoute.objects.values_list("name", *PRICE_FIELDS)}
 
 
-# The token sums a cost needs, per model: `usage_sums(qs)` annotates them, `usage_counts` reads
+# The token sums a cost needs, per model: `usage_sums()` annotates them, `usage_counts` reads
 # them back as `TokenCounts`. Response and UsageRecord have the same columns.
 USAGE_SUMS = {
     "input_tokens": "input",
