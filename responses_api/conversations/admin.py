@@ -84,13 +84,17 @@ class ConversationAdmin(admin.ModelAdmin):
 
     @admin.display(description="Items, oldest first")
     def items_display(self, obj: Conversation) -> str:
-        rows = (
+        rows = list(
             ConversationItem.objects.filter(conversation=obj)
             .order_by("position")
             .values_list("position", "item_id", "item__public_id", "item__data")[:ITEMS_SHOWN]
         )
-        # The response each item came in with (its input or its output): one query.
-        made_by = dict(ResponseItem.objects.filter(response__conversation=obj).values_list("item_id", "response_id"))
+        # The response each shown item came in with (its input or its output): one query.
+        made_by = dict(
+            ResponseItem.objects.filter(response__conversation=obj, item_id__in=[r[1] for r in rows]).values_list(
+                "item_id", "response_id"
+            )
+        )
         body = format_html_join(
             "",
             "<tr><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
