@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from cryptography.fernet import InvalidToken
@@ -33,6 +34,7 @@ from .engine.router import target_health
 from .history import presenters
 from .history import selectors as history
 from .models import (
+    PRICE_FIELDS,
     AlertDelivery,
     AlertWebhook,
     ApiKey,
@@ -53,8 +55,36 @@ from .protocol.errors import GatewayError
 from .store import services
 from .store.selectors import spend_since
 
-# The front page links the operator's daily pages (usage, route health, docs) above the models.
+# The front page shows today's traffic and spend and links the operator's daily pages (usage,
+# route health, docs) above the models; the header names the gateway.
 admin.site.index_template = "admin/gateway_index.html"
+admin.site.site_header = "Open Responses gateway"
+admin.site.site_title = "Open Responses gateway"
+# No models sidebar: the lists' columns (key, tokens, cost, ...) get its 280 px, so a 1,400 px
+# window shows them whole beside the filters; the front page and the breadcrumbs lead everywhere.
+admin.site.enable_nav_sidebar = False
+_site_index = admin.site.index
+
+
+def _figures(row: dict[str, Any]) -> tuple[str, str, str]:
+    """A usage bucket's requests, tokens and cost, for display."""
+    return f"{row['requests']:,}", f"{row['total_tokens']:,}", presenters.money(row["cost_usd"])
+
+
+def _index_with_today(request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
+    today = history.today_summary()
+    context = {
+        **(extra_context or {}),
+        "today_requests": f"{today.requests:,}",
+        "today_errors": f"{today.errors:,}",
+        "today_total": presenters.usage_totals([today.total]),
+        "top_keys": [(r.get("key") or presenters.NO_KEY, r["tenant"], *_figures(r)) for r in today.top_keys],
+        "top_models": [(r["model"], *_figures(r)) for r in today.top_models],
+    }
+    return _site_index(request, context)
+
+
+admin.site.index = _index_with_today  # type: ignore[method-assign]  # the site's own view, with today's figures
 
 STATUS_COLOURS = {
     "completed": "ok",
@@ -88,6 +118,35 @@ def _change_url(obj: Any) -> str:
 
 
 # --------------------------------------------------------------------------- tenants
+
+
+def _month_start() -> datetime:
+    now = timezone.now().astimezone(UTC)
+    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def _cost_table(buckets: list[dict[str, Any]], by: str, label: str) -> str:
+    """Requests, tokens and cost per model or per key since the month began (UTC): the figures
+    of /v1/usage for the same period."""
+    rows = presenters.usage_by_model(buckets) if by == "model" else presenters.usage_by_key(buckets)
+    if not rows:
+        return "Nothing spent this month."
+    total = presenters.usage_totals(buckets)
+    return format_html(
+        '<table class="gw-use" data-role="cost-table" data-by="{}"><thead><tr><th>{}</th><th>Requests</th>'
+        "<th>Tokens</th><th>Cost</th></tr></thead><tbody>{}</tbody><tfoot><tr><th>This month</th>"
+        '<td>{}</td><td>{}</td><td data-role="cost-total">{}</td></tr></tfoot></table>',
+        by,
+        label,
+        format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((name, agg["requests"], agg["total_tokens"], agg["cost"]) for name, agg in rows),
+        ),
+        total["requests"],
+        total["total_tokens"],
+        total["cost"],
+    )
 
 
 def _use_table(rows: list[dict[str, Any]], window: tuple[int, int] | None = None) -> str:
@@ -177,8 +236,9 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
             {"fields": ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "current_use")},
         ),
         ("Budget", {"fields": ("budget_period", "budget_tokens", "budget_usd", "alert_thresholds")}),
+        ("Cost this month (UTC)", {"fields": ("cost_by_key", "cost_by_model")}),
     )
-    readonly_fields = ("created_at", "current_use", "retention_last_run")
+    readonly_fields = ("created_at", "current_use", "retention_last_run", "cost_by_key", "cost_by_model")
 
     @admin.display(description="Retention last ran")
     def retention_last_run(self, obj: Tenant) -> str:
@@ -193,6 +253,20 @@ class TenantAdmin(ConfigManagedAdmin, admin.ModelAdmin):
             f"{run.ran_at:%Y-%m-%d %H:%M:%S} UTC (all tenants): deleted {deleted.get('responses', 0):,} "
             f"response(s) and {deleted.get('items', 0):,} item(s)"
         )
+
+    @admin.display(description="By API key")
+    def cost_by_key(self, obj: Tenant) -> str:
+        if obj.pk is None:
+            return "—"
+        buckets = history.usage_summary(tenant_id=obj.pk, group_by=("key",), start=_month_start())
+        return _cost_table(buckets, "key", "API key")
+
+    @admin.display(description="By model")
+    def cost_by_model(self, obj: Tenant) -> str:
+        if obj.pk is None:
+            return "—"
+        buckets = history.usage_summary(tenant_id=obj.pk, group_by=("model",), start=_month_start())
+        return _cost_table(buckets, "model", "Model")
 
     @admin.display(description="Current use")
     def current_use(self, obj: Tenant) -> str:
@@ -302,6 +376,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "is_admin",
         "models_display",
         "limits",
+        "month_cost",
         "state",
         "created",
         "last_used",
@@ -331,10 +406,34 @@ class ApiKeyAdmin(admin.ModelAdmin):
             "alert_thresholds",
             "current_use",
             "spend",
+            "cost_by_model",
             "created_at",
             "last_used_at",
             "revoked_at",
         ]
+
+    @admin.display(description="Cost this month (UTC)")
+    def cost_by_model(self, obj: ApiKey) -> str:
+        buckets = history.usage_summary(
+            tenant_id=obj.tenant_id, group_by=("model",), start=_month_start(), key_id=obj.pk
+        )
+        return _cost_table(buckets, "model", "Model")
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _PageChangeList
+
+    def annotate_page(self, keys: list[ApiKey]) -> None:
+        """Each key's cost this month: one grouped read for the page's keys (and the price table)."""
+        buckets = history.usage_summary(
+            tenant_id=None, group_by=("key",), start=_month_start(), key_ids=[k.pk for k in keys]
+        )
+        spent = {b["key_id"]: b["cost_usd"] for b in buckets}
+        for key in keys:
+            key._cost = spent.get(key.pk, 0.0)  # type: ignore[attr-defined]  # the page's annotation
+
+    @admin.display(description="Cost this month")
+    def month_cost(self, obj: ApiKey) -> str:
+        return presenters.money(getattr(obj, "_cost", 0.0))
 
     @admin.display(description="Current use")
     def current_use(self, obj: ApiKey) -> str:
@@ -361,7 +460,16 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
             return []
-        return ["tenant", "key_prefix", "current_use", "spend", "created_at", "last_used_at", "revoked_at"]
+        return [
+            "tenant",
+            "key_prefix",
+            "current_use",
+            "spend",
+            "cost_by_model",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ]
 
     @admin.display(description="Key", ordering="prefix")
     def key_prefix(self, obj: ApiKey) -> str:
@@ -669,7 +777,7 @@ def _health_badge(label: str, found: Any, now: float) -> str:
 @admin.register(ModelRoute)
 class ModelRouteAdmin(ConfigManagedAdmin, admin.ModelAdmin):
     inlines = (RouteTargetInline,)
-    config_fields = {"price": ("input_usd_per_million", "output_usd_per_million"), "targets": ()}
+    config_fields = {"price": PRICE_FIELDS, "targets": ()}
     list_display = ("name", "targets_display", "health", "enabled", "run_on_worker", "updated_at")
     list_filter = ("enabled", "run_on_worker")
     search_fields = ("name", "description", "targets__upstream_model")
@@ -680,8 +788,7 @@ class ModelRouteAdmin(ConfigManagedAdmin, admin.ModelAdmin):
         "run_on_worker",
         "hosted_tools",
         "context_window",
-        "input_usd_per_million",
-        "output_usd_per_million",
+        *PRICE_FIELDS,
         "created_at",
         "updated_at",
     )
@@ -812,7 +919,9 @@ class ResponseAdmin(admin.ModelAdmin):
         "kind",
         "model",
         "tenant",
+        "key_display",
         "tokens",
+        "cost",
         "latency",
         "created",
         "conversation_link",
@@ -825,7 +934,7 @@ class ResponseAdmin(admin.ModelAdmin):
         ("created_at", admin.DateFieldListFilter),
         DeletedFilter,
     )
-    list_select_related = ("tenant",)
+    list_select_related = ("tenant", "api_key")
     search_fields = ("id", "model", "metadata")
     search_help_text = "Search by response id, model name or metadata text."
     ordering = ("-created_at",)
@@ -833,7 +942,21 @@ class ResponseAdmin(admin.ModelAdmin):
     show_full_result_count = False
     actions = ("soft_delete", "purge")
     fieldsets = (
-        (None, {"fields": ("id", "status_display", "kind", "model", "upstream", "tenant", "api_key_display")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "status_display",
+                    "kind",
+                    "model",
+                    "upstream",
+                    "tenant",
+                    "api_key_display",
+                    "conversation_display",
+                )
+            },
+        ),
         ("Timing and usage", {"fields": ("created_at", "completed_at", "latency", "usage_display")}),
         (
             "Request",
@@ -848,6 +971,7 @@ class ResponseAdmin(admin.ModelAdmin):
         "upstream",
         "tenant",
         "api_key_display",
+        "conversation_display",
         "created_at",
         "completed_at",
         "latency",
@@ -876,7 +1000,7 @@ class ResponseAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Response]:
         qs = with_kind(super().get_queryset(request))
         if request.resolver_match and request.resolver_match.url_name == "responses_api_response_changelist":
-            return qs.defer(*LIST_DEFERRED)  # list_select_related joins the tenant
+            return qs.defer(*LIST_DEFERRED)  # list_select_related joins the tenant and the key
         return qs.select_related("tenant", "api_key")
 
     def has_hide_permission(self, request: HttpRequest) -> bool:
@@ -900,7 +1024,7 @@ class ResponseAdmin(admin.ModelAdmin):
     def kind(self, obj: Response) -> str:
         kind = getattr(obj, "_kind", "response")
         if kind not in KIND_LABELS:
-            return "response"
+            return "—"  # a plain response: the column stays as narrow as the badges
         return format_html('<span class="gw-badge gw-busy" data-kind="{}">{}</span>', kind, KIND_LABELS[kind])
 
     @admin.display(description="Tokens in/out")
@@ -913,6 +1037,28 @@ class ResponseAdmin(admin.ModelAdmin):
             f"{obj.input_tokens:,}",
             f"{obj.output_tokens or 0:,}",
         )
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return _PageChangeList
+
+    def annotate_page(self, rows: list[Response]) -> None:
+        """The price table, read once for the page's cost column."""
+        prices = history.route_prices()
+        for row in rows:
+            row._cost = history.row_cost_usd(row, prices)  # type: ignore[attr-defined]  # the page's annotation
+
+    @admin.display(description="Key", ordering="api_key__name")
+    def key_display(self, obj: Response) -> str:
+        if obj.api_key is None:
+            return "—"
+        return format_html(
+            '<a href="{}" title="{}">{}</a>', _change_url(obj.api_key), str(obj.api_key), obj.api_key.name
+        )
+
+    @admin.display(description="Cost")
+    def cost(self, obj: Response) -> str:
+        value = getattr(obj, "_cost", None)
+        return "—" if value is None else presenters.money(value)
 
     @admin.display(description="Latency", ordering="latency_ms")
     def latency(self, obj: Response) -> str:
@@ -938,17 +1084,28 @@ class ResponseAdmin(admin.ModelAdmin):
             return "—"
         return format_html('<a href="{}">{}</a>', _change_url(obj.api_key), str(obj.api_key))
 
+    @admin.display(description="Conversation")
+    def conversation_display(self, obj: Response) -> str:
+        if obj.conversation_id is None:
+            return "—"
+        url = reverse("admin:responses_api_conversation_change", args=[quote(obj.conversation_id)])
+        return format_html('<a href="{}" data-role="conversation-link">{}</a>', url, obj.conversation_id)
+
     @admin.display(description="Usage")
     def usage_display(self, obj: Response) -> str:
         if obj.input_tokens is None:
             return "—"
+        cost = history.row_cost_usd(obj, history.route_prices())
         return format_html(
-            "{} input ({} cached) + {} output ({} reasoning) = <strong>{}</strong> tokens",
+            "{} input ({} cached, {} cache writes) + {} output ({} reasoning) = <strong>{}</strong> tokens, "
+            '<strong data-role="cost">{}</strong> at the route\'s current prices',
             f"{obj.input_tokens:,}",
             f"{obj.cached_tokens or 0:,}",
+            f"{obj.cache_write_tokens or 0:,}",
             f"{obj.output_tokens or 0:,}",
             f"{obj.reasoning_tokens or 0:,}",
             f"{obj.total_tokens:,}",
+            presenters.money(cost or 0),
         )
 
     @admin.display(description="Instructions (the client's)")
@@ -1066,19 +1223,28 @@ class ResponseAdmin(admin.ModelAdmin):
         today = timezone.now().astimezone(UTC).date()
         start_day = today - timedelta(days=days - 1)
         start = datetime(start_day.year, start_day.month, start_day.day, tzinfo=UTC)
+        metric = "cost_usd" if request.GET.get("metric") == "cost" else "total_tokens"
         rows = history.usage_summary(tenant_id=tenant_id, group_by=("day", "model"), start=start)
+        by_key = history.usage_summary(tenant_id=tenant_id, group_by=("key",), start=start)
+        # The same figures from the API as CSV (a staff session may read it), per tenant.
+        query = {"start": int(start.timestamp()), "format": "csv"}
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": "Token usage",
+            "title": "Usage and cost",
             "subtitle": None,
-            "chart": presenters.usage_chart(rows, start_day, today),
+            "chart": presenters.usage_chart(rows, start_day, today, metric=metric),
+            "metric": "cost" if metric == "cost_usd" else "tokens",
             "days": days,
             "day_choices": (7, 30, 90),
             "tenants": history.tenant_names(),
             "tenant_id": tenant_id,
             "by_model": presenters.usage_by_model(rows),
+            "by_key": presenters.usage_by_key(by_key),
             "totals_display": presenters.usage_totals(rows),
+            "period_start": start,
+            "csv_by_day_url": "/v1/usage?" + urlencode({**query, "group_by": "day,model,tenant"}),
+            "csv_by_key_url": "/v1/usage?" + urlencode({**query, "group_by": "key,model,tenant"}),
             "changelist_url": reverse("admin:responses_api_response_changelist"),
         }
         return TemplateResponse(request, "admin/responses_api/response/usage.html", context)

@@ -1,6 +1,6 @@
 """The gateway's own types that several layers share: who is asking (`Principal`, with its
 `Quota`s and `Budget`), and where a model name leads (`Route`, its `Target`s on a
-`ProviderConfig`, its `Price`). Plain frozen dataclasses: no Django, no I/O, so the lower
+`ProviderConfig`, its `Price` and what a call's `TokenCounts` cost). Plain frozen dataclasses: no Django, no I/O, so the lower
 layers (store, upstreams, engine) can take them without importing the layers that build them
 (api/auth.py builds principals, orchestration/routing.py routes, orchestration/limits.py
 counts against quotas and budgets)."""
@@ -57,14 +57,86 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenCounts:
+    """What a call's usage is priced on, in OpenAI's terms: `input` counts every prompt token,
+    the cache reads (`cached`) and cache writes (`cache_write`, of which `cache_write_1h` were
+    written for an hour) included; they are parts of it, not additions."""
+
+    input: int = 0
+    output: int = 0
+    cached: int = 0
+    cache_write: int = 0  # every cache write (5-minute and 1-hour); the total the SDK shows
+    cache_write_1h: int = 0  # the 1-hour part of `cache_write` (Anthropic's ephemeral_1h)
+
+    @classmethod
+    def from_usage(cls, usage: dict[str, Any] | None) -> TokenCounts:
+        """From a Responses `usage` object (or a Chat Completions one: prompt/completion tokens)."""
+        usage = usage if isinstance(usage, dict) else {}
+        details = usage.get("input_tokens_details") or usage.get("prompt_tokens_details") or {}
+        details = details if isinstance(details, dict) else {}
+        return cls(
+            input=_count(usage.get("input_tokens") or usage.get("prompt_tokens")),
+            output=_count(usage.get("output_tokens") or usage.get("completion_tokens")),
+            cached=_count(details.get("cached_tokens")),
+            cache_write=_count(details.get("cache_write_tokens")),
+            cache_write_1h=_count(details.get("cache_write_1h_tokens")),
+        )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+# Anthropic charges a 5-minute cache write 1.25x and a 1-hour one 2x the input price; a route
+# that sets no write price is charged the same way.
+CACHE_WRITE_FACTOR = Decimal("1.25")
+CACHE_WRITE_1H_FACTOR = Decimal(2)
+
+
+@dataclass(frozen=True, slots=True)
 class Price:
-    """USD per million tokens, which is micro-USD per token."""
+    """A route's prices in USD per million tokens, which is micro-USD per token. None: the
+    default derived from the input price (cache reads at the input price; writes 1.25x and 2x)."""
 
     input: Decimal = Decimal(0)
     output: Decimal = Decimal(0)
+    cached_input: Decimal | None = None
+    cache_write: Decimal | None = None
+    cache_write_1h: Decimal | None = None
 
-    def micro_usd(self, input_tokens: int, output_tokens: int) -> int:
-        return int(self.input * input_tokens + self.output * output_tokens)
+    def cost(self, tokens: TokenCounts) -> Decimal:
+        """The exact cost in micro-USD: the one place usage is priced (budgets' settlement and
+        seeding, /v1/usage, the admin). Cache reads and writes are parts of `input`: the rest of
+        it is charged at the input price, each part at its own; inconsistent counts (parts larger
+        than the whole) are clamped, never charged twice."""
+        cached = min(tokens.cached, tokens.input)
+        written = min(tokens.cache_write, tokens.input - cached)
+        written_1h = min(tokens.cache_write_1h, written)
+        plain = tokens.input - cached - written
+        return (
+            self.input * plain
+            + (self.input if self.cached_input is None else self.cached_input) * cached
+            + (self.input * CACHE_WRITE_FACTOR if self.cache_write is None else self.cache_write)
+            * (written - written_1h)
+            + (self.input * CACHE_WRITE_1H_FACTOR if self.cache_write_1h is None else self.cache_write_1h) * written_1h
+            + self.output * tokens.output
+        )
+
+    def micro_usd(self, input_tokens: int, output_tokens: int, **parts: int) -> int:
+        """`cost` in whole micro-USD (budgets count integers); `parts`: cached, cache_write,
+        cache_write_1h."""
+        return int(self.cost(TokenCounts(input_tokens, output_tokens, **parts)))
+
+    def as_json(self) -> list[str | None]:
+        return [None if v is None else str(v) for v in self._fields()]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> Price:
+        values = [None if v is None else Decimal(v) for v in data] + [None] * (5 - len(data))
+        return cls(values[0] or Decimal(0), values[1] or Decimal(0), *values[2:5])
+
+    def _fields(self) -> tuple[Decimal | None, ...]:
+        return (self.input, self.output, self.cached_input, self.cache_write, self.cache_write_1h)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
@@ -10,6 +11,7 @@ from django.utils import timezone
 
 from tool_registry.egress import EgressPolicy
 
+from .domain import Price
 from .protocol.client_tools import SERVABLE_HOSTED_TOOLS
 
 
@@ -253,7 +255,8 @@ class ModelRoute(models.Model):
         decimal_places=6,
         null=True,
         blank=True,
-        help_text="For budgets in USD. Empty: this model's tokens cost nothing.",
+        help_text="Prices the cost shown per key, model and tenant (/v1/usage, the admin) and USD budgets. "
+        "Empty: this model's tokens cost nothing.",
     )
     output_usd_per_million = models.DecimalField(
         "output price (USD per 1M tokens)",
@@ -262,6 +265,32 @@ class ModelRoute(models.Model):
         null=True,
         blank=True,
     )
+    cached_input_usd_per_million = models.DecimalField(
+        "cached input price (USD per 1M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Input tokens read from the upstream's prompt cache. Empty: the input price.",
+    )
+    cache_write_usd_per_million = models.DecimalField(
+        "cache write price (USD per 1M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Input tokens written to the prompt cache (Anthropic's 5-minute writes, and any upstream's "
+        "writes of unstated lifetime). Empty: 1.25x the input price, as Anthropic charges.",
+    )
+    cache_write_1h_usd_per_million = models.DecimalField(
+        "1-hour cache write price (USD per 1M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Input tokens written to the prompt cache for an hour (Anthropic's 1-hour writes). "
+        "Empty: 2x the input price, as Anthropic charges.",
+    )
     config_managed = config_managed_field()
     config_source = config_source_field()
     created_at = models.DateTimeField(default=timezone.now)
@@ -269,6 +298,16 @@ class ModelRoute(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def price(self) -> Price:
+        return route_price(
+            self.input_usd_per_million,
+            self.output_usd_per_million,
+            self.cached_input_usd_per_million,
+            self.cache_write_usd_per_million,
+            self.cache_write_1h_usd_per_million,
+        )
 
     def clean(self) -> None:
         if not isinstance(self.hosted_tools, dict) or not all(
@@ -281,6 +320,21 @@ class ModelRoute(models.Model):
                     + " to a registry tool's name."
                 }
             )
+
+
+# A route's price columns, in `Price`'s order: `ModelRoute.objects.values_list(*PRICE_FIELDS)`.
+PRICE_FIELDS = (
+    "input_usd_per_million",
+    "output_usd_per_million",
+    "cached_input_usd_per_million",
+    "cache_write_usd_per_million",
+    "cache_write_1h_usd_per_million",
+)
+
+
+def route_price(*values: Decimal | None) -> Price:
+    """A `Price` from a route's price columns (PRICE_FIELDS order); empty input/output: free."""
+    return Price(values[0] or Decimal(0), values[1] or Decimal(0), *values[2:])
 
 
 class RouteTarget(models.Model):
@@ -389,6 +443,9 @@ class Response(models.Model):
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
     cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Cache writes (part of input_tokens, as cached_tokens is): all of them, and the 1-hour part.
+    cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_1h_tokens = models.PositiveIntegerField(null=True, blank=True)
     reasoning_tokens = models.PositiveIntegerField(null=True, blank=True)
     store = models.BooleanField(default=True)
     background = models.BooleanField(default=False)
@@ -490,6 +547,9 @@ class UsageRecord(models.Model):
     status = models.PositiveSmallIntegerField(help_text="The HTTP status the client got.")
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_1h_tokens = models.PositiveIntegerField(null=True, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 from django import forms
 from django.conf import settings
@@ -22,6 +23,21 @@ from .executors import execute
 from .mcp import McpUnavailable
 from .models import EgressAllow, McpServer, Tool, ToolCallRecord
 from .services import egress_policy, mcp_listing_refresh, spec_of
+
+
+def _python_allowlist() -> str:
+    modules = sorted(settings.GATEWAY_PYTHON_TOOL_MODULES)
+    if not modules:
+        return format_html(
+            '<span data-role="python-allowlist">No module may serve a Python tool: '
+            "<code>GATEWAY_PYTHON_TOOL_MODULES</code> is empty (set it to a comma-separated list of "
+            "modules in the gateway's environment).</span>"
+        )
+    return format_html(
+        '<span data-role="python-allowlist">The function\'s module must be one of '
+        "<code>GATEWAY_PYTHON_TOOL_MODULES</code>: {}.</span>",
+        format_html_join(", ", "<code>{}</code>", ((m,) for m in modules)),
+    )
 
 
 class TestCallForm(forms.Form):
@@ -73,6 +89,22 @@ class ToolAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
     class Media:
         js = ("tool_registry/executor_fields.js",)  # the chosen executor's fieldset only
+
+    def get_fieldsets(self, request: HttpRequest, obj: Tool | None = None) -> Any:
+        """The chosen executor's fields only. Where the executor cannot be changed here (the
+        config file sets it) there is no choice for the script to follow: the other executor's
+        section is left out. The Python section names the allowlist its module must be in."""
+        fieldsets = super().get_fieldsets(request, obj)
+        fixed = obj.executor if obj is not None and "executor" in self.managed_admin_fields(obj) else None
+        shown = []
+        for name, options in fieldsets:
+            classes = options.get("classes", ())
+            if fixed and "gw-executor" in classes and f"gw-executor-{fixed}" not in classes:
+                continue
+            if "gw-executor-python" in classes:
+                options = {**options, "description": _python_allowlist()}
+            shown.append((name, options))
+        return shown
 
     @admin.display(description="target")
     def target(self, tool: Tool) -> str:

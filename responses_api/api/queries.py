@@ -21,7 +21,8 @@ from ..models import Response
 from ..protocol.errors import InvalidRequest
 
 STATUSES = tuple(Response.Status.values)
-USAGE_GROUPS = ("model", "day", "tenant")
+USAGE_GROUPS = ("model", "day", "tenant", "key")
+USAGE_FORMATS = ("json", "csv")
 
 
 class QueryParameters(serializers.Serializer):
@@ -296,12 +297,18 @@ class UsageQuery(QueryParameters):
         child=_choice(USAGE_GROUPS),
         allow_empty=False,
         default=["model", "day"],
-        help_text="Dimensions to group by: repeat the parameter or separate with commas; `tenant` needs an "
-        "admin key. Default: per model per day.",
+        help_text="Dimensions to group by (model, day, tenant, key): repeat the parameter or separate with "
+        "commas; `tenant` needs an admin key. Default: per model per day.",
     )
     start = TimestampField(default=None, help_text="Only responses created at or after this time.")
     end = TimestampField(default=None, help_text="Only responses created before this time.")
     model = _text("Only responses of this model.")
+    format = serializers.ChoiceField(
+        choices=USAGE_FORMATS,
+        default="json",
+        error_messages={"invalid_choice": "'{input}' is not one of json, csv."},
+        help_text="`csv`: the buckets as a CSV file (one row per bucket, a header row first).",
+    )
 
 
 class RetrieveQuery(QueryParameters):

@@ -10,11 +10,13 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from decimal import Decimal
 from typing import Any
 
 from ..models import Response
 from ..protocol.client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, output_as_text
 from ..protocol.tool_search import listing
+from ..store.selectors import usd_text as money
 
 TERMINAL_BAD = {"failed", "cancelled", "incomplete"}
 
@@ -195,21 +197,47 @@ def conversation_turns(responses: list[Any], entries: Iterable[Any], head_id: st
 # --------------------------------------------------------------------------- usage chart
 
 
-def usage_by_model(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, str]]]:
-    """Per-model totals, largest first, numbers formatted for display."""
-    keys = ("requests", "input_tokens", "output_tokens", "total_tokens")
-    by_model: dict[str, dict[str, int]] = {}
+USAGE_COLUMNS = ("requests", "input_tokens", "output_tokens", "total_tokens", "cached_tokens", "cache_write_tokens")
+
+
+def _display(agg: dict[str, Any]) -> dict[str, str]:
+    shown = {k: f"{agg[k]:,}" for k in USAGE_COLUMNS}
+    shown["cost"] = money(agg["cost_usd"])
+    return shown
+
+
+def _add_up(rows: list[dict[str, Any]], by: str) -> list[tuple[Any, dict[str, Any]]]:
+    """Buckets added up per `by` (their costs to the micro-dollar, as /v1/usage's total)."""
+    acc: dict[Any, dict[str, Any]] = {}
     for r in rows:
-        agg = by_model.setdefault(r["model"], dict.fromkeys(keys, 0))
-        for k in keys:
+        agg = acc.setdefault(r.get(by), {**dict.fromkeys(USAGE_COLUMNS, 0), "cost": Decimal(0)})
+        for k in USAGE_COLUMNS:
             agg[k] += r[k]
-    ordered = sorted(by_model.items(), key=lambda kv: -kv[1]["total_tokens"])
-    return [(m, {k: f"{v:,}" for k, v in agg.items()}) for m, agg in ordered]
+        agg["cost"] += Decimal(str(r["cost_usd"]))
+    for agg in acc.values():
+        agg["cost_usd"] = float(agg.pop("cost"))
+    return sorted(acc.items(), key=lambda kv: (-kv[1]["cost_usd"], -kv[1]["total_tokens"]))
+
+
+def usage_by_model(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, str]]]:
+    """Per-model totals, costliest (then largest) first, numbers formatted for display."""
+    return [(m, _display(agg)) for m, agg in _add_up(rows, "model")]
+
+
+# Calls that name no key: their key was deleted since (SET_NULL), or none made them.
+NO_KEY = "(no key)"
+
+
+def usage_by_key(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, str]]]:
+    """Per-key totals (buckets grouped by key), costliest first."""
+    names = {r.get("key_id"): r.get("key") for r in rows}
+    return [(names[k] or NO_KEY, _display(agg)) for k, agg in _add_up(rows, "key_id")]
 
 
 def usage_totals(rows: list[dict[str, Any]]) -> dict[str, str]:
-    keys = ("requests", "input_tokens", "output_tokens", "total_tokens")
-    return {k: f"{sum(r[k] for r in rows):,}" for k in keys}
+    """The period's totals (one group: no row has the key `period`)."""
+    added = _add_up(rows, "period")
+    return _display(added[0][1] if added else {**dict.fromkeys(USAGE_COLUMNS, 0), "cost_usd": 0.0})
 
 
 PALETTE = ["#417690", "#e07b39", "#5b9e5b", "#a05195", "#d45087", "#2f4b7c", "#ffa600", "#7a7a7a"]
@@ -252,15 +280,27 @@ class Chart:
         return self.plot["top"] + self.plot["height"] // 2
 
 
-def usage_chart(rows: list[dict[str, Any]], start: date, end: date, width: int = 960, height: int = 320) -> Chart:
-    """A stacked bar chart (total tokens per day, one colour per model), as SVG geometry."""
+def usage_chart(
+    rows: list[dict[str, Any]],
+    start: date,
+    end: date,
+    width: int = 960,
+    height: int = 320,
+    metric: str = "total_tokens",
+) -> Chart:
+    """A stacked bar chart (total tokens, or `metric="cost_usd"` cost, per day, one colour per
+    model), as SVG geometry."""
+    cost = metric == "cost_usd"
+    # Cost is charted in micro-dollars (integers, as the token axis), labelled in dollars.
+    rows = [{**r, "_v": round(r["cost_usd"] * 1_000_000) if cost else r["total_tokens"]} for r in rows]
+    metric = "_v"
     days = [start + timedelta(days=i) for i in range((end - start).days + 1)]
-    models = sorted({r["model"] for r in rows}, key=lambda m: -sum(r["total_tokens"] for r in rows if r["model"] == m))
+    models = sorted({r["model"] for r in rows}, key=lambda m: -sum(r[metric] for r in rows if r["model"] == m))
     colour = {m: PALETTE[i % len(PALETTE)] for i, m in enumerate(models)}
     totals: dict[str, dict[str, dict[str, Any]]] = {}
     for r in rows:
         totals.setdefault(r["day"], {})[r["model"]] = r
-    day_total = {d.isoformat(): sum(v["total_tokens"] for v in totals.get(d.isoformat(), {}).values()) for d in days}
+    day_total = {d.isoformat(): sum(v[metric] for v in totals.get(d.isoformat(), {}).values()) for d in days}
     top = _nice_ceiling(max(day_total.values(), default=0))
     left, right, top_pad, bottom = 64, 16, 16, 40
     plot_w, plot_h = width - left - right, height - top_pad - bottom
@@ -272,9 +312,9 @@ def usage_chart(rows: list[dict[str, Any]], start: date, end: date, width: int =
         y = top_pad + plot_h
         for m in models:
             cell = totals.get(key, {}).get(m)
-            if not cell or not cell["total_tokens"]:
+            if not cell or not cell[metric]:
                 continue
-            h = cell["total_tokens"] / top * plot_h
+            h = cell[metric] / top * plot_h
             y -= h
             bars.append(
                 {
@@ -283,12 +323,18 @@ def usage_chart(rows: list[dict[str, Any]], start: date, end: date, width: int =
                     "w": round(bar_w, 2),
                     "h": round(max(h, 0.5), 2),
                     "colour": colour[m],
-                    "title": f"{key} · {m}: {cell['total_tokens']:,} tokens "
+                    "title": f"{key} · {m}: {money(cell['cost_usd'])}, {cell['total_tokens']:,} tokens "
                     f"({cell['input_tokens']:,} in, {cell['output_tokens']:,} out) "
                     f"in {cell['requests']:,} requests",
                 }
             )
-    y_ticks = [{"y": round(top_pad + plot_h - plot_h * k / 4, 2), "label": human(int(top * k / 4))} for k in range(5)]
+    y_ticks = [
+        {
+            "y": round(top_pad + plot_h - plot_h * k / 4, 2),
+            "label": money(top * k / 4 / 1_000_000) if cost else human(int(top * k / 4)),
+        }
+        for k in range(5)
+    ]
     every = max(1, round(len(days) / 10))
     x_labels = [
         {"x": round(left + i * slot + slot / 2, 2), "label": d.strftime("%b %d")}
@@ -297,8 +343,9 @@ def usage_chart(rows: list[dict[str, Any]], start: date, end: date, width: int =
     ]
     legend = []
     for m in models:
-        total = sum(r["total_tokens"] for r in rows if r["model"] == m)
-        legend.append({"model": m, "colour": colour[m], "total": total, "total_display": human(total)})
+        total = sum(r[metric] for r in rows if r["model"] == m)
+        shown = money(total / 1_000_000) if cost else human(total)
+        legend.append({"model": m, "colour": colour[m], "total": total, "total_display": shown})
     return Chart(
         width,
         height,

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db import connection
@@ -21,9 +22,21 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.db.models.lookups import Exact
 from django.utils import timezone
 
-from ..models import Item, ModelRoute, Response, ResponseItem, Tenant, UsageRecord
+from ..domain import Price, TokenCounts
+from ..models import Item, Response, ResponseItem, Tenant, UsageRecord
 from ..protocol.errors import InvalidRequest, NotFound
-from ..store.selectors import ListPage, _loads, chain_step_sql, response_object_from_row, responses_visible
+from ..store.selectors import (
+    FREE,
+    ListPage,
+    _loads,
+    chain_step_sql,
+    response_object_from_row,
+    responses_visible,
+    route_prices,
+    usage_counts,
+    usage_sums,
+    usd,
+)
 
 # The Postgres text-search document of an item: every "text" string at any
 # depth (message parts, reasoning summaries), as a 'simple' (language-neutral,
@@ -375,7 +388,17 @@ def response_next_ids(*, response_id: str) -> list[str]:
 
 # --------------------------------------------------------------------------- usage
 
-USAGE_DIMENSIONS = ("model", "day", "tenant")
+USAGE_DIMENSIONS = ("model", "day", "tenant", "key")
+# What a usage bucket adds up; `cost_usd` is priced from them.
+USAGE_FIELDS = (
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
+)
 
 
 def usage_summary(
@@ -385,22 +408,68 @@ def usage_summary(
     start: datetime | None = None,
     end: datetime | None = None,
     model: str | None = None,
+    key_id: int | None = None,
+    key_ids: list[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Token and request totals grouped by any of model, day (UTC) and tenant: one query for
-    responses, one for passed-through calls (/v1/chat/completions, /v1/embeddings).
+    """Requests, tokens and cost grouped by any of model, day (UTC), tenant and API key: one
+    query for responses, one for passed-through and unstored calls (UsageRecord), one for the
+    price table.
 
-    Counts every response that reached the database, deleted ones included:
-    their tokens were spent."""
+    Counts every response that reached the database, deleted ones included: their tokens were
+    spent. Cost is priced per model (`Price.cost`, the function budgets settle with) at the
+    routes' current prices, then added up into the buckets asked for."""
+    prices = route_prices()
     merged: dict[tuple, dict[str, Any]] = {}
     for source in (Response.objects.all(), UsageRecord.objects.all()):
-        for bucket in _usage_buckets(source, tenant_id=tenant_id, group_by=group_by, start=start, end=end, model=model):
-            key = tuple(bucket.get(k) for k in ("day", "model", "tenant"))
+        for bucket, cost in _usage_buckets(
+            source,
+            tenant_id=tenant_id,
+            group_by=group_by,
+            start=start,
+            end=end,
+            model=model,
+            key_ids=[key_id] if key_id is not None else key_ids,
+            prices=prices,
+        ):
+            key = tuple(bucket.get(k) for k in ("day", "model", "tenant", "key_id"))
             if key in merged:
-                for field in ("requests", "input_tokens", "output_tokens", "total_tokens"):
-                    merged[key][field] += bucket[field]
+                entry = merged[key]
+                for field in USAGE_FIELDS:
+                    entry[field] += bucket[field]
+                entry["_micro_usd"] += cost
             else:
-                merged[key] = bucket
-    return [merged[key] for key in sorted(merged, key=lambda k: tuple("" if v is None else str(v) for v in k))]
+                merged[key] = {**bucket, "_micro_usd": cost}
+    data = []
+    for key in sorted(merged, key=lambda k: tuple("" if v is None else str(v) for v in k)):
+        entry = merged[key]
+        entry["cost_usd"] = usd(entry.pop("_micro_usd"))
+        data.append(entry)
+    return data
+
+
+def row_cost_usd(row: Response | UsageRecord, prices: dict[str, Price]) -> float | None:
+    """One stored call's cost (None before its usage is known), as /v1/usage prices it."""
+    if row.input_tokens is None:
+        return None
+    counts = TokenCounts(
+        row.input_tokens,
+        row.output_tokens or 0,
+        row.cached_tokens or 0,
+        row.cache_write_tokens or 0,
+        row.cache_write_1h_tokens or 0,
+    )
+    return usd(prices.get(row.model, FREE).cost(counts))
+
+
+def usage_total(buckets: list[dict[str, Any]]) -> dict[str, Any]:
+    """The buckets added up: their cost is the sum of theirs as shown (to the micro-dollar), so a
+    client adding up the buckets (or the CSV's rows) gets the same figure."""
+    total: dict[str, Any] = {"object": "usage.bucket", **dict.fromkeys(USAGE_FIELDS, 0)}
+    for bucket in buckets:
+        for field in USAGE_FIELDS:
+            total[field] += bucket[field]
+    total["cost_usd"] = float(sum((Decimal(str(b["cost_usd"])) for b in buckets), Decimal(0)))
+    return total
 
 
 def _usage_buckets(
@@ -411,7 +480,11 @@ def _usage_buckets(
     start: datetime | None,
     end: datetime | None,
     model: str | None,
-) -> list[dict[str, Any]]:
+    key_ids: list[int] | None,
+    prices: dict[str, Price],
+) -> list[tuple[dict[str, Any], Decimal]]:
+    """Buckets of one source with their cost in micro-USD: grouped by model too (each model
+    has its price), folded back into the buckets asked for."""
     if tenant_id is not None:
         qs = qs.filter(tenant_id=tenant_id)
     if start is not None:
@@ -420,42 +493,81 @@ def _usage_buckets(
         qs = qs.filter(created_at__lt=end)
     if model is not None:
         qs = qs.filter(model=model)
-    keys: list[str] = []
+    if key_ids is not None:
+        qs = qs.filter(api_key_id__in=key_ids)
+    keys: list[str] = ["model"]
     if "day" in group_by:
         qs = qs.annotate(day=TruncDate("created_at"))
         keys.append("day")
-    if "model" in group_by:
-        keys.append("model")
     if "tenant" in group_by:
         qs = qs.annotate(tenant_name=F("tenant__name"))
         keys.append("tenant_name")
-    rows = (
-        qs.values(*keys)
-        .annotate(
-            requests=Count("id"),
-            input_tokens=Coalesce(Sum("input_tokens"), 0),
-            output_tokens=Coalesce(Sum("output_tokens"), 0),
-        )
-        .order_by(*keys)
-    )
-    data = []
+    if "key" in group_by:
+        qs = qs.annotate(key_name=F("api_key__name"), key_prefix=F("api_key__prefix"))
+        keys += ["api_key_id", "key_name", "key_prefix"]
+    rows = qs.values(*keys).annotate(requests=Count("id"), **usage_sums()).order_by(*keys)
+    folded: dict[tuple, tuple[dict[str, Any], list[Decimal]]] = {}
     for row in rows:
         entry: dict[str, Any] = {"object": "usage.bucket"}
         if "day" in row:
             day = row["day"]
             entry["day"] = day.isoformat() if isinstance(day, date) else str(day)
-        if "model" in row:
+        if "model" in group_by:
             entry["model"] = row["model"]
         if "tenant_name" in row:
             entry["tenant"] = row["tenant_name"]
-        entry.update(
-            requests=row["requests"],
-            input_tokens=row["input_tokens"],
-            output_tokens=row["output_tokens"],
-            total_tokens=row["input_tokens"] + row["output_tokens"],
-        )
-        data.append(entry)
-    return data
+        if "key" in group_by:
+            # A key deleted since: its calls stay, as no key's (SET_NULL).
+            entry["key_id"] = row["api_key_id"]
+            entry["key"] = f"{row['key_name']} ({row['key_prefix']}…)" if row["api_key_id"] is not None else None
+        counts = usage_counts(row)
+        cost = prices.get(row["model"], FREE).cost(counts)
+        figures = {
+            "requests": row["requests"],
+            "input_tokens": counts.input,
+            "output_tokens": counts.output,
+            "total_tokens": counts.input + counts.output,
+            "cached_tokens": counts.cached,
+            "cache_write_tokens": counts.cache_write,
+            "cache_write_1h_tokens": counts.cache_write_1h,
+        }
+        ident = tuple(entry.get(k) for k in ("day", "model", "tenant", "key_id"))
+        if ident in folded:
+            into, cost_acc = folded[ident]
+            for field in USAGE_FIELDS:
+                into[field] += figures[field]
+            cost_acc[0] += cost
+        else:
+            folded[ident] = ({**entry, **figures}, [cost])
+    return [(entry, cost[0]) for entry, cost in folded.values()]
+
+
+@dataclass(frozen=True, slots=True)
+class Today:
+    """The admin's front page: today's (UTC) traffic, errors, tokens and cost, and who spent most."""
+
+    requests: int
+    errors: int
+    total: dict[str, Any]
+    top_keys: list[dict[str, Any]]
+    top_models: list[dict[str, Any]]
+
+
+def today_summary(*, top: int = 5) -> Today:
+    """Today's figures, as /v1/usage gives them from 00:00 UTC: two grouped reads per source
+    (by key, by model), the price table and one count of errors (failed responses and calls
+    answered with an error status)."""
+    start = timezone.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    by_model = usage_summary(tenant_id=None, group_by=("model",), start=start)
+    by_key = usage_summary(tenant_id=None, group_by=("key", "tenant"), start=start)
+    total = usage_total(by_model)
+    errors = Response.objects.filter(created_at__gte=start, status=Response.Status.FAILED).count()
+    errors += UsageRecord.objects.filter(created_at__gte=start, status__gte=400).count()
+
+    def costliest(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(rows, key=lambda r: (-r["cost_usd"], -r["total_tokens"]))[:top]
+
+    return Today(total["requests"], errors, total, costliest(by_key), costliest(by_model))
 
 
 def tenant_names() -> list[tuple[int, str]]:
@@ -498,10 +610,7 @@ def tenants_use(tenants: Iterable[Tenant]) -> dict[int, TenantUse]:
     day = now.replace(hour=0, minute=0, second=0, microsecond=0)
     month = day.replace(day=1)
     minute = now - timedelta(seconds=60)
-    prices = {
-        name: (i or 0, o or 0)
-        for name, i, o in ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")
-    }
+    prices = route_prices()
     daily = {t.pk for t in tenants if t.budget_period == "day"}
     acc: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
     for source in (Response.objects.all(), UsageRecord.objects.all()):
@@ -509,21 +618,18 @@ def tenants_use(tenants: Iterable[Tenant]) -> dict[int, TenantUse]:
             source.filter(tenant_id__in=[t.pk for t in tenants], created_at__gte=min(month, day))
             .values("tenant_id", "model")
             .annotate(
-                mi=Coalesce(Sum("input_tokens"), 0),
-                mo=Coalesce(Sum("output_tokens"), 0),
-                di=Coalesce(Sum("input_tokens", filter=Q(created_at__gte=day)), 0),
-                do=Coalesce(Sum("output_tokens", filter=Q(created_at__gte=day)), 0),
+                **usage_sums("m_"),
+                **usage_sums("d_", created_at__gte=day),
                 n=Count("pk", filter=Q(created_at__gte=minute)),
                 nt=Coalesce(Sum("input_tokens", filter=Q(created_at__gte=minute)), 0)
                 + Coalesce(Sum("output_tokens", filter=Q(created_at__gte=minute)), 0),
             )
         )
         for row in rows:
-            i, o = (row["di"], row["do"]) if row["tenant_id"] in daily else (row["mi"], row["mo"])
-            price_in, price_out = prices.get(row["model"], (0, 0))
+            counts = usage_counts(row, "d_" if row["tenant_id"] in daily else "m_")
             entry = acc[row["tenant_id"]]
-            entry[0] += i + o
-            entry[1] += int(price_in * i + price_out * o)
+            entry[0] += counts.input + counts.output
+            entry[1] += int(prices.get(row["model"], FREE).cost(counts))
             entry[2] += row["n"]
             entry[3] += row["nt"]
     return {t.pk: TenantUse(*acc[t.pk]) if t.pk in acc else TenantUse() for t in tenants}

@@ -8,6 +8,12 @@ every tenant, read-only, as DRF's browsable API in a browser.
 
 from __future__ import annotations
 
+import csv
+import io
+from typing import Any
+
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
@@ -90,25 +96,45 @@ class ResponseThreadView(ApiView):
         return Response(page.as_dict())
 
 
+# The CSV export's columns: the grouping's, then the figures, in this order.
+CSV_DIMENSIONS = {"day": ("day",), "model": ("model",), "tenant": ("tenant",), "key": ("key_id", "key")}
+
+
+def usage_csv(data: list[dict[str, Any]], group_by: tuple[str, ...]) -> HttpResponse:
+    """The buckets as a CSV file, one row each (a spreadsheet's import)."""
+    columns = [c for dim in ("day", "model", "tenant", "key") if dim in group_by for c in CSV_DIMENSIONS[dim]]
+    columns += [*selectors.USAGE_FIELDS, "cost_usd"]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for bucket in data:
+        writer.writerow(["" if bucket.get(c) is None else bucket[c] for c in columns])
+    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="usage.csv"'
+    return response
+
+
 class UsageView(ApiView):
-    """Requests and tokens, grouped, with the caller's limits and their use."""
+    """Requests, tokens and cost, grouped, with the caller's limits and their use."""
 
     authentication_classes = (KeyOrStaffSessionAuthentication,)
 
     @extend_schema(
         operation_id="getUsage",
         tags=["History"],
-        summary="Token usage summary",
-        description="Requests and tokens of the caller's tenant (every tenant for admin keys), grouped by "
-        "model, UTC day and/or tenant, with each rate limit and budget of the key and its tenant. "
-        "Deleted responses count: their tokens were spent.",
+        summary="Token usage and cost summary",
+        description="Requests, tokens and cost of the caller's tenant (every tenant for admin keys), grouped by "
+        "model, UTC day, tenant and/or API key, with their total and each rate limit and budget of the key "
+        "and its tenant. Cost is the model routes' current prices times the usage, cache reads and writes "
+        "included. Deleted responses count: their tokens were spent. `format=csv`: the buckets as CSV.",
         parameters=UsageQuery.openapi_parameters(),
         responses={
-            200: ref("UsageList"),
+            (200, "application/json"): ref("UsageList"),
+            (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="With `format=csv`."),
             403: OpenApiResponse(ref("GatewayError"), description="Grouping by tenant needs an admin key."),
         },
     )
-    async def get(self, request: ApiRequest) -> Response:
+    async def get(self, request: ApiRequest) -> Response | HttpResponse:
         principal = self.principal
         args = UsageQuery.parse(request.query_params)
         group_by = args["group_by"]
@@ -124,6 +150,8 @@ class UsageView(ApiView):
             end=args["end"],
             model=args["model"],
         )
+        if args["format"] == "csv":
+            return usage_csv(data, group_by)
         return Response(
             {
                 "object": "list",
@@ -131,6 +159,7 @@ class UsageView(ApiView):
                 "start": int(args["start"].timestamp()) if args["start"] else None,
                 "end": int(args["end"].timestamp()) if args["end"] else None,
                 "data": data,
+                "total": selectors.usage_total(data),
                 # Each rate limit and budget of this key and its tenant, with its use now.
                 "limits": await db.run(current_use, principal.quotas, principal.budgets),
             }

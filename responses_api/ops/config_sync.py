@@ -30,7 +30,16 @@ from django.db import transaction
 from tool_registry.models import McpServer, Tool
 
 from ..api.auth import clear_cache as clear_key_cache
-from ..models import AlertWebhook, ApiKey, ModelRoute, Provider, RouteTarget, Tenant, validate_alert_thresholds
+from ..models import (
+    PRICE_FIELDS,
+    AlertWebhook,
+    ApiKey,
+    ModelRoute,
+    Provider,
+    RouteTarget,
+    Tenant,
+    validate_alert_thresholds,
+)
 from ..orchestration.routing import clear_cache, encrypt_secret
 
 
@@ -356,16 +365,15 @@ def _sync_alert_webhooks(entries: list[Any], source: str) -> int:
 
 
 def _price(price: Any, where: str) -> dict[str, Any]:
-    """A route's price table: {input_usd_per_million, output_usd_per_million}."""
+    """A route's price table: {input_usd_per_million, output_usd_per_million, and the cache
+    prices cached_input_, cache_write_ and cache_write_1h_usd_per_million}; one left out is
+    empty (the cache prices then follow the input price)."""
     if price is None:
-        return {"input_usd_per_million": None, "output_usd_per_million": None}
-    if not isinstance(price, dict) or set(price) - {"input_usd_per_million", "output_usd_per_million"}:
-        raise ConfigError(f"{where}: expected a mapping of input_usd_per_million and output_usd_per_million")
+        return dict.fromkeys(PRICE_FIELDS)
+    if not isinstance(price, dict) or set(price) - set(PRICE_FIELDS):
+        raise ConfigError(f"{where}: expected a mapping of " + ", ".join(PRICE_FIELDS))
     try:
-        return {
-            k: Decimal(str(price[k])) if price.get(k) is not None else None
-            for k in ("input_usd_per_million", "output_usd_per_million")
-        }
+        return {k: Decimal(str(price[k])) if price.get(k) is not None else None for k in PRICE_FIELDS}
     except InvalidOperation:
         raise ConfigError(f"{where}: prices must be numbers") from None
 

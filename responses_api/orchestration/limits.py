@@ -30,12 +30,11 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 
-from ..domain import Budget, Price, Quota
+from ..domain import Budget, Price, Quota, TokenCounts
 from ..observability.metrics import rate_limited
 from ..protocol.errors import RateLimited
 from ..store import db
@@ -136,7 +135,7 @@ class Grant:
             "buckets": self.buckets,
             "leases": self.leases,
             "budgets": [b.as_list() for b in self.budgets],
-            "price": [str(self.price.input), str(self.price.output)],
+            "price": self.price.as_json(),
         }
 
     @classmethod
@@ -151,7 +150,7 @@ class Grant:
             # alerts for it, but its settle still counts.
             budgets=[BudgetHold(b[0], b[1], b[2], b[3], b[4], tuple(b[5])) for b in data.get("budgets", ())]
             + ([BudgetHold(data["budget_key"], "", "", -1, -1)] if data.get("budget_key") else []),
-            price=Price(Decimal(data["price"][0]), Decimal(data["price"][1])),
+            price=Price.from_json(data["price"]),
         )
 
     async def end(self, usage: dict[str, Any] | None) -> None:
@@ -159,11 +158,11 @@ class Grant:
             return
         self.ended = True
         _renewing.discard(self)
-        input_tokens = int((usage or {}).get("input_tokens") or (usage or {}).get("prompt_tokens") or 0)
-        output_tokens = int((usage or {}).get("output_tokens") or (usage or {}).get("completion_tokens") or 0)
-        used = input_tokens + output_tokens
+        counts = TokenCounts.from_usage(usage)
+        used = counts.input + counts.output
         # Always, when there is a budget: the settle also gives back this request's reservation.
-        micro_usd = self.price.micro_usd(input_tokens, output_tokens) if self.budgets else 0
+        # Priced here, at the end, with cache reads and writes: never on the way in.
+        micro_usd = int(self.price.cost(counts)) if self.budgets else 0
         budgets = [Spend(b.key, used, micro_usd, b.tokens, b.micro_usd, b.alert_at) for b in self.budgets]
         try:
             await limit_store().settle(

@@ -9,12 +9,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-from decimal import Decimal
 
 from cryptography.fernet import Fernet, MultiFernet
 from django.conf import settings
 
-from ..domain import Price, ProviderConfig, Route, Target
+from ..domain import ProviderConfig, Route, Target
 from ..models import ModelRoute, Provider
 from ..protocol.errors import NotFound, ServerError
 from ..store.sealing import encryption_secrets
@@ -96,7 +95,7 @@ def route_get(model: str) -> Route:
                     route.run_on_worker,
                     tuple(sorted((route.hosted_tools or {}).items())),
                     route.context_window,
-                    Price(route.input_usd_per_million or Decimal(0), route.output_usd_per_million or Decimal(0)),
+                    route.price,
                 )
                 if targets
                 else None

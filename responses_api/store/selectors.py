@@ -11,18 +11,30 @@ from __future__ import annotations
 
 import json
 import operator
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max, Min, QuerySet, Sum
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ..domain import Principal
-from ..models import Conversation, ConversationItem, Item, ModelRoute, Response, ResponseItem, UsageRecord
+from ..domain import Price, Principal, TokenCounts
+from ..models import (
+    PRICE_FIELDS,
+    Conversation,
+    ConversationItem,
+    Item,
+    ModelRoute,
+    Response,
+    ResponseItem,
+    UsageRecord,
+    route_price,
+)
 from ..protocol.compaction import InputSpans, span_after
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.response import response_object
@@ -331,28 +343,63 @@ def context_check(
     resolve_references(tenant_id, input_items)
 
 
+def route_prices() -> dict[str, Price]:
+    """Every route's `Price` by its name (one query): usage is priced with the routes' current
+    prices wherever it is read; a model no route names costs nothing."""
+    return {row[0]: route_price(*row[1:]) for row in ModelRoute.objects.values_list("name", *PRICE_FIELDS)}
+
+
+# The token sums a cost needs, per model: `usage_sums()` annotates them, `usage_counts` reads
+# them back as `TokenCounts`. Response and UsageRecord have the same columns.
+USAGE_SUMS = {
+    "input_tokens": "input",
+    "output_tokens": "output",
+    "cached_tokens": "cached",
+    "cache_write_tokens": "cache_write",
+    "cache_write_1h_tokens": "cache_write_1h",
+}
+
+
+def usage_sums(prefix: str = "", **filters: Any) -> dict[str, Any]:
+    """`Sum` annotations of each USAGE_SUMS column as `<prefix><column>`, optionally filtered."""
+    where = Q(**filters) if filters else None
+    return {f"{prefix}{column}": Coalesce(Sum(column, filter=where), 0) for column in USAGE_SUMS}
+
+
+def usage_counts(row: Mapping[str, Any], prefix: str = "") -> TokenCounts:
+    return TokenCounts(**{field: row[f"{prefix}{column}"] for column, field in USAGE_SUMS.items()})
+
+
 def spend_since(*, tenant_id: int, start: datetime, key_id: int | None = None) -> tuple[int, int]:
     """A tenant's (or, with `key_id`, one key's) tokens and cost (micro-USD, at the routes'
-    current prices) since `start`: what a budget's period has spent before this process
-    counted it. Two queries and the price table."""
-    prices = {
-        name: (i or 0, o or 0)
-        for name, i, o in ModelRoute.objects.values_list("name", "input_usd_per_million", "output_usd_per_million")
-    }
+    current prices, cache reads and writes included) since `start`: what a budget's period has
+    spent before this process counted it. Two queries and the price table."""
+    prices = route_prices()
     tokens = micro_usd = 0
     for source in (Response.objects.all(), UsageRecord.objects.all()):
         if key_id is not None:
             source = source.filter(api_key_id=key_id)
-        rows = (
-            source.filter(tenant_id=tenant_id, created_at__gte=start)
-            .values("model")
-            .annotate(i=Coalesce(Sum("input_tokens"), 0), o=Coalesce(Sum("output_tokens"), 0))
-        )
+        rows = source.filter(tenant_id=tenant_id, created_at__gte=start).values("model").annotate(**usage_sums())
         for row in rows:
-            tokens += row["i"] + row["o"]
-            price_in, price_out = prices.get(row["model"], (0, 0))
-            micro_usd += int(price_in * row["i"] + price_out * row["o"])
+            counts = usage_counts(row)
+            tokens += counts.input + counts.output
+            micro_usd += int(prices.get(row["model"], FREE).cost(counts))
     return tokens, micro_usd
+
+
+def usd(micro_usd: Decimal | int) -> float:
+    """Micro-USD as USD, to the micro-dollar: what /v1/usage and the admin show alike."""
+    return float(round(Decimal(micro_usd) / 1_000_000, 6))
+
+
+def usd_text(usd: float) -> str:
+    """A cost for display: cents above a dollar, the micro-dollar below (small bills show)."""
+    if usd >= 1 or usd == 0:
+        return f"${usd:,.2f}"
+    return f"${usd:.6f}".rstrip("0")
+
+
+FREE = Price()
 
 
 def responses_visible(*, tenant_id: int | None) -> QuerySet[Response]:

@@ -578,6 +578,10 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
                 status=200 if r.status != Response.Status.FAILED else 500,
                 input_tokens=r.input_tokens,
                 output_tokens=r.output_tokens,
+                # Priced as the response was: cache reads and writes have their own prices.
+                cached_tokens=r.cached_tokens,
+                cache_write_tokens=r.cache_write_tokens,
+                cache_write_1h_tokens=r.cache_write_1h_tokens,
                 latency_ms=r.latency_ms,
                 created_at=r.created_at,
             )

@@ -59,8 +59,9 @@ def test_response_changelist_query_count_is_pinned(admin_client, django_assert_n
     _seed_everything(20)
     url = reverse("admin:responses_api_response_changelist")
     admin_client.get(url)  # warm the session
-    # session, user, count, rows (with tenant joined), model filter choices, tenant filter choices
-    with django_assert_num_queries(6):
+    # session, user, count, rows (with tenant and key joined), model filter choices, tenant filter
+    # choices, the price table (the cost column)
+    with django_assert_num_queries(7):
         reply = admin_client.get(url)
     body = reply.content.decode()
     assert "model-3" in body and "tenant-20" in body and "chat →" in body

@@ -384,7 +384,7 @@ def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: 
     # the front page links the daily pages
     daily_links = page.locator("[data-role=daily-links]")
     for name, href in (
-        ("Token usage", "/admin/responses_api/response/usage/"),
+        ("Usage and cost", "/admin/responses_api/response/usage/"),
         ("Route health", "/admin/responses_api/modelroute/"),
         ("API docs", "/v1/docs"),
         ("History API", "/v1/responses"),
@@ -561,3 +561,106 @@ def test_the_landing_page_links_the_way_in(page, site: dict, artifacts: Path) ->
     _shot(page, artifacts, "00-landing")
     page.get_by_role("link", name=re.compile("^Health")).click()
     expect(page.locator("body")).to_contain_text("ok")
+
+
+def _usage_api(page, **params: str) -> dict:  # type: ignore[no-untyped-def]
+    """/v1/usage read with the page's staff session (every tenant), as the admin's CSV links do."""
+    reply = page.request.get("/v1/usage", params=params, timeout=60_000)
+    assert reply.status == 200, reply.text()[:2000]
+    return reply.json()
+
+
+def test_who_spent_what_at_a_glance(page, site: dict, daily: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 52: cost on the index, the usage page, the responses list and the key and tenant
+    pages, each the figure /v1/usage gives for the same period; lists whole at 1,400 px."""
+    from playwright.sync_api import expect
+
+    from responses_api.history.presenters import money
+
+    page.set_default_timeout(60_000)  # a loaded machine renders slowly; nothing here is timed
+    _login(page)
+    now = timezone.now()
+    today = int(now.replace(hour=0, minute=0, second=0, microsecond=0).timestamp())
+    month = int(now.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp())
+
+    # the index: today's requests, errors, tokens and cost, the top keys and models
+    expect(page.locator("#site-name")).to_contain_text("Open Responses gateway")
+    assert "Django administration" not in page.content()
+    day = _usage_api(page, start=str(today), group_by="model")["total"]
+    expect(page.locator("[data-role=today-requests]")).to_have_text(f"{day['requests']:,}")
+    expect(page.locator("[data-role=today-tokens]")).to_have_text(f"{day['total_tokens']:,}")
+    expect(page.locator("[data-role=today-cost]")).to_have_text(money(day["cost_usd"]))
+    assert day["cost_usd"] > 0  # gpt-house is priced
+    expect(page.locator("[data-role=today-top-models]")).to_contain_text("gpt-house")
+    expect(page.locator("[data-role=today-top-keys]")).to_contain_text("acme-app")
+    _shot(page, artifacts, "30-index-today")
+
+    # the usage page: the period's cost, per model and per key, as /v1/usage says
+    _open(page, "/admin/responses_api/response/usage/?days=30&metric=cost")
+    start = int((now - timedelta(days=29)).replace(hour=0, minute=0, second=0, microsecond=0).timestamp())
+    period = _usage_api(page, start=str(start), group_by="model")
+    expect(page.locator("#gw-period-cost .gw-kpi-value")).to_have_text(money(period["total"]["cost_usd"]))
+    house = next(b for b in period["data"] if b["model"] == "gpt-house")
+    expect(page.locator("#gw-by-model tr", has_text="gpt-house")).to_contain_text(money(house["cost_usd"]))
+    by_key = _usage_api(page, start=str(start), group_by="key")["data"]
+    app = next(b for b in by_key if b["key"] and b["key"].startswith("acme-app"))
+    expect(page.locator("#gw-by-key tr", has_text="acme-app")).to_contain_text(money(app["cost_usd"]))
+    expect(page.locator("svg[aria-label='Cost (USD) per day per model'] rect.gw-bar").first).to_be_attached()
+    csv = page.request.get(page.locator("a", has_text="per key and model").get_attribute("href"), timeout=60_000)
+    assert csv.status == 200 and csv.text().startswith("model,tenant,key_id,key,")
+    assert "acme-app" in csv.text() and csv.headers["content-type"].startswith("text/csv")
+    _shot(page, artifacts, "31-usage-cost")
+
+    # 1,400 px: the responses and keys lists show every column, cost and key included
+    page.set_viewport_size({"width": 1400, "height": 900})
+    _open(page, "/admin/responses_api/response/")
+    for title in ("Key", "Cost"):
+        expect(_column(page, title)).to_be_visible()
+    recent = page.locator("#result_list tbody tr", has_text="acme-app").first
+    expect(recent).to_contain_text("$0.002")  # 1,000 input and 5 output tokens of gpt-house at $2 and $8
+    _shot(page, artifacts, "32-responses-cost")
+    assert _fits(page)
+    _open(page, "/admin/responses_api/apikey/")
+    month_by_key = _usage_api(page, start=str(month), group_by="key")["data"]
+    spent = next(b for b in month_by_key if b["key"] and b["key"].startswith("acme-app"))
+    expect(page.locator("#result_list tbody tr", has_text="acme-app")).to_contain_text(money(spent["cost_usd"]))
+    _shot(page, artifacts, "33-apikeys-cost")
+    assert _fits(page)
+    page.set_viewport_size({"width": 1440, "height": 900})
+
+    # the key and tenant pages: this month's cost, as /v1/usage gives it
+    _open(page, f"/admin/responses_api/apikey/{daily['key'].pk}/change/")
+    expect(page.locator("[data-role=cost-table] [data-role=cost-total]")).to_have_text(money(spent["cost_usd"]))
+    _shot(page, artifacts, "34-apikey-cost")
+    _open(page, f"/admin/responses_api/tenant/{daily['acme'].pk}/change/")
+    acme = next(b for b in _usage_api(page, start=str(month), group_by="tenant")["data"] if b["tenant"] == "acme")
+    for table in page.locator("[data-role=cost-table] [data-role=cost-total]").all():
+        expect(table).to_have_text(money(acme["cost_usd"]))
+    _shot(page, artifacts, "35-tenant-cost")
+
+    # a response made in a conversation links to it; the conversation names each item's response
+    # and its responses' tokens and cost
+    from responses_api.models import Response
+
+    made = Response.objects.filter(api_key=daily["key"]).order_by("created_at").first()
+    Response.objects.filter(pk=made.pk).update(conversation=daily["conversation"])
+    _open(page, f"/admin/responses_api/response/{made.pk}/change/")
+    page.locator("[data-role=conversation-link]").click()
+    usage = page.locator("[data-role=conversation-usage]")
+    expect(usage).to_contain_text(f"1 response, {made.input_tokens + made.output_tokens:,} tokens")
+    expect(page.locator("#content-main th", has_text="Response")).to_be_visible()
+    _shot(page, artifacts, "36-conversation-usage")
+
+    # tools: a config-managed HTTP tool shows no Python section; the Python one names the allowlist
+    from tool_registry.models import Tool
+
+    Tool.objects.filter(pk=daily["http_tool"].pk).update(config_managed=["executor"])
+    _open(page, f"/admin/tool_registry/tool/{daily['http_tool'].pk}/change/")
+    expect(page.locator("fieldset.gw-executor-http")).to_be_visible()
+    expect(page.locator("fieldset.gw-executor-python")).to_have_count(0)
+    _shot(page, artifacts, "37-tool-http-managed")
+    _open(page, "/admin/tool_registry/tool/add/")
+    page.select_option("#id_executor", "python")
+    expect(page.locator("[data-role=python-allowlist]")).to_be_visible()
+    expect(page.locator("[data-role=python-allowlist]")).to_contain_text("GATEWAY_PYTHON_TOOL_MODULES")
+    _shot(page, artifacts, "38-tool-python-allowlist")

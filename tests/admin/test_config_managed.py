@@ -65,3 +65,30 @@ def test_the_admin_shows_the_files_fields_read_only(admin_client, settings) -> N
     other = Tenant.objects.create(name="other")
     html = admin_client.get(f"/admin/responses_api/tenant/{other.pk}/change/").content.decode()
     assert "not in GATEWAY_CONFIG" in html and 'name="requests_per_minute"' in html
+
+
+def test_a_config_managed_http_tool_shows_no_python_section_and_python_tools_name_the_allowlist(  # type: ignore[no-untyped-def]
+    admin_client, settings
+) -> None:
+    from tool_registry.models import Tool
+
+    settings.GATEWAY_PYTHON_TOOL_MODULES = frozenset({"tests.tool_registry.pytools", "corp.tools"})
+    settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal", "10.9.0.0/16"]
+    sync_config(FULL)
+    managed = _sections()["tools"]
+    html = admin_client.get(f"/admin/tool_registry/tool/{managed.pk}/change/").content.decode()
+    # The executor is the file's (read-only): no choice for the page's script to follow, so the
+    # Python section is not sent at all; the HTTP one is.
+    assert "HTTP webhook" in html and "Python function" not in html and 'name="python_callable"' not in html
+
+    own = Tool.objects.create(
+        name="local_fn", executor=Tool.Executor.PYTHON, python_callable="tests.tool_registry.pytools:add"
+    )
+    html = admin_client.get(f"/admin/tool_registry/tool/{own.pk}/change/").content.decode()
+    assert "Python function" in html and "HTTP webhook" in html  # an admin-made tool may switch executor
+    allowlist = html[html.index('data-role="python-allowlist"') :]
+    allowlist = allowlist[: allowlist.index("</span>")]
+    assert "<code>corp.tools</code>, <code>tests.tool_registry.pytools</code>" in allowlist
+    settings.GATEWAY_PYTHON_TOOL_MODULES = frozenset()
+    html = admin_client.get("/admin/tool_registry/tool/add/").content.decode()
+    assert "<code>GATEWAY_PYTHON_TOOL_MODULES</code> is empty" in html

@@ -100,6 +100,7 @@ def make_response(
     error: dict[str, Any] | None = None,
     incomplete_details: dict[str, Any] | None = None,
     instructions: str | None = None,
+    **columns: Any,  # other Response columns: api_key_id, cached_tokens, cache_write_tokens, ...
 ) -> Response:
     input = input if input is not None else [user("hello")]
     output = output if output is not None else [assistant("hi there")]
@@ -125,6 +126,7 @@ def make_response(
         completed_at=created + timedelta(seconds=1) if status != "in_progress" else None,
         latency_ms=latency_ms,
         deleted_at=created + timedelta(hours=1) if deleted else None,
+        **columns,
     )
     items = [Item(tenant_id=tenant_id, public_id=i["id"], type=i["type"], data=i) for i in [*input, *output]]
     Item.objects.bulk_create(items)

@@ -95,11 +95,11 @@ def test_thread_page_is_two_queries(length: int, django_assert_num_queries) -> N
         )
 
 
-def test_usage_is_two_queries(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_usage_is_three_queries(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
     _, tenant_id = make_key()
     _seed(tenant_id, 5)
-    for group_by in (("model", "day"), ("tenant",), ("model",), ("day",)):
-        with django_assert_num_queries(2):  # responses, and passed-through calls
+    for group_by in (("model", "day"), ("tenant",), ("model",), ("day",), ("key", "model")):
+        with django_assert_num_queries(3):  # responses, passed-through calls, the price table
             selectors.usage_summary(tenant_id=None, group_by=group_by)
 
 

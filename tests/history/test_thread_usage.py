@@ -87,6 +87,10 @@ def test_usage_per_model_per_day_by_default(api: HistoryApi) -> None:
             "input_tokens": 150,
             "output_tokens": 15,
             "total_tokens": 165,
+            "cached_tokens": 0,
+            "cache_write_tokens": 0,
+            "cache_write_1h_tokens": 0,
+            "cost_usd": 0.0,
         },
         {
             "object": "usage.bucket",
@@ -96,6 +100,10 @@ def test_usage_per_model_per_day_by_default(api: HistoryApi) -> None:
             "input_tokens": 8,
             "output_tokens": 4,
             "total_tokens": 12,
+            "cached_tokens": 0,
+            "cache_write_tokens": 0,
+            "cache_write_1h_tokens": 0,
+            "cost_usd": 0.0,
         },
     ]
     by_model = api.ok("/v1/usage", {"group_by": "model"})["data"]
@@ -112,9 +120,85 @@ def test_usage_per_model_per_day_by_default(api: HistoryApi) -> None:
             "input_tokens": 100,
             "output_tokens": 10,
             "total_tokens": 110,
+            "cached_tokens": 0,
+            "cache_write_tokens": 0,
+            "cache_write_1h_tokens": 0,
+            "cost_usd": 0.0,
         }
     ]
     assert api.ok("/v1/usage", {"model": "beta", "group_by": "model"})["data"][0]["requests"] == 3
+
+
+def test_usage_costs_cache_reads_and_writes_by_key_model_and_tenant(api: HistoryApi) -> None:
+    """Cost is the route's prices times the usage, cache reads and writes included, the same
+    figure whatever the grouping; `group_by=key` splits it per API key; CSV has the same rows."""
+    from decimal import Decimal
+
+    from responses_api.models import ApiKey, ModelRoute
+
+    t = api.tenant_id
+    ModelRoute.objects.create(
+        name="claude", input_usd_per_million=Decimal(3), output_usd_per_million=Decimal(15)
+    )  # cache reads default to 3, 5-minute writes to 3.75, 1-hour writes to 6
+    ModelRoute.objects.create(
+        name="gpt", input_usd_per_million=Decimal(2), output_usd_per_million=Decimal(8), cached_input_usd_per_million=1
+    )
+    acme_key = ApiKey.objects.get(tenant_id=t, name="acme-key")
+    from tests.support.harness import make_key
+
+    make_key(tenant="acme", name="second")
+    second = ApiKey.objects.get(tenant_id=t, name="second")
+    # 1M input: 100k read, 200k written for 5 min, 100k for an hour, 600k plain; 10k output.
+    make_response(
+        t,
+        model="claude",
+        created_at=T0,
+        input_tokens=1_000_000,
+        output_tokens=10_000,
+        cached_tokens=100_000,
+        cache_write_tokens=300_000,
+        cache_write_1h_tokens=100_000,
+        api_key_id=acme_key.pk,
+    )
+    make_response(
+        t,
+        model="gpt",
+        created_at=T0,
+        input_tokens=500_000,
+        output_tokens=1000,
+        cached_tokens=400_000,
+        api_key_id=second.pk,
+    )
+    claude = round(0.6 * 3 + 0.1 * 3 + 0.2 * 3.75 + 0.1 * 6 + 0.01 * 15, 6)  # 3.6
+    gpt = round(0.1 * 2 + 0.4 * 1 + 0.001 * 8, 6)  # 0.608
+
+    body = api.ok("/v1/usage", {"group_by": "model"})
+    assert [(b["model"], b["cost_usd"]) for b in body["data"]] == [("claude", claude), ("gpt", gpt)]
+    assert body["data"][0]["cached_tokens"] == 100_000 and body["data"][0]["cache_write_tokens"] == 300_000
+    assert body["total"]["cost_usd"] == round(claude + gpt, 6) and body["total"]["requests"] == 2
+
+    by_key = api.ok("/v1/usage", {"group_by": "key"})["data"]
+    assert [(b["key_id"], b["key"], b["cost_usd"]) for b in by_key] == [
+        (acme_key.pk, f"acme-key ({acme_key.prefix}…)", claude),
+        (second.pk, f"second ({second.prefix}…)", gpt),
+    ]
+    assert "model" not in by_key[0]
+    by_tenant = api.ok("/v1/usage", {"group_by": "tenant"}, key=api.admin_key)["data"]
+    assert [(b["tenant"], b["cost_usd"]) for b in by_tenant] == [("acme", round(claude + gpt, 6))]
+
+    reply = api.get("/v1/usage", {"group_by": "key,model", "format": "csv"})
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/csv")
+    lines = reply.text.splitlines()
+    assert lines[0] == (
+        "model,key_id,key,requests,input_tokens,output_tokens,total_tokens,cached_tokens,"
+        "cache_write_tokens,cache_write_1h_tokens,cost_usd"
+    )
+    assert (
+        lines[1]
+        == f"claude,{acme_key.pk},acme-key ({acme_key.prefix}…),1,1000000,10000,1010000,100000,300000,100000,{claude}"
+    )
+    assert len(lines) == 3
+    assert api.error("/v1/usage", {"format": "xml"})["param"] == "format"
 
 
 def test_usage_by_tenant_needs_an_admin_key(api: HistoryApi) -> None:

@@ -51,9 +51,9 @@ def stored_text() -> str:
     )
 
 
-def usage_totals(gateway: Gateway) -> tuple[int, int]:
-    data = gateway.http().get("/v1/usage").json()["data"]
-    return sum(b["requests"] for b in data), sum(b["total_tokens"] for b in data)
+def usage_totals(gateway: Gateway) -> tuple[int, int, float]:
+    total = gateway.http().get("/v1/usage").json()["total"]
+    return total["requests"], total["total_tokens"], total["cost_usd"]
 
 
 def test_delete_hides_but_keeps_the_context_of_what_continued_it(gateway: Gateway, scripted: ScriptedUpstream) -> None:
@@ -85,7 +85,14 @@ def test_purge_removes_the_content_everywhere_and_breaks_what_continued_it(
             "input": [{"type": "item_reference", "id": b_message["id"]}, {"role": "user", "content": "and?"}],
         },
     ).json()["id"]
+    # Priced, with cache reads and writes (their counting is issue 49's: set here by hand): its
+    # cost stays what it was once purged.
+    from responses_api.models import ModelRoute, Response
+
+    ModelRoute.objects.filter(name=MODEL).update(input_usd_per_million=1000, output_usd_per_million=2000)
+    Response.objects.filter(pk=b).update(cached_tokens=2, cache_write_tokens=3, cache_write_1h_tokens=1)
     before = usage_totals(gateway)
+    assert before[2] > 0
     assert SECRET in stored_text()
 
     out = StringIO()

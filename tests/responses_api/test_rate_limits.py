@@ -14,6 +14,7 @@ import openai
 import pytest
 from django.conf import settings
 
+from tests.responses_api.test_anthropic import CLAUDE, anthropic  # noqa: F401 - the fixture
 from tests.support.harness import MODEL, Gateway, forget_redis_keys, make_key
 from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -330,6 +331,44 @@ def test_a_cost_budget_prices_tokens_with_the_routes_price_table(
     assert budget["usd"] == 0.05 and budget["used_usd"] == pytest.approx(0.06)
 
 
+def test_a_cost_budget_on_an_anthropic_route_counts_cache_writes(
+    anthropic: Gateway,  # noqa: F811 - the fixture
+    scripted: ScriptedUpstream,
+) -> None:
+    """Anthropic reports cache writes apart from input (`cache_creation_input_tokens`), and
+    charges them 1.25x the input price. The stored rows' `cache_write_tokens` are set here by
+    hand: filling them from the upstream's usage is issue 49's counting (branch issue49); what
+    this checks is that the budget's count from the store (its seed) and /v1/usage price them."""
+    from responses_api.models import ModelRoute, Response, Tenant
+    from responses_api.orchestration import routing
+    from responses_api.store import limit_counters
+
+    ModelRoute.objects.filter(name=CLAUDE).update(input_usd_per_million=Decimal("10000"))  # 10,000 micro-USD a token
+    routing.clear_cache()
+    set_limits(Tenant, anthropic.tenant_id, budget_period="month", budget_usd=Decimal("0.65"))
+    usage = {"input_tokens": 10, "cache_creation_input_tokens": 20, "cache_read_input_tokens": 0, "output_tokens": 0}
+    scripted.set_default("claude-up", Reply(text="ok", usage=usage))
+
+    def one() -> httpx.Response:
+        with anthropic.http() as http:
+            return http.post("/v1/responses", json={"model": CLAUDE, "input": "hi"})
+
+    assert one().status_code == 200
+    (first,) = Response.objects.filter(tenant_id=anthropic.tenant_id)
+    assert first.input_tokens == 30  # OpenAI's input counts the writes
+    Response.objects.filter(pk=first.pk).update(cache_write_tokens=20)
+    # The counters forget (Redis restarted, or a new period): the next request seeds them from the
+    # store, 10 x 10,000 + 20 x 12,500 = 350,000 micro-USD (300,000 if the writes were priced as input).
+    limit_counters.reset_store()
+    forget_redis_keys("gw:rl:*")
+    assert one().status_code == 200  # 350,000 + 300,000 (350,000 once the writes are counted live): all spent
+    refused = one()
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
+    Response.objects.filter(tenant_id=anthropic.tenant_id).update(cache_write_tokens=20)
+    body = anthropic.http().get("/v1/usage", params={"group_by": "model"}).json()
+    assert body["data"][0]["cache_write_tokens"] == 40 and body["data"][0]["cost_usd"] == 0.7
+
+
 def test_chat_completions_and_embeddings_share_the_limits(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     from responses_api.models import ApiKey
 
@@ -438,6 +477,21 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
     assert (tenant.budget_period, tenant.budget_tokens, tenant.budget_usd) == ("month", 50_000_000, Decimal("500"))
     route = ModelRoute.objects.get(name="m")
     assert (route.input_usd_per_million, route.output_usd_per_million) == (Decimal("0.5"), Decimal("1.5"))
+    assert route.cached_input_usd_per_million is None  # the input price, when left out
+    cached = {
+        "cached_input_usd_per_million": 0.05,
+        "cache_write_usd_per_million": 0.7,
+        "cache_write_1h_usd_per_million": 1,
+    }
+    sync_config({**config, "models": [{**config["models"][0], "price": {**config["models"][0]["price"], **cached}}]})
+    route = ModelRoute.objects.get(name="m")
+    assert (
+        route.cached_input_usd_per_million,
+        route.cache_write_usd_per_million,
+        route.cache_write_1h_usd_per_million,
+    ) == (Decimal("0.05"), Decimal("0.7"), Decimal("1"))
+    with pytest.raises(ConfigError, match="cache_read_usd_per_million|expected a mapping"):
+        sync_config({**config, "models": [{**config["models"][0], "price": {"cache_read_usd_per_million": 1}}]})
     from responses_api.models import ApiKey
     from responses_api.store.services import api_key_create
 
