@@ -210,8 +210,6 @@ STORAGES = {
         else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
-# Without collectstatic, WhiteNoise serves the admin's files from the installed apps.
-WHITENOISE_USE_FINDERS = DEBUG or not (STATIC_ROOT / "staticfiles.json").exists()
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -34,7 +34,7 @@ def collected() -> bool:
 
 class StaticStorage(CompressedManifestStaticFilesStorage):
     """Hashed, compressed names from the manifest once `collectstatic` wrote it; the plain
-    names, served from the apps by WhiteNoise's finders, until then (instead of a 500)."""
+    names, served from the apps (AsyncStaticFilesMiddleware) until then (instead of a 500)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -53,7 +53,8 @@ class AsyncStaticFilesMiddleware:
         # WhiteNoise answers static paths itself and returns its get_response() for the rest.
         self.whitenoise = WhiteNoiseMiddleware(lambda request: None)
         self.prefix = "/" + settings.STATIC_URL.lstrip("/")
-        if not settings.DEBUG and not collected():
+        self.from_apps = not collected()  # WhiteNoise has nothing to serve: the finders have it
+        if not settings.DEBUG and self.from_apps:
             log.warning(
                 "static files are not collected in %s: the admin's are served unhashed from the installed "
                 "apps; run `python manage.py collectstatic --noinput` for cacheable, compressed ones",
@@ -64,6 +65,19 @@ class AsyncStaticFilesMiddleware:
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if request.path_info.startswith(self.prefix):
             response = await sync_to_async(self.whitenoise, thread_sensitive=False)(request)
+            if response is None and self.from_apps:
+                response = await sync_to_async(_from_apps, thread_sensitive=False)(request, self.prefix)
             if response is not None:
                 return response
         return await self.get_response(request)
+
+
+def _from_apps(request: HttpRequest, prefix: str) -> HttpResponseBase | None:
+    """A static file found in the installed apps (Django's own view, as `runserver` serves them)."""
+    from django.contrib.staticfiles.views import serve
+    from django.http import Http404
+
+    try:
+        return serve(request, request.path_info.removeprefix(prefix), insecure=True)
+    except Http404:
+        return None
