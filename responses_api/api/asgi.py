@@ -40,6 +40,7 @@ from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_pre
 from ..observability.metrics import process_exit
 from ..orchestration import lifecycle, liveness
 from ..protocol.errors import GatewayError, InvalidRequest, NotFound, RequestTooLarge, ServerError
+from ..store import db
 from ..store.db import close_pool
 from ..store.outages import unavailable
 from ..store.usage import usage_writer
@@ -204,17 +205,30 @@ async def _start_beating() -> asyncio.Task[None] | None:
     return asyncio.ensure_future(liveness.beat_forever())
 
 
+async def _check_secrets() -> None:
+    """Each secret the gateway cannot have, logged once at start (orchestration/secrets.py);
+    in the background: start-up does not wait for the database."""
+    from ..orchestration.secrets import secrets_check
+
+    try:
+        await db.run(secrets_check)
+    except Exception as exc:  # noqa: BLE001 - a check, not a condition of serving
+        log.warning("secrets check at start-up failed: %s: %s", type(exc).__name__, str(exc)[:200])
+
+
 async def _lifespan(receive: Receive, send: Send) -> None:
     """Django has no lifespan support; at startup a server's process installs its SIGTERM drain
     and its liveness beat; at shutdown the upstream and async database connections are closed
     cleanly."""
     beats: asyncio.Task[None] | None = None
+    checked: asyncio.Future[None] | None = None  # kept: a task nobody holds may be collected
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
             if threading.current_thread() is threading.main_thread():  # a server's process, not a test's thread
                 lifecycle.install_sigterm_drain()
                 beats = await _start_beating()
+                checked = asyncio.ensure_future(_check_secrets())
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             # Here, not at the top: aiohttp is 120-145 ms of a web process's start-up (-X importtime),
@@ -223,6 +237,8 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 
             if beats is not None:
                 beats.cancel()
+            if checked is not None:
+                checked.cancel()
             await close_session()
             await usage_writer.close()  # the usage records of the last calls
             await close_pool()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse
+from django.utils.log import log_response
 from prometheus_client.core import GaugeMetricFamily
 
 from ..observability.metrics import exposition
@@ -35,7 +36,11 @@ def _check_redis() -> None:
 
 async def readyz(request: HttpRequest) -> HttpResponse:
     if lifecycle.draining():  # SIGTERM: a load balancer stops sending here while streams end
-        return json_response({"status": "draining", "checks": {}}, status=503)
+        response = json_response({"status": "draining", "checks": {}}, status=503)
+        # Expected, and asked every few seconds by each probe while the drain lasts: INFO, not
+        # the ERROR django.request gives every 5xx (log_response marks it logged).
+        log_response("Draining: %s", request.path, response=response, request=request, level="info")
+        return response
     checks: dict[str, str] = {}
     healthy = True
     for name, check, enabled in (

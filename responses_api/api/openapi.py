@@ -362,6 +362,19 @@ def _with_gateway_rules(schemas: dict[str, Any]) -> None:
         _nullable(create["properties"], name, bounded)
     for name in STRING_BOUNDS:
         _nullable(create["properties"], name, _bounded_string(name))
+    # A message's status is one of the item statuses, as a function call's (protocol/items.py
+    # refuses others; the specification leaves it a free string).
+    for message in (
+        "UserMessageItemParam",
+        "SystemMessageItemParam",
+        "DeveloperMessageItemParam",
+        "AssistantMessageItemParam",
+    ):
+        if "status" in schemas[message]["properties"]:
+            schemas[message]["properties"]["status"] = {
+                "anyOf": [{"type": "string", "enum": ["in_progress", "completed", "incomplete"]}, {"type": "null"}],
+                "description": "The status of the message item.",
+            }
     # A conversation stores items, not references to them (conversations/views.py).
     schemas["ConversationItemParam"] = {
         "oneOf": [member for member in schemas["ItemParam"]["oneOf"] if member != ref("ItemReferenceParam")]

@@ -21,7 +21,7 @@ from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
 from ..orchestration.limits import Grant, admit
 from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat_usage, sse
-from ..protocol.errors import GatewayError, InvalidRequest
+from ..protocol.errors import GatewayError, InvalidRequest, ProviderMisconfigured
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.surface import unapplied_chat_fields
@@ -43,7 +43,11 @@ async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoi
     if not isinstance(model, str) or not model:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
     request.log_extra["model"] = model
-    route = await route_for(principal, model)
+    try:
+        route = await route_for(principal, model)
+    except ProviderMisconfigured:
+        request.log_extra["routed"] = True  # the model has a route: its name is a known label
+        raise
     request.log_extra["routed"] = True
     stream = endpoint == UsageRecord.Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
     grant = await admit(principal, price=route.price, estimate=lambda: _estimate(request.body, body))

@@ -24,7 +24,7 @@ from ..orchestration.handoff import WorkerStarted
 from ..orchestration.input_tokens import count_input_tokens
 from ..orchestration.worker import cancel_background, follow_log
 from ..protocol.batches import singly
-from ..protocol.errors import InvalidRequest, NotFound
+from ..protocol.errors import InvalidRequest, NotFound, ProviderMisconfigured
 from ..protocol.events import Event, output_from_events
 from ..protocol.request import CreateRequest, parse_compact_request, parse_create_request, parse_input_tokens_request
 from ..store import db, selectors, services
@@ -82,7 +82,11 @@ class ResponsesView(ApiView):
         body = request.data
         req = parse_create_request(body)  # refuses anything but a JSON object
         request.log_extra["model"] = req.model
-        started = await start_response(self.principal, req, cast(dict[str, Any], body))
+        try:
+            started = await start_response(self.principal, req, cast(dict[str, Any], body))
+        except ProviderMisconfigured:
+            request.log_extra["routed"] = True  # the model has a route: its name is a known label
+            raise
         request.log_extra["routed"] = True
         response = await _answer(request, req, started)
         for name, value in _rate_limit_headers(started).items():

@@ -49,7 +49,10 @@ class ConversationsView(ApiView):
         operation_id="createConversation",
         tags=["Conversations"],
         summary="Create a conversation",
-        description="With up to 20 initial items and metadata.",
+        description=(
+            "With up to 20 initial items (validated and normalised as the `input` items of "
+            "`POST /v1/responses`) and metadata."
+        ),
         request=json_body("CreateConversationBody"),
         responses={200: ref("Conversation")},
     )
@@ -149,7 +152,11 @@ class ConversationItemsView(ApiView):
         operation_id="createConversationItems",
         tags=["Conversations"],
         summary="Add items to a conversation",
-        description="Up to 20 items at a time; the answer lists them with their ids.",
+        description=(
+            "Up to 20 items at a time, validated and normalised exactly as the `input` items of "
+            "`POST /v1/responses` (a 400 naming `items[i]....` otherwise; an item without an `id` gets "
+            "one); the answer lists them as stored, with their ids."
+        ),
         request=json_body("AddConversationItemsBody"),
         responses={200: ref("ItemList")},
     )

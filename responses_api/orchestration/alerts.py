@@ -25,7 +25,7 @@ from django.conf import settings
 from ..store import db
 from ..store.alerts import alert_deliveries_create, alert_delivery_attempted, alert_delivery_for_sending
 from ..store.limit_counters import Crossing
-from .routing import decrypt_secret
+from ..store.sealing import decrypt_secret
 
 log = logging.getLogger("gateway.alerts")
 

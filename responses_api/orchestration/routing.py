@@ -6,49 +6,39 @@ GATEWAY_CACHE_SECONDS, so an admin edit takes effect within that time.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 
-from cryptography.fernet import Fernet, MultiFernet
 from django.conf import settings
 
 from ..domain import ProviderConfig, Route, Target
 from ..models import ModelRoute, Provider
-from ..protocol.errors import NotFound, ServerError
-from ..store.sealing import encryption_secrets
+from ..protocol.errors import NotFound, ProviderMisconfigured
+from ..store.sealing import SealBroken, decrypt_secret, encrypt_secret
 from ..store.ttlcache import TTLCache
 
-
-def _fernet() -> MultiFernet:
-    """Encrypts with the newest secret, decrypts with any (store/sealing.py's list): a
-    GATEWAY_ENCRYPTION_KEY entry is a Fernet key itself; SECRET_KEY's is derived from it."""
-    keys = [
-        secret if is_fernet_key else base64.urlsafe_b64encode(hashlib.sha256(secret.encode()).digest()).decode()
-        for secret, is_fernet_key in encryption_secrets()
-    ]
-    return MultiFernet([Fernet(key.encode()) for key in keys])
-
-
-def encrypt_secret(value: str) -> str:
-    return _fernet().encrypt(value.encode()).decode()
-
-
-def decrypt_secret(value: str) -> str:
-    return _fernet().decrypt(value.encode()).decode()
+__all__ = ["encrypt_secret", "provider_secret", "route_get"]
 
 
 def provider_secret(provider: Provider) -> str | None:
+    """The provider's API key; a ProviderMisconfigured (503) naming the remedy when it has one
+    it cannot get (README.md, "Rotating secrets")."""
     if provider.api_key_env:
         value = os.environ.get(provider.api_key_env)
-        if not value:  # empty is not set: compose's `KEY: ${KEY:-}` sets it empty when unset
-            raise ServerError(
-                f"Provider '{provider.name}' reads its key from ${provider.api_key_env}, which is not set.",
-                code="provider_misconfigured",
+        if not value:
+            raise ProviderMisconfigured(
+                f"Provider '{provider.name}' reads its API key from ${provider.api_key_env}, which is "
+                f"{'empty' if value == '' else 'not set'} in the gateway's environment: the operator must set it.",
             )
         return value
     if provider.api_key_encrypted:
-        return _fernet().decrypt(provider.api_key_encrypted.encode()).decode()
+        try:
+            return decrypt_secret(provider.api_key_encrypted)
+        except SealBroken:
+            raise ProviderMisconfigured(
+                f"Provider '{provider.name}''s stored API key was encrypted under a key that is no longer "
+                "listed (GATEWAY_ENCRYPTION_KEY, SECRET_KEY, SECRET_KEY_FALLBACKS): the operator must list "
+                "that key again and run `manage.py reseal_secrets`, or set the provider's API key anew."
+            ) from None
     return None
 
 

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+# What an error echoes of a request is cut to these lengths: a 5,000-character metadata key
+# or field name is not sent back whole in `param` (nor in the message, nor in the access log).
+PARAM_MAX_CHARS = 256
+MESSAGE_MAX_CHARS = 2000
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 class GatewayError(Exception):
     """An error that becomes `{"error": {message, type, param, code}}` with an HTTP status."""
@@ -21,9 +30,10 @@ class GatewayError(Exception):
         status: int | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        message = _cut(message, MESSAGE_MAX_CHARS)
         super().__init__(message)
         self.message = message
-        self.param = param
+        self.param = _cut(param, PARAM_MAX_CHARS) if param is not None else None
         self.code = code if code is not None else self.default_code
         if status is not None:
             self.status = status
@@ -101,3 +111,13 @@ class ServerError(GatewayError):
     status = 500
     error_type = "server_error"
     default_code = "server_error"
+
+
+class ProviderMisconfigured(GatewayError):
+    """A provider's key cannot be had (its variable unset or empty, or it was sealed under an
+    encryption key no longer listed): the operator's to mend, so a 503 naming the provider and
+    the remedy, never a 500; the request itself was fine."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = "provider_misconfigured"

@@ -17,6 +17,12 @@ from .surface import REFUSED_INPUT_ITEMS
 from .tool_search import check_additional_tools
 
 INPUT_ROLES = frozenset({"user", "system", "developer"})
+# The statuses of messages and function call items (OpenAI's and Open Responses' output enum):
+# an item given back keeps its status, anything else is refused rather than stored.
+ITEM_STATUSES = frozenset({"in_progress", "completed", "incomplete"})
+_STATUS_CHECKED = frozenset({"message", "function_call", "function_call_output"})
+# OpenAI's cap on a function name; an item carrying a longer one is refused, not sent upstream.
+FUNCTION_NAME_MAX_CHARS = 64
 PHASES = frozenset({"commentary", "final_answer"})
 IMAGE_DETAILS = frozenset({"low", "high", "auto", "original"})
 
@@ -393,7 +399,19 @@ ID_MAX_CHARS = 255
 
 
 def normalize_item(raw: Any, param: str) -> dict:
+    """One input item (of /v1/responses or /v1/conversations/{id}/items) in stored form."""
+    if isinstance(raw, dict) and raw.get("id") is not None and not isinstance(raw["id"], str):
+        raise _bad(f"Invalid '{param}.id': expected a string.", f"{param}.id")
     item = _normalize_item(raw, param)
+    status = raw.get("status")
+    if (
+        item["type"] in _STATUS_CHECKED
+        and status is not None
+        and (not isinstance(status, str) or status not in ITEM_STATUSES)
+    ):
+        raise _bad(f"Invalid '{param}.status': expected one of {', '.join(sorted(ITEM_STATUSES))}.", f"{param}.status")
+    if item["type"] == "function_call" and len(item["name"]) > FUNCTION_NAME_MAX_CHARS:
+        raise _bad(f"'{param}.name' is longer than {FUNCTION_NAME_MAX_CHARS} characters.", f"{param}.name")
     for field in ("id", "call_id"):
         value = item.get(field)
         if isinstance(value, str) and len(value) > ID_MAX_CHARS:

@@ -3,7 +3,13 @@ worker runs its own loop; a client is bound to the loop it was made on), one syn
 threads (the admin's and /v1/usage's snapshots, /readyz), each with the timeouts of its use.
 
 - "commands" (limits, router health): short commands; Redis gone is an error within 2 s, which
-  callers turn into a 503 or a healthy-looking target.
+  callers turn into a 503 or a healthy-looking target. A connection error is retried once, on
+  the same pooled connection reconnected: after a Redis restart every pooled connection that
+  predates it fails its first command ("Connection closed by server"), and without the retry
+  that request would be judged against a Redis that is in fact back (rate limits let it
+  through unchecked, or a 503 where fail-closed). `from_url` does not apply redis-py's default
+  retry (its pool gets none), so it is set here. Timeouts are not retried: the command may
+  have run, and a second 2 s wait doubles a real outage's latency.
 - "streams" (the event log): reads block for up to 5 s (XREAD), so a longer socket timeout; a
   connection that died while idle (Redis restarted) is replaced by a retry with backoff.
 
@@ -25,6 +31,20 @@ _sync: dict[str, Any] = {}
 _sync_lock = threading.Lock()
 
 
+def _reconnect_once(asynchronous: bool) -> Any:
+    """Retry a command once after a connection error (the pool reconnects that connection)."""
+    from redis.backoff import NoBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    if asynchronous:
+        from redis.asyncio.retry import Retry as AsyncRetry
+
+        return AsyncRetry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+    from redis.retry import Retry
+
+    return Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+
+
 def _options(use: str) -> dict[str, Any]:
     if use == STREAMS:
         from redis.asyncio.retry import Retry
@@ -37,7 +57,12 @@ def _options(use: str) -> dict[str, Any]:
             "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), retries=3),
             "health_check_interval": 30,
         }
-    return {"socket_connect_timeout": 2, "socket_timeout": 2, "health_check_interval": 30}
+    return {
+        "socket_connect_timeout": 2,
+        "socket_timeout": 2,
+        "health_check_interval": 30,
+        "retry": _reconnect_once(asynchronous=True),
+    }
 
 
 def async_client(url: str, use: str = COMMANDS) -> Any:
@@ -63,7 +88,9 @@ def sync_client(url: str) -> Any:
             if client is None:
                 import redis
 
-                client = _sync[url] = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+                client = _sync[url] = redis.Redis.from_url(
+                    url, socket_connect_timeout=2, socket_timeout=2, retry=_reconnect_once(asynchronous=False)
+                )
     return client
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -71,6 +73,18 @@ class Sealer:
             return json.loads(plain)
         raise SealBroken("altered, or sealed for another tenant or purpose")
 
+    def reseal(self, blob: Any, *, tenant_id: int, purpose: str) -> str | None:
+        """`blob` sealed under the first secret, or None when it already is (SealBroken as
+        `unseal`: no listed secret opens it)."""
+        payload = self.unseal(blob, tenant_id=tenant_id, purpose=purpose)
+        body = blob[len(PREFIX) :]
+        raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+        try:
+            self._aeads[0].decrypt(raw[:_NONCE_BYTES], raw[_NONCE_BYTES:], _bound_to(tenant_id, purpose))
+        except InvalidTag:
+            return self.seal(payload, tenant_id=tenant_id, purpose=purpose)
+        return None
+
 
 def _bound_to(tenant_id: int, purpose: str) -> bytes:
     return f"{purpose}\x00{tenant_id}".encode()
@@ -113,3 +127,47 @@ def signed_reasoning_sealer(tenant_id: int) -> Callable[[str, str], str]:
     return lambda text, signature: sealer().seal(
         {"text": text, "signature": signature}, tenant_id=tenant_id, purpose="reasoning"
     )
+
+
+# -- provider keys stored in the database (Fernet) ----------------------------------------
+
+
+def _fernet() -> MultiFernet:
+    """Encrypts with the newest secret, decrypts with any (`encryption_secrets()`'s list): a
+    GATEWAY_ENCRYPTION_KEY entry is a Fernet key itself; SECRET_KEY's is derived from it."""
+    keys = [
+        secret if is_fernet_key else base64.urlsafe_b64encode(hashlib.sha256(secret.encode()).digest()).decode()
+        for secret, is_fernet_key in encryption_secrets()
+    ]
+    return MultiFernet([Fernet(key.encode()) for key in keys])
+
+
+def encrypt_secret(value: str) -> str:
+    return _fernet().encrypt(value.encode()).decode()
+
+
+def decrypt_secret(token: str) -> str:
+    """Raises SealBroken when no listed secret opens it (one the operator dropped)."""
+    try:
+        return _fernet().decrypt(token.encode()).decode()
+    except InvalidToken:
+        raise SealBroken("no listed encryption key opens it") from None
+
+
+def reseal_secret(token: str) -> str:
+    """The same secret encrypted under the first listed key (SealBroken as decrypt_secret)."""
+    try:
+        return _fernet().rotate(token.encode()).decode()
+    except InvalidToken:
+        raise SealBroken("no listed encryption key opens it") from None
+
+
+def first_secret_opens(token: str) -> bool:
+    """Whether the first listed key alone opens a Fernet token (it needs no re-sealing)."""
+    secret, is_fernet_key = encryption_secrets()[0]
+    key = secret if is_fernet_key else base64.urlsafe_b64encode(hashlib.sha256(secret.encode()).digest()).decode()
+    try:
+        Fernet(key.encode()).decrypt(token.encode())
+    except InvalidToken:
+        return False
+    return True
