@@ -113,7 +113,9 @@ async def _forward(
         log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
         upstream_error(target.label, exc.code)
 
-    translated: list[Any] = []  # the Chat request read as a Responses one, once a target needs it
+    # The Chat request read as a Responses one, once a target needs it: one reading for each floor
+    # (a fallback of another kind reads a cap under 16 otherwise).
+    translated: dict[bool, CreateRequest] = {}
 
     async def open_one(target: Any) -> Any:
         kind = target.provider.kind
@@ -135,9 +137,10 @@ async def _forward(
                 param="model",
                 code="model_not_supported",
             )
-        if not translated:
-            translated.append(_read_as_responses(body, output_floor=kind == "responses"))
-        req = translated[0]
+        floor = kind == "responses"
+        if floor not in translated:
+            translated[floor] = _read_as_responses(body, output_floor=floor)
+        req = translated[floor]
         return await open_call(
             target, UpstreamRequest(request=req, items=req.input_items, tools=req.tools, stream=stream)
         )

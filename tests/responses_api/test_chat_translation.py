@@ -140,3 +140,27 @@ def test_a_cap_under_sixteen_reaches_an_anthropic_upstream_as_sent(routes: Gatew
     )
     assert completion.choices[0].message.content == "Hi."
     assert [r for r in scripted.requests if r.path == "/v1/messages"][-1].body["max_tokens"] == 8
+
+
+def test_a_fallback_of_another_kind_reads_the_cap_by_its_own_floor(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    """The Anthropic target fails before its first byte; its Responses fallback must not be sent
+    the Anthropic reading of a cap under 16 (which that API refuses): it is refused here, naming
+    the field the client sent."""
+    from responses_api.models import ModelRoute, Provider, RouteTarget
+    from responses_api.orchestration import routing
+
+    route = ModelRoute.objects.create(name="anthropic-then-responses")
+    for priority, kind in enumerate(("anthropic", "responses")):
+        provider = Provider.objects.create(name=f"fb-{kind}", kind=kind, base_url=scripted.base_url)
+        RouteTarget.objects.create(route=route, provider=provider, upstream_model=f"fb-{kind}", priority=priority)
+    routing.clear_cache()
+    scripted.set_default("fb-anthropic", Reply(status=503))
+    scripted.set_default("fb-responses", Reply(text="from the fallback"))
+    with pytest.raises(openai.BadRequestError) as refused:
+        gateway.openai().chat.completions.create(
+            model="anthropic-then-responses", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+        )
+    assert refused.value.body["param"] == "max_tokens"
+    assert not [r for r in scripted.requests if r.path == "/v1/responses"]
