@@ -1,6 +1,6 @@
 """The gateway in front of a real model: the bundled SmolLM2-135M on llama.cpp.
 
-One local model process serves the whole session (responses_api.ops.local_model); each test
+One local model process serves the whole session (`local_model_url` in tests/conftest.py); each test
 routes a model to it through the ORM and talks to the gateway with the `openai` SDK and raw
 HTTP. Assertions are about structure (status, items, usage, event grammar), never wording.
 
@@ -9,10 +9,6 @@ model fails the run; elsewhere these tests are skipped with the install hint.
 """
 
 from __future__ import annotations
-
-import os
-import subprocess
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,22 +20,6 @@ pytestmark = pytest.mark.embedded
 
 REAL_MODEL = "real-smollm2"
 MAX_TOKENS = 24  # enough for a few words; keeps each request well under a second
-
-
-@pytest.fixture(scope="session")
-def local_model_url() -> Iterator[str]:
-    if not local_model.local_model_available():
-        message = f"local model not installed ({local_model.INSTALL_HINT})"
-        if os.environ.get("GATEWAY_REQUIRE_LOCAL_MODEL") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    port = local_model.free_port()
-    # One thread: the CPU is shared with the gateway and the test client (see local_model).
-    proc: subprocess.Popen[bytes] = local_model.start_local_model_process(port, wait=120, threads=1)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        local_model.stop_process(proc)
 
 
 @pytest.fixture
