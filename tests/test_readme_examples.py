@@ -136,3 +136,14 @@ def test_the_example_runs_against_the_bundled_model(example: Example, embedded: 
         return
     assert done.returncode == 0, f"{example.id} failed:\n{done.stderr[-3000:]}"
     assert done.stdout.strip(), f"{example.id} printed nothing"
+
+
+def test_the_one_file_test_command_installs_what_it_needs() -> None:
+    """Issue 51: the Development section's `pytest tests/test_deploy.py` failed in a checkout that
+    only ran scripts/run (no pytest in its venv): the command goes through scripts/test, or says
+    to install the test extra first."""
+    text = README.read_text()
+    section = text[text.index("## Development") :]
+    paragraph = section[section.index("Run one file") :][:800]
+    assert "bash scripts/test tests/test_deploy.py" in paragraph
+    assert "pip install -e '.[test]'" in paragraph.split(".venv/bin/python -m pytest")[0]
