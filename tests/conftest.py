@@ -8,6 +8,8 @@ to it over real HTTP: the `openai` SDK and httpx.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -175,3 +177,24 @@ def access_log() -> Iterator[Lines]:
     yield handler
     logger.removeHandler(handler)
     logger.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def local_model_url() -> Iterator[str]:
+    """The bundled SmolLM2 on llama.cpp, one process for the session (tests/test_real_model.py,
+    tests/test_readme_examples.py). scripts/test installs it and sets GATEWAY_REQUIRE_LOCAL_MODEL=1,
+    so there a missing model fails the run; elsewhere its tests are skipped with the install hint."""
+    from responses_api.ops import local_model
+
+    if not local_model.local_model_available():
+        message = f"local model not installed ({local_model.INSTALL_HINT})"
+        if os.environ.get("GATEWAY_REQUIRE_LOCAL_MODEL") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    port = local_model.free_port()
+    # One thread: the CPU is shared with the gateway and the test client (see local_model).
+    proc: subprocess.Popen[bytes] = local_model.start_local_model_process(port, wait=120, threads=1)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        local_model.stop_process(proc)

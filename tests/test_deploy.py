@@ -538,6 +538,10 @@ def test_gateway_up_creates_then_reuses_the_dev_key(transactional_db, tmp_path: 
 
     provider = Provider.objects.get(name="local")
     assert provider.base_url == "http://127.0.0.1:18091/v1" and provider.kind == "chat_completions"
+    # Sized for SmolLM2 on 2 cores (gateway_up.BUNDLED_TIMEOUT), not the defaults of 60 s to the
+    # first byte and 30 s between chunks: Codex's first prompt takes ~30-90 s to read there.
+    assert provider.first_byte_timeout >= 300 and provider.timeout >= 300
+    assert provider.idle_timeout >= 120
     for name in ("local", "smollm2"):
         targets = list(ModelRoute.objects.get(name=name).targets.values_list("provider__name", "upstream_model"))
         assert targets == [("local", "smollm2-135m-instruct")]
@@ -569,13 +573,13 @@ def test_gateway_up_keeps_the_admins_edits_of_its_generated_config(transactional
     assert route.config_managed == ["description", "targets"]
     route.context_window, route.input_usd_per_million, route.description = 4096, Decimal("1.5"), "mine"
     route.save()
-    Provider.objects.filter(name="local").update(idle_timeout=99, base_url="http://127.0.0.1:1/v1")
+    Provider.objects.filter(name="local").update(connect_timeout=9, base_url="http://127.0.0.1:1/v1")
     setup_only(tmp_path, port=18092)
     route.refresh_from_db()
     assert (route.context_window, route.input_usd_per_million) == (4096, Decimal("1.5"))
     assert route.description.startswith("SmolLM2")  # the generated config's own field
     provider = Provider.objects.get(name="local")
-    assert (provider.idle_timeout, provider.base_url) == (99, "http://127.0.0.1:18092/v1")
+    assert (provider.connect_timeout, provider.base_url) == (9, "http://127.0.0.1:18092/v1")
 
 
 def test_gateway_up_rejects_a_revoked_key(transactional_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

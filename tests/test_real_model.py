@@ -1,6 +1,6 @@
 """The gateway in front of a real model: the bundled SmolLM2-135M on llama.cpp.
 
-One local model process serves the whole session (responses_api.ops.local_model); each test
+One local model process serves the whole session (`local_model_url` in tests/conftest.py); each test
 routes a model to it through the ORM and talks to the gateway with the `openai` SDK and raw
 HTTP. Assertions are about structure (status, items, usage, event grammar), never wording.
 
@@ -9,10 +9,6 @@ model fails the run; elsewhere these tests are skipped with the install hint.
 """
 
 from __future__ import annotations
-
-import os
-import subprocess
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,22 +20,6 @@ pytestmark = pytest.mark.embedded
 
 REAL_MODEL = "real-smollm2"
 MAX_TOKENS = 24  # enough for a few words; keeps each request well under a second
-
-
-@pytest.fixture(scope="session")
-def local_model_url() -> Iterator[str]:
-    if not local_model.local_model_available():
-        message = f"local model not installed ({local_model.INSTALL_HINT})"
-        if os.environ.get("GATEWAY_REQUIRE_LOCAL_MODEL") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    port = local_model.free_port()
-    # One thread: the CPU is shared with the gateway and the test client (see local_model).
-    proc: subprocess.Popen[bytes] = local_model.start_local_model_process(port, wait=120, threads=1)
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        local_model.stop_process(proc)
 
 
 @pytest.fixture
@@ -160,3 +140,36 @@ def test_embeddings_on_the_chat_model_are_a_clear_400(real: Gateway) -> None:
     assert error["code"] == "model_not_supported" and error["param"] == "model"
     assert f"The model '{REAL_MODEL}' serves no embeddings" in error["message"]
     assert "--embeddings" in error["message"]  # llama.cpp's own reason, quoted
+
+
+def _sections(text: str, size: int, count: int) -> list[str]:
+    step = len(text) // count
+    return [text[i * step : i * step + size] for i in range(count)]
+
+
+def test_the_estimate_is_within_15_percent_of_llama_cpps_count(real: Gateway) -> None:
+    """Issue 51: the gateway's estimate (protocol/tokens.py) against SmolLM2's own count through its
+    chat template, which the gateway gets from llama.cpp (/apply-template, then /tokenize) for
+    POST /v1/responses/input_tokens: markdown prose, code, a conversation, plain instructions."""
+    from pathlib import Path
+
+    from responses_api.protocol.request import parse_create_request
+    from responses_api.protocol.tokens import estimate_request
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    code = (root / "responses_api" / "engine" / "run.py").read_text()
+    bodies: list[dict] = [{"input": section} for section in _sections(readme, 4000, 6)]
+    bodies += [{"input": section, "instructions": "Review this code."} for section in _sections(code, 4000, 3)]
+    turns = _sections(readme, 1200, 5)
+    bodies.append(
+        {"input": [{"role": "user" if n % 2 == 0 else "assistant", "content": t} for n, t in enumerate(turns)]}
+    )
+    ratios = []
+    for body in bodies:
+        body = {"model": REAL_MODEL, **body}
+        answer = real.http(timeout=60).post("/v1/responses/input_tokens", json=body)
+        assert answer.status_code == 200 and answer.headers["x-gateway-token-count"] == "exact", answer.text
+        req = parse_create_request(body)
+        ratios.append(estimate_request(list(req.input_items), req.instructions, []) / answer.json()["input_tokens"])
+    assert all(0.85 <= r <= 1.15 for r in ratios), [round(r, 3) for r in ratios]

@@ -14,6 +14,7 @@ never does until someone asks for the document.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -106,7 +107,79 @@ def add_components(result: dict[str, Any], generator: Any, request: Any, public:
                     schema.setdefault("pattern", NO_NUL)
     result["components"] = {key: result["components"][key] for key in sorted(result["components"])}
     result["components"]["schemas"] = dict(sorted(schemas.items()))
+    name_union_members(result)
     return result
+
+
+def name_union_members(node: Any) -> None:
+    """A title for every `oneOf`/`anyOf` member that has neither a title nor a `$ref`: a reference
+    page (ReDoc at /v1/docs) labels such members "case 1", "case 2", which tells a reader nothing.
+    Titles are annotations: what the document allows does not change."""
+    if isinstance(node, list):
+        for entry in node:
+            name_union_members(entry)
+        return
+    if not isinstance(node, dict):
+        return
+    for key in ("oneOf", "anyOf"):
+        for member in node.get(key) or []:
+            if isinstance(member, dict) and "$ref" not in member and "title" not in member:
+                member["title"] = member_title(member)
+    for value in node.values():
+        name_union_members(value)
+
+
+def _ref_name(schema: Any) -> str | None:
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            return str(schema["$ref"]).rsplit("/", 1)[-1]
+        if "title" in schema:
+            return str(schema["title"])
+        parts = [p for p in schema.get("allOf") or [] if not (isinstance(p, dict) and set(p) <= _ANNOTATIONS)]
+        if len(parts) == 1:
+            return _ref_name(parts[0])
+    return None
+
+
+# Keywords that describe a schema without constraining it (an allOf part of only these adds no type).
+_ANNOTATIONS = {"description", "default", "title", "examples", "deprecated", "readOnly", "writeOnly"}
+
+
+def member_title(schema: dict[str, Any]) -> str:
+    """A short name for an unnamed union member, from what it says."""
+    named = _ref_name(schema)
+    if named:
+        return named
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    kind = properties.get("type") if isinstance(properties, dict) else None
+    if isinstance(kind, dict) and "const" in kind:  # a tagged variant: {"type": {"const": "namespace"}}
+        return str(kind["const"])
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    for key in ("oneOf", "anyOf"):
+        if isinstance(schema.get(key), list):
+            return " or ".join(member_title(m) if "$ref" not in m else _ref_name(m) or "" for m in schema[key])
+    if "not" in schema:
+        return f"not {member_title(schema['not']) if isinstance(schema['not'], dict) else 'this'}"
+    kind_of = schema.get("type")
+    if kind_of == "array":
+        item = _ref_name(schema.get("items"))
+        return f"array of {item}" if item else "array"
+    required = schema.get("required")
+    if isinstance(required, list) and required and kind_of in (None, "object"):
+        return "with " + ", ".join(str(name) for name in required)
+    if properties and kind_of in (None, "object"):
+        return "where " + ", ".join(str(name) for name in properties)
+    if isinstance(kind_of, str):
+        return kind_of
+    if isinstance(kind_of, list):
+        return " or ".join(str(k) for k in kind_of)
+    if isinstance(schema.get("allOf"), list):
+        parts = [m for m in schema["allOf"] if isinstance(m, dict) and not set(m) <= _ANNOTATIONS]
+        return " and ".join(member_title(m) for m in parts) or "value"
+    return "value"
 
 
 @functools.cache

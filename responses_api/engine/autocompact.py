@@ -49,7 +49,7 @@ class AutoCompaction:
         smaller."""
         if items and items[0].get("type") == "message" and _is_summary(items[0]) and len(items) <= 2:
             return False
-        return estimate_request(items, req.instructions, [t.as_dict() for t in tools]) > self.threshold
+        return estimate_request(items, req.instructions, [t.schema() for t in tools]) > self.threshold
 
 
 def _is_summary(item: dict[str, Any]) -> bool:

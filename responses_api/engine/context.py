@@ -7,7 +7,7 @@ before the upstream is called); and a compaction's summary, sealed into its item
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ..protocol.compaction import WHOLE_CONTEXT_INSTRUCTIONS, InputSpans, expand_compactions, summary_request_item
@@ -84,22 +84,41 @@ def compaction_request(
     return summarise, [*items, summary_request_item()]
 
 
-def fit_context(
-    items: list[dict[str, Any]], tools: list[Any], window: int, req: CreateRequest
+ExactCount = Callable[[list[dict[str, Any]]], Awaitable[int | None]]
+
+
+async def fit_context(
+    items: list[dict[str, Any]],
+    tools: list[Any],
+    window: int,
+    req: CreateRequest,
+    exact_count: ExactCount | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """The context within the model's window, and how many of the oldest items were dropped: with
-    truncation "auto" the oldest items give way; with "disabled" an over-long context is a 400."""
+    truncation "auto" the oldest items give way; with "disabled" an over-long context is a 400.
+
+    The estimate (protocol/tokens.py) is on the high side, so a context it fits is sent as it is
+    without asking anyone. Only one it does not fit is counted by the upstream's tokenizer
+    (`exact_count`, where the upstream has one; None: it has not): what fits by that count is
+    sent whole, and truncation drops items by their estimates scaled to that count."""
     budget = window - (req.max_output_tokens or min(DEFAULT_OUTPUT_RESERVE, window // 4))
-    tool_dicts = [t.as_dict() for t in tools]
+    tool_dicts = [t.schema() for t in tools]
+    estimate = estimate_request(items, req.instructions, tool_dicts)
+    if estimate <= budget:
+        return items, 0
+    exact = await exact_count(items) if exact_count is not None else None
+    if exact is not None and exact <= budget:
+        return items, 0
     if req.truncation == "auto":
-        fitted = truncate(items, budget=budget, instructions=req.instructions, tools=tool_dicts)
+        # In the estimate's units: the budget times how far the estimate overshot the real count.
+        scaled = budget if not exact else int(budget * estimate / exact)
+        fitted = truncate(items, budget=scaled, instructions=req.instructions, tools=tool_dicts)
         if fitted is not None:
             return fitted
-    elif estimate_request(items, req.instructions, tool_dicts) <= budget:
-        return items, 0
+    counted = f"{exact} tokens by the model's tokenizer" if exact is not None else f"about {estimate} tokens"
     raise InvalidRequest(
-        f"The input is longer than the model's context window ({window} tokens, {budget} for the input "
-        "after room for the answer)"
+        f"The input is longer than the model's context window ({counted}; the window is {window} tokens, "
+        f"{budget} for the input after room for the answer)"
         + (
             "; even its newest item alone does not fit."
             if req.truncation == "auto"

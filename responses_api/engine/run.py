@@ -25,6 +25,7 @@ from ..protocol.response import response_object
 from ..protocol.tools import Tool, allowed_tool_names
 from ..store.sealing import reasoning_sealer, signed_reasoning_sealer
 from ..upstreams import UpstreamCall, UpstreamRequest, delta_batches, open_call
+from ..upstreams.tokenize import exact_counter
 from . import tracing
 from .autocompact import AutoCompaction, compact_then_open, compaction_events
 from .context import collect_summary, compaction_opener, compaction_request, fit_context, model_items
@@ -191,7 +192,7 @@ class ResponseRun:
         async def open_one(target: Target) -> UpstreamCall:
             span = tracing.model_call_span(self._span, target, self.job.request)
             try:
-                call = await self._open_upstream(target, self._upstream_request())
+                call = await self._open_upstream(target, await self._upstream_request(target))
             except BaseException as exc:
                 tracing.end_model_call(span, error=exc)
                 raise
@@ -216,7 +217,7 @@ class ResponseRun:
             self._autocompact.pending = self._autocompact.due(*self._model_items(), self.job.request)
         return await self._open_with_fallback()
 
-    def _upstream_request(self) -> UpstreamRequest:
+    async def _upstream_request(self, target: Target) -> UpstreamRequest:
         req = self.job.request
         prefix = self.converted_prefix
         if req.compact:
@@ -234,7 +235,7 @@ class ResponseRun:
                 prefix = None
         window = self.job.route.context_window
         if window:
-            items, dropped = fit_context(items, tools, window, req)
+            items, dropped = await fit_context(items, tools, window, req, exact_counter(target, req, tools))
             if dropped:  # the oldest items are gone: nothing converted before begins these
                 prefix = None
             if dropped > self.truncated_items:  # the most of any step is what the client is told

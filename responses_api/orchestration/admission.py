@@ -76,7 +76,7 @@ async def admit_request(
         return await admit(principal, concurrent=False)
 
     def estimate() -> int:  # the new input only: a chain's context is settled at the end
-        tools = [t.as_dict() for t in req.tools]
+        tools = [t.schema() for t in req.tools]
         return estimate_request(req.input_items, req.instructions, tools) + (req.max_output_tokens or 0)
 
     lease = settings.GATEWAY_QUEUED_MAX_SECONDS + settings.CELERY_TASK_TIME_LIMIT if on_worker else None

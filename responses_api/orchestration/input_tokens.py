@@ -65,4 +65,4 @@ async def _count(principal: Principal, req: CreateRequest, route: Route) -> tupl
         exact = await count_tokens(target, chat)
         if exact is not None:
             return exact, True
-    return estimate_request(items, req.instructions, [t.as_dict() for t in tools]), False
+    return estimate_request(items, req.instructions, [t.schema() for t in tools]), False

@@ -56,6 +56,15 @@ class Tool:
     def item_name(self) -> str:
         return self.call_name or self.name
 
+    def schema(self) -> dict[str, Any]:
+        """What a model is shown of the tool (a function's name, description and parameters),
+        for token estimates: `as_dict` is the Response's view, where a namespace's first
+        member stands for the whole namespace, members included."""
+        entry: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description:
+            entry["description"] = self.description
+        return entry
+
     def as_dict(self) -> dict[str, Any]:
         if self.report is not None:
             return self.report

@@ -134,7 +134,8 @@ class StallGuard:
         provider = target.provider
         if self.stalled == "first_byte":
             return UpstreamTimeout(
-                f"Upstream '{target.label}' sent nothing within {provider.first_byte_timeout:g} s (first_byte_timeout)."
+                f"Upstream '{target.label}' of provider '{provider.name}' sent nothing within "
+                f"{provider.first_byte_timeout:g} s (first_byte_timeout)."
             )
         return UpstreamTimeout(
             f"Upstream '{target.label}' fell silent for {provider.idle_timeout:g} s mid-stream (idle_timeout)."
@@ -400,7 +401,11 @@ async def post_json(
 
 def _first_byte_timeout(target: Target, seconds: float, stream: bool) -> UpstreamTimeout:
     limit = "first_byte_timeout" if stream else "timeout"
-    return UpstreamTimeout(f"Upstream '{target.label}' did not answer within {seconds:g} s ({limit}).")
+    # The provider's name and the setting: what an operator raises (admin or config file) when a
+    # slow model, such as the bundled one on a busy machine, needs longer.
+    return UpstreamTimeout(
+        f"Upstream '{target.label}' of provider '{target.provider.name}' did not answer within {seconds:g} s ({limit})."
+    )
 
 
 async def _post(

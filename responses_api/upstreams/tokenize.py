@@ -1,19 +1,29 @@
 """What an upstream can tell about tokens: its context window (vLLM and SGLang report
-`max_model_len` in /v1/models) and exact counts (vLLM's `POST /tokenize` with chat messages).
-Both are best effort: a short timeout, and an upstream that cannot answer is remembered for a
-while, so a request never waits on it twice."""
+`max_model_len` in /v1/models) and exact counts: vLLM's `POST /tokenize` takes the chat messages
+and answers a `count`; llama.cpp's takes text only (`content`; sent messages it answers
+`{"tokens": []}`), so there the messages go through its `POST /apply-template` (the model's own
+chat template, which may drop what the model never sees, such as tools) and the prompt that
+gives through `/tokenize`. All best effort: a short timeout, and an upstream that cannot answer
+is remembered for a while, so a request never waits on it twice. A count is remembered by the
+digest of what was counted, so asking again about an unchanged context costs no round trip."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 
 from ..domain import Target
 from ..protocol import jsonlimits
+from ..protocol.chat import build_chat_request
+from ..protocol.request import CreateRequest
+from ..protocol.tools import Tool
 from ..store.ttlcache import TTLCache
+from .chat_completions import chat_options
 from .http import get_session, proxy_for
 
 log = logging.getLogger("gateway.upstreams")
@@ -22,6 +32,11 @@ REMEMBER_SECONDS = 600.0
 _TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 _windows: TTLCache[tuple[str, str], int | None] = TTLCache(lambda: REMEMBER_SECONDS)
 _no_tokenizer: TTLCache[str, bool] = TTLCache(lambda: REMEMBER_SECONDS)
+# base URL -> "vllm" or "llama.cpp": which tokenizer dialect the upstream answered in.
+_dialects: TTLCache[str, str] = TTLCache(lambda: REMEMBER_SECONDS)
+# (base URL, digest of the tokenizer's body) -> its count.
+_counts: TTLCache[tuple[str, str], int] = TTLCache(lambda: REMEMBER_SECONDS)
+VLLM, LLAMA_CPP = "vllm", "llama.cpp"
 
 
 def _headers(target: Target) -> dict[str, str]:
@@ -68,8 +83,8 @@ async def context_window(target: Target) -> int | None:
 
 
 async def count_tokens(target: Target, chat_body: dict[str, Any]) -> int | None:
-    """Exact input tokens of a Chat Completions request, where the upstream tokenizes
-    (vLLM: POST /tokenize at the server's root); None where it cannot."""
+    """Exact input tokens of a Chat Completions request, where the upstream tokenizes (vLLM,
+    llama.cpp: at the server's root); None where it cannot. Cached by content."""
     base = target.provider.base_url
     if _no_tokenizer.get(base) is not None:
         return None
@@ -77,12 +92,59 @@ async def count_tokens(target: Target, chat_body: dict[str, Any]) -> int | None:
     body = {"model": target.upstream_model, "messages": chat_body["messages"], "add_generation_prompt": True}
     if chat_body.get("tools"):
         body["tools"] = chat_body["tools"]
+    key = (base, hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest())
+    cached = _counts.get(key)
+    if cached is not None:
+        return cached[0]
+    known = _dialects.get(base)
+    dialect = known[0] if known is not None else None
+    count: int | None = None
     try:
-        answer = await _get_json(target, f"{root}/tokenize", body)
+        if dialect != LLAMA_CPP:
+            answer = await _get_json(target, f"{root}/tokenize", body)
+            count = answer.get("count") if isinstance(answer, dict) else None
+            if isinstance(count, int):
+                dialect = VLLM
+            elif isinstance(answer, dict) and isinstance(answer.get("tokens"), list):
+                dialect, count = LLAMA_CPP, None  # text only: the template first
+        if dialect == LLAMA_CPP:
+            count = await _llama_cpp_count(target, root, body)
     except Exception:  # noqa: BLE001 - best effort
-        answer = None
-    count = answer.get("count") if isinstance(answer, dict) else None
+        count = None
     if not isinstance(count, int):
         _no_tokenizer.put(base, True)
         return None
+    if dialect is not None:
+        _dialects.put(base, dialect)
+    return _counts.put(key, count)
+
+
+async def _llama_cpp_count(target: Target, root: str, body: dict[str, Any]) -> int | None:
+    templated = await _get_json(
+        target, f"{root}/apply-template", {k: v for k, v in body.items() if k in ("messages", "tools")}
+    )
+    prompt = templated.get("prompt") if isinstance(templated, dict) else None
+    if not isinstance(prompt, str):
+        return None
+    # add_special: the BOS token the server adds when it reads the prompt itself.
+    answer = await _get_json(target, f"{root}/tokenize", {"content": prompt, "add_special": True})
+    tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    return len(tokens) if isinstance(tokens, list) else None
+
+
+def exact_counter(
+    target: Target, req: CreateRequest, tools: list[Tool]
+) -> Callable[[list[dict[str, Any]]], Awaitable[int | None]] | None:
+    """How the engine asks `target` for the exact tokens of a context (as the Chat Completions
+    request it would be sent); None for upstreams that do not tokenize chat (Responses, Anthropic)."""
+    if target.provider.kind != "chat_completions":
+        return None
+    options = chat_options(target.provider.options)
+
+    async def count(items: list[dict[str, Any]]) -> int | None:
+        chat = build_chat_request(
+            req, items, upstream_model=target.upstream_model, stream=False, tools=tools, options=options
+        )
+        return await count_tokens(target, chat)
+
     return count

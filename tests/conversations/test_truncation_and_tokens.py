@@ -170,7 +170,7 @@ def test_a_background_run_fits_the_learned_window_as_a_foreground_run_does(
     from tests.responses_api.test_background import poll
 
     scripted.set_default(MODEL, Reply(text="ok"))
-    scripted.model_info[MODEL] = {"max_model_len": 600}
+    scripted.model_info[MODEL] = {"max_model_len": 450}  # the 8 turns are ~460 estimated tokens
     tokenize._windows.clear()
     clear_route_cache()
     body = {
@@ -195,3 +195,58 @@ def test_a_background_run_fits_the_learned_window_as_a_foreground_run_does(
     assert sent["foreground"][-1].startswith("turn 7:")
     assert not any(text.startswith("turn 0:") for text in sent["foreground"])  # the window applied
     assert sent["background"] == sent["foreground"]
+
+
+def _big_tools(count: int = 6) -> list[dict]:
+    """Function tools whose schemas alone are ~1,500 estimated tokens (as Codex's are ~4,500)."""
+    return [
+        {
+            "type": "function",
+            "name": f"tool_{n}",
+            "description": "does a thing " * 40,
+            "parameters": {"type": "object", "properties": {f"p{k}": {"type": "string"} for k in range(40)}},
+        }
+        for n in range(count)
+    ]
+
+
+def test_a_context_the_estimate_overshoots_is_counted_by_llama_cpp_and_sent(
+    gateway: Gateway, scripted: ScriptedUpstream, small_window
+) -> None:  # type: ignore[no-untyped-def]
+    """Issue 51: the estimate counts tool schemas that a template like SmolLM2's drops; llama.cpp
+    counts what the model sees (/apply-template, then /tokenize), so the request is sent. The
+    count is remembered: the same context again costs no tokenizer round trip."""
+    from responses_api.protocol.tokens import estimate_request
+
+    tools = _big_tools()
+    body = {"model": MODEL, "input": "A short question about the sea?", "tools": tools, "max_output_tokens": 50}
+    assert estimate_request([], None, [{k: t[k] for k in ("name", "parameters")} for t in tools]) > 700
+    scripted.tokenizer = "llama.cpp"
+    scripted.set_default(MODEL, Reply(text="An answer."))
+    for _ in range(2):
+        resp = gateway.http().post("/v1/responses", json=body)
+        assert resp.status_code == 200, resp.text
+    paths = [r.path for r in scripted.requests]
+    assert paths.count("/v1/chat/completions") == 2
+    assert paths.count("/apply-template") == 1  # the second create's context was counted already
+    assert "tools" in [r for r in scripted.requests if r.path == "/apply-template"][0].body
+    # Past the window by the upstream's count too: a 400 that says so, and no model call.
+    resp = gateway.http().post("/v1/responses", json={**body, "input": "long " * 3000})
+    error = resp.json()["error"]
+    assert resp.status_code == 400 and error["code"] == "context_length_exceeded"
+    assert "by the model's tokenizer" in error["message"]
+    assert [r.path for r in scripted.requests].count("/v1/chat/completions") == 2
+
+
+def test_input_tokens_are_exact_on_llama_cpp(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.tokenizer = "llama.cpp"
+    body = {"model": MODEL, "input": "How many tokens is this question?", "instructions": "Answer briefly."}
+    raw = gateway.http().post("/v1/responses/input_tokens", json=body)
+    assert raw.status_code == 200 and raw.headers["x-gateway-token-count"] == "exact"
+    prompt = (
+        "<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nHow many tokens is this question?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    assert raw.json()["input_tokens"] == len(prompt) // 4
+    tokenized = [r.body for r in scripted.requests if r.path == "/tokenize"]
+    assert tokenized[-1] == {"content": prompt, "add_special": True}

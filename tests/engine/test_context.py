@@ -32,7 +32,7 @@ def sent_texts(upstream: Upstream) -> list[str]:
 def test_truncation_auto_drops_the_oldest_items_to_fit_the_window() -> None:
     upstream = Upstream([TextDelta("ok"), Finish("stop")])
     body = {"input": turns(8), "truncation": "auto", "max_output_tokens": 100}
-    run = ResponseRun(make_job(body, window=600), Stored(), Tools(), open_upstream=upstream)
+    run = ResponseRun(make_job(body, window=450), Stored(), Tools(), open_upstream=upstream)
     result = asyncio.run(to_end(run))
     texts = sent_texts(upstream)
     assert result["status"] == "completed" and run.truncated_items == 8 - len(texts) > 0
@@ -50,7 +50,7 @@ def test_a_context_within_the_window_is_sent_whole() -> None:
 def test_without_truncation_an_over_long_context_is_a_400_before_the_upstream() -> None:
     upstream = Upstream([TextDelta("never"), Finish("stop")])
     stored = Stored()
-    run = ResponseRun(make_job({"input": turns(8)}, window=600), stored, Tools(), open_upstream=upstream)
+    run = ResponseRun(make_job({"input": turns(8)}, window=450), stored, Tools(), open_upstream=upstream)
     with pytest.raises(InvalidRequest) as refused:
         asyncio.run(run.connect())
     assert refused.value.code == "context_length_exceeded" and upstream.requests == []

@@ -173,3 +173,34 @@ def test_the_document_accepts_every_tool_and_item_kind_the_gateway_does(document
     body.validate(accepted)
     assert not body.is_valid({**accepted, "tools": [{"type": "teleport"}]})
     assert not body.is_valid({**accepted, "tools": [{"type": "mcp", "server_label": "bad label!"}]})
+
+
+def test_every_union_member_has_a_name(document: dict[str, Any]) -> None:
+    """Issue 51: /v1/docs (ReDoc) labels an unnamed oneOf/anyOf member "case 1", "case 2"; every
+    member is a `$ref` to a named component or has a title."""
+    unnamed: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, list):
+            for index, entry in enumerate(node):
+                walk(entry, f"{path}/{index}")
+        elif isinstance(node, dict):
+            for key in ("oneOf", "anyOf"):
+                for index, member in enumerate(node.get(key) or []):
+                    if isinstance(member, dict) and "$ref" not in member and not member.get("title"):
+                        unnamed.append(f"{path}/{key}/{index}")
+            for key, value in node.items():
+                walk(value, f"{path}/{key}")
+
+    walk(document, "")
+    assert not unnamed, unnamed[:20]
+    create = document["components"]["schemas"]["CreateResponseBody"]
+    assert [member["title"] for member in create["anyOf"]] == [
+        "with input",
+        "with previous_response_id",
+        "with conversation",
+    ]
+    assert [member["title"] for member in create["properties"]["input"]["anyOf"]] == [
+        "string or array of ItemParam",
+        "null",
+    ]

@@ -64,6 +64,7 @@ async def test_no_response_headers_within_first_byte_timeout() -> None:
             await open_call(target, request)
     assert time.monotonic() - started < 2
     assert "first_byte_timeout" in info.value.message and info.value.status == 504
+    assert info.value.code == "upstream_timeout" and "provider 'p'" in info.value.message
 
 
 async def test_headers_but_no_first_chunk_within_first_byte_timeout() -> None:
@@ -73,7 +74,7 @@ async def test_headers_but_no_first_chunk_within_first_byte_timeout() -> None:
         with pytest.raises(UpstreamTimeout) as info:
             [d async for d in call.deltas()]
     assert 0.3 < time.monotonic() - started < 2
-    assert "first_byte_timeout" in info.value.message
+    assert "first_byte_timeout" in info.value.message and "provider 'p'" in info.value.message
 
 
 async def test_silence_mid_stream_ends_at_idle_timeout_after_the_partial_answer() -> None:

@@ -384,7 +384,9 @@ class ScriptedUpstream:
         # model -> a function of the request body that picks the reply (None: the queue decides)
         self._responders: dict[str, Callable[[dict[str, Any]], Reply | None]] = {}
         self.model_info: dict[str, dict[str, Any]] = {}  # extra /v1/models fields, e.g. max_model_len
-        self.tokenizer = False  # answer vLLM's POST /tokenize (count = characters // 3 + 3 per message)
+        # True: answer vLLM's POST /tokenize (count = characters // 3 + 3 per message);
+        # "llama.cpp": answer llama.cpp's /apply-template (dropping tools) and /tokenize (text only).
+        self.tokenizer: bool | str = False
         # (status, body) for POST /v1/embeddings instead of vectors, e.g. llama.cpp's 501 without --embeddings
         self.embeddings_error: tuple[int, dict[str, Any]] | None = None
         # Request fields the server refuses with a 400, as a strict server refuses what it does not
@@ -693,6 +695,18 @@ class ScriptedUpstream:
                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
                 },
             )
+        elif method == "POST" and path == "/apply-template" and self.tokenizer == "llama.cpp":
+            # llama.cpp: the model's chat template; like SmolLM2's, it drops `tools`.
+            messages = body.get("messages") or []
+            prompt = "".join(
+                f"<|im_start|>{m['role']}\n{_message_text(m.get('content'))}<|im_end|>\n" for m in messages
+            )
+            await self._send_json(send, 200, {"prompt": prompt + "<|im_start|>assistant\n"})
+        elif method == "POST" and path == "/tokenize" and self.tokenizer == "llama.cpp":
+            # llama.cpp: text only (one token per 4 characters here); messages give no tokens.
+            content = body.get("content")
+            tokens = list(range(len(content) // 4)) if isinstance(content, str) else []
+            await self._send_json(send, 200, {"tokens": tokens})
         elif method == "POST" and path == "/tokenize" and self.tokenizer:
             messages = body.get("messages") or []
             chars = sum(len(json.dumps(m.get("content"))) for m in messages if isinstance(m, dict))

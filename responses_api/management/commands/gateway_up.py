@@ -43,6 +43,17 @@ DEV_TENANT = "default"
 DEV_KEY_NAME = "development key (scripts/run)"
 DEV_ADMIN = "admin"
 DEFAULT_STATE_DIR = Path(settings.BASE_DIR) / ".gateway"
+# The bundled model's timeouts, sized for the 2-core machine the README describes rather than
+# the provider defaults (60 s to the first byte, 30 s between chunks), which suit a GPU server.
+# Measured (issue 51): SmolLM2-135M on llama.cpp reads a prompt at ~90 tokens per CPU-second
+# (Codex's 4,600-token first prompt: 50 CPU-seconds), so on an idle 2-core machine its first
+# byte comes after ~30-50 s, and a slot's whole 8,192 tokens take ~90 s alone or ~180 s while
+# the other slot is busy too. 300 s covers that with room for a machine doing other work; the
+# answer is read from the first chunk on, so a non-streamed call gets the same. A streamed
+# answer can pause while the other slot reads its prompt (llama.cpp decodes the paused
+# slot's next token once per batch of up to 2,048 prompt tokens of the other: ~20-45 s).
+BUNDLED_TIMEOUT = 300.0
+BUNDLED_IDLE_TIMEOUT = 120.0
 
 
 def local_config(port: int) -> dict[str, Any]:
@@ -53,7 +64,9 @@ def local_config(port: int) -> dict[str, Any]:
                 "name": LOCAL_PROVIDER,
                 "kind": "chat_completions",
                 "base_url": f"http://127.0.0.1:{port}/v1",
-                "timeout": 300,
+                "timeout": BUNDLED_TIMEOUT,
+                "first_byte_timeout": BUNDLED_TIMEOUT,
+                "idle_timeout": BUNDLED_IDLE_TIMEOUT,
             }
         ],
         "models": [
