@@ -118,6 +118,7 @@ class _TurnRecord:
 
     __slots__ = (
         "connection_id",
+        "tenant",
         "stream_id",
         "started",
         "first_event",
@@ -127,12 +128,14 @@ class _TurnRecord:
         "status",
         "state",
         "usage",
-        "error",
+        "error_code",
+        "error_param",
         "ignored_fields",
     )
 
-    def __init__(self, connection_id: str, stream_id: str | None = None) -> None:
+    def __init__(self, connection_id: str, tenant: str, stream_id: str | None = None) -> None:
         self.connection_id = connection_id
+        self.tenant = tenant  # as HTTP's line names the key's tenant
         self.stream_id = stream_id
         self.started = time.monotonic()
         self.first_event: float | None = None
@@ -142,7 +145,8 @@ class _TurnRecord:
         self.status = 200
         self.state: str | None = None  # the response's final status
         self.usage: dict[str, Any] = {}
-        self.error: GatewayError | None = None
+        self.error_code: str | None = None
+        self.error_param: str | None = None
         # Request fields accepted but not applied (HTTP names them in x-gateway-ignored-fields;
         # a WebSocket turn has no headers, so its access-log line does).
         self.ignored_fields: list[str] = []
@@ -156,10 +160,16 @@ class _TurnRecord:
             if event["type"] in TERMINAL:
                 self.state = response["status"]
                 self.usage = response.get("usage") or {}
+                failure = response.get("error")
+                if failure and self.error_code is None:  # why it failed, as HTTP's line says
+                    self.error_code = failure.get("code")
+        elif event["type"] == "error":  # a streamed failure's error event (a worker's log)
+            self.error_code = event.get("code")
+            self.error_param = event.get("param")
 
     def fail(self, error: GatewayError) -> None:
         self.status = error.status
-        self.error = error
+        self.error_code, self.error_param = error.code, error.param
 
     def log(self) -> None:
         elapsed = time.monotonic() - self.started
@@ -175,6 +185,7 @@ class _TurnRecord:
             "status": self.status,
             "latency_ms": round(elapsed * 1000, 2),
             "first_byte_ms": round(first_byte * 1000, 2) if first_byte is not None else None,
+            "tenant": self.tenant,
         }
         if self.stream_id is not None:
             fields["stream_id"] = self.stream_id
@@ -187,9 +198,9 @@ class _TurnRecord:
             fields["input_tokens"], fields["output_tokens"] = tokens
         if self.ignored_fields:
             fields["ignored_fields"] = self.ignored_fields
-        if self.error is not None:
-            fields["error_code"] = self.error.code
-            fields["error_param"] = self.error.param
+        if self.error_code is not None:
+            fields["error_code"] = self.error_code
+            fields["error_param"] = self.error_param
         access_log.info("websocket turn", extra=fields)
 
 
@@ -469,7 +480,7 @@ class Connection:
 
     async def _take(self, text: str, size: int) -> None:
         """One client message: a create into its lane, a steer answered, an error frame."""
-        turn = _TurnRecord(self.connection_id)
+        turn = _TurnRecord(self.connection_id, self.principal.tenant_name)
         stream_id: str | None = None
         try:
             message = self._message(text)
@@ -602,7 +613,7 @@ class Connection:
         """One response (its events, or an error frame). Each is observed like an HTTP request:
         one access-log line and the same metrics. `committed`: the steering input `body`
         carries, handed back if no response is created."""
-        turn = _TurnRecord(self.connection_id, lane.stream_id)
+        turn = _TurnRecord(self.connection_id, self.principal.tenant_name, lane.stream_id)
         if successor:
             turn.kind = "response.create (steered successor)"
         previous = body.get("previous_response_id") if isinstance(body.get("previous_response_id"), str) else None
