@@ -320,7 +320,9 @@ class _Lane:
         # own next continuation of `prior` only: never another lane's, never another connection's.
         max_items = settings.GATEWAY_WS_PREFIX_CACHE_MAX_ITEMS
         self.converted = ConvertedPrefix(max_items) if max_items > 0 else None
-        self.evicted: set[str] = set()  # continuing from these again on this lane: not found
+        # Parents a continuation failed from on this lane: not taken from memory again here
+        # (a stored one is read from the database; a `store: false` one is gone).
+        self.evicted: set[str] = set()
         # Accepted steering input of a response that stopped for client tool output or an
         # approval: it goes first into this lane's continuation of that response.
         self.held: dict[str, list[Steer]] = {}
@@ -619,16 +621,13 @@ class Connection:
         previous = body.get("previous_response_id") if isinstance(body.get("previous_response_id"), str) else None
         queue: SteerQueue | None = None
         try:
-            if previous in lane.evicted:
-                raise InvalidRequest(
-                    f"Previous response with id '{previous}' not found: a continuation from it failed "
-                    "on this connection.",
-                    param="previous_response_id",
-                    code="previous_response_not_found",
-                )
+            # A parent this lane forgot (a continuation from it failed here) is not taken from
+            # memory: a stored one is read from the database as any id the connection does not
+            # hold, a `store: false` one is not found.
+            prior = None if previous in lane.evicted else self._prior_for(previous)
             # Streamed: the row is written at the start, so the response can be cancelled.
             req = parse_create_request({**body, "stream": True})
-            started = await start_response(self.principal, req, body, prior=self._prior_for(previous))
+            started = await start_response(self.principal, req, body, prior=prior)
             turn.model = req.model
             planned = started.request if isinstance(started, WorkerStarted) else started.job.request
             turn.ignored_fields = planned.ignored_fields
