@@ -25,7 +25,9 @@ def _lines(access_log: Lines, count: int) -> list[dict]:
 
 def _ended(events: list[dict]) -> bool:
     """A create's last frame: its terminal event, or the error frame of one that made no response."""
-    return bool(events) and (events[-1]["type"] in TERMINAL or (events[-1]["type"] == "error" and "status" in events[-1]))
+    return bool(events) and (
+        events[-1]["type"] in TERMINAL or (events[-1]["type"] == "error" and "status" in events[-1])
+    )
 
 
 def test_a_failed_turn_logs_its_error_code_and_tenant(
@@ -83,7 +85,11 @@ def test_a_stored_parent_a_failed_turn_evicted_is_loaded_from_storage(
         common = {"type": "response.create", "model": MODEL, "previous_response_id": first["id"], "tools": [tool]}
         send(ws, **common, input=[orphan], stream_id="agent")
         (refused,) = read_until(ws, lambda events: bool(events))
-        assert (refused["status"], refused["error"]["param"], refused["stream_id"]) == (400, "input[0].call_id", "agent")
+        assert (refused["status"], refused["error"]["param"], refused["stream_id"]) == (
+            400,
+            "input[0].call_id",
+            "agent",
+        )
         answer = {"type": "function_call_output", "call_id": "c1", "output": "found"}
         send(ws, **common, input=[answer], stream_id="agent")
         events = read_until(ws, _ended)
