@@ -548,7 +548,12 @@ class ResponseRun:
             self._end_call_span(self.error)
             tracing.end_response(self._span, self.response)
         latency_ms = int((time.monotonic() - self._started) * 1000)
-        await self.persistence.finish(self.response, upstream=self._upstream_label, latency_ms=latency_ms)
+        await self.persistence.finish(
+            self.response,
+            upstream=self._upstream_label,
+            latency_ms=latency_ms,
+            cache_write_1h_tokens=self.builder.usage.cache_write_1h_tokens,
+        )
 
     @property
     def _upstream_label(self) -> str:

@@ -281,6 +281,8 @@ def _usage(raw: Any) -> Usage | None:
         output_tokens=int(raw.get("completion_tokens") or 0),
         cached_tokens=int(prompt_details.get("cached_tokens") or 0),
         reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+        # OpenAI's `prompt_tokens_details.cache_write_tokens` (openai 3.x CompletionUsage), where sent.
+        cache_write_tokens=int(prompt_details.get("cache_write_tokens") or 0),
     )
 
 

@@ -187,11 +187,18 @@ def _parts(output: Any) -> Any:
 def usage_of(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
+    inputs = raw.get("input_tokens_details") or {}
+    buckets = inputs.get("cache_write_tokens_details") if isinstance(inputs, dict) else None
+    details = None
+    if isinstance(buckets, dict):  # the SDK's own buckets, passed on as the upstream counted them
+        details = (int(buckets.get("ttl_30m_tokens") or 0), int(buckets.get("ttl_12h_tokens") or 0))
     return Usage(
         input_tokens=int(raw.get("input_tokens") or 0),
         output_tokens=int(raw.get("output_tokens") or 0),
-        cached_tokens=int((raw.get("input_tokens_details") or {}).get("cached_tokens") or 0),
+        cached_tokens=int(inputs.get("cached_tokens") or 0),
         reasoning_tokens=int((raw.get("output_tokens_details") or {}).get("reasoning_tokens") or 0),
+        cache_write_tokens=int(inputs.get("cache_write_tokens") or 0),
+        cache_write_details=details,
     )
 
 
