@@ -124,7 +124,7 @@ def build_messages_request(
         body["max_tokens"] = max(body["max_tokens"], budget + 1024)
         body.pop("temperature", None)  # thinking allows no temperature other than the default
         body.pop("top_p", None)
-    tier = ANTHROPIC_SERVICE_TIERS.get(req.service_tier or "")
+    tier = _service_tier(req)
     if tier:
         body["service_tier"] = tier
     output_format = structured_output(req.text)
@@ -296,6 +296,16 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
         if part.get("prompt_cache_breakpoint"):
             blocks[-1]["cache_control"] = cache_control(part["prompt_cache_breakpoint"])
     return blocks
+
+
+def _service_tier(req: CreateRequest) -> str | None:
+    return ANTHROPIC_SERVICE_TIERS.get(req.service_tier or "")
+
+
+def applied_fields(req: CreateRequest) -> frozenset[str]:
+    """What this translation applies of the fields whose use depends on the request (the
+    table's REPORTED_FIELDS): `service_tier` where Anthropic has a counterpart of its value."""
+    return frozenset({"service_tier"}) if _service_tier(req) else frozenset()
 
 
 def _source(url: str) -> dict[str, Any]:

@@ -51,6 +51,16 @@ class ChatOptions:
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
+def applied_fields(req: CreateRequest, options: ChatOptions) -> frozenset[str]:
+    """What this translation applies of the fields whose use depends on the provider (the
+    table's REPORTED_FIELDS): the cache fields and `service_tier` where the provider takes
+    them, as `build_chat_request` sends them."""
+    applied = set(upstream_cache_fields(req)) if options.send_prompt_cache else set()
+    if options.send_service_tier and req.service_tier:
+        applied.add("service_tier")
+    return frozenset(applied)
+
+
 def _output_text(output: Any) -> str:
     if isinstance(output, str):
         return output

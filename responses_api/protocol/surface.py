@@ -132,6 +132,7 @@ SERVED, PASSED, ANNOUNCED, REFUSED, NOT_EMITTED = (
 # stands for the rest of it. A field name not here is accepted and announced (a newer SDK's).
 
 _NOT_SENT = "announced | echoed in the Response, sent to no upstream"
+_BY_PROVIDER_CACHE = "announced | sent where the provider's send_prompt_cache is on"
 # fmt: off
 REQUEST_FIELDS: dict[str, RequestField] = {
     "model": _all("translated:model | the route's upstream model"),
@@ -163,10 +164,10 @@ REQUEST_FIELDS: dict[str, RequestField] = {
     "text.verbosity": _all("announced", "no upstream is asked for a verbosity"),
     "user": _all(_NOT_SENT),
     "safety_identifier": _all(_NOT_SENT),
-    "prompt_cache_key": _field(_NOT_SENT, "sent", "translated:messages | cache_control marks (issue 36)"),
-    "service_tier": _field(_NOT_SENT, "sent", _NOT_SENT),
-    "prompt_cache_retention": _field("announced", "sent", "translated:messages | cache_control marks (issue 36)", "Chat Completions only by provider option"),
-    "prompt_cache_options": _field("announced", "sent", "announced", "Chat Completions only by provider option"),
+    "prompt_cache_key": _field(_BY_PROVIDER_CACHE, "sent", "translated:messages | cache_control marks (issue 36)"),
+    "service_tier": _field("announced | sent where the provider's send_service_tier is on", "sent", "translated:service_tier | auto, priority and fast as auto, default as standard_only; flex and scale have no counterpart: not sent, announced"),
+    "prompt_cache_retention": _field(_BY_PROVIDER_CACHE, "sent", "translated:messages | cache_control marks (issue 36)", "Chat Completions only by provider option"),
+    "prompt_cache_options": _field(_BY_PROVIDER_CACHE, "sent", "translated:messages | cache_control marks: where (mode) and how long (ttl)", "Chat Completions only by provider option"),
     "prompt_cache_options.prewarm": _all("gateway | true: no model call, as generate: false"),
     "context_management": _all("gateway | automatic compaction (issue 36)"),
     "prompt": _all("announced", "stored prompts live on OpenAI's platform"),
@@ -471,6 +472,35 @@ def unapplied_fields(candidates: tuple[str, ...], kinds: frozenset[str] | set[st
     if announced is None:
         announced = _announced_on[key] = frozenset().union(*(ANNOUNCED_FIELDS.get(kind, ()) for kind in key))
     return [name for name in candidates if name in announced or name not in REQUEST_FIELDS]
+
+
+# Fields whose use on an upstream kind depends on the request's value or the provider's options:
+# each target's translation reports whether it applies them (protocol/chat.py and anthropic.py,
+# `applied_fields`), and `ignored_fields` goes by that report instead of the table alone.
+REPORTED_FIELDS: dict[str, frozenset[str]] = {
+    "chat_completions": frozenset(
+        {"prompt_cache_key", "prompt_cache_retention", "prompt_cache_options", "service_tier"}
+    ),
+    "responses": frozenset(),
+    "anthropic": frozenset({"service_tier"}),
+}
+
+
+def ignored_fields(candidates: tuple[str, ...], reports: list[tuple[str, frozenset[str]]]) -> list[str]:
+    """Of a request's candidates, those that some target of its route does not apply (which one
+    answers is known only after the fallback): `reports` holds, per target, its kind and what its
+    translation reports it applies of that kind's REPORTED_FIELDS; the table says the rest."""
+    ignored = []
+    for name in candidates:
+        for kind, applied in reports:
+            if name in REPORTED_FIELDS[kind]:
+                unapplied = name not in applied
+            else:
+                unapplied = name in ANNOUNCED_FIELDS[kind] or name not in REQUEST_FIELDS
+            if unapplied:
+                ignored.append(name)
+                break
+    return ignored
 
 
 def refused_on_route(candidates: tuple[str, ...], kinds: frozenset[str] | set[str]) -> tuple[str, str] | None:
