@@ -33,6 +33,7 @@ class Treatment(StrEnum):
     ANNOUNCED = "announced"
     REFUSED = "refused"
     NOT_EMITTED = "not emitted"
+    ACCEPTED = "accepted"  # request headers: taken, never refused, not read, sent to no upstream
 
 
 class Handling(StrEnum):
@@ -177,6 +178,7 @@ REQUEST_FIELDS: dict[str, RequestField] = {
     "access_programs": _all("announced", "no access programs on this gateway"),
     "image": _all("announced", "no image context compression"),
     "client_metadata": _all("announced", "Codex's own field: logged by OpenAI, not here"),
+    "request_country": _all("announced", "Codex 0.171's own field (WebSocket `response.create`): the client's country, for OpenAI's routing; no use here"),
     "stream_id": _all("refused", "WebSocket-only: a lane of a WebSocket connection (served there), not part of POST /v1/responses"),
     "messages": _all("refused", "a Chat Completions field: the Responses API takes 'input'"),
     "max_tokens": _all("refused", "a Chat Completions field: the Responses API takes 'max_output_tokens'"),
@@ -364,6 +366,28 @@ SERVER_EVENTS: dict[str, Entry] = {
 }
 
 # -- the beta surface (`client.beta.responses`: `?beta=true`, `openai-beta: responses_multi_agent=v1`)
+# -- request headers clients send beside the body (HTTP, and the WebSocket handshake) --------
+# Codex 0.171's own headers: none changes what the gateway does, none is refused, and none is
+# sent to an upstream (a gateway builds its own upstream requests).
+_CODEX = "Codex's own header: accepted, not read, sent to no upstream"
+CLIENT_HEADERS: dict[str, Entry] = {
+    "session_id": _e(Treatment.ACCEPTED, _CODEX),
+    "originator": _e(Treatment.ACCEPTED, _CODEX),
+    "version": _e(Treatment.ACCEPTED, _CODEX),
+    "x-openai-subagent": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-window-id": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-parent-thread-id": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-installation-id": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-turn-metadata": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-turn-state": _e(Treatment.ACCEPTED, f"{_CODEX}; OpenAI's sticky routing, which one gateway process needs not"),
+    "x-codex-root-turn-id": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-inference-call-id": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-routing-hint": _e(Treatment.ACCEPTED, f"{_CODEX}; routing is the gateway's own (model routes)"),
+    "x-codex-beta-features": _e(Treatment.ACCEPTED, f"{_CODEX}; the features it names are served or not as the fields they send are"),
+    "x-codex-cyber-access-program": _e(Treatment.ACCEPTED, f"{_CODEX}; as the `access_programs` field, no access programs here"),
+    "x-codex-image-turn-id": _e(Treatment.ACCEPTED, _CODEX),
+}
+
 BETA = _e(REFUSED, "multi-agent responses are not served: a 400 naming 'beta'")
 BETA_MESSAGE = (
     "The beta Responses surface ('?beta=true', 'openai-beta: responses_multi_agent=v1': multi-agent "
@@ -583,6 +607,7 @@ def markdown_tables() -> str:
         ("Input item types (`input[].type`)", INPUT_ITEM_TYPES),
         ("Output item types", OUTPUT_ITEM_TYPES),
         ("WebSocket client messages", CLIENT_EVENTS),
+        ("Client request headers", CLIENT_HEADERS),
         ("Server events (SSE and WebSocket)", SERVER_EVENTS),
     ):
         out += ["", f"#### {title}", "", "| type | treatment | note |", "|---|---|---|"]

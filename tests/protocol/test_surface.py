@@ -200,6 +200,7 @@ SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "access_programs": ({"cyber": "standard"}, {}),
     "image": ({"context_compression": "auto"}, {}),
     "client_metadata": ({"x-codex-turn": "1"}, {}),
+    "request_country": ("US", {}),
     "stream_id": ("lane-1", {}),
     "messages": ([{"role": "user", "content": "hi"}], {}),
     "max_tokens": (77, {}),
