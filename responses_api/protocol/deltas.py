@@ -98,13 +98,49 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class ResponseFields:
+    """Fields of the upstream's own Response passed on as it reported them (a native Responses
+    upstream's `prompt_cache_diagnostics` and `tool_usage`)."""
+
+    fields: dict
+
+
+# The upstream Response fields passed on (ResponseFields).
+PASSED_RESPONSE_FIELDS = ("prompt_cache_diagnostics", "tool_usage")
+
+
+def add_counts(a: dict, b: dict) -> dict:
+    """Two usage objects of nested counts (`tool_usage`) added key by key."""
+    out = dict(a)
+    for key, value in b.items():
+        mine = out.get(key)
+        if isinstance(value, dict) and isinstance(mine, dict):
+            out[key] = add_counts(mine, value)
+        elif isinstance(value, int) and isinstance(mine, int) and not isinstance(value, bool):
+            out[key] = mine + value
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     """The upstream's finish reason, already mapped: stop | length | content_filter | tool_calls."""
 
     reason: str
 
 
-Delta = TextDelta | RefusalDelta | ReasoningDelta | ReasoningSignature | ToolCallDelta | OutputItem | Usage | Finish
+Delta = (
+    TextDelta
+    | RefusalDelta
+    | ReasoningDelta
+    | ReasoningSignature
+    | ToolCallDelta
+    | OutputItem
+    | Usage
+    | ResponseFields
+    | Finish
+)
 
 
 class UpstreamFailed(Exception):

@@ -16,11 +16,13 @@ from typing import Any
 from .caching import upstream_cache_fields
 from .client_tools import CALL_ITEM_KIND, HOSTED_ITEM_TYPES, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
+    PASSED_RESPONSE_FIELDS,
     Delta,
     Finish,
     OutputItem,
     ReasoningDelta,
     RefusalDelta,
+    ResponseFields,
     TextDelta,
     ToolCallDelta,
     UpstreamFailed,
@@ -250,7 +252,7 @@ class EventDecoder:
             response = event.get("response") or {}
             usage = usage_of(response.get("usage"))
             deltas: list[Delta] = [usage] if usage else []
-            return [*deltas, Finish(finish_of(response, bool(self._calls)))]
+            return [*deltas, *passed_fields(response), Finish(finish_of(response, bool(self._calls)))]
         if kind == "response.failed":
             error = (event.get("response") or {}).get("error") or {}
             raise UpstreamFailed(str(error.get("code") or "upstream_error"), str(error.get("message") or "failed"))
@@ -290,4 +292,10 @@ def response_to_deltas(response: dict[str, Any]) -> list[Delta]:
         elif kind in HOSTED_ITEM_TYPES:
             deltas.append(OutputItem(item))
     usage = usage_of(response.get("usage"))
-    return deltas + ([usage] if usage else []) + [Finish(finish_of(response, calls > 0))]
+    return deltas + ([usage] if usage else []) + passed_fields(response) + [Finish(finish_of(response, calls > 0))]
+
+
+def passed_fields(response: dict[str, Any]) -> list[Delta]:
+    """The upstream Response's fields the gateway passes on as they are, where it sent any."""
+    fields = {name: response[name] for name in PASSED_RESPONSE_FIELDS if isinstance(response.get(name), dict)}
+    return [ResponseFields(fields)] if fields else []

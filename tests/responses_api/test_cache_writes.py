@@ -102,3 +102,26 @@ def test_chat_completions_cache_writes_are_counted(gateway: Gateway, scripted: S
     scripted.set_default(MODEL, Reply(text="ok", usage=usage))
     response = gateway.openai().responses.create(model=MODEL, input="hi")
     assert response.usage is not None and response.usage.input_tokens_details.cache_write_tokens == 20
+
+
+def test_a_native_upstreams_cache_diagnostics_and_tool_usage_are_passed_on(
+    native: Gateway,  # noqa: F811 - the fixture
+    scripted: ScriptedUpstream,
+) -> None:
+    """openai 3.4x's `prompt_cache_diagnostics` and `tool_usage`, as a native Responses upstream
+    reports them, reach the client (streamed and not); a response without them has neither."""
+    diagnostics = {"type": "cache_miss", "reason": "tools_changed", "cache_missed_tokens": 120}
+    usage = {"web_search": {"num_requests": 2}}
+    fields = {"prompt_cache_diagnostics": diagnostics, "tool_usage": usage}
+    scripted.enqueue("up-native", Reply(text="ok", response_fields=fields), Reply(text="ok", response_fields=fields))
+    response = native.openai().responses.create(model=NATIVE, input="hi")
+    assert response.prompt_cache_diagnostics is not None and response.prompt_cache_diagnostics.type == "cache_miss"
+    assert response.tool_usage is not None and response.tool_usage.web_search is not None
+    assert response.tool_usage.web_search.num_requests == 2
+    with native.http() as http:
+        raw = http.post("/v1/responses", json={"model": NATIVE, "input": "hi", "stream": True}).content
+    final = validate_sse(raw)
+    assert (final["prompt_cache_diagnostics"], final["tool_usage"]) == (diagnostics, usage)
+    scripted.enqueue("up-native", Reply(text="plain"))
+    plain = native.openai().responses.create(model=NATIVE, input="hi")
+    assert plain.prompt_cache_diagnostics is None and plain.tool_usage is None
