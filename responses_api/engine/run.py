@@ -24,7 +24,7 @@ from ..protocol.prefix import ConvertedPrefix
 from ..protocol.response import response_object
 from ..protocol.tools import Tool, allowed_tool_names
 from ..store.sealing import reasoning_sealer, signed_reasoning_sealer
-from ..upstreams import UpstreamCall, UpstreamRequest, delta_batches, open_call
+from ..upstreams import UpstreamCall, UpstreamRequest, delta_batches, open_call, withheld_reasoning
 from . import tracing
 from .autocompact import AutoCompaction, compact_then_open, compaction_events
 from .context import collect_summary, compaction_opener, compaction_request, fit_context, model_items
@@ -186,12 +186,14 @@ class ResponseRun:
 
         async def open_one(target: Target) -> UpstreamCall:
             span = tracing.model_call_span(self._span, target, self.job.request)
+            request = self._upstream_request()
             try:
-                call = await self._open_upstream(target, self._upstream_request())
+                call = await self._open_upstream(target, request)
             except BaseException as exc:
                 tracing.end_model_call(span, error=exc)
                 raise
             spans[target.label] = span
+            self.builder.withheld_reasoning(withheld_reasoning(target, request))
             return call
 
         def failed(target: Target, exc: GatewayError) -> None:

@@ -61,6 +61,14 @@ def applied_fields(req: CreateRequest, options: ChatOptions) -> frozenset[str]:
     return frozenset(applied)
 
 
+def reasoning_text(item: dict[str, Any]) -> str:
+    """A reasoning item's text as `send_reasoning` gives it back (its reasoning text, else its
+    summary); empty: the item is not sent."""
+    return "".join(
+        p.get("text", "") for p in item.get("content") or [] if p.get("type") == "reasoning_text"
+    ) or "".join(p.get("text", "") for p in item.get("summary") or [])
+
+
 def _output_text(output: Any) -> str:
     if isinstance(output, str):
         return output
@@ -172,9 +180,7 @@ class ChatConversion:
                 if image:  # tool messages carry text only: the screenshot follows as the user's image
                     messages.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]})
             elif kind == "reasoning" and options.send_reasoning:
-                text = "".join(
-                    p.get("text", "") for p in item.get("content") or [] if p.get("type") == "reasoning_text"
-                ) or "".join(p.get("text", "") for p in item.get("summary") or [])
+                text = reasoning_text(item)
                 if text:
                     pending_reasoning.append(text)
                     continue

@@ -100,6 +100,8 @@ class EventBuilder:
         # What the response says beside `usage`: an upstream's `prompt_cache_diagnostics` (its
         # last call's) and `tool_usage` (every call's, added to the gateway's served tools').
         self.passed: dict[str, Any] = {}
+        # Reasoning items of the context a model call was not given (input_transformations).
+        self._withheld: dict[str, None] = {}
         self.finish_reason: str | None = None
         self._content_item: _OpenItem | None = None  # the open message or reasoning item
         self._calls: dict[int, _OpenItem] = {}  # open function calls by upstream index
@@ -633,6 +635,11 @@ class EventBuilder:
         item["status"] = "failed" if error else "completed"
         return self._close_running(item, f"response.mcp_call.{item['status']}")
 
+    def withheld_reasoning(self, item_ids: list[str]) -> None:
+        """A model call was not given these reasoning items (upstreams.withheld_reasoning)."""
+        for item_id in item_ids:
+            self._withheld[item_id] = None
+
     def finish_hosted_call(self, item: dict[str, Any], output: str | None) -> list[Event]:
         """A served hosted tool returned (`output`), or did not run (None: failed)."""
         self.hosted_outputs[item["id"]]["output"] = output if output is not None else "The tool did not run."
@@ -709,6 +716,12 @@ class EventBuilder:
         reason = incomplete_reason or INCOMPLETE_REASONS.get(self.finish_reason or "")
         self.response["usage"] = self.usage.as_dict()
         self.response.update(self.passed)
+        if self._withheld:
+            self.response["input_transformations"] = [
+                # The SDK's nearest reason: the upstream is not given reasoning it cannot take as its own.
+                {"id": item_id, "type": "reasoning", "action": "removed", "reason": "model_mismatch"}
+                for item_id in self._withheld
+            ]
         if reason:
             self.response["status"] = "incomplete"
             self.response["incomplete_details"] = {"reason": reason}
