@@ -224,10 +224,10 @@ CHAT_FIELDS: dict[str, RequestField] = {
     "safety_identifier": _field("sent", "announced", "announced", "not translated"),
     "metadata": _field("sent", "announced", "announced", "not translated"),
     "store": _field("sent", "announced", "announced", "not translated"),
-    "service_tier": _field("sent", "sent", "announced", "not translated for Anthropic"),
+    "service_tier": _field("sent", "sent", "translated:service_tier | auto, priority and fast as auto, default as standard_only; flex and scale have no counterpart: not sent, announced"),
     "verbosity": _field("sent", "announced", "announced", "not translated"),
     "prompt_cache_key": _field("sent", "sent", "translated:messages | cache_control marks"),
-    "prompt_cache_options": _field("sent", "sent", "announced", "not translated for Anthropic"),
+    "prompt_cache_options": _field("sent", "sent", "translated:messages | cache_control marks: where (mode) and how long (ttl)"),
     "prompt_cache_retention": _field("sent", "sent", "translated:messages | cache_control marks"),
     "moderation": _field("sent", "announced", "announced", "not translated"),
 }
@@ -541,11 +541,17 @@ def refused_on_route(candidates: tuple[str, ...], kinds: frozenset[str] | set[st
 _announced_on: dict[frozenset[str], frozenset[str]] = {}
 
 
-def unapplied_chat_fields(body: dict[str, Any], kind: str) -> list[str]:
-    """The fields of a `/v1/chat/completions` body that a target of this kind does not apply."""
+def unapplied_chat_fields(body: dict[str, Any], kind: str, applied: frozenset[str] | None = None) -> list[str]:
+    """The fields of a `/v1/chat/completions` body that a target of this kind does not apply
+    (translated for it: `applied`, what its translation reports it applies of REPORTED_FIELDS)."""
     announced = ANNOUNCED_CHAT_FIELDS[kind]
+    reported = REPORTED_FIELDS[kind] if applied is not None and kind != "chat_completions" else frozenset()
+    used = applied or frozenset()
     return [
-        name for name, value in body.items() if value is not None and (name in announced or name not in CHAT_FIELDS)
+        name
+        for name, value in body.items()
+        if value is not None
+        and ((name not in used) if name in reported else (name in announced or name not in CHAT_FIELDS))
     ]
 
 

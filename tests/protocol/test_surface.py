@@ -383,10 +383,10 @@ CHAT_SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "safety_identifier": ("s1", {}),
     "metadata": ({"a": "b"}, {}),
     "store": (True, {}),
-    "service_tier": ("flex", {}),
+    "service_tier": ("priority", {}),
     "verbosity": ("low", {}),
     "prompt_cache_key": ("k1", {}),
-    "prompt_cache_options": ({"mode": "explicit"}, {}),
+    "prompt_cache_options": ({"mode": "implicit", "ttl": "30m"}, {}),
     "prompt_cache_retention": ("24h", {}),
     "moderation": ({"model": "omni-moderation-latest"}, {}),
 }
@@ -418,6 +418,18 @@ def test_each_chat_field_does_on_each_translated_kind_what_the_table_says(kind: 
     without, with_ = _build(kind, chat_to_responses_body(base)), _build(kind, chat_to_responses_body(sent))
     _check_difference(dialect, name, value, without, with_)
     assert (name in surface.unapplied_chat_fields(sent, kind)) is (dialect.handling is Handling.ANNOUNCED)
+
+
+@pytest.mark.parametrize("tier", ["auto", "default", "flex", "scale", "priority"])
+def test_a_chat_requests_service_tier_on_anthropic_is_named_ignored_only_when_not_sent(tier: str) -> None:
+    """/v1/chat/completions on an Anthropic route: `service_tier` is sent where Anthropic has a
+    counterpart, and named in x-gateway-ignored-fields exactly when it is not."""
+    base = {"model": "route", "messages": [{"role": "user", "content": "hi"}]}
+    sent = {**base, "service_tier": tier}
+    req = parse_create_request(chat_to_responses_body(sent))
+    changed = _build("anthropic", chat_to_responses_body(sent)) != _build("anthropic", chat_to_responses_body(base))
+    ignored = surface.unapplied_chat_fields(sent, "anthropic", anthropic.applied_fields(req))
+    assert ("service_tier" in ignored) is not changed
 
 
 # -- tools, items, events ------------------------------------------------------------------------
