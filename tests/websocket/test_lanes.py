@@ -275,3 +275,4 @@ def test_every_refusal_frame_names_the_lane_of_the_create_it_refused(
         send(ws, type="response.create", model=MODEL, input="x", stream_id="running")
         full = refusal(ws)
         assert (full["error"]["code"], full["stream_id"]) == ("websocket_queue_full", "running")
+        read_until(ws, terminals(1))  # the running response ends before the socket closes
