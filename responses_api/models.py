@@ -443,7 +443,8 @@ class Response(models.Model):
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
     cached_tokens = models.PositiveIntegerField(null=True, blank=True)
-    # Cache writes (part of input_tokens, as cached_tokens is): all of them, and the 1-hour part.
+    # Input tokens written to the prompt cache, and of those the ones written for one hour
+    # (Anthropic prices 5-minute and 1-hour writes apart).
     cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
     cache_write_1h_tokens = models.PositiveIntegerField(null=True, blank=True)
     reasoning_tokens = models.PositiveIntegerField(null=True, blank=True)
@@ -547,6 +548,7 @@ class UsageRecord(models.Model):
     status = models.PositiveSmallIntegerField(help_text="The HTTP status the client got.")
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # Of the input tokens: read from the prompt cache, written to it, and written for one hour.
     cached_tokens = models.PositiveIntegerField(null=True, blank=True)
     cache_write_tokens = models.PositiveIntegerField(null=True, blank=True)
     cache_write_1h_tokens = models.PositiveIntegerField(null=True, blank=True)

@@ -24,9 +24,9 @@ from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat
 from ..protocol.errors import GatewayError, InvalidRequest, ProviderMisconfigured
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
-from ..protocol.surface import unapplied_chat_fields
+from ..protocol.surface import REPORTED_FIELDS, unapplied_chat_fields
 from ..store.usage import usage_writer
-from ..upstreams import UpstreamRequest, open_call
+from ..upstreams import UpstreamRequest, applied_fields, open_call
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
 from .drf import ApiRequest, ApiView
 from .exception_handlers import json_response
@@ -255,8 +255,13 @@ async def _translated(
 
 
 def _announce(response: HttpResponseBase, body: dict[str, Any], target: Any) -> HttpResponseBase:
-    """Name the fields this target's kind accepted without applying (protocol/surface.py)."""
-    ignored = unapplied_chat_fields(body, target.provider.kind)
+    """Name the fields this target's kind accepted without applying (protocol/surface.py); of
+    those whose use depends on their value, what its translation reports."""
+    kind = target.provider.kind
+    applied = None
+    if REPORTED_FIELDS[kind] & body.keys():
+        _, applied = applied_fields(target, parse_create_request(chat_to_responses_body(body)))
+    ignored = unapplied_chat_fields(body, kind, applied)
     if ignored:
         response["x-gateway-ignored-fields"] = ",".join(ignored)
     return response

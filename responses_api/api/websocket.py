@@ -96,10 +96,33 @@ STEER = "response.steer"
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 # A lane's name (the openai SDK's lanes check the same before sending).
 STREAM_ID = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+# What follows a `"stream_id"` key in a message read without parsing it (peek_stream_id).
+_KEY_COLON = re.compile(r"\s*:")
+_STREAM_ID_VALUE = re.compile(r'\s*:\s*(?:null|"([A-Za-z0-9_.-]{1,256})")\s*[,}]')
 # Ended responses a steer may still name, to say why it is too late (not "not found").
 ENDED_REMEMBERED = 256
 
 _open_per_key: Counter[int] = Counter()
+
+
+def peek_stream_id(text: str) -> tuple[str | None, bool]:
+    """The `stream_id` of a message not parsed (refused as too many, too large or not JSON),
+    found by scanning for its key: (the id or None for the default lane, whether it could be
+    read). Unreadable when a `"stream_id"` key holds no valid id, or several name different ones
+    (one may be nested, say in `metadata`: which is the message's own is not told unparsed)."""
+    found: set[str | None] = set()
+    at = text.find('"stream_id"')
+    while at != -1:
+        end = at + len('"stream_id"')
+        if _KEY_COLON.match(text, end):  # a key, not a string value
+            value = _STREAM_ID_VALUE.match(text, end)
+            if value is None or len(found) > 8:
+                return None, False
+            found.add(value.group(1))
+        at = text.find('"stream_id"', end)
+    if len(found) > 1:
+        return None, False
+    return (found.pop() if found else None), True
 
 
 class _Closed(Exception):
@@ -118,6 +141,7 @@ class _TurnRecord:
 
     __slots__ = (
         "connection_id",
+        "tenant",
         "stream_id",
         "started",
         "first_event",
@@ -127,12 +151,14 @@ class _TurnRecord:
         "status",
         "state",
         "usage",
-        "error",
+        "error_code",
+        "error_param",
         "ignored_fields",
     )
 
-    def __init__(self, connection_id: str, stream_id: str | None = None) -> None:
+    def __init__(self, connection_id: str, tenant: str, stream_id: str | None = None) -> None:
         self.connection_id = connection_id
+        self.tenant = tenant  # as HTTP's line names the key's tenant
         self.stream_id = stream_id
         self.started = time.monotonic()
         self.first_event: float | None = None
@@ -142,7 +168,8 @@ class _TurnRecord:
         self.status = 200
         self.state: str | None = None  # the response's final status
         self.usage: dict[str, Any] = {}
-        self.error: GatewayError | None = None
+        self.error_code: str | None = None
+        self.error_param: str | None = None
         # Request fields accepted but not applied (HTTP names them in x-gateway-ignored-fields;
         # a WebSocket turn has no headers, so its access-log line does).
         self.ignored_fields: list[str] = []
@@ -156,10 +183,16 @@ class _TurnRecord:
             if event["type"] in TERMINAL:
                 self.state = response["status"]
                 self.usage = response.get("usage") or {}
+                failure = response.get("error")
+                if failure and self.error_code is None:  # why it failed, as HTTP's line says
+                    self.error_code = failure.get("code")
+        elif event["type"] == "error":  # a streamed failure's error event (a worker's log)
+            self.error_code = event.get("code")
+            self.error_param = event.get("param")
 
     def fail(self, error: GatewayError) -> None:
         self.status = error.status
-        self.error = error
+        self.error_code, self.error_param = error.code, error.param
 
     def log(self) -> None:
         elapsed = time.monotonic() - self.started
@@ -175,6 +208,7 @@ class _TurnRecord:
             "status": self.status,
             "latency_ms": round(elapsed * 1000, 2),
             "first_byte_ms": round(first_byte * 1000, 2) if first_byte is not None else None,
+            "tenant": self.tenant,
         }
         if self.stream_id is not None:
             fields["stream_id"] = self.stream_id
@@ -187,9 +221,9 @@ class _TurnRecord:
             fields["input_tokens"], fields["output_tokens"] = tokens
         if self.ignored_fields:
             fields["ignored_fields"] = self.ignored_fields
-        if self.error is not None:
-            fields["error_code"] = self.error.code
-            fields["error_param"] = self.error.param
+        if self.error_code is not None:
+            fields["error_code"] = self.error_code
+            fields["error_param"] = self.error_param
         access_log.info("websocket turn", extra=fields)
 
 
@@ -298,31 +332,39 @@ class _Lane:
     """One `stream_id` of a connection (None: the default lane): its creates run first in,
     first out, each after the one before ended; it remembers its most recent response."""
 
-    __slots__ = ("stream_id", "waiting", "task", "prior", "evicted", "held", "converted")
+    __slots__ = ("stream_id", "waiting", "task", "prior", "evicted", "held", "converted", "granted", "ready")
 
     def __init__(self, stream_id: str | None) -> None:
         self.stream_id = stream_id
         self.waiting: deque[_Create] = deque()
         self.task: asyncio.Task[None] | None = None
+        # Holds one of the connection's GATEWAY_WS_MAX_ACTIVE_RESPONSES slots for its head create;
+        # `ready` is set when a slot it waited for is given to it.
+        self.granted = False
+        self.ready: asyncio.Future[None] | None = None
         self.prior: PriorContext | None = None  # its most recent response, for continuations
         # Its last model call's context in the upstream's dialect (protocol/prefix.py), for its
         # own next continuation of `prior` only: never another lane's, never another connection's.
         max_items = settings.GATEWAY_WS_PREFIX_CACHE_MAX_ITEMS
         self.converted = ConvertedPrefix(max_items) if max_items > 0 else None
-        self.evicted: set[str] = set()  # continuing from these again on this lane: not found
+        # Parents a continuation failed from on this lane: not taken from memory again here
+        # (a stored one is read from the database; a `store: false` one is gone).
+        self.evicted: set[str] = set()
         # Accepted steering input of a response that stopped for client tool output or an
         # approval: it goes first into this lane's continuation of that response.
         self.held: dict[str, list[Steer]] = {}
 
 
 class _Create:
-    """A `response.create` waiting in its lane (counted in the connection's inbox bounds)."""
+    """A `response.create` in its lane; `queued` while it counts in the connection's queue bounds
+    (it cannot start yet: behind another create of its lane, or waiting for a slot)."""
 
-    __slots__ = ("body", "size")
+    __slots__ = ("body", "size", "queued")
 
     def __init__(self, body: dict[str, Any], size: int) -> None:
         self.body = body
         self.size = size
+        self.queued = False
 
 
 class Connection:
@@ -335,8 +377,11 @@ class Connection:
         self._last_activity = self.opened  # the last message, or the end of the last turn
         self._lanes: dict[str | None, _Lane] = {None: _Lane(None)}
         self._named = 0  # distinct named lanes so far (GATEWAY_WS_MAX_STREAMS: never released)
-        self._active = asyncio.Semaphore(settings.GATEWAY_WS_MAX_ACTIVE_RESPONSES)
-        self._queued_messages = 0  # creates waiting in their lanes, across lanes
+        # Slots for responses running at once, given out as each create is read (not when its
+        # lane's task gets to run: a burst read before any lane started would count as queued).
+        self._free_slots = settings.GATEWAY_WS_MAX_ACTIVE_RESPONSES
+        self._wanting: deque[_Lane] = deque()  # lanes whose head create waits for a slot, in order
+        self._queued_messages = 0  # creates that cannot start yet, across lanes
         self._queued_bytes = 0
         self._steer_bytes = 0  # steering input accepted and not yet committed or returned
         # Responses of this connection a steer may name: running, and recently ended.
@@ -447,30 +492,49 @@ class Connection:
                 raw = message.get("bytes")
                 text = raw.decode("utf-8", "replace") if raw is not None else ""
             size = len(message.get("text") or message.get("bytes") or b"")
-            if self._queued_messages and (
-                self._queued_messages >= settings.GATEWAY_WS_MAX_QUEUED_MESSAGES
-                or self._queued_bytes + size > settings.GATEWAY_WS_MAX_QUEUED_BYTES
-            ):
-                await self._refuse_queued(size)
-                continue
+            if self._queue_full(size):
+                # Refused unparsed (a flood costs no parsing), on the lane its stream_id names:
+                # read cheaply, it also tells a create that could start at once (never refused
+                # as queued) and one past the lane limit (refused as that).
+                stream_id, readable = peek_stream_id(text)
+                if not readable or self._would_wait(stream_id):
+                    with contextlib.suppress(_Closed):
+                        error = self._new_lane_refused(stream_id) if readable else None
+                        error = error or self._queue_full_error(size, readable)
+                        await self._emit(error_envelope(error, stream_id))
+                    continue
             with contextlib.suppress(_Closed):
                 await self._take(text, size)
 
-    async def _refuse_queued(self, size: int) -> None:
-        error = RateLimited(
+    def _queue_full(self, size: int) -> bool:
+        return bool(self._queued_messages) and (
+            self._queued_messages >= settings.GATEWAY_WS_MAX_QUEUED_MESSAGES
+            or self._queued_bytes + size > settings.GATEWAY_WS_MAX_QUEUED_BYTES
+        )
+
+    def _would_wait(self, stream_id: str | None) -> bool:
+        """Whether a create on this lane would be queued: behind another create of its lane, or
+        with no slot free."""
+        lane = self._lanes.get(stream_id)
+        if lane is not None and (lane.task is not None or lane.waiting):
+            return True
+        return self._free_slots <= 0 or bool(self._wanting) or self._draining.is_set()
+
+    def _queue_full_error(self, size: int, readable: bool = True) -> GatewayError:
+        unread = "" if readable else " (its stream_id could not be read without parsing it)"
+        return RateLimited(
             f"Too many messages wait on this connection ({self._queued_messages} messages, {self._queued_bytes} "
             f"bytes; at most {settings.GATEWAY_WS_MAX_QUEUED_MESSAGES} and {settings.GATEWAY_WS_MAX_QUEUED_BYTES} "
-            f"bytes): this one ({size} bytes) was dropped. Send the next when a response has ended.",
+            f"bytes): this one ({size} bytes) was dropped{unread}. Send the next when a response has ended.",
             code="websocket_queue_full",
             headers={"Retry-After": "1"},
         )
-        with contextlib.suppress(_Closed):
-            await self._emit(error_envelope(error))
 
     async def _take(self, text: str, size: int) -> None:
         """One client message: a create into its lane, a steer answered, an error frame."""
-        turn = _TurnRecord(self.connection_id)
+        turn = _TurnRecord(self.connection_id, self.principal.tenant_name)
         stream_id: str | None = None
+        parsed = False
         try:
             message = self._message(text)
             if message.get("type") == STEER:
@@ -479,7 +543,14 @@ class Connection:
                 turn.log()
                 return
             stream_id = self._stream_id(message)
+            parsed = True
             body = self._create_body(message)
+            refused = self._new_lane_refused(stream_id)
+            if refused is not None:
+                raise refused
+            waits = self._would_wait(stream_id)
+            if waits and self._queue_full(size):
+                raise self._queue_full_error(size)
             lane = self._lane_for(stream_id)
         except _Closed:
             raise
@@ -487,14 +558,27 @@ class Connection:
             error = exc if isinstance(exc, GatewayError) else ServerError("The gateway failed to read this message.")
             if not isinstance(exc, GatewayError):
                 log.exception("websocket message failed")
+            if not parsed:  # not read as JSON (too large, malformed): its lane, if it can be told
+                stream_id, readable = peek_stream_id(text)
+                if not readable:
+                    error.message += " (Its stream_id could not be read.)"
+            turn.stream_id = stream_id
             turn.fail(error)
             turn.log()
             await self._emit(error_envelope(error, stream_id))
             return
-        lane.waiting.append(_Create(body, size))
-        self._queued_messages += 1
-        self._queued_bytes += size
+        create = _Create(body, size)
+        lane.waiting.append(create)
+        if waits:
+            create.queued = True
+            self._queued_messages += 1
+            self._queued_bytes += size
         if lane.task is None and not self._draining.is_set():
+            if waits:
+                self._want(lane)
+            else:
+                self._free_slots -= 1
+                lane.granted = True
             lane.task = asyncio.ensure_future(self._run_lane(lane))
 
     def _stream_id(self, message: dict[str, Any]) -> str | None:
@@ -509,38 +593,74 @@ class Connection:
             )
         return stream_id
 
+    def _new_lane_refused(self, stream_id: str | None) -> GatewayError | None:
+        """The refusal of a create that would open a named lane past GATEWAY_WS_MAX_STREAMS."""
+        limit = settings.GATEWAY_WS_MAX_STREAMS
+        if stream_id in self._lanes or self._named < limit:
+            return None
+        return InvalidRequest(
+            f"This connection already used {limit} stream_ids: reuse one, or open a new connection.",
+            param="stream_id",
+            code="websocket_stream_limit_reached",
+        )
+
     def _lane_for(self, stream_id: str | None) -> _Lane:
         lane = self._lanes.get(stream_id)
         if lane is not None:
             return lane
-        limit = settings.GATEWAY_WS_MAX_STREAMS
-        if self._named >= limit:
-            raise InvalidRequest(
-                f"This connection already used {limit} stream_ids: reuse one, or open a new connection.",
-                param="stream_id",
-                code="websocket_stream_limit_reached",
-            )
         self._named += 1
         lane = self._lanes[stream_id] = _Lane(stream_id)
         return lane
 
+    def _want(self, lane: _Lane) -> None:
+        """The lane's head create waits for a slot (after those that waited before it)."""
+        lane.ready = asyncio.get_running_loop().create_future()
+        self._wanting.append(lane)
+
+    def _give_back(self, lane: _Lane, again: bool) -> None:
+        """The lane's response ended: its slot goes to the lane that waited longest (the lane
+        itself, if `again` and none waits)."""
+        lane.granted = False
+        self._free_slots += 1
+        if again:
+            self._want(lane)
+        while self._free_slots > 0 and self._wanting:
+            waiting = self._wanting.popleft()
+            self._free_slots -= 1
+            waiting.granted = True
+            head = waiting.waiting[0] if waiting.waiting else None
+            if head is not None and head.queued:  # about to start: no longer queued
+                head.queued = False
+                self._queued_messages -= 1
+                self._queued_bytes -= head.size
+            if waiting.ready is not None and not waiting.ready.done():
+                waiting.ready.set_result(None)
+
     async def _run_lane(self, lane: _Lane) -> None:
         """The lane's creates, one after the other; at most GATEWAY_WS_MAX_ACTIVE_RESPONSES of
-        the connection's responses run at once (the others wait, still counted as queued)."""
+        the connection's responses run at once (the others wait for a slot, counted as queued)."""
         try:
             while lane.waiting and not self._closed.is_set() and not self._draining.is_set():
-                async with self._active:
-                    if self._closed.is_set():  # closed while this lane waited for a slot
+                if not lane.granted:
+                    assert lane.ready is not None
+                    await lane.ready
+                    if self._closed.is_set() or self._draining.is_set():  # while it waited for a slot
                         return
-                    create = lane.waiting.popleft()
-                    self._queued_messages -= 1
-                    self._queued_bytes -= create.size
+                create = lane.waiting.popleft()
+                try:
                     await self._respond(lane, create.body)
+                finally:
+                    again = bool(lane.waiting) and not self._closed.is_set() and not self._draining.is_set()
+                    self._give_back(lane, again)
         except _Closed:
             pass
         except Exception:  # a bug: the lane stops (its turn already answered or logged)
             log.exception("websocket lane failed")
         finally:
+            if lane.granted:
+                self._give_back(lane, again=False)
+            with contextlib.suppress(ValueError):
+                self._wanting.remove(lane)
             lane.task = None
             self._touch()
 
@@ -602,22 +722,19 @@ class Connection:
         """One response (its events, or an error frame). Each is observed like an HTTP request:
         one access-log line and the same metrics. `committed`: the steering input `body`
         carries, handed back if no response is created."""
-        turn = _TurnRecord(self.connection_id, lane.stream_id)
+        turn = _TurnRecord(self.connection_id, self.principal.tenant_name, lane.stream_id)
         if successor:
             turn.kind = "response.create (steered successor)"
         previous = body.get("previous_response_id") if isinstance(body.get("previous_response_id"), str) else None
         queue: SteerQueue | None = None
         try:
-            if previous in lane.evicted:
-                raise InvalidRequest(
-                    f"Previous response with id '{previous}' not found: a continuation from it failed "
-                    "on this connection.",
-                    param="previous_response_id",
-                    code="previous_response_not_found",
-                )
+            # A parent this lane forgot (a continuation from it failed here) is not taken from
+            # memory: a stored one is read from the database as any id the connection does not
+            # hold, a `store: false` one is not found.
+            prior = None if previous in lane.evicted else self._prior_for(previous)
             # Streamed: the row is written at the start, so the response can be cancelled.
             req = parse_create_request({**body, "stream": True})
-            started = await start_response(self.principal, req, body, prior=self._prior_for(previous))
+            started = await start_response(self.principal, req, body, prior=prior)
             turn.model = req.model
             planned = started.request if isinstance(started, WorkerStarted) else started.job.request
             turn.ignored_fields = planned.ignored_fields

@@ -38,7 +38,12 @@ class Persistence(Protocol):
         """Make the running response visible (where it is stored at all)."""
         ...
 
-    async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None: ...
+    async def finish(
+        self, response: dict[str, Any], *, upstream: str, latency_ms: int, cache_write_1h_tokens: int = 0
+    ) -> None:
+        """Store the ended response (`cache_write_1h_tokens`: the 1-hour part of its cache
+        writes, which its public usage does not show)."""
+        ...
 
     async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
         """Store a response that failed while being stored: its terminal state, no items."""

@@ -24,7 +24,7 @@ from ..protocol.prefix import ConvertedPrefix
 from ..protocol.response import response_object
 from ..protocol.tools import Tool, allowed_tool_names
 from ..store.sealing import reasoning_sealer, signed_reasoning_sealer
-from ..upstreams import UpstreamCall, UpstreamRequest, delta_batches, open_call
+from ..upstreams import UpstreamCall, UpstreamRequest, delta_batches, open_call, withheld_reasoning
 from ..upstreams.tokenize import exact_counter
 from . import tracing
 from .autocompact import AutoCompaction, compact_then_open, compaction_events
@@ -192,11 +192,13 @@ class ResponseRun:
         async def open_one(target: Target) -> UpstreamCall:
             span = tracing.model_call_span(self._span, target, self.job.request)
             try:
-                call = await self._open_upstream(target, await self._upstream_request(target))
+                request = await self._upstream_request(target)
+                call = await self._open_upstream(target, request)
             except BaseException as exc:
                 tracing.end_model_call(span, error=exc)
                 raise
             spans[target.label] = span
+            self.builder.withheld_reasoning(withheld_reasoning(target, request))
             return call
 
         def failed(target: Target, exc: GatewayError) -> None:
@@ -557,7 +559,12 @@ class ResponseRun:
             self._end_call_span(self.error)
             tracing.end_response(self._span, self.response)
         latency_ms = int((time.monotonic() - self._started) * 1000)
-        await self.persistence.finish(self.response, upstream=self._upstream_label, latency_ms=latency_ms)
+        await self.persistence.finish(
+            self.response,
+            upstream=self._upstream_label,
+            latency_ms=latency_ms,
+            cache_write_1h_tokens=self.builder.usage.cache_write_1h_tokens,
+        )
 
     @property
     def _upstream_label(self) -> str:

@@ -61,6 +61,7 @@ RESPONSE_OBJECT_FIELDS = (
     "input_tokens",
     "output_tokens",
     "cached_tokens",
+    "cache_write_tokens",
     "reasoning_tokens",
     "created_at",
     "completed_at",

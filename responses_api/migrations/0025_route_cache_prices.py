@@ -4,8 +4,8 @@ from django.db import migrations, models
 
 # Route prices for cache reads and writes (issue 52 item 1, issue 49 item 4). The token columns
 # (Response.cache_write_tokens, cache_write_1h_tokens; UsageRecord.cached_tokens,
-# cache_write_tokens, cache_write_1h_tokens) are the same ones branch issue49 adds in its
-# 0023_cache_write_tokens, which fills them: at merge one of the two keeps them.
+# cache_write_tokens, cache_write_1h_tokens) are filled by issue 49's counting; its own
+# migration for them was folded into this one at merge.
 
 
 class Migration(migrations.Migration):

@@ -24,10 +24,11 @@ from ..mcp.planning import McpPlan, mcp_plan
 from ..protocol.client_tools import HOSTED_ALIASES
 from ..protocol.errors import InvalidRequest
 from ..protocol.request import CreateRequest
-from ..protocol.surface import refused_on_route, unapplied_fields
+from ..protocol.surface import ignored_fields, refused_on_route
 from ..protocol.tools import HostedTool, Tool, make_tool
 from ..store import db
 from ..store.ttlcache import TTLCache
+from ..upstreams import applied_fields
 
 log = logging.getLogger("gateway.tools")
 
@@ -163,7 +164,7 @@ def plan_tools(req: CreateRequest, route: Route, specs: list[ToolSpec], mcp_regi
         if refused is not None:
             name, why = refused
             raise InvalidRequest(f"Unsupported parameter for the model '{req.model}': '{name}': {why}.", param=name)
-        ignored = unapplied_fields(req.unapplied_candidates, kinds)
+        ignored = ignored_fields(req.unapplied_candidates, [applied_fields(t, req) for t in route.targets])
         if ignored:
             req = dataclasses.replace(req, ignored_fields=ignored)
     req, mcp = mcp_plan(req, mcp_registry)

@@ -124,7 +124,7 @@ def build_messages_request(
         body["max_tokens"] = max(body["max_tokens"], budget + 1024)
         body.pop("temperature", None)  # thinking allows no temperature other than the default
         body.pop("top_p", None)
-    tier = ANTHROPIC_SERVICE_TIERS.get(req.service_tier or "")
+    tier = _service_tier(req)
     if tier:
         body["service_tier"] = tier
     output_format = structured_output(req.text)
@@ -298,6 +298,16 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
     return blocks
 
 
+def _service_tier(req: CreateRequest) -> str | None:
+    return ANTHROPIC_SERVICE_TIERS.get(req.service_tier or "")
+
+
+def applied_fields(req: CreateRequest) -> frozenset[str]:
+    """What this translation applies of the fields whose use depends on the request (the
+    table's REPORTED_FIELDS): `service_tier` where Anthropic has a counterpart of its value."""
+    return frozenset({"service_tier"}) if _service_tier(req) else frozenset()
+
+
 def _source(url: str) -> dict[str, Any]:
     if url.startswith("data:") and ";base64," in url:
         media, data = url[5:].split(";base64,", 1)
@@ -306,16 +316,23 @@ def _source(url: str) -> dict[str, Any]:
 
 
 def usage_of(raw: Any, base: Usage | None = None) -> Usage:
-    """Anthropic's usage: input excludes cache reads and writes, which OpenAI's includes."""
+    """Anthropic's usage: input excludes cache reads and writes, which OpenAI's includes. Cache
+    writes are counted with their 1-hour part (`cache_creation.ephemeral_1h_input_tokens`, priced
+    apart from 5-minute writes); those are not the SDK's 30-minute and 12-hour buckets, so the
+    public `cache_write_tokens_details` stays unset."""
     raw = raw if isinstance(raw, dict) else {}
     base = base or Usage()
     read = int(raw.get("cache_read_input_tokens") or 0)
     written = int(raw.get("cache_creation_input_tokens") or 0)
+    lifetimes = raw.get("cache_creation")
+    hour = int(lifetimes.get("ephemeral_1h_input_tokens") or 0) if isinstance(lifetimes, dict) else 0
     inputs = int(raw.get("input_tokens") or 0) + read + written
     return Usage(
         input_tokens=inputs or base.input_tokens,
         output_tokens=int(raw.get("output_tokens") or 0) or base.output_tokens,
         cached_tokens=read or base.cached_tokens,
+        cache_write_tokens=written or base.cache_write_tokens,
+        cache_write_1h_tokens=min(hour, written) if written else base.cache_write_1h_tokens,
     )
 
 

@@ -51,6 +51,24 @@ class ChatOptions:
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
+def applied_fields(req: CreateRequest, options: ChatOptions) -> frozenset[str]:
+    """What this translation applies of the fields whose use depends on the provider (the
+    table's REPORTED_FIELDS): the cache fields and `service_tier` where the provider takes
+    them, as `build_chat_request` sends them."""
+    applied = set(upstream_cache_fields(req)) if options.send_prompt_cache else set()
+    if options.send_service_tier and req.service_tier:
+        applied.add("service_tier")
+    return frozenset(applied)
+
+
+def reasoning_text(item: dict[str, Any]) -> str:
+    """A reasoning item's text as `send_reasoning` gives it back (its reasoning text, else its
+    summary); empty: the item is not sent."""
+    return "".join(
+        p.get("text", "") for p in item.get("content") or [] if p.get("type") == "reasoning_text"
+    ) or "".join(p.get("text", "") for p in item.get("summary") or [])
+
+
 def _output_text(output: Any) -> str:
     if isinstance(output, str):
         return output
@@ -162,9 +180,7 @@ class ChatConversion:
                 if image:  # tool messages carry text only: the screenshot follows as the user's image
                     messages.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]})
             elif kind == "reasoning" and options.send_reasoning:
-                text = "".join(
-                    p.get("text", "") for p in item.get("content") or [] if p.get("type") == "reasoning_text"
-                ) or "".join(p.get("text", "") for p in item.get("summary") or [])
+                text = reasoning_text(item)
                 if text:
                     pending_reasoning.append(text)
                     continue
@@ -281,6 +297,8 @@ def _usage(raw: Any) -> Usage | None:
         output_tokens=int(raw.get("completion_tokens") or 0),
         cached_tokens=int(prompt_details.get("cached_tokens") or 0),
         reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+        # OpenAI's `prompt_tokens_details.cache_write_tokens` (openai 3.x CompletionUsage), where sent.
+        cache_write_tokens=int(prompt_details.get("cache_write_tokens") or 0),
     )
 
 

@@ -24,9 +24,11 @@ from .deltas import (
     ReasoningDelta,
     ReasoningSignature,
     RefusalDelta,
+    ResponseFields,
     TextDelta,
     ToolCallDelta,
     Usage,
+    add_counts,
 )
 from .errors import GatewayError
 from .ids import new_id
@@ -95,6 +97,11 @@ class EventBuilder:
         self.sequence_number = sequence_number
         self.allowed_tools = allowed_tools
         self.usage = Usage()
+        # What the response says beside `usage`: an upstream's `prompt_cache_diagnostics` (its
+        # last call's) and `tool_usage` (every call's, added to the gateway's served tools').
+        self.passed: dict[str, Any] = {}
+        # Reasoning items of the context a model call was not given (input_transformations).
+        self._withheld: dict[str, None] = {}
         self.finish_reason: str | None = None
         self._content_item: _OpenItem | None = None  # the open message or reasoning item
         self._calls: dict[int, _OpenItem] = {}  # open function calls by upstream index
@@ -184,6 +191,10 @@ class EventBuilder:
             return []
         if isinstance(delta, Usage):
             self.usage = self.usage + delta
+            return []
+        if isinstance(delta, ResponseFields):
+            for name, value in delta.fields.items():
+                self.passed[name] = add_counts(self.passed.get(name) or {}, value) if name == "tool_usage" else value
             return []
         if isinstance(delta, Finish):
             self.finish_reason = delta.reason
@@ -624,6 +635,11 @@ class EventBuilder:
         item["status"] = "failed" if error else "completed"
         return self._close_running(item, f"response.mcp_call.{item['status']}")
 
+    def withheld_reasoning(self, item_ids: list[str]) -> None:
+        """A model call was not given these reasoning items (upstreams.withheld_reasoning)."""
+        for item_id in item_ids:
+            self._withheld[item_id] = None
+
     def finish_hosted_call(self, item: dict[str, Any], output: str | None) -> list[Event]:
         """A served hosted tool returned (`output`), or did not run (None: failed)."""
         self.hosted_outputs[item["id"]]["output"] = output if output is not None else "The tool did not run."
@@ -634,6 +650,9 @@ class EventBuilder:
                 self._event("response.output_item.done", output_index=open_item.output_index, item=self._copy(item))
             ]
         item["status"] = "completed"
+        if item["type"] == "web_search_call":  # a registry tool served it: one search request
+            served = {"web_search": {"num_requests": 1}}
+            self.passed["tool_usage"] = add_counts(self.passed.get("tool_usage") or {}, served)
         return self._close_running(item, f"response.{item['type']}.completed")
 
     def _close_running(self, item: dict[str, Any], event_type: str) -> list[Event]:
@@ -696,6 +715,13 @@ class EventBuilder:
         events = self.end_step()
         reason = incomplete_reason or INCOMPLETE_REASONS.get(self.finish_reason or "")
         self.response["usage"] = self.usage.as_dict()
+        self.response.update(self.passed)
+        if self._withheld:
+            self.response["input_transformations"] = [
+                # The SDK's nearest reason: the upstream is not given reasoning it cannot take as its own.
+                {"id": item_id, "type": "reasoning", "action": "removed", "reason": "model_mismatch"}
+                for item_id in self._withheld
+            ]
         if reason:
             self.response["status"] = "incomplete"
             self.response["incomplete_details"] = {"reason": reason}

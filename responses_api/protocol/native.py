@@ -16,11 +16,13 @@ from typing import Any
 from .caching import upstream_cache_fields
 from .client_tools import CALL_ITEM_KIND, HOSTED_ITEM_TYPES, OUTPUT_ITEM_TYPES, call_as_chat, output_as_text
 from .deltas import (
+    PASSED_RESPONSE_FIELDS,
     Delta,
     Finish,
     OutputItem,
     ReasoningDelta,
     RefusalDelta,
+    ResponseFields,
     TextDelta,
     ToolCallDelta,
     UpstreamFailed,
@@ -187,11 +189,18 @@ def _parts(output: Any) -> Any:
 def usage_of(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
+    inputs = raw.get("input_tokens_details") or {}
+    buckets = inputs.get("cache_write_tokens_details") if isinstance(inputs, dict) else None
+    details = None
+    if isinstance(buckets, dict):  # the SDK's own buckets, passed on as the upstream counted them
+        details = (int(buckets.get("ttl_30m_tokens") or 0), int(buckets.get("ttl_12h_tokens") or 0))
     return Usage(
         input_tokens=int(raw.get("input_tokens") or 0),
         output_tokens=int(raw.get("output_tokens") or 0),
-        cached_tokens=int((raw.get("input_tokens_details") or {}).get("cached_tokens") or 0),
+        cached_tokens=int(inputs.get("cached_tokens") or 0),
         reasoning_tokens=int((raw.get("output_tokens_details") or {}).get("reasoning_tokens") or 0),
+        cache_write_tokens=int(inputs.get("cache_write_tokens") or 0),
+        cache_write_details=details,
     )
 
 
@@ -243,7 +252,7 @@ class EventDecoder:
             response = event.get("response") or {}
             usage = usage_of(response.get("usage"))
             deltas: list[Delta] = [usage] if usage else []
-            return [*deltas, Finish(finish_of(response, bool(self._calls)))]
+            return [*deltas, *passed_fields(response), Finish(finish_of(response, bool(self._calls)))]
         if kind == "response.failed":
             error = (event.get("response") or {}).get("error") or {}
             raise UpstreamFailed(str(error.get("code") or "upstream_error"), str(error.get("message") or "failed"))
@@ -283,4 +292,10 @@ def response_to_deltas(response: dict[str, Any]) -> list[Delta]:
         elif kind in HOSTED_ITEM_TYPES:
             deltas.append(OutputItem(item))
     usage = usage_of(response.get("usage"))
-    return deltas + ([usage] if usage else []) + [Finish(finish_of(response, calls > 0))]
+    return deltas + ([usage] if usage else []) + passed_fields(response) + [Finish(finish_of(response, calls > 0))]
+
+
+def passed_fields(response: dict[str, Any]) -> list[Delta]:
+    """The upstream Response's fields the gateway passes on as they are, where it sent any."""
+    fields = {name: response[name] for name in PASSED_RESPONSE_FIELDS if isinstance(response.get(name), dict)}
+    return [ResponseFields(fields)] if fields else []

@@ -33,6 +33,7 @@ class Treatment(StrEnum):
     ANNOUNCED = "announced"
     REFUSED = "refused"
     NOT_EMITTED = "not emitted"
+    ACCEPTED = "accepted"  # request headers: taken, never refused, not read, sent to no upstream
 
 
 class Handling(StrEnum):
@@ -132,6 +133,7 @@ SERVED, PASSED, ANNOUNCED, REFUSED, NOT_EMITTED = (
 # stands for the rest of it. A field name not here is accepted and announced (a newer SDK's).
 
 _NOT_SENT = "announced | echoed in the Response, sent to no upstream"
+_BY_PROVIDER_CACHE = "announced | sent where the provider's send_prompt_cache is on"
 # fmt: off
 REQUEST_FIELDS: dict[str, RequestField] = {
     "model": _all("translated:model | the route's upstream model"),
@@ -163,10 +165,10 @@ REQUEST_FIELDS: dict[str, RequestField] = {
     "text.verbosity": _all("announced", "no upstream is asked for a verbosity"),
     "user": _all(_NOT_SENT),
     "safety_identifier": _all(_NOT_SENT),
-    "prompt_cache_key": _field(_NOT_SENT, "sent", "translated:messages | cache_control marks (issue 36)"),
-    "service_tier": _field(_NOT_SENT, "sent", _NOT_SENT),
-    "prompt_cache_retention": _field("announced", "sent", "translated:messages | cache_control marks (issue 36)", "Chat Completions only by provider option"),
-    "prompt_cache_options": _field("announced", "sent", "announced", "Chat Completions only by provider option"),
+    "prompt_cache_key": _field(_BY_PROVIDER_CACHE, "sent", "translated:messages | cache_control marks (issue 36)"),
+    "service_tier": _field("announced | sent where the provider's send_service_tier is on", "sent", "translated:service_tier | auto, priority and fast as auto, default as standard_only; flex and scale have no counterpart: not sent, announced"),
+    "prompt_cache_retention": _field(_BY_PROVIDER_CACHE, "sent", "translated:messages | cache_control marks (issue 36)", "Chat Completions only by provider option"),
+    "prompt_cache_options": _field(_BY_PROVIDER_CACHE, "sent", "translated:messages | cache_control marks: where (mode) and how long (ttl)", "Chat Completions only by provider option"),
     "prompt_cache_options.prewarm": _all("gateway | true: no model call, as generate: false"),
     "context_management": _all("gateway | automatic compaction (issue 36)"),
     "prompt": _all("announced", "stored prompts live on OpenAI's platform"),
@@ -176,6 +178,7 @@ REQUEST_FIELDS: dict[str, RequestField] = {
     "access_programs": _all("announced", "no access programs on this gateway"),
     "image": _all("announced", "no image context compression"),
     "client_metadata": _all("announced", "Codex's own field: logged by OpenAI, not here"),
+    "request_country": _all("announced", "Codex 0.171's own field (WebSocket `response.create`): the client's country, for OpenAI's routing; no use here"),
     "stream_id": _all("refused", "WebSocket-only: a lane of a WebSocket connection (served there), not part of POST /v1/responses"),
     "messages": _all("refused", "a Chat Completions field: the Responses API takes 'input'"),
     "max_tokens": _all("refused", "a Chat Completions field: the Responses API takes 'max_output_tokens'"),
@@ -221,10 +224,10 @@ CHAT_FIELDS: dict[str, RequestField] = {
     "safety_identifier": _field("sent", "announced", "announced", "not translated"),
     "metadata": _field("sent", "announced", "announced", "not translated"),
     "store": _field("sent", "announced", "announced", "not translated"),
-    "service_tier": _field("sent", "sent", "announced", "not translated for Anthropic"),
+    "service_tier": _field("sent", "sent", "translated:service_tier | auto, priority and fast as auto, default as standard_only; flex and scale have no counterpart: not sent, announced"),
     "verbosity": _field("sent", "announced", "announced", "not translated"),
     "prompt_cache_key": _field("sent", "sent", "translated:messages | cache_control marks"),
-    "prompt_cache_options": _field("sent", "sent", "announced", "not translated for Anthropic"),
+    "prompt_cache_options": _field("sent", "sent", "translated:messages | cache_control marks: where (mode) and how long (ttl)"),
     "prompt_cache_retention": _field("sent", "sent", "translated:messages | cache_control marks"),
     "moderation": _field("sent", "announced", "announced", "not translated"),
 }
@@ -363,6 +366,28 @@ SERVER_EVENTS: dict[str, Entry] = {
 }
 
 # -- the beta surface (`client.beta.responses`: `?beta=true`, `openai-beta: responses_multi_agent=v1`)
+# -- request headers clients send beside the body (HTTP, and the WebSocket handshake) --------
+# Codex 0.171's own headers: none changes what the gateway does, none is refused, and none is
+# sent to an upstream (a gateway builds its own upstream requests).
+_CODEX = "Codex's own header: accepted, not read, sent to no upstream"
+CLIENT_HEADERS: dict[str, Entry] = {
+    "session_id": _e(Treatment.ACCEPTED, _CODEX),
+    "originator": _e(Treatment.ACCEPTED, _CODEX),
+    "version": _e(Treatment.ACCEPTED, _CODEX),
+    "x-openai-subagent": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-window-id": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-parent-thread-id": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-installation-id": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-turn-metadata": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-turn-state": _e(Treatment.ACCEPTED, f"{_CODEX}; OpenAI's sticky routing, which one gateway process needs not"),
+    "x-codex-root-turn-id": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-inference-call-id": _e(Treatment.ACCEPTED, _CODEX),
+    "x-codex-routing-hint": _e(Treatment.ACCEPTED, f"{_CODEX}; routing is the gateway's own (model routes)"),
+    "x-codex-beta-features": _e(Treatment.ACCEPTED, f"{_CODEX}; the features it names are served or not as the fields they send are"),
+    "x-codex-cyber-access-program": _e(Treatment.ACCEPTED, f"{_CODEX}; as the `access_programs` field, no access programs here"),
+    "x-codex-image-turn-id": _e(Treatment.ACCEPTED, _CODEX),
+}
+
 BETA = _e(REFUSED, "multi-agent responses are not served: a 400 naming 'beta'")
 BETA_MESSAGE = (
     "The beta Responses surface ('?beta=true', 'openai-beta: responses_multi_agent=v1': multi-agent "
@@ -473,6 +498,35 @@ def unapplied_fields(candidates: tuple[str, ...], kinds: frozenset[str] | set[st
     return [name for name in candidates if name in announced or name not in REQUEST_FIELDS]
 
 
+# Fields whose use on an upstream kind depends on the request's value or the provider's options:
+# each target's translation reports whether it applies them (protocol/chat.py and anthropic.py,
+# `applied_fields`), and `ignored_fields` goes by that report instead of the table alone.
+REPORTED_FIELDS: dict[str, frozenset[str]] = {
+    "chat_completions": frozenset(
+        {"prompt_cache_key", "prompt_cache_retention", "prompt_cache_options", "service_tier"}
+    ),
+    "responses": frozenset(),
+    "anthropic": frozenset({"service_tier"}),
+}
+
+
+def ignored_fields(candidates: tuple[str, ...], reports: list[tuple[str, frozenset[str]]]) -> list[str]:
+    """Of a request's candidates, those that some target of its route does not apply (which one
+    answers is known only after the fallback): `reports` holds, per target, its kind and what its
+    translation reports it applies of that kind's REPORTED_FIELDS; the table says the rest."""
+    ignored = []
+    for name in candidates:
+        for kind, applied in reports:
+            if name in REPORTED_FIELDS[kind]:
+                unapplied = name not in applied
+            else:
+                unapplied = name in ANNOUNCED_FIELDS[kind] or name not in REQUEST_FIELDS
+            if unapplied:
+                ignored.append(name)
+                break
+    return ignored
+
+
 def refused_on_route(candidates: tuple[str, ...], kinds: frozenset[str] | set[str]) -> tuple[str, str] | None:
     """The first candidate a kind of the route refuses, and why (None: none is)."""
     for name in candidates:
@@ -487,11 +541,17 @@ def refused_on_route(candidates: tuple[str, ...], kinds: frozenset[str] | set[st
 _announced_on: dict[frozenset[str], frozenset[str]] = {}
 
 
-def unapplied_chat_fields(body: dict[str, Any], kind: str) -> list[str]:
-    """The fields of a `/v1/chat/completions` body that a target of this kind does not apply."""
+def unapplied_chat_fields(body: dict[str, Any], kind: str, applied: frozenset[str] | None = None) -> list[str]:
+    """The fields of a `/v1/chat/completions` body that a target of this kind does not apply
+    (translated for it: `applied`, what its translation reports it applies of REPORTED_FIELDS)."""
     announced = ANNOUNCED_CHAT_FIELDS[kind]
+    reported = REPORTED_FIELDS[kind] if applied is not None and kind != "chat_completions" else frozenset()
+    used = applied or frozenset()
     return [
-        name for name, value in body.items() if value is not None and (name in announced or name not in CHAT_FIELDS)
+        name
+        for name, value in body.items()
+        if value is not None
+        and ((name not in used) if name in reported else (name in announced or name not in CHAT_FIELDS))
     ]
 
 
@@ -553,6 +613,7 @@ def markdown_tables() -> str:
         ("Input item types (`input[].type`)", INPUT_ITEM_TYPES),
         ("Output item types", OUTPUT_ITEM_TYPES),
         ("WebSocket client messages", CLIENT_EVENTS),
+        ("Client request headers", CLIENT_HEADERS),
         ("Server events (SSE and WebSocket)", SERVER_EVENTS),
     ):
         out += ["", f"#### {title}", "", "| type | treatment | note |", "|---|---|---|"]

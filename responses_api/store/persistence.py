@@ -88,9 +88,18 @@ class DatabasePersistence:
         upstream: str,
         latency_ms: int,
         input_items: list[dict[str, Any]] | None = None,
+        cache_write_1h_tokens: int = 0,
     ) -> None:
+        """`cache_write_1h_tokens`: the 1-hour part of the usage's cache writes (not shown in
+        the public usage; kept on the row and the usage record for pricing)."""
         try:
-            await self._write(response, upstream=upstream, latency_ms=latency_ms, input_items=input_items)
+            await self._write(
+                response,
+                upstream=upstream,
+                latency_ms=latency_ms,
+                input_items=input_items,
+                cache_write_1h_tokens=cache_write_1h_tokens,
+            )
         finally:
             if self.grant is not None:  # after the write: a budget seeded from the store then counts it
                 await self.grant.end(response.get("usage"))
@@ -102,9 +111,12 @@ class DatabasePersistence:
         upstream: str,
         latency_ms: int,
         input_items: list[dict[str, Any]] | None,
+        cache_write_1h_tokens: int = 0,
     ) -> None:
         if not self.store:  # no response row (a conversation keeps only its items): a usage record
-            self._record_usage(response, upstream=upstream, latency_ms=latency_ms)
+            self._record_usage(
+                response, upstream=upstream, latency_ms=latency_ms, cache_write_1h_tokens=cache_write_1h_tokens
+            )
             if self.conversation_id is None:
                 return
         input_items = self.input_items if input_items is None else input_items
@@ -117,6 +129,7 @@ class DatabasePersistence:
             upstream=upstream,
             latency_ms=latency_ms,
             create_row=self.create_row,
+            cache_write_1h_tokens=cache_write_1h_tokens,
         )
         try:
             if self.conversation_id is not None:  # with the conversation's append, one transaction
@@ -136,11 +149,14 @@ class DatabasePersistence:
                 raise outage from exc
             raise
 
-    def _record_usage(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
+    def _record_usage(
+        self, response: dict[str, Any], *, upstream: str, latency_ms: int, cache_write_1h_tokens: int = 0
+    ) -> None:
         """A `store: false` response keeps no row, but its tokens were spent: the usage API and
         the budgets (seeded from the database) count them. Written after the answer, in a batch
         (store/usage.py): nothing a client waits for."""
         usage = response.get("usage") or {}
+        inputs = usage.get("input_tokens_details") or {}
         usage_writer.add(
             tenant_id=self.tenant_id,
             api_key_id=self.api_key_id,
@@ -150,6 +166,9 @@ class DatabasePersistence:
             status=200,  # the client got the response; its own status says how it ended
             input_tokens=usage.get("input_tokens"),
             output_tokens=usage.get("output_tokens"),
+            cached_tokens=inputs.get("cached_tokens"),
+            cache_write_tokens=inputs.get("cache_write_tokens"),
+            cache_write_1h_tokens=cache_write_1h_tokens if usage else None,
             latency_ms=latency_ms,
         )
 

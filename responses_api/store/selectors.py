@@ -442,7 +442,10 @@ def response_object_from_row(row: Response, output: list[dict[str, Any]]) -> dic
             "input_tokens": row.input_tokens or 0,
             "output_tokens": row.output_tokens or 0,
             "total_tokens": (row.input_tokens or 0) + (row.output_tokens or 0),
-            "input_tokens_details": {"cached_tokens": row.cached_tokens or 0, "cache_write_tokens": 0},
+            "input_tokens_details": {
+                "cached_tokens": row.cached_tokens or 0,
+                "cache_write_tokens": row.cache_write_tokens or 0,
+            },
             "output_tokens_details": {"reasoning_tokens": row.reasoning_tokens or 0},
         }
     return response_object(

@@ -92,8 +92,11 @@ def response_insert(*, row: dict[str, Any], status: str) -> None:
     Response.objects.create(**row, status=status)
 
 
-def _final_fields(response: dict[str, Any], upstream: str, latency_ms: int | None) -> dict[str, Any]:
-    """The end-time fields of a stored response row."""
+def _final_fields(
+    response: dict[str, Any], upstream: str, latency_ms: int | None, cache_write_1h_tokens: int | None = None
+) -> dict[str, Any]:
+    """The end-time fields of a stored response row (`cache_write_1h_tokens`: the 1-hour part
+    of the cache writes, which the public usage does not show)."""
     usage = response.get("usage") or {}
     completed_at = response.get("completed_at")
     return {
@@ -103,6 +106,8 @@ def _final_fields(response: dict[str, Any], upstream: str, latency_ms: int | Non
         "input_tokens": usage.get("input_tokens"),
         "output_tokens": usage.get("output_tokens"),
         "cached_tokens": (usage.get("input_tokens_details") or {}).get("cached_tokens"),
+        "cache_write_tokens": (usage.get("input_tokens_details") or {}).get("cache_write_tokens"),
+        "cache_write_1h_tokens": cache_write_1h_tokens if usage else None,
         "reasoning_tokens": (usage.get("output_tokens_details") or {}).get("reasoning_tokens"),
         "completed_at": datetime.fromtimestamp(completed_at, UTC) if completed_at else None,
         "upstream": upstream,
@@ -139,6 +144,7 @@ def response_finish(
     upstream: str = "",
     latency_ms: int | None = None,
     create_row: dict[str, Any] | None = None,
+    cache_write_1h_tokens: int | None = None,
 ) -> bool:
     """Persist the terminal state, input and output items in one transaction.
 
@@ -156,11 +162,12 @@ def response_finish(
             upstream=upstream,
             latency_ms=latency_ms,
             create_row=create_row,
+            cache_write_1h_tokens=cache_write_1h_tokens,
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return bool(cursor.fetchone()[0])
-    final = _final_fields(response, upstream, latency_ms)
+    final = _final_fields(response, upstream, latency_ms, cache_write_1h_tokens)
     with transaction.atomic():
         if create_row is not None:
             # A non-streaming create writes its row once, here, with its items.
@@ -217,13 +224,14 @@ def finish_statement(
     upstream: str = "",
     latency_ms: int | None = None,
     create_row: dict[str, Any] | None = None,
+    cache_write_1h_tokens: int | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """PostgreSQL: `response_finish` as one statement and its parameters. Its one row is
     `(1,)` when the response was stored, `(0,)` when it had already ended.
 
     Needs no database access (the item id sequence's name is looked up once per process,
     see `item_sequence_lookup`), so that the web process can run it on its event loop."""
-    final = _final_fields(response, upstream, latency_ms)
+    final = _final_fields(response, upstream, latency_ms, cache_write_1h_tokens)
     fields = {**create_row, **final} if create_row is not None else final
     values = _column_values(fields)
     inputs = [{"ref": i["id"]} if i["type"] == "item_reference" else {"item": i} for i in input_items]
@@ -378,6 +386,7 @@ def response_finish_in_conversation(
     upstream: str = "",
     latency_ms: int | None = None,
     create_row: dict[str, Any] | None = None,
+    cache_write_1h_tokens: int | None = None,
 ) -> bool:
     """Finish a response that belongs to a conversation, in one transaction: the conversation
     row is locked first, so responses finishing at once append one after the other, each its
@@ -386,7 +395,7 @@ def response_finish_in_conversation(
         conversation_lock(tenant_id, conversation_id)
         appended = response["status"] in ("completed", "incomplete")
         if store:
-            final = _final_fields(response, upstream, latency_ms)
+            final = _final_fields(response, upstream, latency_ms, cache_write_1h_tokens)
             if create_row is not None:
                 Response.objects.create(**create_row, **final)
             elif not Response.objects.filter(id=response["id"], status__in=Response.RUNNING).update(**_ended(final)):

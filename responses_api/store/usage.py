@@ -103,6 +103,9 @@ _COLUMNS = (
     "status",
     "input_tokens",
     "output_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "cache_write_1h_tokens",
     "latency_ms",
     "created_at",
 )

@@ -56,7 +56,9 @@ class Stored:
     async def open(self) -> None:
         self.opened += 1
 
-    async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
+    async def finish(
+        self, response: dict[str, Any], *, upstream: str, latency_ms: int, cache_write_1h_tokens: int = 0
+    ) -> None:
         self.finished.append(json.loads(json.dumps(response)))
 
     async def finish_failed(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:

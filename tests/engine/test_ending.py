@@ -157,7 +157,9 @@ def test_a_bug_inside_the_run_still_ends_it_failed_and_stored() -> None:
 
 def test_a_store_that_refuses_the_end_still_ends_the_response_failed() -> None:
     class Refuses(Stored):
-        async def finish(self, response: dict[str, Any], *, upstream: str, latency_ms: int) -> None:
+        async def finish(
+            self, response: dict[str, Any], *, upstream: str, latency_ms: int, cache_write_1h_tokens: int = 0
+        ) -> None:
             if response["status"] == "completed":
                 raise RuntimeError("a value the column cannot hold")
             await super().finish(response, upstream=upstream, latency_ms=latency_ms)

@@ -29,9 +29,9 @@ from openai.types.responses import (
     tool_param,
 )
 
-from responses_api.protocol import surface
+from responses_api.protocol import anthropic, chat, surface
 from responses_api.protocol.anthropic import build_messages_request
-from responses_api.protocol.chat import build_chat_request
+from responses_api.protocol.chat import ChatOptions, build_chat_request
 from responses_api.protocol.chat_translation import chat_to_responses_body
 from responses_api.protocol.errors import InvalidRequest
 from responses_api.protocol.items import normalize_item
@@ -188,9 +188,9 @@ SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "user": ("u1", {}),
     "safety_identifier": ("s1", {}),
     "prompt_cache_key": ("k1", {}),
-    "service_tier": ("flex", {}),
+    "service_tier": ("priority", {}),
     "prompt_cache_retention": ("24h", {}),
-    "prompt_cache_options": ({"mode": "explicit"}, {}),
+    "prompt_cache_options": ({"mode": "implicit", "ttl": "30m"}, {}),
     "prompt_cache_options.prewarm": (True, {}),
     "context_management": ([{"type": "compaction", "compact_threshold": 1000}], {}),
     "prompt": ({"id": "pmpt_1"}, {}),
@@ -200,6 +200,7 @@ SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "access_programs": ({"cyber": "standard"}, {}),
     "image": ({"context_compression": "auto"}, {}),
     "client_metadata": ({"x-codex-turn": "1"}, {}),
+    "request_country": ("US", {}),
     "stream_id": ("lane-1", {}),
     "messages": ([{"role": "user", "content": "hi"}], {}),
     "max_tokens": (77, {}),
@@ -219,14 +220,24 @@ def _with(body: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
     return {**body, name: value}
 
 
-def _build(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+def _build(kind: str, body: dict[str, Any], options: ChatOptions | None = None) -> dict[str, Any]:
     req = parse_create_request(body)
-    build = {
-        "chat_completions": build_chat_request,
-        "responses": build_responses_request,
-        "anthropic": build_messages_request,
-    }[kind]
+    if kind == "chat_completions":
+        return build_chat_request(req, req.input_items, upstream_model="upstream-model", stream=False, options=options)
+    build = {"responses": build_responses_request, "anthropic": build_messages_request}[kind]
     return build(req, req.input_items, upstream_model="upstream-model", stream=False)  # type: ignore[operator]
+
+
+def _ignored(kind: str, body: dict[str, Any], options: ChatOptions | None = None) -> list[str]:
+    """x-gateway-ignored-fields of a one-target route of this kind (toolplan.plan_tools): the
+    table, and for the fields whose use depends on the request or provider, the translation's report."""
+    req = parse_create_request(body)
+    applied: frozenset[str] = frozenset()
+    if kind == "chat_completions":
+        applied = chat.applied_fields(req, options or ChatOptions())
+    elif kind == "anthropic":
+        applied = anthropic.applied_fields(req)
+    return surface.ignored_fields(req.unapplied_candidates, [(kind, applied)])
 
 
 def test_every_request_field_has_a_sample() -> None:
@@ -263,9 +274,42 @@ def test_each_request_field_does_on_each_upstream_kind_what_the_table_says(kind:
     if refused_here is not None:
         return
     _check_difference(dialect, name, value, _build(kind, base), _build(kind, sent))
-    announced = surface.unapplied_fields(candidates, {kind})
+    announced = _ignored(kind, sent)
     named = any(a == name or a.startswith(name + ".") for a in announced)
     assert named is (dialect.handling is Handling.ANNOUNCED), announced
+
+
+# Values and provider options under which a field's use depends on the request or the provider.
+VARIANTS: list[tuple[str, Any]] = [
+    *(("service_tier", tier) for tier in ("auto", "default", "flex", "scale", "priority", "fast")),
+    ("prompt_cache_key", "k1"),
+    ("prompt_cache_retention", "24h"),
+    *(("prompt_cache_options", o) for o in ({"mode": "implicit"}, {"mode": "explicit"}, {"ttl": "12h"})),
+]
+CHAT_PROVIDERS = [ChatOptions(), ChatOptions(send_prompt_cache=True, send_service_tier=True)]
+
+
+@pytest.mark.parametrize("kind", surface.UPSTREAM_KINDS)
+@pytest.mark.parametrize(("name", "value"), VARIANTS)
+def test_a_field_named_ignored_leaves_the_upstream_body_unchanged(kind: str, name: str, value: Any) -> None:
+    """x-gateway-ignored-fields says what the translation did: a field it names changes nothing in
+    the upstream body; one whose use the translation reports (surface.REPORTED_FIELDS) is named
+    exactly when it changes nothing. Anthropic sends `service_tier` where it has a counterpart and
+    shapes its cache marks by `prompt_cache_options`; a Chat Completions provider takes the cache
+    fields and the tier where its options say so."""
+    for input_ in ("hi", [{"role": "user", "content": [MARKED, {"type": "input_text", "text": "q"}]}]):
+        base = {"model": "route", "input": input_}
+        for options in CHAT_PROVIDERS if kind == "chat_completions" else [None]:
+            sent = {**base, name: value}
+            changed = _build(kind, sent, options) != _build(kind, base, options)
+            ignored = name in _ignored(kind, sent, options)
+            if ignored:
+                assert not changed, (input_, options)
+            if name in surface.REPORTED_FIELDS[kind]:
+                assert ignored is not changed, (input_, options)
+
+
+MARKED = {"type": "input_text", "text": "prefix", "prompt_cache_breakpoint": {"mode": "explicit"}}
 
 
 @pytest.mark.parametrize("kind", surface.UPSTREAM_KINDS)
@@ -339,10 +383,10 @@ CHAT_SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "safety_identifier": ("s1", {}),
     "metadata": ({"a": "b"}, {}),
     "store": (True, {}),
-    "service_tier": ("flex", {}),
+    "service_tier": ("priority", {}),
     "verbosity": ("low", {}),
     "prompt_cache_key": ("k1", {}),
-    "prompt_cache_options": ({"mode": "explicit"}, {}),
+    "prompt_cache_options": ({"mode": "implicit", "ttl": "30m"}, {}),
     "prompt_cache_retention": ("24h", {}),
     "moderation": ({"model": "omni-moderation-latest"}, {}),
 }
@@ -374,6 +418,18 @@ def test_each_chat_field_does_on_each_translated_kind_what_the_table_says(kind: 
     without, with_ = _build(kind, chat_to_responses_body(base)), _build(kind, chat_to_responses_body(sent))
     _check_difference(dialect, name, value, without, with_)
     assert (name in surface.unapplied_chat_fields(sent, kind)) is (dialect.handling is Handling.ANNOUNCED)
+
+
+@pytest.mark.parametrize("tier", ["auto", "default", "flex", "scale", "priority"])
+def test_a_chat_requests_service_tier_on_anthropic_is_named_ignored_only_when_not_sent(tier: str) -> None:
+    """/v1/chat/completions on an Anthropic route: `service_tier` is sent where Anthropic has a
+    counterpart, and named in x-gateway-ignored-fields exactly when it is not."""
+    base = {"model": "route", "messages": [{"role": "user", "content": "hi"}]}
+    sent = {**base, "service_tier": tier}
+    req = parse_create_request(chat_to_responses_body(sent))
+    changed = _build("anthropic", chat_to_responses_body(sent)) != _build("anthropic", chat_to_responses_body(base))
+    ignored = surface.unapplied_chat_fields(sent, "anthropic", anthropic.applied_fields(req))
+    assert ("service_tier" in ignored) is not changed
 
 
 # -- tools, items, events ------------------------------------------------------------------------

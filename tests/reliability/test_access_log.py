@@ -99,3 +99,27 @@ def test_reads_of_a_response_name_it(gateway: Gateway, scripted: ScriptedUpstrea
         "resp_missing",
         missing.json()["error"]["param"],
     )
+
+
+def test_a_timed_out_upstream_line_names_the_error_code(
+    gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines
+) -> None:
+    """Before the first byte, streamed or not, and mid-stream: a line of a failed response says why."""
+    from tests.support.harness import make_route
+
+    make_route(
+        scripted.base_url,
+        name="impatient",
+        upstream_model=MODEL,
+        provider_name="impatient",
+        first_byte_timeout=0.5,
+        idle_timeout=0.5,
+        timeout=0.5,
+    )
+    stall = Reply(text="one two three four", chunk_chars=4, interval=2.0)
+    for stream, reply in ((False, Reply(text="late", delay=3)), (True, Reply(text="late", delay=3)), (True, stall)):
+        scripted.enqueue(MODEL, reply)
+        resp = gateway.http().post("/v1/responses", json={"model": "impatient", "input": "hi", "stream": stream})
+        (line,) = access_log.for_request(resp.headers["x-request-id"])
+        assert line.get("error_code") == "upstream_timeout", (stream, reply.delay, line)
+        assert line["tenant"] == "acme"

@@ -85,6 +85,7 @@ class Reply:
     raw_body: dict[str, Any] | str | None = None  # non-streaming: exact body (str = verbatim)
     include_usage_chunk: bool | None = None  # default: request's stream_options.include_usage
     echo: bool = False  # text = "echo: " + last user message text
+    response_fields: dict[str, Any] | None = None  # /v1/responses: more fields of the Response object
 
 
 @dataclass(frozen=True)
@@ -856,6 +857,7 @@ class ScriptedUpstream:
             "incomplete_details": {"reason": "max_output_tokens"} if finish == "length" else None,
             "output": output,
             "usage": _responses_usage(usage),
+            **(reply.response_fields or {}),
         }
 
     def _anthropic_message(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:

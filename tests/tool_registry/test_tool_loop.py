@@ -274,6 +274,7 @@ def test_web_search_served_by_a_registry_tool(
     assert search["action"]["query"] == "meaning of life"
     assert message["content"][0]["text"] == "It is 42."
     assert terminal["tools"] == [{"type": "web_search_preview"}]
+    assert terminal["tool_usage"] == {"web_search": {"num_requests": 1}}  # openai 3.4x's ToolUsage
     kinds = [e["type"] for e in parse_sse(raw.text)]
     assert kinds.index("response.web_search_call.searching") < kinds.index("response.web_search_call.completed")
     # The model saw its search as a function call with the registry tool's output.

@@ -149,3 +149,65 @@ def test_each_turn_has_an_access_line_and_request_metrics(
     assert (bad["error_code"], bad["error_param"]) == ("invalid_request", "input[0].call_id")
     # As over HTTP, a model label only for a turn that reached a route and ran.
     assert count("200") == before_ok + 1 and count("400", "") == before_bad + 1
+
+
+CODEX_171_HEADERS = {
+    "originator": "codex_cli_rs",
+    "version": "0.171.0",
+    "session_id": "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+    "x-codex-window-id": "w-1",
+    "x-codex-installation-id": "inst-1",
+    "x-codex-turn-metadata": '{"turn_id":"t-1"}',
+    "x-codex-beta-features": "remote_compaction_v2",
+    "x-codex-root-turn-id": "t-1",
+    "x-codex-inference-call-id": "call-1",
+    "x-codex-routing-hint": "incremental",
+    "x-openai-subagent": "review",
+}
+
+
+def test_a_codex_0171_frame_with_request_country_is_served_and_its_fields_classified(
+    gateway: Gateway, scripted: ScriptedUpstream, access_log: Lines
+) -> None:
+    """Codex 0.171's `response.create` (its `request_country` field, after `client_metadata` and
+    `access_programs`) over a handshake with its `x-codex-*` headers: served; the field is in the
+    surface table (announced on the turn's access-log line), and so is each header."""
+    from websockets.sync.client import connect
+
+    from responses_api.protocol import surface
+
+    scripted.enqueue(MODEL, Reply(text="from codex"))
+    frame = {
+        "type": "response.create",
+        "model": MODEL,
+        "instructions": "You are Codex.",
+        "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+        "tools": [],
+        "tool_choice": "auto",
+        "parallel_tool_calls": False,
+        "store": False,
+        "stream": True,
+        "include": [],
+        "prompt_cache_key": "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+        "client_metadata": {"x-codex-turn-metadata": '{"turn_id":"t-1"}'},
+        "request_country": "US",
+    }
+    url = gateway.url.replace("http://", "ws://") + "/v1/responses"
+    headers = {"Authorization": f"Bearer {gateway.key}", **CODEX_171_HEADERS}
+    with connect(url, additional_headers=headers, open_timeout=10) as ws:
+        ws.send(json.dumps(frame))
+        events = []
+        while not events or events[-1]["type"] not in ("response.completed", "response.failed", "error"):
+            events.append(json.loads(ws.recv(timeout=30)))
+    final = validate_events(events)
+    assert final["status"] == "completed" and final["output"][0]["content"][0]["text"] == "from codex"
+    assert "request_country" not in scripted.model_calls[-1].body  # sent to no upstream
+    assert surface.REQUEST_FIELDS["request_country"].treatment is surface.Treatment.ANNOUNCED
+    assert set(CODEX_171_HEADERS) <= set(surface.CLIENT_HEADERS)
+    import time
+
+    deadline = time.monotonic() + 5  # the line is written just after the terminal event is sent
+    while not access_log.websocket_turns() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (line,) = [line for line in access_log.websocket_turns() if line.get("response_id") == final["id"]]
+    assert "request_country" in line["ignored_fields"]

@@ -154,7 +154,7 @@ def test_the_queue_bounds_count_creates_waiting_in_every_lane(
         events = read_until(ws, terminals(1))
         events += read_until(ws, lambda more: len(more) == 2)  # the two queued ones, answered in turn
     refusals = [e for e in events if e["type"] == "error" and e["error"]["code"] == "websocket_queue_full"]
-    assert len(refusals) == 2 and "stream_id" not in refusals[0]
+    assert [e["stream_id"] for e in refusals] == ["d", "e"]  # each on the lane of the create it refused
     answered = [e for e in events if e["type"] == "error" and e["error"]["code"] != "websocket_queue_full"]
     assert [(e["status"], e["stream_id"]) for e in answered] == [(404, "b"), (404, "c")]
 
@@ -206,3 +206,73 @@ def test_the_openai_sdk_session_runs_two_lanes_at_once(
     assert [r.status for r in finals] == ["completed", "completed"]
     assert [r.output_text for r in finals] == ["from one lane", "from one lane"]
     assert finals[0].id != finals[1].id
+
+
+def test_a_burst_on_as_many_lanes_as_allowed_runs_whole(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+    """The documented limits together (16 responses at once, 16 creates waiting, 32 named lanes):
+    34 creates on 34 lanes in one burst, sent faster than the lanes start, run 32 to completion;
+    the 2 past the lane limit are refused as such, each on its own lane."""
+    settings.GATEWAY_WS_MAX_ACTIVE_RESPONSES = 16
+    settings.GATEWAY_WS_MAX_QUEUED_MESSAGES = 16
+    settings.GATEWAY_WS_MAX_STREAMS = 32
+    scripted.set_default(MODEL, Reply(text="a lane's answer", chunk_chars=4, interval=0.02))
+    lanes = [f"lane-{n}" for n in range(34)]
+    with socket(gateway) as ws:
+        for stream_id in lanes:
+            send(ws, type="response.create", model=MODEL, input="hi", stream_id=stream_id)
+        events = read_until(
+            ws, lambda events: sum(e["type"] in TERMINAL or "status" in e for e in events) >= 34, timeout=60
+        )
+    refusals = [e for e in events if e["type"] == "error" and "status" in e]
+    assert [(e["error"]["code"], e["stream_id"]) for e in refusals] == [
+        ("websocket_stream_limit_reached", "lane-32"),
+        ("websocket_stream_limit_reached", "lane-33"),
+    ]
+    finals = {lane: responses(of_lane(events, lane)) for lane in lanes[:32]}
+    assert all(len(f) == 1 and f[0]["status"] == "completed" for f in finals.values())
+
+
+def test_every_refusal_frame_names_the_lane_of_the_create_it_refused(
+    gateway: Gateway, scripted: ScriptedUpstream, settings
+) -> None:  # type: ignore[no-untyped-def]
+    """Refused before it is parsed (too large, not JSON, the queue full), a create's error frame
+    still carries its stream_id, read without parsing; when it cannot be told, the message says so."""
+    import json
+
+    settings.GATEWAY_MAX_REQUEST_BYTES = 4000
+    settings.GATEWAY_WS_MAX_ACTIVE_RESPONSES = 1
+    settings.GATEWAY_WS_MAX_QUEUED_MESSAGES = 1
+    scripted.enqueue(MODEL, Reply(text="slow " * 40, chunk_chars=5, interval=0.1))
+
+    def refusal(ws: Any) -> dict[str, Any]:
+        events = read_until(ws, lambda events: any(e["type"] == "error" and "status" in e for e in events))
+        return events[-1]  # (the running response's events may come before it)
+
+    with socket(gateway) as ws:
+        send(ws, type="response.create", model=MODEL, input="x" * 5000, stream_id="big")
+        big = refusal(ws)
+        assert (big["error"]["code"], big["stream_id"]) == ("request_too_large", "big")
+        ws.send('{"type": "response.create", "stream_id": "broken", "input": ')
+        broken = refusal(ws)
+        assert (broken["status"], broken["stream_id"]) == (400, "broken")
+        send(ws, type="response.create", model=MODEL, input="go", stream_id="running")
+        read_until(ws, lambda events: any(e["type"] == "response.created" for e in events))
+        send(ws, type="response.create", model="no-such-model", input="x", stream_id="waiting")  # queued
+        ws.send(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": MODEL,
+                    "input": "x",
+                    "stream_id": "mine",
+                    "metadata": {"stream_id": "theirs"},
+                }
+            )
+        )
+        unreadable = refusal(ws)
+        assert unreadable["error"]["code"] == "websocket_queue_full" and "stream_id" not in unreadable
+        assert "stream_id could not be read" in unreadable["error"]["message"]
+        send(ws, type="response.create", model=MODEL, input="x", stream_id="running")
+        full = refusal(ws)
+        assert (full["error"]["code"], full["stream_id"]) == ("websocket_queue_full", "running")
+        read_until(ws, terminals(1))  # the running response ends before the socket closes
