@@ -52,7 +52,7 @@ from .orchestration.limits import current_use
 from .protocol.compaction import COMPACTION_INSTRUCTIONS, client_instructions
 from .protocol.errors import GatewayError
 from .store import services
-from .store.selectors import spend_since
+from .store.selectors import FLATTENED_SPANS, spend_since
 
 # The front page shows today's traffic and spend and links the operator's daily pages (usage,
 # route health, docs) above the models; the header names the gateway.
@@ -1126,6 +1126,7 @@ class ResponseAdmin(admin.ModelAdmin):
     @admin.display(description="Parameters")
     def params_display(self, obj: Response) -> str:
         params = dict(obj.params or {})
+        params.pop(FLATTENED_SPANS, None)  # the gateway's bookkeeping, not a request parameter
         if isinstance(params.get("instructions"), str):  # the client's, as in the field above
             params["instructions"] = client_instructions(params["instructions"])[0]
         return format_html('<pre class="gw-json">{}</pre>', presenters.pretty_json(params))

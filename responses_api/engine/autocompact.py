@@ -4,7 +4,8 @@ gateway's estimate, protocol/tokens.py), the run first has the routed model summ
 OpenAI's server-side compaction does: the stream shows a `compaction` item (added, then
 `response.compaction.compacting`, then done with its sealed summary), the call then starts from
 that item, and so do later turns (protocol/compaction.py `expand_compactions`), whether they
-continue by `previous_response_id` or send the output back as input.
+continue by `previous_response_id` or send the whole history back as input, compaction item
+included (only the instructions before it are kept: its payload says `auto`).
 
 The summary is the one compaction v2 writes (a `compaction_trigger`, Codex's remote
 compaction): it stands for the whole context before it."""
@@ -57,14 +58,17 @@ def _is_summary(item: dict[str, Any]) -> bool:
     return bool(content) and str(content[0].get("text", "")).startswith(WHOLE_SUMMARY_PREFIX)
 
 
-async def compaction_events(run: ResponseRun) -> AsyncIterator[Event]:
+async def compaction_events(run: ResponseRun, *, auto: bool = False) -> AsyncIterator[Event]:
     """The compaction item the open call's summary becomes: added and `compacting` before the
-    summary is read, done with it sealed for the tenant."""
+    summary is read, done with it sealed for the tenant. `auto`: an automatic compaction's,
+    which a later request keeps only the instructions before (its clients send the whole
+    history back, item included)."""
     item, events = run.builder.open_compaction()
     for event in events:
         yield event
     summary = await run.read_summary()
-    sealed = sealer().seal(summary_payload(summary, whole=True), tenant_id=run.job.tenant_id, purpose="compaction")
+    payload = summary_payload(summary, whole=True, auto=auto)
+    sealed = sealer().seal(payload, tenant_id=run.job.tenant_id, purpose="compaction")
     for event in run.builder.close_compaction(item, sealed):
         yield event
 
@@ -72,7 +76,7 @@ async def compaction_events(run: ResponseRun) -> AsyncIterator[Event]:
 async def compact_then_open(run: ResponseRun) -> AsyncIterator[Event]:
     """The pending automatic compaction, then the model call proper (which starts at it)."""
     assert run._autocompact is not None
-    async for event in compaction_events(run):
+    async for event in compaction_events(run, auto=True):
         yield event
     run._autocompact.pending = False
     run._call = await run._open_with_fallback()

@@ -40,6 +40,7 @@ from ..protocol.response import request_params
 from ..store import db, selectors, services
 from ..store.eventlog import event_log
 from ..store.persistence import DatabasePersistence
+from ..store.selectors import FLATTENED_SPANS
 from ..upstreams.tokenize import context_window
 from . import lifecycle
 from .limits import Grant
@@ -92,8 +93,11 @@ async def run_for_request(
         spans = span_after(prior.input_spans, len(prior.items), len(context))
         if not prior.stored:
             # Continuing an unstored response: a stored one keeps its whole context as input,
-            # so its chain never points at a response the database does not have.
+            # so its chain never points at a response the database does not have. That input
+            # holds several requests' inputs and their outputs: where the inputs lie is kept
+            # with it, or a compaction item in it would keep them all (chain_input_spans).
             stored_input, stored_previous = context, None
+            stored_params = {**stored_params, FLATTENED_SPANS: [[span.start, span.stop] for span in spans]}
     elif req.previous_response_id or references or req.conversation:
         loaded = await db.run(
             selectors.context_load,

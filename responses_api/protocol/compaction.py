@@ -6,7 +6,8 @@ Two forms. `/v1/responses/compact` (v1) answers the user messages, verbatim, the
 whose summary covers everything else. A `compaction_trigger` as the last input item of a create
 (v2, Codex's remote compaction) answers the item alone, whose summary covers the whole context:
 its payload says so (`whole`), and a later context starts at it, keeping only what the request
-that sent it placed before it (`expand_compactions`)."""
+that sent it placed before it (`expand_compactions`); of an automatic compaction's (`auto`),
+only the system and developer messages of that."""
 
 from __future__ import annotations
 
@@ -67,10 +68,18 @@ def compacted_output(context: list[dict[str, Any]], sealed_summary: str) -> list
     return [*kept, {"id": new_id("cmp"), "type": "compaction", "encrypted_content": sealed_summary}]
 
 
-def summary_payload(summary: str, *, whole: bool) -> dict[str, Any]:
+def summary_payload(summary: str, *, whole: bool, auto: bool = False) -> dict[str, Any]:
     """What a compaction item seals: the summary, and whether it stands for the whole context
-    before it (v2) or for all but the user messages kept beside it (v1)."""
-    return {"summary": summary, "whole": True} if whole else {"summary": summary}
+    before it (v2) or for all but the user messages kept beside it (v1); `auto`: written by
+    automatic compaction (`context_management`), whose clients send the whole history back
+    before the item (items sealed before the flag read as a `compaction_trigger`'s)."""
+    if not whole:
+        return {"summary": summary}
+    return {"summary": summary, "whole": True, "auto": True} if auto else {"summary": summary, "whole": True}
+
+
+def _is_instructions(item: dict[str, Any]) -> bool:
+    return item["type"] == "message" and item.get("role") in ("system", "developer")
 
 
 # The items that answer a call (by call_id); after a trim they need their call in what is kept.
@@ -114,21 +123,26 @@ def expand_compactions(
     (its span in `inputs`: with a warm-up's that it continues) that precede it, then its summary,
     then what follows it. A client places there what must outlive the compaction: Codex sends its
     instructions as a `developer` item before the item, in a request without
-    `previous_response_id`. Nothing else the summary stands for is sent: the older chain, the
-    conversation, the connection's memory, and the output before an item a response produced (an
-    automatic compaction's summary was written over that output). A v1 item drops nothing: its
-    user messages sit beside it. Tool outputs whose calls were dropped go with them."""
+    `previous_response_id`. An automatic compaction's item (`auto`) keeps only the `system` and
+    `developer` messages there: its clients chain statelessly by sending the whole history back,
+    item included, and the turns before it are what its summary replaced. Nothing else the
+    summary stands for is sent: the older chain, the conversation, the connection's memory, and
+    the output before an item a response produced (an automatic compaction's summary was written
+    over that output). A v1 item drops nothing: its user messages sit beside it. Tool outputs
+    whose calls were dropped go with them."""
     if "compaction" not in map(_item_type, items):  # in C: a long chain is scanned on every call
         return items
     payloads: dict[int, dict[str, Any]] = {}
-    begin = 0
+    keep, begin, auto = 0, 0, False  # items[keep:begin] are the request's own before the item
     for index, item in enumerate(items):
         if item["type"] == "compaction" and item.get("encrypted_content"):
             payload = payloads[index] = open_payload(item["encrypted_content"])
             if payload.get("whole"):
-                begin = next((span.start for span in inputs if index in span), index)
+                keep = next((span.start for span in inputs if index in span), index)
+                begin, auto = index, bool(payload.get("auto"))
+    kept = [n for n in range(keep, begin) if not auto or _is_instructions(items[n])]
     expanded: list[dict[str, Any]] = []
-    for index in range(begin, len(items)):
+    for index in [*kept, *range(begin, len(items))]:
         item = items[index]
         if item["type"] != "compaction":
             expanded.append(item)

@@ -149,16 +149,25 @@ WITH RECURSIVE chain(id, prev, depth) AS (
     UNION ALL
     {step}
 )
-SELECT ri.role, COUNT(*) FROM chain
+SELECT chain.id, ri.role, COUNT(*) FROM chain
 JOIN {response_item} ri ON ri.response_id = chain.id
-GROUP BY chain.depth, ri.role
+GROUP BY chain.depth, chain.id, ri.role
 ORDER BY chain.depth DESC, ri.role
 """
+
+# The params key of a stored response that continued an unstored one (a WebSocket's memory):
+# its input is then that whole context, and this says where the requests' inputs lie in it
+# ([start, stop] pairs), as the connection knew them.
+FLATTENED_SPANS = "input_spans"
 
 
 def chain_input_spans(*, response_id: str) -> InputSpans:
     """Where each response's input lies in `chain_items_list`'s items: what a compaction item
-    of the chain keeps before it. One query; asked only for a chain that holds one."""
+    of the chain keeps before it. Two queries; asked only for a chain that holds one.
+
+    A root that continued an unstored response (`FLATTENED_SPANS`) has the spans of the
+    requests whose context it stored, not one span for its whole input: a continuation read
+    from here keeps what one on the same WebSocket connection keeps."""
     response = connection.ops.quote_name(Response._meta.db_table)
     sql = CHAIN_PARTS_SQL.format(
         step=chain_step_sql(response),
@@ -168,13 +177,29 @@ def chain_input_spans(*, response_id: str) -> InputSpans:
     with connection.cursor() as cursor:
         cursor.execute(sql, [response_id])
         parts = cursor.fetchall()
+    flattened = _flattened_spans(parts[0][0]) if parts else None
     spans: InputSpans = ()
     start = 0
-    for role, count in parts:
+    for response, role, count in parts:
         if role == ResponseItem.Role.INPUT:  # joined to the one before when it answered nothing
-            spans = span_after(spans, start, start + count)
+            if response == parts[0][0] and flattened and flattened[-1][1] == count:
+                for span_start, span_stop in flattened:
+                    spans = span_after(spans, start + span_start, start + span_stop)
+            else:
+                spans = span_after(spans, start, start + count)
         start += count
     return spans
+
+
+def _flattened_spans(root_id: str) -> list[list[int]] | None:
+    """The root's stored spans, if it continued an unstored response (only a root can: its
+    `previous_response_id` was not stored)."""
+    stored = (
+        Response.objects.filter(id=root_id, params__has_key=FLATTENED_SPANS)
+        .values_list(f"params__{FLATTENED_SPANS}", flat=True)
+        .first()
+    )
+    return stored if isinstance(stored, list) else None
 
 
 def items_by_public_id(*, tenant_id: int, public_ids: list[str]) -> dict[str, Item]:

@@ -7,7 +7,11 @@ from typing import Any
 
 from responses_api.protocol.compaction import SUMMARY_PREFIX, WHOLE_SUMMARY_PREFIX, expand_compactions, span_after
 
-PAYLOADS = {"sealed-whole": {"summary": "S", "whole": True}, "sealed-v1": {"summary": "V"}}
+PAYLOADS = {
+    "sealed-whole": {"summary": "S", "whole": True},
+    "sealed-v1": {"summary": "V"},
+    "sealed-auto": {"summary": "A", "whole": True, "auto": True},
+}
 
 
 def message(role: str, text: str) -> dict[str, Any]:
@@ -66,3 +70,21 @@ def test_inputs_with_nothing_answered_between_them_are_one_span() -> None:
     assert span_after((range(0, 1),), 1, 4) == (range(0, 4),)  # a warm-up, then the rest
     assert span_after((range(0, 1),), 2, 4) == (range(0, 1), range(2, 4))  # an output between
     assert span_after((), 0, 3) == (range(0, 3),)
+
+
+def test_an_automatic_compaction_sent_back_keeps_only_the_instructions_before_it() -> None:
+    """`context_management` clients send the whole history back, item included: the turns
+    before it are what its summary replaced; the system and developer messages stay."""
+    items = [
+        message("system", "sys"),
+        message("developer", "dev"),
+        message("user", "old question"),
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "x"},
+        message("assistant", "old answer"),
+        compaction("sealed-auto"),
+        message("assistant", "answer"),
+        message("user", "next"),
+    ]
+    expanded = expand_compactions(items, PAYLOADS.__getitem__, (range(9),))
+    assert texts(expanded) == ["sys", "dev", WHOLE_SUMMARY_PREFIX + "A", "answer", "next"]

@@ -102,11 +102,12 @@ def test_a_50_turn_chain_keeps_the_upstream_body_bounded(
 
 def test_the_stream_shows_the_compaction_as_openai_does(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     summaries = script(scripted, MODEL)
+    rules = {"role": "developer", "content": "Count in French."}
     history = [{"role": "user", "content": f"Earlier message {n}: " + "some context " * 30} for n in range(4)]
     client = gateway.openai()
     stream = client.responses.create(
         model=MODEL,
-        input=[*history, {"role": "user", "content": "And now?"}],
+        input=[rules, *history, {"role": "user", "content": "And now?"}],
         context_management=[{"type": "compaction", "compact_threshold": THRESHOLD}],
         store=False,
         stream=True,
@@ -125,10 +126,10 @@ def test_the_stream_shows_the_compaction_as_openai_does(gateway: Gateway, script
     assert compaction.type == "compaction" and summaries[0] not in compaction.encrypted_content
     assert message.type == "message" and final.output_text == ANSWER
     assert final.usage is not None and final.usage.input_tokens > 0
-    # Stateless chaining: the client sends the output back from the compaction item on (what
-    # OpenAI's guide advises: what a request places before the item is sent, issue 46); the
-    # upstream gets the summary and what came after it.
-    sent_back = [o.model_dump() for o in final.output]
+    # Stateless chaining: the client sends everything back, compaction item included (OpenAI's
+    # guide: append the output items as usual); the upstream gets the instructions, the summary
+    # and what came after it, not the turns the summary stands for: the context shrinks.
+    sent_back = [rules, *history, {"role": "user", "content": "And now?"}, *[o.model_dump() for o in final.output]]
     with gateway.http() as http:
         raw = http.post(
             "/v1/responses",
@@ -136,8 +137,10 @@ def test_the_stream_shows_the_compaction_as_openai_does(gateway: Gateway, script
         ).content
     validate_sse(raw) if raw.startswith(b"event") else validate_response_object(json.loads(raw))
     messages = scripted.model_calls[-1].body["messages"]
-    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
-    assert messages[0]["content"] == WHOLE_SUMMARY_PREFIX + summaries[0] and messages[-1]["content"] == "Next?"
+    assert [m["role"] for m in messages][1:] == ["user", "assistant", "user"], messages
+    assert messages[0]["role"] in ("system", "developer") and messages[0]["content"] == "Count in French."
+    assert messages[1]["content"] == WHOLE_SUMMARY_PREFIX + summaries[0] and messages[-1]["content"] == "Next?"
+    assert "Earlier message" not in json.dumps(messages)
 
 
 def test_below_the_threshold_nothing_is_compacted(gateway: Gateway, scripted: ScriptedUpstream) -> None:

@@ -228,3 +228,40 @@ def test_input_tokens_count_what_the_compaction_keeps(gateway: Gateway, scripted
     counted = gateway.http().post("/v1/responses/input_tokens", json=body)
     assert counted.status_code == 200, counted.text
     assert counted.json()["input_tokens"] > len(BASE_TEXT) // 5
+
+
+@pytest.mark.parametrize("later", ["http", "another socket"])
+def test_a_stored_response_continuing_an_unstored_compaction_keeps_the_compaction_from_the_database(
+    gateway: Gateway, scripted: ScriptedUpstream, later: str
+) -> None:
+    """A stored response continuing an unstored one from a WebSocket's memory stores its whole
+    context as its input. A continuation of it read from the database must drop what the
+    compaction item replaced as one on the same connection does: the flattened input holds
+    several requests' inputs, and only the request's own before the item is kept."""
+    script(scripted, MODEL)
+    rules = "RULES-BEFORE-THE-COMPACTION: answer in French."
+    developer = {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": rules}]}
+    with socket(gateway) as ws:
+
+        def send(**body: Any) -> dict[str, Any]:
+            final = validate_events(turn(ws, model=MODEL, **body))
+            assert final["status"] == "completed", final
+            return final
+
+        first = send(input=[developer, user(OLD_QUESTION)], store=False)
+        compacted = send(input=[{"type": "compaction_trigger"}], previous_response_id=first["id"], store=False)
+        stored = send(input=[user("Build the menu.")], previous_response_id=compacted["id"], store=True)
+        send(input=[user("Same connection.")], previous_response_id=stored["id"], store=True)
+    if later == "http":
+        gateway.openai().responses.create(model=MODEL, input=[user("Later.")], previous_response_id=stored["id"])
+    else:
+        with socket(gateway) as ws:
+            final = validate_events(turn(ws, model=MODEL, input=[user("Later.")], previous_response_id=stored["id"]))
+            assert final["status"] == "completed", final
+    same, later_body = answered(scripted, "/v1/chat/completions")[-2:]
+    for body in (same, later_body):
+        dumped = json.dumps(body)
+        assert OLD_QUESTION not in dumped and OLD_ANSWER not in dumped and rules not in dumped, body
+        assert any(t.startswith(WHOLE_SUMMARY_PREFIX) and t.endswith(SUMMARY) for t in strings(body))
+        assert "Build the menu." in dumped
+    assert same["messages"][:-1] == later_body["messages"][:-1]  # both paths give the same context
