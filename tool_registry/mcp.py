@@ -292,6 +292,17 @@ async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[C
         raise _http_failure(spec, code) from None
 
 
+async def check_egress(spec: McpServerSpec, policy: EgressPolicy) -> None:
+    """The egress check a session starts with, alone (McpUnavailable if refused): for what is
+    served without a session, a cached listing, which must not reach a caller whose policy
+    would not let it connect."""
+    try:
+        _, host, port, _ = parse_url(spec.url)
+        await resolve_checked(host, port, policy)
+    except Exception as exc:  # noqa: BLE001 - a refusal (or unresolvable name) becomes the item's error
+        raise _failure(exc, spec) from None
+
+
 def _tool_dict(tool: Any) -> dict[str, Any]:
     annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
     return jsonlimits.storable(

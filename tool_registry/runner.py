@@ -15,7 +15,7 @@ from responses_api.store import db
 from . import services
 from .egress import STRICT, EgressPolicy
 from .executors import ToolSpec, execute
-from .mcp import CallOutcome, McpServerSpec, McpUnavailable, call_tool, list_tools
+from .mcp import CallOutcome, McpServerSpec, McpUnavailable, call_tool, check_egress, list_tools
 
 
 class RegistryToolRunner:
@@ -77,12 +77,15 @@ class McpToolset:
         servers: list[McpServerSpec],
         policy: EgressPolicy,
         adhoc_policy: EgressPolicy = STRICT,
+        tenant_id: int | None = None,
         cached: dict[str, list[dict]] | None = None,
         request_approval: dict[str, ApprovalPolicy] | None = None,
     ) -> None:
         """`policy`: the operator's egress allowlist, for registered servers; `adhoc_policy`:
-        for servers whose URL the client sent (public only, unless explicitly allowed)."""
+        for servers whose URL the client sent (public only, unless explicitly allowed), whose
+        listings are cached per tenant (`tenant_id`)."""
         self.response_id = response_id
+        self.tenant_id = tenant_id
         self.servers = {s.label: s for s in servers}
         self.policy = policy
         self.adhoc_policy = adhoc_policy
@@ -121,9 +124,14 @@ class McpToolset:
         if label in self.cached:
             return self.cached[label]
         if spec.registry_id is None:
-            key = (spec.url, tuple(sorted(spec.headers.items())))
+            # One tenant's listing is never another's, and a hit passes this tenant's egress
+            # policy first (as a session would): a server one tenant may reach stays out of
+            # reach of the others, cached or not.
+            key = (self.tenant_id, self.adhoc_policy.allow, spec.url, tuple(sorted(spec.headers.items())))
             hit = _adhoc_listings.get(key)
             if hit is not None and hit[0] > time.monotonic():
+                await check_egress(spec, self.adhoc_policy)
+                self.cached[label] = hit[1]
                 return hit[1]
         try:
             tools = await list_tools(spec, self._policy_for(spec))
@@ -134,6 +142,8 @@ class McpToolset:
         if spec.registry_id is not None:
             await db.run(services.mcp_listing_store, server_id=spec.registry_id, tools=tools)
         else:
+            if len(_adhoc_listings) >= _ADHOC_LISTINGS_KEPT:  # client-sent URLs: bounded, oldest out
+                _adhoc_listings.pop(next(iter(_adhoc_listings)))
             _adhoc_listings[key] = (time.monotonic() + spec.cache_seconds, tools)
         self.cached[label] = tools  # this run lists a server once
         return tools
@@ -199,5 +209,7 @@ class McpToolset:
         return outcome
 
 
-# Ad-hoc servers' listings, by (url, headers), for their TTL: one process's memory.
+# Ad-hoc servers' listings, by (tenant, ad-hoc egress policy, url, headers), for their TTL:
+# one process's memory, bounded (the URLs come from clients).
 _adhoc_listings: dict[tuple, tuple[float, list[dict]]] = {}
+_ADHOC_LISTINGS_KEPT = 4096
