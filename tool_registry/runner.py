@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
 from django.conf import settings
 
-from responses_api.protocol.errors import FailedDependency
+from responses_api.protocol.errors import FailedDependency, GatewayError, ServerError
 from responses_api.protocol.mcp import ApprovalPolicy
 from responses_api.store import db
+from responses_api.store.outages import unavailable
 
 from . import services
 from .egress import STRICT, EgressPolicy
 from .executors import ToolSpec, execute
 from .mcp import CallOutcome, McpServerSpec, McpUnavailable, call_tool, check_egress, list_tools
+
+log = logging.getLogger("gateway.mcp")
 
 
 class RegistryToolRunner:
@@ -99,8 +103,10 @@ class McpToolset:
 
     async def list_requested(self, listed_before: set[str]) -> None:
         """List, at once, the servers the request names that its chain has not listed; the
-        first (in request order) whose listing fails raises FailedDependency. The listings are
-        kept for the prelude (`listing`), which lists the route's servers itself."""
+        first (in request order) whose listing fails raises FailedDependency, or, where the
+        gateway itself failed, the GatewayError saying so (a 503 for an outage), never another
+        exception: the run stores its failure for a GatewayError only. The listings are kept
+        for the prelude (`listing`), which lists the route's servers itself."""
         wanted = [
             s.label
             for s in self.servers.values()
@@ -116,8 +122,16 @@ class McpToolset:
                     f"(Failed Dependency). {outcome.message}",
                     param=self.servers[label].param,
                 )
-            if isinstance(outcome, BaseException):
-                raise outcome
+            if isinstance(outcome, GatewayError) or (
+                isinstance(outcome, BaseException) and not isinstance(outcome, Exception)
+            ):
+                raise outcome  # already the client's answer; or a cancellation
+            if isinstance(outcome, Exception):
+                error: GatewayError | None = unavailable(outcome)
+                if error is None:
+                    log.error("listing the tools of MCP server %r failed", label, exc_info=outcome)
+                    error = ServerError(f"The gateway failed to list the tools of MCP server '{label}'.")
+                raise error from outcome
 
     async def listing(self, label: str) -> list[dict]:
         spec = self.servers[label]
@@ -137,10 +151,10 @@ class McpToolset:
             tools = await list_tools(spec, self._policy_for(spec))
         except McpUnavailable as exc:
             if spec.registry_id is not None:
-                await db.run(services.mcp_listing_store, server_id=spec.registry_id, tools=None, error=exc.message)
+                await _remember(spec, tools=None, error=exc.message)
             raise
         if spec.registry_id is not None:
-            await db.run(services.mcp_listing_store, server_id=spec.registry_id, tools=tools)
+            await _remember(spec, tools=tools)
         else:
             if len(_adhoc_listings) >= _ADHOC_LISTINGS_KEPT:  # client-sent URLs: bounded, oldest out
                 _adhoc_listings.pop(next(iter(_adhoc_listings)))
@@ -207,6 +221,15 @@ class McpToolset:
             succeeded=outcome.error is None,
         )
         return outcome
+
+
+async def _remember(spec: McpServerSpec, **listing: object) -> None:
+    """Store a registered server's listing (or why it failed) for the admin and later requests.
+    This run does not need it stored: a failure to store it is logged, never the run's failure."""
+    try:
+        await db.run(services.mcp_listing_store, server_id=spec.registry_id, **listing)
+    except Exception:  # the listing itself stands; the store's trouble goes to the log
+        log.warning("the tool listing of MCP server %r could not be stored", spec.label, exc_info=True)
 
 
 # Ad-hoc servers' listings, by (tenant, ad-hoc egress policy, url, headers), for their TTL:
