@@ -3,7 +3,8 @@
 Uses the `mcp` package's clients over streamable HTTP or, for servers that only speak it, the
 older HTTP+SSE transport: found by the MCP specification's backwards-compatibility procedure
 (POST first; on 400, 404 or 405, GET for the event stream) and remembered per server URL, so
-each later session goes straight to the transport that worked. Every operation opens its own
+each later session goes straight to the transport that worked (and, should that one now be
+answered 400, 404 or 405, tries the other in the same session: the server changed). Every operation opens its own
 short-lived session (connect, discover/initialize, one request, close): a session is tied
 to the task that opened it, while a response's calls run in several tasks, and a pooled
 session would outlive the request's credentials. The HTTP client under the session sends
@@ -203,6 +204,7 @@ _TRANSPORTS_KEPT = 4096
 # What a server that speaks only HTTP+SSE answers the POST of streamable HTTP (the
 # specification's backwards-compatibility procedure).
 _NOT_STREAMABLE = frozenset({400, 404, 405})
+_OTHER = {"streamable": "sse", "sse": "streamable"}
 
 
 def _connector(kind: str, spec: McpServerSpec, transport: _PinnedTransport) -> tuple[httpx2.AsyncClient | None, Any]:
@@ -256,12 +258,14 @@ async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[C
     scheme, host, port, _ = parse_url(spec.url)
     addresses = await resolve_checked(host, port, policy)
     known = _transports.get(spec.url)
-    kinds = [known] if known else ["streamable", "sse"]
+    # The remembered transport first; the other one if it is refused (the server changed), in
+    # this same session, so a server that moved costs no failed request.
+    kinds = [known, _OTHER[known]] if known else ["streamable", "sse"]
     transport = _PinnedTransport(scheme, host, port, addresses[0])
-    first_status: int | None = None
+    refused: dict[str, int] = {}  # transport -> the 400, 404 or 405 it was answered
     try:
         async with AsyncExitStack() as stack:
-            for kind in kinds:
+            for index, kind in enumerate(kinds):
                 transport = _PinnedTransport(scheme, host, port, addresses[0])
                 attempt = AsyncExitStack()
                 try:
@@ -269,18 +273,18 @@ async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[C
                 except Exception:
                     await attempt.aclose()
                     status = transport.error_status
-                    if known is not None and status in _NOT_STREAMABLE:
-                        _transports.pop(spec.url, None)  # the server changed: the next session looks again
-                    elif kind == "streamable" and status in _NOT_STREAMABLE:
-                        first_status = status
-                        continue  # perhaps an HTTP+SSE server: GET for its event stream
-                    elif kind == "sse" and status in _NOT_STREAMABLE and first_status is not None:
-                        # Neither transport is served here: report what the POST was answered.
-                        raise _http_failure(spec, first_status) from None
+                    if status in _NOT_STREAMABLE:
+                        refused[kind] = status
+                        if index + 1 < len(kinds):
+                            _transports.pop(spec.url, None)  # whatever was remembered no longer holds
+                            continue  # the other transport (a new URL: perhaps an HTTP+SSE server)
+                        if "streamable" in refused:
+                            # Neither transport is served here: report what the POST was answered.
+                            raise _http_failure(spec, refused["streamable"]) from None
                     raise
                 stack.push_async_exit(attempt)
                 break
-            if known is None:
+            if known != kind:
                 if len(_transports) >= _TRANSPORTS_KEPT:
                     _transports.pop(next(iter(_transports)))
                 _transports[spec.url] = kind
@@ -290,6 +294,17 @@ async def _session(spec: McpServerSpec, policy: EgressPolicy) -> AsyncIterator[C
         if code is None or isinstance(_leaf(exc), (McpUnavailable, TimeoutError)):
             raise
         raise _http_failure(spec, code) from None
+
+
+async def check_egress(spec: McpServerSpec, policy: EgressPolicy) -> None:
+    """The egress check a session starts with, alone (McpUnavailable if refused): for what is
+    served without a session, a cached listing, which must not reach a caller whose policy
+    would not let it connect."""
+    try:
+        _, host, port, _ = parse_url(spec.url)
+        await resolve_checked(host, port, policy)
+    except Exception as exc:  # noqa: BLE001 - a refusal (or unresolvable name) becomes the item's error
+        raise _failure(exc, spec) from None
 
 
 def _tool_dict(tool: Any) -> dict[str, Any]:

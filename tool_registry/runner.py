@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 
 from django.conf import settings
 
-from responses_api.protocol.errors import FailedDependency
+from responses_api.protocol.errors import FailedDependency, GatewayError, ServerError
 from responses_api.protocol.mcp import ApprovalPolicy
 from responses_api.store import db
+from responses_api.store.outages import unavailable
 
 from . import services
 from .egress import STRICT, EgressPolicy
 from .executors import ToolSpec, execute
-from .mcp import CallOutcome, McpServerSpec, McpUnavailable, call_tool, list_tools
+from .mcp import CallOutcome, McpServerSpec, McpUnavailable, call_tool, check_egress, list_tools
+
+log = logging.getLogger("gateway.mcp")
 
 
 class RegistryToolRunner:
@@ -77,12 +81,15 @@ class McpToolset:
         servers: list[McpServerSpec],
         policy: EgressPolicy,
         adhoc_policy: EgressPolicy = STRICT,
+        tenant_id: int | None = None,
         cached: dict[str, list[dict]] | None = None,
         request_approval: dict[str, ApprovalPolicy] | None = None,
     ) -> None:
         """`policy`: the operator's egress allowlist, for registered servers; `adhoc_policy`:
-        for servers whose URL the client sent (public only, unless explicitly allowed)."""
+        for servers whose URL the client sent (public only, unless explicitly allowed), whose
+        listings are cached per tenant (`tenant_id`)."""
         self.response_id = response_id
+        self.tenant_id = tenant_id
         self.servers = {s.label: s for s in servers}
         self.policy = policy
         self.adhoc_policy = adhoc_policy
@@ -96,8 +103,10 @@ class McpToolset:
 
     async def list_requested(self, listed_before: set[str]) -> None:
         """List, at once, the servers the request names that its chain has not listed; the
-        first (in request order) whose listing fails raises FailedDependency. The listings are
-        kept for the prelude (`listing`), which lists the route's servers itself."""
+        first (in request order) whose listing fails raises FailedDependency, or, where the
+        gateway itself failed, the GatewayError saying so (a 503 for an outage), never another
+        exception: the run stores its failure for a GatewayError only. The listings are kept
+        for the prelude (`listing`), which lists the route's servers itself."""
         wanted = [
             s.label
             for s in self.servers.values()
@@ -113,27 +122,42 @@ class McpToolset:
                     f"(Failed Dependency). {outcome.message}",
                     param=self.servers[label].param,
                 )
-            if isinstance(outcome, BaseException):
-                raise outcome
+            if isinstance(outcome, GatewayError) or (
+                isinstance(outcome, BaseException) and not isinstance(outcome, Exception)
+            ):
+                raise outcome  # already the client's answer; or a cancellation
+            if isinstance(outcome, Exception):
+                error: GatewayError | None = unavailable(outcome)
+                if error is None:
+                    log.error("listing the tools of MCP server %r failed", label, exc_info=outcome)
+                    error = ServerError(f"The gateway failed to list the tools of MCP server '{label}'.")
+                raise error from outcome
 
     async def listing(self, label: str) -> list[dict]:
         spec = self.servers[label]
         if label in self.cached:
             return self.cached[label]
         if spec.registry_id is None:
-            key = (spec.url, tuple(sorted(spec.headers.items())))
+            # One tenant's listing is never another's, and a hit passes this tenant's egress
+            # policy first (as a session would): a server one tenant may reach stays out of
+            # reach of the others, cached or not.
+            key = (self.tenant_id, self.adhoc_policy.allow, spec.url, tuple(sorted(spec.headers.items())))
             hit = _adhoc_listings.get(key)
             if hit is not None and hit[0] > time.monotonic():
+                await check_egress(spec, self.adhoc_policy)
+                self.cached[label] = hit[1]
                 return hit[1]
         try:
             tools = await list_tools(spec, self._policy_for(spec))
         except McpUnavailable as exc:
             if spec.registry_id is not None:
-                await db.run(services.mcp_listing_store, server_id=spec.registry_id, tools=None, error=exc.message)
+                await _remember(spec, tools=None, error=exc.message)
             raise
         if spec.registry_id is not None:
-            await db.run(services.mcp_listing_store, server_id=spec.registry_id, tools=tools)
+            await _remember(spec, tools=tools)
         else:
+            if len(_adhoc_listings) >= _ADHOC_LISTINGS_KEPT:  # client-sent URLs: bounded, oldest out
+                _adhoc_listings.pop(next(iter(_adhoc_listings)))
             _adhoc_listings[key] = (time.monotonic() + spec.cache_seconds, tools)
         self.cached[label] = tools  # this run lists a server once
         return tools
@@ -199,5 +223,16 @@ class McpToolset:
         return outcome
 
 
-# Ad-hoc servers' listings, by (url, headers), for their TTL: one process's memory.
+async def _remember(spec: McpServerSpec, **listing: object) -> None:
+    """Store a registered server's listing (or why it failed) for the admin and later requests.
+    This run does not need it stored: a failure to store it is logged, never the run's failure."""
+    try:
+        await db.run(services.mcp_listing_store, server_id=spec.registry_id, **listing)
+    except Exception:  # the listing itself stands; the store's trouble goes to the log
+        log.warning("the tool listing of MCP server %r could not be stored", spec.label, exc_info=True)
+
+
+# Ad-hoc servers' listings, by (tenant, ad-hoc egress policy, url, headers), for their TTL:
+# one process's memory, bounded (the URLs come from clients).
 _adhoc_listings: dict[tuple, tuple[float, list[dict]]] = {}
+_ADHOC_LISTINGS_KEPT = 4096

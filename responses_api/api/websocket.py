@@ -1,7 +1,11 @@
 """WebSocket mode of `/v1/responses` (Open Responses 2026-04-24; lanes and steering as the openai
 SDK 3.57 defines them).
 
-A connection authenticates once, at the handshake, then carries `response.create` messages;
+A connection authenticates at the handshake, then carries `response.create` messages, each of
+which looks its key up again (auth.py's key cache: a dict look-up), so a key that expires is
+refused at once and a revoked or regenerated one within GATEWAY_CACHE_SECONDS, as over HTTP: the
+create gets the handshake's 401 as an error frame and the connection closes (policy violation,
+1008), its running responses cancelled; each create also gets the key's current limits and budgets;
 the server answers each with the same event objects the SSE stream carries, one JSON text
 message per event, and no `[DONE]`. Creates run on lanes: those with the same `stream_id` (none:
 the default lane) run first in, first out, one after the other; different lanes run at once, and
@@ -54,7 +58,7 @@ from ..orchestration.gateway import start_response
 from ..orchestration.handoff import WorkerStarted
 from ..orchestration.worker import follow_log
 from ..protocol import jsonlimits
-from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, ServerError
+from ..protocol.errors import AuthenticationFailed, GatewayError, InvalidRequest, RateLimited, ServerError
 from ..protocol.prefix import ConvertedPrefix
 from ..protocol.request import parse_create_request
 from ..protocol.surface import BETA_MESSAGE, CLIENT_EVENTS, beta_requested
@@ -263,7 +267,8 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
         return
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
     try:
-        principal = await principal_for(bearer_token(headers.get("authorization")))
+        raw_key = bearer_token(headers.get("authorization"))
+        principal = await principal_for(raw_key)
     except Exception as exc:  # noqa: BLE001 - any failure refuses the connection with an error frame
         error = exc if isinstance(exc, GatewayError) else (unavailable(exc) or ServerError("Authentication failed."))
         return await _deny(scope, send, error)
@@ -287,7 +292,7 @@ async def serve(scope: dict[str, Any], receive: Receive, send: Send) -> None:
     connection_id = f"ws_{uuid.uuid4().hex}"
     try:
         await send({"type": "websocket.accept", "headers": handshake_headers(connection_id)})
-        await Connection(principal, receive, send, connection_id).run()
+        await Connection(principal, receive, send, connection_id, raw_key=raw_key).run()
     finally:
         metrics.OPEN_WEBSOCKETS.dec()
         _open_per_key[principal.key_id] -= 1
@@ -368,9 +373,20 @@ class _Create:
 
 
 class Connection:
-    def __init__(self, principal: Principal, receive: Receive, send: Send, connection_id: str = "") -> None:
+    def __init__(
+        self,
+        principal: Principal,
+        receive: Receive,
+        send: Send,
+        connection_id: str = "",
+        *,
+        raw_key: str | None = None,
+    ) -> None:
         self.connection_id = connection_id
         self.principal = principal
+        # The key of the handshake, looked up again for each create (None: the handshake's
+        # principal is used throughout).
+        self._raw_key = raw_key
         self._receive = receive
         self._send = send
         self.opened = time.monotonic()
@@ -669,6 +685,23 @@ class Connection:
         with contextlib.suppress(Exception):
             await self._send({"type": "websocket.close", "code": 1000})
 
+    async def _authenticated(self) -> Principal:
+        """The connection's key looked up again, as each HTTP request's is (auth.py: a cache
+        hit costs a dict look-up): its expiry, revocation or new secret ends the connection
+        (AuthenticationFailed), and each create gets the key's current limits and budgets."""
+        if self._raw_key is not None:
+            self.principal = await principal_for(self._raw_key)
+        return self.principal
+
+    async def _refuse_key(self, error: AuthenticationFailed) -> None:
+        """The key no longer authenticates: after the create's error frame, the connection
+        closes (1008, policy violation, as a refused handshake without an HTTP response does)
+        and its running responses are cancelled, as when the client closes."""
+        with contextlib.suppress(Exception):
+            await self._send({"type": "websocket.close", "code": 1008, "reason": error.message[:120]})
+        self._closed.set()
+        self._activity.set()
+
     async def _emit(self, payload: dict[str, Any]) -> None:
         if self._closed.is_set():
             raise _Closed()
@@ -732,9 +765,10 @@ class Connection:
             # memory: a stored one is read from the database as any id the connection does not
             # hold, a `store: false` one is not found.
             prior = None if previous in lane.evicted else self._prior_for(previous)
+            principal = await self._authenticated()
             # Streamed: the row is written at the start, so the response can be cancelled.
             req = parse_create_request({**body, "stream": True})
-            started = await start_response(self.principal, req, body, prior=prior)
+            started = await start_response(principal, req, body, prior=prior)
             turn.model = req.model
             planned = started.request if isinstance(started, WorkerStarted) else started.job.request
             turn.ignored_fields = planned.ignored_fields
@@ -766,6 +800,8 @@ class Connection:
             await self._emit(error_envelope(error, lane.stream_id))
             if committed and previous is not None:
                 await self._hand_back(committed, lane, previous, error.message)
+            if isinstance(error, AuthenticationFailed):
+                await self._refuse_key(error)
             return None
         finally:
             if queue is not None:

@@ -160,6 +160,7 @@ async def toolset_for(response_id: str, plan: McpPlan, tenant_id: int) -> McpToo
         servers=specs,
         policy=await db.run(egress_policy),
         adhoc_policy=await db.run(adhoc_egress_policy, tenant_id),
+        tenant_id=tenant_id,
         cached=cached,
         request_approval=approvals,
     )

@@ -193,3 +193,40 @@ def test_free_port_canary_is_really_refused_without_allowance(gateway: Gateway, 
         port = sock.getsockname()[1]
     status, body = create(gateway, [adhoc(f"http://127.0.0.1:{port}/mcp")])
     assert status == 400 and "loopback" in body["error"]["message"]
+
+
+def test_a_cached_adhoc_listing_is_not_served_to_a_tenant_without_the_allowance(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
+) -> None:  # type: ignore[no-untyped-def]
+    """Tenant A may reach a private MCP server and lists it (the listing is cached for its
+    TTL); tenant B, without that allowance, naming the same URL with the same headers within
+    the TTL gets an egress refusal, not A's listing out of the shared cache."""
+    import asyncio
+
+    from responses_api.mcp.planning import toolset_for
+    from responses_api.models import Tenant
+    from tool_registry.mcp import McpServerSpec, McpUnavailable
+
+    settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = []
+    Tenant.objects.filter(name="acme").update(mcp_adhoc_egress_allow=[f"127.0.0.1:{mcp_server.port}"])
+    _, other_tenant = make_key(tenant="other")
+    scripted.enqueue(MODEL, Reply(text="listed"))
+    status, body = create(gateway, [adhoc(mcp_server.url, token=mcp_server.token)])
+    assert status == 200 and not body["output"][0]["error"], body  # A's listing, now cached
+
+    spec = McpServerSpec(
+        label="s",
+        url=mcp_server.url,
+        headers={"Authorization": f"Bearer {mcp_server.token}"},
+        param="tools[0]",
+    )
+
+    async def list_as(tenant_id: int) -> list[dict]:
+        toolset = await toolset_for("resp_test", ([spec], {}, {}), tenant_id)
+        assert toolset is not None
+        return await toolset.listing("s")
+
+    with pytest.raises(McpUnavailable, match="egress refused"):
+        asyncio.run(list_as(other_tenant))
+    # A itself still lists (from the cache or the server).
+    assert {t["name"] for t in asyncio.run(list_as(gateway.tenant_id))} == {"add", "lookup_order", "slow"}

@@ -622,3 +622,57 @@ class _TeeTransport(httpx.HTTPTransport):
             stream=_TeeStream(response.stream, self.sink),
             extensions=response.extensions,
         )
+
+
+def test_a_listing_store_failure_does_not_fail_the_listing(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Remembering a registered server's listing (for the admin and later requests) is not what
+    the request needs: a database error there is logged and the listing serves the response."""
+    from django.db import DatabaseError
+
+    from tool_registry import services
+    from tool_registry.models import McpServer
+
+    monkeypatch.setenv("SHOP_MCP_TOKEN", f"Bearer {mcp_server.token}")
+    McpServer.objects.create(
+        label="shop", url=mcp_server.url, headers_env={"Authorization": "SHOP_MCP_TOKEN"}, approval="never"
+    )
+    gateway_module_clear()
+
+    def broken_store(**kwargs):  # type: ignore[no-untyped-def]
+        raise DatabaseError("value too long for type character varying(200)")
+
+    monkeypatch.setattr(services, "mcp_listing_store", broken_store)
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 1, "b": 2}, "c1")]), Reply(text="3"))
+    _, resp = stream(gateway, {"model": MODEL, "input": "1+2", "tools": [{"type": "mcp", "server_label": "shop"}]})
+    assert resp["status"] == "completed", resp
+    assert [o["type"] for o in resp["output"]] == ["mcp_list_tools", "mcp_call", "message"]
+    assert resp["output"][0]["error"] is None and resp["output"][1]["output"] == "3"
+
+
+def test_an_unexpected_listing_failure_is_a_gateway_error_and_the_row_ends_failed(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A failure of the listing that is not the server's (a bug here) is the protocol's error
+    body, never a traceback, and the streamed response's row ends failed, not in_progress."""
+    from responses_api.models import Response
+    from tool_registry import runner
+
+    async def broken_list_tools(spec, policy):  # type: ignore[no-untyped-def]
+        raise RuntimeError("a bug in the listing")
+
+    monkeypatch.setattr(runner, "list_tools", broken_list_tools)
+    with (
+        gateway.http() as http,
+        http.stream(
+            "POST", "/v1/responses", json={"model": MODEL, "input": "x", "stream": True, "tools": [adhoc(mcp_server)]}
+        ) as r,
+    ):
+        r.read()
+    assert r.status_code == 500 and r.headers["content-type"].startswith("application/json"), r.text
+    error = r.json()["error"]
+    assert error["type"] == "server_error" and "a bug" not in error["message"]
+    (row,) = Response.objects.all()
+    assert row.status == "failed"
+    assert scripted.model_calls == []

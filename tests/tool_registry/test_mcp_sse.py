@@ -181,3 +181,29 @@ def test_an_sse_endpoint_off_the_checked_origin_is_refused(
     assert "egress refused" in error["message"] and "endpoint" in error["message"], error
     assert hits == []
     assert scripted.model_calls == []
+
+
+@pytest.mark.parametrize("now_speaks", ["sse", "streamable"])
+def test_a_server_that_changed_transport_is_found_again_in_the_same_request(
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
+    sse_server: McpServerProcess,
+    mcp_server: McpServerProcess,
+    now_speaks: str,
+    settings,
+) -> None:  # type: ignore[no-untyped-def]
+    """The gateway remembers the transport a URL answered on; when the server behind it now
+    speaks the other one (the remembered one answers 400, 404 or 405), the same session tries
+    the other transport: no request fails for it, and the new transport is remembered."""
+    from tool_registry import mcp
+
+    settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{sse_server.port}", f"127.0.0.1:{mcp_server.port}"]
+    server = sse_server if now_speaks == "sse" else mcp_server
+    tool = {**sse_tool(server), "headers": {"Authorization": f"Bearer {server.token}"}}
+    mcp._transports.clear()
+    mcp._transports[server.url] = "streamable" if now_speaks == "sse" else "sse"  # what it spoke before
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 2, "b": 3}, "c1")]), Reply(text="5"))
+    _, resp = stream(gateway, {"model": MODEL, "input": "2+3?", "tools": [tool]})
+    assert resp["status"] == "completed", resp
+    assert resp["output"][0]["error"] is None and resp["output"][1]["output"] == "5"
+    assert mcp._transports[server.url] == now_speaks

@@ -171,6 +171,63 @@ def test_authentication_happens_at_the_handshake(gateway: Gateway, caplog: pytes
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
+@pytest.mark.parametrize("change", ["expired", "revoked", "regenerated"])
+def test_a_key_that_stops_authenticating_ends_the_connection_at_the_next_create(
+    gateway: Gateway, scripted: ScriptedUpstream, change: str
+) -> None:
+    """The key is looked up again for each create, as over HTTP: a key that expires is refused at
+    once, a revoked or regenerated one once the key cache (GATEWAY_CACHE_SECONDS) lets it go;
+    the create gets the handshake's 401 as an error frame, then the connection closes."""
+    import dataclasses
+
+    from responses_api.api import auth
+    from responses_api.models import ApiKey
+    from responses_api.store.services import api_key_regenerate, api_key_revoke, hash_key
+    from tests.support.harness import make_key
+
+    raw, _ = make_key(name="ws-key")
+    key = ApiKey.objects.get(secret_hash=hash_key(raw))
+    scripted.enqueue(MODEL, Reply(text="while valid"))
+    with socket(gateway, raw) as ws:
+        completed(ws, input="one")
+        if change == "expired":  # the entry stays cached, its expiry now behind it
+            cached = auth.cached_principal(raw)
+            assert cached is not None
+            auth._cache.put(hash_key(raw), dataclasses.replace(cached, expires_at=time.time() - 1))
+        else:
+            api_key_revoke(key=key) if change == "revoked" else api_key_regenerate(key=key)
+            auth.clear_cache()  # GATEWAY_CACHE_SECONDS passed
+        events = turn(ws, model=MODEL, input="two")
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    with pytest.raises(InvalidStatus) as refused, socket(gateway, raw):  # the handshake's answer to it now
+        pass
+    body = json.loads(refused.value.response.body)
+    assert events == [{"type": "error", "status": 401, "error": {**body["error"], "param": None}}]
+    assert body["error"]["code"] == ("api_key_expired" if change == "expired" else "invalid_api_key")
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert len(scripted.model_calls) == 1  # the refused create reached no upstream
+
+
+def test_each_create_gets_the_keys_current_settings(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """A change to the key (here: the models it may use) reaches an open connection's next create
+    once the key cache lets it go, and a refusal that is not about the key keeps it open."""
+    from responses_api.api import auth
+    from responses_api.models import ApiKey
+    from responses_api.store.services import hash_key
+
+    scripted.enqueue(MODEL, Reply(text="allowed"), Reply(text="allowed again"))
+    with socket(gateway) as ws:
+        completed(ws, input="one")
+        ApiKey.objects.filter(secret_hash=hash_key(gateway.key)).update(allowed_models=["another-model"])
+        auth.clear_cache()
+        events = turn(ws, model=MODEL, input="two")
+        assert [(e["type"], e["status"], e["error"]["code"]) for e in events] == [("error", 404, "model_not_found")]
+        ApiKey.objects.filter(secret_hash=hash_key(gateway.key)).update(allowed_models=[])
+        auth.clear_cache()
+        completed(ws, input="three")
+
+
 def test_a_client_that_closes_mid_response_cancels_it(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     from responses_api.models import Response
 
