@@ -262,7 +262,10 @@ def test_each_file_owns_its_entries_and_another_files_sync_leaves_them_alone(tmp
     sync_config_file(extra)
     assert {s: (o.config_source, o.config_managed) for s, o in _sections().items()} == owned
     bundled = Provider.objects.get(name="local")
-    assert (bundled.config_source, bundled.config_managed) == (BUNDLED_SOURCE, ["kind", "base_url", "timeout"])
+    assert (bundled.config_source, bundled.config_managed) == (
+        BUNDLED_SOURCE,
+        ["kind", "base_url", "timeout", "first_byte_timeout", "idle_timeout"],
+    )
     assert ModelRoute.objects.get(name="local").config_managed == ["description", "targets"]
     # The bundled config synced alone (scripts/run without GATEWAY_CONFIG) leaves the file's alone.
     sync_config(local_config(8091), source=BUNDLED_SOURCE)
@@ -344,5 +347,8 @@ def test_a_provider_key_variable_that_is_empty_is_not_set(value: str | None, mon
     else:
         monkeypatch.setenv("OPENAI_API_KEY", value)
     sync_config(CONFIG)
-    with pytest.raises(GatewayError, match=r"reads its key from \$OPENAI_API_KEY, which is not set"):
+    with pytest.raises(
+        GatewayError, match=r"reads its API key from \$OPENAI_API_KEY, which is (not set|empty)"
+    ) as refused:
         provider_secret(Provider.objects.get(name="openai"))
+    assert (refused.value.status, refused.value.code) == (503, "provider_misconfigured")
