@@ -255,3 +255,33 @@ def test_the_admin_lists_webhooks_and_deliveries(admin_client, settings, transac
     listing = admin_client.get("/admin/responses_api/alertdelivery/").content.decode()
     assert "key ci: 80% of the day budget" in listing
     assert ">ops<" in listing  # the webhook's column
+
+
+def test_a_budget_raised_mid_period_alerts_at_its_new_thresholds(
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
+    webhook: WebhookServer,
+    alert_worker,  # type: ignore[no-untyped-def]
+) -> None:
+    from responses_api.models import ApiKey
+
+    webhook.routes["/alerts"] = Route(status=204, body="")
+    add_webhook(webhook)
+    usage = {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}
+    scripted.set_default(MODEL, Reply(text="ok", usage=usage))
+    key = key_row(gateway.key)
+    set_fields(ApiKey, key.id, budget_period="day", budget_tokens=100, alert_thresholds=[100])
+    assert create(gateway) == 200  # 40
+    assert create(gateway) == 200  # 80
+    assert create(gateway) == 200  # 120: 100% of 100
+    wait_for("the first 100% alert", lambda: webhook.calls_to("/alerts"))
+    # The operator raises the budget: its own 100% is a new alert in the same period.
+    set_fields(ApiKey, key.id, budget_tokens=200)
+    assert create(gateway) == 200  # 160
+    assert create(gateway) == 200  # 200: 100% of 200
+    calls = wait_for(
+        "the raised budget's 100% alert",
+        lambda: len(webhook.calls_to("/alerts")) >= 2 and webhook.calls_to("/alerts"),
+    )
+    assert [c.json["budget"]["tokens"] for c in calls] == [100, 200]
+    assert [c.json["spent"]["tokens"] for c in calls] == [120, 200]
