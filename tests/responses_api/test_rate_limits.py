@@ -514,7 +514,7 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
     assert not ApiKey.objects.filter(name="not-yet").exists()  # logged; applied once the key exists
     for bad, where in (
         ({"name": "x", "rpm": 1}, "unknown field"),
-        ({"name": "x", "budget": {"period": "week"}}, "budget_period"),
+        ({"name": "x", "budget": {"period": "week"}}, r"tenants\[0\]\.budget\.period"),
         ({"name": "x", "keys": [{"name": "k", "requests_per_minute": 0}]}, "positive integer"),
     ):
         with pytest.raises(ConfigError, match=where):
