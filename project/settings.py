@@ -353,6 +353,11 @@ GATEWAY_RATE_LIMIT_FAIL_OPEN = env.bool("GATEWAY_RATE_LIMIT_FAIL_OPEN", default=
 GATEWAY_ALERT_RETRIES = env.int("GATEWAY_ALERT_RETRIES", default=5)
 GATEWAY_ALERT_RETRY_SECONDS = env.float("GATEWAY_ALERT_RETRY_SECONDS", default=10.0)
 GATEWAY_ALERT_TIMEOUT_SECONDS = env.float("GATEWAY_ALERT_TIMEOUT_SECONDS", default=10.0)
+# A delivery still pending and untried for this long (at least longer than its retries wait) lost
+# its task: the periodic sweep (beat's `requeue-alert-deliveries`, or the embedded process's beat)
+# enqueues it again, every GATEWAY_ALERT_SWEEP_SECONDS.
+GATEWAY_ALERT_REQUEUE_SECONDS = env.float("GATEWAY_ALERT_REQUEUE_SECONDS", default=300.0)
+GATEWAY_ALERT_SWEEP_SECONDS = env.float("GATEWAY_ALERT_SWEEP_SECONDS", default=60.0)
 
 # own retention_days (admin) overrides it. Runs every GATEWAY_RETENTION_INTERVAL_SECONDS on beat.
 GATEWAY_RETENTION_DAYS = env.int("GATEWAY_RETENTION_DAYS", default=0)
@@ -365,5 +370,9 @@ CELERY_BEAT_SCHEDULE = {
     "expire-responses": {
         "task": "responses_api.expire_responses",
         "schedule": GATEWAY_RETENTION_INTERVAL_SECONDS,
+    },
+    "requeue-alert-deliveries": {
+        "task": "responses_api.requeue_alert_deliveries",
+        "schedule": GATEWAY_ALERT_SWEEP_SECONDS,
     },
 }

@@ -1350,6 +1350,7 @@ class AlertDeliveryAdmin(admin.ModelAdmin):
         "response_status",
         "error",
         "created_at",
+        "attempted_at",
         "delivered_at",
     )
 

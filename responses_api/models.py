@@ -608,6 +608,10 @@ class AlertDelivery(models.Model):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # The sweep that re-enqueues deliveries a lost task left pending claims them by this.
+    attempted_at = models.DateTimeField(
+        blank=True, null=True, help_text="When it was last tried, or handed to a worker again."
+    )
 
     class Meta:
         verbose_name_plural = "alert deliveries"

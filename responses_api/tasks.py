@@ -17,7 +17,7 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
-from .orchestration.alerts import deliver_once, retry_delay
+from .orchestration.alerts import deliver_once, requeue_stale_deliveries, retry_delay
 from .orchestration.worker import reap_stale, run_claimed
 from .store.services import retention_run
 
@@ -64,3 +64,9 @@ def deliver_alert(self, delivery_id: int) -> None:  # type: ignore[no-untyped-de
     retries = settings.GATEWAY_ALERT_RETRIES
     if not deliver_once(delivery_id, final=self.request.retries >= retries):
         raise self.retry(countdown=retry_delay(self.request.retries), max_retries=retries)
+
+
+@shared_task(name="responses_api.requeue_alert_deliveries", ignore_result=True)
+def requeue_alert_deliveries() -> int:
+    """Beat's sweep: budget alert deliveries a lost task left pending, enqueued again."""
+    return int(run_on_worker_loop(requeue_stale_deliveries()))

@@ -352,3 +352,32 @@ def test_a_provider_key_variable_that_is_empty_is_not_set(value: str | None, mon
     ) as refused:
         provider_secret(Provider.objects.get(name="openai"))
     assert (refused.value.status, refused.value.code) == (503, "provider_misconfigured")
+
+
+@pytest.mark.parametrize(
+    ("budget", "path"),
+    [
+        ({"period": "week"}, r"tenants\[0\]\.keys\[1\]\.budget\.period"),
+        ({"tokens": -5}, r"tenants\[0\]\.keys\[1\]\.budget\.tokens"),
+        ({"usd": -1}, r"tenants\[0\]\.keys\[1\]\.budget\.usd"),
+        ({"tokens": "100"}, r"tenants\[0\]\.keys\[1\]\.budget\.tokens"),
+    ],
+)
+def test_a_keys_bad_budget_is_refused_with_its_path(budget: dict, path: str) -> None:
+    """Key budgets were written with `.update()`, unvalidated: a period of "week" was stored and
+    counted as monthly, and a negative count aborted the sync with the database's IntegrityError."""
+    from responses_api.models import ApiKey
+    from tests.support.harness import make_key
+
+    make_key(tenant="acme", name="ci")
+    make_key(tenant="acme", name="ops")
+    config = {"tenants": [{"name": "acme", "keys": [{"name": "ci"}, {"name": "ops", "budget": budget}]}]}
+    with pytest.raises(ConfigError, match=path):
+        sync_config(config)
+    key = ApiKey.objects.get(name="ops")
+    assert (key.budget_period, key.budget_tokens, key.budget_usd) == ("month", None, None)
+
+
+def test_a_tenants_bad_budget_period_is_refused_with_its_path() -> None:
+    with pytest.raises(ConfigError, match=r"tenants\[0\]\.budget\.period: 'week' is not one of day, month"):
+        sync_config({"tenants": [{"name": "acme", "budget": {"period": "week", "tokens": 10}}]})

@@ -50,7 +50,9 @@ async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoi
         raise
     request.log_extra["routed"] = True
     stream = endpoint == UsageRecord.Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
-    grant = await admit(principal, price=route.price, estimate=lambda: _estimate(request.body, body))
+    grant = await admit(
+        principal, price=route.price, estimate=lambda: len(request.body) // 4, output_cap=_output_cap(body)
+    )
     try:
         response = await _forward(
             request, principal, route, body, path=path, endpoint=endpoint, model=model, stream=stream, grant=grant
@@ -89,10 +91,10 @@ _WHAT_TO_DO = {
 }
 
 
-def _estimate(raw: bytes, body: dict[str, Any]) -> int:
-    """Tokens to reserve: about four bytes of the request a token, and the answer's cap."""
+def _output_cap(body: dict[str, Any]) -> int:
+    """The answer's cap, reserved at the output price (the input: about four bytes a token)."""
     cap = body.get("max_completion_tokens") or body.get("max_tokens") or 0
-    return len(raw) // 4 + (cap if isinstance(cap, int) else 0)
+    return cap if isinstance(cap, int) and cap > 0 else 0
 
 
 async def _forward(

@@ -124,6 +124,8 @@ def _set(obj: Any, entry: dict[str, Any], fields: dict[str, Any], where: str, so
             continue
         try:
             values = convert(entry[key])
+        except _BadField as exc:
+            raise ConfigError(f"{where}.{key}.{exc.field}: {exc}") from None
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{where}.{key}: {exc}") from None
         for attr, value in values.items():
@@ -260,17 +262,36 @@ def sync_config(data: dict[str, Any], *, source: str = "") -> dict[str, int]:
 _TENANT_LIMITS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "retention_days")
 
 
+class _BadField(ValueError):
+    """A value of a mapping's field (`field`) is refused: the message names its whole path."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def _tenant_budget(budget: Any) -> dict[str, Any]:
-    """A tenant's or a key's `budget: {period, tokens, usd, alert_thresholds}`."""
+    """A tenant's or a key's `budget: {period, tokens, usd, alert_thresholds}`. Checked here,
+    not only by the model: keys are written with `.update()`, which validates nothing (an
+    unknown period counted as monthly; a negative count aborted the whole sync in the database)."""
     budget = budget or {}
     if not isinstance(budget, dict) or set(budget) - {"period", "tokens", "usd", "alert_thresholds"}:
         raise ValueError("expected a mapping of period, tokens, usd and alert_thresholds")
+    periods = [value for value, _ in ApiKey._meta.get_field("budget_period").choices or []]
+    period = budget.get("period", "month")
+    if period not in periods:
+        raise _BadField("period", f"{period!r} is not one of {', '.join(periods)}")
+    tokens = budget.get("tokens")
+    if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
+        raise _BadField("tokens", "a whole number of tokens, 0 or more, or null for no budget")
     try:
         usd = Decimal(str(budget["usd"])) if budget.get("usd") is not None else None
     except InvalidOperation:
-        raise ValueError("usd is not a number") from None
+        raise _BadField("usd", "not a number") from None
+    if usd is not None and (not usd.is_finite() or usd < 0 or isinstance(budget["usd"], bool)):
+        raise _BadField("usd", "an amount in USD, 0 or more, or null for no budget")
     return {
-        "budget_period": budget.get("period", "month"),
+        "budget_period": period,
         "budget_tokens": budget.get("tokens"),
         "budget_usd": usd,
         "alert_thresholds": budget.get("alert_thresholds", [80, 100]),
@@ -323,6 +344,8 @@ def _sync_key_limits(tenant: Any, entries: list[Any], where: str) -> None:
         if "budget" in entry:
             try:
                 fields.update(_tenant_budget(entry["budget"]))
+            except _BadField as exc:
+                raise ConfigError(f"{at}.budget.{exc.field}: {exc}") from None
             except ValueError as exc:
                 raise ConfigError(f"{at}.budget: {exc}") from None
             try:

@@ -77,12 +77,18 @@ async def admit_request(
 
     def estimate() -> int:  # the new input only: a chain's context is settled at the end
         tools = [t.schema() for t in req.tools]
-        return estimate_request(req.input_items, req.instructions, tools) + (req.max_output_tokens or 0)
+        return estimate_request(req.input_items, req.instructions, tools)
 
     lease = settings.GATEWAY_QUEUED_MAX_SECONDS + settings.CELERY_TASK_TIME_LIMIT if on_worker else None
-    # A budget reserves the output a request may produce: its max_output_tokens (in the estimate)
-    # or, without one, what the engine leaves room for in a context window.
+    # A budget reserves the output a request may produce: its max_output_tokens (which the
+    # tokens-per-minute limit counts too) or, without one, what the engine leaves room for in a
+    # context window.
     output_reserve = 0 if req.max_output_tokens else DEFAULT_OUTPUT_RESERVE
     return await admit(
-        principal, price=route.price, estimate=estimate, lease_seconds=lease, output_reserve=output_reserve
+        principal,
+        price=route.price,
+        estimate=estimate,
+        lease_seconds=lease,
+        output_cap=req.max_output_tokens or 0,
+        output_reserve=output_reserve,
     )

@@ -23,7 +23,12 @@ from celery import current_app
 from django.conf import settings
 
 from ..store import db
-from ..store.alerts import alert_deliveries_create, alert_delivery_attempted, alert_delivery_for_sending
+from ..store.alerts import (
+    alert_deliveries_claim_stale,
+    alert_deliveries_create,
+    alert_delivery_attempted,
+    alert_delivery_for_sending,
+)
 from ..store.limit_counters import Crossing
 from ..store.sealing import decrypt_secret
 
@@ -77,12 +82,51 @@ def budget_crossed(*, scope: str, period: str, token_limit: int, micro_usd_limit
 
 
 async def _record_and_send(event: dict[str, Any], *, tenant_id: int | None, key_id: int | None) -> None:
+    # The settle has already marked the threshold reported (in Redis, for the whole period):
+    # an alert not recorded here is not reported again, so its content goes to the log at ERROR.
     try:
         ids = await db.run(alert_deliveries_create, event=event, tenant_id=tenant_id, key_id=key_id)
-        for delivery_id in ids:
+    except Exception as exc:  # noqa: BLE001 - logged with everything the webhook would have had
+        log.error(
+            "budget alert NOT recorded (its webhooks will not be called): %s: %s; the alert: %s",
+            type(exc).__name__,
+            exc,
+            json.dumps({"tenant_id": tenant_id, "key_id": key_id, **event}, default=str),
+        )
+        return
+    for delivery_id in ids:
+        try:
             await enqueue_delivery(delivery_id)
-    except Exception as exc:  # noqa: BLE001 - the log line above is the alert's record then
-        log.warning("budget alert: could not record or enqueue its webhook deliveries: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - the row stays pending: the sweep sends it later
+            log.error(
+                "budget alert delivery %d recorded but not enqueued (re-enqueued by the periodic sweep "
+                "after %.0f s): %s: %s; the alert: %s",
+                delivery_id,
+                stale_after_seconds(),
+                type(exc).__name__,
+                exc,
+                json.dumps({"tenant_id": tenant_id, "key_id": key_id, **event}, default=str),
+            )
+
+
+def stale_after_seconds() -> float:
+    """How long a pending delivery may go untried before the sweep re-enqueues it: longer than
+    any wait between two attempts of one delivery (so a delivery retrying is never sent twice),
+    and at least GATEWAY_ALERT_REQUEUE_SECONDS."""
+    longest_wait = retry_delay(settings.GATEWAY_ALERT_RETRIES) + 2 * settings.GATEWAY_ALERT_TIMEOUT_SECONDS + 30
+    return max(float(settings.GATEWAY_ALERT_REQUEUE_SECONDS), longest_wait)
+
+
+async def requeue_stale_deliveries() -> int:
+    """Deliveries left pending by a lost task (an enqueue that failed, a worker or an embedded
+    process that stopped mid-retry), enqueued again: Celery beat's task and the embedded
+    process's beat run this periodically. Their number."""
+    ids = await db.run(alert_deliveries_claim_stale, idle_seconds=stale_after_seconds())
+    for delivery_id in ids:
+        await enqueue_delivery(delivery_id)
+    if ids:
+        log.warning("alert webhooks: re-enqueued %d delivery(ies) left pending", len(ids))
+    return len(ids)
 
 
 async def enqueue_delivery(delivery_id: int) -> None:
@@ -116,23 +160,26 @@ def deliver_once(delivery_id: int, *, final: bool) -> bool:
     if found is None:
         return True
     delivery, webhook = found
-    body = json.dumps({"id": f"alert_{delivery.pk}", **delivery.event}, separators=(",", ":")).encode()
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": "open-responses-gateway-alerts",
-        "X-Gateway-Event": str(delivery.event.get("type", "")),
-        "X-Gateway-Delivery": str(delivery.pk),
-    }
-    secret = decrypt_secret(webhook.secret_encrypted) if webhook.secret_encrypted else ""
-    if secret:
-        headers["X-Gateway-Signature"] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     status: int | None = None
+    # Any failure is an attempt (recorded, retried, failed at the last): a secret no listed key
+    # opens (SealBroken) or a URL httpx refuses (InvalidURL, not an HTTPError) left the
+    # delivery pending with no attempt, for ever.
     try:
+        body = json.dumps({"id": f"alert_{delivery.pk}", **delivery.event}, separators=(",", ":")).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "open-responses-gateway-alerts",
+            "X-Gateway-Event": str(delivery.event.get("type", "")),
+            "X-Gateway-Delivery": str(delivery.pk),
+        }
+        secret = decrypt_secret(webhook.secret_encrypted) if webhook.secret_encrypted else ""
+        if secret:
+            headers["X-Gateway-Signature"] = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
         reply = httpx.post(webhook.url, content=body, headers=headers, timeout=settings.GATEWAY_ALERT_TIMEOUT_SECONDS)
         status = reply.status_code
         delivered = 200 <= status < 300
         error = "" if delivered else f"HTTP {status}: {reply.text[:500]}"
-    except httpx.HTTPError as exc:
+    except Exception as exc:  # noqa: BLE001 - recorded on the delivery, and logged below
         delivered, error = False, f"{type(exc).__name__}: {exc}"
     alert_delivery_attempted(
         delivery_id=delivery_id, delivered=delivered, final=final, response_status=status, error=error

@@ -198,6 +198,7 @@ async def admit(
     estimate: Callable[[], int] = lambda: 0,
     concurrent: bool = True,
     lease_seconds: float | None = None,
+    output_cap: int = 0,
     output_reserve: int = 0,
 ) -> Grant | None:
     """Take what one request needs from every limit of its key and tenant, or raise a 429
@@ -208,12 +209,15 @@ async def admit(
     now = time.time()
     needs_tokens = any(q.tokens_per_minute for q in quotas)
     budgeted = any(b.tokens is not None or b.usd is not None for b in budgets)
-    estimated = max(1, estimate()) if needs_tokens or budgeted else 0
+    input_estimate = estimate() if needs_tokens or budgeted else 0
+    estimated = max(1, input_estimate + output_cap) if needs_tokens or budgeted else 0
     reserved = estimated if needs_tokens else 0
-    # Against a budget: the input estimate plus the output the request may produce (`estimate`
-    # already counts max_output_tokens where the request set it; `output_reserve` otherwise).
-    budget_tokens = estimated + output_reserve if budgeted else 0
-    reserve = (budget_tokens, (price or Price()).micro_usd(estimated, output_reserve) if budgeted else 0)
+    # Against a budget: the input estimate plus the output the request may produce (its cap,
+    # `output_cap`, where it set one; `output_reserve` otherwise), each at its own price: the
+    # output, priced as input, reserved a fraction of what it may cost.
+    output = output_cap + output_reserve
+    budget_tokens = max(1, input_estimate + output) if budgeted else 0
+    reserve = (budget_tokens, (price or Price()).micro_usd(input_estimate, output) if budgeted else 0)
     checks = checks_for(quotas, budgets, estimate=reserved, now=now, concurrent=concurrent, reserve=reserve)
     if not checks:
         return None

@@ -16,7 +16,9 @@ clients poll still end. Reaping is idempotent (a row is finished once), so sever
 sweeping at once only repeat a cheap query.
 
 In the embedded mode (no Redis, no Celery beat) the process also runs retention
-(services.retention_run) every GATEWAY_RETENTION_INTERVAL_SECONDS, as beat does otherwise.
+(services.retention_run) every GATEWAY_RETENTION_INTERVAL_SECONDS, and re-enqueues the budget alert
+deliveries left pending (alerts.requeue_stale_deliveries) every GATEWAY_ALERT_SWEEP_SECONDS, as beat
+does otherwise.
 
 An id is host:pid:random (responses_api/process.py): containers sharing a database may reuse
 pids, and a restarted process is a new one. The embedded mode's process reaps what its previous run left open at its first beat.
@@ -32,6 +34,7 @@ from django.conf import settings
 from ..observability.metrics import forget_processes
 from ..process import process_id
 from ..store import db, services
+from .alerts import requeue_stale_deliveries
 from .limits import renew_leases_from_now_on, renew_live_leases
 from .worker import reap_stale
 
@@ -60,7 +63,7 @@ async def expire_if_due() -> None:
 
 async def beat_forever() -> None:
     renew_leases_from_now_on()
-    reaped_at = 0.0
+    reaped_at = swept_at = 0.0
     while True:
         await asyncio.sleep(settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS)
         try:
@@ -76,5 +79,10 @@ async def beat_forever() -> None:
                     log.warning("failed %d responses whose worker stopped or never started them", reaped)
             if settings.EMBEDDED_WORKER:
                 await expire_if_due()
+                if now - swept_at >= settings.GATEWAY_ALERT_SWEEP_SECONDS:
+                    # Alert deliveries an earlier process (or a failed enqueue) left pending:
+                    # beat's `requeue-alert-deliveries` does this where Celery runs.
+                    swept_at = now
+                    await requeue_stale_deliveries()
         except Exception as exc:  # noqa: BLE001 - the next beat tries again
             log.warning("liveness beat failed: %s: %s", type(exc).__name__, str(exc)[:200])

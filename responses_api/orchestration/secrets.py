@@ -1,7 +1,7 @@
 """What the gateway holds sealed or names by environment variable, checked and re-sealed.
 
 `secrets_check()` runs once as a web process starts (a few rows: the providers, the registry's
-tools and MCP servers, the newest waiting jobs' MCP credentials) and logs each secret the gateway
+tools and MCP servers, the alert webhooks, the newest waiting jobs' MCP credentials) and logs each secret the gateway
 cannot have, with the remedy, so an encryption key dropped from GATEWAY_ENCRYPTION_KEY shows at
 start-up rather than as 503s later. `secrets_reseal()` is `manage.py reseal_secrets`: what the
 database holds sealed under an older listed key is sealed again under the first, after which the
@@ -20,9 +20,9 @@ from django.db.models import QuerySet
 from tool_registry.models import McpServer, Tool
 
 from ..mcp.credentials import PURPOSE as MCP_CREDENTIALS
-from ..models import Provider, Response
+from ..models import AlertWebhook, Provider, Response
 from ..protocol.errors import ProviderMisconfigured
-from ..store.sealing import SealBroken, first_secret_opens, reseal_secret, sealer
+from ..store.sealing import SealBroken, decrypt_secret, first_secret_opens, reseal_secret, sealer
 from .routing import provider_secret
 
 log = logging.getLogger("gateway.secrets")
@@ -55,6 +55,15 @@ def secrets_check(*, jobs: int = JOBS_CHECKED) -> list[str]:
         for name in (server.headers_env or {}).values():
             if name and not os.environ.get(name):
                 problems.append(f"MCP server '{server.label}' reads a credential from ${name}, {unset}")
+    for webhook in AlertWebhook.objects.filter(enabled=True).exclude(secret_encrypted="").order_by("name"):
+        try:
+            decrypt_secret(webhook.secret_encrypted)
+        except SealBroken:
+            problems.append(
+                f"Alert webhook '{webhook.name}' has its signing secret sealed under a key that is no longer "
+                "listed: its alerts cannot be sent. List it again (GATEWAY_ENCRYPTION_KEY) and run "
+                "`manage.py reseal_secrets`, or set a new secret."
+            )
     for row in _waiting_jobs()[:jobs]:
         try:
             sealer().unseal((row.job or {})["mcp_credentials"], tenant_id=row.tenant_id, purpose=MCP_CREDENTIALS)
@@ -76,8 +85,8 @@ class ResealReport:
 
 
 def secrets_reseal(*, dry_run: bool = False) -> ResealReport:
-    """Providers' stored API keys and waiting jobs' sealed MCP credentials under the first
-    listed key (registry tools and MCP servers name environment variables: nothing sealed)."""
+    """Providers' stored API keys, alert webhooks' signing secrets and waiting jobs' sealed MCP
+    credentials under the first listed key (registry tools and MCP servers name environment variables: nothing sealed)."""
     report = ResealReport()
     with transaction.atomic():
         for provider in Provider.objects.select_for_update().exclude(api_key_encrypted="").order_by("name"):
@@ -93,6 +102,19 @@ def secrets_reseal(*, dry_run: bool = False) -> ResealReport:
             report.resealed.append(what)
             if not dry_run:
                 Provider.objects.filter(pk=provider.pk).update(api_key_encrypted=fresh)
+        for webhook in AlertWebhook.objects.select_for_update().exclude(secret_encrypted="").order_by("name"):
+            what = f"alert webhook '{webhook.name}' secret"
+            if first_secret_opens(webhook.secret_encrypted):
+                report.current += 1
+                continue
+            try:
+                fresh = reseal_secret(webhook.secret_encrypted)
+            except SealBroken:
+                report.unopenable.append(what)
+                continue
+            report.resealed.append(what)
+            if not dry_run:
+                AlertWebhook.objects.filter(pk=webhook.pk).update(secret_encrypted=fresh)
         for row in _waiting_jobs().select_for_update():
             what = f"response {row.id} MCP credentials"
             job = dict(row.job or {})

@@ -3,9 +3,10 @@ threshold crossed, with each attempt's outcome (orchestration/alerts.py sends th
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..models import AlertDelivery, AlertWebhook, ApiKey, Tenant
@@ -51,4 +52,20 @@ def alert_delivery_attempted(
         response_status=response_status,
         error=error[:2000],
         delivered_at=timezone.now() if delivered else None,
+        attempted_at=timezone.now(),
     )
+
+
+def alert_deliveries_claim_stale(*, idle_seconds: float, limit: int = 100) -> list[int]:
+    """Pending deliveries nothing has tried for `idle_seconds` (their task was lost: a failed
+    enqueue, a worker or process gone), each claimed by moving its `attempted_at` in one
+    conditional update, so that of several sweeps at once only one re-enqueues it."""
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=idle_seconds)
+    idle = Q(attempted_at__lt=cutoff) | Q(attempted_at__isnull=True, created_at__lt=cutoff)
+    pending = AlertDelivery.objects.filter(idle, status=AlertDelivery.Status.PENDING)
+    claimed = []
+    for delivery_id in pending.order_by("id").values_list("id", flat=True)[:limit]:
+        if pending.filter(id=delivery_id).update(attempted_at=now):
+            claimed.append(delivery_id)
+    return claimed

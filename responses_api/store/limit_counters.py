@@ -58,16 +58,18 @@ class Crossing:
     micro_usd: int
 
 
-def crossed(spend: Spend, tokens: int, micro_usd: int, alerted: set[int]) -> list[Crossing]:
+def crossed(spend: Spend, tokens: int, micro_usd: int, alerted: set[tuple[int, int, int]]) -> list[Crossing]:
     """The thresholds reached and not yet reported (the Redis settle script does the same);
-    marks them in `alerted`."""
+    marks them in `alerted`. A flag names the percentage and the budget's limits: an operator
+    who raises a budget mid-period gets the new budget's thresholds reported too."""
     out = []
     for pct in spend.alert_at:
         reached = (spend.token_limit >= 0 and tokens * 100 >= spend.token_limit * pct) or (
             spend.micro_usd_limit >= 0 and micro_usd * 100 >= spend.micro_usd_limit * pct
         )
-        if reached and pct not in alerted:
-            alerted.add(pct)
+        flag = (pct, spend.token_limit, spend.micro_usd_limit)
+        if reached and flag not in alerted:
+            alerted.add(flag)
             out.append(Crossing(spend.key, pct, tokens, micro_usd))
     return out
 
@@ -127,7 +129,7 @@ class MemoryLimitStore(LimitStore):
         self.spent: dict[str, tuple[int, int, float]] = {}  # key -> (tokens, micro_usd, until)
         # budget key -> {lease id: (tokens, micro_usd, until)}: what running requests reserved
         self.reserved: dict[str, dict[str, tuple[int, int, float]]] = {}
-        self.alerted: dict[str, set[int]] = {}  # budget key -> thresholds reported this period
+        self.alerted: dict[str, set[tuple[int, int, int]]] = {}  # budget key -> (pct, limits) reported
 
     def _level(self, key: str, limit: int, now: float) -> float:
         tokens, at = self.buckets.get(key, (float(limit), now))
@@ -369,12 +371,14 @@ for i = 1, #KEYS do
         redis.call('HDEL', key .. ':a', lease_id)
         redis.call('ZREM', key .. ':r', lease_id)
       end
-      -- alert thresholds reached: each reported by one settle only (a flag in the period's hash)
+      -- alert thresholds reached: each reported by one settle only (a flag in the period's hash,
+      -- named by the percentage and the limits, so that a budget raised mid-period alerts again)
       local tl, ul = tonumber(ARGV[arg + 2]), tonumber(ARGV[arg + 3])
+      local limits = ':' .. ARGV[arg + 2] .. ':' .. ARGV[arg + 3]
       for pct in string.gmatch(ARGV[arg + 4], '%d+') do
         local p = tonumber(pct)
         if ((tl >= 0 and tok * 100 >= tl * p) or (ul >= 0 and mic * 100 >= ul * p))
-            and redis.call('HSETNX', key, 'alert:' .. pct, 1) == 1 then
+            and redis.call('HSETNX', key, 'alert:' .. pct .. limits, 1) == 1 then
           table.insert(out, i - nb)
           table.insert(out, p)
           table.insert(out, tok)

@@ -52,6 +52,7 @@ def deployment() -> Iterator[Deployment]:
                 {"name": "e", "targets": [{"provider": "unset-env", "model": "e"}]},
                 {"name": "z", "targets": [{"provider": "empty-env", "model": "z"}]},
             ],
+            "alert_webhooks": [{"name": "ops", "url": "https://hooks.example/gw", "secret": "whsec-under-k1"}],
         }
         deployed = Deployment(
             base,
@@ -102,6 +103,7 @@ def test_a_provider_key_no_listed_key_opens_is_a_503_named_at_start_and_resealed
         assert "InvalidToken" not in log and "Traceback" not in log
         assert "secrets: Provider 'sealed'" in log, log
         assert "secrets: Provider 'unset-env'" in log and "secrets: Provider 'empty-env'" in log
+        assert "secrets: Alert webhook 'ops'" in log  # its signing secret is sealed under K1 too
     finally:
         _stop(deployment, web)
 
@@ -109,13 +111,17 @@ def test_a_provider_key_no_listed_key_opens_is_a_503_named_at_start_and_resealed
     deployment.env["GATEWAY_ENCRYPTION_KEY"] = f"{K2},{K1}"
     before = deployment.rows("SELECT api_key_encrypted FROM responses_api_provider WHERE name = 'sealed'")
     dry = deployment.manage("reseal_secrets", "--dry-run")
-    assert "would re-seal: provider 'sealed' API key" in dry and "1 would re-seal" in dry, dry
+    assert "would re-seal: provider 'sealed' API key" in dry and "2 would re-seal" in dry, dry
+    assert "would re-seal: alert webhook 'ops' secret" in dry, dry
     assert deployment.rows("SELECT api_key_encrypted FROM responses_api_provider WHERE name = 'sealed'") == before
     done = deployment.manage("reseal_secrets")
     assert "re-sealed: provider 'sealed' API key" in done, done
+    assert "re-sealed: alert webhook 'ops' secret" in done, done
     assert "0 re-sealed" in deployment.manage("reseal_secrets")  # nothing left to do
 
     deployment.env["GATEWAY_ENCRYPTION_KEY"] = K2  # K1 may go now
+    after = deployment.manage("reseal_secrets", "--dry-run")  # K2 alone opens everything
+    assert "0 would re-seal, 2 already under the first key, 0 no listed key opens" in after, after
     web = deployment.start_web()
     try:
         answered = _create(deployment, "m")

@@ -255,3 +255,135 @@ def test_the_admin_lists_webhooks_and_deliveries(admin_client, settings, transac
     listing = admin_client.get("/admin/responses_api/alertdelivery/").content.decode()
     assert "key ci: 80% of the day budget" in listing
     assert ">ops<" in listing  # the webhook's column
+
+
+def test_a_budget_raised_mid_period_alerts_at_its_new_thresholds(
+    gateway: Gateway,
+    scripted: ScriptedUpstream,
+    webhook: WebhookServer,
+    alert_worker,  # type: ignore[no-untyped-def]
+) -> None:
+    from responses_api.models import ApiKey
+
+    webhook.routes["/alerts"] = Route(status=204, body="")
+    add_webhook(webhook)
+    usage = {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}
+    scripted.set_default(MODEL, Reply(text="ok", usage=usage))
+    key = key_row(gateway.key)
+    set_fields(ApiKey, key.id, budget_period="day", budget_tokens=100, alert_thresholds=[100])
+    assert create(gateway) == 200  # 40
+    assert create(gateway) == 200  # 80
+    assert create(gateway) == 200  # 120: 100% of 100
+    wait_for("the first 100% alert", lambda: webhook.calls_to("/alerts"))
+    # The operator raises the budget: its own 100% is a new alert in the same period.
+    set_fields(ApiKey, key.id, budget_tokens=200)
+    assert create(gateway) == 200  # 160
+    assert create(gateway) == 200  # 200: 100% of 200
+    calls = wait_for(
+        "the raised budget's 100% alert",
+        lambda: len(webhook.calls_to("/alerts")) >= 2 and webhook.calls_to("/alerts"),
+    )
+    assert [c.json["budget"]["tokens"] for c in calls] == [100, 200]
+    assert [c.json["spent"]["tokens"] for c in calls] == [120, 200]
+
+
+@pytest.mark.parametrize("broken", ["secret", "url"])
+def test_a_delivery_that_cannot_even_be_sent_is_an_attempt_and_fails_at_the_last(
+    broken: str,
+    transactional_db,  # type: ignore[no-untyped-def]
+) -> None:
+    """A signing secret no listed key opens (SealBroken) or a URL httpx refuses (InvalidURL, no
+    HTTPError) escaped deliver_once: the delivery stayed `pending` with 0 attempts for ever."""
+    from cryptography.fernet import Fernet
+
+    from responses_api.models import AlertDelivery, AlertWebhook
+    from responses_api.orchestration.alerts import deliver_once
+
+    hook = AlertWebhook.objects.create(
+        name="ops",
+        url="http://[::1/alerts" if broken == "url" else "http://127.0.0.1:9/alerts",
+        secret_encrypted=Fernet(Fernet.generate_key()).encrypt(b"dropped-key").decode() if broken == "secret" else "",
+    )
+    delivery = AlertDelivery.objects.create(webhook=hook, event={"type": "budget.threshold_crossed"})
+    assert deliver_once(delivery.pk, final=False) is False
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == ("pending", 1)
+    assert ("SealBroken" if broken == "secret" else "InvalidURL") in delivery.error
+    assert deliver_once(delivery.pk, final=True) is False
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == ("failed", 2)
+
+
+def test_a_delivery_left_pending_is_enqueued_again_by_the_periodic_sweep(
+    gateway: Gateway,
+    webhook: WebhookServer,
+    alert_worker,  # type: ignore[no-untyped-def]
+    settings,  # type: ignore[no-untyped-def]
+) -> None:
+    """A delivery whose task was lost (a failed enqueue, a worker or process gone) stayed
+    pending: beat's task (Celery) and the embedded process's beat re-enqueue it once idle."""
+    import asyncio
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from responses_api.models import AlertDelivery
+    from responses_api.orchestration import alerts
+
+    assert settings.CELERY_BEAT_SCHEDULE["requeue-alert-deliveries"]["task"] == "responses_api.requeue_alert_deliveries"
+    webhook.routes["/alerts"] = Route(status=204, body="")
+    hook = add_webhook(webhook)
+    long_ago = timezone.now() - timedelta(hours=1)
+    lost = AlertDelivery.objects.create(webhook=hook, event={"type": "budget.threshold_crossed"}, created_at=long_ago)
+    recent = AlertDelivery.objects.create(webhook=hook, event={"type": "budget.threshold_crossed"})
+    if settings.EMBEDDED_WORKER:  # the web process's beat runs the sweep (and sends, in-process)
+        from asgiref.sync import async_to_sync
+
+        from responses_api.orchestration import liveness
+
+        settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS = 0.05
+        settings.GATEWAY_ALERT_SWEEP_SECONDS = 0.05
+
+        async def beat_until_delivered() -> None:
+            task = asyncio.ensure_future(liveness.beat_forever())
+            try:
+                for _ in range(600):  # generous: the machine may be loaded
+                    if await liveness.db.run(AlertDelivery.objects.filter(pk=lost.pk, status="delivered").exists):
+                        return
+                    await asyncio.sleep(0.05)
+            finally:
+                task.cancel()
+
+        async_to_sync(beat_until_delivered)()
+    else:  # what beat's task runs, here in the test process: it enqueues to the Celery worker
+        assert asyncio.run(alerts.requeue_stale_deliveries()) == 1
+    wait_for(
+        "the lost delivery sent",
+        lambda: AlertDelivery.objects.filter(pk=lost.pk, status="delivered").exists(),
+    )
+    assert [c.headers["x-gateway-delivery"] for c in webhook.calls_to("/alerts")] == [str(lost.pk)]
+    recent.refresh_from_db()
+    assert (recent.status, recent.attempts) == ("pending", 0)  # its own task may still be on its way
+
+
+def test_an_alert_that_cannot_be_recorded_is_logged_with_its_content_at_error(
+    transactional_db,  # type: ignore[no-untyped-def]
+    monkeypatch,  # type: ignore[no-untyped-def]
+    caplog,  # type: ignore[no-untyped-def]
+) -> None:
+    """Its threshold is already marked reported for the period: the log is its only record."""
+    import asyncio
+
+    from responses_api.orchestration import alerts
+
+    def database_down(**_: object) -> list[int]:
+        raise RuntimeError("database unavailable")
+
+    monkeypatch.setattr(alerts, "alert_deliveries_create", database_down)
+    event = {"type": "budget.threshold_crossed", "threshold_percent": 80, "spent": {"tokens": 812}}
+    with caplog.at_level(logging.ERROR, logger="gateway.alerts"):
+        asyncio.run(alerts._record_and_send(event, tenant_id=None, key_id=7))
+    (record,) = [r for r in caplog.records if r.name == "gateway.alerts"]
+    assert record.levelno == logging.ERROR
+    message = record.getMessage()
+    assert "database unavailable" in message and '"threshold_percent": 80' in message and '"key_id": 7' in message

@@ -514,7 +514,7 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
     assert not ApiKey.objects.filter(name="not-yet").exists()  # logged; applied once the key exists
     for bad, where in (
         ({"name": "x", "rpm": 1}, "unknown field"),
-        ({"name": "x", "budget": {"period": "week"}}, "budget_period"),
+        ({"name": "x", "budget": {"period": "week"}}, r"tenants\[0\]\.budget\.period"),
         ({"name": "x", "keys": [{"name": "k", "requests_per_minute": 0}]}, "positive integer"),
     ):
         with pytest.raises(ConfigError, match=where):
@@ -681,3 +681,39 @@ def test_a_keys_budget_is_its_own_scope_and_its_tenants_budget_still_binds(
     assert refused.status_code == 429 and refused.json()["error"]["message"].startswith(
         "The monthly budget of this tenant"
     )
+
+
+def test_a_cost_budget_reserves_the_output_cap_at_the_output_price(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    """A request's max_output_tokens was reserved at the input price (it was added to the input
+    estimate): at 4x the input price for output, a budget admitted ~4x the output it could pay
+    for. Here one running request with a 100-token cap holds ~$0.40 of a $0.50 budget (at the
+    input price, ~$0.10), so a second like it, on either endpoint, must wait."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from responses_api.models import ModelRoute, Tenant
+    from responses_api.orchestration import routing
+
+    ModelRoute.objects.filter(name=MODEL).update(
+        input_usd_per_million=Decimal("1000"), output_usd_per_million=Decimal("4000")
+    )
+    routing.clear_cache()
+    set_limits(Tenant, gateway.tenant_id, budget_period="month", budget_usd=Decimal("0.50"))
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    scripted.set_default(MODEL, Reply(text="ok", usage=usage, delay=8.0))  # held while the others ask
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(create, gateway, max_output_tokens=100)
+        deadline = time.monotonic() + 30
+        while not scripted.model_calls:  # the first is admitted and running upstream
+            assert time.monotonic() < deadline and not first.done(), "the first request never reached the upstream"
+            time.sleep(0.05)
+        second = create(gateway, max_output_tokens=100)
+        with gateway.http() as client:
+            chat = client.post(
+                "/v1/chat/completions",
+                json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 100},
+            )
+        assert first.result().status_code == 200
+    assert second.status_code == 429 and second.json()["error"]["code"] == "budget_exceeded"
+    assert chat.status_code == 429, chat.text
