@@ -22,6 +22,7 @@ principal without limits: that path costs one attribute test.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -153,12 +154,16 @@ class Grant:
             price=Price.from_json(data["price"]),
         )
 
-    async def end(self, usage: dict[str, Any] | None) -> None:
+    async def end(self, usage: dict[str, Any] | None, *, cache_write_1h_tokens: int = 0) -> None:
+        """Settle the request: `usage` as the client got it, and `cache_write_1h_tokens`, the
+        1-hour part of its cache writes, which the public usage does not show but its price does."""
         if self.ended:
             return
         self.ended = True
         _renewing.discard(self)
         counts = TokenCounts.from_usage(usage)
+        if cache_write_1h_tokens:
+            counts = dataclasses.replace(counts, cache_write_1h=min(cache_write_1h_tokens, counts.cache_write))
         used = counts.input + counts.output
         # Always, when there is a budget: the settle also gives back this request's reservation.
         # Priced here, at the end, with cache reads and writes: never on the way in.

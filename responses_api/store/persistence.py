@@ -102,7 +102,7 @@ class DatabasePersistence:
             )
         finally:
             if self.grant is not None:  # after the write: a budget seeded from the store then counts it
-                await self.grant.end(response.get("usage"))
+                await self.grant.end(response.get("usage"), cache_write_1h_tokens=cache_write_1h_tokens)
 
     async def _write(
         self,

@@ -717,3 +717,34 @@ def test_a_cost_budget_reserves_the_output_cap_at_the_output_price(
         assert first.result().status_code == 200
     assert second.status_code == 429 and second.json()["error"]["code"] == "budget_exceeded"
     assert chat.status_code == 429, chat.text
+
+
+def test_a_budget_settles_anthropics_one_hour_cache_writes_at_their_price(
+    anthropic: Gateway,  # noqa: F811 - the fixture
+    scripted: ScriptedUpstream,
+) -> None:
+    """The public usage shows one cache-write total; Anthropic charges its 1-hour writes 2x the
+    input price (5-minute ones 1.25x). The live settle prices the 1-hour part as such:
+    10 x 10,000 + 20 x 20,000 = 500,000 micro-USD (350,000 at the 5-minute price)."""
+    from responses_api.models import ModelRoute, Tenant
+    from responses_api.orchestration import routing
+
+    ModelRoute.objects.filter(name=CLAUDE).update(input_usd_per_million=Decimal("10000"))  # 10,000 micro-USD a token
+    routing.clear_cache()
+    set_limits(Tenant, anthropic.tenant_id, budget_period="month", budget_usd=Decimal("0.45"))
+    usage = {
+        "input_tokens": 10,
+        "cache_creation_input_tokens": 20,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 20},
+        "cache_read_input_tokens": 0,
+        "output_tokens": 0,
+    }
+    scripted.set_default("claude-up", Reply(text="ok", usage=usage))
+
+    def one() -> httpx.Response:
+        with anthropic.http() as http:
+            return http.post("/v1/responses", json={"model": CLAUDE, "input": "hi"})
+
+    assert one().status_code == 200
+    refused = one()  # 500,000 of 450,000 spent
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
