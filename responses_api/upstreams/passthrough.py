@@ -32,6 +32,7 @@ async def forward(target: Target, path: str, body: dict[str, Any], *, stream: bo
     if provider.api_key:
         headers["authorization"] = f"Bearer {provider.api_key}"
     first_byte = provider.first_byte_timeout if stream else provider.timeout
+    limit = "first_byte_timeout" if stream else "timeout"
     timeout = aiohttp.ClientTimeout(
         total=None,
         sock_connect=provider.connect_timeout,
@@ -49,7 +50,10 @@ async def forward(target: Target, path: str, body: dict[str, Any], *, stream: bo
                 allow_redirects=False,
             )
     except TimeoutError:
-        raise UpstreamTimeout(f"Upstream '{target.label}' did not answer within {first_byte:g} s.") from None
+        raise UpstreamTimeout(
+            f"Upstream '{target.label}' of provider '{target.provider.name}' did not answer within {first_byte:g} s "
+            f"({limit})."
+        ) from None
     except TRANSPORT_ERRORS as exc:
         raise transport_error(target, exc) from exc
     if response.status == 501:

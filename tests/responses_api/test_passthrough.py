@@ -109,3 +109,20 @@ def test_embeddings_on_a_chat_only_model_say_what_to_use_instead(gateway: Gatewa
         "text-embedding-3-small on OpenAI): add it as a provider and model in GATEWAY_CONFIG "
         "(deploy/gateway.yaml) or in the admin."
     )
+
+
+def test_a_timed_out_pass_through_names_its_provider_and_the_limit(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    from responses_api.models import Provider
+    from responses_api.orchestration import routing
+
+    Provider.objects.update(timeout=0.5)
+    routing.clear_cache()
+    scripted.enqueue(MODEL, Reply(text="late", delay=5))
+    with pytest.raises(openai.APIStatusError) as refused:
+        gateway.openai().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    error = refused.value.body
+    provider = Provider.objects.get()
+    assert refused.value.status_code == 504 and error["code"] == "upstream_timeout"
+    assert f"of provider '{provider.name}'" in error["message"] and "(timeout)" in error["message"]
