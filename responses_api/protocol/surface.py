@@ -22,6 +22,7 @@ refused. A line per entry, so that one change is one line.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -541,6 +542,13 @@ def refused_on_route(candidates: tuple[str, ...], kinds: frozenset[str] | set[st
 _announced_on: dict[frozenset[str], frozenset[str]] = {}
 
 
+# What an unknown field's name may be for the gateway to name it back in
+# `x-gateway-ignored-fields`: a header value holds no line break, and the SDKs' field names are
+# all of this shape. A create with another unknown name is refused (request.py); a Chat
+# Completions call, already answered when the header is set, leaves it out of the header.
+FIELD_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+
+
 def unapplied_chat_fields(body: dict[str, Any], kind: str, applied: frozenset[str] | None = None) -> list[str]:
     """The fields of a `/v1/chat/completions` body that a target of this kind does not apply
     (translated for it: `applied`, what its translation reports it applies of REPORTED_FIELDS)."""
@@ -551,6 +559,7 @@ def unapplied_chat_fields(body: dict[str, Any], kind: str, applied: frozenset[st
         name
         for name, value in body.items()
         if value is not None
+        and FIELD_NAME.fullmatch(name)
         and ((name not in used) if name in reported else (name in announced or name not in CHAT_FIELDS))
     ]
 

@@ -91,6 +91,14 @@ GATEWAY = {
     ("responses_api", "Response", "served_by"),
     ("responses_api", "WebProcess", "id"),
     ("responses_api", "AlertDelivery", "status"),
+    ("responses_api", "MaintenanceRun", "name"),  # a periodic job's name, e.g. retention
+    # The config file that manages an entry: the operator's path, written by config sync.
+    ("responses_api", "AlertWebhook", "config_source"),
+    ("responses_api", "ModelRoute", "config_source"),
+    ("responses_api", "Provider", "config_source"),
+    ("responses_api", "Tenant", "config_source"),
+    ("tool_registry", "McpServer", "config_source"),
+    ("tool_registry", "Tool", "config_source"),
     ("responses_api", "Item", "type"),  # one of the parser's known types: test below
     ("responses_api", "UsageRecord", "endpoint"),
     ("responses_api", "UsageRecord", "model"),  # a route's name: usage is recorded for routed calls only
