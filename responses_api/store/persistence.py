@@ -23,7 +23,7 @@ class Settles(Protocol):
     """What a run's admission holds (orchestration/limits.py `Grant`): settled with the real
     usage, and released, when the response is stored."""
 
-    async def end(self, usage: dict[str, Any] | None) -> None: ...
+    async def end(self, usage: dict[str, Any] | None, *, cache_write_1h_tokens: int = 0) -> None: ...
 
 
 class DatabasePersistence:
