@@ -24,7 +24,7 @@ from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat
 from ..protocol.errors import GatewayError, InvalidRequest, ProviderMisconfigured
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
-from ..protocol.surface import REPORTED_FIELDS, unapplied_chat_fields
+from ..protocol.surface import REPORTED_FIELDS, header_names, unapplied_chat_fields
 from ..store.usage import usage_writer
 from ..upstreams import UpstreamRequest, applied_fields, open_call
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
@@ -265,7 +265,7 @@ def _announce(response: HttpResponseBase, body: dict[str, Any], target: Any) -> 
         _, applied = applied_fields(target, parse_create_request(chat_to_responses_body(body)))
     ignored = unapplied_chat_fields(body, kind, applied)
     if ignored:
-        response["x-gateway-ignored-fields"] = ",".join(ignored)
+        response["x-gateway-ignored-fields"] = header_names(ignored)
     return response
 
 

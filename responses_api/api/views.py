@@ -27,6 +27,7 @@ from ..protocol.batches import singly
 from ..protocol.errors import InvalidRequest, NotFound, ProviderMisconfigured
 from ..protocol.events import Event, output_from_events
 from ..protocol.request import CreateRequest, parse_compact_request, parse_create_request, parse_input_tokens_request
+from ..protocol.surface import header_names
 from ..store import db, selectors, services
 from ..store.eventlog import event_log
 from .asgi import fast_lane
@@ -95,7 +96,7 @@ class ResponsesView(ApiView):
         if planned.dropped_tools:
             response["x-gateway-dropped-tools"] = ",".join(planned.dropped_tools)
         if planned.ignored_fields:
-            response["x-gateway-ignored-fields"] = ",".join(planned.ignored_fields)
+            response["x-gateway-ignored-fields"] = header_names(planned.ignored_fields)
         return response
 
     @list_responses_schema

@@ -16,7 +16,7 @@ from .compaction import COMPACTION_INSTRUCTIONS
 from .errors import InvalidRequest
 from .items import normalize_input
 from .mcp import McpTool, normalize_mcp_tools
-from .surface import FIELD_NAME, REFUSED_REQUEST_FIELDS, unapplied_candidates
+from .surface import REFUSED_REQUEST_FIELDS, unapplied_candidates
 from .tool_search import check_deferred, search_tool
 from .tools import HostedTool, Tool, hosted_tools, normalize_tool_choice, normalize_tools
 
@@ -297,15 +297,6 @@ def _conversation(value: Any) -> str | None:
     return value
 
 
-def _named_candidates(candidates: tuple[str, ...]) -> tuple[str, ...]:
-    """The candidates, once none is a name that could not be named back (OpenAI refuses every
-    unknown parameter; the gateway accepts a newer SDK's, named in the header)."""
-    for name in candidates:
-        if not FIELD_NAME.fullmatch(name):
-            raise InvalidRequest(f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
-    return candidates
-
-
 def parse_create_request(body: Any) -> CreateRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
@@ -406,7 +397,7 @@ def parse_create_request(body: Any) -> CreateRequest:
         service_tier=service_tier,
         compact=compact,
         generate=generate,
-        unapplied_candidates=_named_candidates(unapplied_candidates(body)),
+        unapplied_candidates=unapplied_candidates(body),
         compact_threshold=_compact_threshold(body.get("context_management")),
     )
 

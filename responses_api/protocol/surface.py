@@ -22,10 +22,10 @@ refused. A line per entry, so that one change is one line.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+from urllib.parse import quote
 
 
 class Treatment(StrEnum):
@@ -542,11 +542,12 @@ def refused_on_route(candidates: tuple[str, ...], kinds: frozenset[str] | set[st
 _announced_on: dict[frozenset[str], frozenset[str]] = {}
 
 
-# What an unknown field's name may be for the gateway to name it back in
-# `x-gateway-ignored-fields`: a header value holds no line break, and the SDKs' field names are
-# all of this shape. A create with another unknown name is refused (request.py); a Chat
-# Completions call, already answered when the header is set, leaves it out of the header.
-FIELD_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+def header_names(names: list[str]) -> str:
+    """`x-gateway-ignored-fields`' value: the names, comma-separated, each percent-encoded
+    beyond the characters field names use. Unknown fields (a newer SDK's) are accepted and named
+    there, and a client may send any name: one with a line break, a comma or a non-Latin-1
+    character was a 500 (no header can hold it) or would split into two names."""
+    return ",".join(quote(name, safe="._-[]") for name in names)
 
 
 def unapplied_chat_fields(body: dict[str, Any], kind: str, applied: frozenset[str] | None = None) -> list[str]:
@@ -559,7 +560,6 @@ def unapplied_chat_fields(body: dict[str, Any], kind: str, applied: frozenset[st
         name
         for name, value in body.items()
         if value is not None
-        and FIELD_NAME.fullmatch(name)
         and ((name not in used) if name in reported else (name in announced or name not in CHAT_FIELDS))
     ]
 
