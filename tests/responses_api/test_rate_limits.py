@@ -336,8 +336,8 @@ def test_a_cost_budget_on_an_anthropic_route_counts_cache_writes(
     scripted: ScriptedUpstream,
 ) -> None:
     """Anthropic reports cache writes apart from input (`cache_creation_input_tokens`), and
-    charges them 1.25x the input price. The stored rows' `cache_write_tokens` are set here by
-    hand: filling them from the upstream's usage is issue 49's counting (branch issue49); what
+    charges them 1.25x the input price. The stored rows' `cache_write_tokens` are also set here
+    by hand, so the check stands apart from the counting (tested in test_cache_writes.py): what
     this checks is that the budget's count from the store (its seed) and /v1/usage price them."""
     from responses_api.models import ModelRoute, Response, Tenant
     from responses_api.orchestration import routing
