@@ -24,6 +24,7 @@ from ..protocol.request import CreateRequest
 from ..protocol.tools import Tool
 from ..store.ttlcache import TTLCache
 from .chat_completions import chat_options
+from .dialects import dialect_of
 from .http import get_session, proxy_for
 
 log = logging.getLogger("gateway.upstreams")
@@ -135,10 +136,17 @@ async def _llama_cpp_count(target: Target, root: str, body: dict[str, Any]) -> i
 def exact_counter(
     target: Target, req: CreateRequest, tools: list[Tool]
 ) -> Callable[[list[dict[str, Any]]], Awaitable[int | None]] | None:
-    """How the engine asks `target` for the exact tokens of a context (as the Chat Completions
-    request it would be sent); None for upstreams that do not tokenize chat (Responses, Anthropic)."""
-    if target.provider.kind != "chat_completions":
-        return None
+    """How the engine asks `target` for the exact tokens of a context: its dialect's
+    `exact_counter`; None for upstreams that do not tokenize (Responses, Anthropic)."""
+    counter = dialect_of(target).exact_counter
+    return counter(target, req, tools) if counter is not None else None
+
+
+def chat_exact_counter(
+    target: Target, req: CreateRequest, tools: list[Tool]
+) -> Callable[[list[dict[str, Any]]], Awaitable[int | None]] | None:
+    """A Chat Completions upstream's counter: the context as the Chat Completions request it
+    would be sent, counted by the server's tokenizer."""
     options = chat_options(target.provider.options)
 
     async def count(items: list[dict[str, Any]]) -> int | None:
