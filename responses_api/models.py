@@ -186,9 +186,9 @@ class ApiKey(RateLimits):
 
 class Provider(models.Model):
     name = models.SlugField(max_length=100, unique=True)
-    # The upstream dialects (protocol/dialects.py), as registered at import: the built-in ones
-    # (a dialect registered later, such as the tests' own, is not an admin choice).
-    kind = models.CharField(max_length=32, choices=wire_dialects.choices(), default="chat_completions")
+    # The upstream dialects registered (protocol/dialects.py), read when asked (a callable): a
+    # new dialect is a choice with no migration.
+    kind = models.CharField(max_length=32, choices=wire_dialects.choices, default="chat_completions")
     base_url = models.CharField(max_length=500, validators=[validate_base_url], help_text="e.g. http://vllm:8000/v1")
     api_key_env = models.CharField(
         max_length=200, blank=True, help_text="Name of the environment variable holding the key."

@@ -5,8 +5,11 @@ Reply)`, `requests`, `base_url`. It runs on the test's own event loop (aiohttp's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -38,6 +41,21 @@ class NdjsonUpstream:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    @contextlib.contextmanager
+    def in_thread(self) -> Iterator[NdjsonUpstream]:
+        """Served from a thread of its own (for the threaded gateway, whose test is not async)."""
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        asyncio.run_coroutine_threadsafe(self.start(), loop).result(10)
+        try:
+            yield self
+        finally:
+            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            loop.close()
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

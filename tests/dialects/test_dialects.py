@@ -20,6 +20,8 @@ from responses_api.protocol.errors import UpstreamError, UpstreamUnavailable
 from responses_api.protocol.request import parse_create_request
 from responses_api.upstreams import UpstreamRequest, dialects, open_call
 from responses_api.upstreams.http import close_session
+from tests.support.harness import Gateway
+from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply
 
 from .ndjson_adapter import open_ndjson
@@ -147,6 +149,39 @@ def test_a_dialect_declares_its_surface_column_and_takes_it_away() -> None:
     assert surface.unapplied_fields(("temperature",), {"ndjson"}) == ["temperature"]
     assert "| `ndjson` |" in surface.markdown_tables()
     assert ("ndjson", "Test-only newline-delimited JSON") in wire_dialects.choices()
+    from responses_api.models import Provider
+
+    assert "ndjson" in dict(Provider._meta.get_field("kind").choices or ())  # an admin choice, no migration
+    assert dialects.known("ndjson")  # and a kind the config file may name
+
+
+@pytest.mark.usefixtures("ndjson_dialect")
+def test_the_gateway_serves_a_route_to_the_test_dialect(gateway: Gateway) -> None:
+    """The whole request path with nothing but the registry line: the openai SDK streams a
+    response from an ndjson upstream (strictly validated), and a field the dialect's column
+    announces is named in x-gateway-ignored-fields."""
+    from responses_api.models import ModelRoute, Provider, RouteTarget
+    from responses_api.orchestration import routing
+
+    with NdjsonUpstream().in_thread() as server:
+        provider = Provider.objects.create(name="nd", kind="ndjson", base_url=server.base_url)
+        route = ModelRoute.objects.create(name="nd-model")
+        RouteTarget.objects.create(route=route, provider=provider, upstream_model="m")
+        routing.clear_cache()
+        server.enqueue("m", Reply(text="Lines all the way down."), Reply(text="Again."))
+        response = gateway.openai().responses.create(model="nd-model", input="hi", instructions="Be brief.")
+        assert response.output_text == "Lines all the way down."
+        assert server.requests[0].body["turns"] == [
+            {"who": "system", "text": "Be brief."},
+            {"who": "user", "text": "hi"},
+        ]
+        with gateway.http() as http:
+            answer = http.post(
+                "/v1/responses", json={"model": "nd-model", "input": "hi", "stream": True, "temperature": 0.5}
+            )
+        assert answer.headers["x-gateway-ignored-fields"] == "temperature"
+        final = validate_sse(answer.content)
+        assert final["output"][0]["content"][0]["text"] == "Again."
 
 
 def test_the_built_in_surface_is_the_same_without_the_test_dialect() -> None:
