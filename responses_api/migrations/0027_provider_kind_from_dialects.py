@@ -5,15 +5,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('responses_api', '0026_alert_delivery_attempted_at'),
+        ("responses_api", "0026_alert_delivery_attempted_at"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='provider',
-            name='kind',
-            field=models.CharField(choices=responses_api.protocol.dialects.choices, default='chat_completions', max_length=32),
+            model_name="provider",
+            name="kind",
+            field=models.CharField(
+                choices=responses_api.protocol.dialects.choices, default="chat_completions", max_length=32
+            ),
         ),
     ]
