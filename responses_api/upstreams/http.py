@@ -82,12 +82,14 @@ def provider_headers(
     key_header: str = "authorization",
     key_format: str = "Bearer {}",
     own: Mapping[str, str] | None = None,
+    json_body: bool = True,
 ) -> dict[str, str]:
-    """The headers of a JSON request to a provider, for every dialect: the content type, the
-    dialect's `own` headers, the provider's configured headers (which may override those), and
-    its key last (in `key_header`, as `key_format` writes it), so a configured header never
-    replaces the key."""
-    headers = {"content-type": "application/json", **(own or {}), **provider.headers}
+    """The headers of a request to a provider, for every dialect and call: the content type (of a
+    JSON body), the dialect's `own` headers, the provider's configured headers (which may
+    override those), and its key last (in `key_header`, as `key_format` writes it), so a
+    configured header never replaces the key."""
+    headers = {"content-type": "application/json"} if json_body else {}
+    headers.update({**(own or {}), **provider.headers})
     if provider.api_key:
         headers[key_header] = key_format.format(provider.api_key)
     return headers

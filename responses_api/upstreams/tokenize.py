@@ -25,7 +25,7 @@ from ..protocol.tools import Tool
 from ..store.ttlcache import TTLCache
 from .chat_completions import chat_options
 from .dialects import dialect_of
-from .http import get_session, proxy_for
+from .http import get_session, provider_headers, proxy_for
 
 log = logging.getLogger("gateway.upstreams")
 
@@ -40,25 +40,17 @@ _counts: TTLCache[tuple[str, str], int] = TTLCache(lambda: REMEMBER_SECONDS)
 VLLM, LLAMA_CPP = "vllm", "llama.cpp"
 
 
-def _headers(target: Target) -> dict[str, str]:
-    headers = dict(target.provider.headers)
-    if target.provider.api_key:
-        headers["authorization"] = f"Bearer {target.provider.api_key}"
-    return headers
-
-
 async def _get_json(target: Target, url: str, body: dict[str, Any] | None = None) -> Any:
     session = get_session()
     method = session.post if body is not None else session.get
     kwargs: dict[str, Any] = {
-        "headers": _headers(target),
+        "headers": provider_headers(target.provider, json_body=body is not None),
         "timeout": _TIMEOUT,
         "proxy": proxy_for(url),
         "allow_redirects": False,
     }
     if body is not None:
         kwargs["data"] = json.dumps(body).encode()
-        kwargs["headers"]["content-type"] = "application/json"
     async with method(url, **kwargs) as response:
         if response.status != 200:
             return None
