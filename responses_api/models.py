@@ -12,6 +12,7 @@ from django.utils import timezone
 from tool_registry.egress import EgressPolicy
 
 from .domain import Price
+from .protocol import dialects as wire_dialects
 from .protocol.client_tools import SERVABLE_HOSTED_TOOLS
 
 
@@ -184,13 +185,10 @@ class ApiKey(RateLimits):
 
 
 class Provider(models.Model):
-    class Kind(models.TextChoices):
-        CHAT_COMPLETIONS = "chat_completions", "OpenAI-compatible Chat Completions"
-        RESPONSES = "responses", "Native Responses (/v1/responses: OpenAI, vLLM, SGLang)"
-        ANTHROPIC = "anthropic", "Anthropic Messages (/v1/messages)"
-
     name = models.SlugField(max_length=100, unique=True)
-    kind = models.CharField(max_length=32, choices=Kind.choices, default=Kind.CHAT_COMPLETIONS)
+    # The upstream dialects registered (protocol/dialects.py), read when asked (a callable): a
+    # new dialect is a choice with no migration.
+    kind = models.CharField(max_length=32, choices=wire_dialects.choices, default="chat_completions")
     base_url = models.CharField(max_length=500, validators=[validate_base_url], help_text="e.g. http://vllm:8000/v1")
     api_key_env = models.CharField(
         max_length=200, blank=True, help_text="Name of the environment variable holding the key."

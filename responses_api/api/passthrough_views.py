@@ -27,6 +27,7 @@ from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.surface import REPORTED_FIELDS, header_names, unapplied_chat_fields
 from ..store.usage import usage_writer
 from ..upstreams import UpstreamRequest, applied_fields, open_call
+from ..upstreams.dialects import dialect_of
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
 from .drf import ApiRequest, ApiView
 from .exception_handlers import json_response
@@ -121,7 +122,8 @@ async def _forward(
 
     async def open_one(target: Any) -> Any:
         kind = target.provider.kind
-        if kind == "chat_completions" or (kind == "responses" and endpoint == UsageRecord.Endpoint.EMBEDDINGS):
+        wire = dialect_of(target).wire
+        if endpoint in wire.forwards:
             try:
                 return await forward(target, path, body, stream=stream)
             except InvalidRequest as exc:
@@ -139,7 +141,7 @@ async def _forward(
                 param="model",
                 code="model_not_supported",
             )
-        floor = kind == "responses"
+        floor = wire.output_floor
         if floor not in translated:
             translated[floor] = _read_as_responses(body, output_floor=floor)
         req = translated[floor]
@@ -261,7 +263,11 @@ def _announce(response: HttpResponseBase, body: dict[str, Any], target: Any) -> 
     those whose use depends on their value, what its translation reports."""
     kind = target.provider.kind
     applied = None
-    if REPORTED_FIELDS[kind] & body.keys():
+    # Reported fields: only where the body is translated (one forwarded as is applies them all).
+    if (
+        UsageRecord.Endpoint.CHAT_COMPLETIONS not in dialect_of(target).wire.forwards
+        and REPORTED_FIELDS[kind] & body.keys()
+    ):
         _, applied = applied_fields(target, parse_create_request(chat_to_responses_body(body)))
     ignored = unapplied_chat_fields(body, kind, applied)
     if ignored:

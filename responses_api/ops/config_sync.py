@@ -41,6 +41,7 @@ from ..models import (
     validate_alert_thresholds,
 )
 from ..orchestration.routing import clear_cache, encrypt_secret
+from ..upstreams import dialects
 
 
 class ConfigError(ValueError):
@@ -148,7 +149,7 @@ def _unmanage_others(model: Any, key: str, kept: set[str], section: str, source:
 
 
 def _provider_kind(value: Any) -> dict[str, Any]:
-    if value not in Provider.Kind.values:
+    if not dialects.known(value):
         raise ValueError(f"unknown kind {value!r}")
     return {"kind": value}
 

@@ -29,6 +29,7 @@ from ..protocol.tools import HostedTool, Tool, make_tool
 from ..store import db
 from ..store.ttlcache import TTLCache
 from ..upstreams import applied_fields
+from ..upstreams.dialects import dialect_of
 
 log = logging.getLogger("gateway.tools")
 
@@ -132,7 +133,7 @@ def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) 
         tools = [t for t in tools if t.name != name] + [tool]
         served.add(id(hosted))
     unserved = [h for h in req.hosted_tools if id(h) not in served]
-    if unserved and route.targets and all(t.provider.kind == "responses" for t in route.targets):
+    if unserved and route.targets and all(dialect_of(t).wire.runs_hosted_tools for t in route.targets):
         # A native Responses upstream runs hosted tools itself: sent on as the client sent them,
         # their items relayed back (protocol/native.py).
         return dataclasses.replace(req, tools=tools, upstream_hosted_tools=[dict(h.spec) for h in unserved])

@@ -22,6 +22,7 @@ refused. A line per entry, so that one change is one line.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -47,7 +48,12 @@ class Handling(StrEnum):
     REFUSED = "refused"  # a 400 naming the field
 
 
-UPSTREAM_KINDS = ("chat_completions", "responses", "anthropic")
+# The dialects with a column in the tables: the built-in three, whose columns are written in
+# the rows below (in this order), and any added by `add_column`.
+UPSTREAM_KINDS: tuple[str, ...] = ("chat_completions", "responses", "anthropic")
+# The column of the dialect that is OpenAI's own Responses API: a field only it takes (every
+# other dialect announces it) is "passed through".
+NATIVE = "responses"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,30 +85,45 @@ def _dialect(spec: str) -> Dialect:
 
 @dataclass(frozen=True, slots=True)
 class RequestField:
-    chat_completions: Dialect
-    responses: Dialect
-    anthropic: Dialect
+    """A field's handling per upstream dialect, keyed by the dialect's name (a provider kind):
+    the built-in dialects' columns are written in the rows below; another dialect's is added
+    by `add_column` (protocol/dialects.py registers it)."""
+
+    columns: dict[str, Dialect]
     why: str = ""  # why it is refused or not applied, for the 400's message and the README
 
     def on(self, kind: str) -> Dialect:
-        dialect: Dialect = getattr(self, kind)
-        return dialect
+        return self.columns[kind]
+
+    # The built-in columns by name (what chat_translation and the tests read).
+    @property
+    def chat_completions(self) -> Dialect:
+        return self.columns["chat_completions"]
+
+    @property
+    def responses(self) -> Dialect:
+        return self.columns["responses"]
+
+    @property
+    def anthropic(self) -> Dialect:
+        return self.columns["anthropic"]
 
     @property
     def treatment(self) -> Treatment:
-        handlings = {self.on(kind).handling for kind in UPSTREAM_KINDS}
+        handlings = {dialect.handling for dialect in self.columns.values()}
         if handlings == {Handling.REFUSED}:
             return Treatment.REFUSED
         if handlings <= {Handling.SENT, Handling.TRANSLATED, Handling.GATEWAY}:
             return Treatment.SERVED
-        others = {self.chat_completions.handling, self.anthropic.handling}
-        if self.responses.handling is Handling.SENT and others == {Handling.ANNOUNCED}:
+        others = {dialect.handling for kind, dialect in self.columns.items() if kind != NATIVE}
+        if self.columns[NATIVE].handling is Handling.SENT and others == {Handling.ANNOUNCED}:
             return Treatment.PASSED_THROUGH
         return Treatment.ANNOUNCED  # where a kind does not apply it
 
 
 def _field(chat: str, responses: str, anthropic: str, why: str = "") -> RequestField:
-    return RequestField(_dialect(chat), _dialect(responses), _dialect(anthropic), why)
+    """A row of the built-in dialects' columns, in UPSTREAM_KINDS' order."""
+    return RequestField(dict(zip(UPSTREAM_KINDS, (_dialect(chat), _dialect(responses), _dialect(anthropic)))), why)
 
 
 def _all(spec: str, why: str = "") -> RequestField:
@@ -419,37 +440,100 @@ REFUSED_REQUEST_FIELDS = {name: field.why for name, field in REQUEST_FIELDS.item
 REFUSED_CLIENT_EVENTS = _names(CLIENT_EVENTS, REFUSED)
 
 
+# The fields announced on a route, by the kinds of its targets (a handful of combinations).
+_announced_on: dict[frozenset[str], frozenset[str]] = {}
+
+
 def _announced(table: dict[str, RequestField], kind: str) -> frozenset[str]:
     return frozenset(name for name, field in table.items() if field.on(kind).handling is Handling.ANNOUNCED)
 
 
 # Per upstream kind, the fields sent as is: the dialect builders send the plain ones from these.
-SENT_FIELDS = {
-    kind: frozenset(name for name, field in REQUEST_FIELDS.items() if field.on(kind).handling is Handling.SENT)
-    for kind in UPSTREAM_KINDS
-}
+SENT_FIELDS: dict[str, frozenset[str]] = {}
 # Per upstream kind, the fields (and parts, dotted) that kind does not apply.
-ANNOUNCED_FIELDS = {kind: _announced(REQUEST_FIELDS, kind) for kind in UPSTREAM_KINDS}
-ANNOUNCED_CHAT_FIELDS = {kind: _announced(CHAT_FIELDS, kind) for kind in UPSTREAM_KINDS}
+ANNOUNCED_FIELDS: dict[str, frozenset[str]] = {}
+ANNOUNCED_CHAT_FIELDS: dict[str, frozenset[str]] = {}
 # Per upstream kind, the fields that kind refuses, and why (those every kind refuses are the
 # parser's REFUSED_REQUEST_FIELDS; the others are refused once the route is known).
-REFUSED_ON = {
-    kind: {name: field.why for name, field in REQUEST_FIELDS.items() if field.on(kind).handling is Handling.REFUSED}
-    for kind in UPSTREAM_KINDS
-}
+REFUSED_ON: dict[str, dict[str, str]] = {}
 # Fields some kind does not apply or refuses (but not every kind), and the parts of fields
 # classified apart: what a request's candidates are picked from.
-_MAYBE_ANNOUNCED = frozenset().union(*ANNOUNCED_FIELDS.values(), *REFUSED_ON.values()) - set(REFUSED_REQUEST_FIELDS)
+_MAYBE_ANNOUNCED: frozenset[str] = frozenset()
 _PARTS: dict[str, tuple[str, ...]] = {}
 for _name in REQUEST_FIELDS:
     if "." in _name:
         _outer, _inner = _name.split(".", 1)
         _PARTS[_outer] = (*_PARTS.get(_outer, ()), _inner)
-
-
 # Fields every kind applies (or every kind refuses: the parser did), with no part classified
 # apart: never a candidate.
-_QUIET = frozenset(name for name in REQUEST_FIELDS if name not in _MAYBE_ANNOUNCED and name not in _PARTS)
+_QUIET: frozenset[str] = frozenset()
+
+
+def _derive() -> None:
+    """(Re)compute the per-kind tables from the columns: at import, and when a column comes or
+    goes. The dicts are updated in place (the dialect builders imported them by name)."""
+    global _MAYBE_ANNOUNCED, _QUIET
+    for table in (SENT_FIELDS, ANNOUNCED_FIELDS, ANNOUNCED_CHAT_FIELDS, REFUSED_ON):
+        table.clear()
+    for kind in UPSTREAM_KINDS:
+        SENT_FIELDS[kind] = frozenset(
+            name for name, field in REQUEST_FIELDS.items() if field.on(kind).handling is Handling.SENT
+        )
+        ANNOUNCED_FIELDS[kind] = _announced(REQUEST_FIELDS, kind)
+        ANNOUNCED_CHAT_FIELDS[kind] = _announced(CHAT_FIELDS, kind)
+        REFUSED_ON[kind] = {
+            name: field.why for name, field in REQUEST_FIELDS.items() if field.on(kind).handling is Handling.REFUSED
+        }
+    _MAYBE_ANNOUNCED = frozenset().union(*ANNOUNCED_FIELDS.values(), *REFUSED_ON.values()) - set(REFUSED_REQUEST_FIELDS)
+    _QUIET = frozenset(name for name in REQUEST_FIELDS if name not in _MAYBE_ANNOUNCED and name not in _PARTS)
+    _announced_on.clear()
+
+
+def add_column(
+    kind: str,
+    request: Mapping[str, str],
+    chat: Mapping[str, str],
+    default: str,
+    reported: frozenset[str] = frozenset(),
+) -> None:
+    """A dialect's column in both tables: `request` and `chat` map field names to specs (as the
+    rows write them: `"sent"`, `"translated:KEY | note"`, ...), every other field gets `default`;
+    `reported` are the fields whose use its adapter reports (REPORTED_FIELDS). A field every
+    dialect refuses stays refused (the parser refuses it before the route is known); one the
+    gateway applies on every dialect is applied by the gateway on this one too."""
+    global UPSTREAM_KINDS
+    if kind in UPSTREAM_KINDS:
+        raise ValueError(f"the surface table has a column {kind!r} already")
+    unknown = (request.keys() - REQUEST_FIELDS.keys()) | (chat.keys() - CHAT_FIELDS.keys())
+    if unknown:
+        raise ValueError(f"column {kind!r} names fields the table does not have: {sorted(unknown)}")
+    for table, specs in ((REQUEST_FIELDS, request), (CHAT_FIELDS, chat)):
+        for name, field in table.items():
+            refused = field.treatment is REFUSED and table is REQUEST_FIELDS
+            if refused and name in specs and _dialect(specs[name]).handling is not Handling.REFUSED:
+                raise ValueError(f"{name!r} is refused by every dialect: column {kind!r} cannot take it")
+            if refused:
+                field.columns[kind] = _dialect("refused")
+            elif name in specs:
+                field.columns[kind] = _dialect(specs[name])
+            elif {d.handling for d in field.columns.values()} == {Handling.GATEWAY}:
+                field.columns[kind] = field.columns[UPSTREAM_KINDS[0]]  # the gateway's own, whatever the upstream
+            else:
+                field.columns[kind] = _dialect(default)
+    UPSTREAM_KINDS = (*UPSTREAM_KINDS, kind)
+    REPORTED_FIELDS[kind] = reported
+    _derive()
+
+
+def remove_column(kind: str) -> None:
+    """Take out a column `add_column` added."""
+    global UPSTREAM_KINDS
+    UPSTREAM_KINDS = tuple(k for k in UPSTREAM_KINDS if k != kind)
+    for table in (REQUEST_FIELDS, CHAT_FIELDS):
+        for field in table.values():
+            del field.columns[kind]
+    del REPORTED_FIELDS[kind]
+    _derive()
 
 
 def unapplied_candidates(body: dict[str, Any]) -> tuple[str, ...]:
@@ -509,6 +593,7 @@ REPORTED_FIELDS: dict[str, frozenset[str]] = {
     "responses": frozenset(),
     "anthropic": frozenset({"service_tier"}),
 }
+_derive()
 
 
 def ignored_fields(candidates: tuple[str, ...], reports: list[tuple[str, frozenset[str]]]) -> list[str]:
@@ -538,10 +623,6 @@ def refused_on_route(candidates: tuple[str, ...], kinds: frozenset[str] | set[st
     return None
 
 
-# The fields announced on a route, by the kinds of its targets (a handful of combinations).
-_announced_on: dict[frozenset[str], frozenset[str]] = {}
-
-
 def header_names(names: list[str]) -> str:
     """`x-gateway-ignored-fields`' value: the names, comma-separated, each percent-encoded
     beyond the characters field names use. Unknown fields (a newer SDK's) are accepted and named
@@ -554,7 +635,7 @@ def unapplied_chat_fields(body: dict[str, Any], kind: str, applied: frozenset[st
     """The fields of a `/v1/chat/completions` body that a target of this kind does not apply
     (translated for it: `applied`, what its translation reports it applies of REPORTED_FIELDS)."""
     announced = ANNOUNCED_CHAT_FIELDS[kind]
-    reported = REPORTED_FIELDS[kind] if applied is not None and kind != "chat_completions" else frozenset()
+    reported = REPORTED_FIELDS[kind] if applied is not None else frozenset()
     used = applied or frozenset()
     return [
         name
@@ -593,18 +674,19 @@ def with_tables(readme: str) -> str:
 def _cells(field: RequestField) -> str:
     """The per-kind cells of a row; a treatment the same on every kind is written once."""
     texts = [field.on(kind).describe() for kind in UPSTREAM_KINDS]
-    if texts[0] == texts[1] == texts[2]:
-        texts[1:] = ["same", "same"]
+    if len(set(texts)) == 1:
+        texts[1:] = ["same"] * (len(texts) - 1)
     return " | ".join(texts)
 
 
 def markdown_tables() -> str:
     """README.md's surface tables (written between its markers by `manage.py surface_table`)."""
+    columns = " | ".join(f"`{kind}`" for kind in UPSTREAM_KINDS)
     out = [
         "#### Create-request fields, per upstream kind",
         "",
-        "| field | treatment | `chat_completions` | `responses` | `anthropic` | why |",
-        "|---|---|---|---|---|---|",
+        f"| field | treatment | {columns} | why |",
+        "|---|---|" + "---|" * len(UPSTREAM_KINDS) + "---|",
     ]
     for name, field in REQUEST_FIELDS.items():
         out.append(f"| `{name}` | {field.treatment} | {_cells(field)} | {field.why} |")
@@ -612,8 +694,8 @@ def markdown_tables() -> str:
         "",
         "#### `/v1/chat/completions` fields, per upstream kind",
         "",
-        "| field | `chat_completions` | `responses` | `anthropic` | why |",
-        "|---|---|---|---|---|",
+        f"| field | {columns} | why |",
+        "|---|" + "---|" * len(UPSTREAM_KINDS) + "---|",
     ]
     for name, field in CHAT_FIELDS.items():
         out.append(f"| `{name}` | {_cells(field)} | {field.why} |")

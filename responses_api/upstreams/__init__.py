@@ -1,4 +1,5 @@
-"""Upstream adapters: one small interface, one implementation per provider wire format."""
+"""Upstream adapters: one small interface, one implementation per provider wire format, each
+registered as a dialect (upstreams/dialects.py) that the functions here dispatch on."""
 
 from __future__ import annotations
 
@@ -6,61 +7,57 @@ from collections.abc import AsyncIterator
 
 from ..domain import Target
 from ..protocol import anthropic as anthropic_dialect
-from ..protocol import chat as chat_dialect
+from ..protocol import dialects as wire_dialects
 from ..protocol.batches import singly
 from ..protocol.deltas import Delta
 from ..protocol.request import CreateRequest
-from .anthropic import open_messages, signed_thinking
+from .anthropic import anthropic_withheld_reasoning, open_messages
 from .base import UpstreamCall, UpstreamRequest
-from .chat_completions import chat_options, open_chat_completion
+from .chat_completions import chat_applied_fields, chat_withheld_reasoning, open_chat_completion
+from .dialects import UpstreamDialect, dialect_of, register
 from .responses import open_responses
+from .tokenize import chat_exact_counter
+
+# The built-in dialects (their wire facts and surface columns are protocol/dialects.py's).
+register(
+    UpstreamDialect(
+        wire_dialects.get("chat_completions"),
+        open_chat_completion,
+        applied_fields=chat_applied_fields,
+        withheld_reasoning=chat_withheld_reasoning,
+        exact_counter=chat_exact_counter,
+    )
+)
+# A native Responses upstream takes back only its own encrypted_content, which the gateway does
+# not keep: every reasoning item is withheld (the default).
+register(UpstreamDialect(wire_dialects.get("responses"), open_responses))
+register(
+    UpstreamDialect(
+        wire_dialects.get("anthropic"),
+        open_messages,
+        applied_fields=lambda target, req: anthropic_dialect.applied_fields(req),
+        withheld_reasoning=anthropic_withheld_reasoning,
+    )
+)
 
 
 async def open_call(target: Target, request: UpstreamRequest) -> UpstreamCall:
     """Start a generation on `target`; raises a GatewayError before any byte is consumed."""
-    if target.provider.kind == "chat_completions":
-        return await open_chat_completion(target, request)
-    if target.provider.kind == "responses":
-        return await open_responses(target, request)
-    if target.provider.kind == "anthropic":
-        return await open_messages(target, request)
-    raise NotImplementedError(f"provider kind {target.provider.kind!r}")
+    return await dialect_of(target).open(target, request)
 
 
 def applied_fields(target: Target, req: CreateRequest) -> tuple[str, frozenset[str]]:
     """The target's kind, and what its translation of `req` applies of the fields whose use
     there depends on the request or the provider (surface.REPORTED_FIELDS)."""
-    kind = target.provider.kind
-    if kind == "chat_completions":
-        return kind, chat_dialect.applied_fields(req, chat_options(target.provider.options))
-    if kind == "anthropic":
-        return kind, anthropic_dialect.applied_fields(req)
-    return kind, frozenset()
+    return target.provider.kind, dialect_of(target).applied_fields(target, req)
 
 
 def withheld_reasoning(target: Target, request: UpstreamRequest) -> list[str]:
     """The ids of the reasoning items of a call's context that its translation does not send
-    (in order): on Anthropic those without this gateway's seal of an Anthropic signature, on a
-    Chat Completions provider all of them unless it takes reasoning back (`send_reasoning`,
-    and then those with no text), on a native Responses upstream all of them (it takes back
-    only its own encrypted_content, which the gateway does not keep)."""
-    items = request.items
-    if not any(item.get("type") == "reasoning" for item in items):
+    (in order; each dialect's rule is its entry's `withheld_reasoning`)."""
+    if not any(item.get("type") == "reasoning" for item in request.items):
         return []
-    kind = target.provider.kind
-    if kind == "anthropic":
-        kept = signed_thinking(items, request.tenant_id)
-        return [
-            item["id"]
-            for item, sent in zip(items, kept, strict=True)
-            if item.get("type") == "reasoning" and item.get("id") and not sent.get("signature")
-        ]
-    send_back = kind == "chat_completions" and chat_options(target.provider.options).send_reasoning
-    return [
-        item["id"]
-        for item in items
-        if item.get("type") == "reasoning" and item.get("id") and not (send_back and chat_dialect.reasoning_text(item))
-    ]
+    return dialect_of(target).withheld_reasoning(target, request)
 
 
 def delta_batches(call: UpstreamCall) -> AsyncIterator[list[Delta]]:

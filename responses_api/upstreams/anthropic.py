@@ -18,6 +18,7 @@ from ..store.sealing import SealBroken, sealer
 from .base import UpstreamRequest
 from .chat_completions import Opened, post_json
 from .events import EventStreamCall
+from .http import provider_headers
 
 
 async def open_messages(target: Target, request: UpstreamRequest) -> EventStreamCall:
@@ -32,17 +33,16 @@ async def open_messages(target: Target, request: UpstreamRequest) -> EventStream
         prefix=request.prefix,
         scope=f"{target.label}\n{request.tenant_id}",
     )
-    headers = {
-        "content-type": "application/json",
-        "anthropic-version": str(provider.options.get("anthropic_version") or API_VERSION),
-        **provider.headers,
-    }
+    headers = provider_headers(
+        provider,
+        key_header="x-api-key",
+        key_format="{}",
+        own={"anthropic-version": str(provider.options.get("anthropic_version") or API_VERSION)},
+    )
     if "output_format" in body:  # the beta's field: announce the beta (after any the provider sends)
         name = next((k for k in headers if k.lower() == "anthropic-beta"), "anthropic-beta")
         beta = headers.get(name)
         headers[name] = f"{beta},{STRUCTURED_OUTPUTS_BETA}" if beta else STRUCTURED_OUTPUTS_BETA
-    if provider.api_key:
-        headers["x-api-key"] = provider.api_key
     opened = await post_json(target, f"{provider.base_url}/messages", body, headers, stream=request.stream)
     if isinstance(opened, Opened):
         return EventStreamCall(target, EventDecoder, opened=opened)
@@ -70,3 +70,15 @@ def signed_thinking(items: list[dict], tenant_id: int | None) -> list[dict]:
                 item = {"type": "reasoning", "thinking": payload.get("text") or "", "signature": payload["signature"]}
         out.append(item)
     return out
+
+
+def anthropic_withheld_reasoning(target: Target, request: UpstreamRequest) -> list[str]:
+    """Those without this gateway's seal of an Anthropic signature (the others go back as
+    thinking blocks)."""
+    items = request.items
+    kept = signed_thinking(items, request.tenant_id)
+    return [
+        item["id"]
+        for item, sent in zip(items, kept, strict=True)
+        if item.get("type") == "reasoning" and item.get("id") and not sent.get("signature")
+    ]

@@ -15,7 +15,14 @@ import aiohttp
 from ..domain import Target
 from ..protocol import jsonlimits
 from ..protocol.batches import flatten
-from ..protocol.chat import ChatOptions, ChunkDecoder, build_chat_request, completion_to_deltas
+from ..protocol.chat import (
+    ChatOptions,
+    ChunkDecoder,
+    applied_fields,
+    build_chat_request,
+    completion_to_deltas,
+    reasoning_text,
+)
 from ..protocol.deltas import Delta
 from ..protocol.errors import (
     GatewayError,
@@ -25,14 +32,30 @@ from ..protocol.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from ..protocol.request import CreateRequest
 from ..protocol.wirejson import dumpb
 from .base import UpstreamRequest
-from .http import get_session, proxy_for
+from .http import get_session, provider_headers, proxy_for
 
 
 def chat_options(options: dict[str, Any]) -> ChatOptions:
     known = {k: v for k, v in options.items() if k in ChatOptions.__dataclass_fields__}
     return ChatOptions(**known)
+
+
+def chat_applied_fields(target: Target, req: CreateRequest) -> frozenset[str]:
+    return applied_fields(req, chat_options(target.provider.options))
+
+
+def chat_withheld_reasoning(target: Target, request: UpstreamRequest) -> list[str]:
+    """All reasoning items, unless the provider takes reasoning back (`send_reasoning`), and
+    then those with no text."""
+    send_back = chat_options(target.provider.options).send_reasoning
+    return [
+        item["id"]
+        for item in request.items
+        if item.get("type") == "reasoning" and item.get("id") and not (send_back and reasoning_text(item))
+    ]
 
 
 def _upstream_message(response: aiohttp.ClientResponse, body: bytes) -> str:
@@ -328,9 +351,7 @@ async def open_chat_completion(target: Target, request: UpstreamRequest) -> Chat
         prefix=request.prefix,
         scope=target.label,
     )
-    headers = {"content-type": "application/json", **provider.headers}
-    if provider.api_key:
-        headers["authorization"] = f"Bearer {provider.api_key}"
+    headers = provider_headers(provider)
     opened = await post_json(target, f"{provider.base_url}/chat/completions", body, headers, stream=request.stream)
     if isinstance(opened, Opened):
         return ChatCompletionCall(target, opened.response, None, opened.guard)

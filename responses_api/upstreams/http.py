@@ -14,11 +14,14 @@ import functools
 import ssl
 import urllib.request
 import weakref
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 from django.conf import settings
+
+from ..domain import ProviderConfig
 
 _sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = weakref.WeakKeyDictionary()
 _ssl_context: ssl.SSLContext | None = None
@@ -71,3 +74,22 @@ def proxy_for(url: str) -> str | None:
     if parts.hostname and urllib.request.proxy_bypass(parts.hostname):
         return None
     return urllib.request.getproxies().get(parts.scheme)
+
+
+def provider_headers(
+    provider: ProviderConfig,
+    *,
+    key_header: str = "authorization",
+    key_format: str = "Bearer {}",
+    own: Mapping[str, str] | None = None,
+    json_body: bool = True,
+) -> dict[str, str]:
+    """The headers of a request to a provider, for every dialect and call: the content type (of a
+    JSON body), the dialect's `own` headers, the provider's configured headers (which may
+    override those), and its key last (in `key_header`, as `key_format` writes it), so a
+    configured header never replaces the key."""
+    headers = {"content-type": "application/json"} if json_body else {}
+    headers.update({**(own or {}), **provider.headers})
+    if provider.api_key:
+        headers[key_header] = key_format.format(provider.api_key)
+    return headers

@@ -16,7 +16,7 @@ import aiohttp
 from ..domain import Target
 from ..protocol.errors import GatewayError, InvalidRequest, UpstreamTimeout
 from .chat_completions import TRANSPORT_ERRORS, _upstream_message, error_for_status, transport_error
-from .http import get_session, proxy_for
+from .http import get_session, provider_headers, proxy_for
 
 
 @dataclass(slots=True)
@@ -28,9 +28,7 @@ class Forwarded:
 async def forward(target: Target, path: str, body: dict[str, Any], *, stream: bool) -> Forwarded:
     """Send the body to the target; the open response (status 200), or a GatewayError."""
     provider = target.provider
-    headers = {"content-type": "application/json", **provider.headers}
-    if provider.api_key:
-        headers["authorization"] = f"Bearer {provider.api_key}"
+    headers = provider_headers(provider)
     first_byte = provider.first_byte_timeout if stream else provider.timeout
     limit = "first_byte_timeout" if stream else "timeout"
     timeout = aiohttp.ClientTimeout(

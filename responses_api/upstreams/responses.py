@@ -10,6 +10,7 @@ from ..protocol.native import EventDecoder, build_responses_request, response_to
 from .base import UpstreamRequest
 from .chat_completions import Opened, post_json
 from .events import EventStreamCall, failed
+from .http import provider_headers
 
 
 async def open_responses(target: Target, request: UpstreamRequest) -> EventStreamCall:
@@ -24,9 +25,7 @@ async def open_responses(target: Target, request: UpstreamRequest) -> EventStrea
         prefix=request.prefix,
         scope=target.label,
     )
-    headers = {"content-type": "application/json", **provider.headers}
-    if provider.api_key:
-        headers["authorization"] = f"Bearer {provider.api_key}"
+    headers = provider_headers(provider)
     opened = await post_json(target, f"{provider.base_url}/responses", body, headers, stream=request.stream)
     if isinstance(opened, Opened):
         return EventStreamCall(target, EventDecoder, opened=opened)

@@ -24,7 +24,8 @@ from ..protocol.request import CreateRequest
 from ..protocol.tools import Tool
 from ..store.ttlcache import TTLCache
 from .chat_completions import chat_options
-from .http import get_session, proxy_for
+from .dialects import dialect_of
+from .http import get_session, provider_headers, proxy_for
 
 log = logging.getLogger("gateway.upstreams")
 
@@ -39,25 +40,17 @@ _counts: TTLCache[tuple[str, str], int] = TTLCache(lambda: REMEMBER_SECONDS)
 VLLM, LLAMA_CPP = "vllm", "llama.cpp"
 
 
-def _headers(target: Target) -> dict[str, str]:
-    headers = dict(target.provider.headers)
-    if target.provider.api_key:
-        headers["authorization"] = f"Bearer {target.provider.api_key}"
-    return headers
-
-
 async def _get_json(target: Target, url: str, body: dict[str, Any] | None = None) -> Any:
     session = get_session()
     method = session.post if body is not None else session.get
     kwargs: dict[str, Any] = {
-        "headers": _headers(target),
+        "headers": provider_headers(target.provider, json_body=body is not None),
         "timeout": _TIMEOUT,
         "proxy": proxy_for(url),
         "allow_redirects": False,
     }
     if body is not None:
         kwargs["data"] = json.dumps(body).encode()
-        kwargs["headers"]["content-type"] = "application/json"
     async with method(url, **kwargs) as response:
         if response.status != 200:
             return None
@@ -135,10 +128,17 @@ async def _llama_cpp_count(target: Target, root: str, body: dict[str, Any]) -> i
 def exact_counter(
     target: Target, req: CreateRequest, tools: list[Tool]
 ) -> Callable[[list[dict[str, Any]]], Awaitable[int | None]] | None:
-    """How the engine asks `target` for the exact tokens of a context (as the Chat Completions
-    request it would be sent); None for upstreams that do not tokenize chat (Responses, Anthropic)."""
-    if target.provider.kind != "chat_completions":
-        return None
+    """How the engine asks `target` for the exact tokens of a context: its dialect's
+    `exact_counter`; None for upstreams that do not tokenize (Responses, Anthropic)."""
+    counter = dialect_of(target).exact_counter
+    return counter(target, req, tools) if counter is not None else None
+
+
+def chat_exact_counter(
+    target: Target, req: CreateRequest, tools: list[Tool]
+) -> Callable[[list[dict[str, Any]]], Awaitable[int | None]] | None:
+    """A Chat Completions upstream's counter: the context as the Chat Completions request it
+    would be sent, counted by the server's tokenizer."""
     options = chat_options(target.provider.options)
 
     async def count(items: list[dict[str, Any]]) -> int | None:
