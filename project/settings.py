@@ -182,7 +182,7 @@ GATEWAY_GC_THRESHOLDS = tuple(int(v) for v in env.list("GATEWAY_GC_THRESHOLDS", 
 GATEWAY_MAX_REQUEST_BYTES = env.int("GATEWAY_MAX_REQUEST_BYTES", default=32 * 1024 * 1024)
 # Prometheus /metrics: served only to this bearer token (empty: no /metrics at all).
 GATEWAY_METRICS_TOKEN = env.str("GATEWAY_METRICS_TOKEN", default="")
-# WebSocket mode (responses_api/api/websocket.py).
+# WebSocket mode (responses_api/api/websocket/).
 # A reader of a worker-run response's event log looks at the stored response after this long
 # without an event (a log that is down, lost or silent never keeps it past the response's end),
 # and a worker waits this long at a run's end for a log that refused its events to take them.

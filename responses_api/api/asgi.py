@@ -12,7 +12,7 @@ here, inline and without hops: the request id and access log
 security, common and X-Frame-Options middleware. The API's documents
 (/v1/openapi.json, /v1/docs) are such views too; the admin, static files,
 health checks and any /v1 view not marked `fast_lane` go through Django's full
-handler as before. The WebSocket at /v1/responses is served here (websocket.py),
+handler as before. The WebSocket at /v1/responses is served here (websocket/),
 and the lifespan: a process's SIGTERM drain and liveness beat at start, its
 upstream session, database pool and usage records closed at shutdown.
 """

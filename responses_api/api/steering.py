@@ -11,7 +11,7 @@ output or an approval keeps the input queued: `response.steer.pending` lists the
 Input that cannot be committed comes back in `response.steer.failed` with a code of
 `ResponseSteerErrorCode`.
 
-Pure: no I/O; the connection (websocket.py) owns the queues and sends the events.
+Pure: no I/O; the connection (websocket/steers.py) owns the queues and sends the events.
 """
 
 from __future__ import annotations
