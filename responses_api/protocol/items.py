@@ -322,8 +322,8 @@ _MCP_ITEMS = {
 
 
 def _client_tool_item(
-    raw: dict, param: str, required: Mapping[str, FieldType], *, prefix: str, call_field: str, status: bool
-) -> dict:
+    raw: dict[str, Any], param: str, required: Mapping[str, FieldType], *, prefix: str, call_field: str, status: bool
+) -> dict[str, Any]:
     """A call or output item of a client-run tool, kept as sent once its required fields check
     out (`call_field`: the output's field naming its call; `status`: the item gets one)."""
     item = dict(raw)
@@ -340,7 +340,7 @@ def _client_tool_item(
     return item
 
 
-def _client_tool_type_item(raw: dict, param: str) -> dict | None:
+def _client_tool_type_item(raw: dict[str, Any], param: str) -> dict[str, Any] | None:
     """A call or output item of a client tool type (None: the item is of no such type)."""
     kind = raw["type"]
     entry = CLIENT_TOOL_TYPES.of_call(kind)
@@ -463,7 +463,7 @@ def _normalize_item(raw: Any, param: str) -> dict:
         return client_tool_item
     if kind == "tool_search_output" and raw.get("execution") == "client":
         # A client's search result: it answers the client's call, and what it returns is loaded.
-        required = {"call_id": str, "tools": list}
+        required: dict[str, FieldType] = {"call_id": str, "tools": list}
         return _client_tool_item(raw, param, required, prefix="tso", call_field="call_id", status=True)
     if kind == "tool_search_call" and not raw.get("id"):
         return dict(raw, id=new_id("tsc"))
