@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
-from ..protocol.client_tools import CLIENT_BUILTINS, HOSTED_ITEM_TYPES, HOSTED_TOOL_TYPES
-from ..protocol.items import CLIENT_TOOL_ITEM_FIELDS, ID_MAX_CHARS, MCP_CALL_STATUSES
+from ..protocol.client_tool_types import CLIENT_TOOL_TYPES, FieldType
+from ..protocol.client_tools import HOSTED_ITEM_TYPES, HOSTED_TOOL_TYPES
+from ..protocol.items import ID_MAX_CHARS, MCP_CALL_STATUSES
 from ..protocol.mcp import LABEL as MCP_LABEL
 from ..protocol.request import (
     NUMBER_BOUNDS,
@@ -182,7 +184,9 @@ EXTRA_TOOL_SCHEMAS: dict[str, Any] = {
         "description": "A built-in tool the client runs itself (shell, apply_patch, computer use): "
         "the model's calls come back as items.",
         "required": ["type"],
-        "properties": {"type": {"enum": sorted(CLIENT_BUILTINS)}},
+        "properties": {
+            "type": {"enum": sorted(t for entry in CLIENT_TOOL_TYPES if entry.is_builtin for t in entry.tool_types)}
+        },
     },
     "CustomToolParam": _CUSTOM_TOOL,
     "NamespaceToolParam": {
@@ -470,7 +474,7 @@ _NULLABLE_STRING = {"type": ["string", "null"]}
 _NAME = {"type": "string", "minLength": 1}
 
 
-def _json_type(kind: type | tuple[type, ...]) -> dict[str, Any]:
+def _json_type(kind: FieldType) -> dict[str, Any]:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return {"type": [_JSON_TYPES[k] for k in kinds] if len(kinds) > 1 else _JSON_TYPES[kinds[0]]}
 
@@ -490,14 +494,18 @@ def _output_item_params() -> dict[str, Any]:
     MCP, hosted-tool and client-tool calls and their outputs, each with the fields the request
     parser (`protocol/items.py`) requires of it."""
     schemas: dict[str, Any] = {}
-    for kind, fields in sorted(CLIENT_TOOL_ITEM_FIELDS.items()):
+    client_items: dict[str, tuple[Mapping[str, FieldType], str]] = {}
+    for entry in CLIENT_TOOL_TYPES:
+        client_items[entry.call_type] = (entry.call_fields, "call_id")
+        client_items[entry.output_type] = (entry.output_fields, entry.output_call_field)
+    for kind, (fields, call_field) in sorted(client_items.items()):
         required = {name: _json_type(expected) for name, expected in fields.items()}
         schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (client-run tool)", required)
-    # The SDK's LocalShellCallOutput names its call by `id` alone.
-    schemas["Gateway_local_shell_call_output_ItemParam"]["anyOf"] = [
-        {"required": ["call_id"], "properties": {"call_id": {"type": "string"}}},
-        {"required": ["id"], "properties": {"id": _NAME}},
-    ]
+        if call_field != "call_id":  # the SDK's LocalShellCallOutput names its call by `id` alone
+            schemas[f"Gateway_{kind}_ItemParam"]["anyOf"] = [
+                {"required": ["call_id"], "properties": {"call_id": {"type": "string"}}},
+                {"required": [call_field], "properties": {call_field: _NAME}},
+            ]
     for kind in sorted(HOSTED_ITEM_TYPES):
         schemas[f"Gateway_{kind}_ItemParam"] = _item(kind, f"{kind} (hosted tool)", {"id": _NAME})
     # A tool search's call may come without an id (one is given); a client's search output

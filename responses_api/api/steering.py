@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..protocol.client_tool_types import CLIENT_TOOL_TYPES
 from ..protocol.errors import InvalidRequest
 from ..protocol.items import normalize_item
 
@@ -28,16 +29,29 @@ STEER_FIELDS = frozenset({"type", "previous_response_id", "input"})
 MESSAGE_FIELDS = frozenset({"type", "role", "content"})
 CONTENT_PARTS = frozenset({"input_text", "input_image", "input_file"})
 
-# A call item the client answers -> the stub of its answer (ResponseSteerRequiredInput).
+# A call item the client answers -> the stub of its answer (ResponseSteerRequiredInput): these,
+# and the client tool types' that the SDK has a stub for (`_answer_of`).
 _ANSWERED_BY = {
     "function_call": "function_call_output",
-    "custom_tool_call": "custom_tool_call_output",
-    "computer_call": "computer_call_output",
-    "shell_call": "shell_call_output",
-    "apply_patch_call": "apply_patch_call_output",
     "tool_search_call": "tool_search_output",
 }
 _ANSWERS = frozenset(_ANSWERED_BY.values()) | {"mcp_approval_response"}
+
+
+def _answer_of(kind: str) -> str | None:
+    """The type of the item that answers a call item of this type (None: not a call the client answers)."""
+    answer = _ANSWERED_BY.get(kind)
+    if answer is None:
+        entry = CLIENT_TOOL_TYPES.of_call(kind)
+        answer = entry.output_type if entry is not None and entry.steer_stub else None
+    return answer
+
+
+def _is_answer(kind: Any) -> bool:
+    if kind in _ANSWERS:
+        return True
+    entry = CLIENT_TOOL_TYPES.of_output(kind) if isinstance(kind, str) else None
+    return entry is not None and entry.steer_stub
 
 
 class SteerRefused(Exception):
@@ -142,16 +156,17 @@ def new_steer(raw: Any, items: list[dict[str, Any]], size: int = 0) -> Steer:
 def required_input(output: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The stubs of what the client owes after `output`: its calls without an output in it,
     and its approval requests (identifying fields only; their outputs answer these calls)."""
-    answered = {item.get("call_id") for item in output if item["type"] in _ANSWERS}
+    answered = {item.get("call_id") for item in output if _is_answer(item["type"])}
     stubs: list[dict[str, Any]] = []
     for item in output:
         kind = item["type"]
+        answer = _answer_of(kind)
         if kind == "mcp_approval_request":
             stubs.append({"type": "mcp_approval_response", "approval_request_id": item["id"]})
-        elif kind in _ANSWERED_BY and item.get("call_id") not in answered:
+        elif answer is not None and item.get("call_id") not in answered:
             if kind == "tool_search_call" and item.get("execution") != "client":
                 continue
-            stub: dict[str, Any] = {"type": _ANSWERED_BY[kind], "call_id": item["call_id"]}
+            stub: dict[str, Any] = {"type": answer, "call_id": item["call_id"]}
             if kind == "function_call":
                 stub["name"] = item["name"]
             elif kind == "tool_search_call":
@@ -169,7 +184,7 @@ def with_queued_input(body: dict[str, Any], steers: list[Steer]) -> dict[str, An
     if not isinstance(own_items, list):
         return body  # not an input the parser takes: it reports the error
     lead = 0
-    while lead < len(own_items) and isinstance(own_items[lead], dict) and own_items[lead].get("type") in _ANSWERS:
+    while lead < len(own_items) and isinstance(own_items[lead], dict) and _is_answer(own_items[lead].get("type")):
         lead += 1
     queued = [item for steer in steers for item in steer.items]
     return {**body, "input": [*own_items[:lead], *queued, *own_items[lead:]]}

@@ -14,7 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 from ..models import Response
-from ..protocol.client_tools import CALL_ITEM_KIND, OUTPUT_ITEM_TYPES, output_as_text
+from ..protocol.client_tool_types import CLIENT_TOOL_TYPES
+from ..protocol.client_tools import output_as_text
 from ..protocol.tool_search import listing
 from ..store.selectors import usd_text as money
 
@@ -138,9 +139,12 @@ def item_block(item: dict[str, Any], io: str = "", tool_names: dict[str, str] | 
             output=listing(item.get("tools")),
             **common,
         )
-    if kind in CALL_ITEM_KIND or kind in ("web_search_call", "file_search_call"):
-        # A client tool's call (custom, shell, apply_patch, ...) or a served hosted tool's.
-        detail = next((item[k] for k in ("input", "action", "operation", "queries") if k in item), "")
+    client_tool = CLIENT_TOOL_TYPES.of_call(kind) if isinstance(kind, str) else None
+    if client_tool is not None or kind in ("web_search_call", "file_search_call"):
+        # A client tool's call (custom, shell, apply_patch, ...: the field its type shows) or a
+        # served hosted tool's.
+        shown = (client_tool.shown,) if client_tool is not None else ("input", "action", "operation", "queries")
+        detail = next((item[k] for k in shown if k in item), "")
         name = item.get("name") or str(kind).removesuffix("_call")
         if item.get("namespace"):
             name = f"{item['namespace']} · {name}"
@@ -151,7 +155,7 @@ def item_block(item: dict[str, Any], io: str = "", tool_names: dict[str, str] | 
             arguments=detail if isinstance(detail, str) else pretty_json(detail),
             **common,
         )
-    if kind in OUTPUT_ITEM_TYPES:
+    if isinstance(kind, str) and CLIENT_TOOL_TYPES.of_output(kind) is not None:
         call_id = item.get("call_id") or ""
         return Block(
             "tool_output",

@@ -15,6 +15,7 @@ import operator
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+from .client_tool_types import CLIENT_TOOL_TYPES
 from .ids import new_id
 
 _item_type = operator.itemgetter("type")
@@ -83,17 +84,12 @@ def _is_instructions(item: dict[str, Any]) -> bool:
 
 
 # The items that answer a call (by call_id); after a trim they need their call in what is kept.
-_OUTPUT_TYPES = frozenset(
-    {
-        "function_call_output",
-        "custom_tool_call_output",
-        "local_shell_call_output",
-        "shell_call_output",
-        "apply_patch_call_output",
-        "computer_call_output",
-        "tool_search_output",
-    }
-)
+# (The client tool types' outputs too: `_answers_a_call`.)
+_OUTPUT_TYPES = frozenset({"function_call_output", "tool_search_output"})
+
+
+def _answers_a_call(item: dict[str, Any]) -> bool:
+    return item["type"] in _OUTPUT_TYPES or item["type"] in CLIENT_TOOL_TYPES.output_types
 
 
 InputSpans: TypeAlias = tuple[range, ...]
@@ -159,8 +155,8 @@ def expand_compactions(
                 "content": [{"type": "input_text", "text": prefix + opened["summary"]}],
             }
         )
-    calls = {item.get("call_id") for item in expanded if item["type"] not in _OUTPUT_TYPES}
-    return [item for item in expanded if item["type"] not in _OUTPUT_TYPES or item.get("call_id") in calls]
+    calls = {item.get("call_id") for item in expanded if not _answers_a_call(item)}
+    return [item for item in expanded if not _answers_a_call(item) or item.get("call_id") in calls]
 
 
 def client_instructions(instructions: str | None) -> tuple[str | None, bool]:

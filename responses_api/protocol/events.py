@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from . import tool_search
+from .client_tool_types import CLIENT_TOOL_TYPES
 from .client_tools import SERVABLE_HOSTED_TOOLS, call_item, hosted_call_item
 from .deltas import (
     Delta,
@@ -547,11 +548,14 @@ class EventBuilder:
         opened.clear()
         opened.update(final)
         events: list[Event] = []
-        if final["type"] == "custom_tool_call":
+        streamed = CLIENT_TOOL_TYPES.of_call(final["type"])
+        field = streamed.streamed_field if streamed is not None else None
+        if field is not None:  # custom: response.custom_tool_call_input.delta and .done
             base = {"item_id": final["id"], "output_index": call.output_index}
-            if final["input"]:
-                events.append(self._event("response.custom_tool_call_input.delta", **base, delta=final["input"]))
-            events.append(self._event("response.custom_tool_call_input.done", **base, input=final["input"]))
+            name = f"response.{final['type']}_{field}"
+            if final[field]:
+                events.append(self._event(f"{name}.delta", **base, delta=final[field]))
+            events.append(self._event(f"{name}.done", **base, **{field: final[field]}))
         events.append(self._event("response.output_item.done", output_index=call.output_index, item=self._copy(final)))
         self.step_calls.append(final)
         return events

@@ -7,10 +7,11 @@ the canonical item dicts the store keeps and the API returns.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from .client_tool_types import CLIENT_TOOL_TYPES, FieldType
 from .client_tools import HOSTED_ITEM_TYPES
-from .client_tools import ITEM_ID_PREFIX as CLIENT_TOOL_ITEM_PREFIX
 from .errors import InvalidRequest
 from .ids import new_id
 from .surface import REFUSED_INPUT_ITEMS
@@ -25,18 +26,6 @@ _STATUS_CHECKED = frozenset({"message", "function_call", "function_call_output"}
 FUNCTION_NAME_MAX_CHARS = 64
 PHASES = frozenset({"commentary", "final_answer"})
 IMAGE_DETAILS = frozenset({"low", "high", "auto", "original"})
-
-ITEM_ID_PREFIX = {
-    "message": "msg",
-    "function_call": "fc",
-    "function_call_output": "fco",
-    "reasoning": "rs",
-    "mcp_call": "mcp",
-    "mcp_list_tools": "mcpl",
-    "mcp_approval_request": "mcpr",
-    "mcp_approval_response": "mcpa",
-    **CLIENT_TOOL_ITEM_PREFIX,
-}
 
 
 def _bad(message: str, param: str) -> InvalidRequest:
@@ -332,37 +321,49 @@ _MCP_ITEMS = {
 }
 
 
-def _client_tool_item(raw: dict, param: str, required: dict[str, type | tuple[type, ...]]) -> dict:
-    """A call or output item of a client-run tool, kept as sent once its required fields check out."""
-    kind = raw["type"]
+def _client_tool_item(
+    raw: dict[str, Any], param: str, required: Mapping[str, FieldType], *, prefix: str, call_field: str, status: bool
+) -> dict[str, Any]:
+    """A call or output item of a client-run tool, kept as sent once its required fields check
+    out (`call_field`: the output's field naming its call; `status`: the item gets one)."""
     item = dict(raw)
-    if kind == "local_shell_call_output" and not isinstance(item.get("call_id"), str):
+    if call_field != "call_id" and not isinstance(item.get("call_id"), str):
         # The SDK's LocalShellCallOutput names the call by `id` alone.
-        item["call_id"] = _require_str(raw, "id", param, allow_empty=False)
+        item["call_id"] = _require_str(raw, call_field, param, allow_empty=False)
     for key, expected in required.items():
         if not isinstance(item.get(key), expected) or isinstance(item.get(key), bool):
             what = {str: "a string", dict: "an object", list: "an array"}.get(expected, "a string or an array")  # type: ignore[call-overload]  # a dict keyed by types: the stubs' overloads of get take no type key
             raise _bad(f"Missing or invalid '{param}.{key}': expected {what}.", f"{param}.{key}")
-    item["id"] = item.get("id") or new_id(CLIENT_TOOL_ITEM_PREFIX[kind])
-    if kind.endswith("_call") or kind == "local_shell_call_output":
+    item["id"] = item.get("id") or new_id(prefix)
+    if status:
         item.setdefault("status", "completed")
     return item
 
 
-# The fields each client-run tool's call and output item must carry (the OpenAPI document's
-# schemas for them are generated from this table too: api/openapi.py).
-CLIENT_TOOL_ITEM_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "custom_tool_call": {"call_id": str, "name": str, "input": str},
-    "custom_tool_call_output": {"call_id": str, "output": (str, list)},
-    "local_shell_call": {"call_id": str, "action": dict},
-    "local_shell_call_output": {"output": str},
-    "shell_call": {"call_id": str, "action": dict},
-    "shell_call_output": {"call_id": str, "output": list},
-    "apply_patch_call": {"call_id": str, "operation": dict},
-    "apply_patch_call_output": {"call_id": str},
-    "computer_call": {"call_id": str},
-    "computer_call_output": {"call_id": str, "output": dict},
-}
+def _client_tool_type_item(raw: dict[str, Any], param: str) -> dict[str, Any] | None:
+    """A call or output item of a client tool type (None: the item is of no such type)."""
+    kind = raw["type"]
+    entry = CLIENT_TOOL_TYPES.of_call(kind)
+    if entry is not None:
+        return _client_tool_item(
+            raw, param, entry.call_fields, prefix=entry.call_id_prefix, call_field="call_id", status=True
+        )
+    entry = CLIENT_TOOL_TYPES.of_output(kind)
+    if entry is not None:
+        return _client_tool_item(
+            raw,
+            param,
+            entry.output_fields,
+            prefix=entry.output_id_prefix,
+            call_field=entry.output_call_field,
+            status=entry.output_status,
+        )
+    return None
+
+
+# The fields each client-run tool's call and output item must carry (a live view of the client
+# tool types' table; the OpenAPI document's schemas for them are generated from it too).
+CLIENT_TOOL_ITEM_FIELDS = CLIENT_TOOL_TYPES.item_fields
 
 
 # Hosted items whose id the SDK's input params leave optional: a client-run tool search
@@ -416,9 +417,15 @@ def normalize_item(raw: Any, param: str) -> dict:
         value = item.get(field)
         if isinstance(value, str) and len(value) > ID_MAX_CHARS:
             # local_shell_call_output names its call by `id`: its copy in call_id is that field.
-            named = "id" if field == "call_id" and item["type"] == "local_shell_call_output" else field
+            named = _call_field(item["type"]) if field == "call_id" else field
             raise _bad(f"'{param}.{named}' is longer than {ID_MAX_CHARS} characters.", f"{param}.{named}")
     return item
+
+
+def _call_field(item_type: str) -> str:
+    """The field of an item, as the client sends it, that names its call."""
+    entry = CLIENT_TOOL_TYPES.of_output(item_type)
+    return entry.output_call_field if entry is not None else "call_id"
 
 
 def _normalize_item(raw: Any, param: str) -> dict:
@@ -451,13 +458,13 @@ def _normalize_item(raw: Any, param: str) -> dict:
         return {"type": "compaction_trigger"}
     if kind in _MCP_ITEMS:
         return _MCP_ITEMS[kind](raw, param)
-    if kind in CLIENT_TOOL_ITEM_FIELDS:
-        return _client_tool_item(raw, param, CLIENT_TOOL_ITEM_FIELDS[kind])
+    client_tool_item = _client_tool_type_item(raw, param)
+    if client_tool_item is not None:
+        return client_tool_item
     if kind == "tool_search_output" and raw.get("execution") == "client":
         # A client's search result: it answers the client's call, and what it returns is loaded.
-        item = _client_tool_item(raw, param, {"call_id": str, "tools": list})
-        item.setdefault("status", "completed")
-        return item
+        required: dict[str, FieldType] = {"call_id": str, "tools": list}
+        return _client_tool_item(raw, param, required, prefix="tso", call_field="call_id", status=True)
     if kind == "tool_search_call" and not raw.get("id"):
         return dict(raw, id=new_id("tsc"))
     if kind in HOSTED_ITEM_TYPES:

@@ -28,6 +28,8 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import quote
 
+from .client_tool_types import CLIENT_TOOL_TYPES
+
 
 class Treatment(StrEnum):
     SERVED = "served"
@@ -150,6 +152,25 @@ SERVED, PASSED, ANNOUNCED, REFUSED, NOT_EMITTED = (
     Treatment.NOT_EMITTED,
 )
 
+
+def _client_run_tools(*, builtin: bool) -> dict[str, Entry]:
+    """The `tools[].type`s of the client tool types (their table: protocol/client_tool_types.py):
+    custom, or the built-ins."""
+    entries = (entry for entry in CLIENT_TOOL_TYPES if entry.is_builtin is builtin)
+    return {tool_type: _e(SERVED, _CLIENT_RUN) for entry in entries for tool_type in entry.tool_types}
+
+
+def _client_tool_items(call: Entry | None, output: Entry | None) -> dict[str, Entry]:
+    """The client tool types' call items, output items, or both, in the table's order."""
+    items: dict[str, Entry] = {}
+    for entry in CLIENT_TOOL_TYPES:
+        if call is not None:
+            items[entry.call_type] = call
+        if output is not None:
+            items[entry.output_type] = output
+    return items
+
+
 # -- POST /v1/responses (and the WebSocket `response.create`) ------------------------------
 # Fields with a dot are parts of a field that are treated apart; the field's own entry then
 # stands for the rest of it. A field name not here is accepted and announced (a newer SDK's).
@@ -260,14 +281,9 @@ _HOSTED = "run by a registry tool where the route maps it (hosted_tools); else p
 _OPENAI_HOSTED = "runs on OpenAI's servers: passed through, or dropped and named in x-gateway-dropped-tools"
 TOOL_TYPES: dict[str, Entry] = {
     "function": _e(SERVED, "offered as a function; a bare {type, name} may name a registry tool"),
-    "custom": _e(SERVED, _CLIENT_RUN),
+    **_client_run_tools(builtin=False),  # custom
     "namespace": _e(SERVED, "its members offered as functions"),
-    "local_shell": _e(SERVED, _CLIENT_RUN),
-    "shell": _e(SERVED, _CLIENT_RUN),
-    "apply_patch": _e(SERVED, _CLIENT_RUN),
-    "computer": _e(SERVED, _CLIENT_RUN),
-    "computer_use": _e(SERVED, _CLIENT_RUN),
-    "computer_use_preview": _e(SERVED, _CLIENT_RUN),
+    **_client_run_tools(builtin=True),  # local_shell, shell, apply_patch, computer use
     "mcp": _e(SERVED, "the gateway lists and calls the MCP server"),
     "web_search": _e(PASSED, _HOSTED),
     "web_search_2025_08_26": _e(PASSED, _HOSTED),
@@ -290,11 +306,7 @@ INPUT_ITEM_TYPES: dict[str, Entry] = {
     "reasoning": _e(SERVED, "sent back where the upstream takes it (sealed encrypted_content opened)"),
     "compaction": _e(SERVED, "the upstream context starts at its summary, after what its request's input placed before it"),
     "compaction_trigger": _e(SERVED, "last item only: the answer is one compaction item"),
-    "custom_tool_call": _e(SERVED), "custom_tool_call_output": _e(SERVED, "must answer a call before it"),
-    "local_shell_call": _e(SERVED), "local_shell_call_output": _e(SERVED, "must answer a call before it"),
-    "shell_call": _e(SERVED), "shell_call_output": _e(SERVED, "must answer a call before it"),
-    "apply_patch_call": _e(SERVED), "apply_patch_call_output": _e(SERVED, "must answer a call before it"),
-    "computer_call": _e(SERVED), "computer_call_output": _e(SERVED, "must answer a call before it"),
+    **_client_tool_items(_e(SERVED), _e(SERVED, "must answer a call before it")),
     "mcp_list_tools": _e(SERVED), "mcp_call": _e(SERVED), "mcp_approval_request": _e(SERVED),
     "mcp_approval_response": _e(SERVED, "must answer an approval request before it"),
     "web_search_call": _e(SERVED, _HISTORY),
@@ -313,18 +325,13 @@ INPUT_ITEM_TYPES: dict[str, Entry] = {
 _RELAYED = "relayed whole from a responses upstream that ran it"
 OUTPUT_ITEM_TYPES: dict[str, Entry] = {
     "message": _e(SERVED), "reasoning": _e(SERVED), "function_call": _e(SERVED),
-    "custom_tool_call": _e(SERVED), "local_shell_call": _e(SERVED), "shell_call": _e(SERVED),
-    "apply_patch_call": _e(SERVED), "computer_call": _e(SERVED),
+    **_client_tool_items(_e(SERVED), None),
     "mcp_list_tools": _e(SERVED), "mcp_call": _e(SERVED), "mcp_approval_request": _e(SERVED),
     "compaction": _e(SERVED),
     "web_search_call": _e(SERVED, "from a registry tool serving web_search, or " + _RELAYED),
     "file_search_call": _e(SERVED, "from a registry tool serving file_search, or " + _RELAYED),
     "function_call_output": _e(SERVED, "in item lists, as the client or a registry tool gave it"),
-    "custom_tool_call_output": _e(SERVED, "in item lists, as the client gave it"),
-    "local_shell_call_output": _e(SERVED, "in item lists, as the client gave it"),
-    "shell_call_output": _e(SERVED, "in item lists, as the client gave it"),
-    "apply_patch_call_output": _e(SERVED, "in item lists, as the client gave it"),
-    "computer_call_output": _e(SERVED, "in item lists, as the client gave it"),
+    **_client_tool_items(None, _e(SERVED, "in item lists, as the client gave it")),
     "mcp_approval_response": _e(SERVED, "in item lists, as the client gave it"),
     "code_interpreter_call": _e(PASSED, _RELAYED),
     "image_generation_call": _e(PASSED, _RELAYED),

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .client_tools import CLIENT_BUILTINS, HOSTED_TOOL_TYPES, builtin_function, builtin_kind, custom_parameters
+from .client_tool_types import CLIENT_TOOL_TYPES, ClientToolType
+from .client_tools import HOSTED_TOOL_TYPES, custom_parameters
 from .errors import InvalidRequest
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -45,7 +46,7 @@ class Tool:
     strict: bool
     source: str = "client"  # "client": returned to the caller; "registry": run by the gateway
     bare: bool = False  # given as just {type, name}: may name a registry tool
-    kind: str = "function"  # function | custom | local_shell | shell | apply_patch | computer
+    kind: str = "function"  # function, or a client tool type's (custom, shell, ...: client_tool_types)
     call_name: str | None = None
     namespace: str | None = None
     report: dict[str, Any] | None = None
@@ -271,10 +272,17 @@ def _namespace_tools(entry: dict[str, Any], param: str) -> list[Tool]:
     return out
 
 
-def _builtin_tool(entry: dict[str, Any], param: str) -> Tool:
-    kind = builtin_kind(entry["type"])
-    name, description, parameters = builtin_function(kind)
-    return Tool(name, description, parameters, False, kind=kind, report=dict(entry))
+def _builtin_tool(entry: dict[str, Any], builtin: ClientToolType) -> Tool:
+    """A client built-in, offered as the function its type describes (named as its kind)."""
+    assert builtin.function is not None
+    function = builtin.function
+    return Tool(builtin.kind, function.description, function.parameters, False, kind=builtin.kind, report=dict(entry))
+
+
+def _builtin(tool_type: Any) -> ClientToolType | None:
+    """The client built-in a `tools[].type` gives (None: it gives none)."""
+    entry = CLIENT_TOOL_TYPES.of_tool_type(tool_type) if isinstance(tool_type, str) else None
+    return entry if entry is not None and entry.is_builtin else None
 
 
 def normalize_tools(raw: Any) -> list[Tool]:
@@ -298,8 +306,8 @@ def normalize_tools(raw: Any) -> list[Tool]:
             new = [_custom_tool(entry, param)]
         elif kind == "namespace":
             new = _namespace_tools(entry, param)
-        elif kind in CLIENT_BUILTINS:
-            new = [_builtin_tool(entry, param)]
+        elif (builtin := _builtin(kind)) is not None:
+            new = [_builtin_tool(entry, builtin)]
         else:
             raise InvalidRequest(f"Unsupported tool type {kind!r} in '{param}.type'.", param=f"{param}.type")
         for tool in new:
@@ -329,15 +337,10 @@ def _find_tool(tools: list[Tool], kind: str, name: str | None) -> Tool | None:
     return None
 
 
-_CHOICE_KIND = {
-    "custom": "custom",
-    "apply_patch": "apply_patch",
-    "shell": "shell",
-    "local_shell": "local_shell",
-    "computer": "computer",
-    "computer_use": "computer",
-    "computer_use_preview": "computer",
-}
+def _choice_kind(choice_type: Any) -> str | None:
+    """The tool kind a `tool_choice` type names: a client tool type's (None: not one)."""
+    entry = CLIENT_TOOL_TYPES.of_tool_type(choice_type) if isinstance(choice_type, str) else None
+    return entry.kind if entry is not None else None
 
 
 def _choice_entry(entry: Any, tools: list[Tool], param: str) -> dict[str, Any]:
@@ -352,8 +355,9 @@ def _choice_entry(entry: Any, tools: list[Tool], param: str) -> dict[str, Any]:
                 f"'{param}.name' {name!r} is not one of the request's {kind} tools.", param=f"{param}.name"
             )
         return {"type": kind, "name": name}
-    if kind in _CHOICE_KIND:
-        if _find_tool(tools, _CHOICE_KIND[kind], None) is None:
+    chosen_kind = _choice_kind(kind)
+    if chosen_kind is not None:
+        if _find_tool(tools, chosen_kind, None) is None:
             raise InvalidRequest(
                 f"'{param}' names the {kind!r} tool, which the request does not give.", param=f"{param}.type"
             )
@@ -398,8 +402,8 @@ def chosen_upstream_name(choice: dict[str, Any], tools: list[Tool]) -> str | Non
     kind = choice.get("type")
     if kind in ("function", "custom"):
         tool = _find_tool(tools, kind, choice.get("name"))
-    elif kind in _CHOICE_KIND:
-        tool = _find_tool(tools, _CHOICE_KIND[kind], None)
+    elif (chosen_kind := _choice_kind(kind)) is not None:
+        tool = _find_tool(tools, chosen_kind, None)
     else:
         return None
     return tool.name if tool is not None else None
