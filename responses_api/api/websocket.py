@@ -55,7 +55,6 @@ from ..observability import metrics
 from ..orchestration import lifecycle
 from ..orchestration.assembly import PriorContext
 from ..orchestration.gateway import start_response
-from ..orchestration.handoff import WorkerStarted
 from ..orchestration.worker import follow_log
 from ..protocol import jsonlimits
 from ..protocol.errors import AuthenticationFailed, GatewayError, InvalidRequest, RateLimited, ServerError
@@ -768,15 +767,16 @@ class Connection:
             principal = await self._authenticated()
             # Streamed: the row is written at the start, so the response can be cancelled.
             req = parse_create_request({**body, "stream": True})
-            started = await start_response(principal, req, body, prior=prior)
+            start = await start_response(principal, req, body, prior=prior)
+            started = start.run  # None: a route that runs on workers
             turn.model = req.model
-            planned = started.request if isinstance(started, WorkerStarted) else started.job.request
+            planned = start.request
             turn.ignored_fields = planned.ignored_fields
-            if isinstance(started, WorkerStarted):  # a route that runs on workers: relay its log
+            if started is None:  # a route that runs on workers: relay its log
                 queue = self._steerable_queue(
-                    started.response_id, lane, body, "This model runs on background workers, which take no steering."
+                    start.response_id, lane, body, "This model runs on background workers, which take no steering."
                 )
-                await self._relay(follow_log(started.response_id), lane, previous, turn, queue)
+                await self._relay(follow_log(start.response_id), lane, previous, turn, queue)
                 return queue
             queue = self._steerable_queue(started.job.response_id, lane, body, unsupported_reason(body))
             if queue.unsupported is None:
