@@ -46,6 +46,7 @@ from ..store.outages import unavailable
 from ..store.usage import usage_writer
 from .exception_handlers import dumps, error_response
 from .middleware import RequestIdMiddleware
+from .notes import RequestNotes
 from .sse import EventStream
 
 log = logging.getLogger("gateway.asgi")
@@ -55,11 +56,15 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[Any], Awaitable[None]]
 
 
+# The attribute that marks a view function as served by the fast lane.
+FAST_LANE = "fast_lane"
+
+
 def fast_lane(view: Callable[..., Any]) -> Callable[..., Any]:
     """Mark an async API view as served by ApiApplication (it must not need the session, CSRF or
     user middleware: the history's staff-session authentication loads a session itself, only
     for a GET or HEAD without a key; drf_policies.KeyOrStaffSessionAuthentication)."""
-    view.fast_lane = True  # type: ignore[attr-defined]  # marks a view for the fast lane on the function object
+    view.__dict__[FAST_LANE] = True  # a mark on the function object itself (a function's attributes are its __dict__)
     return view
 
 
@@ -94,7 +99,7 @@ class ApiApplication:
         if match is None:  # an unknown /v1 URL: the API's JSON 404, not Django's HTML page
             shown = path_info.encode("unicode_escape").decode("ascii")[:200]
             rejected = NotFound(f"Invalid URL ({scope.get('method', 'GET')} {shown}).", param=None, code="not_found")
-        elif not getattr(match.func, "fast_lane", False):
+        elif not getattr(match.func, FAST_LANE, False):
             return await self.django(scope, receive, send)
         if lifecycle.draining():  # SIGTERM: new work goes to another process
             return await _answer_now(scope, send, lifecycle.shutting_down())
@@ -113,7 +118,7 @@ class ApiApplication:
             # A chunked body, read whole above: its length, as a parser (DRF's) looks for one.
             request.META["CONTENT_LENGTH"] = str(len(body))
         request.resolver_match = match
-        request.rejected = rejected  # type: ignore[attr-defined]  # the lane's refusal rides on the request to the view
+        RequestNotes.of(request).rejected = rejected  # the lane's refusal rides on the request to the view
 
         # As Django's handler does: stop the view when the client goes away (a stream's
         # engine then cancels the upstream call and stores what it had). The view runs in this
@@ -145,8 +150,9 @@ class ApiApplication:
     async def _respond(self, request: HttpRequest) -> HttpResponseBase:
         if not _host_allowed(request):
             return error_response(InvalidRequest("Invalid Host header.", param=None, code="invalid_host"))
-        if request.rejected is not None:  # type: ignore[attr-defined]  # set by the lane above
-            return error_response(request.rejected)  # type: ignore[attr-defined]  # set by the lane above
+        rejected = RequestNotes.of(request).rejected  # noted by the lane above
+        if rejected is not None:
+            return error_response(rejected)
         nul = _nul_parameter(request)
         if nul is not None:
             # No database stores NUL in text, and no id or filter of ours contains one.
@@ -166,7 +172,7 @@ class ApiApplication:
             outage = unavailable(exc)
             if outage is not None:
                 return error_response(outage)
-            log.exception("unhandled error", extra={"request_id": getattr(request, "request_id", None)})
+            log.exception("unhandled error", extra={"request_id": RequestNotes.of(request).request_id})
             return error_response(ServerError("The gateway failed to handle this request."))
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:

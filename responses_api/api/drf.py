@@ -35,14 +35,15 @@ from .drf_policies import (
     ProtocolJSONRenderer,
     ProtocolNegotiation,
 )
+from .notes import RequestNotes
 
 
 class ApiRequest(Request):
-    """DRF's Request with the access-log fields the ASGI lane's RequestIdMiddleware set."""
+    """DRF's Request with the access-log fields of the request's notes (notes.py)."""
 
     @property
     def log_extra(self) -> dict[str, Any]:
-        return self._request.log_extra  # type: ignore[attr-defined]  # log_extra is set on the request by the ASGI lane (asgi.py)
+        return RequestNotes.of(self._request).log_extra
 
 
 class ApiView(APIView):

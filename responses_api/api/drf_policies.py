@@ -24,6 +24,7 @@ from ..protocol.errors import InvalidRequest
 from ..protocol.wirejson import dumpb
 from ..store import db
 from .auth import bearer_token, principal_for, staff_principal
+from .notes import RequestNotes
 
 
 class BearerKeyAuthentication(BaseAuthentication):
@@ -32,9 +33,7 @@ class BearerKeyAuthentication(BaseAuthentication):
     # Async: awaited by drf.ApiView's dispatch (DRF's own Request would not await it).
     async def authenticate(self, request: Request) -> tuple[Principal, None]:  # type: ignore[override]  # DRF awaits what an authenticator returns here (drf.py), its stubs say sync
         principal = await principal_for(bearer_token(request.META.get("HTTP_AUTHORIZATION")))
-        log_extra = getattr(request._request, "log_extra", None)
-        if log_extra is not None:
-            log_extra["tenant"] = principal.tenant_name
+        RequestNotes.of(request._request).log_extra["tenant"] = principal.tenant_name
         return principal, None
 
     def authenticate_header(self, request: Request) -> str:
@@ -60,9 +59,7 @@ class KeyOrStaffSessionAuthentication(BearerKeyAuthentication):
         principal = await db.run(staff_principal, request._request)
         if principal is None:
             return await super().authenticate(request)
-        log_extra = getattr(request._request, "log_extra", None)
-        if log_extra is not None:
-            log_extra["tenant"] = principal.key_name
+        RequestNotes.of(request._request).log_extra["tenant"] = principal.key_name
         if "text/html" in request.META.get("HTTP_ACCEPT", ""):
             request.accepted_renderer, request.accepted_media_type = HistoryBrowsableRenderer(), "text/html"
         return principal, None

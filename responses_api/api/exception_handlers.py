@@ -10,6 +10,7 @@ from rest_framework import exceptions
 from ..protocol.errors import GatewayError, RateLimited
 from ..protocol.wirejson import dumpb, dumps
 from ..store.outages import unavailable
+from .notes import ErrorResponse
 
 __all__ = ["dumps", "error_response", "json_response"]
 
@@ -27,8 +28,13 @@ def error_response(error: GatewayError) -> HttpResponse:
         headers.setdefault("Retry-After", "1")
     if error.status in (400, 401, 403, 404, 409):
         headers.setdefault("x-should-retry", "false")
-    response = json_response(error.body(), status=error.status, headers=headers)
-    response.log_fields = {"error_code": error.code, "error_param": error.param}  # type: ignore[attr-defined]  # read by the access log (middleware.py)
+    response = ErrorResponse(dumpb(error.body()), status=error.status, content_type="application/json")
+    for key, value in headers.items():
+        response[key] = value
+    response.log_fields = {
+        "error_code": error.code,
+        "error_param": error.param,
+    }  # read by the access log (middleware.py)
     return response
 
 

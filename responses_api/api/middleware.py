@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest
 
 from ..observability import metrics
 from ..observability.metrics import OPEN_STREAMS
+from .notes import ErrorResponse, RequestNotes
 from .sse import EventStream
 
 log = logging.getLogger("gateway.access")
@@ -29,23 +31,22 @@ class RequestIdMiddleware:
         if self.is_async:
             markcoroutinefunction(self)
 
-    def _before(self, request: Any) -> float:
+    def _before(self, request: HttpRequest) -> float:
         # META, not `request.headers`: building that mapping of every header costs ~20 us.
         incoming = request.META.get("HTTP_X_REQUEST_ID", "")
         # 128 random bits, as uuid4's hex (without its version bits), at two thirds of its cost.
-        request.request_id = incoming if _SAFE_ID.match(incoming) else f"req_{os.urandom(16).hex()}"
-        request.log_extra = {}
+        RequestNotes.of(request).request_id = incoming if _SAFE_ID.match(incoming) else f"req_{os.urandom(16).hex()}"
         return time.monotonic()
 
-    def _after(self, request: Any, response: Any, started: float) -> Any:
-        response["x-request-id"] = request.request_id
+    def _after(self, request: HttpRequest, response: Any, started: float) -> Any:
+        notes = RequestNotes.of(request)
+        response["x-request-id"] = notes.request_id
         if request.path.startswith("/v1/"):
-            match = getattr(request, "resolver_match", None)
+            match = request.resolver_match
             if match is not None and "response_id" in match.kwargs:
-                request.log_extra.setdefault("response_id", match.kwargs["response_id"])
-            fields = getattr(response, "log_fields", None)
-            if fields:
-                request.log_extra.update(fields)
+                notes.log_extra.setdefault("response_id", match.kwargs["response_id"])
+            if isinstance(response, ErrorResponse):
+                notes.log_extra.update(response.log_fields)
             if isinstance(response, EventStream):
                 _log_stream_at_end(response, request, started)
             elif response.streaming and response.is_async:
@@ -56,36 +57,37 @@ class RequestIdMiddleware:
                 _access_line(request, response, started)
         return response
 
-    def __call__(self, request: Any) -> Any:
+    def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
         started = self._before(request)
         return self._after(request, self.get_response(request), started)
 
-    async def __acall__(self, request: Any) -> Any:
+    async def __acall__(self, request: HttpRequest) -> Any:
         started = self._before(request)
         response = await self.get_response(request)
         return self._after(request, response, started)
 
 
-def _access_line(request: Any, response: Any, started: float, **more: Any) -> None:
+def _access_line(request: HttpRequest, response: Any, started: float, **more: Any) -> None:
     elapsed = time.monotonic() - started
-    _observe(request, response.status_code, elapsed, more.get("first_byte_ms"))
+    notes = RequestNotes.of(request)
+    _observe(request, notes.log_extra, response.status_code, elapsed, more.get("first_byte_ms"))
     log.info(
         "request",
         extra={
-            "request_id": request.request_id,
+            "request_id": notes.request_id,
             "method": request.method,
             "path": request.path,
             "status": response.status_code,
             "latency_ms": round(elapsed * 1000, 2),
-            **request.log_extra,
+            **notes.log_extra,
             **more,
         },
     )
 
 
-async def _log_at_end(content: Any, request: Any, response: Any, started: float) -> AsyncIterator[Any]:
+async def _log_at_end(content: Any, request: HttpRequest, response: Any, started: float) -> AsyncIterator[Any]:
 
     first_byte: float | None = None
     ended = False
@@ -104,7 +106,7 @@ async def _log_at_end(content: Any, request: Any, response: Any, started: float)
         _access_line(request, response, started, **more)
 
 
-def _log_stream_at_end(response: EventStream, request: Any, started: float) -> None:
+def _log_stream_at_end(response: EventStream, request: HttpRequest, started: float) -> None:
     """`_log_at_end` for the API's event streams, which the ASGI lane writes itself."""
 
     def ended(first_write: float | None, finished: bool) -> None:
@@ -118,11 +120,12 @@ def _log_stream_at_end(response: EventStream, request: Any, started: float) -> N
     response.on_end = ended
 
 
-def _observe(request: Any, status: int, seconds: float, first_byte_ms: float | None) -> None:
+def _observe(
+    request: HttpRequest, extra: dict[str, Any], status: int, seconds: float, first_byte_ms: float | None
+) -> None:
 
-    match = getattr(request, "resolver_match", None)
+    match = request.resolver_match
     route = match.route if match is not None and match.route else "unmatched"
-    extra = request.log_extra
     # A model label only for requests that reached a route: client-typed names stay out.
     model = extra.get("model", "") if extra.get("routed") else ""
     metrics.observe_request(

@@ -16,11 +16,9 @@ from django.http import HttpRequest, HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
-from ..engine.run import ResponseRun
 from ..history.views import list_responses, list_responses_schema
 from ..orchestration.compact import compact_conversation
-from ..orchestration.gateway import start_response
-from ..orchestration.handoff import WorkerStarted
+from ..orchestration.gateway import Started, start_response
 from ..orchestration.input_tokens import count_input_tokens
 from ..orchestration.worker import cancel_background, follow_log
 from ..protocol.batches import singly
@@ -90,9 +88,9 @@ class ResponsesView(ApiView):
             raise
         request.log_extra["routed"] = True
         response = await _answer(request, req, started)
-        for name, value in _rate_limit_headers(started).items():
+        for name, value in started.rate_limit_headers.items():
             response[name] = value
-        planned = started.request if isinstance(started, WorkerStarted) else started.job.request
+        planned = started.request
         if planned.dropped_tools:
             response["x-gateway-dropped-tools"] = ",".join(planned.dropped_tools)
         if planned.ignored_fields:
@@ -104,39 +102,26 @@ class ResponsesView(ApiView):
         return await list_responses(request, self.principal)
 
 
-def _rate_limit_headers(started: ResponseRun | WorkerStarted) -> dict[str, str]:
-    if isinstance(started, WorkerStarted):
-        return started.rate_limit_headers
-    grant = getattr(started.persistence, "grant", None)
-    return grant.headers if grant is not None else {}
-
-
-async def _answer(request: ApiRequest, req: CreateRequest, started: ResponseRun | WorkerStarted) -> HttpResponseBase:
-    if isinstance(started, WorkerStarted):
-        if req.stream:  # relay the worker's events live; the work survives a disconnect
-            return _sse_response(request, singly(follow_log(started.response_id)))
-        note_response(request.log_extra, started.response)
-        return json_response(started.response)
-    run = started
-    await run.connect()  # every target failed: a clean HTTP error, nothing streamed
-    if req.stream:
-        response = _sse_response(request, run.event_batches())
-        if run.truncated_items:  # known for the first step; later steps are in the log
-            response["x-gateway-truncated-items"] = str(run.truncated_items)
+async def _answer(request: ApiRequest, req: CreateRequest, started: Started) -> HttpResponseBase:
+    await started.connect()  # every target failed: a clean HTTP error, nothing streamed
+    if req.stream:  # a worker's events are relayed live: the work survives a disconnect
+        response = _sse_response(request, started.event_batches())
+        if started.truncated_items:  # known for the first step; later steps are in the log
+            response["x-gateway-truncated-items"] = str(started.truncated_items)
         return response
-    result = await run.run_to_end()
+    result = await started.to_end()
     note_response(request.log_extra, result)
-    if run.error is not None:
-        raise run.error
+    if started.error is not None:
+        raise started.error
     # A plain JSON response: the same bytes as DRF's Response and renderer, at a third of the cost.
     answer = json_response(result)
-    if run.truncated_items:  # truncation "auto" dropped the oldest items to fit the window
-        answer["x-gateway-truncated-items"] = str(run.truncated_items)
-        request.log_extra["truncated_items"] = run.truncated_items
+    if started.truncated_items:  # truncation "auto" dropped the oldest items to fit the window
+        answer["x-gateway-truncated-items"] = str(started.truncated_items)
+        request.log_extra["truncated_items"] = started.truncated_items
     return answer
 
 
-async def _current(tenant_id: int, response_id: str) -> dict:
+async def _current(tenant_id: int, response_id: str) -> dict[str, Any]:
     """The stored response; for a running worker response, with its output so far."""
     body = await db.run(selectors.response_retrieve, tenant_id=tenant_id, response_id=response_id)
     if body["status"] in ("queued", "in_progress") and not body["output"]:

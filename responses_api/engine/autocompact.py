@@ -13,17 +13,15 @@ compaction): it stands for the whole context before it."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..protocol.compaction import WHOLE_SUMMARY_PREFIX, summary_payload
-from ..protocol.events import Event
+from ..protocol.events import Event, EventBuilder
 from ..protocol.request import CreateRequest
 from ..protocol.tokens import estimate_request
 from ..protocol.tools import Tool
 from ..store.sealing import sealer
-
-if TYPE_CHECKING:
-    from .run import ResponseRun
+from .interfaces import ResponseJob
 
 # `compact_threshold` left out: compact at this share of the route's context window.
 WINDOW_SHARE = 0.8
@@ -58,7 +56,20 @@ def _is_summary(item: dict[str, Any]) -> bool:
     return bool(content) and str(content[0].get("text", "")).startswith(WHOLE_SUMMARY_PREFIX)
 
 
-async def compaction_events(run: ResponseRun, *, auto: bool = False) -> AsyncIterator[Event]:
+class Summarizing(Protocol):
+    """What a compaction needs of its run (run.ResponseRun): whose events, whose tenant, and the
+    summary its open model call writes."""
+
+    @property
+    def builder(self) -> EventBuilder: ...
+
+    @property
+    def job(self) -> ResponseJob: ...
+
+    async def read_summary(self) -> str: ...
+
+
+async def compaction_events(run: Summarizing, *, auto: bool = False) -> AsyncIterator[Event]:
     """The compaction item the open call's summary becomes: added and `compacting` before the
     summary is read, done with it sealed for the tenant. `auto`: an automatic compaction's,
     which a later request keeps only the instructions before (its clients send the whole
@@ -71,12 +82,3 @@ async def compaction_events(run: ResponseRun, *, auto: bool = False) -> AsyncIte
     sealed = sealer().seal(payload, tenant_id=run.job.tenant_id, purpose="compaction")
     for event in run.builder.close_compaction(item, sealed):
         yield event
-
-
-async def compact_then_open(run: ResponseRun) -> AsyncIterator[Event]:
-    """The pending automatic compaction, then the model call proper (which starts at it)."""
-    assert run._autocompact is not None
-    async for event in compaction_events(run, auto=True):
-        yield event
-    run._autocompact.pending = False
-    run._call = await run._open_with_fallback()

@@ -1,12 +1,14 @@
-"""A run's end when the store refused it: the response still ends (failed or cancelled, without
-its items), stored now if the store answers, or by a task that retries until the database is
-back (about 90 s; after that the reaper ends the row), so that no row stays open."""
+"""How a run ends: the end its steps came to (`Ending`), and its end when the store refused it:
+the response still ends (failed or cancelled, without its items), stored now if the store
+answers, or by a task that retries until the database is back (about 90 s; after that the
+reaper ends the row), so that no row stays open."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .interfaces import Persistence
@@ -14,7 +16,15 @@ from .interfaces import Persistence
 log = logging.getLogger("gateway.engine")
 
 # Pending retries: the loop holds tasks only weakly.
-_retries: set[asyncio.Task] = set()
+_retries: set[asyncio.Task[None]] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """The end a run's steps came to: completed, or incomplete for `reason` (max_tool_calls,
+    steered, ...); the terminal events are made from it once the steps are closed."""
+
+    reason: str | None = None
 
 
 async def store_failure(persistence: Persistence, response: dict[str, Any], *, upstream: str, started: float) -> None:

@@ -4,17 +4,69 @@ worker (handoff.start_on_worker). Compaction and token counting have their own m
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..domain import Principal
 from ..engine.run import ResponseRun
 from ..mcp.planning import check_adhoc_urls, registry_mcp
-from ..protocol.errors import InvalidRequest
+from ..protocol.batches import singly
+from ..protocol.errors import GatewayError, InvalidRequest
+from ..protocol.events import Event
 from ..protocol.request import CreateRequest
 from .admission import admit_request, open_sealed_reasoning, route_for
 from .assembly import PriorContext, check_answers_before_hand_off, run_for_request
-from .handoff import WorkerStarted, start_on_worker
+from .handoff import start_on_worker
 from .toolplan import plan_tools, registry_specs
+from .worker import follow_log
+
+
+@dataclass(slots=True)
+class Started:
+    """A started create, one type wherever it runs: what a view renders (connect, then the
+    events streamed or the end as JSON), with the request as planned and the admission's
+    rate-limit headers.
+
+    `run`: the run this process drives; None when a worker runs the response: its events are
+    then followed in the event log, and `handed_over` is the response as handed over (queued,
+    or in progress), the answer of a create not streamed."""
+
+    response_id: str
+    request: CreateRequest  # as planned: its dropped tools and ignored fields are named in headers
+    rate_limit_headers: dict[str, str]
+    run: ResponseRun | None = None
+    handed_over: dict[str, Any] | None = None
+
+    async def connect(self) -> None:
+        """Open the first model call (a worker's run opens its own). Raises the GatewayError of
+        a run whose every target failed: nothing has been sent yet, the caller answers it."""
+        if self.run is not None:
+            await self.run.connect()
+
+    def event_batches(self) -> AsyncIterator[list[Event]]:
+        """The events to stream, to the terminal one: the run's, or the worker's, relayed live
+        from the event log (the work survives a client that leaves)."""
+        if self.run is None:
+            return singly(follow_log(self.response_id))
+        return self.run.event_batches()
+
+    async def to_end(self) -> dict[str, Any]:
+        """The response at its end (not streamed); a worker's as handed over."""
+        if self.run is None:
+            assert self.handed_over is not None  # start_response sets one or the other
+            return self.handed_over
+        return await self.run.run_to_end()
+
+    @property
+    def error(self) -> GatewayError | None:
+        """What the run failed with (after `to_end`), to answer as an HTTP error."""
+        return self.run.error if self.run is not None else None
+
+    @property
+    def truncated_items(self) -> int:
+        """How many of the oldest items truncation "auto" dropped (the most of any step so far)."""
+        return self.run.truncated_items if self.run is not None else 0
 
 
 async def start_response(
@@ -22,7 +74,7 @@ async def start_response(
     req: CreateRequest,
     body: dict[str, Any],
     prior: PriorContext | None = None,
-) -> ResponseRun | WorkerStarted:
+) -> Started:
     """Run here (a ResponseRun to drive) or on a worker (background, or a route/tool that asks for it).
 
     `body`: the request as sent, which a worker's job keeps; `prior`: a WebSocket connection's
@@ -39,10 +91,13 @@ async def start_response(
         await check_answers_before_hand_off(principal, plan.request)
     # Before any upstream call; a worker run holds its lease until the worker ends it.
     grant = await admit_request(principal, plan.request, route, on_worker=on_worker)
+    headers = grant.headers if grant is not None else {}
     try:
         if on_worker:
-            return await start_on_worker(principal, plan.request, body, grant)
-        return await run_for_request(principal, plan, route=route, prior=prior, grant=grant)
+            response = await start_on_worker(principal, plan.request, body, grant)
+            return Started(response["id"], plan.request, headers, handed_over=response)
+        run = await run_for_request(principal, plan, route=route, prior=prior, grant=grant)
+        return Started(run.job.response_id, run.job.request, headers, run=run)
     except BaseException:
         if grant is not None:
             await grant.end(None)

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,23 +32,14 @@ from .worker import run_claimed
 RUN_RESPONSE_TASK = "responses_api.run_response"
 
 
-@dataclass(slots=True)
-class WorkerStarted:
-    """A response handed to a worker: what the create call answers with."""
-
-    response: dict[str, Any]
-    response_id: str
-    request: CreateRequest  # as planned: its `dropped_tools` are named in a header
-    rate_limit_headers: dict[str, str] = dataclasses.field(default_factory=dict)
-
-
 async def start_on_worker(
     principal: Principal,
     req: CreateRequest,
     body: dict[str, Any],
     grant: Grant | None = None,
-) -> WorkerStarted:
-    """Store the run as a job, write its opening events to the log, enqueue it."""
+) -> dict[str, Any]:
+    """Store the run as a job, write its opening events to the log, enqueue it. Returns the
+    response as handed over (queued, or in progress), which a create call not streamed answers."""
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
@@ -108,12 +97,7 @@ async def start_on_worker(
             input_items=req.input_items,
         )
         raise outage from exc
-    return WorkerStarted(
-        response=copy.deepcopy(builder.response),
-        response_id=response_id,
-        request=req,
-        rate_limit_headers=grant.headers if grant is not None else {},
-    )
+    return copy.deepcopy(builder.response)
 
 
 _embedded_tasks: set[asyncio.Task] = set()

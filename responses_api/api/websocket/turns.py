@@ -8,17 +8,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from ...domain import Principal
 from ...engine.run import ResponseRun
-from ...orchestration.assembly import PriorContext
 from ...orchestration.gateway import start_response
-from ...orchestration.handoff import WorkerStarted
 from ...orchestration.worker import follow_log
 from ...protocol.errors import AuthenticationFailed, GatewayError, ServerError
-from ...protocol.request import CreateRequest, parse_create_request
+from ...protocol.request import parse_create_request
 from ...store.outages import unavailable
 from ..auth import principal_for
 from ..steering import Steer, SteerQueue, unsupported_reason
@@ -31,24 +28,6 @@ from .steers import Steering
 log = logging.getLogger("gateway.websocket")
 
 ON_WORKERS = "This model runs on background workers, which take no steering."
-
-
-@dataclass(frozen=True, slots=True)
-class Started:
-    """A response begun, as a turn drives it. `run`: the run to drive here; None when it runs on
-    a worker (its events are relayed from its log)."""
-
-    response_id: str
-    ignored_fields: list[str]
-    run: ResponseRun | None
-
-
-async def start(principal: Principal, req: CreateRequest, body: dict[str, Any], prior: PriorContext | None) -> Started:
-    """The one call of `gateway.start_response`, and the one place that knows what it returns."""
-    started = await start_response(principal, req, body, prior=prior)
-    if isinstance(started, WorkerStarted):
-        return Started(started.response_id, started.request.ignored_fields, None)
-    return Started(started.job.response_id, started.job.request.ignored_fields, started)
 
 
 class Turns:
@@ -91,9 +70,9 @@ class Turns:
             principal = await self._authenticated()
             # Streamed: the row is written at the start, so the response can be cancelled.
             req = parse_create_request({**body, "stream": True})
-            started = await start(principal, req, body, prior)
+            started = await start_response(principal, req, body, prior=prior)  # run None: on a worker
             turn.model = req.model
-            turn.ignored_fields = started.ignored_fields
+            turn.ignored_fields = started.request.ignored_fields
             run = started.run
             if run is None:  # a route that runs on workers: relay its log
                 queue = self._steering.open(started.response_id, lane, body, ON_WORKERS)
