@@ -47,10 +47,12 @@ class TTLCache(Generic[K, V]):
             return (entry[1],)
         return None
 
-    def put(self, key: K, value: V) -> V:
+    def put(self, key: K, value: V, ttl: float | None = None) -> V:
+        """`ttl`: this entry's own seconds, where the owner of the value sets them (an MCP
+        server's `cache_seconds`), instead of the cache's."""
         if len(self._entries) >= self._max_entries:
             self._entries.clear()
-        self._entries[key] = (time.monotonic() + self._ttl(), value)
+        self._entries[key] = (time.monotonic() + (self._ttl() if ttl is None else ttl), value)
         return value
 
     def clear(self) -> None:
