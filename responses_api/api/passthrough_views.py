@@ -16,7 +16,6 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from ..domain import Principal
 from ..engine.router import route_call
-from ..models import UsageRecord
 from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
 from ..orchestration.limits import Grant, admit
@@ -25,7 +24,7 @@ from ..protocol.errors import GatewayError, InvalidRequest, ProviderMisconfigure
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.surface import REPORTED_FIELDS, header_names, unapplied_chat_fields
-from ..store.usage import usage_writer
+from ..store.usage import Endpoint, usage_writer
 from ..upstreams import UpstreamRequest, applied_fields, open_call
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
 from .drf import ApiRequest, ApiView
@@ -49,7 +48,7 @@ async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoi
         request.log_extra["routed"] = True  # the model has a route: its name is a known label
         raise
     request.log_extra["routed"] = True
-    stream = endpoint == UsageRecord.Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
+    stream = endpoint == Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
     grant = await admit(
         principal, price=route.price, estimate=lambda: len(request.body) // 4, output_cap=_output_cap(body)
     )
@@ -121,19 +120,19 @@ async def _forward(
 
     async def open_one(target: Any) -> Any:
         kind = target.provider.kind
-        if kind == "chat_completions" or (kind == "responses" and endpoint == UsageRecord.Endpoint.EMBEDDINGS):
+        if kind == "chat_completions" or (kind == "responses" and endpoint == Endpoint.EMBEDDINGS):
             try:
                 return await forward(target, path, body, stream=stream)
             except InvalidRequest as exc:
                 if exc.code != "model_not_supported":
                     raise
-                what = "embeddings" if endpoint == UsageRecord.Endpoint.EMBEDDINGS else "chat completions"
+                what = "embeddings" if endpoint == Endpoint.EMBEDDINGS else "chat completions"
                 raise InvalidRequest(
                     f"The model '{model}' serves no {what}. {exc.message}{_WHAT_TO_DO.get(what, '')}",
                     param="model",
                     code="model_not_supported",
                 ) from None
-        if endpoint == UsageRecord.Endpoint.EMBEDDINGS:
+        if endpoint == Endpoint.EMBEDDINGS:
             raise InvalidRequest(
                 f"The model '{model}' serves no embeddings (its upstream is {kind}).",
                 param="model",
@@ -208,7 +207,7 @@ async def _translated(
 ) -> HttpResponseBase:
     """A Chat Completions answer written from a native Responses or Anthropic upstream's deltas."""
     writer = ChatWriter(model, "chatcmpl-" + new_id("gw").split("_", 1)[1])
-    endpoint = UsageRecord.Endpoint.CHAT_COMPLETIONS
+    endpoint = Endpoint.CHAT_COMPLETIONS
 
     async def finish(status: int) -> None:
         await slot.release()
@@ -287,7 +286,7 @@ def _record(
     """Store the call's usage without holding up the answer (and even if the client left):
     in the next batch of usage records (store/usage.py)."""
     input_tokens, output_tokens = usage_tokens(usage)
-    if endpoint == UsageRecord.Endpoint.EMBEDDINGS and output_tokens is None and input_tokens is not None:
+    if endpoint == Endpoint.EMBEDDINGS and output_tokens is None and input_tokens is not None:
         output_tokens = 0
     usage_writer.add(
         tenant_id=principal.tenant_id,
@@ -326,9 +325,7 @@ class ChatCompletionsView(ApiView):
         ],
     )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
-        return await _relay(
-            request, self.principal, path="/chat/completions", endpoint=UsageRecord.Endpoint.CHAT_COMPLETIONS
-        )
+        return await _relay(request, self.principal, path="/chat/completions", endpoint=Endpoint.CHAT_COMPLETIONS)
 
 
 class EmbeddingsView(ApiView):
@@ -343,4 +340,4 @@ class EmbeddingsView(ApiView):
         responses={200: OpenApiResponse({"type": "object"}, description="The upstream's answer."), **rate_limited()},
     )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
-        return await _relay(request, self.principal, path="/embeddings", endpoint=UsageRecord.Endpoint.EMBEDDINGS)
+        return await _relay(request, self.principal, path="/embeddings", endpoint=Endpoint.EMBEDDINGS)
