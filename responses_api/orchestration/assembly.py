@@ -198,9 +198,8 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
 
     The request is parsed again from the stored body: a `CreateRequest` (with its tools and
     MCP servers) is not JSON, and storing a second, serialised form of it would be a format
-    to keep in step with the parser for a saving of 26 µs (a one-line input) to 220 µs (ten
-    2,000-character items and ten tools), measured with timeit, per run that waits for a
-    worker anyway. The input items are taken as the web process stored them (opened)."""
+    to keep in step with the parser, to save a parse that is small beside a run that waits
+    for a worker anyway (bench/README.md has the timeit figures). The input items are taken as the web process stored them (opened)."""
     stored = row.job or {}
     body = restore_credentials(stored["body"], stored.get("mcp_credentials"), row.tenant_id)
     # The input as the web process stored it (reasoning it opened included), not as sent.
