@@ -30,7 +30,7 @@ def _tune_garbage_collection() -> None:
     """Long-lived objects out of the collector's way, and rarer young collections.
 
     With hundreds of open streams, full collections of the default thresholds
-    stalled every stream at once for 100-700 ms (bench/streams.py); freezing
+    stalled every stream at once (bench/streams.py); freezing
     what start-up allocated and raising the gen-0 threshold keeps pauses short.
     """
     gc.collect()

@@ -89,3 +89,37 @@ def test_no_import_cycles() -> None:
 
 def test_the_check_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The API layer of pyproject.toml's "no-orm-in-api" contract, which forbids the models there.
+API_LAYER = (
+    "responses_api.api",
+    "responses_api.history.views",
+    "responses_api.history.urls",
+    "responses_api.conversations.views",
+    "responses_api.conversations.urls",
+)
+
+
+def test_the_api_layer_imports_no_django_db() -> None:
+    """Views, authentication and query parsing make no query of their own: the ORM calls are in
+    the store's and the slices' selectors and services (import-linter cannot forbid a
+    subpackage of Django, so this does)."""
+    offenders = []
+    for name, path in _modules().items():
+        if not any(name == layer or name.startswith(layer + ".") for layer in API_LAYER):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []
+        for node in ast.walk(tree):
+            targets = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            offenders += [f"{name}: {t}" for t in targets if t == "django.db" or t.startswith("django.db.")]
+    assert offenders == []

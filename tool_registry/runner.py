@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 
 from django.conf import settings
 
@@ -13,6 +12,7 @@ from responses_api.protocol.errors import FailedDependency, GatewayError, Server
 from responses_api.protocol.mcp import ApprovalPolicy
 from responses_api.store import db
 from responses_api.store.outages import unavailable
+from responses_api.store.ttlcache import TTLCache
 
 from . import services
 from .egress import STRICT, EgressPolicy
@@ -143,10 +143,10 @@ class McpToolset:
             # reach of the others, cached or not.
             key = (self.tenant_id, self.adhoc_policy.allow, spec.url, tuple(sorted(spec.headers.items())))
             hit = _adhoc_listings.get(key)
-            if hit is not None and hit[0] > time.monotonic():
+            if hit is not None:
                 await check_egress(spec, self.adhoc_policy)
-                self.cached[label] = hit[1]
-                return hit[1]
+                self.cached[label] = hit[0]
+                return hit[0]
         try:
             tools = await list_tools(spec, self._policy_for(spec))
         except McpUnavailable as exc:
@@ -156,9 +156,7 @@ class McpToolset:
         if spec.registry_id is not None:
             await _remember(spec, tools=tools)
         else:
-            if len(_adhoc_listings) >= _ADHOC_LISTINGS_KEPT:  # client-sent URLs: bounded, oldest out
-                _adhoc_listings.pop(next(iter(_adhoc_listings)))
-            _adhoc_listings[key] = (time.monotonic() + spec.cache_seconds, tools)
+            _adhoc_listings.put(key, tools, ttl=spec.cache_seconds)
         self.cached[label] = tools  # this run lists a server once
         return tools
 
@@ -232,7 +230,7 @@ async def _remember(spec: McpServerSpec, **listing: object) -> None:
         log.warning("the tool listing of MCP server %r could not be stored", spec.label, exc_info=True)
 
 
-# Ad-hoc servers' listings, by (tenant, ad-hoc egress policy, url, headers), for their TTL:
-# one process's memory, bounded (the URLs come from clients).
-_adhoc_listings: dict[tuple, tuple[float, list[dict]]] = {}
-_ADHOC_LISTINGS_KEPT = 4096
+# Ad-hoc servers' listings, by (tenant, ad-hoc egress policy, url, headers), each for its
+# server's `cache_seconds`: one process's memory, bounded (the URLs come from clients), and
+# emptied with every other cache by `ttlcache.clear_all`.
+_adhoc_listings: TTLCache[tuple, list[dict]] = TTLCache(lambda: 0.0, max_entries=4096)

@@ -85,7 +85,7 @@ class ApiApplication:
         path_info = path[len(root) :] if root and path.startswith(root) else path
         if scope["type"] == "websocket":
             if path_info.rstrip("/") == self.prefix + "responses":
-                # Imported at the first WebSocket: 26 ms of a web process's start-up (-X importtime).
+                # Imported at the first WebSocket: a process that serves none never pays for it.
                 from .websocket import serve
 
                 return await serve(scope, receive, send)
@@ -110,7 +110,7 @@ class ApiApplication:
         except GatewayError as exc:  # answered like any request: request id, access log, headers
             body, rejected = b"", rejected or exc
         prefix = get_script_prefix(scope)
-        if prefix != "/":  # "/" is every request task's own default: setting it again costs 6 us
+        if prefix != "/":  # "/" is every request task's own default: setting it again is waste
             set_script_prefix(prefix)
         request = ASGIRequest(scope, io.BytesIO(body))
         request._body = body  # read whole above: `request.body` need not read and check it again
@@ -122,7 +122,7 @@ class ApiApplication:
 
         # As Django's handler does: stop the view when the client goes away (a stream's
         # engine then cancels the upstream call and stores what it had). The view runs in this
-        # task and the listener cancels it: a second task and asyncio.wait cost 12 us a request.
+        # task and the listener cancels it: a second task and asyncio.wait would cost each request.
         task = cast(asyncio.Task[None], asyncio.current_task())
         listener = asyncio.ensure_future(_cancel_at_disconnect(receive, task))
         try:
@@ -160,7 +160,7 @@ class ApiApplication:
         try:
             response: Any = self.security.process_request(request)
             if response is None and (settings.DISALLOWED_USER_AGENTS or settings.PREPEND_WWW):
-                # CommonMiddleware's request hook acts on these two settings only (8.7 us).
+                # CommonMiddleware's request hook acts on these two settings only: skipped without them.
                 response = self.common.process_request(request)
             if response is None:
                 match = cast(ResolverMatch, request.resolver_match)  # set by __call__
@@ -237,7 +237,7 @@ async def _lifespan(receive: Receive, send: Send) -> None:
                 checked = asyncio.ensure_future(_check_secrets())
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
-            # Here, not at the top: aiohttp is 120-145 ms of a web process's start-up (-X importtime),
+            # Here, not at the top: aiohttp is a large part of a web process's start-up (-X importtime),
             # paid by the first model call instead (a process that made none closes no session).
             from ..upstreams.http import close_session
 
@@ -264,7 +264,7 @@ def _start(response: HttpResponseBase) -> dict[str, Any]:
 
 
 # Host header values (and what else get_host() reads) that ALLOWED_HOSTS admitted: a client
-# sends the same one on every request, and its check costs 3.4 us. Only admitted values are kept,
+# sends the same one on every request, and checking it each time is waste. Only admitted values are kept,
 # at most _HOSTS_KEPT of them, so a client inventing hosts cannot grow it; emptied when a
 # setting get_host() reads changes (tests).
 _allowed_hosts: set[tuple[str | None, ...]] = set()
@@ -293,7 +293,7 @@ def _host_allowed(request: HttpRequest) -> bool:
 
 
 # The matches of the API's fixed paths (patterns without parameters: a bounded set, the URLconf's),
-# shared by their requests: nothing writes to a ResolverMatch, and resolving costs 13 us.
+# shared by their requests: nothing writes to a ResolverMatch, and resolving again is waste.
 _fixed_matches: dict[str, ResolverMatch] = {}
 
 

@@ -19,10 +19,9 @@ from django.contrib.auth import get_user
 from django.http import HttpRequest
 from django.utils import timezone
 
-from ..domain import Budget, Principal, Quota
-from ..models import ApiKey, Tenant
+from ..domain import Principal
 from ..protocol.errors import AuthenticationFailed
-from ..store import db
+from ..store import db, selectors, services
 from ..store.services import KEY_PREFIX, hash_key
 from ..store.ttlcache import TTLCache
 
@@ -76,7 +75,7 @@ def authenticate_key(raw_key: str) -> Principal:
     if not raw_key.startswith(KEY_PREFIX) or "_" not in raw_key[len(KEY_PREFIX) :]:
         raise _invalid()
     prefix = raw_key[len(KEY_PREFIX) :].split("_", 1)[0]
-    key = ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
+    key = selectors.api_key_by_prefix(prefix)
     if key is None or not hmac.compare_digest(key.secret_hash, digest):
         raise _invalid()
     if key.revoked_at is not None:
@@ -86,18 +85,8 @@ def authenticate_key(raw_key: str) -> Principal:
     if key.expires_at is not None and key.expires_at <= timezone.now():
         raise _expired()
     if key.last_used_at is None or (timezone.now() - key.last_used_at).total_seconds() > 60:
-        ApiKey.objects.filter(id=key.id).update(last_used_at=timezone.now())
-    principal = Principal(
-        tenant_id=key.tenant_id,
-        tenant_name=key.tenant.name,
-        key_id=key.id,
-        key_name=key.name,
-        is_admin=key.is_admin,
-        allowed_models=tuple(key.allowed_models or ()),
-        quotas=tuple(q for q in (key_quota(key), tenant_quota(key.tenant)) if q is not None),
-        budgets=tuple(b for b in (budget_of(key), budget_of(key.tenant)) if b is not None),
-        expires_at=key.expires_at.timestamp() if key.expires_at is not None else None,
-    )
+        services.api_key_mark_used(key_id=key.id)
+    principal = selectors.key_principal(key)
     return _cache.put(digest, principal)
 
 
@@ -122,37 +111,6 @@ def staff_principal(request: HttpRequest) -> Principal | None:
         is_admin=True,
         allowed_models=(),
         staff_user=name,
-    )
-
-
-def quota_of(scope: str, label: str, owner: ApiKey | Tenant) -> Quota | None:
-    """A key's or tenant's per-minute and concurrency limits; None when it has none."""
-    if not (owner.requests_per_minute or owner.tokens_per_minute or owner.max_concurrent_requests):
-        return None
-    return Quota(scope, label, owner.requests_per_minute, owner.tokens_per_minute, owner.max_concurrent_requests)
-
-
-def key_quota(key: ApiKey) -> Quota | None:
-    return quota_of(f"key:{key.id}", f"API key '{key.name}'", key)
-
-
-def tenant_quota(tenant: Tenant) -> Quota | None:
-    return quota_of(f"tenant:{tenant.id}", f"tenant '{tenant.name}'", tenant)
-
-
-def budget_of(owner: ApiKey | Tenant) -> Budget | None:
-    """A key's own budget, or its tenant's (all its keys together); None when it has none."""
-    if owner.budget_tokens is None and owner.budget_usd is None:
-        return None
-    is_key = isinstance(owner, ApiKey)
-    return Budget(
-        owner.tenant_id if isinstance(owner, ApiKey) else owner.id,
-        owner.budget_period,
-        owner.budget_tokens,
-        owner.budget_usd,
-        key_id=owner.id if is_key else None,
-        label=f"API key '{owner.name}'" if is_key else "this tenant",
-        alert_at=tuple(sorted(set(owner.alert_thresholds or ()))),
     )
 
 

@@ -118,8 +118,8 @@ class ApiView(APIView):
         """Render a JSON answer now (no I/O) and drop the references DRF leaves between the
         view, its Request and the Response: the parser and renderer contexts name each other,
         about 23 objects in cycles per request that only the cyclic GC frees. With requests
-        in flight they outlive young collections and pile up for full ones: at concurrency 64
-        they cost about 0.4 ms of CPU a request (bench/README.md, "DRF views")."""
+        in flight they outlive young collections and pile up for full ones, which then cost
+        every request CPU (bench/README.md, "DRF views")."""
         if getattr(response, "is_rendered", True) is False:
             response.render()  # type: ignore[attr-defined]  # only DRF's Response has render(); a plain HttpResponse is rendered already
             response.renderer_context = None  # type: ignore[attr-defined]  # only DRF's Response has a renderer context

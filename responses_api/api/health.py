@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.utils.log import log_response
 from prometheus_client.core import GaugeMetricFamily
@@ -26,8 +25,7 @@ async def healthz(request: HttpRequest) -> HttpResponse:
 
 
 def _check_database() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
+    selectors.database_ping()
 
 
 def _check_redis() -> None:

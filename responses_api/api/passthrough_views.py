@@ -16,7 +16,6 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from ..domain import Principal
 from ..engine.router import route_call
-from ..models import UsageRecord
 from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
 from ..orchestration.limits import Grant, admit
@@ -25,7 +24,7 @@ from ..protocol.errors import GatewayError, InvalidRequest, ProviderMisconfigure
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.surface import REPORTED_FIELDS, header_names, unapplied_chat_fields
-from ..store.usage import usage_writer
+from ..store.usage import Endpoint, usage_writer
 from ..upstreams import UpstreamRequest, applied_fields, open_call
 from ..upstreams.dialects import dialect_of
 from ..upstreams.passthrough import Forwarded, body_chunks, forward, usage_tokens
@@ -50,7 +49,7 @@ async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoi
         request.log_extra["routed"] = True  # the model has a route: its name is a known label
         raise
     request.log_extra["routed"] = True
-    stream = endpoint == UsageRecord.Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
+    stream = endpoint == Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
     grant = await admit(
         principal, price=route.price, estimate=lambda: len(request.body) // 4, output_cap=_output_cap(body)
     )
@@ -129,13 +128,13 @@ async def _forward(
             except InvalidRequest as exc:
                 if exc.code != "model_not_supported":
                     raise
-                what = "embeddings" if endpoint == UsageRecord.Endpoint.EMBEDDINGS else "chat completions"
+                what = "embeddings" if endpoint == Endpoint.EMBEDDINGS else "chat completions"
                 raise InvalidRequest(
                     f"The model '{model}' serves no {what}. {exc.message}{_WHAT_TO_DO.get(what, '')}",
                     param="model",
                     code="model_not_supported",
                 ) from None
-        if endpoint == UsageRecord.Endpoint.EMBEDDINGS:
+        if endpoint == Endpoint.EMBEDDINGS:
             raise InvalidRequest(
                 f"The model '{model}' serves no embeddings (its upstream is {kind}).",
                 param="model",
@@ -210,7 +209,7 @@ async def _translated(
 ) -> HttpResponseBase:
     """A Chat Completions answer written from a native Responses or Anthropic upstream's deltas."""
     writer = ChatWriter(model, "chatcmpl-" + new_id("gw").split("_", 1)[1])
-    endpoint = UsageRecord.Endpoint.CHAT_COMPLETIONS
+    endpoint = Endpoint.CHAT_COMPLETIONS
 
     async def finish(status: int) -> None:
         await slot.release()
@@ -264,10 +263,7 @@ def _announce(response: HttpResponseBase, body: dict[str, Any], target: Any) -> 
     kind = target.provider.kind
     applied = None
     # Reported fields: only where the body is translated (one forwarded as is applies them all).
-    if (
-        UsageRecord.Endpoint.CHAT_COMPLETIONS not in dialect_of(target).wire.forwards
-        and REPORTED_FIELDS[kind] & body.keys()
-    ):
+    if Endpoint.CHAT_COMPLETIONS not in dialect_of(target).wire.forwards and REPORTED_FIELDS[kind] & body.keys():
         _, applied = applied_fields(target, parse_create_request(chat_to_responses_body(body)))
     ignored = unapplied_chat_fields(body, kind, applied)
     if ignored:
@@ -293,7 +289,7 @@ def _record(
     """Store the call's usage without holding up the answer (and even if the client left):
     in the next batch of usage records (store/usage.py)."""
     input_tokens, output_tokens = usage_tokens(usage)
-    if endpoint == UsageRecord.Endpoint.EMBEDDINGS and output_tokens is None and input_tokens is not None:
+    if endpoint == Endpoint.EMBEDDINGS and output_tokens is None and input_tokens is not None:
         output_tokens = 0
     usage_writer.add(
         tenant_id=principal.tenant_id,
@@ -332,9 +328,7 @@ class ChatCompletionsView(ApiView):
         ],
     )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
-        return await _relay(
-            request, self.principal, path="/chat/completions", endpoint=UsageRecord.Endpoint.CHAT_COMPLETIONS
-        )
+        return await _relay(request, self.principal, path="/chat/completions", endpoint=Endpoint.CHAT_COMPLETIONS)
 
 
 class EmbeddingsView(ApiView):
@@ -349,4 +343,4 @@ class EmbeddingsView(ApiView):
         responses={200: OpenApiResponse({"type": "object"}, description="The upstream's answer."), **rate_limited()},
     )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
-        return await _relay(request, self.principal, path="/embeddings", endpoint=UsageRecord.Endpoint.EMBEDDINGS)
+        return await _relay(request, self.principal, path="/embeddings", endpoint=Endpoint.EMBEDDINGS)

@@ -47,7 +47,7 @@ from .limits import Grant
 from .routing import route_get
 from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
 
-__all__ = ["PriorContext", "check_answers_before_hand_off", "run_for_job", "run_for_request"]
+__all__ = ["PriorContext", "check_answers_before_hand_off", "request_context", "run_for_job", "run_for_request"]
 
 
 @dataclass(slots=True)
@@ -98,18 +98,9 @@ async def run_for_request(
             # with it, or a compaction item in it would keep them all (chain_input_spans).
             stored_input, stored_previous = context, None
             stored_params = {**stored_params, FLATTENED_SPANS: [[span.start, span.stop] for span in spans]}
-    elif req.previous_response_id or references or req.conversation:
-        loaded = await db.run(
-            selectors.context_load,
-            tenant_id=principal.tenant_id,
-            previous_response_id=req.previous_response_id,
-            conversation_id=req.conversation,
-            input_items=req.input_items,
-        )
-        context, spans = loaded.items, loaded.input_spans
     else:
-        context = list(req.input_items)
-        spans = (range(len(context)),)
+        loaded = await request_context(principal, req)
+        context, spans = loaded.items, loaded.input_spans
     check_outputs_answer_calls(context, len(req.input_items))
     create_row = None
     if req.store:
@@ -162,14 +153,22 @@ async def check_answers_before_hand_off(principal: Principal, req: CreateRequest
         except InvalidRequest:
             if not (req.previous_response_id or req.conversation):
                 raise  # the input is the whole context: the call is nowhere
-    context = await db.run(
-        selectors.context_get,
-        tenant_id=principal.tenant_id,
-        previous_response_id=req.previous_response_id,
-        conversation_id=req.conversation,
-        input_items=req.input_items,
-    )
-    check_outputs_answer_calls(context, len(req.input_items))
+    check_outputs_answer_calls((await request_context(principal, req)).items, len(req.input_items))
+
+
+async def request_context(principal: Principal, req: CreateRequest) -> selectors.Context:
+    """What the request's model sees, with where each request's input lies in it: the chain
+    or conversation it continues and its input with item references resolved (one thread hop,
+    selectors.context_load), or its input alone, with no database read, when it needs none."""
+    if req.previous_response_id or req.conversation or any(i["type"] == "item_reference" for i in req.input_items):
+        return await db.run(
+            selectors.context_load,
+            tenant_id=principal.tenant_id,
+            previous_response_id=req.previous_response_id,
+            conversation_id=req.conversation,
+            input_items=req.input_items,
+        )
+    return selectors.Context(list(req.input_items), (range(len(req.input_items)),))
 
 
 async def run_for_job(row: Response) -> tuple[ResponseRun, str]:
@@ -199,9 +198,8 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
 
     The request is parsed again from the stored body: a `CreateRequest` (with its tools and
     MCP servers) is not JSON, and storing a second, serialised form of it would be a format
-    to keep in step with the parser for a saving of 26 µs (a one-line input) to 220 µs (ten
-    2,000-character items and ten tools), measured with timeit, per run that waits for a
-    worker anyway. The input items are taken as the web process stored them (opened)."""
+    to keep in step with the parser, to save a parse that is small beside a run that waits
+    for a worker anyway (bench/README.md has the timeit figures). The input items are taken as the web process stored them (opened)."""
     stored = row.job or {}
     body = restore_credentials(stored["body"], stored.get("mcp_credentials"), row.tenant_id)
     # The input as the web process stored it (reasoning it opened included), not as sent.

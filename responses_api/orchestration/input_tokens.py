@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from ..domain import Principal, Route
 from ..protocol.chat import build_chat_request
-from ..protocol.compaction import InputSpans, expand_compactions
+from ..protocol.compaction import expand_compactions
 from ..protocol.request import CreateRequest
 from ..protocol.tokens import estimate_request
-from ..store import db, selectors
 from ..store.sealing import sealer
 from ..upstreams.chat_completions import chat_options
 from ..upstreams.tokenize import count_tokens
 from .admission import open_sealed_reasoning, route_for
+from .assembly import request_context
 from .limits import admit
 
 
@@ -35,20 +35,12 @@ async def count_input_tokens(principal: Principal, req: CreateRequest) -> tuple[
 
 async def _count(principal: Principal, req: CreateRequest, route: Route) -> tuple[int, bool]:
     req = open_sealed_reasoning(req, principal.tenant_id)
-    context = list(req.input_items)
-    spans: InputSpans = (range(len(context)),)
-    if req.previous_response_id or req.conversation or any(i["type"] == "item_reference" for i in context):
-        loaded = await db.run(
-            selectors.context_load,
-            tenant_id=principal.tenant_id,
-            previous_response_id=req.previous_response_id,
-            conversation_id=req.conversation,
-            input_items=req.input_items,
-        )
-        context, spans = loaded.items, loaded.input_spans
+    context = await request_context(principal, req)
     unseal = sealer().unseal
     items = expand_compactions(
-        context, lambda sealed: unseal(sealed, tenant_id=principal.tenant_id, purpose="compaction"), spans
+        context.items,
+        lambda sealed: unseal(sealed, tenant_id=principal.tenant_id, purpose="compaction"),
+        context.input_spans,
     )
     # What the first model call is offered: deferred tools wait for a search (tool_search.py).
     tools = [t for t in req.tools if not t.deferred]

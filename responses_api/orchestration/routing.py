@@ -7,14 +7,18 @@ GATEWAY_CACHE_SECONDS, so an admin edit takes effect within that time.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from ..domain import ProviderConfig, Route, Target
-from ..models import ModelRoute, Provider
 from ..protocol.errors import NotFound, ProviderMisconfigured
+from ..store import selectors
 from ..store.sealing import SealBroken, decrypt_secret, encrypt_secret
 from ..store.ttlcache import TTLCache
+
+if TYPE_CHECKING:
+    from ..models import Provider
 
 __all__ = ["encrypt_secret", "provider_secret", "route_get"]
 
@@ -70,7 +74,7 @@ def route_get(model: str) -> Route:
     """Sync: the route for a public model name (cached; an unknown name too)."""
     cached = _routes.get(model)
     if cached is None:
-        route = ModelRoute.objects.filter(name=model, enabled=True).prefetch_related("targets__provider").first()
+        route = selectors.route_enabled(model)
         value = None
         if route is not None:
             targets = tuple(

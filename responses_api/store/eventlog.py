@@ -20,6 +20,7 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 
 from .redis_clients import STREAMS, async_client
+from .redis_or_memory import RedisOrMemory
 
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 CANCEL_PREFIX = "gw:cancel:"
@@ -188,14 +189,7 @@ class RedisEventLog(EventLog):
             await self._client().delete(*[EVENTS_PREFIX + r for r in response_ids])
 
 
-_log: EventLog | None = None
-
-
-def event_log() -> EventLog:
-    global _log
-    if _log is None:
-        _log = RedisEventLog(settings.REDIS_URL) if settings.REDIS_URL else MemoryEventLog()
-    return _log
+event_log: RedisOrMemory[EventLog] = RedisOrMemory(RedisEventLog, MemoryEventLog)
 
 
 def forget_now(response_ids: list[str]) -> None:

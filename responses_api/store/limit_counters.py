@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
-
 from .redis_clients import async_client, sync_client
+from .redis_or_memory import RedisOrMemory
 
 log = logging.getLogger("gateway.limits")
 
@@ -564,23 +563,15 @@ def _report_crossings(
             log.warning("budget alerts: could not report %d crossing(s): %s", len(crossings), exc)
 
 
-_store: LimitStore | None = None
-
-
-def limit_store() -> LimitStore:
-    global _store
-    if _store is None:
-        _store = RedisLimitStore(settings.REDIS_URL) if settings.REDIS_URL else MemoryLimitStore()
-    return _store
+limit_store: RedisOrMemory[LimitStore] = RedisOrMemory(RedisLimitStore, MemoryLimitStore)
 
 
 async def drain() -> None:
     """A worker's run ended: let its settle reach the store before the task's loop closes."""
-    if _store is not None:
-        await _store.drain()
+    if limit_store.instance is not None:
+        await limit_store.instance.drain()
 
 
 def reset_store() -> None:
     """Tests: start from empty counters (and the current settings)."""
-    global _store
-    _store = None
+    limit_store.reset()

@@ -13,8 +13,8 @@ threads (the admin's and /v1/usage's snapshots, /readyz), each with the timeouts
 - "streams" (the event log): reads block for up to 5 s (XREAD), so a longer socket timeout; a
   connection that died while idle (Redis restarted) is replaced by a retry with backoff.
 
-`redis` itself is imported on first use: 136 ms of a process's start-up (-X importtime), and
-an embedded deployment (no REDIS_URL) never needs it."""
+`redis` itself is imported on first use: it is a large part of a process's start-up
+(-X importtime), and an embedded deployment (no REDIS_URL) never needs it."""
 
 from __future__ import annotations
 

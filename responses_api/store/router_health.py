@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from .redis_clients import async_client, sync_client
+from .redis_or_memory import RedisOrMemory
 
 
 @dataclass(slots=True)
@@ -180,17 +181,9 @@ class RedisHealthStore(HealthStore):
         }
 
 
-_store: HealthStore | None = None
-
-
-def health_store() -> HealthStore:
-    global _store
-    if _store is None:
-        _store = RedisHealthStore(settings.REDIS_URL) if settings.REDIS_URL else MemoryHealthStore()
-    return _store
+health_store: RedisOrMemory[HealthStore] = RedisOrMemory(RedisHealthStore, MemoryHealthStore)
 
 
 def reset() -> None:
     """Tests: forget every target's health kept in this process (and the current settings)."""
-    global _store
-    _store = None
+    health_store.reset()

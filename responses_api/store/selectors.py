@@ -23,15 +23,17 @@ from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ..domain import Price, Principal, TokenCounts
+from ..domain import Budget, Price, Principal, Quota, TokenCounts
 from ..models import (
     PRICE_FIELDS,
+    ApiKey,
     Conversation,
     ConversationItem,
     Item,
     ModelRoute,
     Response,
     ResponseItem,
+    Tenant,
     UsageRecord,
     route_price,
 )
@@ -59,7 +61,7 @@ CHAIN_SELECT = {
 }
 # The recursive step. On Postgres a LATERAL primary-key lookup: with a plain
 # join the planner may scan the whole table at every step while the table is
-# small (88 ms for a 500-turn chain, 2.3 ms with this; bench/chain.py).
+# small, so a long chain costs its length squared (bench/chain.py).
 CHAIN_STEP_SQL = {
     "postgresql": """SELECT r.id, r.previous_response_id, chain.depth + 1 FROM chain
     CROSS JOIN LATERAL (
@@ -368,6 +370,12 @@ def context_check(
     resolve_references(tenant_id, input_items)
 
 
+def route_enabled(name: str) -> ModelRoute | None:
+    """The enabled route of this public model name, its targets and their providers prefetched
+    (three queries, whatever the number of targets)."""
+    return ModelRoute.objects.filter(name=name, enabled=True).prefetch_related("targets__provider").first()
+
+
 def route_prices() -> dict[str, Price]:
     """Every route's `Price` by its name (one query): usage is priced with the routes' current
     prices wherever it is read; a model no route names costs nothing."""
@@ -424,6 +432,7 @@ def usd_text(usd: float) -> str:
     return f"${usd:.6f}".rstrip("0")
 
 
+RESPONSE_STATUSES = tuple(Response.Status.values)  # what `status` filters may name
 FREE = Price()
 
 
@@ -442,6 +451,64 @@ def models_visible(principal: Principal) -> list[dict[str, Any]]:
         for name, created in routes
         if principal.may_use(name)
     ]
+
+
+def database_ping() -> None:
+    """The database answers a query (/readyz); raises when it does not."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
+def api_key_by_prefix(prefix: str) -> ApiKey | None:
+    """Authentication's look-up: the key with this prefix, its tenant joined (one query)."""
+    return ApiKey.objects.select_related("tenant").filter(prefix=prefix).first()
+
+
+def key_principal(key: ApiKey) -> Principal:
+    """Who a key is (its tenant joined): its allowed models, its and its tenant's limits and
+    budgets, and when it expires."""
+    return Principal(
+        tenant_id=key.tenant_id,
+        tenant_name=key.tenant.name,
+        key_id=key.id,
+        key_name=key.name,
+        is_admin=key.is_admin,
+        allowed_models=tuple(key.allowed_models or ()),
+        quotas=tuple(q for q in (key_quota(key), tenant_quota(key.tenant)) if q is not None),
+        budgets=tuple(b for b in (budget_of(key), budget_of(key.tenant)) if b is not None),
+        expires_at=key.expires_at.timestamp() if key.expires_at is not None else None,
+    )
+
+
+def quota_of(scope: str, label: str, owner: ApiKey | Tenant) -> Quota | None:
+    """A key's or tenant's per-minute and concurrency limits; None when it has none."""
+    if not (owner.requests_per_minute or owner.tokens_per_minute or owner.max_concurrent_requests):
+        return None
+    return Quota(scope, label, owner.requests_per_minute, owner.tokens_per_minute, owner.max_concurrent_requests)
+
+
+def key_quota(key: ApiKey) -> Quota | None:
+    return quota_of(f"key:{key.id}", f"API key '{key.name}'", key)
+
+
+def tenant_quota(tenant: Tenant) -> Quota | None:
+    return quota_of(f"tenant:{tenant.id}", f"tenant '{tenant.name}'", tenant)
+
+
+def budget_of(owner: ApiKey | Tenant) -> Budget | None:
+    """A key's own budget, or its tenant's (all its keys together); None when it has none."""
+    if owner.budget_tokens is None and owner.budget_usd is None:
+        return None
+    is_key = isinstance(owner, ApiKey)
+    return Budget(
+        owner.tenant_id if isinstance(owner, ApiKey) else owner.id,
+        owner.budget_period,
+        owner.budget_tokens,
+        owner.budget_usd,
+        key_id=owner.id if is_key else None,
+        label=f"API key '{owner.name}'" if is_key else "this tenant",
+        alert_at=tuple(sorted(set(owner.alert_thresholds or ()))),
+    )
 
 
 def response_get_row(*, tenant_id: int | None, response_id: str) -> Response:

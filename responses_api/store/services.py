@@ -441,6 +441,11 @@ def api_key_regenerate(*, key: ApiKey) -> str:
     return raw
 
 
+def api_key_mark_used(*, key_id: int) -> None:
+    """The key's `last_used_at`: now (authentication calls it at most once a minute a key)."""
+    ApiKey.objects.filter(id=key_id).update(last_used_at=timezone.now())
+
+
 def api_key_revoke(*, key: ApiKey) -> None:
     ApiKey.objects.filter(id=key.id, revoked_at__isnull=True).update(revoked_at=timezone.now())
 

@@ -1,12 +1,17 @@
-"""The gateway's one in-process cache mechanism: entries that expire. Keys, routes and registry
-look-ups are remembered for GATEWAY_CACHE_SECONDS, so an admin edit takes effect within that
-time in every process without a cache bus; what an upstream reports (context windows, a
-missing tokenizer) and the router's one-second view of target health use it too. Every cache
-is registered, so `clear_all` empties them all (tests call it around each test).
+"""The gateway's caches of look-ups that expire. Keys, routes and registry look-ups are
+remembered for GATEWAY_CACHE_SECONDS, so an admin edit takes effect within that time in every
+process without a cache bus; what an upstream reports (context windows, a missing tokenizer),
+the router's one-second view of target health and ad-hoc MCP servers' listings (for each
+server's `cache_seconds`) use it too. Every cache is registered, so `clear_all` empties them all
+(tests call it around each test).
 
-Not Django's local-memory cache: it pickles every value on each get and set. Measured with
-timeit on a cached `Principal` (the lookup every keyed request makes): locmem get 8.5 µs and
-set 8.4 µs, TTLCache get 0.16 µs and put 0.19 µs."""
+Not every memo of the process is one: values that never go stale are memoised with
+`functools` (the OpenAPI document, sealing keys, SQL texts), clients and pools are kept per
+event loop (store/db.py, store/redis_clients.py, upstreams/http.py), and tool_registry/mcp.py
+remembers which transport each MCP URL answered on.
+
+Not Django's local-memory cache: it pickles every value on each get and set, which costs a
+keyed request far more than a dict look-up (bench/README.md has the timeit figures)."""
 
 from __future__ import annotations
 
@@ -47,10 +52,12 @@ class TTLCache(Generic[K, V]):
             return (entry[1],)
         return None
 
-    def put(self, key: K, value: V) -> V:
+    def put(self, key: K, value: V, ttl: float | None = None) -> V:
+        """`ttl`: this entry's own seconds, where the owner of the value sets them (an MCP
+        server's `cache_seconds`), instead of the cache's."""
         if len(self._entries) >= self._max_entries:
             self._entries.clear()
-        self._entries[key] = (time.monotonic() + self._ttl(), value)
+        self._entries[key] = (time.monotonic() + (self._ttl() if ttl is None else ttl), value)
         return value
 
     def clear(self) -> None:

@@ -1,8 +1,8 @@
 """One shared aiohttp session per event loop (per process under uvicorn) for upstream model calls.
 
-aiohttp rather than httpx on this path: a model call through httpx cost about
-0.9 ms of CPU against 0.25 ms through aiohttp on the benchmark machine
-(bench/README.md), and a stream paid httpx/anyio's cancel scope on every read.
+aiohttp rather than httpx on this path: a model call through httpx cost several times
+the CPU (bench/README.md, "Figures the code's comments used to quote"), and a stream paid
+httpx/anyio's cancel scope on every read.
 Certificates are verified as httpx does (certifi, or SSL_CERT_FILE/SSL_CERT_DIR);
 HTTP(S)_PROXY/NO_PROXY are honoured.
 """

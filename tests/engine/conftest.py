@@ -11,5 +11,5 @@ from responses_api.store import router_health
 
 @pytest.fixture(autouse=True)
 def _health_in_memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(router_health, "_store", router_health.MemoryHealthStore())
+    monkeypatch.setattr(router_health.health_store, "instance", router_health.MemoryHealthStore())
     yield

@@ -99,7 +99,7 @@ def test_a_streams_row_is_written_after_its_upstream_request_went_out(monkeypatc
     loop (Python 3.11): a row insert started at the same moment went first and delayed the
     upstream request (bench/README.md, performance round 4). Target health as between two
     reads of the shared store (in memory, or Redis within the router's cache time)."""
-    monkeypatch.setattr(router_health, "_store", router_health.MemoryHealthStore())
+    monkeypatch.setattr(router_health.health_store, "instance", router_health.MemoryHealthStore())
     order: list[str] = []
 
     class SendsFromATask(Upstream):

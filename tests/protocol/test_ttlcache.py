@@ -51,3 +51,23 @@ def test_clear_all_empties_every_cache_of_the_process_in_one_call() -> None:
     tokenize._windows.put(("http://upstream.invalid", "m"), 4096)
     ttlcache.clear_all()
     assert len(mine) == len(routing._routes) == len(tokenize._windows) == 0
+
+
+def test_an_entry_may_carry_its_own_ttl() -> None:
+    """An MCP server's listing lives for the server's `cache_seconds`, not the cache's TTL."""
+    cache: TTLCache[str, int] = TTLCache(lambda: 60.0)
+    cache.put("short", 1, ttl=0.2)
+    cache.put("long", 2)
+    time.sleep(0.25)
+    assert cache.get("short") is None and cache.get("long") == (2,)
+
+
+def test_clear_all_empties_the_ad_hoc_mcp_listings_too() -> None:
+    """The runner's listings of client-named MCP servers were a dict of their own, which
+    `clear_all` did not reach."""
+    from responses_api.store import ttlcache
+    from tool_registry import runner
+
+    runner._adhoc_listings.put((1, (), "http://mcp.invalid/", ()), [{"name": "t"}], ttl=60.0)
+    ttlcache.clear_all()
+    assert len(runner._adhoc_listings) == 0

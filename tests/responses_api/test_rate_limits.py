@@ -415,7 +415,9 @@ def test_with_the_counter_store_unreachable_the_setting_decides(
 
     scripted.set_default(MODEL, Reply(text="ok"))
     set_limits(ApiKey, key_id(gateway.key), requests_per_minute=1)
-    limit_counters._store = limit_counters.RedisLimitStore("redis://127.0.0.1:9/0")  # nothing listens there
+    limit_counters.limit_store.instance = limit_counters.RedisLimitStore(
+        "redis://127.0.0.1:9/0"
+    )  # nothing listens there
     settings.GATEWAY_RATE_LIMIT_FAIL_OPEN = True
     for _ in range(2):  # over the limit, but it cannot be counted: let through (and logged)
         reply = create(gateway)
