@@ -42,7 +42,8 @@ class ApiRequest(Request):
 
     @property
     def log_extra(self) -> dict[str, Any]:
-        return self._request.log_extra  # type: ignore[attr-defined]  # log_extra is set on the request by the ASGI lane (asgi.py)
+        extra: dict[str, Any] = self._request.log_extra  # type: ignore[attr-defined]  # log_extra is set on the request by the ASGI lane (asgi.py)
+        return extra
 
 
 class ApiView(APIView):

@@ -14,7 +14,7 @@ from .interfaces import Persistence
 log = logging.getLogger("gateway.engine")
 
 # Pending retries: the loop holds tasks only weakly.
-_retries: set[asyncio.Task] = set()
+_retries: set[asyncio.Task[None]] = set()
 
 
 async def store_failure(persistence: Persistence, response: dict[str, Any], *, upstream: str, started: float) -> None:

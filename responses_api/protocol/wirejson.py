@@ -63,6 +63,7 @@ def copy_json(value: T) -> T:
     """A deep copy of JSON data: an orjson round trip, a seventh of `copy.deepcopy`'s time
     (a response snapshot: 2.4 against 18 us). What orjson cannot encode is deep-copied."""
     try:
-        return orjson.loads(orjson.dumps(value))
+        copied: T = orjson.loads(orjson.dumps(value))
     except TypeError:
         return copy.deepcopy(value)
+    return copied
