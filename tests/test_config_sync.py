@@ -64,7 +64,7 @@ def test_bad_config_is_refused_with_its_place(config: dict, message: str) -> Non
     assert Provider.objects.count() == 0  # nothing half-written
 
 
-def test_mcp_servers_are_declared_in_config(settings) -> None:  # type: ignore[no-untyped-def]
+def test_mcp_servers_are_declared_in_config(settings) -> None:
     from tool_registry.models import McpServer
 
     settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal"]
@@ -138,7 +138,7 @@ FULL = {
 }
 
 
-def _sections():  # type: ignore[no-untyped-def]
+def _sections():
     from responses_api.models import Tenant
     from tool_registry.models import McpServer, Tool
 
@@ -161,7 +161,7 @@ EDITS = {
 }
 
 
-def test_the_file_owns_what_it_sets_and_the_admin_the_rest(settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_file_owns_what_it_sets_and_the_admin_the_rest(settings) -> None:
     from decimal import Decimal
 
     settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal", "10.9.0.0/16"]
@@ -195,7 +195,7 @@ def test_the_file_owns_what_it_sets_and_the_admin_the_rest(settings) -> None:  #
     assert "context_window" in ModelRoute.objects.get(name="small").config_managed
 
 
-def test_entries_removed_from_the_file_stay_and_are_unmarked(settings) -> None:  # type: ignore[no-untyped-def]
+def test_entries_removed_from_the_file_stay_and_are_unmarked(settings) -> None:
     settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal", "10.9.0.0/16"]
     sync_config(FULL)
     sync_config({"providers": [CONFIG["providers"][1]]})
@@ -208,7 +208,7 @@ def test_entries_removed_from_the_file_stay_and_are_unmarked(settings) -> None: 
     ]
 
 
-def test_tools_and_mcp_servers_are_deferred_from_the_file(settings) -> None:  # type: ignore[no-untyped-def]
+def test_tools_and_mcp_servers_are_deferred_from_the_file(settings) -> None:
     """`defer_loading: true` keeps a tool (or a server's tools) out of the model's list until tool
     search finds it; the specs a run gets carry it."""
     from tool_registry.models import McpServer, Tool
@@ -241,7 +241,7 @@ def test_tools_and_mcp_servers_are_deferred_from_the_file(settings) -> None:  # 
     assert "defer_loading" in Tool.objects.get(name="lookup").config_managed
 
 
-def test_each_file_owns_its_entries_and_another_files_sync_leaves_them_alone(tmp_path, settings) -> None:  # type: ignore[no-untyped-def]
+def test_each_file_owns_its_entries_and_another_files_sync_leaves_them_alone(tmp_path, settings) -> None:
     """Syncing file B never changes what file A manages: it neither un-manages A's entries
     (as `sync_gateway_config extra.yaml` once did to the bundled model's) nor takes one over."""
     import yaml
@@ -296,7 +296,7 @@ def bundled_entry() -> dict:
     return {"name": "local", "base_url": "http://127.0.0.1:9999/v1"}
 
 
-def test_a_loopback_tool_url_is_refused_naming_where_to_allow_it(settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_loopback_tool_url_is_refused_naming_where_to_allow_it(settings) -> None:
     settings.GATEWAY_EGRESS_ALLOW = []
     with pytest.raises(ConfigError) as refused:
         sync_config({"tools": [{"name": "local", "executor": {"type": "http", "url": "http://127.0.0.1:9/x"}}]})
@@ -304,7 +304,7 @@ def test_a_loopback_tool_url_is_refused_naming_where_to_allow_it(settings) -> No
     assert "add it to GATEWAY_EGRESS_ALLOW (or the admin's Egress allowlist) if this is intended" in str(refused.value)
 
 
-def test_ad_hoc_mcp_refusals_name_the_tenants_allowlist_not_the_operators(settings) -> None:  # type: ignore[no-untyped-def]
+def test_ad_hoc_mcp_refusals_name_the_tenants_allowlist_not_the_operators(settings) -> None:
     from tests.support.harness import make_key
     from tool_registry.egress import EgressDenied, check_url_sync
     from tool_registry.services import adhoc_egress_policy
@@ -336,7 +336,7 @@ def test_a_misspelt_key_is_reported_as_unknown(section: str) -> None:
 
 
 @pytest.mark.parametrize("value", [None, ""])
-def test_a_provider_key_variable_that_is_empty_is_not_set(value: str | None, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_provider_key_variable_that_is_empty_is_not_set(value: str | None, monkeypatch) -> None:
     """docker-compose.yml passes `OPENAI_API_KEY: ${OPENAI_API_KEY:-}`: unset on the host, it
     arrives empty, and must read as missing, not as a key."""
     from responses_api.orchestration.routing import provider_secret

@@ -89,7 +89,7 @@ def test_a_throttle_class_plugs_into_the_async_dispatch(gateway: Gateway, monkey
     class OnePerKey:
         seen: set[int] = set()
 
-        async def allow_request(self, request, view) -> bool:  # type: ignore[no-untyped-def]
+        async def allow_request(self, request, view) -> bool:
             key = request.user.key_id
             if key in self.seen:
                 return False

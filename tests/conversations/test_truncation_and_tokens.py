@@ -55,7 +55,7 @@ def small_window(gateway: Gateway) -> None:
 
 def test_a_long_conversation_keeps_answering_past_the_window(
     gateway: Gateway, scripted: ScriptedUpstream, small_window
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     client = gateway.openai()
     conv = client.conversations.create()
     scripted.set_default(MODEL, Reply(text="ok " * 20))
@@ -77,7 +77,7 @@ def test_a_long_conversation_keeps_answering_past_the_window(
 
 def test_without_auto_an_over_long_context_is_a_400_before_the_upstream(
     gateway: Gateway, scripted: ScriptedUpstream, small_window
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     before = len(scripted.requests)
     resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "long " * 2000})
     assert resp.status_code == 400
@@ -162,7 +162,7 @@ def test_input_tokens_never_reads_another_tenants_context(gateway: Gateway, scri
 
 def test_a_background_run_fits_the_learned_window_as_a_foreground_run_does(
     gateway: Gateway, scripted: ScriptedUpstream, worker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The worker's run learns the route's context window from the upstream as the web run does:
     the same request with truncation "auto" sends the model the same (truncated) messages."""
     from responses_api.orchestration.routing import clear_cache as clear_route_cache
@@ -212,7 +212,7 @@ def _big_tools(count: int = 6) -> list[dict]:
 
 def test_a_context_the_estimate_overshoots_is_counted_by_llama_cpp_and_sent(
     gateway: Gateway, scripted: ScriptedUpstream, small_window
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Issue 51: the estimate counts tool schemas that a template like SmolLM2's drops; llama.cpp
     counts what the model sees (/apply-template, then /tokenize), so the request is sent. The
     count is remembered: the same context again costs no tokenizer round trip."""

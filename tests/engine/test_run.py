@@ -130,12 +130,12 @@ class BatchedCall:
     def __init__(self, batches: list[list[object]]) -> None:
         self._batches = batches
 
-    async def delta_batches(self):  # type: ignore[no-untyped-def]
+    async def delta_batches(self):
         for batch in self._batches:
             await asyncio.sleep(0)
             yield batch
 
-    async def deltas(self):  # type: ignore[no-untyped-def]
+    async def deltas(self):
         raise AssertionError("the engine reads a call's batches when it has them")
         yield
 

@@ -23,7 +23,7 @@ BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;
 
 
 @pytest.fixture(autouse=True)
-def _plain_static_storage(settings) -> None:  # type: ignore[no-untyped-def]
+def _plain_static_storage(settings) -> None:
     # `{% static %}` without collectstatic's manifest (production serves collected, hashed files).
     settings.STORAGES = {
         **settings.STORAGES,

@@ -225,7 +225,7 @@ def _build(kind: str, body: dict[str, Any], options: ChatOptions | None = None) 
     if kind == "chat_completions":
         return build_chat_request(req, req.input_items, upstream_model="upstream-model", stream=False, options=options)
     build = {"responses": build_responses_request, "anthropic": build_messages_request}[kind]
-    return build(req, req.input_items, upstream_model="upstream-model", stream=False)  # type: ignore[operator]
+    return build(req, req.input_items, upstream_model="upstream-model", stream=False)
 
 
 def _ignored(kind: str, body: dict[str, Any], options: ChatOptions | None = None) -> list[str]:

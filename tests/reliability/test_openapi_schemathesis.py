@@ -40,7 +40,7 @@ UNKNOWN_REFERENCE = re.compile(
 
 
 @schemathesis.check
-def accepts_valid_data(ctx, response, case):  # type: ignore[no-untyped-def]
+def accepts_valid_data(ctx, response, case):
     if response.status_code == 400 and UNKNOWN_REFERENCE.match(response.json()["error"]["message"]):
         return None
     return positive_data_acceptance(ctx, response, case)
@@ -62,7 +62,7 @@ def test_every_answer_matches_the_document(gateway: Gateway, scripted: ScriptedU
 
         @given(case=operation.as_strategy())
         @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
-        def check(case) -> None:  # type: ignore[no-untyped-def]
+        def check(case) -> None:
             case.call_and_validate(
                 excluded_checks=[positive_data_acceptance],
                 additional_checks=[accepts_valid_data, negative_data_rejection],

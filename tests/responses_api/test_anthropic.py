@@ -175,7 +175,7 @@ def test_errors_and_a_dropped_stream(anthropic: Gateway, scripted: ScriptedUpstr
 
 def test_one_config_three_dialects_the_same_client_code(
     gateway: Gateway,
-    scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
+    scripted: ScriptedUpstream,
     transactional_db,
 ) -> None:
     from responses_api.ops.config_sync import sync_config

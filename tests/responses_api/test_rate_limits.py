@@ -23,7 +23,7 @@ pytestmark = pytest.mark.embedded
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters():  # type: ignore[no-untyped-def]
+def _fresh_counters():
     from responses_api.store import limit_counters
 
     def clear() -> None:
@@ -190,7 +190,7 @@ def test_a_client_that_leaves_gives_its_lease_back(gateway: Gateway, scripted: S
         time.sleep(0.1)
 
 
-def test_a_background_run_counts_until_its_worker_ends_it(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_background_run_counts_until_its_worker_ends_it(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     from responses_api.models import Tenant
 
     set_limits(Tenant, gateway.tenant_id, max_concurrent_requests=1)
@@ -408,7 +408,7 @@ def test_the_usage_api_shows_each_limit_with_its_use(gateway: Gateway, scripted:
 def test_with_the_counter_store_unreachable_the_setting_decides(
     gateway: Gateway,
     scripted: ScriptedUpstream,
-    settings,  # type: ignore[no-untyped-def]
+    settings,
 ) -> None:
     from responses_api.models import ApiKey
     from responses_api.store import limit_counters
@@ -446,7 +446,7 @@ def test_parallel_requests_never_overshoot(gateway: Gateway, scripted: ScriptedU
     assert len(scripted.model_calls) == statuses.count(200)
 
 
-def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp_path) -> None:
     from responses_api.models import ModelRoute, Tenant
     from responses_api.ops.config_sync import ConfigError, sync_config
 
@@ -522,7 +522,7 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
 
 
 @pytest.fixture
-def plain_static(settings):  # type: ignore[no-untyped-def]
+def plain_static(settings):
     # As tests/admin/conftest.py: render {% static %} without collectstatic's manifest.
     settings.STORAGES = {
         **settings.STORAGES,
@@ -533,7 +533,7 @@ def plain_static(settings):  # type: ignore[no-untyped-def]
 def test_the_admin_shows_limits_and_their_current_use(
     plain_static,
     admin_client,
-    gateway: Gateway,  # type: ignore[no-untyped-def]
+    gateway: Gateway,
     scripted: ScriptedUpstream,
 ) -> None:
     from responses_api.models import ApiKey, Tenant

@@ -103,9 +103,9 @@ def test_chat_completions_fields_a_translated_route_does_not_apply_are_named(
     scripted.enqueue(MODEL, Reply(text="as sent"))
     client = gateway.openai()
     messages = [{"role": "user", "content": "hi"}]
-    raw = client.chat.completions.with_raw_response.create(model="native", messages=messages, seed=7, stop=["x"])  # type: ignore[arg-type]
+    raw = client.chat.completions.with_raw_response.create(model="native", messages=messages, seed=7, stop=["x"])
     assert raw.parse().choices[0].message.content == "translated"
     assert set(raw.headers["x-gateway-ignored-fields"].split(",")) == {"seed", "stop"}
-    passed = client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, seed=7)  # type: ignore[arg-type]
+    passed = client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, seed=7)
     assert passed.parse().choices[0].message.content == "as sent"
     assert "x-gateway-ignored-fields" not in passed.headers and scripted.requests[-1].body["seed"] == 7

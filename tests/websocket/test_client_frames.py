@@ -122,7 +122,7 @@ def test_each_turn_has_an_access_line_and_request_metrics(
     gateway: Gateway,
     scripted: ScriptedUpstream,
     access_log: Lines,
-    settings,  # type: ignore[no-untyped-def]
+    settings,
 ) -> None:
     from prometheus_client import REGISTRY
 
