@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from responses_api.models import ModelRoute, Provider, RouteTarget
@@ -9,7 +11,7 @@ from responses_api.ops.config_sync import ConfigError, sync_config
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "providers": [
         {"name": "ollama", "kind": "chat_completions", "base_url": "http://ollama:11434/v1"},
         {
@@ -129,7 +131,7 @@ def test_provider_timeouts_come_from_the_file_with_documented_defaults() -> None
 # --- One rule for every section: the file's fields, the admin's fields, entries that left ----
 
 
-FULL = {
+FULL: dict[str, Any] = {
     **CONFIG,
     "models": [{**CONFIG["models"][0], "description": "from the file"}],
     "tools": [{"name": "lookup", "executor": {"type": "http", "url": "http://10.9.0.1/lookup"}}],
@@ -320,7 +322,7 @@ def test_ad_hoc_mcp_refusals_name_the_tenants_allowlist_not_the_operators(settin
 def test_a_misspelt_key_is_reported_as_unknown(section: str) -> None:
     provider = {"name": "p", "base_url": "http://p:1/v1"}
     model = {"name": "m", "targets": [{"provider": "p", "model": "x"}]}
-    config, typo = {
+    cases: dict[str, tuple[dict[str, Any], str]] = {
         "providers": ({"providers": [{**provider, "base-url": "x"}]}, "base-url"),
         "models": ({"providers": [provider], "models": [{"name": "m", "target": model["targets"]}]}, "target"),
         "targets": (
@@ -328,7 +330,8 @@ def test_a_misspelt_key_is_reported_as_unknown(section: str) -> None:
             "modle",
         ),
         "tenants": ({"tenants": [{"name": "t", "retention": 3}]}, "retention"),
-    }[section]
+    }
+    config, typo = cases[section]
     with pytest.raises(ConfigError, match=f"unknown (key|field)\\(s\\) {typo}\\b") as refused:
         sync_config(config)
     if section == "models":

@@ -167,6 +167,7 @@ def test_conversation_view_queries_are_constant(admin_client) -> None:
                 input=[user(f"q{turn}")],
                 output=[assistant(f"a{turn}")],
             )
+        assert previous is not None
         heads.append(previous)
     counts = [
         _queries(admin_client, reverse("admin:responses_api_response_conversation", args=[quote(h.id)])) for h in heads

@@ -269,9 +269,9 @@ def daily(site: dict) -> dict:
     import asyncio
 
     from responses_api.conversations.services import conversation_create
-    from responses_api.engine.router import health_store
     from responses_api.models import ApiKey, ModelRoute, Provider, Response, RouteTarget, Tenant
     from responses_api.protocol.compaction import COMPACTION_INSTRUCTIONS
+    from responses_api.store.router_health import health_store
     from tool_registry.models import EgressAllow, McpServer, Tool, ToolCallRecord
 
     acme = Tenant.objects.get(name="acme")
@@ -643,11 +643,12 @@ def test_who_spent_what_at_a_glance(page, site: dict, daily: dict, artifacts: Pa
     from responses_api.models import Response
 
     made = Response.objects.filter(api_key=daily["key"]).order_by("created_at").first()
+    assert made is not None
     Response.objects.filter(pk=made.pk).update(conversation=daily["conversation"])
     _open(page, f"/admin/responses_api/response/{made.pk}/change/")
     page.locator("[data-role=conversation-link]").click()
     usage = page.locator("[data-role=conversation-usage]")
-    expect(usage).to_contain_text(f"1 response, {made.input_tokens + made.output_tokens:,} tokens")
+    expect(usage).to_contain_text(f"1 response, {(made.input_tokens or 0) + (made.output_tokens or 0):,} tokens")
     expect(page.locator("#content-main th", has_text="Response")).to_be_visible()
     _shot(page, artifacts, "36-conversation-usage")
 

@@ -33,9 +33,13 @@ def test_truncate_drops_oldest_whole_turns_and_keeps_instructions() -> None:
     ]
     size = sum(estimate_item(i) for i in items)
     oldest = estimate_item(items[1])
-    kept, dropped = truncate(items, budget=size - oldest, instructions=None, tools=[])
+    truncated = truncate(items, budget=size - oldest, instructions=None, tools=[])
+    assert truncated is not None
+    kept, dropped = truncated
     assert kept[0]["role"] == "system" and dropped == 1 and items[1] not in kept  # only the oldest user message
-    kept, dropped = truncate(items, budget=size - oldest - 1, instructions=None, tools=[])
+    truncated = truncate(items, budget=size - oldest - 1, instructions=None, tools=[])
+    assert truncated is not None
+    kept, dropped = truncated
     assert dropped == 3
     types = [i["type"] for i in kept]
     assert "function_call" not in types and "function_call_output" not in types  # the call went with its output

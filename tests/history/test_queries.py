@@ -85,6 +85,7 @@ def test_thread_page_is_two_queries(length: int, django_assert_num_queries) -> N
             input=[user(f"q{turn}")],
             output=[assistant(f"a{turn}")],
         )
+    assert previous is not None
     # head visibility + the page (recursive CTE)
     with django_assert_num_queries(2):
         page = selectors.thread_page(tenant_id=tenant_id, response_id=previous.id, after=None, limit=100, order="asc")
@@ -108,6 +109,7 @@ def test_admin_conversation_selectors_are_constant(django_assert_num_queries) ->
     previous = None
     for turn in range(25):
         previous = make_response(tenant_id, previous=previous, created_at=T0 + timedelta(seconds=turn))
+    assert previous is not None
     with django_assert_num_queries(1):
         chain = selectors.chain_responses(response_id=previous.id)
     with django_assert_num_queries(1):

@@ -14,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.errors import error_body
 from tests.support.harness import MODEL, Gateway, make_key
 from tests.support.stream_validator import validate_response_object, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -221,4 +222,4 @@ def test_bad_custom_tool_is_a_400_naming_the_field(gateway: Gateway) -> None:
             input="x",
             tools=[{"type": "namespace", "name": "ns", "description": "d", "tools": [{"type": "web_search"}]}],
         )
-    assert info.value.body["param"] == "tools[0].tools[0].type"  # type: ignore[index]
+    assert error_body(info.value)["param"] == "tools[0].tools[0].type"

@@ -344,5 +344,6 @@ def test_reaper_fails_abandoned_foreground_responses(gateway: Gateway, scripted:
     Response.objects.filter(id=fresh.id).update(status="in_progress")
     assert asyncio.run(background.reap_stale()) == 1
     assert Response.objects.get(id=done.id).status == "failed"
-    assert Response.objects.get(id=done.id).error["code"] == "interrupted"
+    error = Response.objects.get(id=done.id).error
+    assert error is not None and error["code"] == "interrupted"
     assert Response.objects.get(id=fresh.id).status == "in_progress"  # young: still being served

@@ -10,12 +10,16 @@ import hmac
 import logging
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.harness import MODEL, CeleryWorker, Gateway, forget_redis_keys, make_key
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.support.webhook import Route, WebhookServer
+
+if TYPE_CHECKING:
+    from responses_api.models import ApiKey, Tenant
 
 pytestmark = pytest.mark.embedded
 
@@ -49,7 +53,7 @@ def alert_worker(gateway: Gateway, settings) -> Iterator[CeleryWorker | None]:
         proc.stop()
 
 
-def set_fields(model_cls: type, pk: int, **fields: object) -> None:
+def set_fields(model_cls: type[ApiKey] | type[Tenant], pk: int, **fields: object) -> None:
     from responses_api.api import auth
 
     model_cls.objects.filter(pk=pk).update(**fields)
@@ -340,6 +344,7 @@ def test_a_delivery_left_pending_is_enqueued_again_by_the_periodic_sweep(
         from asgiref.sync import async_to_sync
 
         from responses_api.orchestration import liveness
+        from responses_api.store import db
 
         settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS = 0.05
         settings.GATEWAY_ALERT_SWEEP_SECONDS = 0.05
@@ -348,7 +353,7 @@ def test_a_delivery_left_pending_is_enqueued_again_by_the_periodic_sweep(
             task = asyncio.ensure_future(liveness.beat_forever())
             try:
                 for _ in range(600):  # generous: the machine may be loaded
-                    if await liveness.db.run(AlertDelivery.objects.filter(pk=lost.pk, status="delivered").exists):
+                    if await db.run(AlertDelivery.objects.filter(pk=lost.pk, status="delivered").exists):
                         return
                     await asyncio.sleep(0.05)
             finally:

@@ -8,6 +8,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
@@ -15,9 +16,13 @@ import pytest
 from django.conf import settings
 
 from tests.responses_api.test_anthropic import CLAUDE, anthropic  # noqa: F401 - the fixture
+from tests.support.errors import error_body
 from tests.support.harness import MODEL, Gateway, forget_redis_keys, make_key
 from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
+
+if TYPE_CHECKING:
+    from responses_api.models import ApiKey, Tenant
 
 pytestmark = pytest.mark.embedded
 
@@ -35,7 +40,7 @@ def _fresh_counters():
     clear()
 
 
-def set_limits(model_cls: type, pk: int, **fields: object) -> None:
+def set_limits(model_cls: type[ApiKey] | type[Tenant], pk: int, **fields: object) -> None:
     from responses_api.api import auth
 
     model_cls.objects.filter(pk=pk).update(**fields)
@@ -69,7 +74,7 @@ def test_requests_per_minute_per_key_with_openai_headers(gateway: Gateway, scrip
     calls = len(scripted.model_calls)
     with pytest.raises(openai.RateLimitError) as refused:
         gateway.openai().responses.create(model=MODEL, input="one more")
-    error = refused.value.body
+    error = error_body(refused.value)
     assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
     assert "requests per minute" in error["message"] and "API key 'test'" in error["message"]
     retry_after = int(refused.value.response.headers["retry-after"])
@@ -150,12 +155,12 @@ def test_concurrent_requests_hold_a_lease_until_the_stream_ends(
         with pytest.raises(openai.RateLimitError) as refused:
             client.responses.create(model=MODEL, input="meanwhile")
         raw += list(chunks)
-    assert "concurrent requests" in refused.value.body["message"]
+    assert "concurrent requests" in error_body(refused.value)["message"]
     # When the one lease runs out if its process stopped: GATEWAY_LEASE_SECONDS from its last
     # renewal (the test gateway's process beats, so within one lease of now).
     lease = settings.GATEWAY_LEASE_SECONDS
     assert lease - 10 <= int(refused.value.response.headers["retry-after"]) <= lease
-    assert "at the latest if the process serving it stopped" in refused.value.body["message"]
+    assert "at the latest if the process serving it stopped" in error_body(refused.value)["message"]
     assert validate_sse(b"".join(raw))["status"] == "completed"
     scripted.enqueue(MODEL, Reply(text="after"))
     deadline = time.monotonic() + 5
@@ -450,7 +455,7 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
     from responses_api.models import ModelRoute, Tenant
     from responses_api.ops.config_sync import ConfigError, sync_config
 
-    config = {
+    config: dict[str, Any] = {
         "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
         "models": [
             {

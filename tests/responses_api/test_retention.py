@@ -74,6 +74,7 @@ def test_the_embedded_process_runs_retention_and_the_admin_shows_when(settings, 
 
     from responses_api.models import MaintenanceRun, Response
     from responses_api.orchestration import liveness
+    from responses_api.store import db
 
     _, tenant = make_key(tenant="embedded-retention")
     settings.EMBEDDED_WORKER = True
@@ -92,7 +93,7 @@ def test_the_embedded_process_runs_retention_and_the_admin_shows_when(settings, 
         task = asyncio.ensure_future(liveness.beat_forever())
         try:
             for _ in range(3000):  # generous: the machine may be loaded
-                if not await liveness.db.run(Response.objects.filter(id=old.id).exists):
+                if not await db.run(Response.objects.filter(id=old.id).exists):
                     return
                 await asyncio.sleep(0.01)
         finally:

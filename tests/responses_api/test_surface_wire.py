@@ -14,6 +14,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from tests.support.access_log import Lines
+from tests.support.errors import error_body
 from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.websocket.test_websocket_mode import completed, socket
@@ -70,7 +71,7 @@ def test_the_beta_surface_is_a_400_naming_beta(gateway: Gateway, scripted: Scrip
     client = gateway.openai()
     with pytest.raises(openai.BadRequestError) as refused:
         client.beta.responses.create(model=MODEL, input="hi")  # POST /responses?beta=true
-    assert refused.value.body["param"] == "beta"  # type: ignore[index]
+    assert error_body(refused.value)["param"] == "beta"
     with pytest.raises(openai.BadRequestError):
         client.responses.create(model=MODEL, input="hi", extra_headers={"openai-beta": "responses_multi_agent=v1"})
     assert gateway.http().get("/v1/responses/resp_1?beta=true").json()["error"]["param"] == "beta"

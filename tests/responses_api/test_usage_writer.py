@@ -47,7 +47,10 @@ def tenant_id(transactional_db) -> int:
 def _stored(tenant_id: int) -> list[int]:
     from responses_api.models import UsageRecord
 
-    return sorted(UsageRecord.objects.filter(tenant_id=tenant_id).values_list("input_tokens", flat=True))
+    stored = list(UsageRecord.objects.filter(tenant_id=tenant_id).values_list("input_tokens", flat=True))
+    counted = [n for n in stored if n is not None]
+    assert len(counted) == len(stored), stored  # every record counts its input tokens
+    return sorted(counted)
 
 
 @pytest.fixture

@@ -616,6 +616,7 @@ class _TeeTransport(httpx.HTTPTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = super().handle_request(request)
+        assert isinstance(response.stream, httpx.SyncByteStream)  # a sync transport's
         return httpx.Response(
             response.status_code,
             headers=response.headers,

@@ -171,6 +171,7 @@ def test_an_earlier_releases_data_works_after_migrate(
     # A run queued before the upgrade still holds its MCP credentials, sealed, and they open.
     queued = Response.objects.get(id=kept["queued"])
     assert queued.status == "queued" and "mcp-secret-token" not in json.dumps(queued.job)
+    assert queued.job is not None
     body = restore_credentials(queued.job["body"], queued.job["mcp_credentials"], queued.tenant_id)
     assert body["tools"][0]["headers"] == kept["mcp_headers"]
 

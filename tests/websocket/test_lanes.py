@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.access_log import Lines
 from tests.support.harness import MODEL, Gateway
-from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.upstream import Pacing, Reply, ScriptedUpstream
 from tests.websocket.lanes import TERMINAL, of_lane, read_until, responses, send, terminals
 from tests.websocket.test_websocket_mode import socket
 
@@ -24,7 +24,7 @@ def test_two_lanes_run_concurrently_and_echo_their_stream_id(
     gateway: Gateway, scripted: ScriptedUpstream, upstream_model: tuple[str, str]
 ) -> None:
     model, upstream = upstream_model
-    slow = {"chunk_chars": 2, "interval": 0.05}
+    slow: Pacing = {"chunk_chars": 2, "interval": 0.05}
     scripted.enqueue(
         upstream, Reply(text="alpha beta gamma " * 3, **slow), Reply(text="delta epsilon zeta " * 3, **slow)
     )
@@ -185,7 +185,7 @@ def test_the_openai_sdk_session_runs_two_lanes_at_once(
     from openai.lib.responses_websocket import AsyncResponsesWebSocketSession, ResponsesWebSocketLimits
 
     model, upstream = upstream_model
-    slow = {"chunk_chars": 3, "interval": 0.02}
+    slow: Pacing = {"chunk_chars": 3, "interval": 0.02}
     scripted.enqueue(upstream, Reply(text="from one lane", **slow), Reply(text="from one lane", **slow))
     limits = ResponsesWebSocketLimits(
         max_lanes=4, max_events_per_lane=1000, max_events=2000, max_bytes_per_lane=2**24, max_bytes=2**25

@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from websockets.sync.client import ClientConnection
 
 from tests.support.harness import MODEL, Gateway, McpServerProcess, call
-from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.upstream import Pacing, Reply, ScriptedUpstream
 from tests.tool_registry.test_mcp import adhoc
 from tests.websocket.lanes import of_lane, read_until, responses, seen, send, terminals
 from tests.websocket.test_websocket_mode import socket
@@ -24,7 +25,7 @@ WEATHER = {
     "name": "get_weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
-SLOW = {"chunk_chars": 2, "interval": 0.05}
+SLOW: Pacing = {"chunk_chars": 2, "interval": 0.05}
 
 
 def steer(ws: ClientConnection, previous: str, input: Any) -> None:
@@ -41,7 +42,7 @@ def sdk_parses(event: dict[str, Any]) -> None:
     from openai.types.responses.response_steer_failed_event import ResponseSteerFailedEvent
     from openai.types.responses.response_steer_pending_event import ResponseSteerPendingEvent
 
-    kinds = {
+    kinds: dict[str, type[BaseModel]] = {
         "response.steer.accepted": ResponseSteerAcceptedEvent,
         "response.steer.pending": ResponseSteerPendingEvent,
         "response.steer.failed": ResponseSteerFailedEvent,

@@ -26,9 +26,10 @@ TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 @contextmanager
 def socket(gateway: Gateway, key: str | None = None) -> Iterator[ClientConnection]:
     url = gateway.url.replace("http://", "ws://") + "/v1/responses"
-    with connect(
+    ws = connect(
         url, additional_headers={"Authorization": f"Bearer {key or gateway.key}"}, open_timeout=10, max_size=None
-    ) as ws:
+    )
+    with ws:  # (`with connect(...) as ws` types ws as the base Connection)
         yield ws
 
 
@@ -234,7 +235,7 @@ def test_a_client_that_closes_mid_response_cancels_it(gateway: Gateway, scripted
     scripted.enqueue(MODEL, Reply(text="word " * 200, chunk_chars=5, interval=0.05))
     with socket(gateway) as ws:
         ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "talk"}))
-        seen = []
+        seen: list[dict[str, Any]] = []
         while sum(e["type"] == "response.output_text.delta" for e in seen) < 3:
             seen.append(json.loads(ws.recv(timeout=30)))
     response_id = seen[0]["response"]["id"]
