@@ -49,7 +49,7 @@ def validate_alert_thresholds(value: object) -> None:
         raise ValidationError("A list of whole percentages from 1 to 1000, e.g. [80, 100].")
 
 
-def config_source_field() -> models.CharField:
+def config_source_field() -> models.CharField[str, str]:
     """Which config file manages an entry (ops/config_sync.py): a sync of another file never
     changes or un-manages it. Empty: no file (or a sync from before sources were recorded)."""
     return models.CharField(

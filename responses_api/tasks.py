@@ -11,7 +11,7 @@ import asyncio
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -24,6 +24,8 @@ from .store.services import retention_run
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_lock = threading.Lock()
 
+T = TypeVar("T")
+
 
 def _worker_loop() -> asyncio.AbstractEventLoop:
     global _loop
@@ -34,8 +36,8 @@ def _worker_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def run_on_worker_loop(coro: Coroutine[Any, Any, Any]) -> Any:
-    future: Future = asyncio.run_coroutine_threadsafe(coro, _worker_loop())
+def run_on_worker_loop(coro: Coroutine[Any, Any, T]) -> T:
+    future: Future[T] = asyncio.run_coroutine_threadsafe(coro, _worker_loop())
     try:
         return future.result()
     except SoftTimeLimitExceeded:
@@ -54,7 +56,7 @@ def reap_stale_responses() -> int:
 
 
 @shared_task(name="responses_api.expire_responses", ignore_result=True)
-def expire_responses() -> dict:
+def expire_responses() -> dict[str, Any]:
     return retention_run()
 
 

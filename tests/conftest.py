@@ -88,7 +88,7 @@ def gateway(transactional_db, gateway_server: ThreadedUvicorn, scripted: Scripte
 
 
 @pytest.fixture
-def worker(gateway: Gateway, settings) -> Iterator[CeleryWorker | None]:  # type: ignore[no-untyped-def]
+def worker(gateway: Gateway, settings) -> Iterator[CeleryWorker | None]:
     """Real Celery worker with Redis; None in embedded mode, where the web process runs the work."""
     settings.GATEWAY_HEARTBEAT_SECONDS = 0.5
     if settings.EMBEDDED_WORKER:
@@ -112,7 +112,7 @@ def webhook() -> Iterator[WebhookServer]:
 
 
 @pytest.fixture
-def tools_env(gateway: Gateway, webhook: WebhookServer, settings, monkeypatch):  # type: ignore[no-untyped-def]
+def tools_env(gateway: Gateway, webhook: WebhookServer, settings, monkeypatch):
     from tool_registry.models import Tool
 
     settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]
@@ -120,7 +120,7 @@ def tools_env(gateway: Gateway, webhook: WebhookServer, settings, monkeypatch): 
     monkeypatch.setenv("WEATHER_SIGNING_SECRET", "s3cret")
     monkeypatch.setenv("WEATHER_TOKEN", "Bearer tool-token")
 
-    def http_tool(name: str, path: str, timeout: float = 5.0, **kw) -> Tool:  # type: ignore[no-untyped-def]
+    def http_tool(name: str, path: str, timeout: float = 5.0, **kw) -> Tool:
         tool = Tool(
             name=name,
             description=f"{name} tool",
@@ -154,7 +154,7 @@ def mcp_process() -> Iterator[McpServerProcess]:
 
 
 @pytest.fixture
-def mcp_server(mcp_process: McpServerProcess, settings) -> McpServerProcess:  # type: ignore[no-untyped-def]
+def mcp_server(mcp_process: McpServerProcess, settings) -> McpServerProcess:
     """The MCP server with fresh counters, reachable under the egress policies: the operator's
     (loopback, for registered servers) and the ad-hoc one (only this server's port)."""
     from tool_registry import runner

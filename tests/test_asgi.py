@@ -29,7 +29,7 @@ def test_api_answers_carry_request_id_and_security_headers(gateway: Gateway) -> 
     assert unknown.headers["x-request-id"].startswith("req_")
 
 
-def test_admin_still_runs_through_djangos_middleware(gateway: Gateway, settings) -> None:  # type: ignore[no-untyped-def]
+def test_admin_still_runs_through_djangos_middleware(gateway: Gateway, settings) -> None:
     # No collectstatic in tests: plain static storage instead of the manifest.
     settings.STORAGES = {
         **settings.STORAGES,
@@ -49,7 +49,7 @@ def test_a_host_outside_allowed_hosts_is_a_protocol_error(gateway: Gateway) -> N
     assert r.json()["error"]["code"] == "invalid_host"
 
 
-def test_a_body_over_the_limit_is_413_and_nothing_is_stored(gateway: Gateway, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_body_over_the_limit_is_413_and_nothing_is_stored(gateway: Gateway, settings) -> None:
     from responses_api.models import Response
 
     settings.GATEWAY_MAX_REQUEST_BYTES = 2000
@@ -132,11 +132,11 @@ NOT_WANTED_BY_THE_API = {
 }
 
 
-def test_every_middleware_is_applied_by_the_api_lane_or_not_wanted_by_the_api(settings) -> None:  # type: ignore[no-untyped-def]
+def test_every_middleware_is_applied_by_the_api_lane_or_not_wanted_by_the_api(settings) -> None:
     assert set(settings.MIDDLEWARE) == APPLIED_BY_THE_API_LANE | NOT_WANTED_BY_THE_API
 
 
-async def _call(app, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, dict[bytes, bytes], bytes]:  # type: ignore[no-untyped-def]
+async def _call(app, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[int, dict[bytes, bytes], bytes]:
     inbox = [{"type": "http.request", "body": b"", "more_body": False}]
     sent: list[dict] = []
 
@@ -166,14 +166,14 @@ async def _call(app, path: str, headers: list[tuple[bytes, bytes]]) -> tuple[int
     await asyncio.wait_for(app(scope, receive, send), 10)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    headers = dict(start["headers"])
-    if headers.get(b"x-request-id", b"").startswith(b"req_"):
-        headers[b"x-request-id"] = b"req_(generated)"
-    return start["status"], headers, body
+    answered = dict(start["headers"])
+    if answered.get(b"x-request-id", b"").startswith(b"req_"):
+        answered[b"x-request-id"] = b"req_(generated)"
+    return start["status"], answered, body
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_the_api_lane_answers_with_the_headers_djangos_full_chain_gives(settings) -> None:  # type: ignore[no-untyped-def]
+async def test_the_api_lane_answers_with_the_headers_djangos_full_chain_gives(settings) -> None:
     from asgiref.sync import sync_to_async
 
     from project.asgi import application
@@ -190,7 +190,7 @@ async def test_the_api_lane_answers_with_the_headers_djangos_full_chain_gives(se
         assert lane[1] == full[1], (path, set(lane[1].items()) ^ set(full[1].items()))
 
 
-def test_the_open_file_limit_is_raised_to_the_hard_limit(settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_open_file_limit_is_raised_to_the_hard_limit(settings) -> None:
     """Two sockets per stream: a soft limit of 1024, common in containers, would refuse
     connections at about 500 streams. Below what the upstream pool needs, a warning says so."""
     import logging

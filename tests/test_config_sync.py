@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from responses_api.models import ModelRoute, Provider, RouteTarget
@@ -9,7 +11,7 @@ from responses_api.ops.config_sync import ConfigError, sync_config
 
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "providers": [
         {"name": "ollama", "kind": "chat_completions", "base_url": "http://ollama:11434/v1"},
         {
@@ -64,7 +66,7 @@ def test_bad_config_is_refused_with_its_place(config: dict, message: str) -> Non
     assert Provider.objects.count() == 0  # nothing half-written
 
 
-def test_mcp_servers_are_declared_in_config(settings) -> None:  # type: ignore[no-untyped-def]
+def test_mcp_servers_are_declared_in_config(settings) -> None:
     from tool_registry.models import McpServer
 
     settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal"]
@@ -129,7 +131,7 @@ def test_provider_timeouts_come_from_the_file_with_documented_defaults() -> None
 # --- One rule for every section: the file's fields, the admin's fields, entries that left ----
 
 
-FULL = {
+FULL: dict[str, Any] = {
     **CONFIG,
     "models": [{**CONFIG["models"][0], "description": "from the file"}],
     "tools": [{"name": "lookup", "executor": {"type": "http", "url": "http://10.9.0.1/lookup"}}],
@@ -138,7 +140,7 @@ FULL = {
 }
 
 
-def _sections():  # type: ignore[no-untyped-def]
+def _sections():
     from responses_api.models import Tenant
     from tool_registry.models import McpServer, Tool
 
@@ -161,7 +163,7 @@ EDITS = {
 }
 
 
-def test_the_file_owns_what_it_sets_and_the_admin_the_rest(settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_file_owns_what_it_sets_and_the_admin_the_rest(settings) -> None:
     from decimal import Decimal
 
     settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal", "10.9.0.0/16"]
@@ -195,7 +197,7 @@ def test_the_file_owns_what_it_sets_and_the_admin_the_rest(settings) -> None:  #
     assert "context_window" in ModelRoute.objects.get(name="small").config_managed
 
 
-def test_entries_removed_from_the_file_stay_and_are_unmarked(settings) -> None:  # type: ignore[no-untyped-def]
+def test_entries_removed_from_the_file_stay_and_are_unmarked(settings) -> None:
     settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal", "10.9.0.0/16"]
     sync_config(FULL)
     sync_config({"providers": [CONFIG["providers"][1]]})
@@ -208,7 +210,7 @@ def test_entries_removed_from_the_file_stay_and_are_unmarked(settings) -> None: 
     ]
 
 
-def test_tools_and_mcp_servers_are_deferred_from_the_file(settings) -> None:  # type: ignore[no-untyped-def]
+def test_tools_and_mcp_servers_are_deferred_from_the_file(settings) -> None:
     """`defer_loading: true` keeps a tool (or a server's tools) out of the model's list until tool
     search finds it; the specs a run gets carry it."""
     from tool_registry.models import McpServer, Tool
@@ -241,7 +243,7 @@ def test_tools_and_mcp_servers_are_deferred_from_the_file(settings) -> None:  # 
     assert "defer_loading" in Tool.objects.get(name="lookup").config_managed
 
 
-def test_each_file_owns_its_entries_and_another_files_sync_leaves_them_alone(tmp_path, settings) -> None:  # type: ignore[no-untyped-def]
+def test_each_file_owns_its_entries_and_another_files_sync_leaves_them_alone(tmp_path, settings) -> None:
     """Syncing file B never changes what file A manages: it neither un-manages A's entries
     (as `sync_gateway_config extra.yaml` once did to the bundled model's) nor takes one over."""
     import yaml
@@ -296,7 +298,7 @@ def bundled_entry() -> dict:
     return {"name": "local", "base_url": "http://127.0.0.1:9999/v1"}
 
 
-def test_a_loopback_tool_url_is_refused_naming_where_to_allow_it(settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_loopback_tool_url_is_refused_naming_where_to_allow_it(settings) -> None:
     settings.GATEWAY_EGRESS_ALLOW = []
     with pytest.raises(ConfigError) as refused:
         sync_config({"tools": [{"name": "local", "executor": {"type": "http", "url": "http://127.0.0.1:9/x"}}]})
@@ -304,7 +306,7 @@ def test_a_loopback_tool_url_is_refused_naming_where_to_allow_it(settings) -> No
     assert "add it to GATEWAY_EGRESS_ALLOW (or the admin's Egress allowlist) if this is intended" in str(refused.value)
 
 
-def test_ad_hoc_mcp_refusals_name_the_tenants_allowlist_not_the_operators(settings) -> None:  # type: ignore[no-untyped-def]
+def test_ad_hoc_mcp_refusals_name_the_tenants_allowlist_not_the_operators(settings) -> None:
     from tests.support.harness import make_key
     from tool_registry.egress import EgressDenied, check_url_sync
     from tool_registry.services import adhoc_egress_policy
@@ -320,7 +322,7 @@ def test_ad_hoc_mcp_refusals_name_the_tenants_allowlist_not_the_operators(settin
 def test_a_misspelt_key_is_reported_as_unknown(section: str) -> None:
     provider = {"name": "p", "base_url": "http://p:1/v1"}
     model = {"name": "m", "targets": [{"provider": "p", "model": "x"}]}
-    config, typo = {
+    cases: dict[str, tuple[dict[str, Any], str]] = {
         "providers": ({"providers": [{**provider, "base-url": "x"}]}, "base-url"),
         "models": ({"providers": [provider], "models": [{"name": "m", "target": model["targets"]}]}, "target"),
         "targets": (
@@ -328,7 +330,8 @@ def test_a_misspelt_key_is_reported_as_unknown(section: str) -> None:
             "modle",
         ),
         "tenants": ({"tenants": [{"name": "t", "retention": 3}]}, "retention"),
-    }[section]
+    }
+    config, typo = cases[section]
     with pytest.raises(ConfigError, match=f"unknown (key|field)\\(s\\) {typo}\\b") as refused:
         sync_config(config)
     if section == "models":
@@ -336,7 +339,7 @@ def test_a_misspelt_key_is_reported_as_unknown(section: str) -> None:
 
 
 @pytest.mark.parametrize("value", [None, ""])
-def test_a_provider_key_variable_that_is_empty_is_not_set(value: str | None, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_provider_key_variable_that_is_empty_is_not_set(value: str | None, monkeypatch) -> None:
     """docker-compose.yml passes `OPENAI_API_KEY: ${OPENAI_API_KEY:-}`: unset on the host, it
     arrives empty, and must read as missing, not as a key."""
     from responses_api.orchestration.routing import provider_secret

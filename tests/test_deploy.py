@@ -481,7 +481,7 @@ def test_entry_points_import() -> None:
 # --- Health endpoints through the live server ------------------------------------------------
 
 
-def test_healthz_and_readyz(transactional_db, gateway_server) -> None:  # type: ignore[no-untyped-def]
+def test_healthz_and_readyz(transactional_db, gateway_server) -> None:
     with httpx.Client(base_url=gateway_server.url, timeout=10) as http:
         health = http.get("/healthz")
         ready = http.get("/readyz")
@@ -496,7 +496,7 @@ def test_healthz_and_readyz(transactional_db, gateway_server) -> None:  # type: 
         assert settings.REDIS_URL and body["checks"]["redis"] == "ok"
 
 
-def test_health_probes_are_not_redirected_to_https(client, settings) -> None:  # type: ignore[no-untyped-def]
+def test_health_probes_are_not_redirected_to_https(client, settings) -> None:
     settings.SECURE_SSL_REDIRECT = True
     assert client.get("/healthz").status_code == 200
     assert client.get("/v1/models").status_code == 301  # everything else goes to HTTPS
@@ -521,7 +521,7 @@ def setup_only(state_dir: Path, port: int = 8091) -> str:
     return out.getvalue().strip().splitlines()[-1]
 
 
-def test_gateway_up_creates_then_reuses_the_dev_key(transactional_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_gateway_up_creates_then_reuses_the_dev_key(transactional_db, tmp_path: Path) -> None:
     from responses_api.models import ApiKey, ModelRoute, Provider
     from responses_api.store.services import hash_key
 
@@ -562,7 +562,7 @@ def test_gateway_up_creates_then_reuses_the_dev_key(transactional_db, tmp_path: 
     assert ApiKey.objects.get().secret_hash == hash_key(fresh)
 
 
-def test_gateway_up_keeps_the_admins_edits_of_its_generated_config(transactional_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_gateway_up_keeps_the_admins_edits_of_its_generated_config(transactional_db, tmp_path: Path) -> None:
     """scripts/run syncs its generated config at every start under the file's rule: what it
     sets is its own, what it leaves out (price, context_window, ...) is the admin's."""
     from decimal import Decimal
@@ -583,7 +583,7 @@ def test_gateway_up_keeps_the_admins_edits_of_its_generated_config(transactional
     assert (provider.connect_timeout, provider.base_url) == (9, "http://127.0.0.1:18092/v1")
 
 
-def test_gateway_up_rejects_a_revoked_key(transactional_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_gateway_up_rejects_a_revoked_key(transactional_db, tmp_path: Path) -> None:
     from django.utils import timezone
 
     from responses_api.models import ApiKey
@@ -620,7 +620,7 @@ def test_manage_py_commands_work_as_written_in_a_development_checkout() -> None:
     assert strict.returncode != 0 and "SECRET_KEY must be set" in strict.stderr
 
 
-def test_the_development_admin_login_is_offered_and_reused(tmp_path, db) -> None:  # type: ignore[no-untyped-def]
+def test_the_development_admin_login_is_offered_and_reused(tmp_path, db) -> None:
     from django.contrib.auth import authenticate, get_user_model
 
     from responses_api.management.commands.gateway_up import dev_admin
@@ -804,7 +804,7 @@ def test_base_images_are_exact_versions() -> None:
     """A floating tag (postgres:16, redis:7, python:3.11-slim) changes under a rebuild or a pull."""
     exact = re.compile(r":\d+\.\d+(\.\d+)?(-[a-z]+)*$")
     images = [service["image"] for service in SERVICES.values() if "build" not in service]
-    images.append(re.search(r"^FROM (\S+)", DOCKERFILE, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    images.append(re.search(r"^FROM (\S+)", DOCKERFILE, re.MULTILINE).group(1))  # type: ignore[union-attr]  # no match fails the test
     for image in images:
         assert exact.search(image), image
 

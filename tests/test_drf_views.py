@@ -34,12 +34,13 @@ def test_every_v1_endpoint_is_a_drf_view_served_by_the_fast_lane() -> None:
     for route, callback in _v1_routes(get_resolver().url_patterns):
         if route in ("v1/^.*$", "v1/openapi.json", "v1/docs", "v1/docs/redoc.standalone.js"):
             continue  # the unknown-URL answer and the public API documentation
-        views[route] = getattr(callback, "cls", None)
-        assert views[route] is not None and issubclass(views[route], ApiView), route
+        view = getattr(callback, "cls", None)
+        assert view is not None and issubclass(view, ApiView), route
+        views[route] = view
         assert getattr(callback, "fast_lane", False), route
         expected = KeyOrStaffSessionAuthentication if route in browsable else BearerKeyAuthentication
-        assert views[route].authentication_classes == (expected,), route
-        assert HasApiKey in views[route].permission_classes
+        assert view.authentication_classes == (expected,), route
+        assert HasApiKey in view.permission_classes
     assert "v1/responses" in views and "v1/conversations/<str:conversation_id>/items" in views
 
 
@@ -89,7 +90,7 @@ def test_a_throttle_class_plugs_into_the_async_dispatch(gateway: Gateway, monkey
     class OnePerKey:
         seen: set[int] = set()
 
-        async def allow_request(self, request, view) -> bool:  # type: ignore[no-untyped-def]
+        async def allow_request(self, request, view) -> bool:
             key = request.user.key_id
             if key in self.seen:
                 return False

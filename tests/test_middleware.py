@@ -18,7 +18,7 @@ def test_every_middleware_is_async_capable() -> None:
     assert sync_only == []
 
 
-async def test_collected_static_files_are_served_and_the_rest_passes_through(settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_collected_static_files_are_served_and_the_rest_passes_through(settings, tmp_path) -> None:
     from django.core.management import call_command
 
     settings.STATIC_ROOT = tmp_path
@@ -28,7 +28,7 @@ async def test_collected_static_files_are_served_and_the_rest_passes_through(set
     }
     call_command("collectstatic", "--noinput", verbosity=0)
 
-    async def downstream(request):  # type: ignore[no-untyped-def]
+    async def downstream(request):
         return HttpResponse("api", status=299)
 
     middleware = AsyncStaticFilesMiddleware(downstream)

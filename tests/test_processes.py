@@ -14,7 +14,7 @@ from responses_api.ops.processes import ProcessExited, stop_process, wait_until
 pytestmark = pytest.mark.embedded
 
 
-def _python(code: str, **kwargs) -> subprocess.Popen[bytes]:  # type: ignore[no-untyped-def]
+def _python(code: str, **kwargs) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code], **kwargs)
 
 

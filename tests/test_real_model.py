@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from responses_api.ops import local_model
+from tests.support.errors import error_body
 from tests.support.harness import Gateway
 from tests.support.stream_validator import validate_sse
 
@@ -136,7 +137,7 @@ def test_embeddings_on_the_chat_model_are_a_clear_400(real: Gateway) -> None:
 
     with pytest.raises(openai.BadRequestError) as caught:
         real.openai().embeddings.create(model=REAL_MODEL, input="the sea")
-    error = caught.value.body
+    error = error_body(caught.value)
     assert error["code"] == "model_not_supported" and error["param"] == "model"
     assert f"The model '{REAL_MODEL}' serves no embeddings" in error["message"]
     assert "--embeddings" in error["message"]  # llama.cpp's own reason, quoted

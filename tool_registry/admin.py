@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.conf import settings
@@ -23,6 +23,15 @@ from .executors import execute
 from .mcp import McpUnavailable
 from .models import EgressAllow, McpServer, Tool, ToolCallRecord
 from .services import egress_policy, mcp_listing_refresh, spec_of
+
+# ModelAdmin is generic in django-stubs only: subscripted at runtime it raises TypeError.
+if TYPE_CHECKING:
+    ToolModelAdmin = admin.ModelAdmin[Tool]
+    McpServerModelAdmin = admin.ModelAdmin[McpServer]
+    EgressAllowModelAdmin = admin.ModelAdmin[EgressAllow]
+    ToolCallRecordModelAdmin = admin.ModelAdmin[ToolCallRecord]
+else:
+    ToolModelAdmin = McpServerModelAdmin = EgressAllowModelAdmin = ToolCallRecordModelAdmin = admin.ModelAdmin
 
 
 def _python_allowlist() -> str:
@@ -48,7 +57,7 @@ class TestCallForm(forms.Form):
     )
 
     def clean_arguments(self) -> str:
-        value = self.cleaned_data["arguments"]
+        value: str = self.cleaned_data["arguments"]  # a CharField's value
         try:
             parsed = json.loads(value)
         except ValueError as exc:
@@ -59,7 +68,7 @@ class TestCallForm(forms.Form):
 
 
 @admin.register(Tool)
-class ToolAdmin(ConfigManagedAdmin, admin.ModelAdmin):
+class ToolAdmin(ConfigManagedAdmin, ToolModelAdmin):
     config_fields = {"executor": ("executor", "url", "headers_env", "signing_secret_env", "python_callable")}
     list_display = (
         "name",
@@ -146,7 +155,7 @@ class ToolAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
 
 @admin.register(McpServer)
-class McpServerAdmin(ConfigManagedAdmin, admin.ModelAdmin):
+class McpServerAdmin(ConfigManagedAdmin, McpServerModelAdmin):
     config_fields = {"require_approval": ("approval", "approval_tools")}
     list_display = (
         "label",
@@ -206,13 +215,13 @@ class McpServerAdmin(ConfigManagedAdmin, admin.ModelAdmin):
 
 
 @admin.register(EgressAllow)
-class EgressAllowAdmin(admin.ModelAdmin):
+class EgressAllowAdmin(EgressAllowModelAdmin):
     list_display = ("entry", "note", "created_at")
     search_fields = ("entry", "note")
 
 
 @admin.register(ToolCallRecord)
-class ToolCallRecordAdmin(admin.ModelAdmin):
+class ToolCallRecordAdmin(ToolCallRecordModelAdmin):
     list_display = ("call_id", "tool_name", "response_id", "succeeded", "started_at", "finished_at")
     list_filter = ("succeeded", "tool_name")
     search_fields = ("call_id", "response_id", "tool_name")

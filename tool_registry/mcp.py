@@ -309,7 +309,7 @@ async def check_egress(spec: McpServerSpec, policy: EgressPolicy) -> None:
 
 def _tool_dict(tool: Any) -> dict[str, Any]:
     annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
-    return jsonlimits.storable(
+    stored: dict[str, Any] = jsonlimits.storable(
         {
             "name": tool.name,
             "description": tool.description,
@@ -317,6 +317,7 @@ def _tool_dict(tool: Any) -> dict[str, Any]:
             "annotations": annotations,
         }
     )
+    return stored
 
 
 async def list_tools(spec: McpServerSpec, policy: EgressPolicy) -> list[dict[str, Any]]:
@@ -342,7 +343,8 @@ async def list_tools(spec: McpServerSpec, policy: EgressPolicy) -> list[dict[str
 
 def _content_text(block: Any) -> str:
     if getattr(block, "type", None) == "text":
-        return block.text
+        text: str = block.text  # mcp's TextContent
+        return text
     return json.dumps(block.model_dump(by_alias=True, exclude_none=True), default=str)
 
 

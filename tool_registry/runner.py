@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Any
 
 from django.conf import settings
 
@@ -32,7 +33,7 @@ class RegistryToolRunner:
     def is_server_tool(self, name: str) -> bool:
         return name in self.specs
 
-    async def execute(self, call: dict) -> str:
+    async def execute(self, call: dict[str, Any]) -> str:
         """Run one function_call item's tool; the output for the model, never an exception."""
         previous = await db.run(
             services.tool_call_claim,
@@ -67,7 +68,7 @@ class NoTools:
     def is_server_tool(self, name: str) -> bool:
         return False
 
-    async def execute(self, call: dict) -> str:  # pragma: no cover - never called
+    async def execute(self, call: dict[str, Any]) -> str:  # pragma: no cover - never called
         raise AssertionError("no server tools")
 
 
@@ -82,7 +83,7 @@ class McpToolset:
         policy: EgressPolicy,
         adhoc_policy: EgressPolicy = STRICT,
         tenant_id: int | None = None,
-        cached: dict[str, list[dict]] | None = None,
+        cached: dict[str, list[dict[str, Any]]] | None = None,
         request_approval: dict[str, ApprovalPolicy] | None = None,
     ) -> None:
         """`policy`: the operator's egress allowlist, for registered servers; `adhoc_policy`:
@@ -133,7 +134,7 @@ class McpToolset:
                     error = ServerError(f"The gateway failed to list the tools of MCP server '{label}'.")
                 raise error from outcome
 
-    async def listing(self, label: str) -> list[dict]:
+    async def listing(self, label: str) -> list[dict[str, Any]]:
         spec = self.servers[label]
         if label in self.cached:
             return self.cached[label]
@@ -167,10 +168,10 @@ class McpToolset:
         """The server's tools are offered only once tool search finds them."""
         return self.servers[label].defer_loading
 
-    def allows(self, label: str, name: str, annotations: dict | None) -> bool:
+    def allows(self, label: str, name: str, annotations: dict[str, Any] | None) -> bool:
         return self.servers[label].allows(name, annotations)
 
-    def requires_approval(self, label: str, name: str, annotations: dict | None) -> bool:
+    def requires_approval(self, label: str, name: str, annotations: dict[str, Any] | None) -> bool:
         if self.servers[label].approval.requires(name, annotations):
             return True
         extra = self.request_approval.get(label)
@@ -233,4 +234,4 @@ async def _remember(spec: McpServerSpec, **listing: object) -> None:
 # Ad-hoc servers' listings, by (tenant, ad-hoc egress policy, url, headers), each for its
 # server's `cache_seconds`: one process's memory, bounded (the URLs come from clients), and
 # emptied with every other cache by `ttlcache.clear_all`.
-_adhoc_listings: TTLCache[tuple, list[dict]] = TTLCache(lambda: 0.0, max_entries=4096)
+_adhoc_listings: TTLCache[tuple[Any, ...], list[dict[str, Any]]] = TTLCache(lambda: 0.0, max_entries=4096)

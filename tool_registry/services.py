@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -112,7 +113,9 @@ def mcp_spec_of(server: McpServer) -> McpServerSpec:
     )
 
 
-def mcp_servers_for(*, tenant_id: int, route_name: str, labels: list[str]) -> list[tuple[McpServerSpec, dict]]:
+def mcp_servers_for(
+    *, tenant_id: int, route_name: str, labels: list[str]
+) -> list[tuple[McpServerSpec, dict[str, Any]]]:
     """Enabled MCP servers this tenant may use that the request names or its route attaches,
     each with its cached listing: {"tools": [...], "fresh": bool} (one query)."""
     wanted = Q(label__in=labels) | Q(routes__name=route_name)
@@ -127,7 +130,7 @@ def mcp_servers_for(*, tenant_id: int, route_name: str, labels: list[str]) -> li
     return out
 
 
-def mcp_listing_refresh(server: McpServer) -> list[dict]:
+def mcp_listing_refresh(server: McpServer) -> list[dict[str, Any]]:
     """List a registered server now (blocking, for the admin) and remember the outcome.
     Raises McpUnavailable, whose message is also stored as the server's last error."""
     try:
@@ -139,9 +142,9 @@ def mcp_listing_refresh(server: McpServer) -> list[dict]:
     return tools
 
 
-def mcp_listing_store(*, server_id: int, tools: list[dict] | None, error: str = "") -> None:
+def mcp_listing_store(*, server_id: int, tools: list[dict[str, Any]] | None, error: str = "") -> None:
     """Remember a listing (or why it failed) for the TTL; the admin shows both."""
-    fields: dict = {"last_error": error}
+    fields: dict[str, Any] = {"last_error": error}
     if tools is not None:
         fields.update(tools_cache=tools, tools_fetched_at=timezone.now())
     McpServer.objects.filter(pk=server_id).update(**fields)

@@ -38,7 +38,7 @@ def error_response(error: GatewayError) -> HttpResponse:
     return response
 
 
-def drf_exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
+def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponse | None:
     """The exception handler of every /v1 view (DRF's EXCEPTION_HANDLER): the gateway's own
     errors, DRF's (405, throttles, permissions) and outages (503) become the protocol's error
     body; anything else goes on up to the ASGI lane, which logs it and answers a plain 500."""
@@ -50,7 +50,7 @@ def drf_exception_handler(exc: Exception, context: dict) -> HttpResponse | None:
     return error_response(outage) if outage is not None else None
 
 
-def _from_drf(exc: Any, context: dict) -> GatewayError:
+def _from_drf(exc: Any, context: dict[str, Any]) -> GatewayError:
     detail, param = exc.detail, None
     if isinstance(exc, exceptions.MethodNotAllowed):
         request = context.get("request")

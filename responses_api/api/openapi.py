@@ -42,7 +42,8 @@ def ref(name: str) -> dict[str, str]:
 
 @functools.cache
 def protocol_schemas() -> dict[str, Any]:
-    return json.loads(SCHEMAS_FILE.read_text())["schemas"]
+    schemas: dict[str, Any] = json.loads(SCHEMAS_FILE.read_text())["schemas"]
+    return schemas
 
 
 def _list_of(item: dict[str, Any], description: str) -> dict[str, Any]:

@@ -185,4 +185,5 @@ def member_title(schema: dict[str, Any]) -> str:
 @functools.cache
 def build_document() -> dict[str, Any]:
     """The document (cached: the URLconf does not change while a process runs)."""
-    return SchemaGenerator().get_schema(request=None, public=True)
+    document: dict[str, Any] = SchemaGenerator().get_schema(request=None, public=True)
+    return document

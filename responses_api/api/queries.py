@@ -25,7 +25,7 @@ USAGE_GROUPS = ("model", "day", "tenant", "key")
 USAGE_FORMATS = ("json", "csv")
 
 
-class QueryParameters(serializers.Serializer):
+class QueryParameters(serializers.Serializer[None]):
     """A set of query parameters; `parse` turns a query string into their values.
 
     The query is handed to the serializer as a plain dict, not the `QueryDict`: DRF
@@ -130,7 +130,7 @@ _PLUS_LOST = re.compile(r"(?<=\d) (\d\d(?::?\d\d)?)$")
         "examples": [1767225600, "2026-01-01", "2026-01-01T09:30:00+02:00"],
     }
 )
-class TimestampField(serializers.Field):
+class TimestampField(serializers.Field[datetime, Any, int, None]):
     """A point in time: Unix seconds (`1767225600`) or ISO 8601 (`2026-01-01`,
     `2026-01-01T09:30:00Z`, `2026-01-01T09:30:00+02:00`); without an offset it is UTC."""
 

@@ -15,6 +15,7 @@ helps nobody.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ class AsyncStaticFilesMiddleware:
     sync_capable = False
     async_capable = True
 
-    def __init__(self, get_response: Any) -> None:
+    def __init__(self, get_response: Callable[[HttpRequest], Awaitable[HttpResponseBase]]) -> None:
         self.get_response = get_response
         # WhiteNoise answers static paths itself and returns its get_response() for the rest.
         self.whitenoise = WhiteNoiseMiddleware(lambda request: None)
@@ -64,7 +65,8 @@ class AsyncStaticFilesMiddleware:
 
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if request.path_info.startswith(self.prefix):
-            response = await sync_to_async(self.whitenoise, thread_sensitive=False)(request)
+            # WhiteNoise is untyped: its answer is a response, or None for a path it does not serve.
+            response: HttpResponseBase | None = await sync_to_async(self.whitenoise, thread_sensitive=False)(request)
             if response is None and self.from_apps:
                 response = await sync_to_async(_from_apps, thread_sensitive=False)(request, self.prefix)
             if response is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
@@ -18,11 +19,17 @@ from ..models import Conversation, ConversationItem, Response, ResponseItem
 from ..protocol.items import item_text
 from ..store.selectors import FREE, route_prices, usage_counts, usage_sums, usd, usd_text
 
+# ModelAdmin is generic in django-stubs only: subscripted at runtime it raises TypeError.
+if TYPE_CHECKING:
+    ConversationModelAdmin = admin.ModelAdmin[Conversation]
+else:
+    ConversationModelAdmin = admin.ModelAdmin
+
 ITEMS_SHOWN = 500
 
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(ConversationModelAdmin):
     # Ids are 69 characters: shown shortened (the whole id in the title, and searchable), so the
     # columns fit a 1400 px window beside the filters.
     list_display = ("short_id", "tenant", "item_count", "created")
@@ -35,7 +42,7 @@ class ConversationAdmin(admin.ModelAdmin):
     fields = ("id", "tenant", "created_at", "metadata_display", "usage_display", "items_display")
     readonly_fields = fields
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
         return super().get_queryset(request).annotate(_items=Count("conversation_items"))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -124,7 +131,7 @@ def _response_link(response_id: str | None) -> str:
     return format_html('<a href="{}" title="{}"><code>{}…</code></a>', url, response_id, response_id[:14])
 
 
-def _excerpt(data: dict) -> str:
+def _excerpt(data: dict[str, Any]) -> str:
     if data.get("type") == "message":
         text = item_text(data)
     else:

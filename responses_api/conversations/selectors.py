@@ -60,7 +60,8 @@ def conversation_item_get(*, tenant_id: int, conversation_id: str, item_id: str)
     )
     if data is None:
         raise NotFound(f"Item with id '{item_id}' not found in conversation '{conversation_id}'.", param="item_id")
-    return _loads(data)
+    item: dict[str, Any] = _loads(data)  # a stored item is a JSON object
+    return item
 
 
 def conversations_page(*, tenant_id: int | None, after: str | None, limit: int, order: str) -> ListPage:

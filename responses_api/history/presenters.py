@@ -28,7 +28,7 @@ def pretty_json(value: Any) -> str:
         try:
             value = json.loads(value)
         except ValueError:
-            return value
+            return str(value)
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
 
 

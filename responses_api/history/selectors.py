@@ -32,11 +32,14 @@ from ..store.selectors import (
     chain_step_sql,
     response_object_from_row,
     responses_visible,
-    route_prices,
     usage_counts,
     usage_sums,
     usd,
 )
+from ..store.selectors import route_prices as route_prices  # re-exported: the admin prices rows through history
+
+# A usage bucket's identity: (day, model, tenant, key_id), any of them None when not grouped by.
+BucketKey = tuple[Any, ...]
 
 # The Postgres text-search document of an item: every "text" string at any
 # depth (message parts, reasoning summaries), as a 'simple' (language-neutral,
@@ -420,7 +423,7 @@ def usage_summary(
     spent. Cost is priced per model (`Price.cost`, the function budgets settle with) at the
     routes' current prices, then added up into the buckets asked for."""
     prices = route_prices()
-    merged: dict[tuple, dict[str, Any]] = {}
+    merged: dict[BucketKey, dict[str, Any]] = {}
     for source in (Response.objects.all(), UsageRecord.objects.all()):
         for bucket, cost in _usage_buckets(
             source,
@@ -507,7 +510,7 @@ def _usage_buckets(
         qs = qs.annotate(key_name=F("api_key__name"), key_prefix=F("api_key__prefix"))
         keys += ["api_key_id", "key_name", "key_prefix"]
     rows = qs.values(*keys).annotate(requests=Count("id"), **usage_sums()).order_by(*keys)
-    folded: dict[tuple, tuple[dict[str, Any], list[Decimal]]] = {}
+    folded: dict[BucketKey, tuple[dict[str, Any], list[Decimal]]] = {}
     for row in rows:
         entry: dict[str, Any] = {"object": "usage.bucket"}
         if "day" in row:

@@ -17,14 +17,16 @@ from tool_registry.services import adhoc_egress_policy, egress_policy, mcp_serve
 
 from ..domain import Principal
 from ..protocol.errors import InvalidRequest
-from ..protocol.mcp import McpTool, ToolFilter
+from ..protocol.mcp import ApprovalPolicy, McpTool, ToolFilter
 from ..protocol.request import CreateRequest
 from ..store import db
 from ..store.ttlcache import TTLCache
 
 # One response's MCP servers: (server specs, fresh cached listings by label, the request's
 # approval policies by label); see mcp_plan.
-McpPlan = tuple[list, dict[str, list], dict[str, Any]]
+McpPlan = tuple[list[McpServerSpec], dict[str, list[dict[str, Any]]], dict[str, ApprovalPolicy]]
+# The registered servers a response may use, each with its cached listing (mcp_servers_for).
+McpRegistry = list[tuple[McpServerSpec, dict[str, Any]]]
 
 
 def registry_mcp_labels(req: CreateRequest) -> list[str]:
@@ -32,10 +34,10 @@ def registry_mcp_labels(req: CreateRequest) -> list[str]:
     return sorted(m.server_label for m in req.mcp_tools if m.server_url is None)
 
 
-_mcp_cache: TTLCache[tuple[int, str, tuple[str, ...]], list] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
+_mcp_cache: TTLCache[tuple[int, str, tuple[str, ...]], McpRegistry] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 
 
-async def registry_mcp(principal: Principal, req: CreateRequest) -> list:
+async def registry_mcp(principal: Principal, req: CreateRequest) -> McpRegistry:
     """Registered MCP servers the request names by label or its route attaches (cached briefly)."""
     labels = registry_mcp_labels(req)
     return await db.run_cached(
@@ -48,7 +50,7 @@ async def registry_mcp(principal: Principal, req: CreateRequest) -> list:
     )
 
 
-def mcp_plan(req: CreateRequest, registry: list) -> tuple[CreateRequest, McpPlan]:
+def mcp_plan(req: CreateRequest, registry: McpRegistry) -> tuple[CreateRequest, McpPlan]:
     """The servers of one response: (specs, fresh cached listings, request approval policies),
     with the request that also declares the servers its route attaches (reported in the
     Response's `tools`).
@@ -57,8 +59,8 @@ def mcp_plan(req: CreateRequest, registry: list) -> tuple[CreateRequest, McpPlan
     request may narrow with `allowed_tools` and make stricter with `require_approval`)."""
     by_label = {spec.label: (spec, listing) for spec, listing in registry}
     specs: list[McpServerSpec] = []
-    cached: dict[str, list] = {}
-    approvals: dict = {}
+    cached: dict[str, list[dict[str, Any]]] = {}
+    approvals: dict[str, ApprovalPolicy] = {}
     for decl in req.mcp_tools:
         if decl.server_url is None:
             entry = by_label.pop(decl.server_label, None)

@@ -88,7 +88,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _require(entry: dict, key: str, where: str) -> Any:
+def _require(entry: dict[str, Any], key: str, where: str) -> Any:
     if key not in entry or entry[key] in (None, ""):
         raise ConfigError(f"{where}: '{key}' is required")
     return entry[key]

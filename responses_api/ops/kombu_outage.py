@@ -11,6 +11,7 @@ restarts Redis under a busy worker). Remove it once kombu's channel keeps its pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 _installed = False
@@ -23,9 +24,9 @@ def install() -> None:
     from kombu.transport import redis as transport
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    connparams = transport.Channel._connparams
+    connparams: Callable[..., dict[str, Any]] = transport.Channel._connparams  # kombu leaves it unannotated
 
-    def _connparams(self: Any, asynchronous: bool = False) -> Any:
+    def _connparams(self: Any, asynchronous: bool = False) -> dict[str, Any]:
         if self.connection is None or self.connection.client is None:
             raise RedisConnectionError("the broker connection is closed")
         return connparams(self, asynchronous=asynchronous)

@@ -38,7 +38,7 @@ log = logging.getLogger("gateway.alerts")
 # module is the worker's entry point, above this layer.
 DELIVER_ALERT_TASK = "responses_api.deliver_alert"
 
-_background: set[asyncio.Task] = set()  # the loop holds tasks only weakly
+_background: set[asyncio.Task[None]] = set()  # the loop holds tasks only weakly
 
 
 def budget_crossed(*, scope: str, period: str, token_limit: int, micro_usd_limit: int, crossing: Crossing) -> None:
@@ -114,7 +114,7 @@ def stale_after_seconds() -> float:
     any wait between two attempts of one delivery (so a delivery retrying is never sent twice),
     and at least GATEWAY_ALERT_REQUEUE_SECONDS."""
     longest_wait = retry_delay(settings.GATEWAY_ALERT_RETRIES) + 2 * settings.GATEWAY_ALERT_TIMEOUT_SECONDS + 30
-    return max(float(settings.GATEWAY_ALERT_REQUEUE_SECONDS), longest_wait)
+    return max(float(settings.GATEWAY_ALERT_REQUEUE_SECONDS), float(longest_wait))
 
 
 async def requeue_stale_deliveries() -> int:
@@ -140,7 +140,7 @@ async def enqueue_delivery(delivery_id: int) -> None:
 
 def retry_delay(attempt: int) -> float:
     """Seconds before retry `attempt` (0 first): GATEWAY_ALERT_RETRY_SECONDS, doubling, at most 10 minutes."""
-    return min(settings.GATEWAY_ALERT_RETRY_SECONDS * 2**attempt, 600.0)
+    return min(float(settings.GATEWAY_ALERT_RETRY_SECONDS) * 2.0**attempt, 600.0)
 
 
 async def _deliver_in_process(delivery_id: int) -> None:

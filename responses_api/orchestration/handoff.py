@@ -100,7 +100,7 @@ async def start_on_worker(
     return copy.deepcopy(builder.response)
 
 
-_embedded_tasks: set[asyncio.Task] = set()
+_embedded_tasks: set[asyncio.Task[str]] = set()  # run_claimed: the final status
 
 
 async def enqueue(response_id: str) -> None:

@@ -20,7 +20,7 @@ from tool_registry.services import egress_policy, registry_tools_for
 
 from ..domain import Principal, Route
 from ..mcp import planning as mcp_planning
-from ..mcp.planning import McpPlan, mcp_plan
+from ..mcp.planning import McpPlan, McpRegistry, mcp_plan
 from ..protocol.client_tools import HOSTED_ALIASES
 from ..protocol.errors import InvalidRequest
 from ..protocol.request import CreateRequest
@@ -154,7 +154,7 @@ class ToolPlan:
     mcp: McpPlan
 
 
-def plan_tools(req: CreateRequest, route: Route, specs: list[ToolSpec], mcp_registry: list) -> ToolPlan:
+def plan_tools(req: CreateRequest, route: Route, specs: list[ToolSpec], mcp_registry: McpRegistry) -> ToolPlan:
     """The one tool planning of the web path and the worker: `specs` are the registry tools the
     request names, serves hosted tools with, or its route attaches (registry_specs), and
     `mcp_registry` the registered MCP servers it names or its route attaches (registry_mcp)."""

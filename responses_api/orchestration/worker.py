@@ -198,7 +198,8 @@ async def run_claimed(response_id: str) -> str:
             return "failed"
         async for event in run.events(opening="none"):
             await writer.append(event)
-        return run.response["status"]
+        status: str = run.response["status"]
+        return status
     finally:
         await writer.close(settings.GATEWAY_EVENT_LOG_RETRY_SECONDS)
         for task in (watcher, heart):

@@ -75,13 +75,13 @@ def _output_text(output: Any) -> str:
     return "".join(p.get("text", "") for p in output if p.get("type") == "input_text")
 
 
-def _user_content(parts: list[dict], breakpoints: bool = False) -> str | list[dict]:
+def _user_content(parts: list[dict[str, Any]], breakpoints: bool = False) -> str | list[dict[str, Any]]:
     """`breakpoints`: the parts' `prompt_cache_breakpoint`s go with them (which needs parts,
     not the plain string a text-only message otherwise becomes)."""
     marked = breakpoints and any(p.get("prompt_cache_breakpoint") for p in parts)
     if not marked and all(p["type"] == "input_text" for p in parts):
         return "".join(p["text"] for p in parts) if len(parts) == 1 else "\n".join(p["text"] for p in parts)
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for p in parts:
         if p["type"] == "input_text":
             out.append({"type": "text", "text": p["text"]})
@@ -105,7 +105,9 @@ def _user_content(parts: list[dict], breakpoints: bool = False) -> str | list[di
     return out
 
 
-def items_to_messages(items: list[dict], instructions: str | None, options: ChatOptions | None = None) -> list[dict]:
+def items_to_messages(
+    items: list[dict[str, Any]], instructions: str | None, options: ChatOptions | None = None
+) -> list[dict[str, Any]]:
     conversion = ChatConversion(instructions, options or ChatOptions())
     conversion.extend(items)
     return conversion.messages
@@ -120,7 +122,7 @@ class ChatConversion:
 
     def __init__(self, instructions: str | None, options: ChatOptions) -> None:
         self.options = options
-        self.messages: list[dict] = []
+        self.messages: list[dict[str, Any]] = []
         self.pending_reasoning: list[str] = []  # reasoning waits for the assistant turn it belongs to
         if instructions:
             self.messages.append({"role": options.developer_role, "content": instructions})
@@ -136,7 +138,7 @@ class ChatConversion:
         copy.pending_reasoning = list(self.pending_reasoning)
         return copy
 
-    def extend(self, items: list[dict]) -> None:
+    def extend(self, items: list[dict[str, Any]]) -> None:
         options, messages, pending_reasoning = self.options, self.messages, self.pending_reasoning
         for item in items:
             kind = item["type"]
@@ -191,7 +193,7 @@ class ChatConversion:
             # nor are hosted tools' items (web_search_call, ...): no upstream call produced them.
 
 
-def _assistant_turn(messages: list[dict]) -> dict:
+def _assistant_turn(messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The assistant message tool calls join: consecutive calls (and the text just before them)
     form one assistant turn."""
     last = messages[-1] if messages else None
@@ -202,7 +204,7 @@ def _assistant_turn(messages: list[dict]) -> dict:
     return messages[-1]
 
 
-def _tool_param(tool: Tool, options: ChatOptions) -> dict:
+def _tool_param(tool: Tool, options: ChatOptions) -> dict[str, Any]:
     function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters}
     if tool.description:
         function["description"] = tool.description
@@ -213,7 +215,7 @@ def _tool_param(tool: Tool, options: ChatOptions) -> dict:
 
 def build_chat_request(
     req: CreateRequest,
-    items: list[dict],
+    items: list[dict[str, Any]],
     *,
     upstream_model: str,
     stream: bool,
@@ -368,7 +370,7 @@ class ThinkSplitter:
         return [ReasoningDelta(text)] if self._state == "think" else [TextDelta(text)]
 
 
-def _reasoning_of(message: dict) -> str | None:
+def _reasoning_of(message: dict[str, Any]) -> str | None:
     value = message.get("reasoning_content")
     if value is None:
         value = message.get("reasoning")
@@ -420,7 +422,7 @@ class ChunkDecoder:
         self._call_by_raw: dict[int | None, int] = {}
         self._calls_seen = 0
 
-    def _call_index(self, call: dict) -> int:
+    def _call_index(self, call: dict[str, Any]) -> int:
         raw = call.get("index")
         raw = int(raw) if raw is not None else None
         call_id = call.get("id")

@@ -34,7 +34,7 @@ class OutputItem:
     """A whole output item relayed as the upstream made it: a hosted tool the upstream ran
     itself (web_search_call, ...; native Responses upstreams)."""
 
-    item: dict
+    item: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ class Usage:
             details,
         )
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         input_details: dict[str, Any] = {
             "cached_tokens": self.cached_tokens,
             "cache_write_tokens": self.cache_write_tokens,
@@ -102,14 +102,14 @@ class ResponseFields:
     """Fields of the upstream's own Response passed on as it reported them (a native Responses
     upstream's `prompt_cache_diagnostics` and `tool_usage`)."""
 
-    fields: dict
+    fields: dict[str, Any]
 
 
 # The upstream Response fields passed on (ResponseFields).
 PASSED_RESPONSE_FIELDS = ("prompt_cache_diagnostics", "tool_usage")
 
 
-def add_counts(a: dict, b: dict) -> dict:
+def add_counts(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Two usage objects of nested counts (`tool_usage`) added key by key."""
     out = dict(a)
     for key, value in b.items():

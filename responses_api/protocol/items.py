@@ -32,18 +32,18 @@ def _bad(message: str, param: str) -> InvalidRequest:
     return InvalidRequest(message, param=param)
 
 
-def _require_str(obj: dict, key: str, param: str, *, allow_empty: bool = True) -> str:
+def _require_str(obj: dict[str, Any], key: str, param: str, *, allow_empty: bool = True) -> str:
     value = obj.get(key)
     if not isinstance(value, str) or (not allow_empty and not value):
         raise _bad(f"Missing or invalid '{param}.{key}': expected a string.", f"{param}.{key}")
     return value
 
 
-def _text_part(part: dict, param: str, kind: str) -> dict:
+def _text_part(part: dict[str, Any], param: str, kind: str) -> dict[str, Any]:
     return {"type": kind, "text": _require_str(part, "text", param)}
 
 
-def _cache_breakpoint(part: dict, param: str) -> dict | None:
+def _cache_breakpoint(part: dict[str, Any], param: str) -> dict[str, Any] | None:
     """`prompt_cache_breakpoint` (newest SDK): `{"mode": "explicit", "ttl"?: "30m" | "12h"}`,
     kept on the part so that each dialect can place its cache breakpoint there."""
     value = part.get("prompt_cache_breakpoint")
@@ -60,7 +60,7 @@ def _cache_breakpoint(part: dict, param: str) -> dict | None:
     return {"mode": "explicit", **({"ttl": ttl} if ttl else {})}
 
 
-def _input_part(part: Any, param: str) -> dict:
+def _input_part(part: Any, param: str) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise _bad(f"Invalid '{param}': expected a content part object.", param)
     out = _input_part_fields(part, param)
@@ -70,7 +70,7 @@ def _input_part(part: Any, param: str) -> dict:
     return out
 
 
-def _input_part_fields(part: dict, param: str) -> dict:
+def _input_part_fields(part: dict[str, Any], param: str) -> dict[str, Any]:
     kind = part.get("type")
     if kind in ("input_text", "text"):
         return _text_part(part, param, "input_text")
@@ -110,7 +110,7 @@ def _input_part_fields(part: dict, param: str) -> dict:
     )
 
 
-def _assistant_part(part: Any, param: str) -> dict:
+def _assistant_part(part: Any, param: str) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise _bad(f"Invalid '{param}': expected a content part object.", param)
     kind = part.get("type")
@@ -132,7 +132,7 @@ def _assistant_part(part: Any, param: str) -> dict:
     )
 
 
-def _message(raw: dict, param: str) -> dict:
+def _message(raw: dict[str, Any], param: str) -> dict[str, Any]:
     role = raw.get("role")
     content = raw.get("content")
     if role == "assistant":
@@ -178,7 +178,7 @@ def _message(raw: dict, param: str) -> dict:
     }
 
 
-def _function_call(raw: dict, param: str) -> dict:
+def _function_call(raw: dict[str, Any], param: str) -> dict[str, Any]:
     arguments = raw.get("arguments", "")
     if not isinstance(arguments, str):
         raise _bad(f"Invalid '{param}.arguments': expected a JSON string.", f"{param}.arguments")
@@ -196,7 +196,7 @@ def _function_call(raw: dict, param: str) -> dict:
     return item
 
 
-def _function_call_output(raw: dict, param: str) -> dict:
+def _function_call_output(raw: dict[str, Any], param: str) -> dict[str, Any]:
     output = raw.get("output")
     if isinstance(output, list):
         output = [_input_part(p, f"{param}.output[{i}]") for i, p in enumerate(output)]
@@ -214,7 +214,7 @@ def _function_call_output(raw: dict, param: str) -> dict:
     }
 
 
-def _reasoning(raw: dict, param: str) -> dict:
+def _reasoning(raw: dict[str, Any], param: str) -> dict[str, Any]:
     summary = raw.get("summary") or []
     if not isinstance(summary, list):
         raise _bad(f"Invalid '{param}.summary': expected an array.", f"{param}.summary")
@@ -240,14 +240,14 @@ def _reasoning(raw: dict, param: str) -> dict:
     return item
 
 
-def _optional_str(raw: dict, key: str, param: str) -> str | None:
+def _optional_str(raw: dict[str, Any], key: str, param: str) -> str | None:
     value = raw.get(key)
     if value is not None and not isinstance(value, str):
         raise _bad(f"Invalid '{param}.{key}': expected a string.", f"{param}.{key}")
     return value
 
 
-def _mcp_approval_response(raw: dict, param: str) -> dict:
+def _mcp_approval_response(raw: dict[str, Any], param: str) -> dict[str, Any]:
     approve = raw.get("approve")
     if not isinstance(approve, bool):
         raise _bad(f"Missing or invalid '{param}.approve': expected a boolean.", f"{param}.approve")
@@ -260,7 +260,7 @@ def _mcp_approval_response(raw: dict, param: str) -> dict:
     }
 
 
-def _mcp_tool_fields(raw: dict, param: str) -> dict:
+def _mcp_tool_fields(raw: dict[str, Any], param: str) -> dict[str, Any]:
     """What an MCP call and an approval request both name: server, tool, arguments."""
     return {
         "server_label": _require_str(raw, "server_label", param, allow_empty=False),
@@ -269,7 +269,7 @@ def _mcp_tool_fields(raw: dict, param: str) -> dict:
     }
 
 
-def _mcp_approval_request(raw: dict, param: str) -> dict:
+def _mcp_approval_request(raw: dict[str, Any], param: str) -> dict[str, Any]:
     return {
         "type": "mcp_approval_request",
         "id": _require_str(raw, "id", param, allow_empty=False),
@@ -280,7 +280,7 @@ def _mcp_approval_request(raw: dict, param: str) -> dict:
 MCP_CALL_STATUSES = frozenset({"in_progress", "completed", "incomplete", "calling", "failed"})
 
 
-def _mcp_call(raw: dict, param: str) -> dict:
+def _mcp_call(raw: dict[str, Any], param: str) -> dict[str, Any]:
     error = raw.get("error")
     if error is not None and not isinstance(error, (str, dict)):
         raise _bad(f"Invalid '{param}.error': expected an object or a string.", f"{param}.error")
@@ -300,7 +300,7 @@ def _mcp_call(raw: dict, param: str) -> dict:
     }
 
 
-def _mcp_list_tools(raw: dict, param: str) -> dict:
+def _mcp_list_tools(raw: dict[str, Any], param: str) -> dict[str, Any]:
     tools = raw.get("tools")
     if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools):
         raise _bad(f"Invalid '{param}.tools': expected an array of tools with names.", f"{param}.tools")
@@ -371,7 +371,7 @@ CLIENT_TOOL_ITEM_FIELDS = CLIENT_TOOL_TYPES.item_fields
 HOSTED_ITEM_ID_OPTIONAL = frozenset({"tool_search_call", "tool_search_output"})
 
 
-def _hosted_tool_item(raw: dict, param: str) -> dict:
+def _hosted_tool_item(raw: dict[str, Any], param: str) -> dict[str, Any]:
     """An item a hosted tool produced (web_search_call, ...): history the gateway keeps, not runs."""
     if raw["type"] in HOSTED_ITEM_ID_OPTIONAL and raw.get("id") is None:
         return {**raw, "id": new_id("ts")}
@@ -379,7 +379,7 @@ def _hosted_tool_item(raw: dict, param: str) -> dict:
     return dict(raw)
 
 
-def _compaction(raw: dict, param: str) -> dict:
+def _compaction(raw: dict[str, Any], param: str) -> dict[str, Any]:
     item_id = raw.get("id")
     if item_id is not None and not isinstance(item_id, str):
         raise _bad(f"Invalid type for '{param}.id': expected a string.", f"{param}.id")
@@ -390,7 +390,7 @@ def _compaction(raw: dict, param: str) -> dict:
     }
 
 
-def _item_reference(raw: dict, param: str) -> dict:
+def _item_reference(raw: dict[str, Any], param: str) -> dict[str, Any]:
     return {"type": "item_reference", "id": _require_str(raw, "id", param, allow_empty=False)}
 
 
@@ -399,7 +399,7 @@ def _item_reference(raw: dict, param: str) -> dict:
 ID_MAX_CHARS = 255
 
 
-def normalize_item(raw: Any, param: str) -> dict:
+def normalize_item(raw: Any, param: str) -> dict[str, Any]:
     """One input item (of /v1/responses or /v1/conversations/{id}/items) in stored form."""
     if isinstance(raw, dict) and raw.get("id") is not None and not isinstance(raw["id"], str):
         raise _bad(f"Invalid '{param}.id': expected a string.", f"{param}.id")
@@ -428,7 +428,7 @@ def _call_field(item_type: str) -> str:
     return entry.output_call_field if entry is not None else "call_id"
 
 
-def _normalize_item(raw: Any, param: str) -> dict:
+def _normalize_item(raw: Any, param: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise _bad(f"Invalid '{param}': expected an object.", param)
     kind = raw.get("type")
@@ -476,7 +476,7 @@ def _normalize_item(raw: Any, param: str) -> dict:
     raise _bad(f"Invalid '{param}.type': unsupported item type {kind!r}.", f"{param}.type")
 
 
-def normalize_input(raw: Any) -> list[dict]:
+def normalize_input(raw: Any) -> list[dict[str, Any]]:
     if isinstance(raw, str):
         return [
             {
@@ -492,7 +492,7 @@ def normalize_input(raw: Any) -> list[dict]:
     return [normalize_item(entry, f"input[{i}]") for i, entry in enumerate(raw)]
 
 
-def item_text(item: dict) -> str:
+def item_text(item: dict[str, Any]) -> str:
     """The plain text of a message item (input_text / output_text / refusal parts)."""
     pieces = []
     for part in item.get("content") or []:

@@ -277,7 +277,8 @@ def _call_output(item: dict[str, Any]) -> str:
             error = error.get("message") or json.dumps(error.get("content", error))
         return json.dumps({"error": error})
     if item.get("output") is not None:
-        return item["output"]
+        output: str = item["output"]  # an mcp_call's output is text (items.py checks it)
+        return output
     return json.dumps({"error": "this call did not finish"})
 
 

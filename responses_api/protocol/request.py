@@ -10,7 +10,7 @@ other Chat Completions names, `stream_id`) are a 400 naming them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from .compaction import COMPACTION_INSTRUCTIONS
 from .errors import InvalidRequest
@@ -99,7 +99,15 @@ def _type_name(value: Any) -> str:
     return {dict: "object", list: "array", str: "string", bool: "boolean"}.get(type(value), type(value).__name__)
 
 
+T = TypeVar("T")
+
+
+@overload
+def expect(value: Any, kind: type[T], param: str, what: str) -> T: ...
+@overload
+def expect(value: Any, kind: tuple[type, ...], param: str, what: str) -> Any: ...
 def expect(value: Any, kind: type | tuple[type, ...], param: str, what: str) -> Any:
+    """`value`, if it is a `kind` (never a bool where a number is meant); else a 400 naming `param`."""
     # bool is an int subclass; never accept it where a number is expected.
     if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
         raise InvalidRequest(f"Invalid type for '{param}': expected {what}, got a boolean.", param=param)
@@ -129,7 +137,7 @@ STRING_BOUNDS: dict[str, int] = {
 }
 
 
-def _optional_number(body: dict, name: str) -> Any:
+def _optional_number(body: dict[str, Any], name: str) -> Any:
     lo, hi, integer = NUMBER_BOUNDS[name]
     value = body.get(name)
     if value is None:
@@ -146,18 +154,18 @@ def _optional_number(body: dict, name: str) -> Any:
     return value
 
 
-def _optional_str(body: dict, name: str) -> str | None:
+def _optional_str(body: dict[str, Any], name: str) -> str | None:
     max_len = STRING_BOUNDS[name]
     value = body.get(name)
     if value is None:
         return None
-    expect(value, str, name, "a string")
-    if len(value) > max_len:
+    text = expect(value, str, name, "a string")
+    if len(text) > max_len:
         raise InvalidRequest(f"'{name}' is longer than {max_len} characters.", param=name)
-    return value
+    return text
 
 
-def _bool(body: dict, name: str, default: bool) -> bool:
+def _bool(body: dict[str, Any], name: str, default: bool) -> bool:
     value = body.get(name)
     if value is None:
         return default
@@ -266,7 +274,7 @@ _NESTED_SHAPES: dict[tuple[str, str], tuple[type | tuple[type, ...], str]] = {
 }
 
 
-def _check_shapes(body: dict) -> None:
+def _check_shapes(body: dict[str, Any]) -> None:
     for name, (kind, what) in _SHAPES.items():
         value = body.get(name)
         if value is not None:
@@ -430,7 +438,7 @@ def _compact_threshold(entries: Any) -> int | None:
     return threshold
 
 
-def _prompt_cache_retention(body: dict) -> str | None:
+def _prompt_cache_retention(body: dict[str, Any]) -> str | None:
     value = body.get("prompt_cache_retention")
     if value is not None and (not isinstance(value, str) or value not in PROMPT_CACHE_RETENTIONS):
         raise InvalidRequest(
@@ -440,7 +448,7 @@ def _prompt_cache_retention(body: dict) -> str | None:
     return value
 
 
-def _prompt_cache_options(body: dict) -> dict[str, Any] | None:
+def _prompt_cache_options(body: dict[str, Any]) -> dict[str, Any] | None:
     options = body.get("prompt_cache_options")
     if options is None:
         return None
@@ -477,7 +485,7 @@ def _compaction_trigger(items: list[dict[str, Any]]) -> bool:
     return bool(items) and items[-1]["type"] == "compaction_trigger"
 
 
-def _generate(body: dict) -> bool:
+def _generate(body: dict[str, Any]) -> bool:
     """`generate: false`, or a cache prewarm (`prompt_cache_options.prewarm: true`, which the SDK
     documents as implying it): no model call."""
     generate = _bool(body, "generate", True)

@@ -122,7 +122,9 @@ def call_arguments(text: str) -> Any:
 
 
 # -- what a search loads, as the wire shows it ----------------------------------------------
-def tool_entries(found: list[Tool], namespaces: dict[str, str], servers: dict[str, tuple[str, str]]) -> list[dict]:
+def tool_entries(
+    found: list[Tool], namespaces: dict[str, str], servers: dict[str, tuple[str, str]]
+) -> list[dict[str, Any]]:
     """The `tools` of a `tool_search_output`: functions and custom tools as declared (with
     `defer_loading`), namespace members in their namespace (`namespaces`: name -> description),
     MCP tools as their server with the found tools allowed (`servers`: upstream name -> (label,

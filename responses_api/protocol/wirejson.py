@@ -63,6 +63,7 @@ def copy_json(value: T) -> T:
     """A deep copy of JSON data: an orjson round trip, several times faster than
     `copy.deepcopy` (bench/README.md). What orjson cannot encode is deep-copied."""
     try:
-        return orjson.loads(orjson.dumps(value))
+        copied: T = orjson.loads(orjson.dumps(value))
     except TypeError:
         return copy.deepcopy(value)
+    return copied

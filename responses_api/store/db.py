@@ -23,6 +23,7 @@ from django.db import close_old_connections, connections
 from .ttlcache import TTLCache
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 def _release(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -42,7 +43,7 @@ async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return result
 
 
-async def run_cached(cache: TTLCache, key: Hashable, fn: Callable[..., T], **kwargs: Any) -> T:
+async def run_cached(cache: TTLCache[K, T], key: K, fn: Callable[..., T], **kwargs: Any) -> T:
     """`run(fn, **kwargs)`, remembered in `cache` under `key` (a hit costs no thread hop);
     concurrent misses share one run (`run_shared`)."""
     cached = cache.get(key)
@@ -51,11 +52,12 @@ async def run_cached(cache: TTLCache, key: Hashable, fn: Callable[..., T], **kwa
     return await run_shared((id(cache), key), _put, cache, key, fn, kwargs)
 
 
-def _put(cache: TTLCache, key: Hashable, fn: Callable[..., T], kwargs: dict[str, Any]) -> T:
+def _put(cache: TTLCache[K, T], key: K, fn: Callable[..., T], kwargs: dict[str, Any]) -> T:
     return cache.put(key, fn(**kwargs))
 
 
-_flights: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, asyncio.Task]] = (
+# Each flight's task has the result type of its own look-up.
+_flights: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, asyncio.Task[Any]]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -76,7 +78,7 @@ async def run_shared(flight: Hashable, fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.shield(task)
 
 
-def _landed(flights: dict[Hashable, asyncio.Task], flight: Hashable, task: asyncio.Task) -> None:
+def _landed(flights: dict[Hashable, asyncio.Task[Any]], flight: Hashable, task: asyncio.Task[Any]) -> None:
     if flights.get(flight) is task:
         del flights[flight]
     if not task.cancelled():
@@ -115,7 +117,7 @@ async def _pool() -> Any:
     return pool
 
 
-async def fetch_one(sql: str, params: dict[str, Any]) -> tuple | None:
+async def fetch_one(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     """Run one statement (autocommit: atomic by itself); its first row, if it returns rows."""
     pool = await _pool()
     async with pool.connection() as conn:

@@ -410,7 +410,7 @@ class RedisLimitStore(LimitStore):
         self._scripts: dict[int, dict[str, Any]] = {}  # per client (one per event loop)
         # (keys, args, the budget keys in order, who hears of crossed thresholds)
         self._pending: list[tuple[list[str], list[Any], list[str], OnCrossed | None]] = []
-        self._flushing: asyncio.Future | None = None
+        self._flushing: asyncio.Future[None] | None = None
 
     def _script(self, name: str) -> Any:
         """A registered script (sent by its SHA; the text only when Redis lacks it)."""
@@ -531,7 +531,7 @@ class RedisLimitStore(LimitStore):
             key = self.PREFIX + check.key
             if check.kind == "bucket":
                 level, at = client.hmget(key, "level", "at")
-                if level is None:
+                if level is None or at is None:
                     out.append({"used": 0})
                     continue
                 current = min(check.limit, float(level) + max(0.0, now - float(at)) * check.limit / 60.0)
@@ -540,7 +540,9 @@ class RedisLimitStore(LimitStore):
                 out.append({"used": client.zcount(key, now, "+inf")})
             else:
                 tokens, micro_usd = client.hmget(key, "tokens", "micro_usd")
-                out.append({"used": None} if tokens is None else {"used": int(tokens), "micro_usd": int(micro_usd)})
+                out.append(
+                    {"used": None} if tokens is None else {"used": int(tokens), "micro_usd": int(micro_usd or 0)}
+                )
         return out
 
 

@@ -176,7 +176,7 @@ class DatabasePersistence:
         await self.finish({**response, "output": []}, upstream=upstream, latency_ms=latency_ms, input_items=[])
 
 
-_background: set[asyncio.Task] = set()  # the loop holds tasks only weakly
+_background: set[asyncio.Task[None]] = set()  # the loop holds tasks only weakly
 
 
 async def _fail_if_written(response_id: str, error: GatewayError, attempts: int = 20) -> None:

@@ -21,17 +21,31 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+if TYPE_CHECKING:  # imported on first use at run time (see above)
+    import redis
+    import redis.asyncio
+    import redis.asyncio.retry
+    import redis.retry
 
 COMMANDS = "commands"
 STREAMS = "streams"
 
-_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = weakref.WeakKeyDictionary()
-_sync: dict[str, Any] = {}
+# redis-py's own types (redis >= 5 ships them; types-redis is for redis 4): its clients are not
+# generic, so `decode_responses` does not show in the type and replies are typed loosely.
+_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], redis.asyncio.Redis]] = (
+    weakref.WeakKeyDictionary()
+)
+_sync: dict[str, redis.Redis] = {}
 _sync_lock = threading.Lock()
 
 
-def _reconnect_once(asynchronous: bool) -> Any:
+@overload
+def _reconnect_once(asynchronous: Literal[True]) -> redis.asyncio.retry.Retry: ...
+@overload
+def _reconnect_once(asynchronous: Literal[False]) -> redis.retry.Retry: ...
+def _reconnect_once(asynchronous: bool) -> redis.asyncio.retry.Retry | redis.retry.Retry:
     """Retry a command once after a connection error (the pool reconnects that connection)."""
     from redis.backoff import NoBackoff
     from redis.exceptions import ConnectionError as RedisConnectionError
@@ -65,7 +79,7 @@ def _options(use: str) -> dict[str, Any]:
     }
 
 
-def async_client(url: str, use: str = COMMANDS) -> Any:
+def async_client(url: str, use: str = COMMANDS) -> redis.asyncio.Redis:
     """This event loop's client for `url` and `use` (made on first use)."""
     loop = asyncio.get_running_loop()
     clients = _async.get(loop)
@@ -73,22 +87,22 @@ def async_client(url: str, use: str = COMMANDS) -> Any:
         clients = _async[loop] = {}
     client = clients.get((url, use))
     if client is None:
-        import redis.asyncio as redis
+        from redis.asyncio import Redis as AsyncRedis
 
-        client = clients[(url, use)] = redis.Redis.from_url(url, **_options(use))
+        client = clients[(url, use)] = AsyncRedis.from_url(url, **_options(use))
     return client
 
 
-def sync_client(url: str) -> Any:
+def sync_client(url: str) -> redis.Redis:
     """The process's sync client for `url` (thread-safe: it keeps a pool of connections)."""
     client = _sync.get(url)
     if client is None:
         with _sync_lock:
             client = _sync.get(url)
             if client is None:
-                import redis
+                from redis import Redis
 
-                client = _sync[url] = redis.Redis.from_url(
+                client = _sync[url] = Redis.from_url(
                     url, socket_connect_timeout=2, socket_timeout=2, retry=_reconnect_once(asynchronous=False)
                 )
     return client

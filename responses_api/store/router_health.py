@@ -129,7 +129,7 @@ class RedisHealthStore(HealthStore):
         return async_client(self.url)
 
     @staticmethod
-    def _health(raw: dict) -> Health:
+    def _health(raw: dict[bytes | str, bytes | str]) -> Health:
         def text(key: bytes) -> str:
             value = raw.get(key, b"")
             return value.decode() if isinstance(value, bytes) else str(value)

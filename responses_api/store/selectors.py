@@ -138,7 +138,8 @@ def chain_items_list(*, response_id: str) -> list[dict[str, Any]]:
     with connection.cursor() as cursor:
         if aggregated:
             cursor.execute(sql, [response_id])
-            return json.loads(cursor.fetchone()[0])
+            chain: list[dict[str, Any]] = json.loads(cursor.fetchone()[0])  # the JSON array of the items
+            return chain
         cursor.execute(f"{sql} ORDER BY {_CHAIN_ORDER}", [response_id])
         return [_loads(row[0]) for row in cursor.fetchall()]
 
@@ -212,7 +213,7 @@ def items_by_public_id(*, tenant_id: int, public_ids: list[str]) -> dict[str, It
     return found
 
 
-def resolve_references(tenant_id: int, items: list[dict]) -> list[dict]:
+def resolve_references(tenant_id: int, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The items with every `item_reference` replaced by the stored item (one query, if any)."""
     refs = [i["id"] for i in items if i["type"] == "item_reference"]
     if not refs:
@@ -295,8 +296,8 @@ class Context:
 
 
 def context_get(
-    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict]
-) -> list[dict]:
+    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """What a request's model sees: the chain (or the conversation), then its input with item
     references resolved. Chain head (1 query), chain items (1 query, whatever the length),
     item references (1 query, only if any); another tenant's chain is previous_response_not_found."""
@@ -309,7 +310,7 @@ def context_get(
 
 
 def context_load(
-    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict]
+    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict[str, Any]]
 ) -> Context:
     """`context_get`, with where each request's input lies in it; a chain or conversation that
     holds a compaction item costs one or two queries more (the spans are what it keeps)."""
@@ -356,7 +357,7 @@ def conversation_load(*, tenant_id: int, conversation_id: str) -> Context:
 
 
 def context_check(
-    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict]
+    *, tenant_id: int, previous_response_id: str | None, conversation_id: str | None, input_items: list[dict[str, Any]]
 ) -> None:
     """The errors `context_get` would raise, without reading the context: the chain's head
     (1 query) or the conversation (1 query), the item references (1 query, only if any)."""

@@ -74,7 +74,7 @@ def response_row(
     }
 
 
-def response_create(*, row: dict[str, Any], status: str, input_items: list[dict]) -> None:
+def response_create(*, row: dict[str, Any], status: str, input_items: list[dict[str, Any]]) -> None:
     """Insert the open row of a response a worker will run, once what it continues is checked
     (`selectors.context_check`: the chain's head or the conversation, the item references).
     Its context is read when the run starts (assembly.run_for_job), not here."""
@@ -140,7 +140,7 @@ def response_finish(
     *,
     tenant_id: int,
     response: dict[str, Any],
-    input_items: list[dict],
+    input_items: list[dict[str, Any]],
     upstream: str = "",
     latency_ms: int | None = None,
     create_row: dict[str, Any] | None = None,
@@ -220,7 +220,7 @@ def finish_statement(
     *,
     tenant_id: int,
     response: dict[str, Any],
-    input_items: list[dict],
+    input_items: list[dict[str, Any]],
     upstream: str = "",
     latency_ms: int | None = None,
     create_row: dict[str, Any] | None = None,
@@ -326,7 +326,9 @@ def item_sequence_known() -> bool:
     return Item._meta.db_table in _item_sequence
 
 
-def _attach_items(tenant_id: int, response_id: str | None, input_items: list[dict], output: list[dict]) -> list[Item]:
+def _attach_items(
+    tenant_id: int, response_id: str | None, input_items: list[dict[str, Any]], output: list[dict[str, Any]]
+) -> list[Item]:
     """Store the new items and (with `response_id`) link them to the response; the items of
     the turn in order, input then output (referenced ones are the stored items they name)."""
     # Referenced items are already stored: point at them instead of copying.
@@ -380,7 +382,7 @@ def response_finish_in_conversation(
     *,
     tenant_id: int,
     response: dict[str, Any],
-    input_items: list[dict],
+    input_items: list[dict[str, Any]],
     conversation_id: str,
     store: bool,
     upstream: str = "",

@@ -18,12 +18,13 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
-_registry: weakref.WeakSet[TTLCache] = weakref.WeakSet()
+# Caches of every key and value type; clear_all only empties them.
+_registry: weakref.WeakSet[TTLCache[Any, Any]] = weakref.WeakSet()
 
 
 def clear_all() -> None:

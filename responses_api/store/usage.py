@@ -38,7 +38,7 @@ class UsageWriter:
     def __init__(self, flush_seconds: float = FLUSH_SECONDS) -> None:
         self.flush_seconds = flush_seconds
         self._pending: list[dict[str, Any]] = []
-        self._writer: asyncio.Task | None = None
+        self._writer: asyncio.Future[None] | None = None
         self._failing = False  # warned once per outage
         # One write at a time per event loop: a flush returns once what was queued before it
         # is written, even when the writer task was in the middle of writing part of it.

@@ -5,6 +5,8 @@ protocol/anthropic.py. The key goes in `x-api-key`, the API version in `anthropi
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..domain import Target
 from ..protocol.anthropic import (
     API_VERSION,
@@ -53,7 +55,7 @@ async def open_messages(target: Target, request: UpstreamRequest) -> EventStream
     return EventStreamCall(target, EventDecoder, deltas=message_to_deltas(opened))
 
 
-def signed_thinking(items: list[dict], tenant_id: int | None) -> list[dict]:
+def signed_thinking(items: list[dict[str, Any]], tenant_id: int | None) -> list[dict[str, Any]]:
     """Reasoning items whose `encrypted_content` this gateway sealed with Anthropic's signature
     become `{"type": "reasoning", "thinking", "signature"}`, which the request sends back as
     thinking blocks; other reasoning items are left as they are (and not sent)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..protocol.deltas import Delta
 from ..protocol.prefix import ConvertedPrefix
@@ -15,7 +15,7 @@ from ..protocol.tools import Tool
 @dataclass(slots=True)
 class UpstreamRequest:
     request: CreateRequest
-    items: list[dict]  # the whole context, in order
+    items: list[dict[str, Any]]  # the whole context, in order
     tools: list[Tool]
     stream: bool  # stream from the upstream (the client streams, or a tool loop wants early calls)
     tenant_id: int | None = None  # whose sealed items (signed reasoning) the adapter may open

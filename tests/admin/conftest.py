@@ -12,7 +12,7 @@ _screenshots: list[Path] = []
 
 
 @pytest.fixture(scope="session")
-def artifacts(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+def artifacts(tmp_path_factory) -> Path:
     """Where the browser tests keep a screenshot of every page: $GATEWAY_TEST_ARTIFACTS, or
     else pytest's temporary directory (it keeps the last three runs)."""
     configured = os.environ.get("GATEWAY_TEST_ARTIFACTS")
@@ -22,13 +22,13 @@ def artifacts(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     return folder
 
 
-def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+def pytest_terminal_summary(terminalreporter) -> None:
     for folder in _screenshots:
         terminalreporter.write_line(f"admin screenshots: {folder}")
 
 
 @pytest.fixture(autouse=True)
-def _plain_static_storage(settings) -> None:  # type: ignore[no-untyped-def]
+def _plain_static_storage(settings) -> None:
     # Production serves collected, hashed files (whitenoise + CompressedManifestStaticFilesStorage,
     # after `collectstatic`); tests render `{% static %}` without a manifest.
     settings.STORAGES = {

@@ -17,11 +17,11 @@ from tests.support.upstream import ScriptedUpstream
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
 
-def _messages(reply) -> list[str]:  # type: ignore[no-untyped-def]
+def _messages(reply) -> list[str]:
     return [str(m) for m in reply.context["messages"]]
 
 
-def test_create_api_key_shows_the_secret_once(admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_create_api_key_shows_the_secret_once(admin_client) -> None:
     tenant = Tenant.objects.create(name="acme")
     ModelRoute.objects.create(name="gpt-small")
     add_url = reverse("admin:responses_api_apikey_add")
@@ -52,7 +52,7 @@ def test_create_api_key_shows_the_secret_once(admin_client) -> None:  # type: ig
     assert f"{KEY_PREFIX}{key.prefix}_…" in listing and secret not in listing
 
 
-def test_revoke_action(admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_revoke_action(admin_client) -> None:
     from tests.support.harness import make_key
 
     raw, _ = make_key(name="leaked")
@@ -76,7 +76,7 @@ def test_revoke_action(admin_client) -> None:  # type: ignore[no-untyped-def]
         authenticate_key(raw[:-4] + "xxxx")
 
 
-def test_provider_key_is_stored_encrypted_and_never_shown(admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_provider_key_is_stored_encrypted_and_never_shown(admin_client) -> None:
     reply = admin_client.post(
         reverse("admin:responses_api_provider_add"),
         {
@@ -107,7 +107,7 @@ def test_provider_key_is_stored_encrypted_and_never_shown(admin_client) -> None:
     ("base_url", "saved"),
     [("http://ollama:11434/v1", True), ("vllm:8000/v1", True), ("ftp://files.example.com/v1", False)],
 )
-def test_provider_base_url_may_be_a_one_label_host(admin_client, base_url: str, saved: bool) -> None:  # type: ignore[no-untyped-def]
+def test_provider_base_url_may_be_a_one_label_host(admin_client, base_url: str, saved: bool) -> None:
     """As the config file and the README say: compose service names work as hosts."""
     reply = admin_client.post(
         reverse("admin:responses_api_provider_add"),
@@ -132,7 +132,7 @@ def test_provider_base_url_may_be_a_one_label_host(admin_client, base_url: str, 
         assert "Enter an http(s) URL with a host" in reply.content.decode()
 
 
-def test_check_connection_lists_the_upstream_models(admin_client, upstream: ScriptedUpstream) -> None:  # type: ignore[no-untyped-def]
+def test_check_connection_lists_the_upstream_models(admin_client, upstream: ScriptedUpstream) -> None:
     upstream.reset()
     upstream.set_default("gpt-upstream-1", None)
     ok = Provider.objects.create(name="scripted", base_url=upstream.base_url)
@@ -157,7 +157,7 @@ def test_check_connection_lists_the_upstream_models(admin_client, upstream: Scri
     assert sent and sent[-1].method == "GET"
 
 
-def test_model_route_with_targets_inline(admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_model_route_with_targets_inline(admin_client) -> None:
     provider = Provider.objects.create(name="local", base_url="http://127.0.0.1:9/v1")
     reply = admin_client.post(
         reverse("admin:responses_api_modelroute_add"),
@@ -194,7 +194,7 @@ def test_model_route_with_targets_inline(admin_client) -> None:  # type: ignore[
     assert "local:llama-3" in listing and "fallback" in listing
 
 
-def test_mcp_server_admin_refreshes_the_tool_listing(admin_client, mcp_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_mcp_server_admin_refreshes_the_tool_listing(admin_client, mcp_server, monkeypatch) -> None:
     from tool_registry.models import McpServer
 
     monkeypatch.setenv("SHOP_MCP_TOKEN", f"Bearer {mcp_server.token}")
@@ -248,7 +248,7 @@ def test_mcp_server_admin_refreshes_the_tool_listing(admin_client, mcp_server, m
     assert "url" in errors
 
 
-def test_tools_and_mcp_servers_are_deferred_in_the_admin(admin_client, settings) -> None:  # type: ignore[no-untyped-def]
+def test_tools_and_mcp_servers_are_deferred_in_the_admin(admin_client, settings) -> None:
     """*Defer loading* on a tool's and an MCP server's form: saved, listed and filterable."""
     from tool_registry.models import McpServer, Tool
 

@@ -11,7 +11,7 @@ from tests.support.upstream import Reply, ScriptedUpstream
 pytestmark = pytest.mark.embedded
 
 
-def test_the_admin_shows_a_conversation_and_its_items(gateway: Gateway, admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_shows_a_conversation_and_its_items(gateway: Gateway, admin_client) -> None:
     client = gateway.openai()
     conv = client.conversations.create(
         metadata={"team": "search"},
@@ -28,7 +28,7 @@ def test_the_admin_shows_a_conversation_and_its_items(gateway: Gateway, admin_cl
 def test_a_response_links_its_conversation_which_shows_each_items_response_and_a_token_total(
     gateway: Gateway,
     scripted: ScriptedUpstream,
-    admin_client,  # type: ignore[no-untyped-def]
+    admin_client,
 ) -> None:
     from responses_api.models import ModelRoute
     from responses_api.orchestration import routing

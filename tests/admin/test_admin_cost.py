@@ -45,7 +45,7 @@ def spend() -> dict:
     return {"web": web, "batch": batch, "claude": claude, "tenant": Tenant.objects.get(name="acme")}
 
 
-def test_usage_page_charts_cost_per_day_and_splits_it_by_key(admin_client, spend: dict) -> None:  # type: ignore[no-untyped-def]
+def test_usage_page_charts_cost_per_day_and_splits_it_by_key(admin_client, spend: dict) -> None:
     url = reverse("admin:responses_api_response_usage")
     body = admin_client.get(url).content.decode()
     # claude: 0.6M x 3 + 0.1M x 3 + 0.2M x 3.75 + 0.1M x 6 + 0.01M x 15 = $3.60; gpt: 1 + 0.008 = $1.01
@@ -58,7 +58,7 @@ def test_usage_page_charts_cost_per_day_and_splits_it_by_key(admin_client, spend
     assert "$4.61" in cost  # the legend and the axis speak dollars
 
 
-def test_responses_list_shows_the_key_and_the_cost(admin_client, spend: dict) -> None:  # type: ignore[no-untyped-def]
+def test_responses_list_shows_the_key_and_the_cost(admin_client, spend: dict) -> None:
     body = admin_client.get(reverse("admin:responses_api_response_changelist")).content.decode()
     assert ">web<" in body and ">batch<" in body
     assert "$3.60" in body and "$1.01" in body
@@ -68,7 +68,7 @@ def test_responses_list_shows_the_key_and_the_cost(admin_client, spend: dict) ->
     assert "300,000 cache writes" in detail and '<strong data-role="cost">$3.60</strong>' in detail
 
 
-def test_key_and_tenant_pages_show_this_months_cost(admin_client, spend: dict) -> None:  # type: ignore[no-untyped-def]
+def test_key_and_tenant_pages_show_this_months_cost(admin_client, spend: dict) -> None:
     web, tenant = spend["web"], spend["tenant"]
     keys = admin_client.get(reverse("admin:responses_api_apikey_changelist")).content.decode()
     assert "Cost this month" in keys and "$3.60" in keys and "$1.01" in keys
@@ -85,7 +85,7 @@ def test_key_and_tenant_pages_show_this_months_cost(admin_client, spend: dict) -
 
 
 def test_the_index_shows_todays_requests_errors_tokens_and_cost_with_the_top_keys_and_models(
-    admin_client,  # type: ignore[no-untyped-def]
+    admin_client,
     spend: dict,
 ) -> None:
     make_response(

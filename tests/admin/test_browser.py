@@ -31,7 +31,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 WAIT_MS = 90_000
 
 
-def screenshot(page, path: Path, **options: Any) -> None:  # type: ignore[no-untyped-def]
+def screenshot(page, path: Path, **options: Any) -> None:
     """A screenshot for review (not a check): animations stopped, so Chromium does not wait on
     them, and the caret hidden, so shots compare between runs."""
     page.screenshot(path=path, timeout=WAIT_MS, animations="disabled", caret="hide", **options)
@@ -53,7 +53,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _serve_static(route) -> None:  # type: ignore[no-untyped-def]
+def _serve_static(route) -> None:
     """Static files straight from the finders: the live server's whitenoise was set up
     (once per process) before any test could collect them; production runs collectstatic."""
     relative = urlparse(route.request.url).path.removeprefix("/static/")
@@ -65,7 +65,7 @@ def _serve_static(route) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def site(transactional_db, gateway_server, settings, monkeypatch) -> dict:  # type: ignore[no-untyped-def]
+def site(transactional_db, gateway_server, settings, monkeypatch) -> dict:
     from django.contrib.auth import get_user_model
 
     # The live server is plain http on 127.0.0.1: no Secure-only cookies there.
@@ -111,7 +111,7 @@ def site(transactional_db, gateway_server, settings, monkeypatch) -> dict:  # ty
 
 
 @pytest.fixture
-def page(site: dict) -> Iterator:  # type: ignore[type-arg]
+def page(site: dict) -> Iterator:
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as playwright:
@@ -132,7 +132,7 @@ def page(site: dict) -> Iterator:  # type: ignore[type-arg]
             browser.close()
 
 
-def _login(page) -> None:  # type: ignore[no-untyped-def]
+def _login(page) -> None:
     page.goto("/admin/login/?next=/admin/")
     page.fill("#id_username", "ops")
     page.fill("#id_password", PASSWORD)
@@ -140,7 +140,7 @@ def _login(page) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_selector("text=Site administration")
 
 
-def test_operator_reads_a_tool_loop_conversation(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
+def test_operator_reads_a_tool_loop_conversation(page, site: dict, artifacts: Path) -> None:
     from playwright.sync_api import expect
 
     _first, second, third = site["chain"]
@@ -190,7 +190,7 @@ def test_operator_reads_a_tool_loop_conversation(page, site: dict, artifacts: Pa
     screenshot(page, artifacts / "admin-response-detail.png", full_page=True)
 
 
-def test_operator_filters_and_sees_failures(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
+def test_operator_filters_and_sees_failures(page, site: dict, artifacts: Path) -> None:
     from playwright.sync_api import expect
 
     _login(page)
@@ -209,7 +209,7 @@ def test_operator_filters_and_sees_failures(page, site: dict, artifacts: Path) -
     screenshot(page, artifacts / "admin-usage.png", full_page=True)
 
 
-def test_operator_creates_an_api_key_and_sees_the_secret_once(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
+def test_operator_creates_an_api_key_and_sees_the_secret_once(page, site: dict, artifacts: Path) -> None:
     from playwright.sync_api import expect
 
     _login(page)
@@ -247,7 +247,7 @@ def test_operator_creates_an_api_key_and_sees_the_secret_once(page, site: dict, 
         assert models.status_code == status, (status, models.text)
 
 
-def test_api_docs_render_offline(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
+def test_api_docs_render_offline(page, site: dict, artifacts: Path) -> None:
     from playwright.sync_api import expect
 
     outside: list[str] = []
@@ -269,9 +269,9 @@ def daily(site: dict) -> dict:
     import asyncio
 
     from responses_api.conversations.services import conversation_create
-    from responses_api.engine.router import health_store
     from responses_api.models import ApiKey, ModelRoute, Provider, Response, RouteTarget, Tenant
     from responses_api.protocol.compaction import COMPACTION_INSTRUCTIONS
+    from responses_api.store.router_health import health_store
     from tool_registry.models import EgressAllow, McpServer, Tool, ToolCallRecord
 
     acme = Tenant.objects.get(name="acme")
@@ -347,11 +347,11 @@ def daily(site: dict) -> dict:
     }
 
 
-def _shot(page, artifacts: Path, name: str) -> None:  # type: ignore[no-untyped-def]
+def _shot(page, artifacts: Path, name: str) -> None:
     screenshot(page, artifacts / f"{name}.png", full_page=True)
 
 
-def _open(page, url: str) -> None:  # type: ignore[no-untyped-def]
+def _open(page, url: str) -> None:
     """Go to an admin page; it must answer 200 (a failure shows what it answered)."""
     reply = page.goto(url)
     assert reply is not None and reply.status == 200, (
@@ -359,7 +359,7 @@ def _open(page, url: str) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def _fits(page) -> bool:  # type: ignore[no-untyped-def]
+def _fits(page) -> bool:
     """Whether a changelist's table fits its box (an overflowing one clips its last columns)."""
     box = page.evaluate(
         "() => { const r = document.querySelector('#changelist .results'); return [r.scrollWidth, r.clientWidth]; }"
@@ -368,12 +368,12 @@ def _fits(page) -> bool:  # type: ignore[no-untyped-def]
     return bool(box[0] <= box[1] + 2)  # a pixel or two of borders and rounding clip nothing
 
 
-def _column(page, title: str):  # type: ignore[no-untyped-def]
+def _column(page, title: str):
     """A changelist column's header cell, by its title."""
     return page.locator("#result_list thead th", has_text=re.compile(rf"^\s*{re.escape(title)}\s*$"))
 
 
-def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
+def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: dict, artifacts: Path) -> None:
     from playwright.sync_api import expect
 
     from responses_api.history.selectors import tenants_use
@@ -549,7 +549,7 @@ def test_every_admin_page_shows_what_an_operator_needs(page, site: dict, daily: 
     _shot(page, artifacts, "26-history-api")
 
 
-def test_the_landing_page_links_the_way_in(page, site: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_landing_page_links_the_way_in(page, site: dict, artifacts: Path) -> None:
     from playwright.sync_api import expect
 
     reply = page.goto("/")
@@ -563,19 +563,19 @@ def test_the_landing_page_links_the_way_in(page, site: dict, artifacts: Path) ->
     expect(page.locator("body")).to_contain_text("ok")
 
 
-def _usage_api(page, **params: str) -> dict:  # type: ignore[no-untyped-def]
+def _usage_api(page, **params: str) -> dict:
     """/v1/usage read with the page's staff session (every tenant), as the admin's CSV links do."""
     reply = page.request.get("/v1/usage", params=params, timeout=60_000)
     assert reply.status == 200, reply.text()[:2000]
     return reply.json()
 
 
-def test_who_spent_what_at_a_glance(page, site: dict, daily: dict, artifacts: Path) -> None:  # type: ignore[no-untyped-def]
+def test_who_spent_what_at_a_glance(page, site: dict, daily: dict, artifacts: Path) -> None:
     """Issue 52: cost on the index, the usage page, the responses list and the key and tenant
     pages, each the figure /v1/usage gives for the same period; lists whole at 1,400 px."""
     from playwright.sync_api import expect
 
-    from responses_api.history.presenters import money
+    from responses_api.store.selectors import usd_text as money
 
     page.set_default_timeout(60_000)  # a loaded machine renders slowly; nothing here is timed
     _login(page)
@@ -643,11 +643,12 @@ def test_who_spent_what_at_a_glance(page, site: dict, daily: dict, artifacts: Pa
     from responses_api.models import Response
 
     made = Response.objects.filter(api_key=daily["key"]).order_by("created_at").first()
+    assert made is not None
     Response.objects.filter(pk=made.pk).update(conversation=daily["conversation"])
     _open(page, f"/admin/responses_api/response/{made.pk}/change/")
     page.locator("[data-role=conversation-link]").click()
     usage = page.locator("[data-role=conversation-usage]")
-    expect(usage).to_contain_text(f"1 response, {made.input_tokens + made.output_tokens:,} tokens")
+    expect(usage).to_contain_text(f"1 response, {(made.input_tokens or 0) + (made.output_tokens or 0):,} tokens")
     expect(page.locator("#content-main th", has_text="Response")).to_be_visible()
     _shot(page, artifacts, "36-conversation-usage")
 

@@ -10,7 +10,7 @@ from tests.test_config_sync import CONFIG, EDITS, FULL, _sections
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
 
-def test_the_admin_shows_the_files_fields_read_only(admin_client, settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_shows_the_files_fields_read_only(admin_client, settings) -> None:
     settings.GATEWAY_EGRESS_ALLOW = ["mcp.internal", "10.9.0.0/16"]
     sync_config({**FULL, "providers": [{**CONFIG["providers"][0], "api_key": "sk-from-file"}, CONFIG["providers"][1]]})
     objs = _sections()
@@ -67,7 +67,7 @@ def test_the_admin_shows_the_files_fields_read_only(admin_client, settings) -> N
     assert "not in GATEWAY_CONFIG" in html and 'name="requests_per_minute"' in html
 
 
-def test_a_config_managed_http_tool_shows_no_python_section_and_python_tools_name_the_allowlist(  # type: ignore[no-untyped-def]
+def test_a_config_managed_http_tool_shows_no_python_section_and_python_tools_name_the_allowlist(
     admin_client, settings
 ) -> None:
     from tool_registry.models import Tool

@@ -179,7 +179,11 @@ def test_codex_over_websockets_runs_a_shell_tool_loop(
     # continued the first by previous_response_id (Codex sends only the new items).
     turns = access_log.websocket_turns()
     assert len([t for t in turns if t.get("response_status") == "completed"]) >= 2, turns
-    assert not [r for r in access_log.records if getattr(r, "method", None) == "POST" and r.path == "/v1/responses"]
+    assert not [
+        r
+        for r in access_log.records
+        if getattr(r, "method", None) == "POST" and getattr(r, "path", None) == "/v1/responses"
+    ]
     assert is_tool_result(scripted.requests[-1].body, "the answer is 42")
 
 

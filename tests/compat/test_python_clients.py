@@ -77,7 +77,7 @@ def test_agents_sdk_run_streamed(gateway: Gateway, scripted: ScriptedUpstream) -
 
     async def run() -> tuple[str, list[str]]:
         result = Runner.run_streamed(agent, "Weather in Paris?")
-        kinds = [event.type async for event in result.stream_events()]
+        kinds: list[str] = [event.type async for event in result.stream_events()]
         return result.final_output, kinds
 
     final, kinds = asyncio.run(run())
@@ -107,7 +107,7 @@ def test_agents_sdk_websocket_transport_run_and_run_streamed(
     async def run() -> tuple[str, str, list[str]]:
         first = await Runner.run(agent, "Weather in Paris?")
         streamed = Runner.run_streamed(agent, "And now?")
-        kinds = [event.type async for event in streamed.stream_events()]
+        kinds: list[str] = [event.type async for event in streamed.stream_events()]
         return first.final_output, streamed.final_output, kinds
 
     first, second, kinds = asyncio.run(run())
@@ -157,9 +157,10 @@ def test_openai_sdk_responses_connect_runs_a_tool_loop(
 def _chat(gateway: Gateway) -> Any:
     need("langchain-openai", importlib.util.find_spec("langchain_openai") is not None)
     from langchain_openai import ChatOpenAI
+    from pydantic import SecretStr
 
     return ChatOpenAI(
-        model=MODEL, base_url=f"{gateway.url}/v1", api_key=gateway.key, use_responses_api=True, max_retries=0
+        model=MODEL, base_url=f"{gateway.url}/v1", api_key=SecretStr(gateway.key), use_responses_api=True, max_retries=0
     )
 
 

@@ -12,7 +12,7 @@ from tests.support.upstream import Reply, ScriptedUpstream
 pytestmark = pytest.mark.embedded
 
 
-def texts(items) -> list[str]:  # type: ignore[no-untyped-def]
+def texts(items) -> list[str]:
     out = []
     for item in items:
         content = item.content if hasattr(item, "content") else item["content"]
@@ -149,7 +149,7 @@ def test_store_false_responses_still_append_to_the_conversation(gateway: Gateway
 
 def test_background_responses_append_when_the_worker_finishes(
     gateway: Gateway, scripted: ScriptedUpstream, worker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     import time
 
     client = gateway.openai()

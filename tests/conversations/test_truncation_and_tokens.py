@@ -33,9 +33,13 @@ def test_truncate_drops_oldest_whole_turns_and_keeps_instructions() -> None:
     ]
     size = sum(estimate_item(i) for i in items)
     oldest = estimate_item(items[1])
-    kept, dropped = truncate(items, budget=size - oldest, instructions=None, tools=[])
+    truncated = truncate(items, budget=size - oldest, instructions=None, tools=[])
+    assert truncated is not None
+    kept, dropped = truncated
     assert kept[0]["role"] == "system" and dropped == 1 and items[1] not in kept  # only the oldest user message
-    kept, dropped = truncate(items, budget=size - oldest - 1, instructions=None, tools=[])
+    truncated = truncate(items, budget=size - oldest - 1, instructions=None, tools=[])
+    assert truncated is not None
+    kept, dropped = truncated
     assert dropped == 3
     types = [i["type"] for i in kept]
     assert "function_call" not in types and "function_call_output" not in types  # the call went with its output
@@ -55,7 +59,7 @@ def small_window(gateway: Gateway) -> None:
 
 def test_a_long_conversation_keeps_answering_past_the_window(
     gateway: Gateway, scripted: ScriptedUpstream, small_window
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     client = gateway.openai()
     conv = client.conversations.create()
     scripted.set_default(MODEL, Reply(text="ok " * 20))
@@ -77,7 +81,7 @@ def test_a_long_conversation_keeps_answering_past_the_window(
 
 def test_without_auto_an_over_long_context_is_a_400_before_the_upstream(
     gateway: Gateway, scripted: ScriptedUpstream, small_window
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     before = len(scripted.requests)
     resp = gateway.http().post("/v1/responses", json={"model": MODEL, "input": "long " * 2000})
     assert resp.status_code == 400
@@ -162,7 +166,7 @@ def test_input_tokens_never_reads_another_tenants_context(gateway: Gateway, scri
 
 def test_a_background_run_fits_the_learned_window_as_a_foreground_run_does(
     gateway: Gateway, scripted: ScriptedUpstream, worker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The worker's run learns the route's context window from the upstream as the web run does:
     the same request with truncation "auto" sends the model the same (truncated) messages."""
     from responses_api.orchestration.routing import clear_cache as clear_route_cache
@@ -212,7 +216,7 @@ def _big_tools(count: int = 6) -> list[dict]:
 
 def test_a_context_the_estimate_overshoots_is_counted_by_llama_cpp_and_sent(
     gateway: Gateway, scripted: ScriptedUpstream, small_window
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Issue 51: the estimate counts tool schemas that a template like SmolLM2's drops; llama.cpp
     counts what the model sees (/apply-template, then /tokenize), so the request is sent. The
     count is remembered: the same context again costs no tokenizer round trip."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -107,6 +108,7 @@ def test_a_client_that_goes_away_closes_the_upstream_and_keeps_what_was_said() -
     async def go() -> None:
         await run.connect()
         events = run.events()
+        assert isinstance(events, AsyncGenerator)  # events() is an async generator: it can be closed
         seen = 0
         async for event in events:
             seen += event["type"] == "response.output_text.delta"

@@ -5,6 +5,7 @@ refuses approvals it cannot run."""
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
@@ -14,6 +15,15 @@ from responses_api.protocol.deltas import Finish, TextDelta, ToolCallDelta
 from responses_api.protocol.errors import InvalidRequest
 from tests.engine.standins import ADD, Stored, Tools, Toolset, Upstream, drive, make_job
 from tests.support.stream_validator import validate_events
+
+if TYPE_CHECKING:
+    from tool_registry.runner import McpToolset
+
+
+def session(toolset: Toolset) -> McpSession:
+    """The session over the stand-in, which has the McpToolset methods the session calls."""
+    return McpSession(cast("McpToolset", toolset))
+
 
 pytestmark = pytest.mark.embedded
 
@@ -27,7 +37,7 @@ def test_the_prelude_lists_the_tools_before_the_model_sees_them() -> None:
     upstream = Upstream([TextDelta("hi"), Finish("stop")])
     stored = Stored()
     run = ResponseRun(
-        make_job({"input": "x", "stream": True}), stored, Tools(), mcp=McpSession(toolset), open_upstream=upstream
+        make_job({"input": "x", "stream": True}), stored, Tools(), mcp=session(toolset), open_upstream=upstream
     )
     events = drive(run)
     validate_events(events)
@@ -42,7 +52,7 @@ def test_a_model_call_of_a_listed_tool_runs_on_the_server_once() -> None:
     upstream = Upstream(add_call(), [TextDelta("3"), Finish("stop")])
     stored = Stored()
     run = ResponseRun(
-        make_job({"input": "1+2?", "stream": True}), stored, Tools(), mcp=McpSession(toolset), open_upstream=upstream
+        make_job({"input": "1+2?", "stream": True}), stored, Tools(), mcp=session(toolset), open_upstream=upstream
     )
     validate_events(drive(run))
     assert [(label, name) for label, name, _, _ in toolset.calls] == [("srv", "add")]
@@ -57,7 +67,7 @@ def test_a_chain_that_listed_the_server_already_is_not_listed_again() -> None:
     listed = {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "srv", "tools": [ADD]}
     job = make_job({"input": "again", "stream": True}, before=[listed])
     upstream = Upstream([TextDelta("ok"), Finish("stop")])
-    run = ResponseRun(job, Stored(), Tools(), mcp=McpSession(toolset), open_upstream=upstream)
+    run = ResponseRun(job, Stored(), Tools(), mcp=session(toolset), open_upstream=upstream)
     events = drive(run)
     assert toolset.listed == 0
     assert not any(e.get("item", {}).get("type") == "mcp_list_tools" for e in events)
@@ -69,7 +79,7 @@ def test_a_server_that_cannot_be_listed_is_answered_without_its_tools() -> None:
     upstream = Upstream([TextDelta("without it"), Finish("stop")])
     stored = Stored()
     run = ResponseRun(
-        make_job({"input": "x", "stream": True}), stored, Tools(), mcp=McpSession(toolset), open_upstream=upstream
+        make_job({"input": "x", "stream": True}), stored, Tools(), mcp=session(toolset), open_upstream=upstream
     )
     validate_events(drive(run))
     listing = stored.finished[0]["output"][0]
@@ -82,7 +92,7 @@ def test_a_tool_needing_approval_is_asked_for_not_run() -> None:
     upstream = Upstream(add_call())
     stored = Stored()
     run = ResponseRun(
-        make_job({"input": "1+2?", "stream": True}), stored, Tools(), mcp=McpSession(toolset), open_upstream=upstream
+        make_job({"input": "1+2?", "stream": True}), stored, Tools(), mcp=session(toolset), open_upstream=upstream
     )
     validate_events(drive(run))
     assert toolset.calls == [] and len(upstream.requests) == 1
@@ -102,7 +112,7 @@ def test_an_approved_call_runs_in_the_prelude_before_the_model_is_asked() -> Non
     job = make_job({"input": [answer], "stream": True}, before=[request])
     upstream = Upstream([TextDelta("It is 3."), Finish("stop")])
     stored = Stored()
-    run = ResponseRun(job, stored, Tools(), mcp=McpSession(toolset), open_upstream=upstream)
+    run = ResponseRun(job, stored, Tools(), mcp=session(toolset), open_upstream=upstream)
     validate_events(drive(run))
     assert toolset.calls == [("srv", "add", '{"a": 1, "b": 2}', ("mcpr_1", "approved"))]
     assert [i["type"] for i in stored.finished[0]["output"]] == ["mcp_list_tools", "mcp_call", "message"]
@@ -112,9 +122,7 @@ def test_an_approved_call_runs_in_the_prelude_before_the_model_is_asked() -> Non
 def test_an_approval_of_an_unknown_request_is_a_400_before_any_call() -> None:
     answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_nope", "approve": True}
     upstream = Upstream()
-    run = ResponseRun(
-        make_job({"input": [answer]}), Stored(), Tools(), mcp=McpSession(Toolset()), open_upstream=upstream
-    )
+    run = ResponseRun(make_job({"input": [answer]}), Stored(), Tools(), mcp=session(Toolset()), open_upstream=upstream)
     with pytest.raises(InvalidRequest) as refused:
         asyncio.run(run.connect())
     assert refused.value.param == "input.approval_request_id" and upstream.requests == []
@@ -143,7 +151,7 @@ def test_a_deferred_servers_tools_wait_for_a_search() -> None:
     )
     stored = Stored()
     run = ResponseRun(
-        make_job({"input": "1+2?", "stream": True}), stored, Tools(), mcp=McpSession(toolset), open_upstream=upstream
+        make_job({"input": "1+2?", "stream": True}), stored, Tools(), mcp=session(toolset), open_upstream=upstream
     )
     validate_events(drive(run))
     assert [t.name for t in upstream.requests[0][1].tools] == ["tool_search"]

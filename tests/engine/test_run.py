@@ -130,12 +130,12 @@ class BatchedCall:
     def __init__(self, batches: list[list[object]]) -> None:
         self._batches = batches
 
-    async def delta_batches(self):  # type: ignore[no-untyped-def]
+    async def delta_batches(self):
         for batch in self._batches:
             await asyncio.sleep(0)
             yield batch
 
-    async def deltas(self):  # type: ignore[no-untyped-def]
+    async def deltas(self):
         raise AssertionError("the engine reads a call's batches when it has them")
         yield
 
@@ -146,7 +146,11 @@ class BatchedCall:
 def test_a_burst_of_deltas_is_one_batch_of_events_in_order() -> None:
     """Deltas that came together become one list of events (what the SSE writer sends in one
     write), numbered on without a gap; `events()` gives the same events one by one."""
-    burst = [[TextDelta("a"), TextDelta("b"), TextDelta("c")], [TextDelta("d")], [Usage(3, 4), Finish("stop")]]
+    burst: list[list[object]] = [
+        [TextDelta("a"), TextDelta("b"), TextDelta("c")],
+        [TextDelta("d")],
+        [Usage(3, 4), Finish("stop")],
+    ]
 
     async def go(batched: bool) -> list[list[dict]]:
         async def opener(target: Target, request: UpstreamRequest) -> BatchedCall:

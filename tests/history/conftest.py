@@ -39,7 +39,7 @@ class HistoryApi:
 
 
 @pytest.fixture
-def api(transactional_db, gateway_server) -> HistoryApi:  # type: ignore[no-untyped-def]
+def api(transactional_db, gateway_server) -> HistoryApi:
     key, tenant_id = make_key(tenant="acme", name="acme-key")
     other_key, other_tenant_id = make_key(tenant="globex", name="globex-key")
     admin_key, _ = make_key(tenant="ops", name="ops-admin", is_admin=True)

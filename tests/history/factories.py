@@ -106,7 +106,7 @@ def make_response(
     output = output if output is not None else [assistant("hi there")]
     created = created_at or T0
     previous_id = previous.id if isinstance(previous, Response) else previous
-    params = {"instructions": instructions, "metadata": metadata or {}, "store": store, "tools": []}
+    params: dict[str, Any] = {"instructions": instructions, "metadata": metadata or {}, "store": store, "tools": []}
     row = Response.objects.create(
         id=new_id("resp"),
         tenant_id=tenant_id,

@@ -32,7 +32,7 @@ def _seed(tenant_id: int, count: int) -> list:
 
 
 @pytest.mark.parametrize("count", [3, 40])
-def test_list_page_is_two_queries(count: int, django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_list_page_is_two_queries(count: int, django_assert_num_queries) -> None:
     _, tenant_id = make_key()
     _seed(tenant_id, count)
     # page rows + output items of the whole page
@@ -44,7 +44,7 @@ def test_list_page_is_two_queries(count: int, django_assert_num_queries) -> None
     assert all(len(r["output"]) == 2 for r in page.data)
 
 
-def test_list_page_with_cursor_and_every_filter_is_constant(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_list_page_with_cursor_and_every_filter_is_constant(django_assert_num_queries) -> None:
     _, tenant_id = make_key()
     rows = _seed(tenant_id, 10)
     filters = ResponseFilters(
@@ -64,7 +64,7 @@ def test_list_page_with_cursor_and_every_filter_is_constant(django_assert_num_qu
     assert [r["id"] for r in page.data] == [rows[4].id, rows[3].id, rows[2].id]
 
 
-def test_empty_page_is_one_query(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_empty_page_is_one_query(django_assert_num_queries) -> None:
     _, tenant_id = make_key()
     with django_assert_num_queries(1):
         page = selectors.response_list_page(
@@ -74,7 +74,7 @@ def test_empty_page_is_one_query(django_assert_num_queries) -> None:  # type: ig
 
 
 @pytest.mark.parametrize("length", [3, 60])
-def test_thread_page_is_two_queries(length: int, django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_thread_page_is_two_queries(length: int, django_assert_num_queries) -> None:
     _, tenant_id = make_key()
     previous = None
     for turn in range(length):
@@ -85,6 +85,7 @@ def test_thread_page_is_two_queries(length: int, django_assert_num_queries) -> N
             input=[user(f"q{turn}")],
             output=[assistant(f"a{turn}")],
         )
+    assert previous is not None
     # head visibility + the page (recursive CTE)
     with django_assert_num_queries(2):
         page = selectors.thread_page(tenant_id=tenant_id, response_id=previous.id, after=None, limit=100, order="asc")
@@ -95,7 +96,7 @@ def test_thread_page_is_two_queries(length: int, django_assert_num_queries) -> N
         )
 
 
-def test_usage_is_three_queries(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_usage_is_three_queries(django_assert_num_queries) -> None:
     _, tenant_id = make_key()
     _seed(tenant_id, 5)
     for group_by in (("model", "day"), ("tenant",), ("model",), ("day",), ("key", "model")):
@@ -103,11 +104,12 @@ def test_usage_is_three_queries(django_assert_num_queries) -> None:  # type: ign
             selectors.usage_summary(tenant_id=None, group_by=group_by)
 
 
-def test_admin_conversation_selectors_are_constant(django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_admin_conversation_selectors_are_constant(django_assert_num_queries) -> None:
     _, tenant_id = make_key()
     previous = None
     for turn in range(25):
         previous = make_response(tenant_id, previous=previous, created_at=T0 + timedelta(seconds=turn))
+    assert previous is not None
     with django_assert_num_queries(1):
         chain = selectors.chain_responses(response_id=previous.id)
     with django_assert_num_queries(1):
@@ -117,7 +119,7 @@ def test_admin_conversation_selectors_are_constant(django_assert_num_queries) ->
 
 
 @pytest.mark.parametrize("probe_limit", [1000, 1])
-def test_search_gives_the_same_page_whether_matches_are_few_or_many(probe_limit: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_search_gives_the_same_page_whether_matches_are_few_or_many(probe_limit: int, monkeypatch) -> None:
     """`q` on PostgreSQL takes the GIN-first path for few matches and the newest-first scan for many."""
     monkeypatch.setattr(selectors, "SEARCH_PROBE_LIMIT", probe_limit)
     _, tenant_id = make_key()

@@ -23,7 +23,7 @@ BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;
 
 
 @pytest.fixture(autouse=True)
-def _plain_static_storage(settings) -> None:  # type: ignore[no-untyped-def]
+def _plain_static_storage(settings) -> None:
     # `{% static %}` without collectstatic's manifest (production serves collected, hashed files).
     settings.STORAGES = {
         **settings.STORAGES,
@@ -33,7 +33,7 @@ def _plain_static_storage(settings) -> None:  # type: ignore[no-untyped-def]
 
 def _session(username: str, **flags: bool) -> dict[str, str]:
     """The cookies of a logged-in admin session (as the admin's login form would set them)."""
-    user = get_user_model().objects.create_user(username, password="pw-" + username, **flags)
+    user = get_user_model().objects.create_user(username, email=None, password="pw-" + username, **flags)
     if flags.get("is_staff") and not flags.get("is_superuser"):
         user.user_permissions.add(Permission.objects.get(codename="view_response"))
     client = Client()

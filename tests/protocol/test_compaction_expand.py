@@ -7,7 +7,7 @@ from typing import Any
 
 from responses_api.protocol.compaction import SUMMARY_PREFIX, WHOLE_SUMMARY_PREFIX, expand_compactions, span_after
 
-PAYLOADS = {
+PAYLOADS: dict[str, dict[str, Any]] = {
     "sealed-whole": {"summary": "S", "whole": True},
     "sealed-v1": {"summary": "V"},
     "sealed-auto": {"summary": "A", "whole": True, "auto": True},

@@ -95,7 +95,7 @@ def test_an_anthropic_error_event_and_a_failed_response_raise() -> None:
 
 
 def test_a_context_goes_to_anthropic_as_alternating_turns() -> None:
-    items = [
+    items: list[dict[str, Any]] = [
         {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Be terse."}]},
         {
             "type": "message",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_model_names_keep_plain_names_unless_they_collide() -> None:
 
 
 def test_mcp_items_read_as_calls_and_outputs() -> None:
-    items = [
+    items: list[dict[str, Any]] = [
         {"type": "message", "id": "m", "role": "user", "content": []},
         {"type": "mcp_list_tools", "id": "l", "server_label": "s", "tools": []},
         {

@@ -5,6 +5,7 @@ at once gives."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from responses_api.protocol.anthropic import AnthropicConversion
 from responses_api.protocol.chat import ChatConversion, ChatOptions
 from responses_api.protocol.native import NativeConversion
-from responses_api.protocol.prefix import ConvertedPrefix, converted
+from responses_api.protocol.prefix import Conversion, ConvertedPrefix, converted
 
 BEFORE: list[dict[str, Any]] = [
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
@@ -24,7 +25,7 @@ AFTER: list[dict[str, Any]] = [
     {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
     {"type": "function_call_output", "call_id": "c1", "output": "done"},
 ]
-CONVERSIONS = {
+CONVERSIONS: dict[str, Callable[[], Conversion]] = {
     "chat": lambda: ChatConversion("Be brief.", ChatOptions(send_reasoning=True)),
     "anthropic": lambda: AnthropicConversion("Be brief."),
     "responses": NativeConversion,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import typing
+from collections.abc import Callable
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import openai
@@ -224,8 +225,11 @@ def _build(kind: str, body: dict[str, Any], options: ChatOptions | None = None) 
     req = parse_create_request(body)
     if kind == "chat_completions":
         return build_chat_request(req, req.input_items, upstream_model="upstream-model", stream=False, options=options)
-    build = {"responses": build_responses_request, "anthropic": build_messages_request}[kind]
-    return build(req, req.input_items, upstream_model="upstream-model", stream=False)  # type: ignore[operator]
+    builders: dict[str, Callable[..., dict[str, Any]]] = {
+        "responses": build_responses_request,
+        "anthropic": build_messages_request,
+    }
+    return builders[kind](req, req.input_items, upstream_model="upstream-model", stream=False)
 
 
 def _ignored(kind: str, body: dict[str, Any], options: ChatOptions | None = None) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -181,7 +182,7 @@ def test_additional_tools_items_are_checked_and_load_their_tools() -> None:
 
 
 def test_searches_are_shown_to_the_model_as_function_calls() -> None:
-    items = [
+    items: list[dict[str, Any]] = [
         {"type": "message", "id": "m", "role": "user", "content": []},
         {"type": "additional_tools", "id": "a", "role": "developer", "tools": []},
         {"type": "tool_search_call", "id": "t", "call_id": "c1", "execution": "server", "arguments": {"query": "x"}},
@@ -223,7 +224,7 @@ def test_the_result_names_each_tool_as_the_model_calls_it() -> None:
         {"type": "namespace", "name": "crm", "description": "", "tools": [{"type": "function", "name": "find"}]},
         {"type": "mcp", "server_label": "linear", "allowed_tools": ["create_issue"]},
     ]
-    items = [
+    items: list[dict[str, Any]] = [
         {"type": "tool_search_call", "id": "t", "call_id": "c", "execution": "server", "arguments": {}},
         {"type": "tool_search_output", "id": "o", "call_id": "c", "execution": "server", "tools": found},
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from responses_api.protocol import jsonlimits, wirejson
 
 pytestmark = pytest.mark.embedded
 
-STANDARD = dict(separators=(",", ":"), ensure_ascii=False)
+STANDARD: dict[str, Any] = dict(separators=(",", ":"), ensure_ascii=False)
 
 
 @pytest.mark.parametrize(
@@ -87,7 +88,7 @@ def test_depth_and_unstorable_rules_still_apply() -> None:
 
 
 def test_copy_json_is_deep_and_falls_back() -> None:
-    original = {"output": [{"content": [{"text": "a"}]}], "n": 1.5}
+    original: dict[str, Any] = {"output": [{"content": [{"text": "a"}]}], "n": 1.5}
     copy = wirejson.copy_json(original)
     assert copy == original
     copy["output"][0]["content"][0]["text"] = "changed"

@@ -39,8 +39,8 @@ class Deployment:
         self.model = model
         self.postgres: PostgresServer = start_postgres(base_dir / "pg")
         self.redis: RedisServer = start_redis(base_dir)
-        gateway_config, config = config, base_dir / "gateway.json"
-        config.write_text(
+        gateway_config, config_file = config, base_dir / "gateway.json"
+        config_file.write_text(
             json.dumps(
                 gateway_config
                 or {
@@ -56,7 +56,7 @@ class Deployment:
             "SECRET_KEY": SECRET_KEY,
             "DEBUG": "0",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "GATEWAY_CONFIG": str(config),
+            "GATEWAY_CONFIG": str(config_file),
             "LOG_LEVEL": "WARNING",
             "DJANGO_SETTINGS_MODULE": "project.settings",
             "GATEWAY_HEARTBEAT_SECONDS": "0.5",
@@ -145,7 +145,8 @@ class Deployment:
     def stop_workers(self) -> None:
         """Stop the Celery worker(s) (warm shutdown)."""
         for proc in list(self.processes):
-            if proc.args[2:4] == ["celery", "-A"] and proc.poll() is None:
+            # _spawn starts every process from a list of arguments.
+            if isinstance(proc.args, list) and proc.args[2:4] == ["celery", "-A"] and proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:
                     proc.wait(20)

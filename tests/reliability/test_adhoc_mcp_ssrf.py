@@ -87,7 +87,7 @@ def create(gateway: Gateway, tools: list[dict], key: str | None = None) -> tuple
 
 def test_the_operators_allowlist_does_not_reach_client_urls(
     gateway: Gateway, scripted: ScriptedUpstream, canary: Canary, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1", "localhost"]  # for the operator's own tools
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = []
     forms = [
@@ -108,7 +108,7 @@ def test_the_operators_allowlist_does_not_reach_client_urls(
 
 def test_an_adhoc_allowance_names_host_and_port(
     gateway: Gateway, scripted: ScriptedUpstream, canary: Canary, mcp_server: McpServerProcess, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{mcp_server.port}"]
     scripted.enqueue(MODEL, Reply(text="listed"))
     status, body = create(gateway, [adhoc(mcp_server.url)])
@@ -120,7 +120,7 @@ def test_an_adhoc_allowance_names_host_and_port(
 
 def test_a_tenants_own_allowance_is_its_own(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from responses_api.models import Tenant
 
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = []
@@ -166,7 +166,7 @@ def test_tenant_allowance_is_validated_in_the_admin_model() -> None:
 )
 def test_what_a_server_answered_never_reaches_the_client(
     gateway: Gateway, scripted: ScriptedUpstream, settings, status: int, body: bytes, content_type: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     server = Canary(status, body, content_type)
     try:
         settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{server.port}"]
@@ -185,7 +185,7 @@ def test_what_a_server_answered_never_reaches_the_client(
     assert raw.json()["error"]["type"] == "external_connector_error"
 
 
-def test_free_port_canary_is_really_refused_without_allowance(gateway: Gateway, settings) -> None:  # type: ignore[no-untyped-def]
+def test_free_port_canary_is_really_refused_without_allowance(gateway: Gateway, settings) -> None:
     """A URL to a private port nobody listens on is refused before any connection attempt."""
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = []
     with socket.socket() as sock:
@@ -197,7 +197,7 @@ def test_free_port_canary_is_really_refused_without_allowance(gateway: Gateway, 
 
 def test_a_cached_adhoc_listing_is_not_served_to_a_tenant_without_the_allowance(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Tenant A may reach a private MCP server and lists it (the listing is cached for its
     TTL); tenant B, without that allowance, naming the same URL with the same headers within
     the TTL gets an egress refusal, not A's listing out of the shared cache."""

@@ -58,7 +58,7 @@ def stream_in_background(deployment: Deployment, text: str, events: list[dict]) 
     return thread
 
 
-def wait_until(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def wait_until(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

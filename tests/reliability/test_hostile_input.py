@@ -86,7 +86,7 @@ def test_the_limit_helper() -> None:
 
 
 # -- NUL and lone surrogates -------------------------------------------------------------
-def post_raw(gateway: Gateway, raw: bytes):  # type: ignore[no-untyped-def]
+def post_raw(gateway: Gateway, raw: bytes):
     return gateway.http().post("/v1/responses", content=raw, headers={"Content-Type": "application/json"})
 
 
@@ -168,7 +168,7 @@ def test_tool_output_with_nul_is_storable() -> None:
 
 # -- whatever fails while storing a finished response, it still ends -----------------------
 @pytest.fixture
-def poisoned_item_store(gateway: Gateway):  # type: ignore[no-untyped-def]
+def poisoned_item_store(gateway: Gateway):
     """A real database refusal: a trigger rejects any item whose data mentions POISON."""
     from django.db import connection
 
@@ -194,7 +194,7 @@ def poisoned_item_store(gateway: Gateway):  # type: ignore[no-untyped-def]
 
 def test_a_stream_whose_storage_fails_ends_failed(
     gateway: Gateway, scripted: ScriptedUpstream, poisoned_item_store
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from responses_api.models import Response
 
     scripted.enqueue(MODEL, Reply(text="this is POISON to the store"))
@@ -211,7 +211,7 @@ def test_a_stream_whose_storage_fails_ends_failed(
 
 def test_a_create_whose_storage_fails_is_a_500_and_the_row_ends_failed(
     gateway: Gateway, scripted: ScriptedUpstream, poisoned_item_store
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from responses_api.models import Response
 
     before = set(Response.objects.values_list("id", flat=True))

@@ -24,7 +24,7 @@ def stored_job(response_id: str) -> str:
 
 def test_mcp_tokens_are_sealed_at_rest_and_dropped_when_the_run_ends(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, worker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 3, "b": 4}, "c1")], delay=0.5), Reply(text="7"))
     tool = {
         "type": "mcp",
@@ -34,7 +34,7 @@ def test_mcp_tokens_are_sealed_at_rest_and_dropped_when_the_run_ends(
         "headers": {"Authorization": f"Bearer {mcp_server.token}", "X-Team-Token": "team-token-5150"},
     }
     client = gateway.openai()
-    started = client.responses.create(model=MODEL, input="3+4", tools=[tool], background=True)  # type: ignore[list-item]
+    started = client.responses.create(model=MODEL, input="3+4", tools=[tool], background=True)
     job = stored_job(started.id)
     assert mcp_server.token not in job and "team-token-5150" not in job
     assert '"mcp_credentials": "gwsealed1.' in job or '"mcp_credentials":"gwsealed1.' in job

@@ -25,7 +25,7 @@ def value(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def test_metrics_need_a_configured_token(gateway: Gateway, settings) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_need_a_configured_token(gateway: Gateway, settings) -> None:
     import httpx
 
     settings.GATEWAY_METRICS_TOKEN = ""
@@ -36,7 +36,7 @@ def test_metrics_need_a_configured_token(gateway: Gateway, settings) -> None:  #
     assert httpx.get(f"{gateway.url}/metrics", headers={"Authorization": "Bearer scrape-secret-123"}).status_code == 200
 
 
-def test_requests_tokens_streams_and_errors_are_counted(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+def test_requests_tokens_streams_and_errors_are_counted(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:
     import httpx
 
     settings.GATEWAY_METRICS_TOKEN = "scrape-secret-123"
@@ -71,7 +71,7 @@ def test_requests_tokens_streams_and_errors_are_counted(gateway: Gateway, script
     assert "gateway_background_queued" in after and "gateway_worker_heartbeat_age_seconds" in after
 
 
-def test_without_a_token_request_metrics_are_not_kept(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+def test_without_a_token_request_metrics_are_not_kept(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:
     """/metrics is a 404 without a token: a request's figures would cost CPU for nobody."""
     from responses_api.observability.metrics import REQUESTS
 

@@ -60,7 +60,7 @@ def deployment(upstream: ScriptedUpstream) -> Iterator[Deployment]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+def wait_for(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

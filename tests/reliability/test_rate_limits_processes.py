@@ -81,7 +81,7 @@ def _fire(
     return statuses
 
 
-def test_requests_per_minute_hold_across_two_processes(deployed) -> None:  # type: ignore[no-untyped-def]
+def test_requests_per_minute_hold_across_two_processes(deployed) -> None:
     deployment, upstream, multiproc = deployed
     upstream.set_default("m", Reply(text="ok"))
     started = time.monotonic()
@@ -98,7 +98,7 @@ def test_requests_per_minute_hold_across_two_processes(deployed) -> None:  # typ
     assert value(text, "gateway_rate_limited_total", limit="requests per minute") == statuses.count(429), text
 
 
-def test_concurrent_streams_hold_across_two_processes(deployed) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_streams_hold_across_two_processes(deployed) -> None:
     deployment, upstream, _ = deployed
     deployment.rows("UPDATE responses_api_apikey SET requests_per_minute = NULL RETURNING id")
     deployment.rows("UPDATE responses_api_tenant SET max_concurrent_requests = 4 RETURNING id")
@@ -117,7 +117,7 @@ def test_concurrent_streams_hold_across_two_processes(deployed) -> None:  # type
 
 
 @pytest.fixture(scope="module")
-def alerts(deployed) -> Iterator[WebhookServer]:  # type: ignore[no-untyped-def]
+def alerts(deployed) -> Iterator[WebhookServer]:
     """A webhook receiver on loopback for budget alerts, and the Celery worker that sends them."""
     deployment, _, _ = deployed
     server = WebhookServer().start()
@@ -135,7 +135,7 @@ def alerts(deployed) -> Iterator[WebhookServer]:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("scope", ["tenant", "key"])
-def test_a_budget_holds_exactly_across_two_processes(deployed, alerts: WebhookServer, scope: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_budget_holds_exactly_across_two_processes(deployed, alerts: WebhookServer, scope: str) -> None:
     """A tenant's budget and a key's (the same counters, another scope) under a burst spread over
     both processes: when each request reserves what it then spends, exactly the budget is spent
     (1.0x), never one request more, and every refusal is a 429 budget_exceeded. Its 80% and 100%

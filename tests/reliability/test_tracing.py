@@ -85,7 +85,7 @@ def receiver() -> Iterator[OtlpReceiver]:
 def test_a_tool_loop_is_one_trace_with_genai_spans(
     gateway: Gateway,
     scripted: ScriptedUpstream,
-    tools_env,  # type: ignore[no-untyped-def]
+    tools_env,
     receiver: OtlpReceiver,
 ) -> None:
     from responses_api.engine import tracing

@@ -14,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.errors import error_body
 from tests.support.harness import MODEL, Gateway, make_key
 from tests.support.stream_validator import validate_response_object, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -142,7 +143,7 @@ def test_stored_chain_replays_every_item_type(gateway: Gateway, scripted: Script
         ),
     )
     client = gateway.openai()
-    first = client.responses.create(model=MODEL, input="go", tools=tools)  # type: ignore[arg-type]
+    first = client.responses.create(model=MODEL, input="go", tools=tools)
     assert [i.type for i in first.output] == ["shell_call", "apply_patch_call", "local_shell_call"]
     with gateway.http() as http:
         validate_response_object(http.get(f"/v1/responses/{first.id}").json())
@@ -151,7 +152,7 @@ def test_stored_chain_replays_every_item_type(gateway: Gateway, scripted: Script
         model=MODEL,
         previous_response_id=first.id,
         tools=tools,
-        input=[  # type: ignore[arg-type]
+        input=[
             {
                 "type": "shell_call_output",
                 "call_id": "c1",
@@ -206,7 +207,7 @@ def test_the_reasoning_comes_back_to_a_provider_that_takes_it(gateway: Gateway, 
 def test_sdk_stream_helper_accepts_custom_tool_events(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     scripted.enqueue(MODEL, Reply(tool_calls=[{"id": "c", "name": "apply_patch", "arguments": {"input": PATCH}}]))
     client = gateway.openai()
-    with client.responses.stream(model=MODEL, input="patch it", tools=TOOLS[2:3]) as events:  # type: ignore[arg-type]
+    with client.responses.stream(model=MODEL, input="patch it", tools=TOOLS[2:3]) as events:
         kinds = [e.type for e in events]
         final = events.get_final_response()
     assert "response.custom_tool_call_input.done" in kinds
@@ -219,8 +220,6 @@ def test_bad_custom_tool_is_a_400_naming_the_field(gateway: Gateway) -> None:
         client.responses.create(
             model=MODEL,
             input="x",
-            tools=[  # type: ignore[list-item]
-                {"type": "namespace", "name": "ns", "description": "d", "tools": [{"type": "web_search"}]}
-            ],
+            tools=[{"type": "namespace", "name": "ns", "description": "d", "tools": [{"type": "web_search"}]}],
         )
-    assert info.value.body["param"] == "tools[0].tools[0].type"  # type: ignore[index]
+    assert error_body(info.value)["param"] == "tools[0].tools[0].type"

@@ -5,10 +5,12 @@ routing three model names to three dialects, driven by the same client code."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import openai
 import pytest
 
+from tests.support.errors import error_body
 from tests.support.harness import Gateway, call
 from tests.support.stream_validator import validate_response_object, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -67,7 +69,7 @@ def test_tool_use_and_tool_result_round_trip(anthropic: Gateway, scripted: Scrip
         Reply(text="Let me look.", tool_calls=[call("lookup", {"q": "x"}, "toolu_1")], chunk_chars=3),
         Reply(text="x is 42."),
     )
-    tools = [
+    tools: list[dict[str, Any]] = [
         {
             "type": "function",
             "name": "lookup",
@@ -150,7 +152,7 @@ def test_errors_and_a_dropped_stream(anthropic: Gateway, scripted: ScriptedUpstr
     )
     with pytest.raises(openai.BadRequestError) as bad:
         client.responses.create(model=CLAUDE, input="x")
-    assert "prompt is too long" in bad.value.body["message"]
+    assert "prompt is too long" in error_body(bad.value)["message"]
     scripted.enqueue(
         "claude-up",
         Reply(status=529, error_body={"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
@@ -162,7 +164,7 @@ def test_errors_and_a_dropped_stream(anthropic: Gateway, scripted: ScriptedUpstr
     with anthropic.http() as http:
         raw = http.post("/v1/responses", json={"model": CLAUDE, "input": "x", "stream": True}).content
     assert validate_sse(raw)["status"] == "failed"
-    error_events = [
+    error_events: list[dict[str, Any]] = [
         {"type": "message_start", "message": {"usage": {"input_tokens": 1, "output_tokens": 1}}},
         {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded mid-way"}},
     ]
@@ -175,7 +177,7 @@ def test_errors_and_a_dropped_stream(anthropic: Gateway, scripted: ScriptedUpstr
 
 def test_one_config_three_dialects_the_same_client_code(
     gateway: Gateway,
-    scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
+    scripted: ScriptedUpstream,
     transactional_db,
 ) -> None:
     from responses_api.ops.config_sync import sync_config
@@ -252,7 +254,7 @@ def test_signed_thinking_goes_back_with_its_signature(anthropic: Gateway, script
             assert reasoning["encrypted_content"]  # sealed by the gateway: not the raw signature
             assert "sig-" not in reasoning["encrypted_content"]
             output = {"type": "function_call_output", "call_id": "toolu_s", "output": "found"}
-            follow = {"model": CLAUDE, "tools": tools, "reasoning": {"effort": "low"}}
+            follow: dict[str, Any] = {"model": CLAUDE, "tools": tools, "reasoning": {"effort": "low"}}
             if stored:
                 follow.update(previous_response_id=first["id"], input=[output])
             else:  # stateless: the client sends the whole conversation back, items as received

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.embedded
 
 
 @pytest.fixture(autouse=True)
-def _plain_static(settings):  # type: ignore[no-untyped-def]
+def _plain_static(settings):
     # As tests/admin/conftest.py: render {% static %} without collectstatic's manifest.
     settings.STORAGES = {
         **settings.STORAGES,
@@ -27,7 +27,7 @@ def _plain_static(settings):  # type: ignore[no-untyped-def]
     }
 
 
-def key_of(raw: str):  # type: ignore[no-untyped-def]
+def key_of(raw: str):
     from responses_api.models import ApiKey
 
     return ApiKey.objects.get(prefix=raw.split("_")[0].removeprefix("sk-gw-"))
@@ -84,7 +84,7 @@ def test_a_cached_key_is_refused_once_its_expiry_passes(gateway: Gateway, script
     assert status_and_code(gateway, gateway.key) == (401, "api_key_expired")
 
 
-def test_the_admin_sets_an_expiry_and_lists_the_key_as_expired(admin_client, gateway: Gateway) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_sets_an_expiry_and_lists_the_key_as_expired(admin_client, gateway: Gateway) -> None:
     key = key_of(gateway.key)
     form = {
         "name": "test",
@@ -107,7 +107,7 @@ def test_the_admin_sets_an_expiry_and_lists_the_key_as_expired(admin_client, gat
 
 
 def test_regenerate_keeps_the_key_and_refuses_the_old_secret(
-    admin_client,  # type: ignore[no-untyped-def]
+    admin_client,
     gateway: Gateway,
     scripted: ScriptedUpstream,
 ) -> None:
@@ -137,7 +137,7 @@ def test_regenerate_keeps_the_key_and_refuses_the_old_secret(
     assert Response.objects.filter(api_key_id=old.id).count() == 2  # its usage history is the same key's
 
 
-def test_a_revoked_key_cannot_be_regenerated(admin_client, gateway: Gateway) -> None:  # type: ignore[no-untyped-def]
+def test_a_revoked_key_cannot_be_regenerated(admin_client, gateway: Gateway) -> None:
     from responses_api.models import ApiKey
 
     key = key_of(gateway.key)
@@ -150,7 +150,7 @@ def test_a_revoked_key_cannot_be_regenerated(admin_client, gateway: Gateway) -> 
 
 
 def test_the_key_page_shows_what_the_key_spent(
-    admin_client,  # type: ignore[no-untyped-def]
+    admin_client,
     gateway: Gateway,
     scripted: ScriptedUpstream,
 ) -> None:

@@ -121,7 +121,7 @@ def test_the_stream_shows_the_compaction_as_openai_does(gateway: Gateway, script
         "ResponseCompactionCompactingEvent",
         "ResponseOutputItemDoneEvent",
     ], kinds
-    final = events[-1].response  # type: ignore[union-attr]
+    final = events[-1].response
     compaction, message = final.output
     assert compaction.type == "compaction" and summaries[0] not in compaction.encrypted_content
     assert message.type == "message" and final.output_text == ANSWER
@@ -166,7 +166,7 @@ def test_bad_context_management_is_a_400_naming_the_field(gateway: Gateway, entr
     assert answer.status_code == 400 and answer.json()["error"]["param"] == param
 
 
-def test_a_background_run_compacts_on_the_worker_and_its_log_replays_valid(  # type: ignore[no-untyped-def]
+def test_a_background_run_compacts_on_the_worker_and_its_log_replays_valid(
     gateway: Gateway, scripted: ScriptedUpstream, worker
 ) -> None:
     from tests.responses_api.test_background import poll, read_log
@@ -187,7 +187,7 @@ def test_a_background_run_compacts_on_the_worker_and_its_log_replays_valid(  # t
     assert raw.count("response.compaction.compacting") == 2  # the event line and its type
 
 
-def test_between_the_steps_of_a_tool_loop(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook) -> None:  # type: ignore[no-untyped-def]
+def test_between_the_steps_of_a_tool_loop(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook) -> None:
     """A server tool's long output passes the threshold: the next step starts from a compaction
     made after it, and the stream stays valid."""
     from tests.support.harness import call

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.embedded
 TERMINAL = {"completed", "failed", "cancelled", "incomplete"}
 
 
-def poll(gateway: Gateway, response_id: str, timeout: float = 20.0, until=TERMINAL) -> dict:  # type: ignore[no-untyped-def]
+def poll(gateway: Gateway, response_id: str, timeout: float = 20.0, until=TERMINAL) -> dict:
     deadline = time.monotonic() + timeout
     with gateway.http() as http:
         while time.monotonic() < deadline:
@@ -36,7 +36,7 @@ def read_log(gateway: Gateway, response_id: str, after: int | None = None) -> by
         return r.read()
 
 
-def test_background_create_then_poll(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_background_create_then_poll(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     scripted.enqueue(MODEL, Reply(text="Done in the background."))
     client = gateway.openai()
     created = client.responses.create(model=MODEL, input="work", background=True)
@@ -54,7 +54,7 @@ def test_background_requires_store(gateway: Gateway) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "background"
 
 
-def test_stream_background_and_resume_at_random_points(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_stream_background_and_resume_at_random_points(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     scripted.enqueue(
         MODEL, Reply(text="one two three four five six seven eight nine ten", chunk_chars=3, interval=0.01)
     )
@@ -92,7 +92,7 @@ def test_stream_background_and_resume_at_random_points(gateway: Gateway, scripte
     assert resumed == list(range(n + 1, len(full)))
 
 
-def test_several_readers_get_the_same_events(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_several_readers_get_the_same_events(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     scripted.enqueue(MODEL, Reply(text="shared stream of words", chunk_chars=2, interval=0.02))
     created = gateway.openai().responses.create(model=MODEL, input="x", background=True)
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
@@ -101,7 +101,7 @@ def test_several_readers_get_the_same_events(gateway: Gateway, scripted: Scripte
     validate_sse(logs[0], background=True)
 
 
-def test_cancel_while_streaming_text(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_while_streaming_text(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     scripted.enqueue(MODEL, Reply(text="word " * 400, chunk_chars=5, interval=0.05))
     created = gateway.openai().responses.create(model=MODEL, input="long", background=True)
     poll(gateway, created.id, until={"in_progress"})
@@ -125,7 +125,7 @@ def test_cancel_while_streaming_text(gateway: Gateway, scripted: ScriptedUpstrea
     assert poll(gateway, created.id)["status"] == "cancelled"  # never becomes completed later
 
 
-def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     import asyncio
     from datetime import datetime
 
@@ -174,7 +174,7 @@ def test_cancel_of_a_foreground_response_is_a_400(gateway: Gateway, scripted: Sc
     assert r.status_code == 400 and "background" in r.json()["error"]["message"]
 
 
-def test_concurrent_cancels_racing_completion(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_cancels_racing_completion(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     scripted.enqueue(MODEL, Reply(text="short race", chunk_chars=2, interval=0.01))
     created = gateway.openai().responses.create(model=MODEL, input="x", background=True)
 
@@ -195,7 +195,7 @@ def test_concurrent_cancels_racing_completion(gateway: Gateway, scripted: Script
     validate_events(events, background=True, final_response=again)
 
 
-def test_foreground_stream_on_worker_survives_disconnect(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_foreground_stream_on_worker_survives_disconnect(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     from responses_api.models import ModelRoute
 
     ModelRoute.objects.filter(name=MODEL).update(run_on_worker=True)
@@ -217,7 +217,7 @@ def test_foreground_stream_on_worker_survives_disconnect(gateway: Gateway, scrip
     assert scripted.aborted == []
 
 
-def test_enqueue_to_first_event_latency(gateway: Gateway, scripted: ScriptedUpstream, worker, record_property) -> None:  # type: ignore[no-untyped-def]
+def test_enqueue_to_first_event_latency(gateway: Gateway, scripted: ScriptedUpstream, worker, record_property) -> None:
     """Measured, not asserted tightly: the note quotes this median."""
     scripted.set_default(MODEL, Reply(text="hi"))
     latencies = []
@@ -240,7 +240,7 @@ def test_enqueue_to_first_event_latency(gateway: Gateway, scripted: ScriptedUpst
 
 def test_background_three_step_tool_loop(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, worker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from tests.support.harness import call
 
     scripted.enqueue(
@@ -260,7 +260,7 @@ def test_background_three_step_tool_loop(
     validate_sse(read_log(gateway, created.id), background=True, final_response=final)
 
 
-def test_cancel_while_a_tool_runs(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, worker) -> None:  # type: ignore[no-untyped-def]
+def test_cancel_while_a_tool_runs(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, worker) -> None:
     from tests.support.harness import call
     from tests.support.webhook import Route
 
@@ -288,7 +288,7 @@ def test_cancel_while_a_tool_runs(tools_env, gateway: Gateway, scripted: Scripte
 @pytest.mark.skipif("os.environ.get('GATEWAY_TEST_DB') == 'sqlite'", reason="needs Celery worker processes")
 def test_sigkilled_worker_is_reaped_and_tools_never_rerun(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from responses_api.models import ResponseItem
     from tests.support.harness import CeleryWorker, call
     from tests.support.webhook import Route
@@ -344,5 +344,6 @@ def test_reaper_fails_abandoned_foreground_responses(gateway: Gateway, scripted:
     Response.objects.filter(id=fresh.id).update(status="in_progress")
     assert asyncio.run(background.reap_stale()) == 1
     assert Response.objects.get(id=done.id).status == "failed"
-    assert Response.objects.get(id=done.id).error["code"] == "interrupted"
+    error = Response.objects.get(id=done.id).error
+    assert error is not None and error["code"] == "interrupted"
     assert Response.objects.get(id=fresh.id).status == "in_progress"  # young: still being served

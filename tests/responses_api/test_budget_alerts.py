@@ -10,6 +10,7 @@ import hmac
 import logging
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,13 +18,16 @@ from tests.support.harness import MODEL, CeleryWorker, Gateway, forget_redis_key
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.support.webhook import Route, WebhookServer
 
+if TYPE_CHECKING:
+    from responses_api.models import ApiKey, Tenant
+
 pytestmark = pytest.mark.embedded
 
 SECRET = "alert-signing-secret"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters():  # type: ignore[no-untyped-def]
+def _fresh_counters():
     from responses_api.store import limit_counters
 
     limit_counters.reset_store()
@@ -34,7 +38,7 @@ def _fresh_counters():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def alert_worker(gateway: Gateway, settings) -> Iterator[CeleryWorker | None]:  # type: ignore[no-untyped-def]
+def alert_worker(gateway: Gateway, settings) -> Iterator[CeleryWorker | None]:
     """The worker that sends deliveries, retrying quickly: a Celery worker with Redis, none
     (the web process's embedded worker) when embedded."""
     settings.GATEWAY_ALERT_RETRY_SECONDS = 0.2
@@ -49,14 +53,14 @@ def alert_worker(gateway: Gateway, settings) -> Iterator[CeleryWorker | None]:  
         proc.stop()
 
 
-def set_fields(model_cls: type, pk: int, **fields: object) -> None:
+def set_fields(model_cls: type[ApiKey] | type[Tenant], pk: int, **fields: object) -> None:
     from responses_api.api import auth
 
     model_cls.objects.filter(pk=pk).update(**fields)
     auth.clear_cache()
 
 
-def key_row(raw: str):  # type: ignore[no-untyped-def]
+def key_row(raw: str):
     from responses_api.models import ApiKey
 
     return ApiKey.objects.get(prefix=raw.split("_")[0].removeprefix("sk-gw-"))
@@ -67,7 +71,7 @@ def create(gateway: Gateway, key: str | None = None) -> int:
         return client.post("/v1/responses", json={"model": MODEL, "input": "hi"}).status_code
 
 
-def add_webhook(webhook: WebhookServer, path: str = "/alerts", secret: str = SECRET):  # type: ignore[no-untyped-def]
+def add_webhook(webhook: WebhookServer, path: str = "/alerts", secret: str = SECRET):
     from responses_api.models import AlertWebhook
     from responses_api.orchestration.routing import encrypt_secret
 
@@ -76,7 +80,7 @@ def add_webhook(webhook: WebhookServer, path: str = "/alerts", secret: str = SEC
     )
 
 
-def wait_for(what: str, check, timeout: float = 30.0):  # type: ignore[no-untyped-def]
+def wait_for(what: str, check, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while not (result := check()):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -88,8 +92,8 @@ def test_a_keys_budget_thresholds_send_a_signed_webhook_once_each(
     gateway: Gateway,
     scripted: ScriptedUpstream,
     webhook: WebhookServer,
-    alert_worker,  # type: ignore[no-untyped-def]
-    caplog,  # type: ignore[no-untyped-def]
+    alert_worker,
+    caplog,
 ) -> None:
     from responses_api.models import AlertDelivery, ApiKey
 
@@ -140,7 +144,7 @@ def test_a_tenants_cost_thresholds_fire_once_across_its_keys_and_a_failed_delive
     gateway: Gateway,
     scripted: ScriptedUpstream,
     webhook: WebhookServer,
-    alert_worker,  # type: ignore[no-untyped-def]
+    alert_worker,
 ) -> None:
     from decimal import Decimal
 
@@ -152,7 +156,7 @@ def test_a_tenants_cost_thresholds_fire_once_across_its_keys_and_a_failed_delive
     )
     routing.clear_cache()
 
-    def back_after_this(call):  # type: ignore[no-untyped-def]
+    def back_after_this(call):
         webhook.routes["/alerts"] = Route(status=200)  # this attempt fails; the receiver is back for the next
         return {"error": "down"}
 
@@ -184,7 +188,7 @@ def test_a_tenants_cost_thresholds_fire_once_across_its_keys_and_a_failed_delive
 def test_without_a_webhook_a_crossing_is_logged_and_nothing_recorded(
     gateway: Gateway,
     scripted: ScriptedUpstream,
-    caplog,  # type: ignore[no-untyped-def]
+    caplog,
 ) -> None:
     from responses_api.models import AlertDelivery, Tenant
 
@@ -199,10 +203,10 @@ def test_without_a_webhook_a_crossing_is_logged_and_nothing_recorded(
     assert AlertDelivery.objects.count() == 0
 
 
-def test_the_config_file_sets_alert_webhooks_and_thresholds(transactional_db) -> None:  # type: ignore[no-untyped-def]
+def test_the_config_file_sets_alert_webhooks_and_thresholds(transactional_db) -> None:
     from responses_api.models import AlertWebhook, ApiKey, Tenant
     from responses_api.ops.config_sync import ConfigError, sync_config
-    from responses_api.orchestration.routing import decrypt_secret
+    from responses_api.store.sealing import decrypt_secret
 
     make_key(tenant="acme", name="ci")
     config = {
@@ -229,7 +233,7 @@ def test_the_config_file_sets_alert_webhooks_and_thresholds(transactional_db) ->
         sync_config({"alert_webhooks": [{"name": "x", "url": "ftp://nope"}]})
 
 
-def test_the_admin_lists_webhooks_and_deliveries(admin_client, settings, transactional_db) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_lists_webhooks_and_deliveries(admin_client, settings, transactional_db) -> None:
     from responses_api.models import AlertDelivery, AlertWebhook
 
     settings.STORAGES = {
@@ -261,7 +265,7 @@ def test_a_budget_raised_mid_period_alerts_at_its_new_thresholds(
     gateway: Gateway,
     scripted: ScriptedUpstream,
     webhook: WebhookServer,
-    alert_worker,  # type: ignore[no-untyped-def]
+    alert_worker,
 ) -> None:
     from responses_api.models import ApiKey
 
@@ -290,7 +294,7 @@ def test_a_budget_raised_mid_period_alerts_at_its_new_thresholds(
 @pytest.mark.parametrize("broken", ["secret", "url"])
 def test_a_delivery_that_cannot_even_be_sent_is_an_attempt_and_fails_at_the_last(
     broken: str,
-    transactional_db,  # type: ignore[no-untyped-def]
+    transactional_db,
 ) -> None:
     """A signing secret no listed key opens (SealBroken) or a URL httpx refuses (InvalidURL, no
     HTTPError) escaped deliver_once: the delivery stayed `pending` with 0 attempts for ever."""
@@ -317,8 +321,8 @@ def test_a_delivery_that_cannot_even_be_sent_is_an_attempt_and_fails_at_the_last
 def test_a_delivery_left_pending_is_enqueued_again_by_the_periodic_sweep(
     gateway: Gateway,
     webhook: WebhookServer,
-    alert_worker,  # type: ignore[no-untyped-def]
-    settings,  # type: ignore[no-untyped-def]
+    alert_worker,
+    settings,
 ) -> None:
     """A delivery whose task was lost (a failed enqueue, a worker or process gone) stayed
     pending: beat's task (Celery) and the embedded process's beat re-enqueue it once idle."""
@@ -340,6 +344,7 @@ def test_a_delivery_left_pending_is_enqueued_again_by_the_periodic_sweep(
         from asgiref.sync import async_to_sync
 
         from responses_api.orchestration import liveness
+        from responses_api.store import db
 
         settings.GATEWAY_PROCESS_HEARTBEAT_SECONDS = 0.05
         settings.GATEWAY_ALERT_SWEEP_SECONDS = 0.05
@@ -348,7 +353,7 @@ def test_a_delivery_left_pending_is_enqueued_again_by_the_periodic_sweep(
             task = asyncio.ensure_future(liveness.beat_forever())
             try:
                 for _ in range(600):  # generous: the machine may be loaded
-                    if await liveness.db.run(AlertDelivery.objects.filter(pk=lost.pk, status="delivered").exists):
+                    if await db.run(AlertDelivery.objects.filter(pk=lost.pk, status="delivered").exists):
                         return
                     await asyncio.sleep(0.05)
             finally:
@@ -367,9 +372,9 @@ def test_a_delivery_left_pending_is_enqueued_again_by_the_periodic_sweep(
 
 
 def test_an_alert_that_cannot_be_recorded_is_logged_with_its_content_at_error(
-    transactional_db,  # type: ignore[no-untyped-def]
-    monkeypatch,  # type: ignore[no-untyped-def]
-    caplog,  # type: ignore[no-untyped-def]
+    transactional_db,
+    monkeypatch,
+    caplog,
 ) -> None:
     """Its threshold is already marked reported for the period: the log is its only record."""
     import asyncio

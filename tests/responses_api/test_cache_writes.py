@@ -25,7 +25,7 @@ ANTHROPIC_USAGE = {
 }
 
 
-def _usage_records(server) -> list:  # type: ignore[no-untyped-def]
+def _usage_records(server) -> list:
     from responses_api.models import UsageRecord
     from responses_api.store.usage import usage_writer
 
@@ -36,7 +36,7 @@ def _usage_records(server) -> list:  # type: ignore[no-untyped-def]
 def test_anthropic_cache_writes_are_counted_stored_and_recorded(
     anthropic: Gateway,  # noqa: F811 - the fixture
     scripted: ScriptedUpstream,
-    gateway_server,  # type: ignore[no-untyped-def]
+    gateway_server,
 ) -> None:
     from responses_api.models import Response
 

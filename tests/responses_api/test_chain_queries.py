@@ -53,7 +53,7 @@ def build_chain(tenant_id: int, length: int) -> str:
 
 
 @pytest.mark.parametrize("length", [1, 50, 300])
-def test_chain_context_query_count_is_constant(length: int, django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_chain_context_query_count_is_constant(length: int, django_assert_num_queries) -> None:
     _, tenant_id = make_key()
     head = build_chain(tenant_id, length)
     new_input = [message_item("user", "next")]
@@ -68,7 +68,7 @@ def test_chain_context_query_count_is_constant(length: int, django_assert_num_qu
 
 
 @pytest.mark.parametrize("length", [1, 300])
-def test_a_worker_job_is_created_with_its_chain_checked_not_read(length: int, django_assert_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_job_is_created_with_its_chain_checked_not_read(length: int, django_assert_num_queries) -> None:
     """The row a worker will run: the chain's head checked, then the insert; the worker reads the
     context itself when the run starts."""
     from responses_api.models import Response

@@ -8,6 +8,7 @@ import json
 import openai
 import pytest
 
+from tests.support.errors import error_body
 from tests.support.harness import Gateway, call
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -105,19 +106,19 @@ def test_what_cannot_be_translated_is_a_400_naming_it(routes: Gateway, scripted:
     client = routes.openai()
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model="via-anthropic", n=2, messages=[{"role": "user", "content": "x"}])
-    assert refused.value.body["param"] == "n"
+    assert error_body(refused.value)["param"] == "n"
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(
             model="via-responses", messages=[{"role": "user", "content": "x"}], logit_bias={"1": 1}
         )
-    assert refused.value.body["param"] == "logit_bias"
+    assert error_body(refused.value)["param"] == "logit_bias"
     # Read as a Responses request: below its floor of 16, named as the client sent it.
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model="via-responses", messages=[{"role": "user", "content": "x"}], max_tokens=8)
-    assert refused.value.body["param"] == "max_tokens"
+    assert error_body(refused.value)["param"] == "max_tokens"
     with pytest.raises(openai.BadRequestError) as refused:
         client.embeddings.create(model="via-anthropic", input="x")
-    assert refused.value.body["code"] == "model_not_supported"
+    assert error_body(refused.value)["code"] == "model_not_supported"
 
 
 def test_an_upstream_failure_mid_stream_ends_with_an_error_chunk(routes: Gateway, scripted: ScriptedUpstream) -> None:
@@ -162,5 +163,5 @@ def test_a_fallback_of_another_kind_reads_the_cap_by_its_own_floor(
         gateway.openai().chat.completions.create(
             model="anthropic-then-responses", max_tokens=8, messages=[{"role": "user", "content": "x"}]
         )
-    assert refused.value.body["param"] == "max_tokens"
+    assert error_body(refused.value)["param"] == "max_tokens"
     assert not [r for r in scripted.requests if r.path == "/v1/responses"]

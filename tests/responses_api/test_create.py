@@ -7,6 +7,7 @@ import json
 import openai
 import pytest
 
+from tests.support.errors import error_body
 from tests.support.harness import MODEL, Gateway, make_key
 from tests.support.stream_validator import validate_response_object
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -235,8 +236,8 @@ def test_store_false_is_not_retrievable_nor_chainable(gateway: Gateway, scripted
         client.responses.retrieve(resp.id)
     with pytest.raises(openai.BadRequestError) as err:
         client.responses.create(model=MODEL, input="again", previous_response_id=resp.id)
-    assert err.value.body["code"] == "previous_response_not_found"
-    assert err.value.body["param"] == "previous_response_id"
+    assert error_body(err.value)["code"] == "previous_response_not_found"
+    assert error_body(err.value)["param"] == "previous_response_id"
 
 
 def test_delete_then_everything_404s(gateway: Gateway, scripted: ScriptedUpstream) -> None:
@@ -393,7 +394,7 @@ def test_upstream_failures_are_clean_and_stored_failed(
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code
     stored = Response.objects.get()
-    assert stored.status == "failed" and stored.error["code"] == code
+    assert stored.status == "failed" and stored.error is not None and stored.error["code"] == code
     assert stored.response_items.filter(role=1).count() == 0
 
 

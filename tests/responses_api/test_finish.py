@@ -46,7 +46,7 @@ def _final(rid: str, output: list[dict], status: str = "completed") -> dict:
     }
 
 
-def test_a_new_row_is_written_with_its_items_in_order(django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
+def test_a_new_row_is_written_with_its_items_in_order(django_assert_max_num_queries) -> None:
     _, tenant_id = make_key()
     rid = new_id("resp")
     inputs = [message_item("user", "one"), message_item("user", "two")]

@@ -6,10 +6,12 @@ client, with the same code as against a Chat Completions route."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import openai
 import pytest
 
+from tests.support.errors import error_body
 from tests.support.harness import Gateway, call
 from tests.support.stream_validator import validate_response_object, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -136,7 +138,7 @@ def test_upstream_errors_and_a_dropped_stream(native: Gateway, scripted: Scripte
     scripted.enqueue("up-native", Reply(status=400, error_body={"error": {"message": "bad input"}}))
     with pytest.raises(openai.BadRequestError) as bad:
         client.responses.create(model=NATIVE, input="x")
-    assert bad.value.body["code"] == "upstream_bad_request"
+    assert error_body(bad.value)["code"] == "upstream_bad_request"
     scripted.enqueue("up-native", Reply(status=500))
     with pytest.raises(openai.InternalServerError):
         client.responses.create(model=NATIVE, input="x")
@@ -145,7 +147,7 @@ def test_upstream_errors_and_a_dropped_stream(native: Gateway, scripted: Scripte
         raw = http.post("/v1/responses", json={"model": NATIVE, "input": "x", "stream": True}).content
     final = validate_sse(raw)
     assert final["status"] == "failed" and final["error"]["code"].startswith("upstream")
-    failed = [
+    failed: list[dict[str, Any]] = [
         {"type": "response.created", "sequence_number": 0, "response": {"id": "r", "status": "in_progress"}},
         {
             "type": "response.failed",
@@ -161,7 +163,7 @@ def test_upstream_errors_and_a_dropped_stream(native: Gateway, scripted: Scripte
 
 
 def test_unknown_upstream_events_are_skipped(native: Gateway, scripted: ScriptedUpstream) -> None:
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "response.created", "sequence_number": 0, "response": {"id": "r", "status": "in_progress"}},
         {"type": "response.some_future_event", "sequence_number": 1, "payload": {"x": 1}},
         {"type": "response.output_text.delta", "sequence_number": 2, "output_index": 0, "delta": "fine"},
@@ -198,7 +200,7 @@ def test_hosted_tools_go_to_the_upstream_and_their_items_come_back(native: Gatew
         "status": "completed",
         "content": [{"type": "output_text", "text": "Here is the news.", "annotations": []}],
     }
-    events = [
+    events: list[dict[str, Any]] = [
         {"type": "response.created", "response": {"id": "r", "status": "in_progress", "output": []}},
         {"type": "response.output_item.added", "output_index": 0, "item": {**search, "status": "in_progress"}},
         {"type": "response.web_search_call.searching", "output_index": 0, "item_id": "ws_1"},

@@ -7,6 +7,7 @@ import time
 import openai
 import pytest
 
+from tests.support.errors import error_body
 from tests.support.harness import MODEL, Gateway, make_key
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -101,7 +102,7 @@ def test_embeddings_on_a_chat_only_model_say_what_to_use_instead(gateway: Gatewa
     )
     with pytest.raises(openai.BadRequestError) as caught:
         gateway.openai().embeddings.create(model=MODEL, input="the sea")
-    error = caught.value.body
+    error = error_body(caught.value)
     assert error["code"] == "model_not_supported" and error["param"] == "model"
     assert error["message"].startswith(f"The model '{MODEL}' serves no embeddings.")
     assert error["message"].endswith(
@@ -122,7 +123,7 @@ def test_a_timed_out_pass_through_names_its_provider_and_the_limit(
     scripted.enqueue(MODEL, Reply(text="late", delay=5))
     with pytest.raises(openai.APIStatusError) as refused:
         gateway.openai().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
-    error = refused.value.body
+    error = error_body(refused.value)
     provider = Provider.objects.get()
     assert refused.value.status_code == 504 and error["code"] == "upstream_timeout"
     assert f"of provider '{provider.name}'" in error["message"] and "(timeout)" in error["message"]

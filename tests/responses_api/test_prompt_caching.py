@@ -126,7 +126,7 @@ def test_anthropic_service_tier(anthropic: Gateway, scripted: ScriptedUpstream) 
     scripted.set_default("claude-up", Reply(text="ok"))
     client = anthropic.openai()
     for asked, given in (("priority", "auto"), ("default", "standard_only"), ("auto", "auto"), ("flex", None)):
-        client.responses.create(model=CLAUDE, input="x", service_tier=asked)  # type: ignore[arg-type]
+        client.responses.create(model=CLAUDE, input="x", service_tier=asked)
         assert sent(scripted)[-1].body.get("service_tier") == given
 
 
@@ -141,7 +141,7 @@ def test_chat_completions_translated_to_anthropic_carry_the_marks(
             {
                 "role": "user",
                 "content": [
-                    {"type": "text", "text": "big prefix", "prompt_cache_breakpoint": {"mode": "explicit"}},  # type: ignore[typeddict-unknown-key]
+                    {"type": "text", "text": "big prefix", "prompt_cache_breakpoint": {"mode": "explicit"}},
                     {"type": "text", "text": "question"},
                 ],
             }
@@ -200,7 +200,7 @@ def test_chat_completions_upstreams_only_where_the_provider_takes_them(
         "prompt_cache_options": {"ttl": "30m"},
         "service_tier": "priority",
     }
-    response = client.responses.create(**ask)  # type: ignore[call-overload]
+    response = client.responses.create(**ask)
     assert response.usage is not None and response.usage.input_tokens_details.cached_tokens == 64
     body = scripted.model_calls[-1].body
     assert not set(CACHE_FIELDS) & set(body) and body["messages"][0]["content"] == "prefix\nq"
@@ -208,11 +208,11 @@ def test_chat_completions_upstreams_only_where_the_provider_takes_them(
     with pytest.raises(openai.BadRequestError):  # the server refuses them once the provider sends them
         Provider.objects.filter(name="scripted").update(options={"send_prompt_cache": True})
         routing.clear_cache()
-        client.responses.create(**ask)  # type: ignore[call-overload]
+        client.responses.create(**ask)
     scripted.refused_fields = set()
     Provider.objects.filter(name="scripted").update(options={"send_prompt_cache": True, "send_service_tier": True})
     routing.clear_cache()
-    client.responses.create(**ask)  # type: ignore[call-overload]
+    client.responses.create(**ask)
     body = scripted.model_calls[-1].body
     assert {name: body.get(name) for name in CACHE_FIELDS} == {
         "prompt_cache_key": "k",

@@ -20,7 +20,7 @@ SECRET = "the launch code is 7401"
 
 
 @pytest.fixture(autouse=True)
-def _plain_static_storage(settings) -> None:  # type: ignore[no-untyped-def]
+def _plain_static_storage(settings) -> None:
     # As tests/admin/conftest.py: admin pages render {% static %} without collectstatic's manifest.
     settings.STORAGES = {
         **settings.STORAGES,
@@ -72,7 +72,7 @@ def test_delete_hides_but_keeps_the_context_of_what_continued_it(gateway: Gatewa
 def test_purge_removes_the_content_everywhere_and_breaks_what_continued_it(
     gateway: Gateway,
     scripted: ScriptedUpstream,
-    admin_client,  # type: ignore[no-untyped-def]
+    admin_client,
 ) -> None:
     a, b, c = chain(gateway, scripted)
     http = gateway.http()
@@ -156,7 +156,7 @@ def test_purge_selects_deleted_or_a_tenants_old_responses_and_refuses_running_on
 
 def test_the_admin_purges_after_a_confirmation(
     gateway: Gateway,
-    scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
+    scripted: ScriptedUpstream,
     admin_client,
 ) -> None:
     from responses_api.models import Response

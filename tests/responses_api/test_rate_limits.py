@@ -8,6 +8,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
@@ -15,15 +16,19 @@ import pytest
 from django.conf import settings
 
 from tests.responses_api.test_anthropic import CLAUDE, anthropic  # noqa: F401 - the fixture
+from tests.support.errors import error_body
 from tests.support.harness import MODEL, Gateway, forget_redis_keys, make_key
 from tests.support.stream_validator import validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
+
+if TYPE_CHECKING:
+    from responses_api.models import ApiKey, Tenant
 
 pytestmark = pytest.mark.embedded
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters():  # type: ignore[no-untyped-def]
+def _fresh_counters():
     from responses_api.store import limit_counters
 
     def clear() -> None:
@@ -35,7 +40,7 @@ def _fresh_counters():  # type: ignore[no-untyped-def]
     clear()
 
 
-def set_limits(model_cls: type, pk: int, **fields: object) -> None:
+def set_limits(model_cls: type[ApiKey] | type[Tenant], pk: int, **fields: object) -> None:
     from responses_api.api import auth
 
     model_cls.objects.filter(pk=pk).update(**fields)
@@ -69,7 +74,7 @@ def test_requests_per_minute_per_key_with_openai_headers(gateway: Gateway, scrip
     calls = len(scripted.model_calls)
     with pytest.raises(openai.RateLimitError) as refused:
         gateway.openai().responses.create(model=MODEL, input="one more")
-    error = refused.value.body
+    error = error_body(refused.value)
     assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
     assert "requests per minute" in error["message"] and "API key 'test'" in error["message"]
     retry_after = int(refused.value.response.headers["retry-after"])
@@ -150,12 +155,12 @@ def test_concurrent_requests_hold_a_lease_until_the_stream_ends(
         with pytest.raises(openai.RateLimitError) as refused:
             client.responses.create(model=MODEL, input="meanwhile")
         raw += list(chunks)
-    assert "concurrent requests" in refused.value.body["message"]
+    assert "concurrent requests" in error_body(refused.value)["message"]
     # When the one lease runs out if its process stopped: GATEWAY_LEASE_SECONDS from its last
     # renewal (the test gateway's process beats, so within one lease of now).
     lease = settings.GATEWAY_LEASE_SECONDS
     assert lease - 10 <= int(refused.value.response.headers["retry-after"]) <= lease
-    assert "at the latest if the process serving it stopped" in refused.value.body["message"]
+    assert "at the latest if the process serving it stopped" in error_body(refused.value)["message"]
     assert validate_sse(b"".join(raw))["status"] == "completed"
     scripted.enqueue(MODEL, Reply(text="after"))
     deadline = time.monotonic() + 5
@@ -190,7 +195,7 @@ def test_a_client_that_leaves_gives_its_lease_back(gateway: Gateway, scripted: S
         time.sleep(0.1)
 
 
-def test_a_background_run_counts_until_its_worker_ends_it(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_background_run_counts_until_its_worker_ends_it(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     from responses_api.models import Tenant
 
     set_limits(Tenant, gateway.tenant_id, max_concurrent_requests=1)
@@ -408,7 +413,7 @@ def test_the_usage_api_shows_each_limit_with_its_use(gateway: Gateway, scripted:
 def test_with_the_counter_store_unreachable_the_setting_decides(
     gateway: Gateway,
     scripted: ScriptedUpstream,
-    settings,  # type: ignore[no-untyped-def]
+    settings,
 ) -> None:
     from responses_api.models import ApiKey
     from responses_api.store import limit_counters
@@ -448,11 +453,11 @@ def test_parallel_requests_never_overshoot(gateway: Gateway, scripted: ScriptedU
     assert len(scripted.model_calls) == statuses.count(200)
 
 
-def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp_path) -> None:
     from responses_api.models import ModelRoute, Tenant
     from responses_api.ops.config_sync import ConfigError, sync_config
 
-    config = {
+    config: dict[str, Any] = {
         "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
         "models": [
             {
@@ -524,7 +529,7 @@ def test_config_file_sets_tenant_limits_budgets_and_prices(transactional_db, tmp
 
 
 @pytest.fixture
-def plain_static(settings):  # type: ignore[no-untyped-def]
+def plain_static(settings):
     # As tests/admin/conftest.py: render {% static %} without collectstatic's manifest.
     settings.STORAGES = {
         **settings.STORAGES,
@@ -535,7 +540,7 @@ def plain_static(settings):  # type: ignore[no-untyped-def]
 def test_the_admin_shows_limits_and_their_current_use(
     plain_static,
     admin_client,
-    gateway: Gateway,  # type: ignore[no-untyped-def]
+    gateway: Gateway,
     scripted: ScriptedUpstream,
 ) -> None:
     from responses_api.models import ApiKey, Tenant

@@ -13,7 +13,7 @@ from tests.support.harness import make_key
 pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
 
 
-def test_expired_responses_go_with_their_items_and_live_chains_stay(settings) -> None:  # type: ignore[no-untyped-def]
+def test_expired_responses_go_with_their_items_and_live_chains_stay(settings) -> None:
     from responses_api.models import Item, Response, Tenant
     from responses_api.store.services import retention_expire
 
@@ -49,7 +49,7 @@ def test_expired_responses_go_with_their_items_and_live_chains_stay(settings) ->
     assert retention_expire(now=now) == {"responses": 0, "items": 0}  # idempotent
 
 
-def test_the_global_default_applies_to_tenants_without_their_own(settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_global_default_applies_to_tenants_without_their_own(settings) -> None:
     from responses_api.models import Response, Tenant
     from responses_api.store.services import retention_expire
 
@@ -66,7 +66,7 @@ def test_the_global_default_applies_to_tenants_without_their_own(settings) -> No
 
 
 @pytest.mark.django_db(transaction=True)  # the beat's own threads read what the test wrote
-def test_the_embedded_process_runs_retention_and_the_admin_shows_when(settings, admin_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_embedded_process_runs_retention_and_the_admin_shows_when(settings, admin_client) -> None:
     """No Celery beat in the embedded mode: the process's own beat runs retention when due."""
     import asyncio
 
@@ -74,6 +74,7 @@ def test_the_embedded_process_runs_retention_and_the_admin_shows_when(settings, 
 
     from responses_api.models import MaintenanceRun, Response
     from responses_api.orchestration import liveness
+    from responses_api.store import db
 
     _, tenant = make_key(tenant="embedded-retention")
     settings.EMBEDDED_WORKER = True
@@ -92,7 +93,7 @@ def test_the_embedded_process_runs_retention_and_the_admin_shows_when(settings, 
         task = asyncio.ensure_future(liveness.beat_forever())
         try:
             for _ in range(3000):  # generous: the machine may be loaded
-                if not await liveness.db.run(Response.objects.filter(id=old.id).exists):
+                if not await db.run(Response.objects.filter(id=old.id).exists):
                     return
                 await asyncio.sleep(0.01)
         finally:
@@ -111,7 +112,7 @@ def test_the_embedded_process_runs_retention_and_the_admin_shows_when(settings, 
     assert Response.objects.filter(id=later.id).exists()
 
 
-def test_expire_responses_runs_retention_now(settings) -> None:  # type: ignore[no-untyped-def]
+def test_expire_responses_runs_retention_now(settings) -> None:
     from io import StringIO
 
     from django.core.management import call_command

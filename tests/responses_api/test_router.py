@@ -18,7 +18,7 @@ pytestmark = pytest.mark.embedded
 
 
 @pytest.fixture(autouse=True)
-def _router(settings):  # type: ignore[no-untyped-def]
+def _router(settings):
     from responses_api.engine import router
 
     settings.GATEWAY_ROUTER_MAX_RETRIES = 2
@@ -88,7 +88,7 @@ def test_a_429_is_retried_after_its_retry_after(gateway: Gateway, scripted: Scri
     assert time.monotonic() - started >= 1.0
 
 
-def test_the_retry_budget_bounds_the_wait(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_retry_budget_bounds_the_wait(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:
     settings.GATEWAY_ROUTER_RETRY_BUDGET_SECONDS = 2.0
     scripted.enqueue(MODEL, Reply(status=429, error_headers={"retry-after": "30"}), Reply(text="ok"))
     started = time.monotonic()
@@ -186,7 +186,7 @@ def test_chat_completions_passthrough_uses_the_same_router(gateway: Gateway, scr
 
 def test_the_admin_shows_each_targets_health(
     gateway: Gateway,
-    scripted: ScriptedUpstream,  # type: ignore[no-untyped-def]
+    scripted: ScriptedUpstream,
     admin_client,
     settings,
 ) -> None:

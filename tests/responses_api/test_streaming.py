@@ -225,7 +225,7 @@ def test_client_disconnect_cancels_upstream_and_keeps_partial_output(
     assert stored["output"][0]["content"][0]["text"].startswith("word word")
 
 
-def test_keepalive_comments_while_upstream_is_silent(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+def test_keepalive_comments_while_upstream_is_silent(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:
     settings.GATEWAY_SSE_KEEPALIVE_SECONDS = 0.1
     scripted.enqueue(MODEL, Reply(text="slow reply", chunk_chars=5, interval=0.5))
     r, raw = stream_raw(gateway, {"model": MODEL, "input": "hi"})
@@ -260,13 +260,13 @@ def test_store_false_stream(gateway: Gateway, scripted: ScriptedUpstream) -> Non
 
 def test_an_internal_bug_mid_stream_still_ends_the_response(
     gateway: Gateway, scripted: ScriptedUpstream, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from responses_api.models import Response
     from responses_api.protocol import events
 
     original = events.EventBuilder._content
 
-    def broken(self, text, item_type, part_kind):  # type: ignore[no-untyped-def]
+    def broken(self, text, item_type, part_kind):
         if "boom" in text:
             raise KeyError("a bug")
         return original(self, text, item_type, part_kind)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from responses_api.protocol.anthropic import JSON_OBJECT_INSTRUCTION
 from tests.responses_api.test_anthropic import CLAUDE, anthropic, sent  # noqa: F401 - the fixture
 from tests.responses_api.test_native_responses import NATIVE, native  # noqa: F401 - the fixture
+from tests.support.errors import error_body
 from tests.support.harness import MODEL, Gateway
 from tests.support.stream_validator import validate_response_object, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
@@ -144,7 +145,7 @@ def test_a_server_that_refuses_the_field_is_the_clients_error(
     client = anthropic.openai()
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.parse(model=CLAUDE, input="Describe the dog.", text_format=Pet)
-    assert "output_config" in refused.value.body["message"]
+    assert "output_config" in error_body(refused.value)["message"]
     with (
         pytest.raises(openai.BadRequestError),
         client.responses.stream(model=CLAUDE, input="Describe the dog.", text_format=Pet) as stream,

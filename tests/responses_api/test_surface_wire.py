@@ -14,6 +14,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from tests.support.access_log import Lines
+from tests.support.errors import error_body
 from tests.support.harness import MODEL, Gateway
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.websocket.test_websocket_mode import completed, socket
@@ -70,7 +71,7 @@ def test_the_beta_surface_is_a_400_naming_beta(gateway: Gateway, scripted: Scrip
     client = gateway.openai()
     with pytest.raises(openai.BadRequestError) as refused:
         client.beta.responses.create(model=MODEL, input="hi")  # POST /responses?beta=true
-    assert refused.value.body["param"] == "beta"  # type: ignore[index]
+    assert error_body(refused.value)["param"] == "beta"
     with pytest.raises(openai.BadRequestError):
         client.responses.create(model=MODEL, input="hi", extra_headers={"openai-beta": "responses_multi_agent=v1"})
     assert gateway.http().get("/v1/responses/resp_1?beta=true").json()["error"]["param"] == "beta"
@@ -103,9 +104,9 @@ def test_chat_completions_fields_a_translated_route_does_not_apply_are_named(
     scripted.enqueue(MODEL, Reply(text="as sent"))
     client = gateway.openai()
     messages = [{"role": "user", "content": "hi"}]
-    raw = client.chat.completions.with_raw_response.create(model="native", messages=messages, seed=7, stop=["x"])  # type: ignore[arg-type]
+    raw = client.chat.completions.with_raw_response.create(model="native", messages=messages, seed=7, stop=["x"])
     assert raw.parse().choices[0].message.content == "translated"
     assert set(raw.headers["x-gateway-ignored-fields"].split(",")) == {"seed", "stop"}
-    passed = client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, seed=7)  # type: ignore[arg-type]
+    passed = client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, seed=7)
     assert passed.parse().choices[0].message.content == "as sent"
     assert "x-gateway-ignored-fields" not in passed.headers and scripted.requests[-1].body["seed"] == 7

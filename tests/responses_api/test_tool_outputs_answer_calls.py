@@ -5,6 +5,8 @@ compaction item of an inline history); over a WebSocket the failed turn evicts i
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.support.harness import MODEL, Gateway, call
@@ -13,7 +15,7 @@ from tests.websocket.test_websocket_mode import completed, socket, turn
 
 pytestmark = pytest.mark.embedded
 
-ORPHANS = [
+ORPHANS: list[tuple[dict[str, Any], str]] = [
     ({"type": "function_call_output", "call_id": "nope", "output": "x"}, "call_id"),
     ({"type": "custom_tool_call_output", "call_id": "nope", "output": "x"}, "call_id"),
     ({"type": "shell_call_output", "call_id": "nope", "output": []}, "call_id"),

@@ -89,7 +89,7 @@ def test_a_request_without_tools_is_planned_as_it_is() -> None:
 def test_the_parsed_request_cannot_be_assigned_to() -> None:
     req = parse_create_request({"model": "m", "input": "hi"})
     with pytest.raises(dataclasses.FrozenInstanceError):
-        req.stream = True  # type: ignore[misc]
+        req.stream = True  # type: ignore[misc]  # the frozen assignment is what the test checks
     assert dataclasses.replace(req, stream=True).stream and not req.stream
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import socket
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypedDict, Unpack
 
 import pytest
 
@@ -43,20 +45,36 @@ async def _read_request(reader: asyncio.StreamReader) -> bool:
     return True
 
 
+class Timeouts(TypedDict, total=False):
+    """The provider timeouts a test sets (the rest: ProviderConfig's defaults, 5 s for the two required)."""
+
+    timeout: float
+    connect_timeout: float
+    first_byte_timeout: float
+    idle_timeout: float
+
+
 @contextlib.asynccontextmanager
 async def _upstream(
     serve: Handler,
     *,
     stream: bool,
     host: str = "127.0.0.1",
-    **timeouts: float,
+    **timeouts: Unpack[Timeouts],
 ) -> AsyncIterator[tuple[Target, UpstreamRequest]]:
     """A raw HTTP server on loopback, a target pointing at it (by `host`) and a request to send it."""
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    limits = {"timeout": 5.0, "connect_timeout": 5.0, **timeouts}
+    provider = ProviderConfig(
+        name="p",
+        kind="chat_completions",
+        base_url=f"http://{host}:{port}/v1",
+        api_key=None,
+        timeout=5.0,
+        connect_timeout=5.0,
+    )
     target = Target(
-        ProviderConfig(name="p", kind="chat_completions", base_url=f"http://{host}:{port}/v1", api_key=None, **limits),
+        dataclasses.replace(provider, **timeouts),
         "m",
         1,
     )

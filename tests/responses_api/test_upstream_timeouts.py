@@ -44,7 +44,7 @@ def done() -> bytes:
     return b"%x\r\n%s\r\n0\r\n\r\n" % (len(events), events)
 
 
-def hanging(before_hang: list[bytes], gaps: float = 0.0):  # type: ignore[no-untyped-def]
+def hanging(before_hang: list[bytes], gaps: float = 0.0):
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         for part in before_hang:

@@ -29,7 +29,7 @@ def _record(tenant_id: int, n: int) -> dict[str, Any]:
 
 
 @pytest.fixture(autouse=True)
-async def _close_the_pool():  # type: ignore[no-untyped-def]
+async def _close_the_pool():
     """The writer COPYs on this test loop's async pool (PostgreSQL)."""
     yield
     from responses_api.store.db import close_pool
@@ -38,7 +38,7 @@ async def _close_the_pool():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def tenant_id(transactional_db) -> int:  # type: ignore[no-untyped-def]
+def tenant_id(transactional_db) -> int:
     from responses_api.models import Tenant
 
     return Tenant.objects.create(name="usage-writer").id
@@ -47,7 +47,10 @@ def tenant_id(transactional_db) -> int:  # type: ignore[no-untyped-def]
 def _stored(tenant_id: int) -> list[int]:
     from responses_api.models import UsageRecord
 
-    return sorted(UsageRecord.objects.filter(tenant_id=tenant_id).values_list("input_tokens", flat=True))
+    stored = list(UsageRecord.objects.filter(tenant_id=tenant_id).values_list("input_tokens", flat=True))
+    counted = [n for n in stored if n is not None]
+    assert len(counted) == len(stored), stored  # every record counts its input tokens
+    return sorted(counted)
 
 
 @pytest.fixture

@@ -43,11 +43,11 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[Statements]:
     seen = Statements()
     sync_execute, async_execute = psycopg.Cursor.execute, psycopg.AsyncCursor.execute
 
-    def execute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+    def execute(self, query, params=None, **kwargs):
         seen.record("sync", query)
         return sync_execute(self, query, params, **kwargs)
 
-    async def aexecute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+    async def aexecute(self, query, params=None, **kwargs):
         seen.record("async", query)
         return await async_execute(self, query, params, **kwargs)
 

@@ -95,20 +95,20 @@ class Gateway:
     def http(self, key: str | None = None, timeout: float = 30.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key or self.key}"}, timeout=timeout)
 
-    def openai(self, key: str | None = None, **kwargs):  # type: ignore[no-untyped-def]
+    def openai(self, key: str | None = None, **kwargs):
         import openai
 
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key or self.key, max_retries=0, timeout=30.0, **kwargs)
 
 
-def make_key(tenant: str = "acme", name: str = "test", **kwargs) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+def make_key(tenant: str = "acme", name: str = "test", **kwargs) -> tuple[str, int]:
     from responses_api.store.services import api_key_create
 
     key, raw = api_key_create(tenant_name=tenant, name=name, **kwargs)
     return raw, key.tenant_id
 
 
-def make_route(base_url: str, name: str = MODEL, upstream_model: str | None = None, **provider_kwargs) -> None:  # type: ignore[no-untyped-def]
+def make_route(base_url: str, name: str = MODEL, upstream_model: str | None = None, **provider_kwargs) -> None:
     from responses_api.models import ModelRoute, Provider, RouteTarget
 
     provider, _ = Provider.objects.get_or_create(

@@ -20,6 +20,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp
 
 calls: Counter[str] = Counter()
 server = MCPServer("gateway-test-tools")
@@ -92,6 +93,7 @@ def main() -> None:
     port = int(args[0])
     token = args[1] if len(args) > 1 else ""
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    app: ASGIApp
     if "--sse" in sys.argv:
         app = server.sse_app(transport_security=security)
     else:

@@ -704,7 +704,9 @@ def start_redis(base_dir: Path, *, timeout: float = 30.0) -> RedisServer:
             "--logfile",
             "",  # log to stdout, i.e. our log file
         ]
-        popen_kwargs = dict(cwd=data_dir, stdin=subprocess.DEVNULL, start_new_session=True)  # see start_postgres
+        popen_kwargs: dict[str, Any] = dict(
+            cwd=data_dir, stdin=subprocess.DEVNULL, start_new_session=True
+        )  # see start_postgres
         proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, **popen_kwargs)
         server = RedisServer(
             proc=proc,

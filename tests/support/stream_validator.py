@@ -1345,7 +1345,7 @@ class _Checker:
     # -- end -------------------------------------------------------------------------------
 
     def finish(self, final_response: dict[str, Any] | None) -> dict[str, Any]:
-        self.i, self.seq = None, None  # type: ignore[assignment]
+        self.i, self.seq = None, None  # type: ignore[assignment]  # spent: a later use fails loudly
         if self.pending_error is not None:
             self.i, ev = self.pending_error
             self.seq = ev.get("sequence_number")

@@ -1004,7 +1004,7 @@ def test_a_compaction_stream_passes_and_its_event_is_checked_against_the_sdk_typ
 
     validate_events(compaction_stream())
     assert event_schema_names()["response.compaction.compacting"] == "sdk:ResponseCompactionCompactingEvent"
-    assert ResponseCompactionCompactingEvent in ResponseStreamEvent.__args__[0].__args__  # type: ignore[attr-defined]
+    assert ResponseCompactionCompactingEvent in ResponseStreamEvent.__args__[0].__args__  # type: ignore[attr-defined]  # the SDK union's members, at run time
     for broken, rule in (
         (compaction_stream(compacting={"summary": "leaked"}), "schema"),  # the event carries no summary
         (compaction_stream(encrypted=""), "compaction"),

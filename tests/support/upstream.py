@@ -35,9 +35,9 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, TypedDict
 
 import uvicorn
 
@@ -56,6 +56,13 @@ _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache"),
 ]
+
+
+class Pacing(TypedDict, total=False):
+    """A Reply's streaming pace, spread into it as keywords: `Reply(text=..., **SLOW)`."""
+
+    chunk_chars: int
+    interval: float
 
 
 @dataclass
@@ -80,7 +87,7 @@ class Reply:
     # N below counts `data:` events sent, including the initial role chunk.
     disconnect_after: int | None = None  # streaming: abrupt close after N data events
     malformed_after: int | None = None  # streaming: inject `data: {not json` after N events
-    raw_chunks: list[dict[str, Any] | str] | None = None  # streaming: exact SSE payloads
+    raw_chunks: Sequence[dict[str, Any] | str] | None = None  # streaming: exact SSE payloads
     raw_done: bool = True  # append `data: [DONE]` after raw_chunks
     raw_body: dict[str, Any] | str | None = None  # non-streaming: exact body (str = verbatim)
     include_usage_chunk: bool | None = None  # default: request's stream_options.include_usage
@@ -231,7 +238,8 @@ def _schema_problem(schema: Any, param: str) -> str | None:
         return next((p for p in (_schema_problem(s, param) for s in schema) if p), None)
     if not isinstance(schema, dict):
         return None
-    kinds = schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")]
+    kind = schema.get("type")
+    kinds: list[Any] = kind if isinstance(kind, list) else [kind]
     if ("object" in kinds or "properties" in schema) and schema.get("additionalProperties") is not False:
         return f"{param}: For 'object' type, 'additionalProperties' must be explicitly set to false"
     unsupported = sorted(_UNSUPPORTED_SCHEMA_KEYWORDS & set(schema))
@@ -706,8 +714,8 @@ class ScriptedUpstream:
         elif method == "POST" and path == "/tokenize" and self.tokenizer == "llama.cpp":
             # llama.cpp: text only (one token per 4 characters here); messages give no tokens.
             content = body.get("content")
-            tokens = list(range(len(content) // 4)) if isinstance(content, str) else []
-            await self._send_json(send, 200, {"tokens": tokens})
+            ids = list(range(len(content) // 4)) if isinstance(content, str) else []
+            await self._send_json(send, 200, {"tokens": ids})
         elif method == "POST" and path == "/tokenize" and self.tokenizer:
             messages = body.get("messages") or []
             chars = sum(len(json.dumps(m.get("content"))) for m in messages if isinstance(m, dict))

@@ -88,6 +88,7 @@ class WebhookServer:
     @property
     def url(self) -> str:
         host, port = self.server.server_address[:2]
+        assert isinstance(host, str)  # an IPv4 loopback server
         return f"http://{host}:{port}"
 
     def start(self) -> WebhookServer:

@@ -188,7 +188,9 @@ class FakeDNS:
                 raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
             return self.real(host, port, family, type, proto, flags)
         self.calls[name] = self.calls.get(name, 0) + 1
-        infos = []
+        infos: list[
+            tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[str, int] | tuple[str, int, int, int]]
+        ] = []
         for text in self.answers[name](self.calls[name]):
             if ":" in text:
                 infos.append((socket.AF_INET6, socket.SOCK_STREAM, 6, "", (text, int(port or 0), 0, 0)))

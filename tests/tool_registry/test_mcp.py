@@ -16,7 +16,7 @@ from tests.support.webhook import WebhookServer
 pytestmark = pytest.mark.embedded
 
 
-def adhoc(server: McpServerProcess, **extra) -> dict:  # type: ignore[no-untyped-def]
+def adhoc(server: McpServerProcess, **extra) -> dict:
     return {
         "type": "mcp",
         "server_label": "shop",
@@ -91,7 +91,7 @@ def test_streamed_mcp_response_is_valid(
 
 def test_loop_mixes_mcp_registry_and_client_tools(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer, mcp_server: McpServerProcess
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     scripted.enqueue(
         MODEL,
         # step 1: an MCP call and a registry http call, in parallel
@@ -284,7 +284,7 @@ def failed_dependency(gateway: Gateway, body: dict, label: str, index: int = 0) 
 
 def test_a_named_server_whose_listing_fails_fails_the_request_before_any_model_call(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW += ["127.0.0.1:9"]
     down = {"type": "mcp", "server_label": "down", "server_url": "http://127.0.0.1:9/mcp", "require_approval": "never"}
     error = failed_dependency(gateway, {"model": MODEL, "input": "?", "tools": [adhoc(mcp_server), down]}, "down", 1)
@@ -299,7 +299,7 @@ def test_a_named_server_whose_listing_fails_fails_the_request_before_any_model_c
 
 def test_a_failed_listing_over_a_websocket_and_on_a_worker(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, worker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from tests.websocket.test_websocket_mode import socket, turn
 
     no_token = {**adhoc(mcp_server), "headers": {}}
@@ -332,7 +332,7 @@ def test_a_failed_listing_over_a_websocket_and_on_a_worker(
 
 def test_a_route_attached_server_that_is_down_keeps_its_error_item(
     gateway: Gateway, scripted: ScriptedUpstream, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """A server the operator attached, not named by the client: the response goes on without it."""
     from responses_api.models import ModelRoute
     from tool_registry.models import McpServer
@@ -353,7 +353,7 @@ def test_a_route_attached_server_that_is_down_keeps_its_error_item(
 
 def test_a_redirecting_server_is_reported_as_the_redirect_it_answered(
     gateway: Gateway, scripted: ScriptedUpstream, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """An MCP server answering 307 (moved) is not followed (the egress check was for its origin);
     the error says what it answered, not "JSON-RPC error"."""
     import http.server
@@ -388,7 +388,7 @@ def test_a_redirecting_server_is_reported_as_the_redirect_it_answered(
 
 def test_server_dying_mid_response_fails_the_call_not_the_response(
     gateway: Gateway, scripted: ScriptedUpstream, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     server = McpServerProcess(token="t")
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{server.port}"]
     try:
@@ -411,7 +411,7 @@ def test_server_dying_mid_response_fails_the_call_not_the_response(
 
 def test_adhoc_server_url_passes_the_egress_policy(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = []
     with gateway.http() as http:
         for url in (
@@ -449,7 +449,7 @@ def test_adhoc_server_url_passes_the_egress_policy(
 
 def test_adhoc_servers_can_be_switched_off(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     settings.GATEWAY_MCP_ADHOC = False
     with gateway.http() as http:
         r = http.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": [adhoc(mcp_server)]})
@@ -498,7 +498,7 @@ def test_max_tool_calls_bounds_mcp_calls(
 
 def test_registered_server_by_label_and_by_route(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from responses_api.models import ModelRoute, Tenant
     from tool_registry.models import McpServer
 
@@ -562,7 +562,7 @@ def gateway_module_clear() -> None:
 
 def test_mcp_on_a_background_worker(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, worker
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 3, "b": 4}, "c1")]), Reply(text="7"))
     client = gateway.openai()
     started = client.responses.create(model=MODEL, input="3+4", tools=[adhoc(mcp_server)], background=True)
@@ -598,7 +598,7 @@ class _TeeStream(httpx.SyncByteStream):
     def __init__(self, inner: httpx.SyncByteStream, sink: list[bytes]) -> None:
         self.inner, self.sink = inner, sink
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self):
         for chunk in self.inner:
             self.sink.append(chunk)
             yield chunk
@@ -616,6 +616,7 @@ class _TeeTransport(httpx.HTTPTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = super().handle_request(request)
+        assert isinstance(response.stream, httpx.SyncByteStream)  # a sync transport's
         return httpx.Response(
             response.status_code,
             headers=response.headers,
@@ -626,7 +627,7 @@ class _TeeTransport(httpx.HTTPTransport):
 
 def test_a_listing_store_failure_does_not_fail_the_listing(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Remembering a registered server's listing (for the admin and later requests) is not what
     the request needs: a database error there is logged and the listing serves the response."""
     from django.db import DatabaseError
@@ -640,7 +641,7 @@ def test_a_listing_store_failure_does_not_fail_the_listing(
     )
     gateway_module_clear()
 
-    def broken_store(**kwargs):  # type: ignore[no-untyped-def]
+    def broken_store(**kwargs):
         raise DatabaseError("value too long for type character varying(200)")
 
     monkeypatch.setattr(services, "mcp_listing_store", broken_store)
@@ -653,13 +654,13 @@ def test_a_listing_store_failure_does_not_fail_the_listing(
 
 def test_an_unexpected_listing_failure_is_a_gateway_error_and_the_row_ends_failed(
     gateway: Gateway, scripted: ScriptedUpstream, mcp_server: McpServerProcess, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """A failure of the listing that is not the server's (a bug here) is the protocol's error
     body, never a traceback, and the streamed response's row ends failed, not in_progress."""
     from responses_api.models import Response
     from tool_registry import runner
 
-    async def broken_list_tools(spec, policy):  # type: ignore[no-untyped-def]
+    async def broken_list_tools(spec, policy):
         raise RuntimeError("a bug in the listing")
 
     monkeypatch.setattr(runner, "list_tools", broken_list_tools)

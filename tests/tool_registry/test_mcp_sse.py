@@ -27,7 +27,7 @@ def sse_process() -> Iterator[McpServerProcess]:
 
 
 @pytest.fixture
-def sse_server(sse_process: McpServerProcess, settings) -> McpServerProcess:  # type: ignore[no-untyped-def]
+def sse_server(sse_process: McpServerProcess, settings) -> McpServerProcess:
     from tool_registry import mcp, runner
 
     settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]
@@ -38,7 +38,7 @@ def sse_server(sse_process: McpServerProcess, settings) -> McpServerProcess:  # 
     return sse_process
 
 
-def sse_tool(server: McpServerProcess, **extra) -> dict:  # type: ignore[no-untyped-def]
+def sse_tool(server: McpServerProcess, **extra) -> dict:
     return {
         "type": "mcp",
         "server_label": "m",
@@ -111,7 +111,7 @@ def test_approvals_and_max_tool_calls_over_sse(
 
 def test_a_registered_sse_server(
     gateway: Gateway, scripted: ScriptedUpstream, sse_server: McpServerProcess, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from tool_registry.models import McpServer
 
     monkeypatch.setenv("SSE_MCP_TOKEN", f"Bearer {sse_server.token}")
@@ -131,7 +131,7 @@ def test_a_registered_sse_server(
 
 def test_an_sse_endpoint_off_the_checked_origin_is_refused(
     gateway: Gateway, scripted: ScriptedUpstream, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The `endpoint` an HTTP+SSE server hands back passes the egress policy like its URL: one
     pointing at another loopback port (loopback is not allowed, only the server's own port) is
     refused, and nothing is sent there."""
@@ -191,7 +191,7 @@ def test_a_server_that_changed_transport_is_found_again_in_the_same_request(
     mcp_server: McpServerProcess,
     now_speaks: str,
     settings,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The gateway remembers the transport a URL answered on; when the server behind it now
     speaks the other one (the remembered one answers 400, 404 or 405), the same session tries
     the other transport: no request fails for it, and the new transport is remembered."""

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.embedded
 
 def test_one_step_loop_signed_webhook(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     scripted.enqueue(
         MODEL, Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "call_1")]), Reply(text="It is sunny in Paris.")
     )
@@ -46,7 +46,7 @@ def test_one_step_loop_signed_webhook(
 
 def test_three_step_loop_streamed_is_valid(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     scripted.enqueue(
         MODEL,
         Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "c1")]),
@@ -78,7 +78,7 @@ def test_three_step_loop_streamed_is_valid(
 
 def test_parallel_tools_run_concurrently(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     tools_env("slow_a", "/slow_a")
     tools_env("slow_b", "/slow_b")
     webhook.routes["/slow_a"] = Route(delay=1.0, body={"a": 1})
@@ -99,7 +99,7 @@ def test_parallel_tools_run_concurrently(
 
 def test_failing_and_timing_out_tools_become_error_outputs(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     tools_env("broken", "/broken")
     tools_env("sleepy", "/sleepy", timeout=0.3)
     webhook.routes["/broken"] = Route(status=500, body={"error": "db down"})
@@ -120,7 +120,7 @@ def test_failing_and_timing_out_tools_become_error_outputs(
 
 def test_max_tool_calls_ends_incomplete(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     scripted.enqueue(
         MODEL,
         Reply(tool_calls=[call("get_weather", {"city": "Paris"}, "c1")]),
@@ -135,7 +135,7 @@ def test_max_tool_calls_ends_incomplete(
 
 def test_allowed_tools_never_runs_a_disallowed_server_tool(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     tools_env("delete_everything", "/delete")
     scripted.enqueue(MODEL, Reply(tool_calls=[call("delete_everything", {"city": "x"}, "d1")]))
     with gateway.http() as http:
@@ -161,7 +161,7 @@ def test_allowed_tools_never_runs_a_disallowed_server_tool(
 
 def test_mixed_server_and_client_tools_round_trip(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     client_tool = {
         "type": "function",
         "name": "ask_user",
@@ -191,7 +191,7 @@ def test_mixed_server_and_client_tools_round_trip(
     assert len(webhook.calls_to("/weather")) == 1  # never re-run
 
 
-def test_python_tool_and_route_attached_tools(tools_env, gateway: Gateway, scripted: ScriptedUpstream) -> None:  # type: ignore[no-untyped-def]
+def test_python_tool_and_route_attached_tools(tools_env, gateway: Gateway, scripted: ScriptedUpstream) -> None:
     from responses_api.models import ModelRoute
     from tool_registry.models import Tool
 
@@ -213,7 +213,7 @@ def test_python_tool_and_route_attached_tools(tools_env, gateway: Gateway, scrip
 
 def test_tenant_restricted_tool_is_invisible_to_others(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from responses_api.models import Tenant
     from tool_registry.models import Tool
 
@@ -228,7 +228,7 @@ def test_tenant_restricted_tool_is_invisible_to_others(
     assert webhook.calls_to("/weather") == []
 
 
-def test_a_call_is_never_executed_twice_for_the_same_call_id(tools_env, webhook: WebhookServer) -> None:  # type: ignore[no-untyped-def]
+def test_a_call_is_never_executed_twice_for_the_same_call_id(tools_env, webhook: WebhookServer) -> None:
     import asyncio
 
     from tool_registry.runner import RegistryToolRunner
@@ -243,7 +243,7 @@ def test_a_call_is_never_executed_twice_for_the_same_call_id(tools_env, webhook:
     assert len(webhook.calls_to("/weather")) == 1
 
 
-def _search_route(tools_env) -> None:  # type: ignore[no-untyped-def]
+def _search_route(tools_env) -> None:
     from responses_api.models import ModelRoute
 
     tools_env(
@@ -256,7 +256,7 @@ def _search_route(tools_env) -> None:  # type: ignore[no-untyped-def]
 
 def test_web_search_served_by_a_registry_tool(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     _search_route(tools_env)
     webhook.routes["/search"] = Route(handler=lambda call: {"results": [f"{call.json['query']}: 42 is the answer"]})
     scripted.enqueue(
@@ -287,7 +287,7 @@ def test_web_search_served_by_a_registry_tool(
 
 def test_hosted_tools_a_route_does_not_serve_are_dropped_visibly(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     _search_route(tools_env)
     scripted.enqueue(MODEL, Reply(text="no tools for that"))
     with gateway.http() as http:

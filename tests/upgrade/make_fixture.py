@@ -176,7 +176,7 @@ def populate() -> dict:
     rows = [
         obj for model in serializers.sort_dependencies([(None, models)]) for obj in model._base_manager.order_by("pk")
     ]
-    leaves = {}
+    leaves: dict[str, str] = {}
     for app, name in MigrationRecorder.Migration.objects.values_list("app", "name"):
         if app in ("responses_api", "tool_registry"):
             leaves[app] = max(leaves.get(app, ""), name)

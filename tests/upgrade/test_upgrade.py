@@ -97,7 +97,7 @@ def _reset_sequences(loaded: set[Any]) -> None:
 
 
 @pytest.fixture(params=FIXTURES, ids=[f.stem for f in FIXTURES])
-def upgraded(request, transactional_db, settings, scripted: ScriptedUpstream) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def upgraded(request, transactional_db, settings, scripted: ScriptedUpstream) -> dict[str, Any]:
     from responses_api.models import Provider
     from responses_api.store import ttlcache
 
@@ -115,7 +115,7 @@ def upgraded(request, transactional_db, settings, scripted: ScriptedUpstream) ->
     return fixture
 
 
-def test_an_earlier_releases_data_works_after_migrate(  # type: ignore[no-untyped-def]
+def test_an_earlier_releases_data_works_after_migrate(
     upgraded: dict[str, Any], gateway_server, scripted: ScriptedUpstream, admin_client
 ) -> None:
     from responses_api.mcp.credentials import restore_credentials
@@ -171,6 +171,7 @@ def test_an_earlier_releases_data_works_after_migrate(  # type: ignore[no-untype
     # A run queued before the upgrade still holds its MCP credentials, sealed, and they open.
     queued = Response.objects.get(id=kept["queued"])
     assert queued.status == "queued" and "mcp-secret-token" not in json.dumps(queued.job)
+    assert queued.job is not None
     body = restore_credentials(queued.job["body"], queued.job["mcp_credentials"], queued.tenant_id)
     assert body["tools"][0]["headers"] == kept["mcp_headers"]
 

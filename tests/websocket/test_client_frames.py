@@ -5,6 +5,7 @@ and each turn observed like an HTTP request (access log, metrics)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -122,7 +123,7 @@ def test_each_turn_has_an_access_line_and_request_metrics(
     gateway: Gateway,
     scripted: ScriptedUpstream,
     access_log: Lines,
-    settings,  # type: ignore[no-untyped-def]
+    settings,
 ) -> None:
     from prometheus_client import REGISTRY
 
@@ -196,7 +197,7 @@ def test_a_codex_0171_frame_with_request_country_is_served_and_its_fields_classi
     headers = {"Authorization": f"Bearer {gateway.key}", **CODEX_171_HEADERS}
     with connect(url, additional_headers=headers, open_timeout=10) as ws:
         ws.send(json.dumps(frame))
-        events = []
+        events: list[dict[str, Any]] = []
         while not events or events[-1]["type"] not in ("response.completed", "response.failed", "error"):
             events.append(json.loads(ws.recv(timeout=30)))
     final = validate_events(events)

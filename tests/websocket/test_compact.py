@@ -142,7 +142,8 @@ def test_a_chain_onto_a_compaction_continues_from_its_output(gateway: Gateway, s
     # The client's instructions, never the gateway's summariser prompt (the admin still marks it).
     (record,) = [r for r in listed if r["id"] == compacted["id"]]
     assert record["instructions"] == stored["instructions"] == "Be brief."
-    assert Response.objects.get(id=compacted["id"]).instructions.endswith(COMPACTION_INSTRUCTIONS)
+    instructions = Response.objects.get(id=compacted["id"]).instructions
+    assert instructions is not None and instructions.endswith(COMPACTION_INSTRUCTIONS)
 
 
 def test_compact_errors(gateway: Gateway, scripted: ScriptedUpstream) -> None:
@@ -176,4 +177,6 @@ def test_a_compaction_without_a_summary_is_stored_failed(gateway: Gateway, scrip
         r = http.post("/v1/responses/compact", json={"model": MODEL, "input": "hello"})
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_empty"
     row = Response.objects.order_by("-created_at").first()
-    assert row is not None and row.status == "failed" and row.error["code"] == "upstream_empty"
+    assert (
+        row is not None and row.status == "failed" and row.error is not None and row.error["code"] == "upstream_empty"
+    )

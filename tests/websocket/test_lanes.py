@@ -13,7 +13,7 @@ import pytest
 
 from tests.support.access_log import Lines
 from tests.support.harness import MODEL, Gateway
-from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.upstream import Pacing, Reply, ScriptedUpstream
 from tests.websocket.lanes import TERMINAL, of_lane, read_until, responses, send, terminals
 from tests.websocket.test_websocket_mode import socket
 
@@ -24,7 +24,7 @@ def test_two_lanes_run_concurrently_and_echo_their_stream_id(
     gateway: Gateway, scripted: ScriptedUpstream, upstream_model: tuple[str, str]
 ) -> None:
     model, upstream = upstream_model
-    slow = {"chunk_chars": 2, "interval": 0.05}
+    slow: Pacing = {"chunk_chars": 2, "interval": 0.05}
     scripted.enqueue(
         upstream, Reply(text="alpha beta gamma " * 3, **slow), Reply(text="delta epsilon zeta " * 3, **slow)
     )
@@ -106,7 +106,7 @@ def test_a_failed_fork_evicts_the_parent_only_in_its_lane(gateway: Gateway, scri
     assert main["output"][0]["content"][0]["text"] == "main goes on"
 
 
-def test_named_lanes_are_limited_and_checked(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+def test_named_lanes_are_limited_and_checked(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:
     settings.GATEWAY_WS_MAX_STREAMS = 2
     scripted.set_default(MODEL, Reply(text="ok"))
     with socket(gateway) as ws:
@@ -128,7 +128,7 @@ def test_named_lanes_are_limited_and_checked(gateway: Gateway, scripted: Scripte
         assert responses(read_until(ws, terminals(1)))[0]["status"] == "completed"
 
 
-def test_active_responses_are_limited_and_the_rest_wait(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+def test_active_responses_are_limited_and_the_rest_wait(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:
     settings.GATEWAY_WS_MAX_ACTIVE_RESPONSES = 1
     scripted.enqueue(MODEL, Reply(text="first of all", chunk_chars=2, interval=0.03), Reply(text="then me"))
     with socket(gateway) as ws:
@@ -142,7 +142,7 @@ def test_active_responses_are_limited_and_the_rest_wait(gateway: Gateway, script
 
 def test_the_queue_bounds_count_creates_waiting_in_every_lane(
     gateway: Gateway, scripted: ScriptedUpstream, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     settings.GATEWAY_WS_MAX_ACTIVE_RESPONSES = 1
     settings.GATEWAY_WS_MAX_QUEUED_MESSAGES = 2
     scripted.enqueue(MODEL, Reply(text="slow " * 20, chunk_chars=5, interval=0.1))
@@ -185,7 +185,7 @@ def test_the_openai_sdk_session_runs_two_lanes_at_once(
     from openai.lib.responses_websocket import AsyncResponsesWebSocketSession, ResponsesWebSocketLimits
 
     model, upstream = upstream_model
-    slow = {"chunk_chars": 3, "interval": 0.02}
+    slow: Pacing = {"chunk_chars": 3, "interval": 0.02}
     scripted.enqueue(upstream, Reply(text="from one lane", **slow), Reply(text="from one lane", **slow))
     limits = ResponsesWebSocketLimits(
         max_lanes=4, max_events_per_lane=1000, max_events=2000, max_bytes_per_lane=2**24, max_bytes=2**25
@@ -208,7 +208,7 @@ def test_the_openai_sdk_session_runs_two_lanes_at_once(
     assert finals[0].id != finals[1].id
 
 
-def test_a_burst_on_as_many_lanes_as_allowed_runs_whole(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_burst_on_as_many_lanes_as_allowed_runs_whole(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:
     """The documented limits together (16 responses at once, 16 creates waiting, 32 named lanes):
     34 creates on 34 lanes in one burst, sent faster than the lanes start, run 32 to completion;
     the 2 past the lane limit are refused as such, each on its own lane."""
@@ -234,7 +234,7 @@ def test_a_burst_on_as_many_lanes_as_allowed_runs_whole(gateway: Gateway, script
 
 def test_every_refusal_frame_names_the_lane_of_the_create_it_refused(
     gateway: Gateway, scripted: ScriptedUpstream, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """Refused before it is parsed (too large, not JSON, the queue full), a create's error frame
     still carries its stream_id, read without parsing; when it cannot be told, the message says so."""
     import json

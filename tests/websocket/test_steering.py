@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from websockets.sync.client import ClientConnection
 
 from tests.support.harness import MODEL, Gateway, McpServerProcess, call
-from tests.support.upstream import Reply, ScriptedUpstream
+from tests.support.upstream import Pacing, Reply, ScriptedUpstream
 from tests.tool_registry.test_mcp import adhoc
 from tests.websocket.lanes import of_lane, read_until, responses, seen, send, terminals
 from tests.websocket.test_websocket_mode import socket
@@ -24,7 +25,7 @@ WEATHER = {
     "name": "get_weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
-SLOW = {"chunk_chars": 2, "interval": 0.05}
+SLOW: Pacing = {"chunk_chars": 2, "interval": 0.05}
 
 
 def steer(ws: ClientConnection, previous: str, input: Any) -> None:
@@ -41,7 +42,7 @@ def sdk_parses(event: dict[str, Any]) -> None:
     from openai.types.responses.response_steer_failed_event import ResponseSteerFailedEvent
     from openai.types.responses.response_steer_pending_event import ResponseSteerPendingEvent
 
-    kinds = {
+    kinds: dict[str, type[BaseModel]] = {
         "response.steer.accepted": ResponseSteerAcceptedEvent,
         "response.steer.pending": ResponseSteerPendingEvent,
         "response.steer.failed": ResponseSteerFailedEvent,
@@ -89,9 +90,9 @@ def test_steering_between_the_model_calls_of_a_tool_loop(
     assert successor["model"] == steered["model"] and successor["tools"] == steered["tools"]
     assert user_texts(scripted.model_calls[-1].body) == ["drive", "turn left instead"]
     stored = gateway.openai().responses.input_items.list(successor["id"])
-    assert [item.content[0].text for item in stored.data] == ["turn left instead"]  # type: ignore[union-attr]
+    assert [item.content[0].text for item in stored.data] == ["turn left instead"]
     again = gateway.openai().responses.retrieve(steered_id)
-    assert again.status == "incomplete" and again.incomplete_details.reason == "steered"  # type: ignore[union-attr]
+    assert again.status == "incomplete" and again.incomplete_details.reason == "steered"
 
 
 def test_steering_a_single_model_call_after_its_current_message(
@@ -227,7 +228,7 @@ def test_an_approval_request_is_a_required_input_stub(
     sdk_parses(events[-1])
 
 
-def test_each_failure_code_hands_the_input_back(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+def test_each_failure_code_hands_the_input_back(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:
     settings.GATEWAY_WS_MAX_PENDING_STEERS = 1
     scripted.enqueue(MODEL, Reply(text="slowly answering " * 4, **SLOW), Reply(text="next"))
     with socket(gateway) as ws:
@@ -345,7 +346,7 @@ def test_the_openai_sdk_connection_steers(gateway: Gateway, scripted: ScriptedUp
     assert successor.previous_response_id == events[0].response.id and successor.output_text == "steered answer"
 
 
-def test_a_response_run_by_a_worker_takes_no_steering(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:  # type: ignore[no-untyped-def]
+def test_a_response_run_by_a_worker_takes_no_steering(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     from responses_api.models import ModelRoute
     from responses_api.orchestration import routing
 
@@ -366,7 +367,7 @@ def test_a_response_run_by_a_worker_takes_no_steering(gateway: Gateway, scripted
 
 def test_steering_input_held_by_a_connection_is_bounded_in_bytes(
     gateway: Gateway, scripted: ScriptedUpstream, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     settings.GATEWAY_WS_MAX_QUEUED_BYTES = 400
     scripted.enqueue(MODEL, Reply(text="slowly answering " * 4, **SLOW), Reply(text="next"))
     with socket(gateway) as ws:

@@ -26,9 +26,10 @@ TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 @contextmanager
 def socket(gateway: Gateway, key: str | None = None) -> Iterator[ClientConnection]:
     url = gateway.url.replace("http://", "ws://") + "/v1/responses"
-    with connect(
+    ws = connect(
         url, additional_headers={"Authorization": f"Bearer {key or gateway.key}"}, open_timeout=10, max_size=None
-    ) as ws:
+    )
+    with ws:  # (`with connect(...) as ws` types ws as the base Connection)
         yield ws
 
 
@@ -234,7 +235,7 @@ def test_a_client_that_closes_mid_response_cancels_it(gateway: Gateway, scripted
     scripted.enqueue(MODEL, Reply(text="word " * 200, chunk_chars=5, interval=0.05))
     with socket(gateway) as ws:
         ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "talk"}))
-        seen = []
+        seen: list[dict[str, Any]] = []
         while sum(e["type"] == "response.output_text.delta" for e in seen) < 3:
             seen.append(json.loads(ws.recv(timeout=30)))
     response_id = seen[0]["response"]["id"]
@@ -247,7 +248,7 @@ def test_a_client_that_closes_mid_response_cancels_it(gateway: Gateway, scripted
     assert aborted, "the upstream request was not closed"
 
 
-def test_the_connection_limit_and_idle_time(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_connection_limit_and_idle_time(gateway: Gateway, scripted: ScriptedUpstream, settings) -> None:
     settings.GATEWAY_WS_MAX_SECONDS = 1.5
     scripted.enqueue(MODEL, Reply(text="in time"))
     with socket(gateway) as ws:
@@ -262,7 +263,7 @@ def test_the_connection_limit_and_idle_time(gateway: Gateway, scripted: Scripted
         assert json.loads(ws.recv(timeout=10))["error"]["code"] == "websocket_idle_timeout"
 
 
-def test_connections_per_key_are_limited(gateway: Gateway, settings) -> None:  # type: ignore[no-untyped-def]
+def test_connections_per_key_are_limited(gateway: Gateway, settings) -> None:
     settings.GATEWAY_WS_MAX_CONNECTIONS_PER_KEY = 2
     with socket(gateway), socket(gateway):
         with pytest.raises(InvalidStatus) as info, socket(gateway):
@@ -274,7 +275,7 @@ def test_connections_per_key_are_limited(gateway: Gateway, settings) -> None:  #
 
 def test_a_flood_behind_a_running_turn_is_refused_past_the_queue_bounds(
     gateway: Gateway, scripted: ScriptedUpstream, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """150 messages of 1 MiB behind a running turn: the connection keeps reading (a close would
     still be seen), queues at most GATEWAY_WS_MAX_QUEUED_MESSAGES / _BYTES, refuses the rest with
     a named 429, and the process does not grow by the flood (on 75d8303: by 158 MiB)."""
