@@ -93,7 +93,7 @@ FEATURES = [
     ("tool registry planning", ("orchestration/toolplan.py",)),
     ("automatic compaction", ("engine/autocompact.py",)),
     ("tool search", ("engine/tool_search.py",)),
-    ("reasoning sealing", ("store/sealing.py",)),
+    ("reasoning sealing", ("sealing.py",)),
     ("surface classification", ("protocol/surface.py",)),
     ("router choice (attempt order, cooldowns)", ("attempt_order",)),
     ("DRF dispatch", ("rest_framework/",)),

@@ -165,7 +165,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # --- Gateway ---------------------------------------------------------------
 GATEWAY_CONFIG = env.str("GATEWAY_CONFIG", default="")
 # Fernet keys for upstream secrets stored in the database and sealed blobs, newest first:
-# the first seals, any opens (store/sealing.py). Unset: derived from SECRET_KEY, so that a
+# the first seals, any opens (sealing.py). Unset: derived from SECRET_KEY, so that a
 # single secret suffices for small deployments; SECRET_KEY (and SECRET_KEY_FALLBACKS) stay
 # opening keys either way, so setting or rotating a key never breaks what was sealed before.
 GATEWAY_ENCRYPTION_KEY = env.list("GATEWAY_ENCRYPTION_KEY", default=[])

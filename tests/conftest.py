@@ -57,7 +57,7 @@ def gateway_server(django_db_setup, django_db_blocker) -> Iterator[ThreadedUvico
 
 def _forget_target_health() -> None:
     """Each test starts with every upstream target healthy (the router's cooldowns are shared)."""
-    from responses_api.engine import router
+    from responses_api.engine import failover as router
 
     router.reset()
     forget_redis_keys("gw:rt:*")
@@ -65,8 +65,8 @@ def _forget_target_health() -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_caches() -> Iterator[None]:
-    """Every in-process cache empty (store/ttlcache.py: one registry) and every target healthy."""
-    from responses_api.store import ttlcache
+    """Every in-process cache empty (ttlcache.py: one registry) and every target healthy."""
+    from responses_api import ttlcache
 
     for clear in (ttlcache.clear_all, _forget_target_health):
         clear()

@@ -20,7 +20,7 @@ from django.utils.html import format_html, format_html_join
 from responses_api.ops.config_admin import ConfigManagedAdmin
 
 from .executors import execute
-from .mcp import McpUnavailable
+from .mcp_client import McpUnavailable
 from .models import EgressAllow, McpServer, Tool, ToolCallRecord
 from .services import egress_policy, mcp_listing_refresh, spec_of
 

@@ -9,7 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 from responses_api.models import config_managed_field, config_source_field
-from responses_api.store.ttlcache import TTLCache
+from responses_api.ttlcache import TTLCache
 
 from .egress import EgressDenied, EgressPolicy, EgressResolutionError, check_url_sync, parse_url
 

@@ -10,15 +10,15 @@ from typing import Any
 from django.conf import settings
 
 from responses_api.protocol.errors import FailedDependency, GatewayError, ServerError
-from responses_api.protocol.mcp import ApprovalPolicy
+from responses_api.protocol.mcp_tools import ApprovalPolicy
 from responses_api.store import db
 from responses_api.store.outages import unavailable
-from responses_api.store.ttlcache import TTLCache
+from responses_api.ttlcache import TTLCache
 
 from . import services
 from .egress import STRICT, EgressPolicy
 from .executors import ToolSpec, execute
-from .mcp import CallOutcome, McpServerSpec, McpUnavailable, call_tool, check_egress, list_tools
+from .mcp_client import CallOutcome, McpServerSpec, McpUnavailable, call_tool, check_egress, list_tools
 
 log = logging.getLogger("gateway.mcp")
 

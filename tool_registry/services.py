@@ -12,12 +12,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from responses_api.models import Tenant
-from responses_api.protocol.mcp import ApprovalPolicy, ToolFilter
-from responses_api.store.ttlcache import TTLCache
+from responses_api.protocol.mcp_tools import ApprovalPolicy, ToolFilter
+from responses_api.ttlcache import TTLCache
 
 from .egress import EgressPolicy
 from .executors import ToolSpec
-from .mcp import McpServerSpec, McpUnavailable, list_tools
+from .mcp_client import McpServerSpec, McpUnavailable, list_tools
 from .models import EgressAllow, EgressAllowManager, McpServer, Tool, ToolCallRecord
 
 

@@ -13,7 +13,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from ..engine.router import target_health
+from ..engine.failover import target_health
 from ..models import PRICE_FIELDS, ModelRoute, Provider, RouteTarget, validate_base_url
 from ..ops.config_admin import ConfigManagedAdmin
 from ..orchestration import routing

@@ -23,7 +23,7 @@ from ..domain import Principal
 from ..protocol.errors import AuthenticationFailed
 from ..store import db, selectors, services
 from ..store.services import KEY_PREFIX, hash_key
-from ..store.ttlcache import TTLCache
+from ..ttlcache import TTLCache
 
 _cache: TTLCache[str, Principal] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 

@@ -23,7 +23,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from ..protocol.client_tool_types import CLIENT_TOOL_TYPES, FieldType
 from ..protocol.client_tools import HOSTED_ITEM_TYPES, HOSTED_TOOL_TYPES
 from ..protocol.items import ID_MAX_CHARS, MCP_CALL_STATUSES
-from ..protocol.mcp import LABEL as MCP_LABEL
+from ..protocol.mcp_tools import LABEL as MCP_LABEL
 from ..protocol.request import (
     NUMBER_BOUNDS,
     PROMPT_CACHE_MODES,

@@ -15,7 +15,7 @@ from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 
 from ..domain import Principal
-from ..engine.router import route_call
+from ..engine.failover import route_call
 from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
 from ..orchestration.limits import Grant, admit

@@ -20,7 +20,7 @@ from ..protocol.events import Event, EventBuilder
 from ..protocol.request import CreateRequest
 from ..protocol.tokens import estimate_request
 from ..protocol.tools import Tool
-from ..store.sealing import sealer
+from ..sealing import sealer
 from .interfaces import ResponseJob
 
 # `compact_threshold` left out: compact at this share of the route's context window.

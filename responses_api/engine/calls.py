@@ -21,8 +21,8 @@ from ..upstreams.tokenize import exact_counter
 from . import tracing
 from .autocompact import AutoCompaction
 from .context import compaction_opener, compaction_request, fit_context, model_items
+from .failover import SlotCall, route_call
 from .interfaces import McpSession, ResponseJob
-from .router import SlotCall, route_call
 from .tool_search import RunToolSearch
 
 log = logging.getLogger("gateway.engine")

@@ -13,10 +13,10 @@ from typing import Any
 from ..protocol.compaction import WHOLE_CONTEXT_INSTRUCTIONS, InputSpans, expand_compactions, summary_request_item
 from ..protocol.deltas import TextDelta, Usage
 from ..protocol.errors import InvalidRequest, UpstreamError
-from ..protocol.mcp import as_model_items
+from ..protocol.mcp_tools import as_model_items
 from ..protocol.request import CreateRequest
 from ..protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request, truncate
-from ..store.sealing import sealer
+from ..sealing import sealer
 
 OpenCompaction = Callable[[str], dict[str, Any]]
 

@@ -19,11 +19,11 @@ from ..observability.metrics import upstream_error
 from ..protocol.batches import flatten
 from ..protocol.errors import GatewayError, ServerError, UpstreamError
 from ..protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
-from ..protocol.mcp import pending_approvals
+from ..protocol.mcp_tools import pending_approvals
 from ..protocol.prefix import ConvertedPrefix
 from ..protocol.response import response_object
 from ..protocol.tools import allowed_tool_names
-from ..store.sealing import reasoning_sealer, signed_reasoning_sealer
+from ..sealing import reasoning_sealer, signed_reasoning_sealer
 from ..upstreams import UpstreamCall, UpstreamRequest, delta_batches, open_call
 from . import tracing
 from .autocompact import compaction_events

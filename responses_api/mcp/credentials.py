@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol.mcp import restore_mcp_credentials, split_mcp_credentials
-from ..store.sealing import sealer
+from ..protocol.mcp_tools import restore_mcp_credentials, split_mcp_credentials
+from ..sealing import sealer
 
 PURPOSE = "mcp-credentials"
 

@@ -11,16 +11,16 @@ from typing import Any
 from django.conf import settings
 
 from tool_registry.egress import EgressDenied, parse_url, resolve_checked
-from tool_registry.mcp import McpServerSpec
+from tool_registry.mcp_client import McpServerSpec
 from tool_registry.runner import McpToolset
 from tool_registry.services import adhoc_egress_policy, egress_policy, mcp_servers_for
 
 from ..domain import Principal
 from ..protocol.errors import InvalidRequest
-from ..protocol.mcp import ApprovalPolicy, McpTool, ToolFilter
+from ..protocol.mcp_tools import ApprovalPolicy, McpTool, ToolFilter
 from ..protocol.request import CreateRequest
 from ..store import db
-from ..store.ttlcache import TTLCache
+from ..ttlcache import TTLCache
 
 # One response's MCP servers: (server specs, fresh cached listings by label, the request's
 # approval policies by label); see mcp_plan.

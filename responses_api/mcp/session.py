@@ -11,7 +11,7 @@ from typing import Any
 from tool_registry.runner import McpToolset
 
 from ..protocol.events import Event, EventBuilder
-from ..protocol.mcp import McpBinding, model_names
+from ..protocol.mcp_tools import McpBinding, model_names
 from ..protocol.request import CreateRequest
 from ..protocol.tools import Tool, allowed_tool_names, make_tool
 

@@ -13,8 +13,8 @@ from ..domain import Principal, Route
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.request import CreateRequest
 from ..protocol.tokens import DEFAULT_OUTPUT_RESERVE, estimate_request
+from ..sealing import SealBroken, sealer
 from ..store import db
-from ..store.sealing import SealBroken, sealer
 from .limits import Grant, admit
 from .routing import route_cached, route_get
 

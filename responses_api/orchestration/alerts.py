@@ -22,6 +22,7 @@ import httpx
 from celery import current_app
 from django.conf import settings
 
+from ..sealing import decrypt_secret
 from ..store import db
 from ..store.alerts import (
     alert_deliveries_claim_stale,
@@ -30,7 +31,6 @@ from ..store.alerts import (
     alert_delivery_for_sending,
 )
 from ..store.limit_counters import Crossing
-from ..store.sealing import decrypt_secret
 
 log = logging.getLogger("gateway.alerts")
 

@@ -11,7 +11,7 @@ from ..domain import Principal
 from ..protocol.compaction import compacted_output, summary_payload, summary_request_item
 from ..protocol.errors import UpstreamError
 from ..protocol.request import CreateRequest
-from ..store.sealing import sealer
+from ..sealing import sealer
 from .admission import admit_request, open_sealed_reasoning, route_for
 from .assembly import run_for_request
 from .toolplan import ToolPlan

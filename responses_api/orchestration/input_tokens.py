@@ -8,7 +8,7 @@ from ..protocol.chat import build_chat_request
 from ..protocol.compaction import expand_compactions
 from ..protocol.request import CreateRequest
 from ..protocol.tokens import estimate_request
-from ..store.sealing import sealer
+from ..sealing import sealer
 from ..upstreams.chat_completions import chat_options
 from ..upstreams.tokenize import count_tokens
 from .admission import open_sealed_reasoning, route_for

@@ -13,9 +13,9 @@ from django.conf import settings
 
 from ..domain import ProviderConfig, Route, Target
 from ..protocol.errors import NotFound, ProviderMisconfigured
+from ..sealing import SealBroken, decrypt_secret, encrypt_secret
 from ..store import selectors
-from ..store.sealing import SealBroken, decrypt_secret, encrypt_secret
-from ..store.ttlcache import TTLCache
+from ..ttlcache import TTLCache
 
 if TYPE_CHECKING:
     from ..models import Provider

@@ -22,7 +22,7 @@ from tool_registry.models import McpServer, Tool
 from ..mcp.credentials import PURPOSE as MCP_CREDENTIALS
 from ..models import AlertWebhook, Provider, Response
 from ..protocol.errors import ProviderMisconfigured
-from ..store.sealing import SealBroken, decrypt_secret, first_secret_opens, reseal_secret, sealer
+from ..sealing import SealBroken, decrypt_secret, first_secret_opens, reseal_secret, sealer
 from .routing import provider_secret
 
 log = logging.getLogger("gateway.secrets")

@@ -27,7 +27,7 @@ from ..protocol.request import CreateRequest
 from ..protocol.surface import ignored_fields, refused_on_route
 from ..protocol.tools import HostedTool, Tool, make_tool
 from ..store import db
-from ..store.ttlcache import TTLCache
+from ..ttlcache import TTLCache
 from ..upstreams import applied_fields
 from ..upstreams.dialects import dialect_of
 

@@ -33,7 +33,7 @@ from .deltas import (
 )
 from .errors import GatewayError
 from .ids import new_id
-from .mcp import McpBinding
+from .mcp_tools import McpBinding
 from .tools import Tool
 from .wirejson import copy_json
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar, overload
 from .compaction import COMPACTION_INSTRUCTIONS
 from .errors import InvalidRequest
 from .items import normalize_input
-from .mcp import McpTool, normalize_mcp_tools
+from .mcp_tools import McpTool, normalize_mcp_tools
 from .surface import REFUSED_REQUEST_FIELDS, unapplied_candidates
 from .tool_search import check_deferred, search_tool
 from .tools import HostedTool, Tool, hosted_tools, normalize_tool_choice, normalize_tools

@@ -20,7 +20,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from .ttlcache import TTLCache
+from ..ttlcache import TTLCache
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)

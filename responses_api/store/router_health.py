@@ -1,4 +1,4 @@
-"""The health of upstream targets, shared by every process (engine/router.py decides with it):
+"""The health of upstream targets, shared by every process (engine/failover.py decides with it):
 consecutive failures, cooldowns, the last error, and the leases of per-target concurrency. In
 Redis when REDIS_URL is set (a Lua script counts a failure and starts a cooldown atomically;
 leases are a sorted set with expiry), in this process otherwise."""

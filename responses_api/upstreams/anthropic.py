@@ -16,7 +16,7 @@ from ..protocol.anthropic import (
     message_to_deltas,
 )
 from ..protocol.errors import UpstreamError
-from ..store.sealing import SealBroken, sealer
+from ..sealing import SealBroken, sealer
 from .base import UpstreamRequest
 from .chat_completions import Opened, post_json
 from .events import EventStreamCall

@@ -22,7 +22,7 @@ from ..protocol import jsonlimits
 from ..protocol.chat import build_chat_request
 from ..protocol.request import CreateRequest
 from ..protocol.tools import Tool
-from ..store.ttlcache import TTLCache
+from ..ttlcache import TTLCache
 from .chat_completions import chat_options
 from .dialects import dialect_of
 from .http import get_session, provider_headers, proxy_for

@@ -11,7 +11,7 @@ import pytest
 from responses_api.engine.run import ResponseRun
 from responses_api.protocol.deltas import Finish, ReasoningDelta, RefusalDelta, TextDelta, Usage
 from responses_api.protocol.errors import InvalidRequest, UpstreamError
-from responses_api.store.sealing import sealer
+from responses_api.sealing import sealer
 from tests.engine.standins import Stored, Tools, Upstream, drive, make_job, to_end
 from tests.support.stream_validator import validate_events
 

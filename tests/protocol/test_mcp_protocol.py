@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from responses_api.protocol.errors import InvalidRequest
-from responses_api.protocol.mcp import (
+from responses_api.protocol.mcp_tools import (
     as_model_items,
     model_names,
     parse_approval,

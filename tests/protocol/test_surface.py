@@ -36,7 +36,7 @@ from responses_api.protocol.chat import ChatOptions, build_chat_request
 from responses_api.protocol.chat_translation import chat_to_responses_body
 from responses_api.protocol.errors import InvalidRequest
 from responses_api.protocol.items import normalize_item
-from responses_api.protocol.mcp import normalize_mcp_tools
+from responses_api.protocol.mcp_tools import normalize_mcp_tools
 from responses_api.protocol.native import EventDecoder, build_responses_request
 from responses_api.protocol.request import parse_create_request
 from responses_api.protocol.surface import Handling, Treatment

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from responses_api.store.ttlcache import TTLCache
+from responses_api.ttlcache import TTLCache
 
 pytestmark = pytest.mark.embedded
 
@@ -41,8 +41,8 @@ def test_a_full_cache_starts_over_and_clear_empties_it() -> None:
 def test_clear_all_empties_every_cache_of_the_process_in_one_call() -> None:
     """Every TTLCache registers itself: the test fixtures reset all of them (the gateway's own
     too: routes, keys, tools, context windows, target health) with one call."""
+    from responses_api import ttlcache
     from responses_api.orchestration import routing
-    from responses_api.store import ttlcache
     from responses_api.upstreams import tokenize
 
     mine: TTLCache[str, int] = TTLCache(lambda: 60.0)
@@ -65,7 +65,7 @@ def test_an_entry_may_carry_its_own_ttl() -> None:
 def test_clear_all_empties_the_ad_hoc_mcp_listings_too() -> None:
     """The runner's listings of client-named MCP servers were a dict of their own, which
     `clear_all` did not reach."""
-    from responses_api.store import ttlcache
+    from responses_api import ttlcache
     from tool_registry import runner
 
     runner._adhoc_listings.put((1, (), "http://mcp.invalid/", ()), [{"name": "t"}], ttl=60.0)

@@ -205,7 +205,7 @@ def test_a_cached_adhoc_listing_is_not_served_to_a_tenant_without_the_allowance(
 
     from responses_api.mcp.planning import toolset_for
     from responses_api.models import Tenant
-    from tool_registry.mcp import McpServerSpec, McpUnavailable
+    from tool_registry.mcp_client import McpServerSpec, McpUnavailable
 
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = []
     Tenant.objects.filter(name="acme").update(mcp_adhoc_egress_allow=[f"127.0.0.1:{mcp_server.port}"])

@@ -49,7 +49,7 @@ def test_mcp_tokens_are_sealed_at_rest_and_dropped_when_the_run_ends(
 
 
 def test_the_credentials_split_round_trips() -> None:
-    from responses_api.protocol.mcp import restore_mcp_credentials, split_mcp_credentials
+    from responses_api.protocol.mcp_tools import restore_mcp_credentials, split_mcp_credentials
 
     body = {
         "model": "m",

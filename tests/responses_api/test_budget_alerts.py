@@ -206,7 +206,7 @@ def test_without_a_webhook_a_crossing_is_logged_and_nothing_recorded(
 def test_the_config_file_sets_alert_webhooks_and_thresholds(transactional_db) -> None:
     from responses_api.models import AlertWebhook, ApiKey, Tenant
     from responses_api.ops.config_sync import ConfigError, sync_config
-    from responses_api.store.sealing import decrypt_secret
+    from responses_api.sealing import decrypt_secret
 
     make_key(tenant="acme", name="ci")
     config = {

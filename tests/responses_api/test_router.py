@@ -19,7 +19,7 @@ pytestmark = pytest.mark.embedded
 
 @pytest.fixture(autouse=True)
 def _router(settings):
-    from responses_api.engine import router
+    from responses_api.engine import failover as router
 
     settings.GATEWAY_ROUTER_MAX_RETRIES = 2
     settings.GATEWAY_ROUTER_BACKOFF_SECONDS = 0.2

@@ -2,7 +2,7 @@
 
 import pytest
 
-from responses_api.store.sealing import PREFIX, SealBroken, Sealer
+from responses_api.sealing import PREFIX, SealBroken, Sealer
 
 pytestmark = pytest.mark.embedded
 
@@ -69,7 +69,7 @@ def test_rotating_either_secret_keeps_sealed_data_open(settings):
     settings.GATEWAY_ENCRYPTION_KEY = []
     settings.SECRET_KEY_FALLBACKS = []
     settings.SECRET_KEY = "first-secret-key-" + "a1b2c3d4e5" * 5
-    from responses_api.store.sealing import sealer
+    from responses_api.sealing import sealer
 
     def sealed_now() -> tuple[str, Provider]:
         return (

@@ -15,9 +15,9 @@ from responses_api.mcp.planning import registry_mcp_labels
 from responses_api.orchestration.admission import open_sealed_reasoning
 from responses_api.orchestration.toolplan import plan_tools, registry_tool_names
 from responses_api.protocol.request import CreateRequest, parse_create_request
-from responses_api.store.sealing import sealer
+from responses_api.sealing import sealer
 from tool_registry.executors import ToolSpec
-from tool_registry.mcp import McpServerSpec
+from tool_registry.mcp_client import McpServerSpec
 
 pytestmark = pytest.mark.embedded
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from responses_api.store import db
-from responses_api.store.ttlcache import TTLCache
+from responses_api.ttlcache import TTLCache
 
 pytestmark = pytest.mark.embedded
 

@@ -28,7 +28,8 @@ def sse_process() -> Iterator[McpServerProcess]:
 
 @pytest.fixture
 def sse_server(sse_process: McpServerProcess, settings) -> McpServerProcess:
-    from tool_registry import mcp, runner
+    from tool_registry import mcp_client as mcp
+    from tool_registry import runner
 
     settings.GATEWAY_EGRESS_ALLOW = ["127.0.0.1"]
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{sse_process.port}"]
@@ -195,7 +196,7 @@ def test_a_server_that_changed_transport_is_found_again_in_the_same_request(
     """The gateway remembers the transport a URL answered on; when the server behind it now
     speaks the other one (the remembered one answers 400, 404 or 405), the same session tries
     the other transport: no request fails for it, and the new transport is remembered."""
-    from tool_registry import mcp
+    from tool_registry import mcp_client as mcp
 
     settings.GATEWAY_MCP_ADHOC_EGRESS_ALLOW = [f"127.0.0.1:{sse_server.port}", f"127.0.0.1:{mcp_server.port}"]
     server = sse_server if now_speaks == "sse" else mcp_server

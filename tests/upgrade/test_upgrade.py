@@ -98,8 +98,8 @@ def _reset_sequences(loaded: set[Any]) -> None:
 
 @pytest.fixture(params=FIXTURES, ids=[f.stem for f in FIXTURES])
 def upgraded(request, transactional_db, settings, scripted: ScriptedUpstream) -> dict[str, Any]:
+    from responses_api import ttlcache
     from responses_api.models import Provider
-    from responses_api.store import ttlcache
 
     fixture = json.loads(request.param.read_text())
     load_at_its_migrations(fixture)

@@ -2,7 +2,7 @@
 the names the model sees, and how MCP items read to a Chat Completions model.
 
 Pure: no I/O. Which servers a run uses and the run's MCP session are in responses_api/mcp/;
-listing and calling servers is tool_registry/mcp.py.
+listing and calling servers is tool_registry/mcp_client.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ server's `cache_seconds`) use it too. Every cache is registered, so `clear_all` 
 
 Not every memo of the process is one: values that never go stale are memoised with
 `functools` (the OpenAPI document, sealing keys, SQL texts), clients and pools are kept per
-event loop (store/db.py, store/redis_clients.py, upstreams/http.py), and tool_registry/mcp.py
+event loop (store/db.py, store/redis_clients.py, upstreams/http.py), and tool_registry/mcp_client.py
 remembers which transport each MCP URL answered on.
 
 Not Django's local-memory cache: it pickles every value on each get and set, which costs a

@@ -33,7 +33,7 @@ from ..domain import Route, Target
 from ..protocol.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError, UpstreamUnavailable
 from ..store import router_health
 from ..store.router_health import Health, health_store
-from ..store.ttlcache import TTLCache
+from ..ttlcache import TTLCache
 from ..upstreams import UpstreamCall, delta_batches
 
 log = logging.getLogger("gateway.router")

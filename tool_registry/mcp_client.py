@@ -32,7 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from responses_api.protocol import jsonlimits
-from responses_api.protocol.mcp import ApprovalPolicy, ToolFilter
+from responses_api.protocol.mcp_tools import ApprovalPolicy, ToolFilter
 
 from .egress import EgressDenied, EgressPolicy, IPAddress, literal_address, parse_url, resolve_checked
 from .executors import MAX_OUTPUT_CHARS
