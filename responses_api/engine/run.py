@@ -166,7 +166,7 @@ class ResponseRun:
         aiohttp sends a request's body (and its headers, held to go out with it) from a task
         of its own, which on Python 3.11 waits behind whatever is ready on the loop: started
         right away, the insert (building and sending its statement) went first and delayed
-        the upstream request: 0.4-0.6 ms of a stream's time to first event (bench/README.md,
+        the upstream request, and so a stream's first event (measured in bench/README.md,
         performance round 4). One turn of the loop lets that task run first."""
         await asyncio.sleep(0)
         await self.persistence.open()
