@@ -110,6 +110,7 @@ def _claimed_identifier() -> str:
 def _sweep_locked(directory: str, own: str) -> list[str]:
     from prometheus_client.mmap_dict import MmapedDict
 
+    _recover(directory)
     names = os.listdir(directory)
     files: dict[str, list[str]] = {}  # id -> its .db files
     for name in names:
@@ -145,15 +146,17 @@ def _sweep_locked(directory: str, own: str) -> list[str]:
             if typ in ("counter", "histogram", "summary"):
                 by_type.setdefault(typ, []).append(name)
     for typ, merged in by_type.items():
+        # One type at a time, crash-safe: the new archive is written aside, the files it
+        # absorbs are listed in a journal, the rename over the archive commits, then they go.
+        # A sweep that died half-way is finished or undone by the next one (`_recover`): a
+        # count is never in both the archive and its file, nor in neither.
         archive = os.path.join(directory, f"{typ}_{ARCHIVE}.db")
         totals: dict[str, float] = {}
         for path in [archive, *(os.path.join(directory, name) for name in merged)]:
             with contextlib.suppress(FileNotFoundError):
                 for key, value, _, _ in MmapedDict.read_all_values_from_file(path):
                     totals[key] = totals.get(key, 0.0) + value
-        # Written aside and renamed over the archive: a scrape (under the shared lock) or a
-        # sweep that crashed half-way never leaves a half-written archive.
-        staged = archive + ".new"
+        staged, journal = archive + ".new", os.path.join(directory, f"{typ}.journal")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(staged)
         out = MmapedDict(staged)
@@ -162,9 +165,13 @@ def _sweep_locked(directory: str, own: str) -> list[str]:
                 out.write_value(key, value, 0.0)
         finally:
             out.close()
-        os.replace(staged, archive)
+        with open(journal + ".new", "w") as listing:
+            listing.write("\n".join(merged))
+        os.replace(journal + ".new", journal)
+        os.replace(staged, archive)  # the commit
+        _absorbed(directory, journal)
     for ident, fd in dead:
-        for name in files.get(ident, ()):
+        for name in files.get(ident, ()):  # the gauges (the others went with their journal)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(directory, name))
         if fd is not None:
@@ -172,6 +179,34 @@ def _sweep_locked(directory: str, own: str) -> list[str]:
                 os.unlink(os.path.join(directory, f"proc_{ident}.lock"))
             os.close(fd)
     return [ident for ident, _ in dead]
+
+
+def _absorbed(directory: str, journal: str) -> None:
+    """The archive has the journal's files' counts: they go, then the journal."""
+    with open(journal) as listing:
+        for name in filter(None, listing.read().split("\n")):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+    os.unlink(journal)
+
+
+def _recover(directory: str) -> None:
+    """A sweep that died half-way: its archive renamed (the staged file gone) is committed, and
+    its journal's files go now; not renamed, it is undone (its files are swept again)."""
+    names = os.listdir(directory)
+    for name in names:  # journals first: a staged archive tells whether its rename happened
+        if name.endswith(".journal"):
+            path = os.path.join(directory, name)
+            staged = os.path.join(directory, f"{name.removesuffix('.journal')}_{ARCHIVE}.db.new")
+            if os.path.exists(staged):
+                os.unlink(staged)
+                os.unlink(path)
+            else:
+                _absorbed(directory, path)
+    for name in names:  # what a sweep was writing when it died
+        if name.endswith((".db.new", ".journal.new")):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
 
 
 def metrics_identifier(liveness_id: str) -> str:

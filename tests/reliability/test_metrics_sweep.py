@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -108,3 +109,55 @@ def test_a_starting_process_archives_the_files_of_ended_ones(tmp_path: Path) -> 
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _dead_counter(shared: Path, ident: str, value: float) -> None:
+    dead = MmapedDict(str(shared / f"counter_{ident}.db"))
+    dead.write_value(
+        mmap_key("gateway_rate_limited", "gateway_rate_limited_total", ["limit"], ["tenant_rpm"], "x"), value, 0.0
+    )
+    dead.close()
+
+
+def _refused(shared: Path) -> float:
+    families = {f.name: f for f in MultiProcessCollector(None, path=str(shared)).collect()}
+    return sum(s.value for s in families["gateway_rate_limited"].samples if s.name.endswith("_total"))
+
+
+@pytest.mark.parametrize("dies", ["before its commit", "after its commit"])
+def test_a_sweep_that_died_half_way_is_finished_or_undone_by_the_next(dies: str, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A count is never left in both the archive and its file (counted twice for ever), nor in
+    neither: the next sweep reads the journal the dead one left."""
+    from responses_api.observability import metrics
+
+    shared = tmp_path / "prometheus"
+    shared.mkdir()
+    _dead_counter(shared, "old-1-aa", 7)
+    metrics.sweep_dead(str(shared))  # an archive already there: 7
+    _dead_counter(shared, "old-2-bb", 5)
+
+    class Died(Exception):
+        pass
+
+    if dies == "before its commit":
+        real_replace = os.replace
+
+        def replace(src: str, dst: str) -> None:
+            if str(dst).endswith("_archive.db"):
+                raise Died
+            real_replace(src, dst)
+
+        monkeypatch.setattr(metrics.os, "replace", replace)
+    else:
+
+        def absorbed(directory: str, journal: str) -> None:
+            raise Died
+
+        monkeypatch.setattr(metrics, "_absorbed", absorbed)
+    with pytest.raises(Died):
+        metrics.sweep_dead(str(shared))
+    monkeypatch.undo()
+    assert (shared / "counter.journal").exists()
+    metrics.sweep_dead(str(shared))
+    assert _refused(shared) == 12
+    assert sorted(name for name in os.listdir(shared) if not name.endswith(".lock")) == ["counter_archive.db"]
