@@ -49,20 +49,21 @@ def process_identifier() -> str:
     another process, whose gauges must not start from a dead one's). prometheus_client splits
     file names on '_', so none may be in it. prometheus_client asks for it before it creates a
     file, and again in a forked child: the first call in a process claims the id (its lock)."""
-    identifier = metrics_identifier(process_id())
-    # Called at every count (prometheus_client's fork check): one comparison once claimed.
-    if _claimed is None or _claimed[0] != os.getpid():
-        _claim(identifier)
-    return identifier
+    liveness_id = process_id()
+    # Called at every count (prometheus_client's fork check): one comparison once claimed (the
+    # same string object while the pid is the same; a forked child gets a new one).
+    if _claimed is None or _claimed[0] is not liveness_id:
+        _claim(liveness_id)
+    return metrics_identifier(liveness_id)
 
 
 log = logging.getLogger("gateway.metrics")
 
 ARCHIVE = "archive"  # the id of the files dead processes' counts are added into
-_claimed: tuple[int, int] | None = None  # (pid, fd of its held lock file)
+_claimed: tuple[str, int] | None = None  # (liveness id, fd of its held lock file; -1: none)
 
 
-def _claim(identifier: str) -> None:
+def _claim(liveness_id: str) -> None:
     """Hold this process's lock file for as long as it lives, then sweep the files of the
     processes that ended. Under the directory lock: a sweep never sees this process's files
     before its lock is held."""
@@ -73,7 +74,8 @@ def _claim(identifier: str) -> None:
         # child's copy leaves the parent holding it, and the parent's end then releases it.
         with contextlib.suppress(OSError):
             os.close(_claimed[1])
-    _claimed = (os.getpid(), -1)  # tried once per process, claimed or not
+    _claimed = (liveness_id, -1)  # tried once per process, claimed or not
+    identifier = metrics_identifier(liveness_id)
     if not directory:
         return
     try:
@@ -81,7 +83,7 @@ def _claim(identifier: str) -> None:
         with _directory_lock(directory, fcntl.LOCK_EX):
             fd = os.open(os.path.join(directory, f"proc_{identifier}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _claimed = (os.getpid(), fd)
+            _claimed = (liveness_id, fd)
             _sweep_locked(directory, identifier)
     except Exception as exc:  # noqa: BLE001 - counting goes on; the files stay for a later sweep
         log.warning("metrics directory %s: could not claim or sweep: %s: %s", directory, type(exc).__name__, exc)
@@ -104,7 +106,7 @@ def sweep_dead(directory: str) -> list[str]:
 
 
 def _claimed_identifier() -> str:
-    return metrics_identifier(process_id()) if _claimed is not None and _claimed[0] == os.getpid() else ""
+    return metrics_identifier(_claimed[0]) if _claimed is not None and _claimed[0] is process_id() else ""
 
 
 def _sweep_locked(directory: str, own: str) -> list[str]:

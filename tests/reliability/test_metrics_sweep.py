@@ -161,3 +161,36 @@ def test_a_sweep_that_died_half_way_is_finished_or_undone_by_the_next(dies: str,
     metrics.sweep_dead(str(shared))
     assert _refused(shared) == 12
     assert sorted(name for name in os.listdir(shared) if not name.endswith(".lock")) == ["counter_archive.db"]
+
+
+# A Celery prefork parent: it claims its id at import, forks a child that counts and ends, and
+# sweeps (as its next child's start would): the child's counts are archived, its own files stay.
+_FORK = """
+import os, sys
+from responses_api.observability import metrics
+metrics.rate_limited("tenant_rpm")
+child = os.fork()
+if child == 0:
+    metrics.rate_limited("tenant_rpm")
+    metrics.rate_limited("tenant_rpm")
+    print(metrics.process_identifier(), flush=True)
+    os._exit(0)
+os.waitpid(child, 0)
+print(sorted(metrics.sweep_dead(os.environ["PROMETHEUS_MULTIPROC_DIR"])), metrics.process_identifier(), flush=True)
+"""
+
+
+def test_a_forked_child_claims_an_id_of_its_own_and_its_end_frees_only_it(tmp_path: Path) -> None:
+    shared = tmp_path / "prometheus"
+    shared.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "PROMETHEUS_"))}
+    env |= {"PROMETHEUS_MULTIPROC_DIR": str(shared), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_FORK)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    child_id, parent_line = out.stdout.strip().splitlines()
+    swept, parent_id = parent_line.rsplit(" ", 1)
+    assert swept == repr([child_id]) and child_id != parent_id
+    assert _ids(shared) == {parent_id, "archive"}  # the parent ended since: its files wait for the next start
+    assert _refused(shared) == 3
