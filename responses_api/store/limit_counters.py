@@ -7,6 +7,7 @@ in this process otherwise (the embedded mode has one process)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -216,24 +217,28 @@ class MemoryLimitStore(LimitStore):
             if check.kind == "bucket":
                 self.buckets[check.key] = (levels[i], now)
                 decision.remaining[i] = (levels[i], (check.limit - levels[i]) * 60.0 / check.limit)
-                if check.alert_at:
+                # alert_at is ascending (api/auth.py): below its first threshold, nothing more
+                if check.alert_at and (check.limit - levels[i]) * 100 >= check.limit * check.alert_at[0]:
                     decision.crossings += self._crossings(check, i, check.limit - levels[i], False, now)
             elif check.kind == "lease":
                 self.leases[check.key][lease_id] = now + lease_seconds
-                if check.alert_at:
+                if check.alert_at and len(self.leases[check.key]) * 100 >= check.limit * check.alert_at[0]:
                     decision.crossings += self._crossings(check, i, len(self.leases[check.key]), False, now)
             else:
                 self.reserved[check.key][lease_id] = (check.cost, check.reserve_micro_usd, now + lease_seconds)
         return decision
 
     def _crossings(self, check: Check, index: int, used: float, refused: bool, now: float) -> list[LimitCrossing]:
+        if not check.alert_at:
+            return []
+
         def flag(name: str) -> bool:
             if self.limit_flags.get(name, 0.0) > now:
                 return False
             self.limit_flags[name] = now + settings.GATEWAY_LIMIT_ALERT_WINDOW_SECONDS
             return True
 
-        return limit_crossings(check, index, used, refused, flag) if check.alert_at else []
+        return limit_crossings(check, index, used, refused, flag)
 
     async def unflag(self, key: str, flag: str) -> None:
         if key:
@@ -533,7 +538,7 @@ class RedisLimitStore(LimitStore):
                 check.reset_in,
                 check.cost if check.kind == "budget" else 0,
                 check.reserve_micro_usd,
-                ",".join(map(str, check.alert_at)),
+                _alert_arg(check.alert_at),
             ]
         reply = await self._script("acquire")(keys=[self.PREFIX + c.key for c in checks], args=args)
         verdict = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
@@ -650,6 +655,13 @@ class RedisLimitStore(LimitStore):
                 tokens, micro_usd = client.hmget(key, "tokens", "micro_usd")
                 out.append({"used": None} if tokens is None else {"used": int(tokens), "micro_usd": int(micro_usd)})
         return out
+
+
+@functools.cache
+def _alert_arg(alert_at: tuple[int, ...]) -> str:
+    """The script's form of a limit's thresholds ("80,100"), made once per distinct set: every
+    request sends it."""
+    return ",".join(map(str, alert_at))
 
 
 def _limit_crossings(values: list[Any]) -> list[LimitCrossing]:
