@@ -358,6 +358,10 @@ GATEWAY_ALERT_TIMEOUT_SECONDS = env.float("GATEWAY_ALERT_TIMEOUT_SECONDS", defau
 # enqueues it again, every GATEWAY_ALERT_SWEEP_SECONDS.
 GATEWAY_ALERT_REQUEUE_SECONDS = env.float("GATEWAY_ALERT_REQUEUE_SECONDS", default=300.0)
 GATEWAY_ALERT_SWEEP_SECONDS = env.float("GATEWAY_ALERT_SWEEP_SECONDS", default=60.0)
+# Per-minute and concurrency limits alert too (the owner's alert_thresholds, 80% and 100% by
+# default): each threshold of each limit at most once per this many seconds, however long the
+# use stays there (a key kept at its limit would otherwise alert every minute).
+GATEWAY_LIMIT_ALERT_WINDOW_SECONDS = env.float("GATEWAY_LIMIT_ALERT_WINDOW_SECONDS", default=3600.0)
 
 # own retention_days (admin) overrides it. Runs every GATEWAY_RETENTION_INTERVAL_SECONDS on beat.
 GATEWAY_RETENTION_DAYS = env.int("GATEWAY_RETENTION_DAYS", default=0)

@@ -23,6 +23,9 @@ class Quota:
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
     concurrent: int | None = None
+    # Percentages of each limit at which alerts.py calls the webhooks (the owner's
+    # alert_thresholds up to 100: a rate cannot go beyond its limit).
+    alert_at: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,7 +108,8 @@ class RateLimits(models.Model):
         db_default=[80, 100],  # kept in the database: the previous release's inserts leave it out
         blank=True,
         help_text="Percentages of the budget at which the alert webhooks are called (once each per budget "
-        "period), e.g. [80, 100]. Empty: no alerts.",
+        "period), and of each per-minute and concurrency limit (those up to 100; once each per "
+        "GATEWAY_LIMIT_ALERT_WINDOW_SECONDS), e.g. [80, 100]. Empty: no alerts.",
     )
 
     class Meta:

@@ -62,7 +62,7 @@ def expire_responses() -> dict[str, Any]:
 
 @shared_task(name="responses_api.deliver_alert", bind=True, acks_late=True, ignore_result=True)
 def deliver_alert(self, delivery_id: int) -> None:  # type: ignore[no-untyped-def]  # Celery's bound task
-    """One budget alert to one webhook; retried with backoff (GATEWAY_ALERT_RETRIES times)."""
+    """One alert (a budget's or a limit's) to one webhook; retried with backoff (GATEWAY_ALERT_RETRIES times)."""
     retries = settings.GATEWAY_ALERT_RETRIES
     if not deliver_once(delivery_id, final=self.request.retries >= retries):
         raise self.retry(countdown=retry_delay(self.request.retries), max_retries=retries)
@@ -70,5 +70,5 @@ def deliver_alert(self, delivery_id: int) -> None:  # type: ignore[no-untyped-de
 
 @shared_task(name="responses_api.requeue_alert_deliveries", ignore_result=True)
 def requeue_alert_deliveries() -> int:
-    """Beat's sweep: budget alert deliveries a lost task left pending, enqueued again."""
+    """Beat's sweep: alert deliveries a lost task left pending, enqueued again."""
     return int(run_on_worker_loop(requeue_stale_deliveries()))

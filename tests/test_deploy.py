@@ -127,9 +127,7 @@ def test_services_and_commands() -> None:
     assert local["image"] == SERVICES["web"]["image"]  # the same image, built with the local extra
     assert local["build"]["args"]["INSTALL_LOCAL_MODEL"].endswith("1}")
 
-    assert command_words("migrate")[-1].endswith("python manage.py sync_gateway_config")
-    assert command_words("migrate")[-1].startswith('find "$$PROMETHEUS_MULTIPROC_DIR" -mindepth 1 -delete')
-    assert "python manage.py migrate --noinput" in command_words("migrate")[-1]
+    assert command_words("migrate")[-1] == "python manage.py migrate --noinput && python manage.py sync_gateway_config"
     assert SERVICES["migrate"]["restart"] == "no"
 
     assert SERVICES["postgres"]["image"] == "postgres:16.6-bookworm"
@@ -214,10 +212,29 @@ def test_healthchecks_and_start_order() -> None:
         assert deps["postgres"] == {"condition": "service_healthy"}, name
         assert deps["redis"] == {"condition": "service_healthy"}, name
     for name in ("web", "worker", "beat"):
-        assert SERVICES[name]["depends_on"]["migrate"] == {
-            "condition": "service_completed_successfully",
-            "restart": True,
-        }
+        assert SERVICES[name]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+
+
+def test_a_repeated_up_restarts_nothing_and_keeps_the_metrics() -> None:
+    """`docker compose up -d` starts the exited `migrate` again every time, changed or not. It
+    emptied the metrics volume (every count lost, and the running processes went on writing
+    into deleted files), and `restart: true` tied web, worker and beat to it. Now: no
+    dependency restarts with migrate, nothing a service runs empties the volume, and what
+    migrate runs is idempotent; stale files are archived by the processes themselves
+    (tests/reliability/test_metrics_sweep.py)."""
+    metrics_dir = SERVICES["web"]["environment"]["PROMETHEUS_MULTIPROC_DIR"]
+    for name, spec in SERVICES.items():
+        for dependency, condition in (spec.get("depends_on") or {}).items():
+            assert not condition.get("restart"), f"{name} restarts whenever compose updates {dependency}"
+        words = " ".join(command_words(name)) if "command" in spec else ""
+        assert "PROMETHEUS_MULTIPROC_DIR" not in words and metrics_dir not in words, name
+        assert not re.search(r"\b(find|rm|rmdir)\b|-delete", words), f"{name} deletes files: {words}"
+    steps = [step.strip() for step in command_words("migrate")[-1].split("&&")]
+    assert steps == ["python manage.py migrate --noinput", "python manage.py sync_gateway_config"]
+    for name in APP_SERVICES:
+        assert f"metrics:{metrics_dir}" in SERVICES[name]["volumes"], name
+    # The volume outlives containers: only `down -v` removes it.
+    assert COMPOSE["volumes"]["metrics"] is None or "external" not in COMPOSE["volumes"]["metrics"]
 
 
 def test_web_stop_grace_period_outlasts_the_drain() -> None:

@@ -78,6 +78,9 @@ class AlertDeliveryAdmin(ModelAdminOf[AlertDelivery]):
     def alert(self, obj: AlertDelivery) -> str:
         event = obj.event or {}
         who = (event.get("api_key") or {}).get("name") or (event.get("tenant") or {}).get("name") or "?"
+        if "limit" in event:  # a per-minute or concurrency limit's (limit.threshold_crossed)
+            limit = str(event["limit"]).replace("_", " ")
+            return f"{event.get('scope', '')} {who}: {event.get('threshold_percent')}% of the {limit} limit"
         return f"{event.get('scope', '')} {who}: {event.get('threshold_percent')}% of the {event.get('period')} budget"
 
     def has_add_permission(self, request: HttpRequest) -> bool:

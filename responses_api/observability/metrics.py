@@ -2,13 +2,24 @@
 one configured: not public by default).
 
 Several processes (uvicorn workers, Celery) each count their own; with PROMETHEUS_MULTIPROC_DIR
-set in their environment (an empty directory, cleared at deployment start) the scrape sums
-them all, whichever process answers it. Each process writes its own files there, named by
-host, pid and a random part (`process_identifier`): web and worker containers sharing one
-directory have pid namespaces of their own, so a pid alone would collide. A web process killed
-outright leaves its live gauges behind: the live processes' liveness beat removes them. The queue and worker figures are
-read from the database at scrape time (api/health.py), so they are the same whichever process
-answers.
+set in their environment the scrape sums them all, whichever process answers it. Each process
+writes its own files there, named by host, pid and a random part (`process_identifier`): web and
+worker containers sharing one directory have pid namespaces of their own, so a pid alone would
+collide. A web process killed outright leaves its live gauges behind: the live processes'
+liveness beat removes them. The queue and worker figures are read from the database at scrape
+time (api/health.py), so they are the same whichever process answers.
+
+The directory is never emptied by a deployment step (that lost every count at each
+`docker compose up`, and a running process went on writing into files nobody read): each
+process instead holds an exclusive `flock` on a file of its own there (`proc_<id>.lock`) for its
+lifetime, which the kernel releases however it ends (kill -9 included), and every process
+starting sweeps the files of those that ended (`sweep_dead`): their counters and histograms are
+added into one `<type>_archive.db` file per type, so the sums never go down (a sum that drops is
+a counter reset to Prometheus, and `rate()` would show a spike), and their gauges (all
+`livesum`: what is open now) are dropped. The directory thus holds the live processes' files
+plus one archive per type, however many processes came and went. A lock over the whole
+directory (`sweep.lock`: exclusive while sweeping, shared while a scrape reads) keeps a scrape
+from seeing a dead process's counts both in its file and in the archive, or in neither.
 
 `METRICS` is the one list of what is exposed: the single-process exposition registers it,
 and the multi-process one lists every family of it too, even before any process counted."""
@@ -16,6 +27,8 @@ and the multi-process one lists every family of it too, even before any process 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -34,8 +47,168 @@ def process_identifier() -> str:
     """This process in the shared metrics directory: its liveness id (host name, pid and a
     random part: a container's host name is its own, and a pid reused later on one host is
     another process, whose gauges must not start from a dead one's). prometheus_client splits
-    file names on '_', so none may be in it."""
-    return metrics_identifier(process_id())
+    file names on '_', so none may be in it. prometheus_client asks for it before it creates a
+    file, and again in a forked child: the first call in a process claims the id (its lock)."""
+    liveness_id = process_id()
+    # Called at every count (prometheus_client's fork check): one comparison once claimed (the
+    # same string object while the pid is the same; a forked child gets a new one).
+    if _claimed is None or _claimed[0] is not liveness_id:
+        _claim(liveness_id)
+    return metrics_identifier(liveness_id)
+
+
+log = logging.getLogger("gateway.metrics")
+
+ARCHIVE = "archive"  # the id of the files dead processes' counts are added into
+_claimed: tuple[str, int] | None = None  # (liveness id, fd of its held lock file; -1: none)
+
+
+def _claim(liveness_id: str) -> None:
+    """Hold this process's lock file for as long as it lives, then sweep the files of the
+    processes that ended. Under the directory lock: a sweep never sees this process's files
+    before its lock is held."""
+    global _claimed
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if _claimed is not None and _claimed[1] >= 0:
+        # A forked child: the parent's lock is shared with it (one open file); closing the
+        # child's copy leaves the parent holding it, and the parent's end then releases it.
+        with contextlib.suppress(OSError):
+            os.close(_claimed[1])
+    _claimed = (liveness_id, -1)  # tried once per process, claimed or not
+    identifier = metrics_identifier(liveness_id)
+    if not directory:
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with _directory_lock(directory, fcntl.LOCK_EX):
+            fd = os.open(os.path.join(directory, f"proc_{identifier}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _claimed = (liveness_id, fd)
+            _sweep_locked(directory, identifier)
+    except Exception as exc:  # noqa: BLE001 - counting goes on; the files stay for a later sweep
+        log.warning("metrics directory %s: could not claim or sweep: %s: %s", directory, type(exc).__name__, exc)
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: str, mode: int) -> Iterator[None]:
+    fd = os.open(os.path.join(directory, "sweep.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def sweep_dead(directory: str) -> list[str]:
+    """The ids of the processes whose files this sweep archived (their lock is free: they ended)."""
+    with _directory_lock(directory, fcntl.LOCK_EX):
+        return _sweep_locked(directory, _claimed_identifier())
+
+
+def _claimed_identifier() -> str:
+    return metrics_identifier(_claimed[0]) if _claimed is not None and _claimed[0] is process_id() else ""
+
+
+def _sweep_locked(directory: str, own: str) -> list[str]:
+    from prometheus_client.mmap_dict import MmapedDict
+
+    _recover(directory)
+    names = os.listdir(directory)
+    files: dict[str, list[str]] = {}  # id -> its .db files
+    for name in names:
+        if name.endswith(".db"):
+            ident = name[: -len(".db")].rsplit("_", 1)[-1]
+            if ident not in (ARCHIVE, own):
+                files.setdefault(ident, []).append(name)
+    locks = {
+        name[len("proc_") : -len(".lock")] for name in names if name.startswith("proc_") and name.endswith(".lock")
+    }
+    dead: list[tuple[str, int | None]] = []
+    for ident in sorted((set(files) | locks) - {own}):
+        fd: int | None = None
+        if ident in locks:
+            fd = os.open(os.path.join(directory, f"proc_{ident}.lock"), os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # held: alive
+                os.close(fd)
+                continue
+        # No lock file at all: written by a version that kept none, or a process whose claim
+        # failed; nothing can tell whether it lives, and such files were always emptied at
+        # deployment: archived as well.
+        dead.append((ident, fd))
+    if not dead:
+        return []
+    # Counters, histograms and summaries add up: into the archive of their type. Gauges are
+    # what a process has open now (every gauge here is a `livesum` one): dropped.
+    by_type: dict[str, list[str]] = {}
+    for ident, _ in dead:
+        for name in files.get(ident, ()):
+            typ = name.split("_", 1)[0]
+            if typ in ("counter", "histogram", "summary"):
+                by_type.setdefault(typ, []).append(name)
+    for typ, merged in by_type.items():
+        # One type at a time, crash-safe: the new archive is written aside, the files it
+        # absorbs are listed in a journal, the rename over the archive commits, then they go.
+        # A sweep that died half-way is finished or undone by the next one (`_recover`): a
+        # count is never in both the archive and its file, nor in neither.
+        archive = os.path.join(directory, f"{typ}_{ARCHIVE}.db")
+        totals: dict[str, float] = {}
+        for path in [archive, *(os.path.join(directory, name) for name in merged)]:
+            with contextlib.suppress(FileNotFoundError):
+                for key, value, _, _ in MmapedDict.read_all_values_from_file(path):
+                    totals[key] = totals.get(key, 0.0) + value
+        staged, journal = archive + ".new", os.path.join(directory, f"{typ}.journal")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staged)
+        out = MmapedDict(staged)
+        try:
+            for key, value in totals.items():
+                out.write_value(key, value, 0.0)
+        finally:
+            out.close()
+        with open(journal + ".new", "w") as listing:
+            listing.write("\n".join(merged))
+        os.replace(journal + ".new", journal)
+        os.replace(staged, archive)  # the commit
+        _absorbed(directory, journal)
+    for ident, fd in dead:
+        for name in files.get(ident, ()):  # the gauges (the others went with their journal)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+        if fd is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, f"proc_{ident}.lock"))
+            os.close(fd)
+    return [ident for ident, _ in dead]
+
+
+def _absorbed(directory: str, journal: str) -> None:
+    """The archive has the journal's files' counts: they go, then the journal."""
+    with open(journal) as listing:
+        for name in filter(None, listing.read().split("\n")):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+    os.unlink(journal)
+
+
+def _recover(directory: str) -> None:
+    """A sweep that died half-way: its archive renamed (the staged file gone) is committed, and
+    its journal's files go now; not renamed, it is undone (its files are swept again)."""
+    names = os.listdir(directory)
+    for name in names:  # journals first: a staged archive tells whether its rename happened
+        if name.endswith(".journal"):
+            path = os.path.join(directory, name)
+            staged = os.path.join(directory, f"{name.removesuffix('.journal')}_{ARCHIVE}.db.new")
+            if os.path.exists(staged):
+                os.unlink(staged)
+                os.unlink(path)
+            else:
+                _absorbed(directory, path)
+    for name in names:  # what a sweep was writing when it died
+        if name.endswith((".db.new", ".journal.new")):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
 
 
 def metrics_identifier(liveness_id: str) -> str:
@@ -151,7 +324,11 @@ class _SharedDirectoryCollector:
         from prometheus_client import multiprocess
 
         seen = set()
-        for family in multiprocess.MultiProcessCollector(None).collect():
+        # Under the directory's shared lock: a sweep moving a dead process's counts into the
+        # archive is not seen half-done (counted twice, or not at all).
+        with _directory_lock(os.environ["PROMETHEUS_MULTIPROC_DIR"], fcntl.LOCK_SH):
+            families = list(multiprocess.MultiProcessCollector(None).collect())
+        for family in families:
             seen.add(family.name)
             yield family
         for metric in METRICS:

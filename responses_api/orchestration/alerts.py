@@ -1,9 +1,18 @@
-"""Budget alerts: when a settle (limits.py) reports that a budget's spend crossed one of its
-thresholds (80% and 100% by default) for the first time in its period, a log line, and a
-signed JSON POST to every enabled alert webhook, recorded as an AlertDelivery and sent from
-the worker with retries (Celery, or an in-process task when embedded). Nothing here runs on
-a request's path: the settle that detects a crossing runs after the answer, and the
-delivery after that.
+"""Budget and limit alerts: when a settle (limits.py) reports that a budget's spend crossed one
+of its thresholds (80% and 100% by default) for the first time in its period, or an admission
+that a per-minute or concurrency limit's use reached one (or that the limit refused the
+request: every threshold up to 100%), a log line, and a signed JSON POST to every enabled
+alert webhook, recorded as an AlertDelivery and sent from the worker with retries (Celery, or
+an in-process task when embedded). Nothing here runs on a request's path: the settle that
+detects a budget crossing runs after the answer; the admission that detects a limit's does so
+in the check it makes anyway (the same Redis script call), and hands it to a background task.
+
+Each crossing is reported once, across processes, by a flag set in the same atomic step that
+detected it: a budget's once per threshold and period, a limit's once per threshold and
+GATEWAY_LIMIT_ALERT_WINDOW_SECONDS (an hour by default: a key kept at its per-minute limit
+all day would otherwise alert every minute, and what an operator needs is that it happened,
+when, and that it still does an hour later). A flag whose delivery rows could not be created
+(the database down) is cleared again, so the next request reaching the threshold reports it.
 
 The signature: `X-Gateway-Signature: sha256=<hex HMAC-SHA256 of the raw body under the
 webhook's secret>` (absent without a secret)."""
@@ -30,7 +39,7 @@ from ..store.alerts import (
     alert_delivery_attempted,
     alert_delivery_for_sending,
 )
-from ..store.limit_counters import Crossing
+from ..store.limit_counters import Crossing, LimitCrossing, limit_flag, limit_store
 
 log = logging.getLogger("gateway.alerts")
 
@@ -70,25 +79,82 @@ def budget_crossed(*, scope: str, period: str, token_limit: int, micro_usd_limit
         "spent": {"tokens": crossing.tokens, "usd": spent_usd},
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    # The settle's flag (a field of the period's count): cleared if the alert cannot be recorded.
+    flag = (crossing.key, f"alert:{crossing.percent}:{token_limit}:{micro_usd_limit}")
+    _spawn(event, kind, ident, flag)
+
+
+_LIMIT_NAMES = {
+    "requests per minute": "requests_per_minute",
+    "tokens per minute": "tokens_per_minute",
+    "concurrent requests": "concurrent_requests",
+}
+
+
+def limit_crossed(*, scope: str, what: str, limit: int, crossing: LimitCrossing) -> None:
+    """A per-minute or concurrency limit's threshold reached (called from the admission, in an
+    event loop, rarely: once per threshold and window): log it now, record and send it in the
+    background."""
+    kind, _, ident = scope.partition(":")
+    window = settings.GATEWAY_LIMIT_ALERT_WINDOW_SECONDS
+    log.warning(
+        "limit alert: %s %s reached %d%% of its %s limit (%d): %d%s; next alert for it in %.0f s at the earliest",
+        "API key" if kind == "key" else "tenant",
+        ident,
+        crossing.percent,
+        what,
+        limit,
+        crossing.used,
+        ", and a request was refused" if crossing.refused else "",
+        window,
+    )
+    event = {
+        "type": "limit.threshold_crossed",
+        "threshold_percent": crossing.percent,
+        "scope": kind,
+        "limit": _LIMIT_NAMES.get(what, what),
+        "value": limit,
+        "used": crossing.used,
+        "refused": crossing.refused,
+        "window_seconds": window,
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    key = {"requests per minute": "rpm", "tokens per minute": "tpm", "concurrent requests": "conc"}[what]
+    _spawn(event, kind, ident, ("", limit_flag(f"{key}:{scope}", crossing.percent, limit)))
+
+
+def _spawn(event: dict[str, Any], kind: str, ident: str, flag: tuple[str, str]) -> None:
     task = asyncio.get_running_loop().create_task(
         _record_and_send(
             event,
             tenant_id=int(ident) if kind == "tenant" else None,
             key_id=int(ident) if kind == "key" else None,
+            flag=flag,
         )
     )
     _background.add(task)
     task.add_done_callback(_background.discard)
 
 
-async def _record_and_send(event: dict[str, Any], *, tenant_id: int | None, key_id: int | None) -> None:
-    # The settle has already marked the threshold reported (in Redis, for the whole period):
-    # an alert not recorded here is not reported again, so its content goes to the log at ERROR.
+async def _record_and_send(
+    event: dict[str, Any], *, tenant_id: int | None, key_id: int | None, flag: tuple[str, str] | None = None
+) -> None:
+    # The threshold is already flagged reported (in Redis, set where it was detected, so that
+    # one request only reports it): an alert not recorded here clears its flag again, so that
+    # the next request reaching it reports it, and its content goes to the log at ERROR.
     try:
         ids = await db.run(alert_deliveries_create, event=event, tenant_id=tenant_id, key_id=key_id)
     except Exception as exc:  # noqa: BLE001 - logged with everything the webhook would have had
+        cleared = False
+        if flag is not None:
+            try:
+                await limit_store().unflag(*flag)
+                cleared = True
+            except Exception as unflag_exc:  # noqa: BLE001 - the log below is then its only record
+                log.warning("alert flag not cleared: %s: %s", type(unflag_exc).__name__, unflag_exc)
         log.error(
-            "budget alert NOT recorded (its webhooks will not be called): %s: %s; the alert: %s",
+            "alert NOT recorded (its webhooks will not be called%s): %s: %s; the alert: %s",
+            "; it is reported again when the next request reaches its threshold" if cleared else "",
             type(exc).__name__,
             exc,
             json.dumps({"tenant_id": tenant_id, "key_id": key_id, **event}, default=str),
@@ -99,7 +165,7 @@ async def _record_and_send(event: dict[str, Any], *, tenant_id: int | None, key_
             await enqueue_delivery(delivery_id)
         except Exception as exc:  # noqa: BLE001 - the row stays pending: the sweep sends it later
             log.error(
-                "budget alert delivery %d recorded but not enqueued (re-enqueued by the periodic sweep "
+                "alert delivery %d recorded but not enqueued (re-enqueued by the periodic sweep "
                 "after %.0f s): %s: %s; the alert: %s",
                 delivery_id,
                 stale_after_seconds(),

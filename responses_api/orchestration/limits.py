@@ -43,7 +43,7 @@ from ..store.limit_counters import Check, Crossing, Decision, LimitStore, Spend,
 from ..store.outages import ServiceUnavailable
 from ..store.selectors import spend_since
 from ..store.usage import usage_writer
-from .alerts import budget_crossed
+from .alerts import budget_crossed, limit_crossed
 
 log = logging.getLogger("gateway.limits")
 
@@ -65,14 +65,32 @@ def checks_for(
     for q in quotas:
         if q.requests_per_minute:
             checks.append(
-                Check("bucket", f"rpm:{q.scope}", "requests per minute", q.label, q.requests_per_minute, cost=1)
+                Check(
+                    "bucket",
+                    f"rpm:{q.scope}",
+                    "requests per minute",
+                    q.label,
+                    q.requests_per_minute,
+                    cost=1,
+                    alert_at=q.alert_at,
+                )
             )
         if q.tokens_per_minute:
             checks.append(
-                Check("bucket", f"tpm:{q.scope}", "tokens per minute", q.label, q.tokens_per_minute, cost=estimate)
+                Check(
+                    "bucket",
+                    f"tpm:{q.scope}",
+                    "tokens per minute",
+                    q.label,
+                    q.tokens_per_minute,
+                    cost=estimate,
+                    alert_at=q.alert_at,
+                )
             )
         if q.concurrent and concurrent:
-            checks.append(Check("lease", f"conc:{q.scope}", "concurrent requests", q.label, q.concurrent))
+            checks.append(
+                Check("lease", f"conc:{q.scope}", "concurrent requests", q.label, q.concurrent, alert_at=q.alert_at)
+            )
     for budget in budgets:
         if budget.tokens is None and budget.usd is None:
             continue
@@ -249,6 +267,10 @@ async def admit(
             "Rate limits cannot be checked right now; try again shortly.",
             headers={"Retry-After": "2"},
         ) from exc
+    if decision.crossings:  # rare: a threshold reached first in its window (alerts.py, in the background)
+        for crossing in decision.crossings:
+            check = checks[crossing.check]
+            limit_crossed(scope=check.key.split(":", 1)[1], what=check.what, limit=check.limit, crossing=crossing)
     if not decision.allowed and decision.failed < 0:  # a budget count vanished again at once
         log.warning("rate limits: budget count unavailable; request let through")
         return None

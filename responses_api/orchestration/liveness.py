@@ -16,7 +16,7 @@ clients poll still end. Reaping is idempotent (a row is finished once), so sever
 sweeping at once only repeat a cheap query.
 
 In the embedded mode (no Redis, no Celery beat) the process also runs retention
-(services.retention_run) every GATEWAY_RETENTION_INTERVAL_SECONDS, and re-enqueues the budget alert
+(services.retention_run) every GATEWAY_RETENTION_INTERVAL_SECONDS, and re-enqueues the alert
 deliveries left pending (alerts.requeue_stale_deliveries) every GATEWAY_ALERT_SWEEP_SECONDS, as beat
 does otherwise.
 

@@ -7,12 +7,15 @@ in this process otherwise (the embedded mode has one process)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.conf import settings
 
 from .redis_clients import async_client, sync_client
 from .redis_or_memory import RedisOrMemory
@@ -31,6 +34,7 @@ class Check:
     micro_usd_limit: int = -1  # budget: -1 unlimited
     reset_in: float = 0.0  # budget: seconds to the period's end
     reserve_micro_usd: int = 0  # budget: what this request reserves (its tokens are `cost`)
+    alert_at: tuple[int, ...] = ()  # bucket, lease: percentages of the limit that alert
 
 
 @dataclass(slots=True)
@@ -77,12 +81,44 @@ OnCrossed = Callable[[list[Crossing]], None]
 
 
 @dataclass(slots=True)
+class LimitCrossing:
+    """A per-minute or concurrency limit's threshold reached by the request being admitted
+    (`refused`: the limit refused it), reported by this acquire only: its flag, set in the same
+    atomic step, keeps every other request, in any process, from reporting it again for
+    GATEWAY_LIMIT_ALERT_WINDOW_SECONDS."""
+
+    check: int  # index in the request's checks
+    percent: int
+    used: int  # requests or tokens of the last minute, or runs in flight, with this one
+    refused: bool = False
+
+
+def limit_flag(key: str, percent: int, limit: int) -> str:
+    """The flag of one threshold of one limit (the limit's value in it: a limit raised alerts
+    at its new thresholds at once)."""
+    return f"{key}:alert:{percent}:{limit}"
+
+
+def limit_crossings(
+    check: Check, index: int, used: float, refused: bool, flag: Callable[[str], bool]
+) -> list[LimitCrossing]:
+    """The thresholds `used` reached (all up to 100 when refused) whose flag `flag` could set;
+    the Redis acquire script does the same."""
+    out = []
+    for pct in check.alert_at:
+        if (refused or used * 100 >= check.limit * pct) and flag(limit_flag(check.key, pct, check.limit)):
+            out.append(LimitCrossing(index, pct, math.floor(used), refused))
+    return out
+
+
+@dataclass(slots=True)
 class Decision:
     allowed: bool
     failed: int = -1  # index of the check that refused
     retry_after: float = 0.0
     remaining: dict[int, tuple[float, float]] = field(default_factory=dict)  # bucket -> (left, to full)
     seed: int = -1  # a budget whose period count is not known yet
+    crossings: list[LimitCrossing] = field(default_factory=list)  # alert thresholds this request reached
 
 
 class LimitStore:
@@ -103,6 +139,12 @@ class LimitStore:
         raise NotImplementedError
 
     async def seed(self, key: str, tokens: int, micro_usd: int, ttl: float) -> None:
+        raise NotImplementedError
+
+    async def unflag(self, key: str, flag: str) -> None:
+        """An alert reported but not recorded (alerts.py): its flag cleared, so that the next
+        request reaching the threshold reports it again. `key`: a budget's counter, whose
+        hash holds its flags; "" for a limit's flag (a key of its own)."""
         raise NotImplementedError
 
     def snapshot(self, checks: list[Check]) -> list[dict[str, Any]]:
@@ -129,6 +171,7 @@ class MemoryLimitStore(LimitStore):
         # budget key -> {lease id: (tokens, micro_usd, until)}: what running requests reserved
         self.reserved: dict[str, dict[str, tuple[int, int, float]]] = {}
         self.alerted: dict[str, set[tuple[int, int, int]]] = {}  # budget key -> (pct, limits) reported
+        self.limit_flags: dict[str, float] = {}  # limit_flag() -> until
 
     def _level(self, key: str, limit: int, now: float) -> float:
         tokens, at = self.buckets.get(key, (float(limit), now))
@@ -147,13 +190,20 @@ class MemoryLimitStore(LimitStore):
             if check.kind == "bucket":
                 level, cost = self._level(check.key, check.limit, now), min(check.cost, check.limit)
                 if level < cost:
-                    return Decision(False, i, (cost - level) * 60.0 / check.limit)
+                    return Decision(
+                        False,
+                        i,
+                        (cost - level) * 60.0 / check.limit,
+                        crossings=self._crossings(check, i, check.limit - level, True, now),
+                    )
                 levels[i] = level - cost
             elif check.kind == "lease":
                 held = {k: v for k, v in self.leases.get(check.key, {}).items() if v > now}
                 self.leases[check.key] = held
                 if len(held) >= check.limit:
-                    return Decision(False, i, min(held.values()) - now)
+                    return Decision(
+                        False, i, min(held.values()) - now, crossings=self._crossings(check, i, len(held), True, now)
+                    )
             else:
                 spent = self._spent(check.key, now)
                 if spent is None:
@@ -168,11 +218,35 @@ class MemoryLimitStore(LimitStore):
             if check.kind == "bucket":
                 self.buckets[check.key] = (levels[i], now)
                 decision.remaining[i] = (levels[i], (check.limit - levels[i]) * 60.0 / check.limit)
+                # alert_at is ascending (api/auth.py): below its first threshold, nothing more
+                if check.alert_at and (check.limit - levels[i]) * 100 >= check.limit * check.alert_at[0]:
+                    decision.crossings += self._crossings(check, i, check.limit - levels[i], False, now)
             elif check.kind == "lease":
                 self.leases[check.key][lease_id] = now + lease_seconds
+                if check.alert_at and len(self.leases[check.key]) * 100 >= check.limit * check.alert_at[0]:
+                    decision.crossings += self._crossings(check, i, len(self.leases[check.key]), False, now)
             else:
                 self.reserved[check.key][lease_id] = (check.cost, check.reserve_micro_usd, now + lease_seconds)
         return decision
+
+    def _crossings(self, check: Check, index: int, used: float, refused: bool, now: float) -> list[LimitCrossing]:
+        if not check.alert_at:
+            return []
+
+        def flag(name: str) -> bool:
+            if self.limit_flags.get(name, 0.0) > now:
+                return False
+            self.limit_flags[name] = now + settings.GATEWAY_LIMIT_ALERT_WINDOW_SECONDS
+            return True
+
+        return limit_crossings(check, index, used, refused, flag)
+
+    async def unflag(self, key: str, flag: str) -> None:
+        if key:
+            pct, tokens, micro_usd = (int(part) for part in flag.split(":")[1:])
+            self.alerted.get(key, set()).discard((pct, tokens, micro_usd))
+        else:
+            self.limit_flags.pop(flag, None)
 
     async def settle(
         self,
@@ -256,20 +330,43 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local lease_id = ARGV[1]
 local lease_until = now + tonumber(ARGV[2])
+local window = tonumber(ARGV[3])
 local n = #KEYS
 local level = {}
+local crossed = {}
 local function refused(limit, spent, held, wanted)
   if limit < 0 then return false end
   if spent >= limit then return true end
   return held > 0 and spent + held + wanted > limit
 end
+-- alert thresholds of a per-minute or concurrency limit (ARGV's 7th field, "80,100"): each
+-- reported by this request only if its flag was not set (limit_crossings() in Python)
+local function alerts(i, key, limit, used, refusing)
+  local at = ARGV[3 + (i - 1) * 7 + 7]
+  if at == '' then return end
+  for pct in string.gmatch(at, '%d+') do
+    local p = tonumber(pct)
+    if (refusing or used * 100 >= limit * p)
+        and redis.call('SET', key .. ':alert:' .. pct .. ':' .. limit, 1, 'NX', 'EX', window) then
+      table.insert(crossed, i)
+      table.insert(crossed, p)
+      table.insert(crossed, math.floor(used))
+      table.insert(crossed, refusing and 1 or 0)
+    end
+  end
+end
+local function deny(i, retry)
+  local out = {'deny', i, tostring(retry)}
+  for _, v in ipairs(crossed) do table.insert(out, v) end
+  return out
+end
 for i = 1, n do
-  local kind = ARGV[2 + (i - 1) * 6 + 1]
-  local a = tonumber(ARGV[2 + (i - 1) * 6 + 2])
-  local b = tonumber(ARGV[2 + (i - 1) * 6 + 3])
-  local c = tonumber(ARGV[2 + (i - 1) * 6 + 4])
-  local d = tonumber(ARGV[2 + (i - 1) * 6 + 5])
-  local e = tonumber(ARGV[2 + (i - 1) * 6 + 6])
+  local kind = ARGV[3 + (i - 1) * 7 + 1]
+  local a = tonumber(ARGV[3 + (i - 1) * 7 + 2])
+  local b = tonumber(ARGV[3 + (i - 1) * 7 + 3])
+  local c = tonumber(ARGV[3 + (i - 1) * 7 + 4])
+  local d = tonumber(ARGV[3 + (i - 1) * 7 + 5])
+  local e = tonumber(ARGV[3 + (i - 1) * 7 + 6])
   local key = KEYS[i]
   if kind == 'bucket' then
     local v = redis.call('HMGET', key, 'level', 'at')
@@ -277,14 +374,19 @@ for i = 1, n do
     local at = tonumber(v[2]) or now
     lv = math.min(a, lv + math.max(0, now - at) * a / 60)
     local cost = math.min(b, a)
-    if lv < cost then return {'deny', i, tostring((cost - lv) * 60 / a)} end
+    if lv < cost then
+      alerts(i, key, a, a - lv, true)
+      return deny(i, (cost - lv) * 60 / a)
+    end
     level[i] = lv - cost
   elseif kind == 'lease' then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-    if redis.call('ZCARD', key) >= a then
+    local held = redis.call('ZCARD', key)
+    if held >= a then
       -- the first lease to expire: when a slot frees at the latest, if its holder stopped
       local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-      return {'deny', i, tostring(tonumber(first[2]) - now)}
+      alerts(i, key, a, held, true)
+      return deny(i, tonumber(first[2]) - now)
     end
   else
     local v = redis.call('HMGET', key, 'tokens', 'micro_usd')
@@ -304,14 +406,14 @@ for i = 1, n do
     local r = redis.call('HMGET', key, 'rt', 'ru')
     local rt, ru = tonumber(r[1]) or 0, tonumber(r[2]) or 0
     if refused(a, tonumber(v[1]), rt, d) or refused(b, tonumber(v[2]), ru, e) then
-      return {'deny', i, tostring(c)}
+      return deny(i, c)
     end
   end
 end
 local out = {'ok'}
 for i = 1, n do
-  local kind = ARGV[2 + (i - 1) * 6 + 1]
-  local a = tonumber(ARGV[2 + (i - 1) * 6 + 2])
+  local kind = ARGV[3 + (i - 1) * 7 + 1]
+  local a = tonumber(ARGV[3 + (i - 1) * 7 + 2])
   local key = KEYS[i]
   if kind == 'bucket' then
     local to_full = (a - level[i]) * 60 / a
@@ -319,12 +421,14 @@ for i = 1, n do
     redis.call('EXPIRE', key, math.ceil(to_full) + 1)
     table.insert(out, tostring(level[i]))
     table.insert(out, tostring(to_full))
+    alerts(i, key, a, a - level[i], false)
   elseif kind == 'lease' then
     redis.call('ZADD', key, lease_until, lease_id)
     redis.call('EXPIRE', key, math.ceil(lease_until - now) + 1)
+    alerts(i, key, a, redis.call('ZCARD', key), false)
   else
-    local d = ARGV[2 + (i - 1) * 6 + 5]
-    local e = ARGV[2 + (i - 1) * 6 + 6]
+    local d = ARGV[3 + (i - 1) * 7 + 5]
+    local e = ARGV[3 + (i - 1) * 7 + 6]
     local rkey, akey = key .. ':r', key .. ':a'
     redis.call('ZADD', rkey, lease_until, lease_id)
     redis.call('HSET', akey, lease_id, d .. ',' .. e)
@@ -337,6 +441,7 @@ for i = 1, n do
     end
   end
 end
+for _, v in ipairs(crossed) do table.insert(out, v) end
 return out
 """
 
@@ -425,7 +530,7 @@ class RedisLimitStore(LimitStore):
         return scripts[name]
 
     async def acquire(self, checks: list[Check], lease_id: str, lease_seconds: float) -> Decision:
-        args: list[Any] = [lease_id, lease_seconds]
+        args: list[Any] = [lease_id, lease_seconds, max(1, math.ceil(settings.GATEWAY_LIMIT_ALERT_WINDOW_SECONDS))]
         for check in checks:
             args += [
                 check.kind,
@@ -434,19 +539,28 @@ class RedisLimitStore(LimitStore):
                 check.reset_in,
                 check.cost if check.kind == "budget" else 0,
                 check.reserve_micro_usd,
+                _alert_arg(check.alert_at),
             ]
         reply = await self._script("acquire")(keys=[self.PREFIX + c.key for c in checks], args=args)
         verdict = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
         if verdict == "seed":
             return Decision(False, seed=int(reply[1]) - 1)
         if verdict == "deny":
-            return Decision(False, int(reply[1]) - 1, float(reply[2]))
+            return Decision(False, int(reply[1]) - 1, float(reply[2]), crossings=_limit_crossings(reply[3:]))
         decision = Decision(True)
         values = iter(reply[1:])
         for i, check in enumerate(checks):
             if check.kind == "bucket":
                 decision.remaining[i] = (float(next(values)), float(next(values)))
+        decision.crossings = _limit_crossings(list(values))
         return decision
+
+    async def unflag(self, key: str, flag: str) -> None:
+        client = self._script("settle").registered_client
+        if key:
+            await client.hdel(self.PREFIX + key, flag)
+        else:
+            await client.delete(self.PREFIX + flag)
 
     async def settle(
         self,
@@ -544,6 +658,21 @@ class RedisLimitStore(LimitStore):
                     {"used": None} if tokens is None else {"used": int(tokens), "micro_usd": int(micro_usd or 0)}
                 )
         return out
+
+
+@functools.cache
+def _alert_arg(alert_at: tuple[int, ...]) -> str:
+    """The script's form of a limit's thresholds ("80,100"), made once per distinct set: every
+    request sends it."""
+    return ",".join(map(str, alert_at))
+
+
+def _limit_crossings(values: list[Any]) -> list[LimitCrossing]:
+    """The acquire script's (check, percent, used, refused) per threshold it reported."""
+    if not values:
+        return []
+    flat = [int(v) for v in values]
+    return [LimitCrossing(flat[i] - 1, flat[i + 1], flat[i + 2], bool(flat[i + 3])) for i in range(0, len(flat), 4)]
 
 
 def _report_crossings(

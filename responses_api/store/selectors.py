@@ -485,7 +485,14 @@ def quota_of(scope: str, label: str, owner: ApiKey | Tenant) -> Quota | None:
     """A key's or tenant's per-minute and concurrency limits; None when it has none."""
     if not (owner.requests_per_minute or owner.tokens_per_minute or owner.max_concurrent_requests):
         return None
-    return Quota(scope, label, owner.requests_per_minute, owner.tokens_per_minute, owner.max_concurrent_requests)
+    return Quota(
+        scope,
+        label,
+        owner.requests_per_minute,
+        owner.tokens_per_minute,
+        owner.max_concurrent_requests,
+        alert_at=tuple(sorted({t for t in owner.alert_thresholds or () if t <= 100})),
+    )
 
 
 def key_quota(key: ApiKey) -> Quota | None:

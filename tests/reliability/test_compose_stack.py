@@ -8,7 +8,8 @@ Read from the file, not copied: the postgres healthcheck that gates `migrate`, t
 that mount it), and the commands of migrate, web and worker. What it proves: migrate starts
 only once the database accepts TCP connections (not during the image's socket-only init
 server); web answers over plain HTTP with the trial setting and an admin login succeeds;
-the worker's counters appear in web's /metrics; a variable set only in `.env` reaches the
+the worker's counters appear in web's /metrics, and a previous deployment's stay there
+(nothing empties the metrics volume); a variable set only in `.env` reaches the
 services.
 """
 
@@ -232,8 +233,12 @@ def _postgres_gates_migrate(stack: Stack) -> None:
 
 
 def _migrate(stack: Stack) -> None:
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+
     metrics_dir = stack.volume("metrics")
-    (metrics_dir / "counter_gone-1.db").write_bytes(b"\0" * 8)  # a previous deployment's
+    previous = MmapedDict(str(metrics_dir / "counter_gone-1.db"))  # a previous deployment's count
+    previous.write_value(mmap_key("gateway_rate_limited", "gateway_rate_limited_total", ["limit"], ["gone"], "h"), 3, 0)
+    previous.close()
     import psycopg
 
     with psycopg.connect(
@@ -246,7 +251,17 @@ def _migrate(stack: Stack) -> None:
     done = stack.run("migrate")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Synced 1 providers, 1 models" in done.stdout
-    assert not (metrics_dir / "counter_gone-1.db").exists()  # emptied at start
+    # Kept: migrate (run again at every `up`) no longer empties the volume; a process starting
+    # archives the files of ended processes, counts included.
+    assert _rate_limited(metrics_dir, "gone") == 3
+
+
+def _rate_limited(metrics_dir: Path, limit: str) -> float:
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    families = {f.name: f for f in MultiProcessCollector(None, path=str(metrics_dir)).collect()}
+    samples = families["gateway_rate_limited"].samples if "gateway_rate_limited" in families else []
+    return sum(s.value for s in samples if s.name.endswith("_total") and s.labels.get("limit") == limit)
 
 
 def _web_worker_and_metrics(stack: Stack, upstream: ScriptedUpstream, token: str) -> None:
@@ -327,4 +342,6 @@ def _web_worker_and_metrics(stack: Stack, upstream: ScriptedUpstream, token: str
     scrape = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"}).text
     # Counted by the worker only (web never called the upstream): its retry included.
     assert value(scrape, "gateway_upstream_errors_total", target="scripted:m") >= 1, scrape
+    # The previous deployment's count, archived by a process's start, is still in the sums.
+    assert value(scrape, "gateway_rate_limited_total", limit="gone") == 3, scrape
     api.close()
