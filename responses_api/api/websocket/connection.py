@@ -17,9 +17,9 @@ from ...domain import Principal
 from ...orchestration import lifecycle
 from ...orchestration.assembly import PriorContext
 from ...protocol.errors import AuthenticationFailed, InvalidRequest
-from . import messages
 from .frames import Closed, Receive, Send, Socket, error_envelope, message_text, peek_stream_id, reconnect_elsewhere
 from .lanes import Lane, Lanes
+from .messages import take
 from .steers import Steering
 from .turns import Turns
 
@@ -161,4 +161,4 @@ class Connection:
                         await self.socket.emit(error_envelope(error, stream_id))
                     continue
             with contextlib.suppress(Closed):
-                await messages.take(self, text, size)
+                await take(self, text, size)

@@ -19,8 +19,8 @@ from ...protocol.request import parse_create_request
 from ...store.outages import unavailable
 from ..auth import principal_for
 from ..steering import Steer, SteerQueue, unsupported_reason
-from . import context
 from .access_log import TERMINAL, TurnRecord
+from .context import converted_for, evict, prior_for, remember
 from .frames import Closed, Socket, error_envelope
 from .lanes import Lane
 from .steers import Steering
@@ -66,7 +66,7 @@ class Turns:
         previous = body.get("previous_response_id") if isinstance(body.get("previous_response_id"), str) else None
         queue: SteerQueue | None = None
         try:
-            prior = context.prior_for(self._lanes(), lane, previous)
+            prior = prior_for(self._lanes(), lane, previous)
             principal = await self._authenticated()
             # Streamed: the row is written at the start, so the response can be cancelled.
             req = parse_create_request({**body, "stream": True})
@@ -81,7 +81,7 @@ class Turns:
             queue = self._steering.open(started.response_id, lane, body, unsupported_reason(body))
             if queue.unsupported is None:
                 run.steering = queue
-            run.converted_prefix = context.converted_for(lane, previous)
+            run.converted_prefix = converted_for(lane, previous)
             await run.connect()
             await self._relay(run.events(), lane, previous, turn, queue, run=run)
             return queue
@@ -96,7 +96,7 @@ class Turns:
                 if error.status == 500:
                     log.exception("websocket turn failed")
             turn.fail(error)
-            context.evict(lane, previous)
+            evict(lane, previous)
             await self._socket.emit(error_envelope(error, lane.stream_id))
             if committed and previous is not None:
                 await self._steering.hand_back(committed, lane, previous, error.message)
@@ -160,6 +160,6 @@ class Turns:
                     await stream.aclose()  # type: ignore[attr-defined]  # async generators (run.events, follow_log)
         if final is None or final["status"] not in ("completed", "incomplete"):
             queue.status = final["status"] if final is not None else "failed"
-            context.evict(lane, previous)
+            evict(lane, previous)
             return
-        context.remember(lane, final, run)
+        remember(lane, final, run)
