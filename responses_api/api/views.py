@@ -87,6 +87,7 @@ class ResponsesView(ApiView):
             request.log_extra["routed"] = True  # the model has a route: its name is a known label
             raise
         request.log_extra["routed"] = True
+        request.log_extra["model"] = started.request.model  # a prompt's template may name it
         response = await _answer(request, req, started)
         for name, value in started.rate_limit_headers.items():
             response[name] = value

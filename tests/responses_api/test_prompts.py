@@ -1,0 +1,208 @@
+"""Reusable prompts (`prompt: {id, version, variables}`) from the gateway's registry, through the
+real openai SDK: applied with variables, the request's fields first, echoed, errors before any
+upstream call, tenants kept apart, streamed, chained, on a worker and over the WebSocket."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.harness import MODEL, Gateway, make_key
+from tests.support.stream_validator import validate_events, validate_response_object, validate_sse
+from tests.support.upstream import Reply, ScriptedUpstream
+
+pytestmark = pytest.mark.embedded
+
+PNG = "data:image/png;base64,iVBORw0KGgo="
+
+
+def make_prompt(prompt_id: str = "pmpt_support", tenant_id: int | None = None, versions: int = 1, **fields: Any) -> str:
+    """A prompt with `versions` versions; version n's instructions end with "(vN)"."""
+    from responses_api.models import Prompt, PromptVersion
+
+    prompt = Prompt.objects.create(id=prompt_id, name=prompt_id, tenant_id=tenant_id)
+    for n in range(1, versions + 1):
+        values: dict[str, Any] = {
+            "instructions": "You help with {{topic}} (v%d)." % n,
+            "input": [{"role": "user", "content": "Customer: {{customer}}"}],
+            "model": MODEL,
+        }
+        PromptVersion.objects.create(prompt=prompt, version=n, **(values | fields))
+    return prompt.id
+
+
+def test_applied_with_variables_and_echoed(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    prompt_id = make_prompt()
+    scripted.enqueue(MODEL, Reply(text="Hello Ann"))
+    client = gateway.openai()
+    variables = {"topic": "billing", "customer": {"type": "input_text", "text": "Ann"}}
+    raw = client.responses.with_raw_response.create(prompt={"id": prompt_id, "variables": variables}, input="Hi")
+    assert "prompt" not in raw.headers.get("x-gateway-ignored-fields", "")
+    resp = raw.parse()
+    assert resp.model == MODEL  # from the template: the request named none
+    assert resp.instructions == "You help with billing (v1)."
+    assert resp.prompt is not None and resp.prompt.id == prompt_id and resp.prompt.version == "1"
+    assert resp.prompt.variables is not None and resp.prompt.variables["topic"] == "billing"
+    assert scripted.requests[-1].body["messages"] == [
+        {"role": "system", "content": "You help with billing (v1)."},
+        {"role": "user", "content": "Customer: Ann"},
+        {"role": "user", "content": "Hi"},
+    ]
+    with gateway.http() as http:
+        body = http.get(f"/v1/responses/{resp.id}").json()
+    validate_response_object(body)
+    assert body["prompt"] == {"id": prompt_id, "version": "1", "variables": variables}
+
+
+def test_request_fields_take_precedence_and_versions(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}},
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+    prompt_id = make_prompt(versions=2, text_format={"type": "json_schema", "name": "answer", "schema": schema})
+    client = gateway.openai()
+    vars_ = {"topic": "billing", "customer": "Bo"}
+    scripted.enqueue(MODEL, Reply(text='{"a": "x"}'), Reply(text="plain"), Reply(text="v1"))
+    default = client.responses.create(prompt={"id": prompt_id, "variables": vars_})
+    assert default.prompt is not None and default.prompt.version == "2"  # no default set: the newest
+    assert default.text.format.type == "json_schema"
+    sent = scripted.requests[-1].body
+    assert sent["response_format"]["json_schema"]["name"] == "answer"
+    assert sent["messages"][-1] == {"role": "user", "content": "Customer: Bo"}  # input: the template's alone
+    # The request's own instructions, model and text.format win over the template's.
+    own = client.responses.create(
+        model=MODEL,
+        prompt={"id": prompt_id, "variables": vars_},
+        instructions="Mine",
+        text={"format": {"type": "text"}},
+        input="q",
+    )
+    assert own.instructions == "Mine" and own.text.format.type == "text"
+    assert "response_format" not in scripted.requests[-1].body
+    assert scripted.requests[-1].body["messages"][0] == {"role": "system", "content": "Mine"}
+    pinned = client.responses.create(prompt={"id": prompt_id, "version": "1", "variables": vars_})
+    assert pinned.prompt is not None and pinned.prompt.version == "1"
+    assert pinned.instructions == "You help with billing (v1)."
+
+
+def test_image_variable_is_a_content_part(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    prompt_id = make_prompt(instructions="", input=[{"role": "user", "content": "Describe {{photo}} briefly"}])
+    scripted.enqueue(MODEL, Reply(text="a cat"))
+    image = {"type": "input_image", "image_url": PNG, "detail": "low"}
+    gateway.openai().responses.create(prompt={"id": prompt_id, "variables": {"photo": image}})
+    (message,) = scripted.requests[-1].body["messages"]
+    assert [p["type"] for p in message["content"]] == ["text", "image_url", "text"]
+    assert message["content"][0]["text"] == "Describe " and message["content"][2]["text"] == " briefly"
+    assert message["content"][1]["image_url"] == {"url": PNG, "detail": "low"}
+
+
+def test_bad_references_are_4xx_naming_the_field_before_any_upstream_call(
+    gateway: Gateway, scripted: ScriptedUpstream
+) -> None:
+    _, other_tenant = make_key(tenant="globex", name="other")
+    prompt_id = make_prompt()
+    foreign = make_prompt("pmpt_foreign", tenant_id=other_tenant)
+    good = {"topic": "t", "customer": "c"}
+    cases: list[tuple[dict[str, Any], int, str]] = [
+        ({"id": "pmpt_nonexistent_12345"}, 404, "prompt.id"),
+        ({"id": foreign, "variables": good}, 404, "prompt.id"),  # another tenant's: the same 404
+        ({"id": "not-a-prompt-id"}, 404, "prompt.id"),
+        ({"id": prompt_id, "version": "9", "variables": good}, 404, "prompt.version"),
+        ({"id": prompt_id, "version": "latest", "variables": good}, 400, "prompt.version"),
+        ({"id": prompt_id, "variables": {"topic": "t"}}, 400, "prompt.variables.customer"),
+        ({"id": prompt_id, "variables": {**good, "extra": "x"}}, 400, "prompt.variables.extra"),
+        ({"id": prompt_id, "variables": {**good, "topic": 3}}, 400, "prompt.variables.topic"),
+        (
+            {"id": prompt_id, "variables": {"topic": {"type": "input_image", "image_url": PNG}, "customer": "c"}},
+            400,
+            "prompt.variables.topic",
+        ),
+    ]
+    with gateway.http() as http:
+        for prompt, status, param in cases:
+            for stream in (False, True):
+                r = http.post("/v1/responses", json={"prompt": prompt, "input": "x", "stream": stream})
+                assert r.status_code == status, (prompt, r.text)
+                assert r.json()["error"]["param"] == param, (prompt, r.text)
+        unknown = http.post("/v1/responses", json={"prompt": {"id": "pmpt_nope"}, "input": "x"}).json()
+        foreign_answer = http.post("/v1/responses", json={"prompt": {"id": "pmpt_nope"}, "input": "x"}).json()
+    assert unknown["error"]["message"].replace("pmpt_nope", "") == foreign_answer["error"]["message"].replace(
+        "pmpt_nope", ""
+    )
+    assert scripted.requests == []
+
+
+def test_shared_prompt_serves_every_tenant(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    prompt_id = make_prompt("pmpt_shared", tenant_id=None)
+    other_key, _ = make_key(tenant="globex", name="other")
+    scripted.enqueue(MODEL, Reply(text="one"), Reply(text="two"))
+    for key in (gateway.key, other_key):
+        resp = gateway.openai(key).responses.create(
+            prompt={"id": prompt_id, "variables": {"topic": "a", "customer": "b"}}
+        )
+        assert resp.status == "completed" and resp.prompt is not None
+
+
+def test_streamed_run_is_strictly_valid(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    prompt_id = make_prompt()
+    scripted.enqueue(MODEL, Reply(text="streamed answer", chunk_chars=4))
+    with gateway.http() as http:
+        r = http.post(
+            "/v1/responses",
+            json={
+                "prompt": {"id": prompt_id, "variables": {"topic": "a", "customer": "b"}},
+                "input": "x",
+                "stream": True,
+            },
+        )
+        assert r.status_code == 200
+    final = validate_sse(r.content)
+    assert final["status"] == "completed" and final["prompt"]["id"] == prompt_id and final["model"] == MODEL
+
+
+def test_chain_applies_the_template_each_turn(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    prompt_id = make_prompt()
+    client = gateway.openai()
+    vars_ = {"topic": "a", "customer": "b"}
+    scripted.enqueue(MODEL, Reply(text="first"), Reply(text="second"))
+    first = client.responses.create(prompt={"id": prompt_id, "variables": vars_}, input="one")
+    second = client.responses.create(
+        prompt={"id": prompt_id, "variables": {**vars_, "customer": "c"}}, input="two", previous_response_id=first.id
+    )
+    assert second.prompt is not None and second.previous_response_id == first.id
+    messages = scripted.requests[-1].body["messages"]
+    assert messages[0] == {"role": "system", "content": "You help with a (v1)."}
+    assert [m["content"] for m in messages[1:]] == ["Customer: b", "one", "first", "Customer: c", "two"]
+
+
+def test_background_run_gets_the_applied_request(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
+    from tests.responses_api.test_background import poll
+
+    prompt_id = make_prompt()
+    scripted.enqueue(MODEL, Reply(text="done"))
+    created = gateway.openai().responses.create(
+        prompt={"id": prompt_id, "variables": {"topic": "a", "customer": "b"}}, background=True
+    )
+    assert created.prompt is not None and created.prompt.id == prompt_id
+    final = poll(gateway, created.id)
+    assert final["status"] == "completed" and final["prompt"]["version"] == "1"
+    assert scripted.requests[-1].body["messages"] == [
+        {"role": "system", "content": "You help with a (v1)."},
+        {"role": "user", "content": "Customer: b"},
+    ]
+
+
+def test_websocket_create(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from tests.websocket.test_websocket_mode import socket, turn
+
+    prompt_id = make_prompt()
+    scripted.enqueue(MODEL, Reply(text="over the socket"))
+    with socket(gateway) as ws:
+        final = validate_events(turn(ws, prompt={"id": prompt_id, "variables": {"topic": "a", "customer": "b"}}))
+        assert final["status"] == "completed" and final["prompt"]["id"] == prompt_id
+        (error,) = turn(ws, prompt={"id": "pmpt_unknown"}, input="x")
+        assert error["type"] == "error" and error["status"] == 404 and error["error"]["param"] == "prompt.id"
+    assert scripted.requests[-1].body["messages"][1] == {"role": "user", "content": "Customer: b"}
