@@ -24,7 +24,7 @@ def make_prompt(prompt_id: str = "pmpt_support", tenant_id: int | None = None, v
     prompt = Prompt.objects.create(id=prompt_id, name=prompt_id, tenant_id=tenant_id)
     for n in range(1, versions + 1):
         values: dict[str, Any] = {
-            "instructions": "You help with {{topic}} (v%d)." % n,
+            "instructions": f"You help with {{{{topic}}}} (v{n}).",
             "input": [{"role": "user", "content": "Customer: {{customer}}"}],
             "model": MODEL,
         }
