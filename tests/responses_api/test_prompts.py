@@ -206,3 +206,77 @@ def test_websocket_create(gateway: Gateway, scripted: ScriptedUpstream) -> None:
         (error,) = turn(ws, prompt={"id": "pmpt_unknown"}, input="x")
         assert error["type"] == "error" and error["status"] == 404 and error["error"]["param"] == "prompt.id"
     assert scripted.requests[-1].body["messages"][1] == {"role": "user", "content": "Customer: b"}
+
+
+def test_usage_groups_by_prompt_and_the_admin_thread_names_it(
+    gateway: Gateway, scripted: ScriptedUpstream, admin_client
+) -> None:
+    from django.contrib.admin.utils import quote
+    from django.urls import reverse
+
+    prompt_id = make_prompt(versions=2)
+    client = gateway.openai()
+    vars_ = {"topic": "a", "customer": "b"}
+    scripted.enqueue(
+        MODEL,
+        *(Reply(text="x", usage={"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}) for _ in range(4)),
+    )
+    client.responses.create(model=MODEL, input="no prompt")
+    first = client.responses.create(prompt={"id": prompt_id, "version": "1", "variables": vars_})
+    client.responses.create(prompt={"id": prompt_id, "version": "1", "variables": vars_})
+    head = client.responses.create(prompt={"id": prompt_id, "variables": vars_}, previous_response_id=first.id)
+    with gateway.http() as http:
+        data = http.get("/v1/usage", params={"group_by": "prompt"}).json()["data"]
+        csv_text = http.get("/v1/usage", params={"group_by": "prompt", "format": "csv"}).text
+    by_prompt = {(b["prompt"], b["prompt_version"]): b["requests"] for b in data}
+    assert by_prompt == {(None, None): 1, (prompt_id, "1"): 2, (prompt_id, "2"): 1}
+    assert csv_text.splitlines()[0].startswith("prompt,prompt_version,")
+
+    page = admin_client.get(reverse("admin:responses_api_response_conversation", args=[quote(head.id)]))
+    body = page.content.decode()
+    assert page.status_code == 200
+    assert f"<code>{prompt_id}</code></a> version 1" in body and f"<code>{prompt_id}</code></a> version 2" in body
+    assert reverse("admin:responses_api_prompt_change", args=[quote(prompt_id)]) in body
+
+
+def test_admin_adds_versions_and_never_changes_a_saved_one(admin_client) -> None:
+    from django.urls import reverse
+
+    from responses_api.models import Prompt, PromptVersion
+
+    prompt_id = make_prompt()
+    url = reverse("admin:responses_api_prompt_change", args=[prompt_id])
+    page = admin_client.get(url)
+    assert page.status_code == 200 and "You help with {{topic}} (v1)." in page.content.decode()
+    form = {
+        "name": "renamed",
+        "tenant": "",
+        "description": "",
+        "default_version": "",
+        "versions-TOTAL_FORMS": "2",
+        "versions-INITIAL_FORMS": "1",
+        "versions-MIN_NUM_FORMS": "0",
+        "versions-MAX_NUM_FORMS": "1000",
+        "versions-0-id": str(PromptVersion.objects.get(prompt_id=prompt_id).pk),
+        "versions-0-prompt": prompt_id,
+        "versions-0-instructions": "tampered",  # not an editable field: ignored
+        "versions-1-prompt": prompt_id,
+        "versions-1-instructions": "Second {{topic}}",
+        "versions-1-input": "[]",
+        "versions-1-model": "",
+        "versions-1-tools": "null",
+        "versions-1-text_format": "null",
+        "versions-1-reasoning": "null",
+    }
+    reply = admin_client.post(url, form)
+    assert reply.status_code == 302, reply.content.decode()[-3000:]
+    versions = {v.version: v.instructions for v in PromptVersion.objects.filter(prompt_id=prompt_id)}
+    assert versions == {1: "You help with {{topic}} (v1).", 2: "Second {{topic}}"}
+    assert Prompt.objects.get(id=prompt_id).name == "renamed"
+    saved = PromptVersion.objects.get(prompt_id=prompt_id, version=1)
+    saved.instructions = "changed"
+    with pytest.raises(ValueError, match="immutable"):
+        saved.save()
+    bad = dict(form, **{"versions-1-instructions": "", "versions-1-input": '[{"role": "robot", "content": "x"}]'})
+    reply = admin_client.post(url, bad)
+    assert reply.status_code == 200 and PromptVersion.objects.filter(prompt_id=prompt_id).count() == 2
