@@ -270,7 +270,7 @@ class ResponseInputTokensView(ApiView):
     )
     async def post(self, request: ApiRequest) -> Response:
         count, exact, rate_limit_headers = await count_input_tokens(
-            self.principal, parse_input_tokens_request(request.data)
+            self.principal, parse_input_tokens_request(request.data), cast(dict[str, Any], request.data)
         )
         return Response(
             {"object": "response.input_tokens", "input_tokens": count},

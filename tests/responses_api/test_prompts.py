@@ -280,3 +280,15 @@ def test_admin_adds_versions_and_never_changes_a_saved_one(admin_client) -> None
     bad = dict(form, **{"versions-1-instructions": "", "versions-1-input": '[{"role": "robot", "content": "x"}]'})
     reply = admin_client.post(url, bad)
     assert reply.status_code == 200 and PromptVersion.objects.filter(prompt_id=prompt_id).count() == 2
+
+
+def test_input_tokens_counts_the_applied_prompt(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    prompt_id = make_prompt(instructions="A long template about {{topic}}. " * 40)
+    prompt = {"id": prompt_id, "variables": {"topic": "billing", "customer": "Ann"}}
+    with gateway.http() as http:
+        bare = http.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "Hi"}).json()["input_tokens"]
+        with_prompt = http.post("/v1/responses/input_tokens", json={"prompt": prompt, "input": "Hi"})
+        unknown = http.post("/v1/responses/input_tokens", json={"prompt": {"id": "pmpt_gone"}, "input": "Hi"})
+    assert with_prompt.status_code == 200, with_prompt.text
+    assert with_prompt.json()["input_tokens"] > bare + 200
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "prompt.id"
