@@ -57,11 +57,14 @@ async def apply_request_prompt(
     if isinstance(found, tuple):
         raise NotFound(found[0], param=found[1])
     applied = apply_prompt(body, found, ref)
-    if not applied.get("model"):
+    if not applied.get("model"):  # said here: the parser's message would not name the prompt
         raise InvalidRequest(
             f"Missing required parameter: 'model' (prompt '{ref.id}' version {found.version} names none).",
             param="model",
         )
-    # The view parsed a WebSocket's body with `stream: true`; the applied one keeps what it parsed.
+    # Parsed without `prompt`, so strictly (model, input and tool_choice as any create's); the
+    # view parsed a WebSocket's body with `stream: true`, the applied one keeps what it parsed.
+    # The body returned (a worker's job) has no `prompt` either: the echo is the request's.
+    echo = applied.pop("prompt")
     parsed = parse_create_request({**applied, "stream": req.stream})
-    return dataclasses.replace(parsed, prompt=applied["prompt"]), applied
+    return dataclasses.replace(parsed, prompt=echo), applied

@@ -16,8 +16,8 @@ planning, admission and a worker's job see the applied request):
   variable the template does not use is a 400 naming it too, as OpenAI answers an unknown one:
   a misspelt name would otherwise leave a placeholder unfilled in silence.
 - The applied body's `prompt` names the version used (`version` as a string, as OpenAI echoes
-  it): the Response echoes it. Only the create flow applies a prompt (orchestration/prompts.py);
-  parsing a body never does, so a worker's job (the applied body) is not applied twice.
+  it): the Response echoes it. Only the create flow applies a prompt (orchestration/prompts.py),
+  and the body it parses again and hands a worker has no `prompt`: it is never applied twice.
 """
 
 from __future__ import annotations

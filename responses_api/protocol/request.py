@@ -364,7 +364,9 @@ def parse_create_request(body: Any) -> CreateRequest:
     tools = normalize_tools(body.get("tools"))
     if body.get("tools"):
         tools = with_tool_search(tools, body.get("tools"))
-    tool_choice = normalize_tool_choice(body.get("tool_choice"), tools)
+    # A tool_choice may name a tool of the prompt's template: checked once the template is applied.
+    pending = templated and body.get("tools") is None
+    tool_choice = "auto" if pending else normalize_tool_choice(body.get("tool_choice"), tools)
 
     truncation = body.get("truncation") or "disabled"
     if truncation not in ("auto", "disabled"):

@@ -292,3 +292,23 @@ def test_input_tokens_counts_the_applied_prompt(gateway: Gateway, scripted: Scri
     assert with_prompt.status_code == 200, with_prompt.text
     assert with_prompt.json()["input_tokens"] > bare + 200
     assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "prompt.id"
+
+
+def test_template_tools_and_a_tool_choice_naming_one(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    lookup = {
+        "type": "function",
+        "name": "lookup",
+        "description": "Find an order",
+        "parameters": {"type": "object", "properties": {"order": {"type": "string"}}, "required": ["order"]},
+    }
+    prompt_id = make_prompt(tools=[lookup])
+    prompt = {"id": prompt_id, "variables": {"topic": "a", "customer": "b"}}
+    scripted.enqueue(MODEL, Reply(text="ok"))
+    resp = gateway.openai().responses.create(prompt=prompt, tool_choice={"type": "function", "name": "lookup"})
+    assert [t.name for t in resp.tools] == ["lookup"]  # type: ignore[union-attr]
+    sent = scripted.requests[-1].body
+    assert sent["tools"][0]["function"]["name"] == "lookup"
+    assert sent["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
+    with gateway.http() as http:  # a choice naming no tool of the request or the template
+        r = http.post("/v1/responses", json={"prompt": prompt, "tool_choice": {"type": "function", "name": "nope"}})
+    assert r.status_code == 400 and r.json()["error"]["param"].startswith("tool_choice"), r.text
