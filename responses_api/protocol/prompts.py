@@ -29,6 +29,7 @@ from typing import Any
 
 from .errors import InvalidRequest, NotFound
 from .items import normalize_input
+from .request import _reasoning, _text  # the request parser's own checks, not a copy
 from .tools import normalize_tools
 
 # OpenAI's ids are `pmpt_` and hex; the gateway's own (from GATEWAY_CONFIG) may be readable.
@@ -144,8 +145,6 @@ def check_template(template: PromptTemplate) -> None:
             check()
         except InvalidRequest as exc:
             raise PromptError(name, exc.message) from None
-    from .request import _reasoning, _text  # the request parser's own checks, not a copy
-
     try:
         if template.text_format is not None:
             _text({"format": template.text_format})
