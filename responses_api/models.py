@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 from urllib.parse import urlsplit
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -14,6 +16,8 @@ from tool_registry.egress import EgressPolicy
 from .domain import Price
 from .protocol import dialects as wire_dialects
 from .protocol.client_tools import SERVABLE_HOSTED_TOOLS
+from .protocol.ids import new_id
+from .protocol.prompts import PROMPT_ID_PATTERN, PromptError, PromptTemplate, check_template
 
 
 def validate_base_url(value: str) -> None:
@@ -393,6 +397,100 @@ class ConversationItem(models.Model):
         return f"{self.conversation_id} #{self.position}"
 
 
+def new_prompt_id() -> str:
+    """An id shaped like OpenAI's (`pmpt_` and 48 hex digits)."""
+    return new_id("pmpt")
+
+
+class Prompt(models.Model):
+    """A reusable prompt (`prompt: {id, version, variables}` on a create): a tenant's own, or
+    shared by every tenant (no tenant). Its versions are immutable rows; a change is a new one."""
+
+    id = models.CharField(
+        primary_key=True,
+        max_length=64,
+        default=new_prompt_id,
+        validators=[RegexValidator(PROMPT_ID_PATTERN, "An id like pmpt_ followed by letters, digits, _ or -.")],
+        help_text="What clients send as prompt.id (pmpt_...). Generated when left as is.",
+    )
+    name = models.CharField(max_length=200, help_text="A label for the admin; clients use the id.")
+    tenant = models.ForeignKey(
+        Tenant,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="prompts",
+        help_text="The tenant whose keys may use it. Empty: every tenant's.",
+    )
+    description = models.TextField(blank=True, default="")
+    default_version = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The version a create without prompt.version gets. Empty (or a version it does not have): the newest.",
+    )
+    config_managed = config_managed_field()
+    config_source = config_source_field()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+
+class PromptVersion(models.Model):
+    """One immutable version of a prompt: what a create with it gets (protocol/prompts.py says
+    how it is applied). Saving never changes a stored version: a change is a new row."""
+
+    prompt = models.ForeignKey(Prompt, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField(help_text="1, 2, ...: numbered in order, never reused.")
+    instructions = models.TextField(
+        blank=True,
+        default="",
+        help_text="The instructions ({{name}} places a variable). Empty: none.",
+    )
+    input = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Messages put before the request\'s input, e.g. [{"role": "user", "content": "About {{topic}}"}].',
+    )
+    model = models.CharField(max_length=200, blank=True, default="", help_text="Used when the request names none.")
+    tools = models.JSONField(null=True, blank=True, help_text="Used when the request sends no tools.")
+    text_format = models.JSONField(null=True, blank=True, help_text="text.format, when the request sends none.")
+    reasoning = models.JSONField(null=True, blank=True, help_text="Used when the request sends none.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["prompt", "version"], name="prompt_version_unique")]
+        ordering = ["prompt", "version"]
+
+    def __str__(self) -> str:
+        return f"{self.prompt_id} v{self.version}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            # Immutable: a create that used it must read the same template later (its echo names it).
+            raise ValueError("A prompt version is immutable once saved; add a new version instead.")
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        super().clean()
+        try:
+            check_template(self.template())
+        except PromptError as exc:
+            raise ValidationError({exc.field or NON_FIELD_ERRORS: exc.message}) from None
+
+    def template(self) -> PromptTemplate:
+        return PromptTemplate(
+            prompt_id=self.prompt_id,
+            version=self.version,
+            instructions=self.instructions or None,
+            input=list(self.input or []),
+            model=self.model or None,
+            tools=self.tools,
+            text_format=self.text_format,
+            reasoning=self.reasoning,
+        )
+
+
 class Response(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -467,6 +565,9 @@ class Response(models.Model):
     # The web process streaming a foreground response (WebProcess.id): if it dies, a live one
     # fails the row within seconds instead of the hour-long backstop.
     served_by = models.CharField(max_length=128, blank=True, default="", db_default="", editable=False)
+    # The reusable prompt and version a create used (`prompt`), for the history and /v1/usage.
+    prompt_id = models.CharField(max_length=64, blank=True, default="", db_default="", editable=False)
+    prompt_version = models.CharField(max_length=16, blank=True, default="", db_default="", editable=False)
 
     class Meta:
         indexes = [

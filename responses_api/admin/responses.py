@@ -379,6 +379,8 @@ class ResponseAdmin(ResponseMaintenance):
             turn.instructions, turn.gateway_prompt = client_instructions(turn.response.instructions)
             turn.change_url = reverse("admin:responses_api_response_change", args=[quote(turn.response.id)])
             turn.conversation_url = reverse("admin:responses_api_response_conversation", args=[quote(turn.response.id)])
+            if turn.response.prompt_id:
+                turn.prompt_url = reverse("admin:responses_api_prompt_change", args=[quote(turn.response.prompt_id)])
         next_ids = history.response_next_ids(response_id=head.id)
         context = {
             **self.admin_site.each_context(request),

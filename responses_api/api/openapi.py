@@ -650,6 +650,11 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
             "tenant": {"type": "string"},
             "key_id": {"type": ["integer", "null"], "description": "With group_by=key; null: a deleted key's."},
             "key": {"type": ["string", "null"], "description": "With group_by=key: the key's name and prefix."},
+            "prompt": {
+                "type": ["string", "null"],
+                "description": "With group_by=prompt: the reusable prompt's id; null: none.",
+            },
+            "prompt_version": {"type": ["string", "null"], "description": "With group_by=prompt: its version."},
             "requests": {"type": "integer"},
             "input_tokens": {"type": "integer", "description": "Every prompt token, cache reads and writes included."},
             "output_tokens": {"type": "integer"},

@@ -87,6 +87,7 @@ class ResponsesView(ApiView):
             request.log_extra["routed"] = True  # the model has a route: its name is a known label
             raise
         request.log_extra["routed"] = True
+        request.log_extra["model"] = started.request.model  # a prompt's template may name it
         response = await _answer(request, req, started)
         for name, value in started.rate_limit_headers.items():
             response[name] = value
@@ -269,7 +270,7 @@ class ResponseInputTokensView(ApiView):
     )
     async def post(self, request: ApiRequest) -> Response:
         count, exact, rate_limit_headers = await count_input_tokens(
-            self.principal, parse_input_tokens_request(request.data)
+            self.principal, parse_input_tokens_request(request.data), cast(dict[str, Any], request.data)
         )
         return Response(
             {"object": "response.input_tokens", "input_tokens": count},

@@ -178,6 +178,7 @@ class Turn:
     conversation_url: str = ""
     instructions: str | None = None  # the client's (protocol.compaction.client_instructions)
     gateway_prompt: bool = False  # the gateway appended its summariser prompt (/compact)
+    prompt_url: str = ""  # the reusable prompt's admin page (its id and version: the response row's)
 
     @property
     def status_bad(self) -> bool:

@@ -405,6 +405,10 @@ USAGE_FIELDS = (
 )
 
 
+# What tells one bucket from another (those of the dimensions not asked for are absent: None).
+_BUCKET_KEYS = ("day", "model", "tenant", "key_id", "prompt", "prompt_version")
+
+
 def usage_summary(
     *,
     tenant_id: int | None,
@@ -415,7 +419,8 @@ def usage_summary(
     key_id: int | None = None,
     key_ids: list[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Requests, tokens and cost grouped by any of model, day (UTC), tenant and API key: one
+    """Requests, tokens and cost grouped by any of model, day (UTC), tenant, API key and reusable
+    prompt (its id and version; calls not stored, UsageRecord rows, are counted as no prompt's): one
     query for responses, one for passed-through and unstored calls (UsageRecord), one for the
     price table.
 
@@ -435,7 +440,7 @@ def usage_summary(
             key_ids=[key_id] if key_id is not None else key_ids,
             prices=prices,
         ):
-            key = tuple(bucket.get(k) for k in ("day", "model", "tenant", "key_id"))
+            key = tuple(bucket.get(k) for k in _BUCKET_KEYS)
             if key in merged:
                 entry = merged[key]
                 for field in USAGE_FIELDS:
@@ -509,6 +514,8 @@ def _usage_buckets(
     if "key" in group_by:
         qs = qs.annotate(key_name=F("api_key__name"), key_prefix=F("api_key__prefix"))
         keys += ["api_key_id", "key_name", "key_prefix"]
+    if "prompt" in group_by and qs.model is Response:
+        keys += ["prompt_id", "prompt_version"]
     rows = qs.values(*keys).annotate(requests=Count("id"), **usage_sums()).order_by(*keys)
     folded: dict[BucketKey, tuple[dict[str, Any], list[Decimal]]] = {}
     for row in rows:
@@ -524,6 +531,9 @@ def _usage_buckets(
             # A key deleted since: its calls stay, as no key's (SET_NULL).
             entry["key_id"] = row["api_key_id"]
             entry["key"] = f"{row['key_name']} ({row['key_prefix']}…)" if row["api_key_id"] is not None else None
+        if "prompt" in group_by:
+            entry["prompt"] = row.get("prompt_id") or None
+            entry["prompt_version"] = row.get("prompt_version") or None
         counts = usage_counts(row)
         cost = prices.get(row["model"], FREE).cost(counts)
         figures = {
@@ -535,7 +545,7 @@ def _usage_buckets(
             "cache_write_tokens": counts.cache_write,
             "cache_write_1h_tokens": counts.cache_write_1h,
         }
-        ident = tuple(entry.get(k) for k in ("day", "model", "tenant", "key_id"))
+        ident = tuple(entry.get(k) for k in _BUCKET_KEYS)
         if ident in folded:
             into, cost_acc = folded[ident]
             for field in USAGE_FIELDS:

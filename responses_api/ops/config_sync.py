@@ -1,7 +1,7 @@
 """Sync providers and model routes from the GATEWAY_CONFIG file (YAML or JSON) into the database.
 
 Idempotent: running it again with the same file changes nothing. One rule for every
-section (providers, models, tools, mcp_servers, tenants, alert_webhooks): a field the file sets is the
+section (providers, models, tools, mcp_servers, tenants, alert_webhooks, prompts): a field the file sets is the
 file's, recorded in the entry's `config_managed` and read-only in the admin; a field it
 leaves out is the admin's and never reset; an entry not (or no longer) in the file is left
 alone, and unmarked. Run once per deployment (compose's `migrate` service, `scripts/run`),
@@ -35,6 +35,8 @@ from ..models import (
     AlertWebhook,
     ApiKey,
     ModelRoute,
+    Prompt,
+    PromptVersion,
     Provider,
     RouteTarget,
     Tenant,
@@ -254,6 +256,7 @@ def sync_config(data: dict[str, Any], *, source: str = "") -> dict[str, int]:
     _unmanage_others(ModelRoute, "name", routes, "models", source)
     counts["tools"] = _sync_tools(data.get("tools") or [], source)
     counts["mcp_servers"] = _sync_mcp_servers(data.get("mcp_servers") or [], source)
+    counts["prompts"] = _sync_prompts(data.get("prompts") or [], source)
     clear_cache()
 
     clear_key_cache()
@@ -385,6 +388,72 @@ def _sync_alert_webhooks(entries: list[Any], source: str) -> int:
         _save_valid(webhook, where)
         seen.add(name)
     _unmanage_others(AlertWebhook, "name", seen, "alert_webhooks", source)
+    return len(entries)
+
+
+def _prompt_tenant(value: Any) -> dict[str, Any]:
+    if value in (None, ""):
+        return {"tenant": None}  # shared: every tenant's keys may use it
+    tenant = Tenant.objects.filter(name=str(value)).first()
+    if tenant is None:
+        raise ValueError(f"unknown tenant {value!r}")
+    return {"tenant": tenant}
+
+
+_PROMPT_FIELDS: dict[str, Any] = {
+    "name": lambda v: {"name": str(v)},
+    "tenant": _prompt_tenant,
+    "description": lambda v: {"description": v or ""},
+    "default_version": lambda v: {"default_version": int(v) if v is not None else None},
+    "versions": lambda v: {},  # written below, version by version
+}
+_PROMPT_VERSION_KEYS = ("instructions", "input", "model", "tools", "text_format", "reasoning")
+
+
+def _sync_prompts(entries: list[Any], source: str) -> int:
+    """`prompts: [{id, name, tenant, description, default_version, versions: [...]}]`: reusable
+    prompts (no tenant: every tenant's). `versions` lists the prompt's versions in order,
+    version 1 first; a saved version is immutable, so a listed version that differs from the
+    stored one is refused (append a new version instead), and a stored version the file no
+    longer lists stays (responses name it). The file's rule, as for every section."""
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        where = f"prompts[{i}]"
+        _known_keys(entry, {"id", *_PROMPT_FIELDS}, where)
+        prompt_id = str(_require(entry, "id", where))
+        versions = entry.get("versions") or []
+        if not isinstance(versions, list):
+            raise ConfigError(f"{where}.versions: expected a list")
+        prompt = Prompt.objects.filter(id=prompt_id).first() or Prompt(
+            id=prompt_id, name=entry.get("name") or prompt_id
+        )
+        _set(prompt, entry, _PROMPT_FIELDS, where, source)
+        with transaction.atomic():
+            _save_valid(prompt, where)
+            stored = {v.version: v for v in PromptVersion.objects.filter(prompt=prompt)}
+            for j, fields in enumerate(versions, start=1):
+                at = f"{where}.versions[{j - 1}]"
+                _known_keys(fields, _PROMPT_VERSION_KEYS, at)
+                wanted = PromptVersion(
+                    prompt=prompt,
+                    version=j,
+                    instructions=fields.get("instructions") or "",
+                    input=fields.get("input") or [],
+                    model=fields.get("model") or "",
+                    tools=fields.get("tools"),
+                    text_format=fields.get("text_format"),
+                    reasoning=fields.get("reasoning"),
+                )
+                old = stored.get(j)
+                if old is None:
+                    _save_valid(wanted, at)
+                elif any(getattr(old, k) != getattr(wanted, k) for k in _PROMPT_VERSION_KEYS):
+                    raise ConfigError(
+                        f"{at}: version {j} of {prompt_id!r} is saved and immutable; "
+                        "append the change as a new version (and set default_version)"
+                    )
+        seen.add(prompt_id)
+    _unmanage_others(Prompt, "id", seen, "prompts", source)
     return len(entries)
 
 

@@ -18,6 +18,7 @@ from ..protocol.request import CreateRequest
 from .admission import admit_request, open_sealed_reasoning, route_for
 from .assembly import PriorContext, check_answers_before_hand_off, run_for_request
 from .handoff import start_on_worker
+from .prompts import apply_request_prompt
 from .toolplan import plan_tools, registry_specs
 from .worker import follow_log
 
@@ -79,6 +80,7 @@ async def start_response(
 
     `body`: the request as sent, which a worker's job keeps; `prior`: a WebSocket connection's
     most recent response, which `req` may continue."""
+    req, body = await apply_request_prompt(principal, req, body)  # first: the template may name the model
     route = await route_for(principal, req.model)
     req = open_sealed_reasoning(req, principal.tenant_id)
     specs = await registry_specs(principal, req, route)

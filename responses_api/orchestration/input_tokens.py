@@ -3,6 +3,8 @@ model, counted by the upstream where it can (upstreams/tokenize.py), else estima
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..domain import Principal, Route
 from ..protocol.chat import build_chat_request
 from ..protocol.compaction import expand_compactions
@@ -14,15 +16,22 @@ from ..upstreams.tokenize import count_tokens
 from .admission import open_sealed_reasoning, route_for
 from .assembly import request_context
 from .limits import admit
+from .prompts import apply_request_prompt
 
 
-async def count_input_tokens(principal: Principal, req: CreateRequest) -> tuple[int, bool, dict[str, str]]:
+async def count_input_tokens(
+    principal: Principal, req: CreateRequest, body: dict[str, Any] | None = None
+) -> tuple[int, bool, dict[str, str]]:
     """The input tokens of `req` (protocol.request.parse_input_tokens_request), whether the
     count is exact (the upstream tokenized it) or the gateway's estimate, and the rate-limit
     headers of its admission.
 
     A count is admitted as a request (it may call the upstream's tokenizer): it takes one from
-    the requests-per-minute limits, reserves no tokens and holds no concurrency slot."""
+    the requests-per-minute limits, reserves no tokens and holds no concurrency slot.
+    `body`: the body as sent, whose reusable `prompt` is applied as a create applies it."""
+    if body is not None:
+        counted = {k: v for k, v in body.items() if k not in ("stream", "background", "store")}
+        req, _ = await apply_request_prompt(principal, req, counted)
     route = await route_for(principal, req.model)  # as a create: an unknown model is refused first
     grant = await admit(principal, concurrent=False)
     try:

@@ -93,6 +93,9 @@ class CreateRequest:
     # False (`generate: false`, or `prompt_cache_options.prewarm: true`): prepare the context,
     # call no model; the response completes with no output (Codex's WebSocket warm-up).
     generate: bool = True
+    # The reusable prompt applied (`{id, version, variables}`, echoed in the Response): set by
+    # the create flow once it applied one (orchestration/prompts.py), never by the parser.
+    prompt: dict[str, Any] | None = None
 
 
 def _type_name(value: Any) -> str:
@@ -316,7 +319,12 @@ def parse_create_request(body: Any) -> CreateRequest:
     conversation = _conversation(body.get("conversation"))
     _check_shapes(body)
     model = body.get("model")
-    if model is None or model == "":
+    # With a prompt, the model and the input may come from its template (applied, then parsed
+    # again, by the create flow: orchestration/prompts.py).
+    templated = body.get("prompt") is not None
+    if (model is None or model == "") and templated:
+        model = ""
+    elif model is None or model == "":
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
     expect(model, str, "model", "a string")
     if len(model) > MODEL_MAX_CHARS:
@@ -330,7 +338,7 @@ def parse_create_request(body: Any) -> CreateRequest:
             code="invalid_request",
         )
     raw_input = body.get("input")
-    if raw_input is None and previous_response_id is None and conversation is None:
+    if raw_input is None and previous_response_id is None and conversation is None and not templated:
         raise InvalidRequest("Missing required parameter: 'input'.", param="input")
     input_items = normalize_input(raw_input if raw_input is not None else [])
     compact = _compaction_trigger(input_items)
@@ -356,7 +364,9 @@ def parse_create_request(body: Any) -> CreateRequest:
     tools = normalize_tools(body.get("tools"))
     if body.get("tools"):
         tools = with_tool_search(tools, body.get("tools"))
-    tool_choice = normalize_tool_choice(body.get("tool_choice"), tools)
+    # A tool_choice may name a tool of the prompt's template: checked once the template is applied.
+    pending = templated and body.get("tools") is None
+    tool_choice = "auto" if pending else normalize_tool_choice(body.get("tool_choice"), tools)
 
     truncation = body.get("truncation") or "disabled"
     if truncation not in ("auto", "disabled"):

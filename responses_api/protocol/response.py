@@ -37,6 +37,7 @@ def request_params(req: CreateRequest) -> dict[str, Any]:
         "prompt_cache_key": req.prompt_cache_key,
         "user": req.user,
         "conversation": {"id": req.conversation} if req.conversation else None,
+        "prompt": req.prompt,
     }
 
 
@@ -89,4 +90,5 @@ def response_object(
         "prompt_cache_key": params.get("prompt_cache_key"),
         "conversation": params.get("conversation"),
         "user": params.get("user"),
+        "prompt": params.get("prompt"),
     }

@@ -214,7 +214,7 @@ REQUEST_FIELDS: dict[str, RequestField] = {
     "prompt_cache_options": _field(_BY_PROVIDER_CACHE, "sent", "translated:messages | cache_control marks: where (mode) and how long (ttl)", "Chat Completions only by provider option"),
     "prompt_cache_options.prewarm": _all("gateway | true: no model call, as generate: false"),
     "context_management": _all("gateway | automatic compaction (issue 36)"),
-    "prompt": _all("announced", "stored prompts live on OpenAI's platform"),
+    "prompt": _all("gateway | the template of a reusable prompt in the gateway's registry, see Prompts"),
     "moderation": _all("announced", "the gateway runs no moderation model"),
     "stream_options": _all("announced", "the gateway asks its upstreams for usage itself; no obfuscation"),
     "background_options": _all("announced", "background runs have one completion window here"),

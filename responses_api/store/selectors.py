@@ -31,6 +31,8 @@ from ..models import (
     ConversationItem,
     Item,
     ModelRoute,
+    Prompt,
+    PromptVersion,
     Response,
     ResponseItem,
     Tenant,
@@ -39,6 +41,7 @@ from ..models import (
 )
 from ..protocol.compaction import InputSpans, span_after
 from ..protocol.errors import InvalidRequest, NotFound
+from ..protocol.prompts import PromptTemplate
 from ..protocol.response import response_object
 
 CHAIN_ITEMS_SQL = """
@@ -662,3 +665,31 @@ def background_queue() -> tuple[dict[str, Any], dict[str, Any]]:
         n=Count("id"), beat=Max("heartbeat_at")
     )
     return queued, running
+
+
+def prompt_template(*, tenant_id: int, prompt_id: str, version: int | None) -> PromptTemplate:
+    """A reusable prompt's version as a create applies it: the tenant's own or a shared one
+    (another tenant's is the same 404 as an unknown id); `version` None: the prompt's default
+    version (or, without one it has, the newest)."""
+    prompt = (
+        Prompt.objects.filter(Q(tenant_id=tenant_id) | Q(tenant__isnull=True), id=prompt_id)
+        .only("id", "default_version")
+        .first()
+    )
+    if prompt is None:
+        raise NotFound(f"Prompt with id '{prompt_id}' not found.", param="prompt.id")
+    versions = PromptVersion.objects.filter(prompt_id=prompt_id)
+    row: PromptVersion | None
+    if version is not None:
+        row = versions.filter(version=version).first()
+        if row is None:
+            raise NotFound(f"Prompt '{prompt_id}' has no version '{version}'.", param="prompt.version")
+    else:
+        row = None
+        if prompt.default_version is not None:
+            row = versions.filter(version=prompt.default_version).first()
+        if row is None:
+            row = versions.order_by("-version").first()
+        if row is None:
+            raise NotFound(f"Prompt '{prompt_id}' has no versions.", param="prompt.version")
+    return row.template()

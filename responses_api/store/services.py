@@ -71,6 +71,9 @@ def response_row(
         "job": job,
         "on_worker": job is not None,
         "served_by": served_by,
+        # The reusable prompt used: the history and /v1/usage group by it.
+        "prompt_id": (params.get("prompt") or {}).get("id") or "",
+        "prompt_version": (params.get("prompt") or {}).get("version") or "",
     }
 
 

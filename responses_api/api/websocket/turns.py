@@ -71,7 +71,7 @@ class Turns:
             # Streamed: the row is written at the start, so the response can be cancelled.
             req = parse_create_request({**body, "stream": True})
             started = await start_response(principal, req, body, prior=prior)  # run None: on a worker
-            turn.model = req.model
+            turn.model = started.request.model  # a prompt's template may name it
             turn.ignored_fields = started.request.ignored_fields
             run = started.run
             if run is None:  # a route that runs on workers: relay its log
