@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("responses_api", "0027_provider_kind_from_dialects"),
+        ("responses_api", "0028_alert_thresholds_limits"),
     ]
 
     operations = [
