@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from responses_api.history.selectors import usage_summary, usage_total
 from responses_api.models import ApiKey, ModelRoute, Tenant
+from responses_api.store.selectors import usd_text
 from tests.history.factories import make_response
 from tests.support.harness import make_key
 
@@ -76,9 +77,15 @@ def test_key_and_tenant_pages_show_this_months_cost(admin_client, spend: dict) -
     table = page[page.index('data-role="cost-table"') :]
     table = table[: table.index("</table>")]
     assert "claude" in table and "$3.60" in table and "gpt" not in table  # the key's own calls only
+    # The key's spend is shown once: one table, whose today and month totals are /v1/usage's.
+    assert page.count('data-role="cost-table"') == 1 and 'data-role="key-spend"' not in page
+    midnight = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    month = midnight.replace(day=1)
+    for role, start in (("today", midnight), ("total", month)):
+        spent = usage_total(usage_summary(tenant_id=web.tenant_id, group_by=("model",), start=start, key_id=web.pk))
+        assert f'<td data-role="cost-{role}">{usd_text(spent["cost_usd"])}</td>' in table, role
     page = admin_client.get(reverse("admin:responses_api_tenant_change", args=[tenant.pk])).content.decode()
     assert 'data-by="key"' in page and 'data-by="model"' in page
-    month = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     total = usage_total(usage_summary(tenant_id=tenant.pk, group_by=("model",), start=month))
     assert total["cost_usd"] == 4.608
     assert '<td data-role="cost-total">$4.61</td>' in page
