@@ -115,3 +115,18 @@ def test_the_index_shows_todays_requests_errors_tokens_and_cost_with_the_top_key
     models = body[body.index('data-role="today-top-models"') :]
     assert models.index(">claude<") < models.index(">gpt<")
     assert '<td class="gw-num">1,010,000</td><td class="gw-num">$3.60</td>' in keys
+
+
+def test_one_cost_table_serves_the_tenant_and_key_pages(spend: dict) -> None:
+    """Cost per key and cost per model are one function (admin/usage.month_cost_table), scoped
+    to a tenant or to one of its keys."""
+    from responses_api.admin.usage import month_cost_table
+
+    web, tenant = spend["web"], spend["tenant"]
+    by_key = month_cost_table("key", tenant_id=tenant.pk)
+    assert 'data-by="key"' in by_key and "<th>API key</th>" in by_key and f"web ({web.prefix}…)" in by_key
+    assert '<td data-role="cost-total">$4.61</td>' in by_key and 'data-role="cost-today"' not in by_key
+    by_model = month_cost_table("model", tenant_id=tenant.pk, key_id=web.pk, today=True)
+    assert "<th>Model</th>" in by_model and ">claude<" in by_model and ">gpt<" not in by_model
+    assert '<td data-role="cost-today">$3.60</td>' in by_model
+    assert month_cost_table("model", tenant_id=None) == "—"  # a tenant not saved yet
