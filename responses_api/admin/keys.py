@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -15,21 +13,20 @@ from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from ..api.auth import clear_cache as clear_key_cache
-from ..domain import Budget
 from ..history import selectors as history
 from ..models import ApiKey, ModelRoute, Tenant
 from ..ops.config_admin import ConfigManagedAdmin
 from ..orchestration.limits import current_use
 from ..store import services
-from ..store.selectors import budget_of, key_quota, spend_since, tenant_quota
+from ..store.selectors import budget_of, key_quota, tenant_quota
 from ..store.selectors import usd_text as money
 from .common import ModelAdminOf, ModelFormOf, PageChangeList, change_url, when
 from .maintenance import retention_last_run_text
-from .usage import cost_table, limits_text, month_start, use_table
+from .usage import limits_text, month_cost_table, month_start, use_table
 
 
 class TenantForm(ModelFormOf[Tenant]):
@@ -63,17 +60,11 @@ class TenantAdmin(ConfigManagedAdmin, ModelAdminOf[Tenant]):
 
     @admin.display(description="By API key")
     def cost_by_key(self, obj: Tenant) -> str:
-        if obj.pk is None:
-            return "—"
-        buckets = history.usage_summary(tenant_id=obj.pk, group_by=("key",), start=month_start())
-        return cost_table(buckets, "key", "API key")
+        return month_cost_table("key", tenant_id=obj.pk)
 
     @admin.display(description="By model")
     def cost_by_model(self, obj: Tenant) -> str:
-        if obj.pk is None:
-            return "—"
-        buckets = history.usage_summary(tenant_id=obj.pk, group_by=("model",), start=month_start())
-        return cost_table(buckets, "model", "Model")
+        return month_cost_table("model", tenant_id=obj.pk)
 
     @admin.display(description="Current use")
     def current_use(self, obj: Tenant) -> str:
@@ -213,18 +204,10 @@ class ApiKeyAdmin(ModelAdminOf[ApiKey]):
             "alert_thresholds",
             "current_use",
             "spend",
-            "cost_by_model",
             "created_at",
             "last_used_at",
             "revoked_at",
         ]
-
-    @admin.display(description="Cost this month (UTC)")
-    def cost_by_model(self, obj: ApiKey) -> str:
-        buckets = history.usage_summary(
-            tenant_id=obj.tenant_id, group_by=("model",), start=month_start(), key_id=obj.pk
-        )
-        return cost_table(buckets, "model", "Model")
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return PageChangeList
@@ -249,20 +232,11 @@ class ApiKeyAdmin(ModelAdminOf[ApiKey]):
             current_use((quota,) if quota else (), (budget,) if budget else ()), history.recent_use(key_id=obj.pk)
         )
 
-    @admin.display(description="Spent")
+    @admin.display(description="Spent (UTC)")
     def spend(self, obj: ApiKey) -> str:
-        """This key's tokens and cost today and this month, from the stored usage (responses and
-        usage records) at the routes' current prices."""
-        now = time.time()
-        rows = []
-        for label, period in (("today (UTC)", "day"), ("this month (UTC)", "month")):
-            start = datetime.fromtimestamp(Budget(obj.tenant_id, period).window(now)[1], UTC)
-            tokens, micro_usd = spend_since(tenant_id=obj.tenant_id, key_id=obj.pk, start=start)
-            rows.append((label, f"{tokens:,} tokens", f"${micro_usd / 1_000_000:,.4f}"))
-        return format_html(
-            '<table data-role="key-spend"><tr><th>period</th><th>tokens</th><th>cost</th></tr>{}</table>',
-            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
-        )
+        """This key's requests, tokens and cost this month per model, and today's and the month's
+        totals: the figures /v1/usage gives for the same periods (one table, not two readings)."""
+        return month_cost_table("model", tenant_id=obj.tenant_id, key_id=obj.pk, today=True)
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         if obj is None:
@@ -272,7 +246,6 @@ class ApiKeyAdmin(ModelAdminOf[ApiKey]):
             "key_prefix",
             "current_use",
             "spend",
-            "cost_by_model",
             "created_at",
             "last_used_at",
             "revoked_at",

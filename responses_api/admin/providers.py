@@ -107,17 +107,10 @@ class ProviderAdmin(ConfigManagedAdmin, ModelAdminOf[Provider]):
 def provider_check(provider: Provider, timeout: float = 5.0) -> tuple[int, str]:
     """Ask the provider for its model list (upstreams/probe.py): (message level, message)."""
     try:
-        secret = routing.provider_secret(provider)
+        config = routing.provider_config(provider)
     except GatewayError as exc:  # a missing env var, a key sealed under a dropped encryption key
         return messages.ERROR, f"{provider.name}: {exc}"
-    headers = {str(k): str(v) for k, v in (provider.headers or {}).items()}
-    found = probe.list_models(
-        provider.base_url,
-        headers=headers,
-        secret=secret or "",
-        connect_timeout=provider.connect_timeout,
-        timeout=timeout,
-    )
+    found = probe.list_models(config, timeout=timeout)
     if not found.status:
         return messages.ERROR, f"{provider.name}: cannot reach {found.url}: {found.error}"
     if found.status != 200:

@@ -24,27 +24,42 @@ def month_start() -> datetime:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def cost_table(buckets: list[dict[str, Any]], by: str, label: str) -> str:
-    """Requests, tokens and cost per model or per key since the month began (UTC): the figures
-    of /v1/usage for the same period."""
+def day_start() -> datetime:
+    now = timezone.now().astimezone(UTC)
+    return now.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def month_cost_table(by: str, *, tenant_id: int | None, key_id: int | None = None, today: bool = False) -> str:
+    """A tenant's (or, with `key_id`, one key's) requests, tokens and cost since the month began
+    (UTC), per model or per key (`by`): the figures of /v1/usage for the same period, read by the
+    same selector. `today`: a footer row with today's (UTC) totals as well. The one cost table of
+    the tenant and key pages."""
+    if tenant_id is None:  # an object not saved yet
+        return "—"
+    buckets = history.usage_summary(tenant_id=tenant_id, group_by=(by,), start=month_start(), key_id=key_id)
     rows = presenters.usage_by_model(buckets) if by == "model" else presenters.usage_by_key(buckets)
     if not rows:
         return "Nothing spent this month."
-    total = presenters.usage_totals(buckets)
+    totals = []
+    if today:
+        spent_today = history.usage_summary(tenant_id=tenant_id, group_by=(by,), start=day_start(), key_id=key_id)
+        totals.append(("Today", "today", presenters.usage_totals(spent_today)))
+    totals.append(("This month", "total", presenters.usage_totals(buckets)))
     return format_html(
         '<table class="gw-use" data-role="cost-table" data-by="{}"><thead><tr><th>{}</th><th>Requests</th>'
-        "<th>Tokens</th><th>Cost</th></tr></thead><tbody>{}</tbody><tfoot><tr><th>This month</th>"
-        '<td>{}</td><td>{}</td><td data-role="cost-total">{}</td></tr></tfoot></table>',
+        "<th>Tokens</th><th>Cost</th></tr></thead><tbody>{}</tbody><tfoot>{}</tfoot></table>",
         by,
-        label,
+        "Model" if by == "model" else "API key",
         format_html_join(
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             ((name, agg["requests"], agg["total_tokens"], agg["cost"]) for name, agg in rows),
         ),
-        total["requests"],
-        total["total_tokens"],
-        total["cost"],
+        format_html_join(
+            "",
+            '<tr><th>{}</th><td>{}</td><td>{}</td><td data-role="cost-{}">{}</td></tr>',
+            ((label, t["requests"], t["total_tokens"], role, t["cost"]) for label, role, t in totals),
+        ),
     )
 
 

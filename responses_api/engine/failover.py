@@ -195,7 +195,7 @@ async def _slot(target: Target) -> Slot | None:
 async def _failed(target: Target, error: GatewayError) -> None:
     try:
         health = await health_store().failed(
-            target.label, f"{error.code}: {error.message}", cool_for=_retry_after(error)
+            target.label, f"{error.code}: {error.operator_detail or error.message}", cool_for=_retry_after(error)
         )
     except Exception as exc:  # noqa: BLE001 - health is advisory
         log.warning("router: could not record a failure of %s: %s", target.label, exc)

@@ -29,6 +29,7 @@ class GatewayError(Exception):
         code: str | None = None,
         status: int | None = None,
         headers: dict[str, str] | None = None,
+        operator_detail: str = "",
     ) -> None:
         message = _cut(message, MESSAGE_MAX_CHARS)
         super().__init__(message)
@@ -38,6 +39,9 @@ class GatewayError(Exception):
         if status is not None:
             self.status = status
         self.headers = headers or {}
+        # What only the operator sees (the log, the admin's route health), never the client's
+        # body: e.g. the address of an upstream it could not reach, which the operator configured.
+        self.operator_detail = operator_detail
 
     def body(self) -> dict[str, Any]:
         return {

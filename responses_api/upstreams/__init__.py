@@ -11,7 +11,7 @@ from ..protocol import dialects as wire_dialects
 from ..protocol.batches import singly
 from ..protocol.deltas import Delta
 from ..protocol.request import CreateRequest
-from .anthropic import anthropic_withheld_reasoning, open_messages
+from .anthropic import anthropic_headers, anthropic_withheld_reasoning, open_messages
 from .base import UpstreamCall, UpstreamRequest
 from .chat_completions import chat_applied_fields, chat_withheld_reasoning, open_chat_completion
 from .dialects import UpstreamDialect, dialect_of, register
@@ -37,6 +37,7 @@ register(
         open_messages,
         applied_fields=lambda target, req: anthropic_dialect.applied_fields(req),
         withheld_reasoning=anthropic_withheld_reasoning,
+        headers=anthropic_headers,
     )
 )
 

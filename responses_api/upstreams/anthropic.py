@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..domain import Target
+from ..domain import ProviderConfig, Target
 from ..protocol.anthropic import (
     API_VERSION,
     STRUCTURED_OUTPUTS_BETA,
@@ -23,6 +23,17 @@ from .events import EventStreamCall
 from .http import provider_headers
 
 
+def anthropic_headers(provider: ProviderConfig, *, json_body: bool = True) -> dict[str, str]:
+    """The key in `x-api-key` (not a bearer token) and the API version, on every request."""
+    return provider_headers(
+        provider,
+        key_header="x-api-key",
+        key_format="{}",
+        own={"anthropic-version": str(provider.options.get("anthropic_version") or API_VERSION)},
+        json_body=json_body,
+    )
+
+
 async def open_messages(target: Target, request: UpstreamRequest) -> EventStreamCall:
     provider = target.provider
     body = build_messages_request(
@@ -35,12 +46,7 @@ async def open_messages(target: Target, request: UpstreamRequest) -> EventStream
         prefix=request.prefix,
         scope=f"{target.label}\n{request.tenant_id}",
     )
-    headers = provider_headers(
-        provider,
-        key_header="x-api-key",
-        key_format="{}",
-        own={"anthropic-version": str(provider.options.get("anthropic_version") or API_VERSION)},
-    )
+    headers = anthropic_headers(provider)
     if "output_format" in body:  # the beta's field: announce the beta (after any the provider sends)
         name = next((k for k in headers if k.lower() == "anthropic-beta"), "anthropic-beta")
         beta = headers.get(name)

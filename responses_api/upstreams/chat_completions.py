@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from ..protocol.request import CreateRequest
 from ..protocol.wirejson import dumpb
 from .base import UpstreamRequest
 from .http import get_session, provider_headers, proxy_for
+
+log = logging.getLogger("gateway.upstreams")
 
 
 def chat_options(options: dict[str, Any]) -> ChatOptions:
@@ -97,11 +100,14 @@ def transport_error(target: Target, exc: Exception) -> GatewayError:
     if isinstance(exc, aiohttp.ClientConnectorError):
         errno = getattr(exc.os_error, "errno", None)
         reason = os.strerror(errno) if errno else type(exc.os_error).__name__  # "Connection refused"
+        # The client learns which provider and model, not where the operator keeps it: the
+        # address goes to the log line and the route health (operator_detail).
+        where = f"at {_shown_url(target.provider.base_url)}"
+        log.warning("upstream %s: cannot connect %s: %s", target.label, where, reason)
         return UpstreamError(
-            f"Cannot connect to provider '{target.provider.name}' at {_shown_url(target.provider.base_url)} "
-            f"(model '{target.upstream_model}'): {reason}. Check that it is running and that the provider's "
-            "base_url is right.",
+            f"Cannot connect to provider '{target.provider.name}' (model '{target.upstream_model}'): {reason}.",
             code="upstream_unreachable",
+            operator_detail=f"cannot connect {where}: {reason}",
         )
     return UpstreamError(
         f"The connection to upstream '{target.label}' failed: {type(exc).__name__}.",
@@ -110,7 +116,8 @@ def transport_error(target: Target, exc: Exception) -> GatewayError:
 
 
 def _shown_url(base_url: str) -> str:
-    """A provider's base_url as an error may show it: without user:password, query or fragment."""
+    """A provider's base_url as the operator's log and route health show it: without
+    user:password, query or fragment."""
     parts = urlsplit(base_url)
     host = parts.hostname or ""
     if ":" in host:

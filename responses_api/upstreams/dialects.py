@@ -12,16 +12,28 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ..domain import Target
+from ..domain import ProviderConfig, Target
 from ..protocol import dialects as wire_dialects
 from ..protocol.dialects import WireDialect
 from ..protocol.request import CreateRequest
 from ..protocol.tools import Tool
 from .base import UpstreamCall, UpstreamRequest
+from .http import provider_headers
 
 Counter = Callable[[list[dict[str, Any]]], Awaitable[int | None]]
+
+
+class Headers(Protocol):
+    """A dialect's headers for a request to a provider (its key header and own headers)."""
+
+    def __call__(self, provider: ProviderConfig, *, json_body: bool = True) -> dict[str, str]: ...
+
+
+def bearer_headers(provider: ProviderConfig, *, json_body: bool = True) -> dict[str, str]:
+    """The OpenAI-style dialects' headers: the key as `Authorization: Bearer`."""
+    return provider_headers(provider, json_body=json_body)
 
 
 def nothing_reported(target: Target, req: CreateRequest) -> frozenset[str]:
@@ -45,6 +57,9 @@ class UpstreamDialect:
     withheld_reasoning: Callable[[Target, UpstreamRequest], list[str]] = all_reasoning_withheld
     # How the engine asks the upstream for the exact tokens of a context; None: it cannot.
     exact_counter: Callable[[Target, CreateRequest, list[Tool]], Counter | None] | None = None
+    # The headers of any request to a provider of this kind (calls, the admin's connection
+    # check): where its key goes and what else it needs.
+    headers: Headers = bearer_headers
 
     @property
     def name(self) -> str:
@@ -75,7 +90,11 @@ def unregister(name: str) -> None:
 
 
 def dialect_of(target: Target) -> UpstreamDialect:
-    kind = target.provider.kind
+    return dialect_named(target.provider.kind)
+
+
+def dialect_named(kind: str) -> UpstreamDialect:
+    """A provider kind's dialect (NotImplementedError for a kind without one)."""
     dialect = _ADAPTERS.get(kind)
     if dialect is None:
         raise NotImplementedError(f"provider kind {kind!r}")

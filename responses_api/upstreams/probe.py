@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 import httpx
 
+from ..domain import ProviderConfig
+from .dialects import dialect_named
+
 
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
@@ -22,17 +25,17 @@ class ProbeResult:
     error: str = ""
 
 
-def list_models(
-    base_url: str, *, headers: dict[str, str], secret: str, connect_timeout: float, timeout: float = 5.0
-) -> ProbeResult:
-    """GET `<base_url>/models` with the provider's headers and bearer secret (if any)."""
-    url = base_url.rstrip("/") + "/models"
-    sent = dict(headers)
-    if secret:
-        sent["Authorization"] = f"Bearer {secret}"
+def list_models(provider: ProviderConfig, *, timeout: float = 5.0) -> ProbeResult:
+    """GET `<base_url>/models` with the headers every call to the provider sends: its dialect's
+    (where its key goes: a bearer token, or Anthropic's x-api-key and anthropic-version) and its
+    configured ones."""
+    url = provider.base_url.rstrip("/") + "/models"
+    sent = dialect_named(provider.kind).headers(provider, json_body=False)
     started = time.monotonic()
     try:
-        reply = httpx.get(url, headers=sent, timeout=httpx.Timeout(timeout, connect=min(connect_timeout, timeout)))
+        reply = httpx.get(
+            url, headers=sent, timeout=httpx.Timeout(timeout, connect=min(provider.connect_timeout, timeout))
+        )
     except httpx.HTTPError as exc:
         return ProbeResult(url, error=f"{exc.__class__.__name__}: {exc}")
     elapsed = (time.monotonic() - started) * 1000

@@ -157,6 +157,38 @@ def test_check_connection_lists_the_upstream_models(admin_client, upstream: Scri
     assert sent and sent[-1].method == "GET"
 
 
+def test_check_connection_sends_the_providers_dialect_headers(
+    admin_client, upstream: ScriptedUpstream, monkeypatch
+) -> None:
+    """The check sends what a call would: an Anthropic provider's key in x-api-key with its
+    anthropic-version, an OpenAI-style one's as a bearer token; configured headers too."""
+    upstream.reset()
+    upstream.set_default("gpt-upstream-1", None)
+    monkeypatch.setenv("PROBE_TEST_KEY", "sk-probe")
+    claude = Provider.objects.create(
+        name="claude",
+        kind="anthropic",
+        base_url=upstream.base_url,
+        api_key_env="PROBE_TEST_KEY",
+        headers={"x-team": "ops"},
+        options={"anthropic_version": "2023-06-01"},
+    )
+    openai = Provider.objects.create(name="openai", base_url=upstream.base_url, api_key_env="PROBE_TEST_KEY")
+    for provider in (claude, openai):
+        reply = admin_client.post(
+            reverse("admin:responses_api_provider_changelist"),
+            {"action": "check_connection", "_selected_action": [provider.pk]},
+            follow=True,
+        )
+        assert any(m.startswith(f"{provider.name}: OK") for m in _messages(reply)), _messages(reply)
+    listed = [r.headers for r in upstream.requests if r.path == "/v1/models"]
+    assert len(listed) == 2
+    anthropic, bearer = listed
+    assert anthropic.get("x-api-key") == "sk-probe" and "authorization" not in anthropic, anthropic
+    assert anthropic.get("anthropic-version") == "2023-06-01" and anthropic.get("x-team") == "ops", anthropic
+    assert bearer.get("authorization") == "Bearer sk-probe" and "x-api-key" not in bearer, bearer
+
+
 def test_model_route_with_targets_inline(admin_client) -> None:
     provider = Provider.objects.create(name="local", base_url="http://127.0.0.1:9/v1")
     reply = admin_client.post(

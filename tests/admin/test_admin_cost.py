@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from responses_api.history.selectors import usage_summary, usage_total
 from responses_api.models import ApiKey, ModelRoute, Tenant
+from responses_api.store.selectors import usd_text
 from tests.history.factories import make_response
 from tests.support.harness import make_key
 
@@ -76,9 +77,15 @@ def test_key_and_tenant_pages_show_this_months_cost(admin_client, spend: dict) -
     table = page[page.index('data-role="cost-table"') :]
     table = table[: table.index("</table>")]
     assert "claude" in table and "$3.60" in table and "gpt" not in table  # the key's own calls only
+    # The key's spend is shown once: one table, whose today and month totals are /v1/usage's.
+    assert page.count('data-role="cost-table"') == 1 and 'data-role="key-spend"' not in page
+    midnight = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    month = midnight.replace(day=1)
+    for role, start in (("today", midnight), ("total", month)):
+        spent = usage_total(usage_summary(tenant_id=web.tenant_id, group_by=("model",), start=start, key_id=web.pk))
+        assert f'<td data-role="cost-{role}">{usd_text(spent["cost_usd"])}</td>' in table, role
     page = admin_client.get(reverse("admin:responses_api_tenant_change", args=[tenant.pk])).content.decode()
     assert 'data-by="key"' in page and 'data-by="model"' in page
-    month = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     total = usage_total(usage_summary(tenant_id=tenant.pk, group_by=("model",), start=month))
     assert total["cost_usd"] == 4.608
     assert '<td data-role="cost-total">$4.61</td>' in page
@@ -108,3 +115,18 @@ def test_the_index_shows_todays_requests_errors_tokens_and_cost_with_the_top_key
     models = body[body.index('data-role="today-top-models"') :]
     assert models.index(">claude<") < models.index(">gpt<")
     assert '<td class="gw-num">1,010,000</td><td class="gw-num">$3.60</td>' in keys
+
+
+def test_one_cost_table_serves_the_tenant_and_key_pages(spend: dict) -> None:
+    """Cost per key and cost per model are one function (admin/usage.month_cost_table), scoped
+    to a tenant or to one of its keys."""
+    from responses_api.admin.usage import month_cost_table
+
+    web, tenant = spend["web"], spend["tenant"]
+    by_key = month_cost_table("key", tenant_id=tenant.pk)
+    assert 'data-by="key"' in by_key and "<th>API key</th>" in by_key and f"web ({web.prefix}…)" in by_key
+    assert '<td data-role="cost-total">$4.61</td>' in by_key and 'data-role="cost-today"' not in by_key
+    by_model = month_cost_table("model", tenant_id=tenant.pk, key_id=web.pk, today=True)
+    assert "<th>Model</th>" in by_model and ">claude<" in by_model and ">gpt<" not in by_model
+    assert '<td data-role="cost-today">$3.60</td>' in by_model
+    assert month_cost_table("model", tenant_id=None) == "—"  # a tenant not saved yet

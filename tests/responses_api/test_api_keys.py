@@ -168,6 +168,7 @@ def test_the_key_page_shows_what_the_key_spent(
     for key in (gateway.key, gateway.key, other):
         assert status_and_code(gateway, key) == (200, None)
     page = admin_client.get(f"/admin/responses_api/apikey/{key_of(gateway.key).id}/change/").content.decode()
-    spend = page.split('data-role="key-spend"', 1)[1].split("</table>", 1)[0]
-    # Two calls of 10 * $1000 + 5 * $4000 per million tokens: 30 tokens, $0.06 (the other key's not counted).
-    assert spend.count("30 tokens") == 2 and spend.count("$0.0600") == 2, spend
+    spend = page.split('data-role="cost-table"', 1)[1].split("</table>", 1)[0]
+    # Two calls of 10 * $1000 + 5 * $4000 per million tokens: 30 tokens, $0.06 (the other key's
+    # not counted), in the model's row and in today's and the month's totals.
+    assert spend.count("<td>30</td>") == 3 and spend.count("$0.06") == 3, spend

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import openai
 import pytest
@@ -398,7 +399,8 @@ def test_upstream_failures_are_clean_and_stored_failed(
     assert stored.response_items.filter(role=1).count() == 0
 
 
-def test_upstream_down_and_timeout(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+def test_upstream_down_and_timeout(gateway: Gateway, scripted: ScriptedUpstream, caplog) -> None:
+    from responses_api.engine.failover import target_health
     from responses_api.models import ModelRoute, Provider, Response, RouteTarget
 
     dead = Provider.objects.create(name="dead", base_url="http://127.0.0.1:9/v1")
@@ -407,15 +409,21 @@ def test_upstream_down_and_timeout(gateway: Gateway, scripted: ScriptedUpstream)
         route = ModelRoute.objects.create(name=name)
         RouteTarget.objects.create(route=route, provider=provider, upstream_model=MODEL)
     scripted.enqueue(MODEL, Reply(text="late", delay=2))
-    with gateway.http() as http:
+    with gateway.http() as http, caplog.at_level(logging.WARNING, logger="gateway.upstreams"):
         down = http.post("/v1/responses", json={"model": "dead-model", "input": "x"})
         slow_r = http.post("/v1/responses", json={"model": "slow-model", "input": "x"})
     assert down.status_code == 502 and down.json()["error"]["code"] == "upstream_unreachable"
-    # What to check, named: the provider, where the gateway looked for it, and why it failed.
-    assert down.json()["error"]["message"] == (
-        "Cannot connect to provider 'dead' at http://127.0.0.1:9/v1 (model 'test-model'): Connection refused. "
-        "Check that it is running and that the provider's base_url is right."
+    # The client learns the provider, the model and why; where the operator keeps the provider
+    # (its base_url) goes to the log line and the admin's route health only.
+    assert (
+        down.json()["error"]["message"] == "Cannot connect to provider 'dead' (model 'test-model'): Connection refused."
     )
+    stored = Response.objects.get(model="dead-model").error
+    assert stored is not None and "127.0.0.1:9" not in stored["message"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "gateway.upstreams"]
+    assert any("dead:test-model" in m and "http://127.0.0.1:9/v1" in m for m in logged), logged
+    health = target_health(["dead:test-model"])["dead:test-model"][0]
+    assert "http://127.0.0.1:9/v1" in health.last_error and "Connection refused" in health.last_error
     assert slow_r.status_code == 504 and slow_r.json()["error"]["code"] == "upstream_timeout"
     assert set(Response.objects.values_list("status", flat=True)) == {"failed"}
 
