@@ -1,0 +1,381 @@
+"""Anthropic's Messages front door (`/v1/messages`, issue 57) on every upstream kind, with the
+`anthropic` SDK as the client: Chat Completions and native Responses routes translated through
+the protocol core, an Anthropic route sent in substance as is; every stream checked by the strict
+checker (tests/support/anthropic_stream.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from tests.support.anthropic_stream import validate_messages_sse
+from tests.support.harness import Gateway, call
+from tests.support.upstream import Reply, ScriptedUpstream
+
+pytestmark = pytest.mark.embedded
+
+# model name -> (provider kind, the upstream path it is sent to)
+ROUTES = {
+    "via-chat": ("chat_completions", "/v1/chat/completions"),
+    "via-responses": ("responses", "/v1/responses"),
+    "via-claude": ("anthropic", "/v1/messages"),
+}
+TRANSLATED = ["via-chat", "via-responses"]
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather in a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+@pytest.fixture
+def routes(gateway: Gateway, scripted: ScriptedUpstream) -> Gateway:
+    from responses_api.models import ModelRoute, Provider, RouteTarget
+    from responses_api.orchestration import routing
+
+    for name, (kind, _) in ROUTES.items():
+        provider = Provider.objects.create(
+            name=f"p-{kind}",
+            kind=kind,
+            base_url=scripted.base_url,
+            api_key_encrypted=routing.encrypt_secret("sk-up-test"),
+        )
+        route = ModelRoute.objects.create(name=name)
+        RouteTarget.objects.create(route=route, provider=provider, upstream_model=f"up-{kind}")
+    routing.clear_cache()
+    return gateway
+
+
+def client(gateway: Gateway, **kwargs: Any) -> Any:
+    """The SDK's client (typed Any: its overloads want literal params, these tests send dicts)."""
+    return anthropic.Anthropic(base_url=gateway.url, api_key=gateway.key, max_retries=0, timeout=30.0, **kwargs)
+
+
+def raw_stream(gateway: Gateway, body: dict[str, Any], **headers: str) -> httpx.Response:
+    with httpx.Client(base_url=gateway.url, timeout=30.0) as http:
+        return http.post(
+            "/v1/messages",
+            json={**body, "stream": True},
+            headers={"x-api-key": gateway.key, "anthropic-version": "2023-06-01", **headers},
+        )
+
+
+def sent(scripted: ScriptedUpstream, model: str) -> list[dict[str, Any]]:
+    path = ROUTES[model][1]
+    return [r.body for r in scripted.requests if r.path == path]
+
+
+@pytest.mark.parametrize("model", list(ROUTES))
+def test_a_message_created_and_streamed(routes: Gateway, scripted: ScriptedUpstream, model: str) -> None:
+    kind = ROUTES[model][0]
+    scripted.set_default(f"up-{kind}", Reply(text="Hello from the gateway.", chunk_chars=5))
+    claude = client(routes)
+    message = claude.messages.create(
+        model=model, max_tokens=100, system="Be brief.", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert message.type == "message" and message.role == "assistant" and message.model in (model, f"up-{kind}")
+    assert [b.type for b in message.content] == ["text"]
+    assert message.content[0].text == "Hello from the gateway." and message.stop_reason == "end_turn"
+    assert message.usage.output_tokens > 0 and message.usage.input_tokens > 0
+    upstream = sent(scripted, model)[-1]
+    if kind == "chat_completions":
+        assert upstream["messages"][0] == {"role": "system", "content": "Be brief."}
+    elif kind == "responses":
+        assert upstream["instructions"] == "Be brief." and upstream["store"] is False
+    else:
+        assert upstream["system"] == "Be brief." and upstream["model"] == "up-anthropic"
+    raw = raw_stream(routes, {"model": model, "max_tokens": 100, "messages": [{"role": "user", "content": "again"}]})
+    assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/event-stream")
+    streamed = validate_messages_sse(raw.content)
+    assert streamed["content"] == [{"type": "text", "text": "Hello from the gateway."}]
+    assert streamed["stop_reason"] == "end_turn" and streamed["usage"]["output_tokens"] > 0
+    with claude.messages.stream(
+        model=model, max_tokens=100, messages=[{"role": "user", "content": "and again"}]
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "Hello from the gateway." and final.stop_reason == "end_turn"
+
+
+@pytest.mark.parametrize("model", list(ROUTES))
+def test_tool_use_round_trip(routes: Gateway, scripted: ScriptedUpstream, model: str) -> None:
+    kind = ROUTES[model][0]
+    scripted.enqueue(
+        f"up-{kind}",
+        Reply(text="Let me look.", tool_calls=[call("get_weather", {"city": "Oslo"}, "toolu_7")], chunk_chars=3),
+        Reply(text="Sunny."),
+        Reply(tool_calls=[call("get_weather", {"city": "Bergen"}, "toolu_8")], chunk_chars=3),
+    )
+    claude = client(routes)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Oslo?"}]
+    first = claude.messages.create(model=model, max_tokens=200, messages=messages, tools=[WEATHER])
+    assert first.stop_reason == "tool_use"
+    assert [b.type for b in first.content] == ["text", "tool_use"]
+    use = first.content[1]
+    assert (use.id, use.name, use.input) == ("toolu_7", "get_weather", {"city": "Oslo"})
+    messages += [
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_7", "content": "sunny, 21 C"}]},
+    ]
+    second = claude.messages.create(
+        model=model,
+        max_tokens=200,
+        messages=messages,
+        tools=[WEATHER],
+        tool_choice={"type": "auto"},
+    )
+    assert second.content[0].text == "Sunny."
+    upstream = json.dumps(sent(scripted, model)[-1])
+    assert "toolu_7" in upstream and "sunny, 21 C" in upstream and "get_weather" in upstream
+    raw = raw_stream(
+        routes,
+        {"model": model, "max_tokens": 200, "messages": [{"role": "user", "content": "Bergen?"}], "tools": [WEATHER]},
+    )
+    streamed = validate_messages_sse(raw.content)
+    assert streamed["stop_reason"] == "tool_use"
+    (tool,) = [b for b in streamed["content"] if b["type"] == "tool_use"]
+    assert (tool["id"], tool["name"], tool["input"]) == ("toolu_8", "get_weather", {"city": "Bergen"})
+
+
+@pytest.mark.parametrize("model", TRANSLATED)
+def test_thinking_is_streamed_as_thinking_blocks(routes: Gateway, scripted: ScriptedUpstream, model: str) -> None:
+    kind = ROUTES[model][0]
+    scripted.set_default(f"up-{kind}", Reply(reasoning="Pondering the sky.", text="Blue.", chunk_chars=4))
+    body = {
+        "model": model,
+        "max_tokens": 4000,
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+        "messages": [{"role": "user", "content": "Sky colour?"}],
+    }
+    streamed = validate_messages_sse(raw_stream(routes, body).content)
+    assert [b["type"] for b in streamed["content"]] == ["thinking", "text"]
+    assert streamed["content"][0]["thinking"] == "Pondering the sky." and streamed["content"][1]["text"] == "Blue."
+    upstream = sent(scripted, model)[-1]
+    effort = upstream.get("reasoning_effort") or (upstream.get("reasoning") or {}).get("effort")
+    assert effort == "low"
+    message = client(routes).messages.create(**body)
+    assert [b.type for b in message.content] == ["thinking", "text"]
+
+
+def test_an_anthropic_route_gets_the_request_in_substance_as_sent(routes: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.set_default(
+        "up-anthropic",
+        Reply(
+            text="Cached.",
+            usage={
+                "input_tokens": 10,
+                "output_tokens": 4,
+                "cache_read_input_tokens": 1000,
+                "cache_creation_input_tokens": 200,
+            },
+        ),
+    )
+    body: dict[str, Any] = {
+        "model": "via-claude",
+        "max_tokens": 300,
+        "system": [
+            {"type": "text", "text": "You are Claude Code."},
+            {"type": "text", "text": "Project rules.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Read it.", "cache_control": {"type": "ephemeral"}}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "Need the file.", "signature": "sig-abc"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a.py"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "print(1)"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                ],
+            },
+        ],
+        "tools": [{**WEATHER, "name": "Read"}],
+        "tool_choice": {"type": "auto"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "metadata": {"user_id": "user-42"},
+        "stop_sequences": ["STOP"],
+        "temperature": 1,
+    }
+    beta = "interleaved-thinking-2025-05-14,context-management-2025-06-27"
+    with httpx.Client(base_url=routes.url, timeout=30.0) as http:
+        answer = http.post(
+            "/v1/messages",
+            json=body,
+            headers={"x-api-key": routes.key, "anthropic-version": "2023-06-01", "anthropic-beta": beta},
+        )
+    assert answer.status_code == 200, answer.text
+    message = answer.json()
+    assert message["content"] == [{"type": "text", "text": "Cached."}]
+    assert message["usage"]["cache_read_input_tokens"] == 1000
+    assert message["usage"]["cache_creation_input_tokens"] == 200
+    request = [r for r in scripted.requests if r.path == "/v1/messages"][-1]
+    assert request.body == {**body, "model": "up-anthropic"}  # in substance as sent: only the model is the route's
+    assert request.headers["anthropic-beta"] == beta and request.headers["x-api-key"] == "sk-up-test"
+    assert "x-gateway-ignored-fields" not in answer.headers
+    raw = raw_stream(routes, body, **{"anthropic-beta": beta})
+    streamed = validate_messages_sse(raw.content)
+    assert streamed["content"] == [{"type": "text", "text": "Cached."}]
+    assert streamed["usage"]["cache_read_input_tokens"] == 1000
+
+
+def test_usage_records_count_cache_reads_and_writes(routes: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import UsageRecord
+    from responses_api.store.usage import usage_writer
+
+    scripted.set_default(
+        "up-anthropic",
+        Reply(
+            text="ok",
+            usage={
+                "input_tokens": 3,
+                "output_tokens": 2,
+                "cache_read_input_tokens": 50,
+                "cache_creation_input_tokens": 7,
+            },
+        ),
+    )
+    claude = client(routes)
+    claude.messages.create(model="via-claude", max_tokens=10, messages=[{"role": "user", "content": "x"}])
+    raw_stream(routes, {"model": "via-claude", "max_tokens": 10, "messages": [{"role": "user", "content": "y"}]})
+    scripted.set_default("up-chat_completions", Reply(text="hi"))
+    claude.messages.create(model="via-chat", max_tokens=10, messages=[{"role": "user", "content": "z"}])
+    routes_server_flush(usage_writer)
+    records = list(UsageRecord.objects.filter(endpoint="messages").order_by("id"))
+    assert len(records) == 3
+    for record in records[:2]:
+        assert (record.input_tokens, record.output_tokens) == (60, 2)
+        assert (record.cached_tokens, record.cache_write_tokens) == (50, 7)
+        assert record.upstream and record.status == 200
+    assert records[2].model == "via-chat" and records[2].output_tokens and records[2].input_tokens
+
+
+def routes_server_flush(writer: Any) -> None:
+    """Wait for the usage writer's next batch (it writes within half a second)."""
+    import time
+
+    from responses_api.models import UsageRecord
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and UsageRecord.objects.filter(endpoint="messages").count() < 3:
+        time.sleep(0.1)
+
+
+def test_errors_are_in_anthropics_shape_naming_the_field(routes: Gateway) -> None:
+    claude = client(routes)
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(model="via-chat", max_tokens=0, messages=[{"role": "user", "content": "x"}])
+    body = refused.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error" and body["error"]["message"].startswith("max_tokens")
+    with httpx.Client(base_url=routes.url, timeout=30.0) as http:
+        headers = {"x-api-key": routes.key, "anthropic-version": "2023-06-01"}
+        missing = http.post("/v1/messages", json={"model": "via-chat", "messages": []}, headers=headers)
+        assert missing.status_code == 400 and missing.json()["error"]["param"] == "max_tokens"
+        bad_block = http.post(
+            "/v1/messages",
+            json={"model": "via-chat", "max_tokens": 5, "messages": [{"role": "user", "content": [{"text": "x"}]}]},
+            headers=headers,
+        )
+        assert bad_block.json()["error"]["param"] == "messages.0.content.0"
+        server_tool = http.post(
+            "/v1/messages",
+            json={
+                "model": "via-chat",
+                "max_tokens": 5,
+                "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "web_search_20250305", "name": "web_search"}],
+            },
+            headers=headers,
+        )
+        assert server_tool.status_code == 400 and server_tool.json()["error"]["param"] == "tools.0.type"
+    with pytest.raises(anthropic.NotFoundError) as unknown:
+        claude.messages.create(model="nope", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert _body(unknown.value)["error"]["type"] == "not_found_error"
+    with pytest.raises(anthropic.AuthenticationError) as denied:
+        client(routes, default_headers={}).with_options(api_key="sk-gw-wrong_key").messages.create(
+            model="via-chat", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
+    assert _body(denied.value)["error"]["type"] == "authentication_error"
+
+
+def test_keys_in_x_api_key_or_bearer_and_models_in_anthropics_shape(
+    routes: Gateway, scripted: ScriptedUpstream
+) -> None:
+    scripted.set_default("up-chat_completions", Reply(text="hi"))
+    bearer: Any = anthropic.Anthropic(base_url=routes.url, auth_token=routes.key, max_retries=0)
+    assert bearer.messages.create(model="via-chat", max_tokens=5, messages=[{"role": "user", "content": "x"}]).content
+    models = client(routes).models.list()
+    assert {m.id for m in models.data} >= set(ROUTES) and all(m.type == "model" for m in models.data)
+    assert models.data[0].display_name and models.data[0].created_at
+    with httpx.Client(base_url=routes.url, timeout=30.0) as http:
+        openai_shape = http.get("/v1/models", headers={"Authorization": f"Bearer {routes.key}"}).json()
+        assert openai_shape["object"] == "list" and "has_more" not in openai_shape
+        anthropic_shape = http.get(
+            "/v1/models", headers={"x-api-key": routes.key, "anthropic-version": "2023-06-01"}
+        ).json()
+        assert anthropic_shape["has_more"] is False and anthropic_shape["data"][0]["type"] == "model"
+    assert client(routes).models.retrieve("via-chat").id == "via-chat"
+
+
+def test_count_tokens_exact_on_anthropic_routes_estimated_elsewhere(
+    routes: Gateway, scripted: ScriptedUpstream
+) -> None:
+    claude = client(routes)
+    messages: list[Any] = [{"role": "user", "content": "How many tokens is this?"}]
+    exact = claude.messages.count_tokens(model="via-claude", messages=messages, system="Be brief.")
+    counted = [r for r in scripted.requests if r.path == "/v1/messages/count_tokens"][-1]
+    assert counted.body["model"] == "up-anthropic" and counted.headers["x-api-key"] == "sk-up-test"
+    assert exact.input_tokens == len(json.dumps(["Be brief.", messages, None])) // 4
+    estimate = claude.messages.with_raw_response.count_tokens(model="via-chat", messages=messages)
+    assert estimate.headers["x-gateway-token-count"] == "estimate" and estimate.parse().input_tokens > 0
+    raw = claude.messages.with_raw_response.count_tokens(model="via-claude", messages=messages)
+    assert raw.headers["x-gateway-token-count"] == "exact"
+
+
+def test_batches_are_refused_clearly(routes: Gateway) -> None:
+    with pytest.raises(anthropic.NotFoundError) as refused:
+        client(routes).messages.batches.create(
+            requests=[
+                {
+                    "custom_id": "a",
+                    "params": {"model": "via-chat", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]},
+                }
+            ]
+        )
+    assert "not served by this gateway" in _body(refused.value)["error"]["message"]
+
+
+def test_a_translated_route_announces_what_it_does_not_apply(routes: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.set_default("up-chat_completions", Reply(text="hi"))
+    with httpx.Client(base_url=routes.url, timeout=30.0) as http:
+        answer = http.post(
+            "/v1/messages",
+            json={
+                "model": "via-chat",
+                "max_tokens": 5,
+                "stop_sequences": ["x"],
+                "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+                "messages": [{"role": "user", "content": "x"}],
+            },
+            headers={
+                "x-api-key": routes.key,
+                "anthropic-version": "2023-06-01",
+                "anthropic-beta": "interleaved-thinking-2025-05-14",
+            },
+        )
+    assert answer.status_code == 200
+    ignored = answer.headers["x-gateway-ignored-fields"].split(",")
+    assert ignored == ["stop_sequences", "cache_control", "anthropic-beta%3Ainterleaved-thinking-2025-05-14"]
+
+
+def _body(error: anthropic.APIStatusError) -> Any:
+    return error.body
