@@ -71,6 +71,7 @@ class MessagesApiView(ApiView):
     """A view of Anthropic's dialect: its key header, its error shape."""
 
     authentication_classes = (ApiKeyHeaderAuthentication,)
+    refuses_openai_beta = False  # `?beta=true`: Claude Code's and the SDK's beta namespace
 
     def get_exception_handler(self) -> Any:
         return _anthropic_errors
@@ -118,6 +119,9 @@ class MessagesView(MessagesApiView):
         body = DIALECT.check(request.data)
         model: str = body["model"]
         request.log_extra["model"] = model
+        betas = _betas(request)
+        if betas:  # the access log says which betas Anthropic's clients ask for, on every route
+            request.log_extra["anthropic_beta"] = betas
         try:
             route = await route_for(principal, model)
         except ProviderMisconfigured:

@@ -14,7 +14,8 @@ document blocks become input parts; `tool_result` blocks become `function_call_o
 `thinking` and `redacted_thinking` blocks are not sent to a translated upstream (their signature is
 Anthropic's own and means nothing elsewhere); custom tools become function tools, `tool_choice`
 (auto, any, tool, none, disable_parallel_tool_use) its Responses counterpart; `thinking` becomes
-`reasoning.effort` by its budget; `metadata.user_id` the `safety_identifier`. What a translated
+`reasoning.effort` by its budget, as does `output_config.effort` (`output_config.format` becomes
+`text.format`); `metadata.user_id` the `safety_identifier` (an id: up to 64 characters). What a translated
 route accepts without applying (`stop_sequences`, `top_k`, `cache_control` marks, ...) is named in
 `x-gateway-ignored-fields`, never dropped in silence; what has no meaning there (server tools) is
 a 400 naming the field.
@@ -57,16 +58,35 @@ TRANSLATED = frozenset(
         "tool_choice",
         "thinking",
         "metadata",
+        "output_config",
     }
 )
 # Accepted and not applied on a translated route (announced in x-gateway-ignored-fields): they
 # only add optional behaviour. `context_management` and `output_config` are what Claude Code
 # sends with its betas; `container`, `mcp_servers` need Anthropic's own servers.
-IGNORED = frozenset(
-    {"stop_sequences", "top_k", "service_tier", "context_management", "output_config", "container", "mcp_servers"}
-)
+IGNORED = frozenset({"stop_sequences", "top_k", "service_tier", "context_management", "container", "mcp_servers"})
+# The `anthropic-beta` values Anthropic's clients send (recorded from the pinned Claude Code and
+# `anthropic` SDK: tests/compat/test_claude_code.py), each classified: on an Anthropic route every
+# beta is passed on as sent; on a translated route each is ignored and announced in
+# x-gateway-ignored-fields (they add optional behaviour only), never refused.
+KNOWN_BETAS: dict[str, str] = {
+    "claude-code-20250219": "Claude Code's own marker; no behaviour of the API",
+    "interleaved-thinking-2025-05-14": "thinking between tool calls; a translated route reasons as its upstream does",
+    "context-management-2025-06-27": "`context_management` (clearing old tool results and thinking): not applied",
+    "mid-conversation-tool-changes-2026-07-01": "tools may change between turns; a translated route sends each turn's",
+    "thinking-token-count-2026-05-13": "thinking tokens counted apart in usage; not reported",
+    "advanced-tool-use-2025-11-20": "tool search and `defer_loading`; every tool is offered",
+    "effort-2025-11-24": "`output_config.effort`: applied as the reasoning effort",
+    "prompt-caching-2024-07-31": "`cache_control` marks; a translated upstream caches on its own",
+    "token-counting-2024-11-01": "/v1/messages/count_tokens: served (estimated on a translated route)",
+    "fine-grained-tool-streaming-2025-05-14": "tool input streamed unbuffered; a translated route sends each call whole",
+    "output-128k-2025-02-19": "longer outputs; max_tokens is passed on as asked",
+    "structured-outputs-2025-11-13": "`output_format`: not applied (use `output_config.format`)",
+}
 # Finish reasons (protocol/deltas.py Finish) as Anthropic's stop reasons.
 STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
+# `output_config.effort` (Anthropic's effort beta) as the Responses reasoning effort.
+_EFFORT_LEVELS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
 # A thinking budget as the nearest reasoning effort (protocol/anthropic.py THINKING_BUDGET, reversed).
 _EFFORTS = ((2048, "low"), (8192, "medium"))
 
@@ -110,8 +130,12 @@ def _bad(message: str, param: str) -> InvalidRequest:
 
 
 def ignored_fields(body: Mapping[str, Any]) -> list[str]:
-    """The fields of this body a translated route accepts without applying."""
-    names = sorted(name for name in body if name in IGNORED)
+    """The fields of this body a translated route accepts without applying: those it knows
+    (IGNORED) and any newer one, never refused (Anthropic adds fields with each beta)."""
+    names = sorted(name for name in body if name not in TRANSLATED)
+    config = body.get("output_config")
+    if isinstance(config, dict):
+        names += [f"output_config.{key}" for key in sorted(config) if key not in ("effort", "format")]
     if _has_cache_control(body):
         names.append("cache_control")
     return names
@@ -145,8 +169,8 @@ def check_request(body: Any) -> dict[str, Any]:
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise _bad("Must be an object.", f"messages.{i}")
-        if message.get("role") not in ("user", "assistant"):
-            raise _bad("Input should be 'user' or 'assistant'.", f"messages.{i}.role")
+        if message.get("role") not in ("user", "assistant", "system"):
+            raise _bad("Input should be 'user', 'assistant' or 'system'.", f"messages.{i}.role")
         content = message.get("content")
         if not isinstance(content, (str, list)):
             raise _bad("Must be a string or an array of content blocks.", f"messages.{i}.content")
@@ -168,7 +192,10 @@ def to_responses_body(body: dict[str, Any], *, output_floor: bool = True) -> dic
         role, content = message["role"], message["content"]
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
-        if role == "user":
+        if role == "system":  # a system message mid-conversation (Claude Code sends them)
+            text = _system_text(content, f"messages.{i}.content")
+            items.append({"type": "message", "role": "system", "content": [{"type": "input_text", "text": text}]})
+        elif role == "user":
             _user_items(content, items, f"messages.{i}.content")
         else:
             _assistant_items(content, items, f"messages.{i}.content")
@@ -210,27 +237,42 @@ def to_responses_body(body: dict[str, Any], *, output_floor: bool = True) -> dic
             out["reasoning"] = {"effort": next((e for top, e in _EFFORTS if budget <= top), "high")}
         elif thinking["type"] == "adaptive":
             out["reasoning"] = {"effort": "medium"}
+    config = body.get("output_config")
+    if config is not None:
+        if not isinstance(config, dict):
+            raise _bad("Must be an object.", "output_config")
+        effort = config.get("effort")
+        if effort is not None:
+            if effort not in _EFFORT_LEVELS:
+                raise _bad(f"Input should be one of {', '.join(_EFFORT_LEVELS)}.", "output_config.effort")
+            out["reasoning"] = {"effort": _EFFORT_LEVELS[effort]}
+        fmt = config.get("format")
+        if fmt is not None:
+            if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+                raise _bad("Input should be {'type': 'json_schema', 'schema': {...}}.", "output_config.format")
+            out["text"] = {"format": {"type": "json_schema", "name": "output", "schema": fmt["schema"], "strict": True}}
     metadata = body.get("metadata")
     if metadata is not None:
         if not isinstance(metadata, dict):
             raise _bad("Must be an object.", "metadata")
         user = metadata.get("user_id")
         if user is not None:
-            if not isinstance(user, str) or len(user) > 512:
-                raise _bad("Must be a string of at most 512 characters.", "metadata.user_id")
-            out["safety_identifier"] = user
+            if not isinstance(user, str):
+                raise _bad("Must be a string.", "metadata.user_id")
+            if len(user) <= 64:  # an id, not Claude Code's JSON of device and session
+                out["safety_identifier"] = user
     return out
 
 
-def _system_text(system: Any) -> str:
+def _system_text(system: Any, param: str = "system") -> str:
     if isinstance(system, str):
         return system
     if not isinstance(system, list):
-        raise _bad("Must be a string or an array of text blocks.", "system")
+        raise _bad("Must be a string or an array of text blocks.", param)
     texts = []
     for k, block in enumerate(system):
         if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-            raise _bad("Each system block must be a text block.", f"system.{k}")
+            raise _bad("Each system block must be a text block.", f"{param}.{k}")
         texts.append(block["text"])
     return "\n\n".join(texts)
 

@@ -379,3 +379,67 @@ def test_a_translated_route_announces_what_it_does_not_apply(routes: Gateway, sc
 
 def _body(error: anthropic.APIStatusError) -> Any:
     return error.body
+
+
+def test_claude_codes_recorded_request_replayed_on_a_translated_route(
+    routes: Gateway, scripted: ScriptedUpstream
+) -> None:
+    """The first request of a `claude -p` session (tests/fixtures/claude_code_request.json: its
+    headers, betas, `?beta=true`, a system message mid-conversation, adaptive thinking,
+    `output_config.effort`, `context_management`, a tool with `defer_loading`) is served on a
+    Chat Completions route; what it does not apply is announced, never refused."""
+    from pathlib import Path
+
+    recorded = json.loads((Path(__file__).parents[1] / "fixtures" / "claude_code_request.json").read_text())
+    scripted.set_default("up-chat_completions", Reply(text="Ready.", chunk_chars=2))
+    with httpx.Client(base_url=routes.url, timeout=30.0) as http:
+        answer = http.post(
+            recorded["path"],
+            json={**recorded["body"], "model": "via-chat"},
+            headers={**recorded["headers"], "x-api-key": routes.key},
+        )
+    assert answer.status_code == 200, answer.text
+    streamed = validate_messages_sse(answer.content)
+    assert streamed["content"] == [{"type": "text", "text": "Ready."}]
+    ignored = answer.headers["x-gateway-ignored-fields"].split(",")
+    assert "context_management" in ignored and "cache_control" in ignored
+    betas = recorded["headers"]["anthropic-beta"].split(",")
+    assert [name.split("%3A", 1)[1] for name in ignored if name.startswith("anthropic-beta")] == betas
+    upstream = sent(scripted, "via-chat")[-1]
+    assert upstream["reasoning_effort"] == "high"  # output_config.effort
+    roles = [m["role"] for m in upstream["messages"]]
+    assert roles.count("system") >= 2  # the system prompt and the system message mid-conversation
+    assert {t["function"]["name"] for t in upstream["tools"]} >= {"Bash", "Write", "Read"}
+
+
+def test_an_upstream_failure_mid_stream_ends_with_an_error_event(routes: Gateway, scripted: ScriptedUpstream) -> None:
+    scripted.enqueue("up-chat_completions", Reply(text="this breaks off soon", chunk_chars=3, disconnect_after=4))
+    raw = raw_stream(routes, {"model": "via-chat", "max_tokens": 50, "messages": [{"role": "user", "content": "x"}]})
+    streamed = validate_messages_sse(raw.content)
+    assert streamed["error"]["type"] in ("api_error", "overloaded_error")
+    assert streamed["content"][0]["text"].startswith("thi")
+
+
+def test_rate_limits_apply_and_answer_in_anthropics_shape(routes: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.api import auth
+    from responses_api.models import ApiKey
+    from responses_api.store import limit_counters
+    from tests.support.harness import forget_redis_keys
+
+    limit_counters.reset_store()
+    forget_redis_keys("gw:rl:*")
+    ApiKey.objects.filter(prefix=routes.key.split("_")[0].removeprefix("sk-gw-")).update(requests_per_minute=1)
+    auth.clear_cache()
+    scripted.set_default("up-chat_completions", Reply(text="ok"))
+    try:
+        claude = client(routes)
+        first = claude.messages.with_raw_response.create(
+            model="via-chat", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+        )
+        assert first.headers["x-ratelimit-limit-requests"] == "1"
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            claude.messages.create(model="via-chat", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        assert _body(limited.value)["error"]["type"] == "rate_limit_error"
+    finally:
+        limit_counters.reset_store()
+        forget_redis_keys("gw:rl:*")

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from responses_api.protocol.deltas import Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from responses_api.protocol.deltas import Delta, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 from responses_api.protocol.messages_api import MessagesWriter, sse
 from tests.support.anthropic_stream import StreamViolation, validate_messages_sse
 
-START = {
+START: dict[str, Any] = {
     "type": "message_start",
     "message": {
         "id": "msg_1",
@@ -39,7 +39,7 @@ def text_block(index: int, text: str) -> list[dict[str, Any]]:
     ]
 
 
-END = [
+END: list[dict[str, Any]] = [
     {
         "type": "message_delta",
         "delta": {"stop_reason": "end_turn", "stop_sequence": None},
@@ -62,7 +62,7 @@ def test_documented_stream_passes() -> None:
         {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '": "SF"}'}},
         {"type": "content_block_stop", "index": 1},
     ]
-    end = [{**END[0], "delta": {"stop_reason": "tool_use", "stop_sequence": None}}, END[1]]
+    end: list[dict[str, Any]] = [{**END[0], "delta": {"stop_reason": "tool_use", "stop_sequence": None}}, END[1]]
     message = validate_messages_sse(wire(START, {"type": "ping"}, *text_block(0, "Hello"), *tool, *end))
     assert message["content"][0]["text"] == "Hello"
     assert message["content"][1]["input"] == {"loc": "SF"} and message["stop_reason"] == "tool_use"
@@ -107,7 +107,7 @@ def test_framing_is_checked() -> None:
 def test_the_writer_passes_with_interleaved_parallel_calls() -> None:
     """Fragments of two calls interleaved (a Chat upstream's way) still make one block per call."""
     writer = MessagesWriter("m", "msg_1")
-    deltas = [
+    deltas: list[Delta] = [
         ReasoningDelta("think"),
         TextDelta("a"),
         ToolCallDelta(0, call_id="c0", name="f", arguments='{"x":'),
