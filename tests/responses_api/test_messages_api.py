@@ -443,3 +443,12 @@ def test_rate_limits_apply_and_answer_in_anthropics_shape(routes: Gateway, scrip
     finally:
         limit_counters.reset_store()
         forget_redis_keys("gw:rl:*")
+
+
+def test_the_readme_classifies_every_known_beta() -> None:
+    from pathlib import Path
+
+    from responses_api.protocol.messages_api import KNOWN_BETAS
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert all(f"| `{beta}` |" in readme for beta in KNOWN_BETAS)
