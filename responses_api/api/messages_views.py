@@ -375,14 +375,25 @@ class CountTokensView(MessagesApiView):
 async def _count(route: Route, body: dict[str, Any], betas: str | None) -> tuple[int, bool]:
     native = [t for t in route.targets if _native(t)]
     if native:
-        forwarded = await forward_messages(native[0], body, stream=False, betas=betas, path="/messages/count_tokens")
         try:
-            answer = json.loads(await forwarded.response.read())
-        finally:
-            forwarded.response.release()
-        tokens = answer.get("input_tokens") if isinstance(answer, dict) else None
-        if type(tokens) is int:
-            return tokens, True
+            forwarded = await forward_messages(
+                native[0], body, stream=False, betas=betas, path="/messages/count_tokens"
+            )
+        except GatewayError as exc:
+            if exc.status < 500 and exc.status not in (404, 405):
+                raise  # the upstream refused the request itself: the client's to fix
+            # An Anthropic-compatible server without the endpoint, or one that is down: estimated.
+            log.info("count_tokens: %s did not count (%s); estimated", native[0].label, exc.message)
+        else:
+            try:
+                answer = json.loads(await forwarded.response.read())
+            except ValueError:
+                answer = None
+            finally:
+                forwarded.response.release()
+            tokens = answer.get("input_tokens") if isinstance(answer, dict) else None
+            if type(tokens) is int:
+                return tokens, True
     req = _read_as_responses({**body, "max_tokens": 16}, output_floor=True)
     return estimate_request(list(req.input_items), req.instructions, [t.schema() for t in req.tools]), False
 

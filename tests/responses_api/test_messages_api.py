@@ -452,3 +452,19 @@ def test_the_readme_classifies_every_known_beta() -> None:
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert all(f"| `{beta}` |" in readme for beta in KNOWN_BETAS)
+
+
+def test_count_tokens_is_estimated_where_an_anthropic_upstream_does_not_count(
+    routes: Gateway, scripted: ScriptedUpstream
+) -> None:
+    """An Anthropic-compatible server without a working count_tokens (here: it refuses the
+    provider's missing key) leaves the count to the gateway's estimate, said so."""
+    from responses_api.models import Provider
+    from responses_api.orchestration import routing
+
+    Provider.objects.filter(kind="anthropic").update(api_key_encrypted="")
+    routing.clear_cache()
+    raw = client(routes).messages.with_raw_response.count_tokens(
+        model="via-claude", messages=[{"role": "user", "content": "count me"}]
+    )
+    assert raw.headers["x-gateway-token-count"] == "estimate" and raw.parse().input_tokens > 0
