@@ -32,9 +32,10 @@ from ..engine.failover import route_call
 from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
 from ..orchestration.limits import Grant, admit
+from ..orchestration.message_turns import store_turn
 from ..protocol import dialects
 from ..protocol.deltas import Usage
-from ..protocol.errors import GatewayError, ProviderMisconfigured
+from ..protocol.errors import GatewayError, InvalidRequest, ProviderMisconfigured
 from ..protocol.ids import new_id
 from ..protocol.messages_api import MessagesWriter, sse
 from ..protocol.request import CreateRequest, parse_create_request
@@ -156,6 +157,9 @@ async def _serve(
     started = time.monotonic()
     betas = _betas(request)
     translated: dict[bool, CreateRequest] = {}
+    # The store rule (protocol/messages_api.py): stored unless the client opts out.
+    store = request.META.get("HTTP_X_GATEWAY_STORE", "").strip().lower() != "false"
+    turn = _Turn(request, principal, body, model=model, store=store, grant=grant, started=started)
 
     def failed(target: Target, exc: GatewayError) -> None:
         log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
@@ -181,30 +185,18 @@ async def _serve(
         _record(principal, model, "", exc.status, None, started)
         raise
     if isinstance(opened, Forwarded):
-        return await _forwarded(
-            request, principal, opened, slot, model=model, stream=stream, grant=grant, started=started
-        )
-    return await _translated(
-        request, principal, opened, slot, target, body, model=model, stream=stream, grant=grant, started=started
-    )
+        return await _forwarded(turn, opened, slot, stream=stream)
+    return await _translated(turn, opened, slot, target, stream=stream)
 
 
-async def _forwarded(
-    request: ApiRequest,
-    principal: Principal,
-    forwarded: Forwarded,
-    slot: Any,
-    *,
-    model: str,
-    stream: bool,
-    grant: Grant | None,
-    started: float,
-) -> HttpResponseBase:
-    """An Anthropic upstream's answer as it sent it, its usage read on the way."""
+async def _forwarded(turn: _Turn, forwarded: Forwarded, slot: Any, *, stream: bool) -> HttpResponseBase:
+    """An Anthropic upstream's answer as it sent it, its usage (and, to store the turn, its
+    content) read on the way."""
     label = forwarded.target.label
     content_type = forwarded.response.headers.get("content-type", "application/json")
+    writer = turn.writer() if turn.store else None
+    reader = MessagesUsage(writer)
     if stream:
-        reader = MessagesUsage()
 
         async def chunks() -> AsyncIterator[bytes]:
             try:
@@ -213,7 +205,9 @@ async def _forwarded(
                     yield chunk
             finally:
                 await slot.release()
-                await _settle(request, principal, model, label, 200, reader.usage, started, grant)
+                if writer is not None:
+                    writer.closing()
+                await turn.settle(label, 200, reader.usage, writer)
 
         response = StreamingHttpResponse(chunks(), content_type=content_type)
         response["Cache-Control"] = "no-cache"
@@ -224,36 +218,26 @@ async def _forwarded(
     finally:
         forwarded.response.release()
         await slot.release()
-    reader = MessagesUsage()
     try:
         answer = json.loads(raw)
     except ValueError:
         answer = None
     if isinstance(answer, dict):
-        reader.scan(b"data:" + json.dumps({"type": "message_start", "message": answer}).encode() + b"\n")
-    await _settle(request, principal, model, label, 200, reader.usage, started, grant)
+        reader.message(answer)
+    if writer is not None:
+        writer.message()
+    await turn.settle(label, 200, reader.usage, writer)
     return HttpResponse(raw, content_type=content_type)
 
 
-async def _translated(
-    request: ApiRequest,
-    principal: Principal,
-    call: Any,
-    slot: Any,
-    target: Target,
-    body: dict[str, Any],
-    *,
-    model: str,
-    stream: bool,
-    grant: Grant | None,
-    started: float,
-) -> HttpResponseBase:
+async def _translated(turn: _Turn, call: Any, slot: Any, target: Target, *, stream: bool) -> HttpResponseBase:
     """A Message written from a Chat Completions or a native Responses upstream's deltas."""
-    writer: MessagesWriter = DIALECT.writer(model, "msg_" + new_id("gw").split("_", 1)[1])
+    writer = turn.writer()
+    request, body = turn.request, turn.body
 
     async def finish(status: int) -> None:
         await slot.release()
-        await _settle(request, principal, model, target.label, status, writer.usage, started, grant)
+        await turn.settle(target.label, status, writer.usage, writer if status == 200 else None)
 
     if not stream:
         try:
@@ -264,8 +248,9 @@ async def _translated(
             raise
         finally:
             await call.aclose()
+        message = writer.message()
         await finish(200)
-        return _announce(json_response(writer.message()), request, body)
+        return _announce(json_response(message), request, body)
 
     async def events() -> AsyncIterator[bytes]:
         status = 200
@@ -302,25 +287,56 @@ def _announce(response: HttpResponseBase, request: ApiRequest, body: dict[str, A
     return response
 
 
-async def _settle(
-    request: ApiRequest,
-    principal: Principal,
-    model: str,
-    upstream: str,
-    status: int,
-    usage: Usage | None,
-    started: float,
-    grant: Grant | None,
-) -> None:
-    """The call's usage: the access log and metrics, a usage record (in the next batch,
-    store/usage.py), and the settle of its limits and budgets (cache reads and writes priced)."""
-    public = usage.as_dict() if usage is not None else None
-    request.log_extra.update(
-        input_tokens=usage.input_tokens if usage else None, output_tokens=usage.output_tokens if usage else None
-    )
-    _record(principal, model, upstream, status, usage, started)
-    if grant is not None:
-        await grant.end(public, cache_write_1h_tokens=usage.cache_write_1h_tokens if usage else 0)
+class _Turn:
+    """One /v1/messages call's ending: the access log's tokens, the turn stored (its usage with
+    it) or a usage record, and the settle of its limits and budgets (cache reads and writes
+    priced)."""
+
+    def __init__(
+        self,
+        request: ApiRequest,
+        principal: Principal,
+        body: dict[str, Any],
+        *,
+        model: str,
+        store: bool,
+        grant: Grant | None,
+        started: float,
+    ) -> None:
+        self.request, self.principal, self.body = request, principal, body
+        self.model, self.store, self.grant, self.started = model, store, grant, started
+
+    def writer(self) -> MessagesWriter:
+        return DIALECT.writer(self.model, "msg_" + new_id("gw").split("_", 1)[1])  # type: ignore[no-any-return]  # the registry types its writer loosely
+
+    async def settle(self, upstream: str, status: int, usage: Usage | None, writer: MessagesWriter | None) -> None:
+        request, principal = self.request, self.principal
+        request.log_extra.update(
+            input_tokens=usage.input_tokens if usage else None, output_tokens=usage.output_tokens if usage else None
+        )
+        write_1h = usage.cache_write_1h_tokens if usage else 0
+        stored = False
+        if self.store and status == 200 and writer is not None:
+            try:
+                response_id = await store_turn(
+                    principal,
+                    self.body,
+                    writer,
+                    model=self.model,
+                    upstream=upstream,
+                    latency_ms=int((time.monotonic() - self.started) * 1000),
+                    cache_write_1h_tokens=write_1h,
+                )
+                request.log_extra["response_id"] = response_id
+                stored = True
+            except InvalidRequest as exc:  # a block with no item to store as: its usage is kept
+                log.info("a /v1/messages turn is not stored: %s", exc.message)
+            except Exception:  # the client has its answer; its usage is not lost
+                log.exception("a /v1/messages turn could not be stored; its usage is recorded")
+        if not stored:  # the stored response counts its tokens itself (the usage API, budgets)
+            _record(principal, self.model, upstream, status, usage, self.started)
+        if self.grant is not None:
+            await self.grant.end(usage.as_dict() if usage is not None else None, cache_write_1h_tokens=write_1h)
 
 
 def _record(principal: Principal, model: str, upstream: str, status: int, usage: Usage | None, started: float) -> None:

@@ -20,13 +20,17 @@ route accepts without applying (`stop_sequences`, `top_k`, `cache_control` marks
 `x-gateway-ignored-fields`, never dropped in silence; what has no meaning there (server tools) is
 a 400 naming the field.
 
-Storage rule: nothing is stored (`store: false`; the call leaves a usage record). Claude Code
+Storage rule (api/messages_views.py stores, `x-gateway-store: false` opts out): Claude Code
 resends the whole conversation each turn, so storing each request's input would grow with the
-square of a session's length.
+square of a session's length. A turn is stored as a response whose input is only the messages
+after the longest prefix an earlier stored turn was sent (`prefix_hashes`), chained to that turn
+by `previous_response_id`, its answer as its output: rows and items linear in the new messages.
+The upstream is still sent the whole request.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping
@@ -43,6 +47,8 @@ from .deltas import (
     Usage,
 )
 from .errors import GatewayError, InvalidRequest
+from .ids import new_id
+from .items import normalize_input
 
 # The top-level fields a Messages request may carry, and what a translated route does with them.
 TRANSLATED = frozenset(
@@ -580,3 +586,57 @@ def _arguments(text: str) -> Any:
     except ValueError:
         return {"arguments": text}
     return value if isinstance(value, dict) else {"value": value}
+
+
+def prefix_hashes(messages: list[Any]) -> list[bytes]:
+    """`hashes[i]`: a digest of messages[0..i] (chained, so each is one hash of one message more)."""
+    hashes, last = [], b""
+    for message in messages:
+        last = hashlib.blake2b(last + json.dumps(message, sort_keys=True).encode(), digest_size=16).digest()
+        hashes.append(last)
+    return hashes
+
+
+def stored_input(body: dict[str, Any], start: int) -> list[dict[str, Any]]:
+    """The Responses input items of messages[start:], as stored (ids given); InvalidRequest for
+    what has no item (the caller then does not store)."""
+    tail = {**body, "messages": body["messages"][start:]}
+    return normalize_input(to_responses_body(tail)["input"])
+
+
+def output_items(writer: MessagesWriter) -> list[dict[str, Any]]:
+    """The answer's blocks as Responses output items."""
+    items: list[dict[str, Any]] = []
+    for block in writer.blocks:
+        kind = block["type"]
+        if kind == "text":
+            items.append(
+                {
+                    "type": "message",
+                    "id": new_id("msg"),
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": block["text"], "annotations": []}],
+                }
+            )
+        elif kind == "thinking":
+            items.append(
+                {
+                    "type": "reasoning",
+                    "id": new_id("rs"),
+                    "summary": [],
+                    "content": [{"type": "reasoning_text", "text": block["thinking"]}],
+                }
+            )
+        elif kind == "tool_use":
+            items.append(
+                {
+                    "type": "function_call",
+                    "id": new_id("fc"),
+                    "call_id": block["id"],
+                    "name": block["name"],
+                    "arguments": json.dumps(block["input"]),
+                    "status": "completed",
+                }
+            )
+    return items

@@ -17,7 +17,7 @@ from ..protocol.anthropic import (
     message_to_deltas,
     usage_of,
 )
-from ..protocol.deltas import Usage
+from ..protocol.deltas import UpstreamFailed, Usage
 from ..protocol.errors import UpstreamError
 from ..sealing import SealBroken, sealer
 from .base import UpstreamRequest
@@ -54,17 +54,20 @@ async def forward_messages(
 
 class MessagesUsage:
     """The usage of a forwarded Messages stream, read from its events as they pass
-    (message_start's, then message_delta's, which Anthropic sends cumulative)."""
+    (message_start's, then message_delta's, which Anthropic sends cumulative); and, given a
+    `sink` (protocol.messages_api.MessagesWriter), its content as deltas, for storing the turn."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink: Any = None) -> None:
         self.usage = Usage()
         self._tail = b""
+        self._sink = sink
+        self._decoder = EventDecoder() if sink is not None else None
 
     def scan(self, chunk: bytes) -> None:
         *lines, self._tail = (self._tail + chunk).split(b"\n")
         self._tail = self._tail[-65536:]
         for line in lines:
-            if not line.startswith(b"data:") or b'"usage"' not in line:
+            if not line.startswith(b"data:") or (self._decoder is None and b'"usage"' not in line):
                 continue
             try:
                 event = json.loads(line[5:])
@@ -76,6 +79,20 @@ class MessagesUsage:
                 self.usage = usage_of((event.get("message") or {}).get("usage"))
             elif event.get("type") == "message_delta":
                 self.usage = usage_of(event.get("usage"), self.usage)
+            if self._decoder is not None:
+                try:
+                    deltas = self._decoder.feed(event)
+                except UpstreamFailed:
+                    continue
+                for delta in deltas:
+                    self._sink.feed(delta)
+
+    def message(self, answer: dict[str, Any]) -> None:
+        """A whole (not streamed) message's usage, and its content to the sink."""
+        self.usage = usage_of(answer.get("usage"))
+        if self._sink is not None:
+            for delta in message_to_deltas(answer):
+                self._sink.feed(delta)
 
 
 async def open_messages(target: Target, request: UpstreamRequest) -> EventStreamCall:

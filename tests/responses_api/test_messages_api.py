@@ -243,9 +243,14 @@ def test_usage_records_count_cache_reads_and_writes(routes: Gateway, scripted: S
             },
         ),
     )
-    claude = client(routes)
+    # Not stored (the client opts out): each call leaves a usage record instead of a response.
+    claude = client(routes, default_headers={"x-gateway-store": "false"})
     claude.messages.create(model="via-claude", max_tokens=10, messages=[{"role": "user", "content": "x"}])
-    raw_stream(routes, {"model": "via-claude", "max_tokens": 10, "messages": [{"role": "user", "content": "y"}]})
+    raw_stream(
+        routes,
+        {"model": "via-claude", "max_tokens": 10, "messages": [{"role": "user", "content": "y"}]},
+        **{"x-gateway-store": "false"},
+    )
     scripted.set_default("up-chat_completions", Reply(text="hi"))
     claude.messages.create(model="via-chat", max_tokens=10, messages=[{"role": "user", "content": "z"}])
     routes_server_flush(usage_writer)
@@ -468,3 +473,45 @@ def test_count_tokens_is_estimated_where_an_anthropic_upstream_does_not_count(
         model="via-claude", messages=[{"role": "user", "content": "count me"}]
     )
     assert raw.headers["x-gateway-token-count"] == "estimate" and raw.parse().input_tokens > 0
+
+
+def test_a_session_is_stored_linear_in_its_new_messages(routes: Gateway, scripted: ScriptedUpstream) -> None:
+    """Claude Code resends the whole conversation each turn: 50 turns store 50 chained responses
+    and items at most twice the messages of the conversation, not the square of it; the history's
+    thread of the last turn is the whole conversation."""
+    from responses_api.models import Item, Response
+
+    scripted.set_responder("up-chat_completions", lambda body: Reply(text=f"answer {len(body['messages'])}"))
+    claude = client(routes)
+    messages: list[dict[str, Any]] = []
+    for turn in range(50):
+        messages.append({"role": "user", "content": f"question {turn}"})
+        answer = claude.messages.create(model="via-chat", max_tokens=20, system="Be brief.", messages=messages)
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in answer.content]})
+    responses = list(Response.objects.filter(tenant_id=routes.tenant_id).order_by("created_at"))
+    assert len(responses) == 50
+    assert all(r.previous_response_id == p.id for p, r in zip(responses, responses[1:], strict=False))
+    assert responses[0].instructions == "Be brief." and responses[1].instructions is None
+    items = Item.objects.filter(tenant_id=routes.tenant_id).count()
+    assert items <= 2 * len(messages), (items, len(messages))
+    with routes.http() as http:
+        thread = http.get(f"/v1/responses/{responses[-1].id}/thread", params={"limit": 100}).json()
+    texts = [part["text"] for entry in thread["data"] for part in entry["item"].get("content") or []]
+    assert len(texts) == 100 and texts[::2] == [f"question {n}" for n in range(50)]
+    assert all(text.startswith("answer ") for text in texts[1::2])
+
+
+def test_a_streamed_anthropic_turn_is_stored_with_its_tool_call(routes: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import Response
+
+    scripted.set_default(
+        "up-anthropic", Reply(text="Writing.", tool_calls=[call("Write", {"path": "a"}, "toolu_9")], chunk_chars=3)
+    )
+    body = {"model": "via-claude", "max_tokens": 50, "messages": [{"role": "user", "content": "write a"}]}
+    validate_messages_sse(raw_stream(routes, body).content)
+    stored = Response.objects.get(tenant_id=routes.tenant_id)
+    with routes.http() as http:
+        thread = [entry["item"] for entry in http.get(f"/v1/responses/{stored.id}/thread").json()["data"]]
+    assert [i["type"] for i in thread] == ["message", "message", "function_call"]
+    assert thread[-1]["call_id"] == "toolu_9" and json.loads(thread[-1]["arguments"]) == {"path": "a"}
+    assert stored.input_tokens and stored.output_tokens
