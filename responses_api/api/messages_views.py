@@ -12,7 +12,8 @@ its `anthropic-beta` values), only the model replaced by the route's; to a Chat 
 native Responses target it is translated through the protocol core (protocol/messages_api.py)
 and the answer written back as a Message or Anthropic's stream of events.
 
-Storage: nothing is stored but the usage record (the rule and why: protocol/messages_api.py).
+Storage: each turn is stored linear in its new messages (orchestration/message_turns.py; the
+rule and why: protocol/messages_api.py), unless the client sends `x-gateway-store: false`.
 """
 
 from __future__ import annotations

@@ -475,7 +475,9 @@ def test_count_tokens_is_estimated_where_an_anthropic_upstream_does_not_count(
     assert raw.headers["x-gateway-token-count"] == "estimate" and raw.parse().input_tokens > 0
 
 
-def test_a_session_is_stored_linear_in_its_new_messages(routes: Gateway, scripted: ScriptedUpstream) -> None:
+def test_a_session_is_stored_linear_in_its_new_messages(
+    routes: Gateway, scripted: ScriptedUpstream, admin_client
+) -> None:
     """Claude Code resends the whole conversation each turn: 50 turns store 50 chained responses
     and items at most twice the messages of the conversation, not the square of it; the history's
     thread of the last turn is the whole conversation."""
@@ -499,6 +501,11 @@ def test_a_session_is_stored_linear_in_its_new_messages(routes: Gateway, scripte
     texts = [part["text"] for entry in thread["data"] for part in entry["item"].get("content") or []]
     assert len(texts) == 100 and texts[::2] == [f"question {n}" for n in range(50)]
     assert all(text.startswith("answer ") for text in texts[1::2])
+    from django.contrib.admin.utils import quote
+
+    page = admin_client.get(f"/admin/responses_api/response/{quote(responses[-1].id)}/conversation/")
+    html = page.content.decode()
+    assert page.status_code == 200 and "question 0" in html and "question 49" in html and "Be brief." in html
 
 
 def test_a_streamed_anthropic_turn_is_stored_with_its_tool_call(routes: Gateway, scripted: ScriptedUpstream) -> None:
