@@ -6,6 +6,7 @@ checker (tests/support/anthropic_stream.py)."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import anthropic
@@ -265,7 +266,6 @@ def test_usage_records_count_cache_reads_and_writes(routes: Gateway, scripted: S
 
 def routes_server_flush(writer: Any) -> None:
     """Wait for the usage writer's next batch (it writes within half a second)."""
-    import time
 
     from responses_api.models import UsageRecord
 
@@ -522,3 +522,50 @@ def test_a_streamed_anthropic_turn_is_stored_with_its_tool_call(routes: Gateway,
     assert [i["type"] for i in thread] == ["message", "message", "function_call"]
     assert thread[-1]["call_id"] == "toolu_9" and json.loads(thread[-1]["arguments"]) == {"path": "a"}
     assert stored.input_tokens and stored.output_tokens
+
+
+def test_budgets_and_the_usage_api_price_cache_reads_and_writes(routes: Gateway, scripted: ScriptedUpstream) -> None:
+    """A /v1/messages call (stored, and not) is priced by its route with its cache reads and
+    writes, in /v1/usage and against the key's USD budget."""
+    from decimal import Decimal
+
+    from responses_api.api import auth
+    from responses_api.models import ApiKey, ModelRoute
+    from responses_api.orchestration import routing
+    from responses_api.store import limit_counters
+    from tests.support.harness import forget_redis_keys
+
+    limit_counters.reset_store()
+    forget_redis_keys("gw:rl:*")
+    ModelRoute.objects.filter(name="via-claude").update(
+        input_usd_per_million=Decimal(1),
+        output_usd_per_million=Decimal(2),
+        cached_input_usd_per_million=Decimal("0.1"),
+        cache_write_usd_per_million=Decimal(2),
+    )
+    ApiKey.objects.filter(prefix=routes.key.split("_")[0].removeprefix("sk-gw-")).update(budget_usd=Decimal(1))
+    routing.clear_cache()
+    auth.clear_cache()
+    usage = {"input_tokens": 10, "output_tokens": 3, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 200}
+    scripted.set_default("up-anthropic", Reply(text="ok", usage=usage))
+    try:
+        body: dict[str, Any] = {"max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
+        client(routes).messages.create(model="via-claude", **body)
+        client(routes, default_headers={"x-gateway-store": "false"}).messages.create(model="via-claude", **body)
+        one_call = (10 * 1 + 100 * 0.1 + 200 * 2 + 3 * 2) / 1e6
+        deadline = time.monotonic() + 10
+        while True:  # the budget settles after the answer
+            with routes.http() as http:
+                summary = http.get("/v1/usage", params={"group_by": "model"}).json()
+            (bucket,) = [b for b in summary["data"] if b["model"] == "via-claude"] or [None]
+            limits = [limit for limit in summary["limits"] if limit.get("usd") is not None]
+            if bucket and bucket["requests"] == 2 and limits and limits[0]["used_usd"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert bucket and (bucket["cached_tokens"], bucket["cache_write_tokens"]) == (200, 400)
+        assert bucket["cost_usd"] == pytest.approx(2 * one_call)
+        spent = [limit for limit in summary["limits"] if limit.get("usd") is not None]
+        assert spent and spent[0]["used_usd"] == pytest.approx(2 * one_call, rel=0.01)
+    finally:
+        limit_counters.reset_store()
+        forget_redis_keys("gw:rl:*")
