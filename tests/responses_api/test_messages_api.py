@@ -569,3 +569,28 @@ def test_budgets_and_the_usage_api_price_cache_reads_and_writes(routes: Gateway,
     finally:
         limit_counters.reset_store()
         forget_redis_keys("gw:rl:*")
+
+
+def test_the_router_falls_back_across_upstream_kinds(routes: Gateway, scripted: ScriptedUpstream) -> None:
+    """A route's Anthropic target failing before the first byte: the router's fallback serves the
+    request on its Chat Completions target, translated, within one /v1/messages call."""
+    from responses_api.models import ModelRoute, Provider, RouteTarget
+    from responses_api.orchestration import routing
+
+    route = ModelRoute.objects.create(name="via-fallback")
+    RouteTarget.objects.create(
+        route=route, provider=Provider.objects.get(name="p-anthropic"), upstream_model="up-down", priority=0
+    )
+    RouteTarget.objects.create(
+        route=route, provider=Provider.objects.get(name="p-chat_completions"), upstream_model="up-backup", priority=1
+    )
+    routing.clear_cache()
+    down = Reply(status=503, error_body={"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
+    scripted.set_default("up-down", down)
+    scripted.set_default("up-backup", Reply(text="From the backup."))
+    raw = raw_stream(
+        routes, {"model": "via-fallback", "max_tokens": 20, "messages": [{"role": "user", "content": "x"}]}
+    )
+    assert validate_messages_sse(raw.content)["content"] == [{"type": "text", "text": "From the backup."}]
+    paths = [r.path for r in scripted.requests]
+    assert "/v1/messages" in paths and paths[-1] == "/v1/chat/completions"
