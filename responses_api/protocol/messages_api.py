@@ -71,24 +71,6 @@ TRANSLATED = frozenset(
 # only add optional behaviour. `context_management` and `output_config` are what Claude Code
 # sends with its betas; `container`, `mcp_servers` need Anthropic's own servers.
 IGNORED = frozenset({"stop_sequences", "top_k", "service_tier", "context_management", "container", "mcp_servers"})
-# The `anthropic-beta` values Anthropic's clients send (recorded from the pinned Claude Code and
-# `anthropic` SDK: tests/compat/test_claude_code.py), each classified: on an Anthropic route every
-# beta is passed on as sent; on a translated route each is ignored and announced in
-# x-gateway-ignored-fields (they add optional behaviour only), never refused.
-KNOWN_BETAS: dict[str, str] = {
-    "claude-code-20250219": "Claude Code's own marker; no behaviour of the API",
-    "interleaved-thinking-2025-05-14": "thinking between tool calls; a translated route reasons as its upstream does",
-    "context-management-2025-06-27": "`context_management` (clearing old tool results and thinking): not applied",
-    "mid-conversation-tool-changes-2026-07-01": "tools may change between turns; a translated route sends each turn's",
-    "thinking-token-count-2026-05-13": "thinking tokens counted apart in usage; not reported",
-    "advanced-tool-use-2025-11-20": "tool search and `defer_loading`; every tool is offered",
-    "effort-2025-11-24": "`output_config.effort`: applied as the reasoning effort",
-    "prompt-caching-2024-07-31": "`cache_control` marks; a translated upstream caches on its own",
-    "token-counting-2024-11-01": "/v1/messages/count_tokens: served (estimated on a translated route)",
-    "fine-grained-tool-streaming-2025-05-14": "tool input streamed unbuffered; a translated route sends each call whole",
-    "output-128k-2025-02-19": "longer outputs; max_tokens is passed on as asked",
-    "structured-outputs-2025-11-13": "`output_format`: not applied (use `output_config.format`)",
-}
 # Finish reasons (protocol/deltas.py Finish) as Anthropic's stop reasons.
 STOP_REASON = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
 # `output_config.effort` (Anthropic's effort beta) as the Responses reasoning effort.

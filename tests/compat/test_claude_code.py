@@ -8,7 +8,7 @@ route names (README, "Claude Code"). It refuses `--dangerously-skip-permissions`
 tool it may use is allowed by name (`--allowedTools Write`). The scripted upstream plays the
 model: asked with Claude Code's tools, it calls `Write`; given the tool's result, it answers.
 The `anthropic-beta` values Claude Code sends are recorded and each must be one the surface
-table classifies (protocol/messages_api.py KNOWN_BETAS).
+table classifies (protocol/surface.py ANTHROPIC_BETAS).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from responses_api.protocol.messages_api import KNOWN_BETAS
+from responses_api.protocol.surface import ANTHROPIC_BETAS
 from tests.compat.conftest import node_tool
 from tests.support.access_log import Lines
 from tests.support.harness import MODEL, Gateway
@@ -117,5 +117,5 @@ def test_claude_code_writes_a_file_through_the_gateway(
             for b in r.headers.get("anthropic-beta", "").split(",")
         }
         assert betas <= sent
-    unknown = betas - KNOWN_BETAS.keys()
+    unknown = betas - ANTHROPIC_BETAS.keys()
     assert not unknown, f"betas Claude Code sends that the surface table does not classify: {sorted(unknown)}"

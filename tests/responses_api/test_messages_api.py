@@ -450,15 +450,6 @@ def test_rate_limits_apply_and_answer_in_anthropics_shape(routes: Gateway, scrip
         forget_redis_keys("gw:rl:*")
 
 
-def test_the_readme_classifies_every_known_beta() -> None:
-    from pathlib import Path
-
-    from responses_api.protocol.messages_api import KNOWN_BETAS
-
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert all(f"| `{beta}` |" in readme for beta in KNOWN_BETAS)
-
-
 def test_count_tokens_is_estimated_where_an_anthropic_upstream_does_not_count(
     routes: Gateway, scripted: ScriptedUpstream
 ) -> None:
