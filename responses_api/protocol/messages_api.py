@@ -582,7 +582,9 @@ def prefix_hashes(messages: list[Any]) -> list[bytes]:
 def stored_input(body: dict[str, Any], start: int) -> list[dict[str, Any]]:
     """The Responses input items of messages[start:], as stored (ids given); InvalidRequest for
     what has no item (the caller then does not store)."""
-    tail = {**body, "messages": body["messages"][start:]}
+    # Only the messages: what else the request carries (Anthropic's server tools, on an Anthropic
+    # route) has no bearing on what is stored.
+    tail = {"model": body["model"], "max_tokens": body["max_tokens"], "messages": body["messages"][start:]}
     return normalize_input(to_responses_body(tail)["input"])
 
 

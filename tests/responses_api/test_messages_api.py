@@ -199,7 +199,7 @@ def test_an_anthropic_route_gets_the_request_in_substance_as_sent(routes: Gatewa
                 ],
             },
         ],
-        "tools": [{**WEATHER, "name": "Read"}],
+        "tools": [{**WEATHER, "name": "Read"}, {"type": "web_search_20250305", "name": "web_search", "max_uses": 1}],
         "tool_choice": {"type": "auto"},
         "thinking": {"type": "enabled", "budget_tokens": 1024},
         "metadata": {"user_id": "user-42"},
@@ -222,6 +222,10 @@ def test_an_anthropic_route_gets_the_request_in_substance_as_sent(routes: Gatewa
     assert request.body == {**body, "model": "up-anthropic"}  # in substance as sent: only the model is the route's
     assert request.headers["anthropic-beta"] == beta and request.headers["x-api-key"] == "sk-up-test"
     assert "x-gateway-ignored-fields" not in answer.headers
+    from responses_api.models import Response
+
+    # Stored too (its messages; Anthropic's server tool has no bearing on that).
+    assert Response.objects.filter(tenant_id=routes.tenant_id, model="via-claude").count() == 1
     raw = raw_stream(routes, body, **{"anthropic-beta": beta})
     streamed = validate_messages_sse(raw.content)
     assert streamed["content"] == [{"type": "text", "text": "Cached."}]
