@@ -571,12 +571,23 @@ def _arguments(text: str) -> Any:
 
 
 def prefix_hashes(messages: list[Any]) -> list[bytes]:
-    """`hashes[i]`: a digest of messages[0..i] (chained, so each is one hash of one message more)."""
+    """`hashes[i]`: a digest of messages[0..i] (chained, so each is one hash of one message more),
+    without their `cache_control` marks: Claude Code moves its mark to the newest message every
+    turn, which changes no message's substance."""
     hashes, last = [], b""
     for message in messages:
-        last = hashlib.blake2b(last + json.dumps(message, sort_keys=True).encode(), digest_size=16).digest()
+        unmarked = _unmarked(message)
+        last = hashlib.blake2b(last + json.dumps(unmarked, sort_keys=True).encode(), digest_size=16).digest()
         hashes.append(last)
     return hashes
+
+
+def _unmarked(message: Any) -> Any:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list) or not any(isinstance(b, dict) and "cache_control" in b for b in content):
+        return message
+    blocks = [{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b for b in content]
+    return {**message, "content": blocks}
 
 
 def stored_input(body: dict[str, Any], start: int) -> list[dict[str, Any]]:

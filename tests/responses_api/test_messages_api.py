@@ -482,7 +482,12 @@ def test_a_session_is_stored_linear_in_its_new_messages(
     claude = client(routes)
     messages: list[dict[str, Any]] = []
     for turn in range(50):
-        messages.append({"role": "user", "content": f"question {turn}"})
+        # As Claude Code does: the cache mark on the newest message only, moved every turn.
+        for message in messages:
+            if isinstance(message["content"], list):
+                message["content"] = [{k: v for k, v in b.items() if k != "cache_control"} for b in message["content"]]
+        mark = {"cache_control": {"type": "ephemeral"}}
+        messages.append({"role": "user", "content": [{"type": "text", "text": f"question {turn}", **mark}]})
         answer = claude.messages.create(model="via-chat", max_tokens=20, system="Be brief.", messages=messages)
         messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in answer.content]})
     responses = list(Response.objects.filter(tenant_id=routes.tenant_id).order_by("created_at"))
