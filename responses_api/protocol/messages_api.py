@@ -572,8 +572,8 @@ def _arguments(text: str) -> Any:
 
 def prefix_hashes(messages: list[Any]) -> list[bytes]:
     """`hashes[i]`: a digest of messages[0..i] (chained, so each is one hash of one message more),
-    without their `cache_control` marks: Claude Code moves its mark to the newest message every
-    turn, which changes no message's substance."""
+    as their substance (`_unmarked`): Claude Code moves its `cache_control` mark to the newest
+    message every turn, and resends an earlier message's blocks as a string."""
     hashes, last = [], b""
     for message in messages:
         unmarked = _unmarked(message)
@@ -583,7 +583,11 @@ def prefix_hashes(messages: list[Any]) -> list[bytes]:
 
 
 def _unmarked(message: Any) -> Any:
+    """The message as compared: content as blocks (a string is one text block: Claude Code sends
+    a system message as blocks, then as a string) without `cache_control`."""
     content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return {**message, "content": [{"type": "text", "text": content}]}
     if not isinstance(content, list) or not any(isinstance(b, dict) and "cache_control" in b for b in content):
         return message
     blocks = [{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b for b in content]

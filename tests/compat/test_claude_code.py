@@ -104,6 +104,14 @@ def test_claude_code_writes_a_file_through_the_gateway(
     assert target.read_text() == "hi\n"
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result.get("is_error") is False and "hello.txt" in result.get("result", "")
+    # Stored linear in the new messages: the turn after the tool call continues the stored turn
+    # that made it (its input only the tool's result), not a copy of the conversation.
+    from responses_api.models import Response, ResponseItem
+
+    chained = [r for r in Response.objects.filter(tenant_id=gateway.tenant_id) if r.previous_response_id]
+    assert chained, "Claude Code's second request continues its first stored turn"
+    inputs = ResponseItem.objects.filter(response_id=chained[0].id, role=0).select_related("item")
+    assert [link.item.type for link in inputs] == ["function_call_output"]
     lines = [vars(r) for r in access_log.records if getattr(r, "path", None) == "/v1/messages"]
     print([(line["status"], line.get("error_param"), line.get("model")) for line in lines])
     assert lines and all(line["status"] == 200 for line in lines)
