@@ -208,7 +208,8 @@ async def _forwarded(turn: _Turn, forwarded: Forwarded, slot: Any, *, stream: bo
                 await slot.release()
                 if writer is not None:
                     writer.closing()
-                await turn.settle(label, 200, reader.usage, writer)
+                # Only a whole answer is stored (the upstream's message_stop seen).
+                await turn.settle(label, 200, reader.usage, writer if reader.finished else None)
 
         response = StreamingHttpResponse(chunks(), content_type=content_type)
         response["Cache-Control"] = "no-cache"
@@ -236,9 +237,10 @@ async def _translated(turn: _Turn, call: Any, slot: Any, target: Target, *, stre
     writer = turn.writer()
     request, body = turn.request, turn.body
 
-    async def finish(status: int) -> None:
+    async def finish(status: int, whole: bool = True) -> None:
         await slot.release()
-        await turn.settle(target.label, status, writer.usage, writer if status == 200 else None)
+        # Only a whole answer is stored (a client gone mid-stream leaves a usage record).
+        await turn.settle(target.label, status, writer.usage, writer if status == 200 and whole else None)
 
     if not stream:
         try:
@@ -254,21 +256,23 @@ async def _translated(turn: _Turn, call: Any, slot: Any, target: Target, *, stre
         return _announce(json_response(message), request, body)
 
     async def events() -> AsyncIterator[bytes]:
-        status = 200
+        status, whole = 200, False
         try:
             for event in writer.opening():
                 yield sse(event)
             async for delta in call.deltas():
                 for event in writer.feed(delta):
                     yield sse(event)
-            for event in writer.closing():
+            closing = writer.closing()
+            whole = True
+            for event in closing:
                 yield sse(event)
         except GatewayError as exc:  # mid-stream: Anthropic's way, an `error` event ends the stream
             status = exc.status
             yield sse(DIALECT.error_body(exc))
         finally:
             await call.aclose()
-            await finish(status)
+            await finish(status, whole)
 
     response = StreamingHttpResponse(events(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"

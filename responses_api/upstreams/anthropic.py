@@ -87,6 +87,11 @@ class MessagesUsage:
                 for delta in deltas:
                     self._sink.feed(delta)
 
+    @property
+    def finished(self) -> bool:
+        """The stream's message_stop was read (with a sink: its content is whole)."""
+        return self._decoder is not None and self._decoder.finished
+
     def message(self, answer: dict[str, Any]) -> None:
         """A whole (not streamed) message's usage, and its content to the sink."""
         self.usage = usage_of(answer.get("usage"))

@@ -594,3 +594,26 @@ def test_the_router_falls_back_across_upstream_kinds(routes: Gateway, scripted: 
     assert validate_messages_sse(raw.content)["content"] == [{"type": "text", "text": "From the backup."}]
     paths = [r.path for r in scripted.requests]
     assert "/v1/messages" in paths and paths[-1] == "/v1/chat/completions"
+
+
+@pytest.mark.parametrize("model", ["via-chat", "via-claude"])
+def test_a_stream_the_client_leaves_is_not_stored_as_whole(
+    routes: Gateway, scripted: ScriptedUpstream, model: str
+) -> None:
+    """A client gone mid-stream: no stored turn claims the cut answer is whole; its usage is
+    recorded."""
+    from responses_api.models import Response, UsageRecord
+
+    kind = ROUTES[model][0]
+    scripted.set_default(f"up-{kind}", Reply(text="a long answer " * 40, chunk_chars=2, interval=0.02))
+    body = {"model": model, "max_tokens": 500, "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    with httpx.Client(base_url=routes.url, timeout=30.0) as http:
+        headers = {"x-api-key": routes.key, "anthropic-version": "2023-06-01"}
+        with http.stream("POST", "/v1/messages", json=body, headers=headers) as answer:
+            for _ in answer.iter_bytes():
+                break  # leave after the first bytes
+    deadline = time.monotonic() + 10
+    while not UsageRecord.objects.filter(endpoint="messages").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert UsageRecord.objects.filter(endpoint="messages", model=model).exists()
+    assert not Response.objects.filter(tenant_id=routes.tenant_id).exists()
