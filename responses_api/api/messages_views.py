@@ -43,7 +43,7 @@ from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.surface import header_names
 from ..protocol.tokens import estimate_request
 from ..store.usage import Endpoint, usage_writer
-from ..upstreams import UpstreamRequest, open_call
+from ..upstreams import UpstreamRequest, delta_batches, open_call
 from ..upstreams.anthropic import MessagesUsage, forward_messages
 from ..upstreams.dialects import dialect_of
 from ..upstreams.passthrough import Forwarded, body_chunks
@@ -258,15 +258,16 @@ async def _translated(turn: _Turn, call: Any, slot: Any, target: Target, *, stre
     async def events() -> AsyncIterator[bytes]:
         status, whole = 200, False
         try:
-            for event in writer.opening():
-                yield sse(event)
-            async for delta in call.deltas():
-                for event in writer.feed(delta):
-                    yield sse(event)
+            yield b"".join(sse(event) for event in writer.opening())
+            # One write per batch of deltas that came together (one network read), as the
+            # Responses streams are written (api/sse.py).
+            async for batch in delta_batches(call):
+                events = [event for delta in batch for event in writer.feed(delta)]
+                if events:
+                    yield b"".join(sse(event) for event in events)
             closing = writer.closing()
             whole = True
-            for event in closing:
-                yield sse(event)
+            yield b"".join(sse(event) for event in closing)
         except GatewayError as exc:  # mid-stream: Anthropic's way, an `error` event ends the stream
             status = exc.status
             yield sse(DIALECT.error_body(exc))

@@ -49,6 +49,7 @@ from .deltas import (
 from .errors import GatewayError, InvalidRequest
 from .ids import new_id
 from .items import normalize_input
+from .wirejson import dumpb
 
 # The top-level fields a Messages request may carry, and what a translated route does with them.
 TRANSLATED = frozenset(
@@ -409,7 +410,7 @@ def anthropic_usage(usage: Usage) -> dict[str, Any]:
 def sse(event: dict[str, Any]) -> bytes:
     """One event on Anthropic's wire: its type named in `event:` and again in the data."""
     kind: str = event["type"]
-    return b"event: " + kind.encode() + b"\ndata: " + json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
+    return b"event: " + kind.encode() + b"\ndata: " + dumpb(event) + b"\n\n"
 
 
 class MessagesWriter:
