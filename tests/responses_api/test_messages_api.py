@@ -617,3 +617,25 @@ def test_a_stream_the_client_leaves_is_not_stored_as_whole(
         time.sleep(0.1)
     assert UsageRecord.objects.filter(endpoint="messages", model=model).exists()
     assert not Response.objects.filter(tenant_id=routes.tenant_id).exists()
+
+
+@pytest.mark.parametrize("model", ["via-chat", "via-claude"])
+def test_the_sdks_beta_namespace_is_served(routes: Gateway, scripted: ScriptedUpstream, model: str) -> None:
+    """`client.beta.messages` (`?beta=true` with `anthropic-beta`, as Claude Code calls): served,
+    not refused as OpenAI's beta surface; the betas passed on to an Anthropic route."""
+    kind = ROUTES[model][0]
+    scripted.set_default(f"up-{kind}", Reply(text="Beta ok."))
+    message = client(routes).beta.messages.create(
+        model=model,
+        max_tokens=20,
+        betas=["interleaved-thinking-2025-05-14"],
+        messages=[{"role": "user", "content": "x"}],
+    )
+    assert message.content[0].text == "Beta ok."
+    counted = client(routes).beta.messages.count_tokens(
+        model=model, betas=["token-counting-2024-11-01"], messages=[{"role": "user", "content": "x"}]
+    )
+    assert counted.input_tokens > 0
+    if kind == "anthropic":
+        request = [r for r in scripted.requests if r.path == "/v1/messages"][-1]
+        assert request.headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
