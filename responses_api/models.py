@@ -639,6 +639,7 @@ class UsageRecord(models.Model):
         EMBEDDINGS = "embeddings"
         PURGED_RESPONSE = "responses (purged)"  # a purged response's tokens, kept for usage and budgets
         UNSTORED_RESPONSE = "responses (store: false)"  # nothing else of it is kept
+        MESSAGES = "messages"  # Anthropic's Messages front door (api/messages_views.py)
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")

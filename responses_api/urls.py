@@ -1,6 +1,6 @@
 from django.urls import include, path, re_path
 
-from .api import docs, passthrough_views, views
+from .api import docs, messages_views, passthrough_views, views
 
 urlpatterns = [
     path("responses", views.ResponsesView.as_view()),
@@ -11,6 +11,8 @@ urlpatterns = [
     path("responses/<str:response_id>/input_items", views.ResponseInputItemsView.as_view()),
     path("chat/completions", passthrough_views.ChatCompletionsView.as_view()),
     path("embeddings", passthrough_views.EmbeddingsView.as_view()),
+    path("messages", messages_views.MessagesView.as_view()),
+    path("messages/count_tokens", messages_views.CountTokensView.as_view()),
     path("models", views.ModelsView.as_view()),
     path("models/<path:model>", views.ModelDetailView.as_view()),
     path("", include("responses_api.conversations.urls")),

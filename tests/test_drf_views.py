@@ -26,10 +26,17 @@ def _v1_routes(patterns: list, prefix: str = "") -> list[tuple[str, object]]:
 
 def test_every_v1_endpoint_is_a_drf_view_served_by_the_fast_lane() -> None:
     from responses_api.api.drf import ApiView
-    from responses_api.api.drf_policies import BearerKeyAuthentication, HasApiKey, KeyOrStaffSessionAuthentication
+    from responses_api.api.drf_policies import (
+        ApiKeyHeaderAuthentication,
+        BearerKeyAuthentication,
+        HasApiKey,
+        KeyOrStaffSessionAuthentication,
+    )
 
     # The history's read endpoints also take a staff session on GET/HEAD (tests/history/test_staff_browsing.py).
     browsable = {"v1/responses", "v1/responses/<str:response_id>/thread", "v1/usage"}
+    # What Anthropic's clients call take their key header too (`x-api-key`; api/messages_views.py).
+    anthropic = {"v1/messages", "v1/messages/count_tokens", "v1/models", "v1/models/<path:model>"}
     views = {}
     for route, callback in _v1_routes(get_resolver().url_patterns):
         if route in ("v1/^.*$", "v1/openapi.json", "v1/docs", "v1/docs/redoc.standalone.js"):
@@ -38,7 +45,13 @@ def test_every_v1_endpoint_is_a_drf_view_served_by_the_fast_lane() -> None:
         assert view is not None and issubclass(view, ApiView), route
         views[route] = view
         assert getattr(callback, "fast_lane", False), route
-        expected = KeyOrStaffSessionAuthentication if route in browsable else BearerKeyAuthentication
+        expected = (
+            KeyOrStaffSessionAuthentication
+            if route in browsable
+            else ApiKeyHeaderAuthentication
+            if route in anthropic
+            else BearerKeyAuthentication
+        )
         assert view.authentication_classes == (expected,), route
         assert HasApiKey in view.permission_classes
     assert "v1/responses" in views and "v1/conversations/<str:conversation_id>/items" in views

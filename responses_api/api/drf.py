@@ -58,6 +58,10 @@ class ApiView(APIView):
     # No OPTIONS (no CORS preflight or DRF metadata here): 405 like any method an endpoint lacks.
     http_method_names = ["get", "post", "delete", "head"]
     metadata_class = None
+    # `?beta=true` and `openai-beta` ask for OpenAI's beta surface, refused whole; Anthropic's
+    # dialect uses `?beta=true` for its own betas (its SDK's `client.beta.messages`), which its
+    # views serve (api/messages_views.py).
+    refuses_openai_beta = True
 
     @classmethod
     def as_view(cls, **initkwargs: Any) -> Any:
@@ -133,7 +137,7 @@ class ApiView(APIView):
         request.version, request.versioning_scheme = None, None
         await self._authenticate(request)
         meta = request._request.META
-        if beta_requested(meta.get("QUERY_STRING", ""), meta.get("HTTP_OPENAI_BETA")):
+        if self.refuses_openai_beta and beta_requested(meta.get("QUERY_STRING", ""), meta.get("HTTP_OPENAI_BETA")):
             # The beta surface is refused whole (protocol/surface.py) until a part of it is served.
             raise InvalidRequest(BETA_MESSAGE, param="beta")
         for permission in self.get_permissions():

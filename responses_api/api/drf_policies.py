@@ -40,6 +40,22 @@ class BearerKeyAuthentication(BaseAuthentication):
         return "Bearer"
 
 
+class ApiKeyHeaderAuthentication(BearerKeyAuthentication):
+    """Anthropic's clients send the key in `x-api-key`; `Authorization: Bearer` is taken too
+    (the SDK's `auth_token`, Claude Code's ANTHROPIC_AUTH_TOKEN)."""
+
+    async def authenticate(self, request: Request) -> tuple[Principal, None]:  # type: ignore[override]  # awaited by drf.py, as the base class's
+        key = request.META.get("HTTP_X_API_KEY", "").strip()
+        if not key:
+            return await super().authenticate(request)
+        principal = await principal_for(key)
+        RequestNotes.of(request._request).log_extra["tenant"] = principal.tenant_name
+        return principal, None
+
+    def authenticate_header(self, request: Request) -> str:
+        return "x-api-key"
+
+
 class KeyOrStaffSessionAuthentication(BearerKeyAuthentication):
     """The history's read endpoints: an API key as everywhere, and, only when no key is
     presented, a logged-in staff user's admin session on GET and HEAD, answered with DRF's

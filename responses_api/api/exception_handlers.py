@@ -22,13 +22,17 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
     return response
 
 
-def error_response(error: GatewayError) -> HttpResponse:
+def error_response(error: GatewayError, body: dict[str, Any] | None = None) -> HttpResponse:
+    """`body`: another dialect's error shape for this error (an inbound dialect's, such as
+    Anthropic's, protocol/dialects.py); the protocol's own by default."""
     headers = dict(error.headers)
     if error.status == 429 and "x-should-retry" not in {k.lower() for k in headers}:
         headers.setdefault("Retry-After", "1")
     if error.status in (400, 401, 403, 404, 409):
         headers.setdefault("x-should-retry", "false")
-    response = ErrorResponse(dumpb(error.body()), status=error.status, content_type="application/json")
+    response = ErrorResponse(
+        dumpb(error.body() if body is None else body), status=error.status, content_type="application/json"
+    )
     for key, value in headers.items():
         response[key] = value
     response.log_fields = {
@@ -42,12 +46,17 @@ def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> HttpRespon
     """The exception handler of every /v1 view (DRF's EXCEPTION_HANDLER): the gateway's own
     errors, DRF's (405, throttles, permissions) and outages (503) become the protocol's error
     body; anything else goes on up to the ASGI lane, which logs it and answers a plain 500."""
+    error = as_gateway_error(exc, context)
+    return error_response(error) if error is not None else None
+
+
+def as_gateway_error(exc: Exception, context: dict[str, Any]) -> GatewayError | None:
+    """The gateway's error for what a view raised; None for a fault (a 500 from the lane)."""
     if isinstance(exc, GatewayError):
-        return error_response(exc)
+        return exc
     if isinstance(exc, exceptions.APIException):
-        return error_response(_from_drf(exc, context))
-    outage = unavailable(exc)
-    return error_response(outage) if outage is not None else None
+        return _from_drf(exc, context)
+    return unavailable(exc)
 
 
 def _from_drf(exc: Any, context: dict[str, Any]) -> GatewayError:

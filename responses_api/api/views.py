@@ -7,6 +7,7 @@ with `stream: true`, an `EventStream` of server-sent events.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -21,6 +22,7 @@ from ..orchestration.compact import compact_conversation
 from ..orchestration.gateway import Started, start_response
 from ..orchestration.input_tokens import count_input_tokens
 from ..orchestration.worker import cancel_background, follow_log
+from ..protocol import messages_api
 from ..protocol.batches import singly
 from ..protocol.errors import InvalidRequest, NotFound, ProviderMisconfigured
 from ..protocol.events import Event, output_from_events
@@ -30,7 +32,7 @@ from ..store import db, selectors, services
 from ..store.eventlog import event_log
 from .asgi import fast_lane
 from .drf import ApiRequest, ApiView
-from .drf_policies import KeyOrStaffSessionAuthentication
+from .drf_policies import ApiKeyHeaderAuthentication, KeyOrStaffSessionAuthentication
 from .exception_handlers import error_response, json_response
 from .openapi import failed_dependency, json_body, json_or_stream, rate_limited, ref, response_header
 from .queries import PageQuery, RetrieveQuery
@@ -206,7 +208,9 @@ class ResponseInputItemsView(ApiView):
 
 
 class ModelsView(ApiView):
-    """`/v1/models`: the models this key may use."""
+    """`/v1/models`: the models this key may use (in Anthropic's shape for its clients)."""
+
+    authentication_classes = (ApiKeyHeaderAuthentication,)
 
     @extend_schema(
         operation_id="listModels",
@@ -215,17 +219,44 @@ class ModelsView(ApiView):
         responses={200: ref("ModelList")},
     )
     async def get(self, request: ApiRequest) -> Response:
-        return Response({"object": "list", "data": await db.run(selectors.models_visible, self.principal)})
+        models = await db.run(selectors.models_visible, self.principal)
+        if request.META.get("HTTP_ANTHROPIC_VERSION"):
+            # An Anthropic client (Claude Code, the anthropic SDK) lists models in its own shape.
+            data = [anthropic_model(m) for m in models]
+            return Response(
+                {
+                    "data": data,
+                    "has_more": False,
+                    "first_id": data[0]["id"] if data else None,
+                    "last_id": data[-1]["id"] if data else None,
+                }
+            )
+        return Response({"object": "list", "data": models})
+
+
+def anthropic_model(model: dict[str, Any]) -> dict[str, Any]:
+    """A model of /v1/models as Anthropic's ModelInfo."""
+    created = datetime.datetime.fromtimestamp(int(model.get("created") or 0), tz=datetime.UTC)
+    return {
+        "type": "model",
+        "id": model["id"],
+        "display_name": model["id"],
+        "created_at": created.isoformat().replace("+00:00", "Z"),
+    }
 
 
 class ModelDetailView(ApiView):
     """`/v1/models/{model}`."""
+
+    authentication_classes = (ApiKeyHeaderAuthentication,)
 
     @extend_schema(operation_id="getModel", tags=["Models"], summary="Retrieve a model", responses={200: ref("Model")})
     async def get(self, request: ApiRequest, model: str) -> Response:
         data = [m for m in await db.run(selectors.models_visible, self.principal) if m["id"] == model]
         if not data:
             raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
+        if request.META.get("HTTP_ANTHROPIC_VERSION"):
+            return Response(anthropic_model(data[0]))
         return Response(data[0])
 
 
@@ -280,4 +311,7 @@ class ResponseInputTokensView(ApiView):
 
 @fast_lane
 async def not_found(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponseBase:
+    if request.path.startswith(messages_api.BATCHES_PATH):
+        refused = NotFound(messages_api.BATCHES_NOT_SERVED, code="not_found")
+        return error_response(refused, messages_api.error_body(refused))
     return error_response(NotFound(f"Unknown endpoint {request.method} {request.path}.", code="unknown_url"))

@@ -8,19 +8,21 @@ A dialect's column in the surface table (protocol/surface.py) is keyed by its na
 built-in dialects have theirs written in the table's rows; a dialect added elsewhere declares its
 column here (`column`, `chat_column`) and registering it adds that column to every row.
 
-Seam for INBOUND dialects (a front door speaking another API, such as Anthropic's Messages):
-these are the upstream (outbound) ones only. An inbound dialect would be a registry of its own
-(its request parser into protocol.request.CreateRequest and its event writer from the engine's
-events), keyed by path; nothing here assumes the client speaks Responses except `surface`'s
-name for the native column.
+INBOUND dialects (a front door speaking another API): `InboundDialect`, a registry of its own
+keyed by path: its request check, its reading as a Responses create body (then parsed into
+protocol.request.CreateRequest), its writer of the upstream's deltas and its error shape. The
+first is Anthropic's Messages (`/v1/messages`, protocol/messages_api.py; served by
+api/messages_views.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from . import surface
+from . import messages_api, surface
+from .errors import GatewayError
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +107,52 @@ for _dialect in (
     ),
 ):
     register(_dialect)
+
+
+@dataclass(frozen=True, slots=True)
+class InboundDialect:
+    """A front door speaking another API than Responses, served at `path` (under /v1)."""
+
+    name: str
+    path: str
+    # The checks every request gets (the field named), whatever its route: the checked body.
+    check: Callable[[Any], dict[str, Any]]
+    # The checked body as a Responses create body (`output_floor`: the upstream is a Responses
+    # server, whose least max_output_tokens is 16).
+    to_responses_body: Callable[..., dict[str, Any]]
+    # The fields of a body a translated route accepts without applying.
+    ignored_fields: Callable[[Mapping[str, Any]], list[str]]
+    # (model, id) -> the writer of the upstream's deltas in this dialect.
+    writer: Callable[[str, str], Any]
+    error_body: Callable[[GatewayError], dict[str, Any]]
+    # The upstream dialect it is the native wire of: a route's target of that kind gets the
+    # request in substance as sent, not translated (the view decides how).
+    native_upstream: str | None = None
+
+
+_INBOUND: dict[str, InboundDialect] = {}
+
+
+def register_inbound(dialect: InboundDialect) -> None:
+    if dialect.path in _INBOUND:
+        raise ValueError(f"inbound dialect path {dialect.path!r} is already registered")
+    _INBOUND[dialect.path] = dialect
+
+
+def inbound(path: str) -> InboundDialect:
+    """The inbound dialect served at `path`; KeyError for none."""
+    return _INBOUND[path]
+
+
+register_inbound(
+    InboundDialect(
+        "anthropic_messages",
+        "messages",
+        check=messages_api.check_request,
+        to_responses_body=messages_api.to_responses_body,
+        ignored_fields=messages_api.ignored_fields,
+        writer=messages_api.MessagesWriter,
+        error_body=messages_api.error_body,
+        native_upstream="anthropic",
+    )
+)

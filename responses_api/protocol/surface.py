@@ -428,6 +428,41 @@ BETA_HEADER_VALUES = frozenset({"responses_multi_agent=v1"})
 # -- derived at import: what the request path reads ------------------------------------------
 
 
+# The `anthropic-beta` values of /v1/messages (api/messages_views.py), as the pinned Claude Code
+# and Anthropic's clients send them (tests/compat/test_claude_code.py fails on one not here). To
+# an Anthropic route every beta is passed on as sent; on a translated route each only adds
+# optional behaviour: ignored, named in x-gateway-ignored-fields (`anthropic-beta:<value>`),
+# never refused. The note says what a translated route does instead.
+ANTHROPIC_BETAS: dict[str, Entry] = {
+    "claude-code-20250219": _e(Treatment.ANNOUNCED, "Claude Code's own marker; no behaviour of the API"),
+    "interleaved-thinking-2025-05-14": _e(
+        Treatment.ANNOUNCED, "thinking between tool calls; a translated route reasons as its upstream does"
+    ),
+    "context-management-2025-06-27": _e(
+        Treatment.ANNOUNCED, "`context_management` (clearing old tool results and thinking): not applied"
+    ),
+    "mid-conversation-tool-changes-2026-07-01": _e(
+        Treatment.ANNOUNCED, "tools may change between turns; a translated route sends each turn's"
+    ),
+    "thinking-token-count-2026-05-13": _e(Treatment.ANNOUNCED, "thinking tokens counted apart in usage; not reported"),
+    "advanced-tool-use-2025-11-20": _e(Treatment.ANNOUNCED, "tool search and `defer_loading`; every tool is offered"),
+    "effort-2025-11-24": _e(Treatment.ANNOUNCED, "`output_config.effort`: applied as the reasoning effort"),
+    "prompt-caching-2024-07-31": _e(
+        Treatment.ANNOUNCED, "`cache_control` marks; a translated upstream caches on its own"
+    ),
+    "token-counting-2024-11-01": _e(
+        Treatment.ANNOUNCED, "/v1/messages/count_tokens: served (estimated on a translated route)"
+    ),
+    "fine-grained-tool-streaming-2025-05-14": _e(
+        Treatment.ANNOUNCED, "tool input streamed unbuffered; a translated route sends each call whole"
+    ),
+    "output-128k-2025-02-19": _e(Treatment.ANNOUNCED, "longer outputs; max_tokens is passed on as asked"),
+    "structured-outputs-2025-11-13": _e(
+        Treatment.ANNOUNCED, "`output_format`: not applied (use `output_config.format`)"
+    ),
+}
+
+
 def _names(table: dict[str, Entry], *treatments: Treatment) -> frozenset[str]:
     return frozenset(name for name, entry in table.items() if entry.treatment in treatments)
 
@@ -716,6 +751,16 @@ def markdown_tables() -> str:
     ):
         out += ["", f"#### {title}", "", "| type | treatment | note |", "|---|---|---|"]
         out += [f"| `{name}` | {entry.treatment} | {entry.note} |" for name, entry in table.items()]
+    out += [
+        "",
+        "#### `anthropic-beta` values (`/v1/messages`)",
+        "",
+        "Passed on as sent to an Anthropic route; on a Chat Completions or Responses route:",
+        "",
+        "| value | treatment | note |",
+        "|---|---|---|",
+    ]
+    out += [f"| `{name}` | {entry.treatment} | {entry.note} |" for name, entry in ANTHROPIC_BETAS.items()]
     out += [
         "",
         "#### The beta surface",

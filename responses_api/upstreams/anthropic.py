@@ -5,6 +5,7 @@ protocol/anthropic.py. The key goes in `x-api-key`, the API version in `anthropi
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..domain import ProviderConfig, Target
@@ -14,13 +15,83 @@ from ..protocol.anthropic import (
     EventDecoder,
     build_messages_request,
     message_to_deltas,
+    usage_of,
 )
+from ..protocol.deltas import UpstreamFailed, Usage
 from ..protocol.errors import UpstreamError
 from ..sealing import SealBroken, sealer
 from .base import UpstreamRequest
 from .chat_completions import Opened, post_json
 from .events import EventStreamCall
 from .http import provider_headers
+from .passthrough import Forwarded, forward
+
+
+def messages_headers(target: Target, betas: str | None = None) -> dict[str, str]:
+    """The headers of a request to an Anthropic provider: its key in `x-api-key`, its API version,
+    and the betas a client asked for after those the provider's configuration sends."""
+    headers = anthropic_headers(target.provider)
+    if betas:
+        name = next((k for k in headers if k.lower() == "anthropic-beta"), "anthropic-beta")
+        configured = headers.get(name)
+        headers[name] = f"{configured},{betas}" if configured else betas
+    return headers
+
+
+async def forward_messages(
+    target: Target, body: dict[str, Any], *, stream: bool, betas: str | None, path: str = "/messages"
+) -> Forwarded:
+    """A Messages request sent in substance as the client sent it (the route's upstream model in
+    it): the inbound Messages front door to an Anthropic target (api/messages_views.py)."""
+    return await forward(target, path, body, stream=stream, headers=messages_headers(target, betas))
+
+
+class MessagesUsage:
+    """The usage of a forwarded Messages stream, read from its events as they pass
+    (message_start's, then message_delta's, which Anthropic sends cumulative); and, given a
+    `sink` (protocol.messages_api.MessagesWriter), its content as deltas, for storing the turn."""
+
+    def __init__(self, sink: Any = None) -> None:
+        self.usage = Usage()
+        self._tail = b""
+        self._sink = sink
+        self._decoder = EventDecoder() if sink is not None else None
+
+    def scan(self, chunk: bytes) -> None:
+        *lines, self._tail = (self._tail + chunk).split(b"\n")
+        self._tail = self._tail[-65536:]
+        for line in lines:
+            if not line.startswith(b"data:") or (self._decoder is None and b'"usage"' not in line):
+                continue
+            try:
+                event = json.loads(line[5:])
+            except ValueError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            if event.get("type") == "message_start":
+                self.usage = usage_of((event.get("message") or {}).get("usage"))
+            elif event.get("type") == "message_delta":
+                self.usage = usage_of(event.get("usage"), self.usage)
+            if self._decoder is not None:
+                try:
+                    deltas = self._decoder.feed(event)
+                except UpstreamFailed:
+                    continue
+                for delta in deltas:
+                    self._sink.feed(delta)
+
+    @property
+    def finished(self) -> bool:
+        """The stream's message_stop was read (with a sink: its content is whole)."""
+        return self._decoder is not None and self._decoder.finished
+
+    def message(self, answer: dict[str, Any]) -> None:
+        """A whole (not streamed) message's usage, and its content to the sink."""
+        self.usage = usage_of(answer.get("usage"))
+        if self._sink is not None:
+            for delta in message_to_deltas(answer):
+                self._sink.feed(delta)
 
 
 def anthropic_headers(provider: ProviderConfig, *, json_body: bool = True) -> dict[str, str]:

@@ -25,10 +25,13 @@ class Forwarded:
     response: aiohttp.ClientResponse
 
 
-async def forward(target: Target, path: str, body: dict[str, Any], *, stream: bool) -> Forwarded:
-    """Send the body to the target; the open response (status 200), or a GatewayError."""
+async def forward(
+    target: Target, path: str, body: dict[str, Any], *, stream: bool, headers: dict[str, str] | None = None
+) -> Forwarded:
+    """Send the body to the target; the open response (status 200), or a GatewayError.
+    `headers`: the dialect's own (Anthropic's key header and version), else OpenAI's bearer key."""
     provider = target.provider
-    headers = provider_headers(provider)
+    headers = provider_headers(provider) if headers is None else headers
     first_byte = provider.first_byte_timeout if stream else provider.timeout
     limit = "first_byte_timeout" if stream else "timeout"
     timeout = aiohttp.ClientTimeout(

@@ -656,6 +656,16 @@ class ScriptedUpstream:
                 await self._send_json(send, 400, _error(problem, "invalid_request_error"))
                 return
             await self._chat(_responses_as_chat(body), index, receive, send, dialect="responses")
+        elif method == "POST" and path == "/v1/messages/count_tokens":
+            # Anthropic's token counting: deterministic here (a token per 4 characters of the
+            # messages and system), its key and version checked as for /v1/messages.
+            if "x-api-key" not in headers or "anthropic-version" not in headers:
+                await self._send_json(
+                    send, 401, {"type": "error", "error": {"type": "authentication_error", "message": "no key"}}
+                )
+                return
+            counted = json.dumps([body.get("system"), body.get("messages"), body.get("tools")])
+            await self._send_json(send, 200, {"input_tokens": len(counted) // 4})
         elif method == "POST" and path == "/v1/messages":
             # Anthropic's Messages dialect (provider kind `anthropic`): the same scripted replies,
             # once the fields Anthropic checks are as it accepts them.
