@@ -17,6 +17,7 @@ from ..protocol.events import Event
 from ..protocol.request import CreateRequest
 from .admission import admit_request, open_sealed_reasoning, route_for
 from .assembly import PriorContext, check_answers_before_hand_off, run_for_request
+from .guardrails import guard_request
 from .handoff import start_on_worker
 from .prompts import apply_request_prompt
 from .toolplan import plan_tools, registry_specs
@@ -82,6 +83,7 @@ async def start_response(
     most recent response, which `req` may continue."""
     req, body = await apply_request_prompt(principal, req, body)  # first: the template may name the model
     route = await route_for(principal, req.model)
+    req, body = await guard_request(principal, req, body, where="responses")
     req = open_sealed_reasoning(req, principal.tenant_id)
     specs = await registry_specs(principal, req, route)
     plan = plan_tools(req, route, specs, await registry_mcp(principal, req))
