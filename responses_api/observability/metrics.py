@@ -281,6 +281,7 @@ METRICS: tuple[MetricWrapperBase, ...] = (
     TOKENS,
     UPSTREAM_ERRORS,
     RATE_LIMITED,
+    GUARDRAIL_DECISIONS,
     OPEN_STREAMS,
     OPEN_WEBSOCKETS,
 )
