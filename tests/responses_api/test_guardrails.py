@@ -39,7 +39,7 @@ def guardrail(name: str, kind: str, action: str, config: dict[str, Any] | None =
     return row
 
 
-def events() -> list[dict[str, Any]]:
+def events() -> list[Any]:
     from responses_api.models import GuardrailEvent
 
     return list(
@@ -112,7 +112,7 @@ def test_redact_reaches_the_upstream_and_the_store(gateway: Gateway, scripted: S
         {"role": "user", "content": redacted},
     ]
     stored = client.responses.input_items.list(resp.id).data
-    assert stored[0].content[0].text == redacted  # type: ignore[union-attr]
+    assert stored[0].content[0].text == redacted
     assert resp.instructions == "The user is [REDACTED:email]"
     assert {r["category"] for r in events()} == {"email", "phone", "card", "iban", "credential"}
     assert {r["action"] for r in events()} == {"redact"}
@@ -124,9 +124,7 @@ def test_streamed_redact_is_strictly_valid_and_log_passes(gateway: Gateway, scri
     guardrail("watch", "patterns", "log")
     scripted.enqueue(MODEL, Reply(text="streamed answer", chunk_chars=4))
     with gateway.http() as http:
-        r = http.post(
-            "/v1/responses", json={"model": MODEL, "input": f"{CODENAME}: write to {EMAIL}", "stream": True}
-        )
+        r = http.post("/v1/responses", json={"model": MODEL, "input": f"{CODENAME}: write to {EMAIL}", "stream": True})
     assert r.status_code == 200
     assert validate_sse(r.content)["status"] == "completed"
     # `log` passes the text as sent; `redact` replaces its own match.
@@ -216,7 +214,13 @@ def test_scopes_tenant_key_and_route_never_cross(gateway: Gateway, scripted: Scr
     guardrail("acme-only", "patterns", "block", tenant_id=gateway.tenant_id)
     second = ApiKey.objects.get(name="second")
     guardrail("second-key", "pii", "block", {"categories": ["email"]}, api_key=second)
-    guardrail("route", "patterns", "block", {"categories": {"swear": {"words": ["darn"]}}}, route=ModelRoute.objects.get(name=MODEL))
+    guardrail(
+        "route",
+        "patterns",
+        "block",
+        {"categories": {"swear": {"words": ["darn"]}}},
+        route=ModelRoute.objects.get(name=MODEL),
+    )
     scripted.enqueue(MODEL, Reply(text="globex may"), Reply(text="acme's first key may"))
     assert gateway.openai(other_key).responses.create(model=MODEL, input=CODENAME).output_text == "globex may"
     with pytest.raises(openai.BadRequestError):
@@ -250,7 +254,9 @@ def test_only_input_is_served_and_bad_configs_are_refused() -> None:
     Guardrail.objects.all().delete()
 
 
-def test_audit_is_counted_listed_and_filtered(gateway: Gateway, scripted: ScriptedUpstream, settings, admin_client) -> None:
+def test_audit_is_counted_listed_and_filtered(
+    gateway: Gateway, scripted: ScriptedUpstream, settings, admin_client
+) -> None:
     settings.GATEWAY_METRICS_TOKEN = "scrape-secret-123"
 
     def decisions() -> float:
