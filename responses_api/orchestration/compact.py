@@ -23,7 +23,8 @@ async def compact_conversation(principal: Principal, req: CreateRequest) -> tupl
     model: the `response.compaction` object, and the rate-limit headers of its admission
     (OpenAI's `x-ratelimit-*`, as a create has)."""
     route = await route_for(principal, req.model)
-    req, _ = await guard_request(principal, req, {}, where="responses.compact")
+    req, _, screened = await guard_request(principal, req, {}, where="responses.compact")
+    await screened.audit(principal)
     req = open_sealed_reasoning(req, principal.tenant_id)
     req = dataclasses.replace(req, input_items=[*req.input_items, summary_request_item()])
     grant = await admit_request(principal, req, route)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -77,6 +78,41 @@ async def input_detectors(principal: Principal, model: str) -> tuple[Detector, .
     )
 
 
+@dataclass(slots=True)
+class Screened:
+    """A payload checked: as the upstream may get it, and the decisions (none a block) that
+    are still to be audited, once the caller knows the response's id."""
+
+    payload: dict[str, Any]
+    decisions: list[Decision] = field(default_factory=list)
+    where: str = ""
+
+    async def audit(self, principal: Principal, response_id: str = "") -> None:
+        if self.decisions:
+            await _audit(principal, self.decisions, where=self.where, response_id=response_id)
+
+
+async def screen_input(
+    principal: Principal, model: str, payload: dict[str, Any], fields: Iterable[str], *, where: str
+) -> Screened:
+    """`check_input` without the audit of a decision that passes (`Screened.audit` records it);
+    a block is audited at once, and raised."""
+    detectors = await input_detectors(principal, model)
+    if not detectors:
+        return Screened(payload)
+    checked, decisions = scan(payload, fields, detectors)
+    if not decisions:
+        return Screened(payload)
+    blocked = next((d for d in decisions if d.action == "block"), None)
+    if blocked is not None:
+        await _audit(principal, decisions, where=where, response_id="")
+        raise GuardrailBlocked(
+            f"The request was blocked by the guardrail '{blocked.guardrail}' (category: {blocked.category}).",
+            param=None,
+        )
+    return Screened(checked, decisions, where)
+
+
 async def check_input(
     principal: Principal,
     model: str,
@@ -92,54 +128,50 @@ async def check_input(
     key and model, redacted where a `redact` one matched. The same payload (not a copy) when
     no guardrail applies or none changed it. Raises GuardrailBlocked (400) when a `block`
     guardrail matched, before any upstream call; every decision but pass is audited as `where`."""
-    detectors = await input_detectors(principal, model)
-    if not detectors:
-        return payload
-    checked, decisions = scan(payload, fields, detectors)
-    if not decisions:
-        return payload
-    await _audit(principal, decisions, where=where, response_id=response_id)
-    blocked = next((d for d in decisions if d.action == "block"), None)
-    if blocked is not None:
-        raise GuardrailBlocked(
-            f"The request was blocked by the guardrail '{blocked.guardrail}' (category: {blocked.category}).",
-            param=None,
-        )
-    return checked
+    screened = await screen_input(principal, model, payload, fields, where=where)
+    await screened.audit(principal, response_id)
+    return screened.payload
 
 
 async def _audit(principal: Principal, decisions: list[Decision], *, where: str, response_id: str) -> None:
     for d in decisions:
         guardrail_decision(d.guardrail, d.category, d.action, where)
         log.info("guardrail %r: %s %s on %s", d.guardrail, d.action, d.category, where)
-    await db.run(
-        record_events,
-        [
-            GuardrailAudit(
-                tenant_id=principal.tenant_id,
-                key_id=principal.key_id,
-                response_id=response_id,
-                guardrail_id=d.guardrail_id,
-                guardrail=d.guardrail,
-                category=d.category,
-                action=d.action,
-                where=where,
-            )
-            for d in decisions
-        ],
-    )
+    rows = _rows(principal, decisions, where=where, response_id=response_id)
+    try:
+        await db.run(record_events, rows)
+    except Exception:
+        log.exception("guardrail decisions on %s not recorded", where)
+
+
+def _rows(principal: Principal, decisions: list[Decision], *, where: str, response_id: str) -> list[GuardrailAudit]:
+    return [
+        GuardrailAudit(
+            tenant_id=principal.tenant_id,
+            key_id=principal.key_id,
+            response_id=response_id,
+            guardrail_id=d.guardrail_id,
+            guardrail=d.guardrail,
+            category=d.category,
+            action=d.action,
+            where=where,
+        )
+        for d in decisions
+    ]
 
 
 async def guard_request(
     principal: Principal, req: CreateRequest, body: dict[str, Any], *, where: str
-) -> tuple[CreateRequest, dict[str, Any]]:
+) -> tuple[CreateRequest, dict[str, Any], Screened]:
     """The input guardrails on a create's text (a prompt template already applied): `req` and
     the body a worker's job keeps, both redacted alike (the upstream and the store get the same
-    text). The context a `previous_response_id` or conversation brings was checked when it was sent."""
+    text), and the decisions to audit once the response has an id. The context a
+    `previous_response_id` or conversation brings was checked when it was sent."""
     fields = {"input": req.input_items, "instructions": req.instructions}
-    checked = await check_input(principal, req.model, fields, ("input", "instructions"), where=where)
+    screened = await screen_input(principal, req.model, fields, ("input", "instructions"), where=where)
+    checked = screened.payload
     if checked is fields:
-        return req, body
+        return req, body, screened
     req = dataclasses.replace(req, input_items=checked["input"], instructions=checked["instructions"])
     # The items as parsed are a valid `input` too: the worker parses the same redacted text.
-    return req, {**body, "input": checked["input"], "instructions": checked["instructions"]}
+    return req, {**body, "input": checked["input"], "instructions": checked["instructions"]}, screened

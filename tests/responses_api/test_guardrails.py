@@ -89,6 +89,7 @@ def test_block_is_a_400_naming_the_category_before_any_upstream_call(
     rows = events()
     assert len(rows) == 2 and {r["action"] for r in rows} == {"block"} and rows[0]["where"] == "responses"
     assert rows[0]["category"] == "codename" and rows[0]["tenant_id"] == gateway.tenant_id
+    assert rows[0]["response_id"] == ""  # refused: no response was made
     # Unmatched text passes untouched, and is not audited.
     scripted.enqueue(MODEL, Reply(text="fine"))
     assert client.responses.create(model=MODEL, input="Zeusberg is a town").output_text == "fine"
@@ -116,6 +117,7 @@ def test_redact_reaches_the_upstream_and_the_store(gateway: Gateway, scripted: S
     assert resp.instructions == "The user is [REDACTED:email]"
     assert {r["category"] for r in events()} == {"email", "phone", "card", "iban", "credential"}
     assert {r["action"] for r in events()} == {"redact"}
+    assert {r["response_id"] for r in events()} == {resp.id}  # recorded once the response has its id
     assert_never_leaked(caplog)
 
 
@@ -160,6 +162,7 @@ def test_background_run_gets_the_redacted_text(gateway: Gateway, scripted: Scrip
     with gateway.http() as http:
         items = http.get(f"/v1/responses/{created.id}/input_items").json()["data"]
     assert EMAIL not in repr(items) and "[REDACTED:email]" in repr(items)
+    assert [(e["response_id"], e["category"]) for e in events()] == [(created.id, "email")]
 
 
 def test_prompt_template_variables_are_checked(gateway: Gateway, scripted: ScriptedUpstream) -> None:
