@@ -66,6 +66,35 @@ _CREDENTIALS = re.compile(
 )
 
 
+# Cheap gates before the full patterns (each a substring test or a plain scan, several times
+# faster than the pattern itself): most text has no "@", no long digit run, no key prefix.
+_CREDENTIAL_PREFIXES = (
+    "AKIA",
+    "ASIA",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xox",
+    "sk-",
+    "sk_",
+    "rk_",
+    "AIza",
+    "-----BEGIN",
+    "eyJ",
+)
+_DIGIT = re.compile(r"\d")
+_DIGIT_RUN = re.compile(r"\d[\d -]{11}")
+_IBAN_START = re.compile(r"[A-Z]{2}\d{2}")
+
+
+def _has_credential_prefix(text: str) -> bool:
+    return any(prefix in text for prefix in _CREDENTIAL_PREFIXES)
+
+
 class GuardrailConfigError(ValueError):
     """A definition that cannot be compiled; `field` names the key of its config."""
 
@@ -97,15 +126,21 @@ class Detector:
         return [span for finder in self.finders for span in finder(text)]
 
 
-def _regex_finder(pattern: re.Pattern[str], category: str) -> Finder:
+def _regex_finder(pattern: re.Pattern[str], category: str, gate: Callable[[str], object] | None = None) -> Finder:
     def find(text: str) -> Iterable[Span]:
+        if gate is not None and not gate(text):
+            return []
         return [Span(m.start(), m.end(), category) for m in pattern.finditer(text)]
 
     return find
 
 
-def _checked_finder(pattern: re.Pattern[str], category: str, valid: Callable[[str], bool]) -> Finder:
+def _checked_finder(
+    pattern: re.Pattern[str], category: str, valid: Callable[[str], bool], gate: Callable[[str], object]
+) -> Finder:
     def find(text: str) -> Iterable[Span]:
+        if not gate(text):
+            return []
         return [Span(m.start(), m.end(), category) for m in pattern.finditer(text) if valid(m.group())]
 
     return find
@@ -122,7 +157,7 @@ def _iban_ok(candidate: str) -> bool:
 
 def _phone_finder(region: str | None) -> Finder:
     def find(text: str) -> Iterable[Span]:
-        if not any(c.isdigit() for c in text):
+        if not _DIGIT.search(text):
             return []
         matcher = phonenumbers.PhoneNumberMatcher(text, region, leniency=phonenumbers.Leniency.VALID)
         return [Span(m.start, m.end, "phone") for m in matcher]
@@ -180,11 +215,11 @@ def _pii_finders(config: Mapping[str, Any]) -> tuple[Finder, ...]:
     if region is not None and (not isinstance(region, str) or region.upper() not in phonenumbers.SUPPORTED_REGIONS):
         raise GuardrailConfigError("phone_region", "a two-letter region code, e.g. US or DE")
     finders: dict[str, Finder] = {
-        "email": _regex_finder(_EMAIL, "email"),
+        "email": _regex_finder(_EMAIL, "email", lambda text: "@" in text),
         "phone": _phone_finder(region.upper() if region else None),
-        "card": _checked_finder(_CARD, "card", _luhn_ok),
-        "iban": _checked_finder(_IBAN, "iban", _iban_ok),
-        "credential": _regex_finder(_CREDENTIALS, "credential"),
+        "card": _checked_finder(_CARD, "card", _luhn_ok, _DIGIT_RUN.search),
+        "iban": _checked_finder(_IBAN, "iban", _iban_ok, _IBAN_START.search),
+        "credential": _regex_finder(_CREDENTIALS, "credential", _has_credential_prefix),
     }
     return tuple(finders[c] for c in PII_CATEGORIES if c in wanted)
 
