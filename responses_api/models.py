@@ -15,6 +15,7 @@ from tool_registry.egress import EgressPolicy
 
 from .domain import Price
 from .protocol import dialects as wire_dialects
+from .protocol import guardrails as guardrail_rules
 from .protocol.client_tools import SERVABLE_HOSTED_TOOLS
 from .protocol.ids import new_id
 from .protocol.prompts import PROMPT_ID_PATTERN, PromptError, PromptTemplate, check_template
@@ -731,3 +732,98 @@ class MaintenanceRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} at {self.ran_at:%Y-%m-%d %H:%M}"
+
+
+class Guardrail(models.Model):
+    """A check on what clients send (protocol/guardrails.py runs it): a kind and its config,
+    where it applies, what it does on a match, and its scope. Every guardrail whose scope takes
+    a request applies (a union: a narrower one never disables a wider one); within one
+    guardrail, the scope fields it sets must all match (none set: all traffic)."""
+
+    class Kind(models.TextChoices):
+        PATTERNS = "patterns", "Patterns (regular expressions and word lists)"
+        PII = "pii", "Personal data and credentials"
+
+    class AppliesTo(models.TextChoices):
+        INPUT = "input", "Request input"
+        OUTPUT = "output", "Model output text (not served yet)"
+        TOOL_ARGUMENTS = "tool_arguments", "Tool-call arguments (not served yet)"
+        TOOL_OUTPUT = "tool_output", "Outputs of tools the gateway runs (not served yet)"
+
+    class Action(models.TextChoices):
+        BLOCK = "block"
+        REDACT = "redact"
+        LOG = "log"
+
+    name = models.CharField(max_length=200, unique=True, help_text="Named in a blocked request's error and the audit.")
+    description = models.TextField(blank=True, default="")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    applies_to = models.CharField(max_length=16, choices=AppliesTo.choices, default=AppliesTo.INPUT)
+    action = models.CharField(max_length=8, choices=Action.choices, default=Action.BLOCK)
+    config = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='patterns: {"categories": {"name": {"regex": [...], "words": [...]}}}; '
+        'pii: {"categories": ["email", "phone", "card", "iban", "credential"], "phone_region": "US"} (empty: all).',
+    )
+    tenant = models.ForeignKey(
+        Tenant,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="guardrails",
+        help_text="Scope: this tenant.",
+    )
+    api_key = models.ForeignKey(
+        ApiKey, on_delete=models.CASCADE, null=True, blank=True, related_name="guardrails", help_text="Scope: this key."
+    )
+    route = models.ForeignKey(
+        ModelRoute,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="guardrails",
+        help_text="Scope: requests for this model route. None of tenant, key and route: all traffic.",
+    )
+    enabled = models.BooleanField(default=True)
+    config_managed = config_managed_field()
+    config_source = config_source_field()
+    created_at = models.DateTimeField(default=timezone.now)
+    # The definition's version: what the compiled detectors are remembered under.
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        super().clean()
+        if self.applies_to not in guardrail_rules.SERVED_APPLIES_TO:
+            raise ValidationError(
+                {"applies_to": "Only input guardrails are served yet; output and tool guardrails are not."}
+            )
+        try:
+            guardrail_rules.compile_detector(self.pk or 0, self.name, self.kind, self.action, self.config or {})
+        except guardrail_rules.GuardrailConfigError as exc:
+            where = exc.field if exc.field in ("kind", "action") else "config"
+            raise ValidationError({where: f"{exc.field}: {exc}" if where == "config" else str(exc)}) from None
+
+
+class GuardrailEvent(models.Model):
+    """A guardrail's decision other than pass: what fired, where and for whom; never the text
+    it matched."""
+
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    response_id = models.CharField(max_length=64, blank=True, default="")
+    guardrail = models.ForeignKey(Guardrail, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
+    guardrail_name = models.CharField(max_length=200)
+    category = models.CharField(max_length=200)
+    action = models.CharField(max_length=8, choices=Guardrail.Action.choices)
+    where = models.CharField(max_length=40, help_text="responses, responses.compact, chat.completions, embeddings, ...")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.guardrail_name}: {self.action} {self.category} ({self.where})"

@@ -40,7 +40,16 @@ def test_sync_is_idempotent_and_accepts_single_label_hosts() -> None:
     assert (
         first
         == second
-        == {"providers": 2, "models": 1, "tools": 0, "mcp_servers": 0, "tenants": 0, "alert_webhooks": 0, "prompts": 0}
+        == {
+            "providers": 2,
+            "models": 1,
+            "tools": 0,
+            "mcp_servers": 0,
+            "tenants": 0,
+            "alert_webhooks": 0,
+            "prompts": 0,
+            "guardrails": 0,
+        }
     )
     assert list(RouteTarget.objects.order_by("id").values_list("id", flat=True)) == ids  # untouched
     assert Provider.objects.get(name="ollama").base_url == "http://ollama:11434/v1"

@@ -18,6 +18,7 @@ from ..domain import Principal
 from ..engine.failover import route_call
 from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
+from ..orchestration.guardrails import check_input
 from ..orchestration.limits import Grant, admit
 from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat_usage, sse
 from ..protocol.errors import GatewayError, InvalidRequest, ProviderMisconfigured
@@ -49,6 +50,15 @@ async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoi
         request.log_extra["routed"] = True  # the model has a route: its name is a known label
         raise
     request.log_extra["routed"] = True
+    # The input guardrails, before any upstream call: the client's text (messages, or what is embedded).
+    chat = endpoint == Endpoint.CHAT_COMPLETIONS
+    body = await check_input(
+        principal,
+        model,
+        body,
+        ("messages", "prompt") if chat else ("input",),
+        where="chat.completions" if chat else "embeddings",
+    )
     stream = endpoint == Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
     grant = await admit(
         principal, price=route.price, estimate=lambda: len(request.body) // 4, output_cap=_output_cap(body)

@@ -262,6 +262,12 @@ FIRST_BYTE = Histogram(
 )
 TOKENS = Counter("gateway_tokens", "Tokens of finished responses and passed-through calls.", ["model", "kind"])
 UPSTREAM_ERRORS = Counter("gateway_upstream_errors", "Upstream failures, by target and error code.", ["target", "code"])
+# Labels an operator configured (guardrail names and categories), never the client's text.
+GUARDRAIL_DECISIONS = Counter(
+    "gateway_guardrail_decisions",
+    "Guardrail decisions other than pass, by guardrail, category, action and where they fired.",
+    ["guardrail", "category", "action", "where"],
+)
 RATE_LIMITED = Counter("gateway_rate_limited", "Requests refused by a rate limit or budget, by limit.", ["limit"])
 OPEN_STREAMS = Gauge("gateway_open_streams", "Streams being answered now.", multiprocess_mode="livesum")
 OPEN_WEBSOCKETS = Gauge(
@@ -275,6 +281,7 @@ METRICS: tuple[MetricWrapperBase, ...] = (
     TOKENS,
     UPSTREAM_ERRORS,
     RATE_LIMITED,
+    GUARDRAIL_DECISIONS,
     OPEN_STREAMS,
     OPEN_WEBSOCKETS,
 )
@@ -310,6 +317,10 @@ def _child(metric: MetricWrapperBase, *labels: str) -> Any:
 
 def rate_limited(limit: str) -> None:
     RATE_LIMITED.labels(limit).inc()
+
+
+def guardrail_decision(guardrail: str, category: str, action: str, where: str) -> None:
+    GUARDRAIL_DECISIONS.labels(guardrail, category, action, where).inc()
 
 
 def upstream_error(target: str, code: str | None) -> None:

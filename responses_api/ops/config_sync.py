@@ -1,7 +1,7 @@
 """Sync providers and model routes from the GATEWAY_CONFIG file (YAML or JSON) into the database.
 
 Idempotent: running it again with the same file changes nothing. One rule for every
-section (providers, models, tools, mcp_servers, tenants, alert_webhooks, prompts): a field the file sets is the
+section (providers, models, tools, mcp_servers, tenants, alert_webhooks, prompts, guardrails): a field the file sets is the
 file's, recorded in the entry's `config_managed` and read-only in the admin; a field it
 leaves out is the admin's and never reset; an entry not (or no longer) in the file is left
 alone, and unmarked. Run once per deployment (compose's `migrate` service, `scripts/run`),
@@ -34,6 +34,7 @@ from ..models import (
     PRICE_FIELDS,
     AlertWebhook,
     ApiKey,
+    Guardrail,
     ModelRoute,
     Prompt,
     PromptVersion,
@@ -42,6 +43,7 @@ from ..models import (
     Tenant,
     validate_alert_thresholds,
 )
+from ..orchestration.guardrails import clear_cache as clear_guardrail_cache
 from ..orchestration.routing import clear_cache, encrypt_secret
 from ..upstreams import dialects
 
@@ -257,7 +259,9 @@ def sync_config(data: dict[str, Any], *, source: str = "") -> dict[str, int]:
     counts["tools"] = _sync_tools(data.get("tools") or [], source)
     counts["mcp_servers"] = _sync_mcp_servers(data.get("mcp_servers") or [], source)
     counts["prompts"] = _sync_prompts(data.get("prompts") or [], source)
+    counts["guardrails"] = _sync_guardrails(data.get("guardrails") or [], source)
     clear_cache()
+    clear_guardrail_cache()
 
     clear_key_cache()
     return counts
@@ -454,6 +458,61 @@ def _sync_prompts(entries: list[Any], source: str) -> int:
                     )
         seen.add(prompt_id)
     _unmanage_others(Prompt, "id", seen, "prompts", source)
+    return len(entries)
+
+
+def _guardrail_key(value: Any) -> dict[str, Any]:
+    if value in (None, ""):
+        return {"api_key": None}
+    key = ApiKey.objects.filter(prefix=str(value)).first()
+    if key is None:  # an error, not a skip: a guardrail silently not applied is a gap in policy
+        raise ValueError(f"no API key with the prefix {value!r}")
+    return {"api_key": key}
+
+
+def _guardrail_route(value: Any) -> dict[str, Any]:
+    if value in (None, ""):
+        return {"route": None}
+    route = ModelRoute.objects.filter(name=str(value)).first()
+    if route is None:
+        raise ValueError(f"unknown model route {value!r}")
+    return {"route": route}
+
+
+def _guardrail_config(value: Any) -> dict[str, Any]:
+    if value is not None and not isinstance(value, dict):
+        raise ValueError("expected a mapping")
+    return {"config": value or {}}
+
+
+_GUARDRAIL_FIELDS: dict[str, Any] = {
+    "description": lambda v: {"description": v or ""},
+    "kind": lambda v: {"kind": str(v)},
+    "applies_to": lambda v: {"applies_to": str(v)},
+    "action": lambda v: {"action": str(v)},
+    "config": _guardrail_config,
+    "tenant": _prompt_tenant,
+    "key": _guardrail_key,
+    "route": _guardrail_route,
+    "enabled": lambda v: {"enabled": bool(v)},
+}
+
+
+def _sync_guardrails(entries: list[Any], source: str) -> int:
+    """`guardrails: [{name, kind, applies_to, action, config, tenant, key, route, enabled,
+    description}]`: checks on what clients send (the model's docstring says how scopes
+    combine; `key` is a key's prefix). The file's rule, as for every section."""
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        where = f"guardrails[{i}]"
+        _known_keys(entry, {"name", *_GUARDRAIL_FIELDS}, where)
+        name = str(_require(entry, "name", where))
+        _require(entry, "kind", where)
+        guardrail = Guardrail.objects.filter(name=name).first() or Guardrail(name=name)
+        _set(guardrail, entry, _GUARDRAIL_FIELDS, where, source)
+        _save_valid(guardrail, where)
+        seen.add(name)
+    _unmanage_others(Guardrail, "name", seen, "guardrails", source)
     return len(entries)
 
 

@@ -14,6 +14,7 @@ from ..protocol.request import CreateRequest
 from ..sealing import sealer
 from .admission import admit_request, open_sealed_reasoning, route_for
 from .assembly import run_for_request
+from .guardrails import guard_request
 from .toolplan import ToolPlan
 
 
@@ -22,6 +23,8 @@ async def compact_conversation(principal: Principal, req: CreateRequest) -> tupl
     model: the `response.compaction` object, and the rate-limit headers of its admission
     (OpenAI's `x-ratelimit-*`, as a create has)."""
     route = await route_for(principal, req.model)
+    req, _, screened = await guard_request(principal, req, {}, where="responses.compact")
+    await screened.audit(principal)
     req = open_sealed_reasoning(req, principal.tenant_id)
     req = dataclasses.replace(req, input_items=[*req.input_items, summary_request_item()])
     grant = await admit_request(principal, req, route)

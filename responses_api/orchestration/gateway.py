@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..domain import Principal
+from ..domain import Principal, Route
 from ..engine.run import ResponseRun
 from ..mcp.planning import check_adhoc_urls, registry_mcp
 from ..protocol.batches import singly
@@ -17,6 +17,7 @@ from ..protocol.events import Event
 from ..protocol.request import CreateRequest
 from .admission import admit_request, open_sealed_reasoning, route_for
 from .assembly import PriorContext, check_answers_before_hand_off, run_for_request
+from .guardrails import guard_request
 from .handoff import start_on_worker
 from .prompts import apply_request_prompt
 from .toolplan import plan_tools, registry_specs
@@ -82,6 +83,19 @@ async def start_response(
     most recent response, which `req` may continue."""
     req, body = await apply_request_prompt(principal, req, body)  # first: the template may name the model
     route = await route_for(principal, req.model)
+    req, body, screened = await guard_request(principal, req, body, where="responses")
+    try:
+        started = await _start(principal, req, body, route, prior)
+    except Exception:
+        await screened.audit(principal)  # refused later (a limit, a tool): the redaction still happened
+        raise
+    await screened.audit(principal, started.response_id)
+    return started
+
+
+async def _start(
+    principal: Principal, req: CreateRequest, body: dict[str, Any], route: Route, prior: PriorContext | None
+) -> Started:
     req = open_sealed_reasoning(req, principal.tenant_id)
     specs = await registry_specs(principal, req, route)
     plan = plan_tools(req, route, specs, await registry_mcp(principal, req))

@@ -1,0 +1,177 @@
+"""Input guardrails on every path that sends a client's text upstream: `check_input` is the one
+call each front door makes (/v1/responses in gateway.start_response, which covers JSON, SSE,
+WebSocket and background runs; /v1/responses/compact; /v1/chat/completions and /v1/embeddings),
+before any upstream call.
+
+Cost: the scope's guardrails are one TTLCache look-up per (tenant, key, model) (refreshed every
+GATEWAY_CACHE_SECONDS, like routes and tools); with none configured nothing else runs. The
+detectors are compiled once per definition version (its updated_at).
+
+A `block` answers 400 naming the guardrail and the category (never the matched text); `redact`
+replaces what matched with `[REDACTED:category]` in what the upstream gets and what is stored;
+`log` passes. Every decision but pass is audited (GuardrailEvent) and counted in /metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from ..domain import Principal
+from ..observability.metrics import guardrail_decision
+from ..protocol.errors import InvalidRequest
+from ..protocol.guardrails import Decision, Detector, GuardrailConfigError, compile_detector, scan
+from ..protocol.request import CreateRequest
+from ..store import db
+from ..store.guardrails import GuardrailAudit, GuardrailRow, record_events, scope_guardrails
+from ..ttlcache import TTLCache
+
+log = logging.getLogger("gateway.guardrails")
+
+# (tenant, key, model): the compiled detectors of the guardrails whose scope takes them.
+_scoped: TTLCache[tuple[int, int, str], tuple[Detector, ...]] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
+# (guardrail id, version): its compiled detector (or None: a definition that does not compile,
+# skipped with a warning; the admin and the config sync refuse one, so only a row written around them).
+_compiled: TTLCache[tuple[int, str], Detector | None] = TTLCache(lambda: 24 * 3600.0)
+
+
+def clear_cache() -> None:
+    _scoped.clear()
+    _compiled.clear()
+
+
+class GuardrailBlocked(InvalidRequest):
+    default_code = "guardrail_blocked"
+
+
+def _detector(row: GuardrailRow) -> Detector | None:
+    key = (row.id, row.version)
+    cached = _compiled.get(key)
+    if cached is not None:
+        return cached[0]
+    try:
+        detector: Detector | None = compile_detector(row.id, row.name, row.kind, row.action, row.config)
+    except GuardrailConfigError as exc:
+        log.warning("guardrail %r does not compile (%s: %s); skipped", row.name, exc.field, exc)
+        detector = None
+    return _compiled.put(key, detector)
+
+
+def _lookup(*, tenant_id: int, key_id: int, model: str) -> tuple[Detector, ...]:
+    rows = scope_guardrails(tenant_id=tenant_id, key_id=key_id, model=model, applies_to="input")
+    return tuple(d for d in map(_detector, rows) if d is not None)
+
+
+async def input_detectors(principal: Principal, model: str) -> tuple[Detector, ...]:
+    """The compiled input guardrails for this key and model (cached)."""
+    return await db.run_cached(
+        _scoped,
+        (principal.tenant_id, principal.key_id, model),
+        _lookup,
+        tenant_id=principal.tenant_id,
+        key_id=principal.key_id,
+        model=model,
+    )
+
+
+@dataclass(slots=True)
+class Screened:
+    """A payload checked: as the upstream may get it, and the decisions (none a block) that
+    are still to be audited, once the caller knows the response's id."""
+
+    payload: dict[str, Any]
+    decisions: list[Decision] = field(default_factory=list)
+    where: str = ""
+
+    async def audit(self, principal: Principal, response_id: str = "") -> None:
+        if self.decisions:
+            await _audit(principal, self.decisions, where=self.where, response_id=response_id)
+
+
+async def screen_input(
+    principal: Principal, model: str, payload: dict[str, Any], fields: Iterable[str], *, where: str
+) -> Screened:
+    """`check_input` without the audit of a decision that passes (`Screened.audit` records it);
+    a block is audited at once, and raised."""
+    detectors = await input_detectors(principal, model)
+    if not detectors:
+        return Screened(payload)
+    checked, decisions = scan(payload, fields, detectors)
+    if not decisions:
+        return Screened(payload)
+    blocked = next((d for d in decisions if d.action == "block"), None)
+    if blocked is not None:
+        await _audit(principal, decisions, where=where, response_id="")
+        raise GuardrailBlocked(
+            f"The request was blocked by the guardrail '{blocked.guardrail}' (category: {blocked.category}).",
+            param=None,
+        )
+    return Screened(checked, decisions, where)
+
+
+async def check_input(
+    principal: Principal,
+    model: str,
+    payload: dict[str, Any],
+    fields: Iterable[str],
+    *,
+    where: str,
+    response_id: str = "",
+) -> dict[str, Any]:
+    """`payload` as the upstream may get it: the client's text in `fields` (e.g. ("input",
+    "instructions") of a Responses body, ("messages",) of Chat Completions, ("system",
+    "messages") of Anthropic Messages) checked by the input guardrails whose scope takes this
+    key and model, redacted where a `redact` one matched. The same payload (not a copy) when
+    no guardrail applies or none changed it. Raises GuardrailBlocked (400) when a `block`
+    guardrail matched, before any upstream call; every decision but pass is audited as `where`."""
+    screened = await screen_input(principal, model, payload, fields, where=where)
+    await screened.audit(principal, response_id)
+    return screened.payload
+
+
+async def _audit(principal: Principal, decisions: list[Decision], *, where: str, response_id: str) -> None:
+    for d in decisions:
+        guardrail_decision(d.guardrail, d.category, d.action, where)
+        log.info("guardrail %r: %s %s on %s", d.guardrail, d.action, d.category, where)
+    rows = _rows(principal, decisions, where=where, response_id=response_id)
+    try:
+        await db.run(record_events, rows)
+    except Exception:
+        log.exception("guardrail decisions on %s not recorded", where)
+
+
+def _rows(principal: Principal, decisions: list[Decision], *, where: str, response_id: str) -> list[GuardrailAudit]:
+    return [
+        GuardrailAudit(
+            tenant_id=principal.tenant_id,
+            key_id=principal.key_id,
+            response_id=response_id,
+            guardrail_id=d.guardrail_id,
+            guardrail=d.guardrail,
+            category=d.category,
+            action=d.action,
+            where=where,
+        )
+        for d in decisions
+    ]
+
+
+async def guard_request(
+    principal: Principal, req: CreateRequest, body: dict[str, Any], *, where: str
+) -> tuple[CreateRequest, dict[str, Any], Screened]:
+    """The input guardrails on a create's text (a prompt template already applied): `req` and
+    the body a worker's job keeps, both redacted alike (the upstream and the store get the same
+    text), and the decisions to audit once the response has an id. The context a
+    `previous_response_id` or conversation brings was checked when it was sent."""
+    fields = {"input": req.input_items, "instructions": req.instructions}
+    screened = await screen_input(principal, req.model, fields, ("input", "instructions"), where=where)
+    checked = screened.payload
+    if checked is fields:
+        return req, body, screened
+    req = dataclasses.replace(req, input_items=checked["input"], instructions=checked["instructions"])
+    # The items as parsed are a valid `input` too: the worker parses the same redacted text.
+    return req, {**body, "input": checked["input"], "instructions": checked["instructions"]}, screened

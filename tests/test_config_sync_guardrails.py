@@ -1,0 +1,101 @@
+"""GATEWAY_CONFIG `guardrails:` under the config-sync rule: the file owns what it sets, a bad
+definition is refused naming its place (nothing saved), per-file ownership, and a synced
+guardrail is applied at once (the sync empties the guardrails' cache)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from responses_api.models import ApiKey, Guardrail, ModelRoute, Provider, Tenant
+from responses_api.ops.config_sync import ConfigError, sync_config
+
+pytestmark = [pytest.mark.django_db, pytest.mark.embedded]
+
+CONFIG: dict[str, Any] = {
+    "tenants": [{"name": "acme"}],
+    "providers": [{"name": "local", "kind": "chat_completions", "base_url": "http://127.0.0.1:9/v1"}],
+    "models": [{"name": "small", "targets": [{"provider": "local", "model": "m"}]}],
+    "guardrails": [
+        {
+            "name": "no-credentials",
+            "kind": "pii",
+            "action": "block",
+            "config": {"categories": ["credential"]},
+        },
+        {
+            "name": "acme-codenames",
+            "kind": "patterns",
+            "action": "redact",
+            "tenant": "acme",
+            "route": "small",
+            "config": {"categories": {"codename": {"words": ["Project Zeus"], "regex": ["ZX-\\d{4}"]}}},
+        },
+    ],
+}
+
+
+def test_guardrails_are_synced_and_the_file_owns_what_it_sets() -> None:
+    sync_config(CONFIG, source="/etc/gateway.yaml")
+    sync_config(CONFIG, source="/etc/gateway.yaml")  # idempotent
+    assert Guardrail.objects.count() == 2
+    creds = Guardrail.objects.get(name="no-credentials")
+    assert (creds.kind, creds.action, creds.applies_to, creds.tenant, creds.route) == (
+        "pii",
+        "block",
+        "input",
+        None,
+        None,
+    )
+    assert creds.config_managed == ["kind", "action", "config"] and creds.config_source == "/etc/gateway.yaml"
+    scoped = Guardrail.objects.get(name="acme-codenames")
+    assert scoped.tenant == Tenant.objects.get(name="acme") and scoped.route == ModelRoute.objects.get(name="small")
+    scoped.description = "the admin's"  # a field the file leaves out stays the admin's
+    scoped.save()
+    sync_config(CONFIG, source="/etc/gateway.yaml")
+    scoped.refresh_from_db()
+    assert scoped.description == "the admin's"
+    # Gone from the file: left in place, the admin's alone.
+    sync_config({**CONFIG, "guardrails": CONFIG["guardrails"][:1]}, source="/etc/gateway.yaml")
+    scoped.refresh_from_db()
+    assert scoped.config_managed == [] and scoped.config_source == ""
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"applies_to": "output"}, "Only input guardrails are served yet"),
+        ({"action": "warn"}, "action"),
+        ({"kind": "judge"}, "kind"),
+        ({"config": {"categories": {"x": {"regex": ["(unclosed"]}}}}, "not a regular expression"),
+        ({"route": "no-such-route"}, "unknown model route"),
+        ({"key": "sk-gw-nope"}, "no API key with the prefix"),
+        ({"tenant": "nobody"}, "unknown tenant"),
+        ({"scope": "all"}, "unknown key(s) scope"),
+    ],
+)
+def test_a_bad_definition_is_refused_naming_its_place(change: dict[str, Any], message: str) -> None:
+    config = copy.deepcopy(CONFIG)
+    config["guardrails"][1].update(change)
+    with pytest.raises(ConfigError) as raised:
+        sync_config(config, source="/etc/gateway.yaml")
+    assert "guardrails[1]" in str(raised.value) and message in str(raised.value), str(raised.value)
+    assert not Guardrail.objects.filter(name="acme-codenames").exists()
+
+
+def test_key_scope_by_prefix_and_another_files_entries_are_left_alone(tmp_path) -> None:
+    from responses_api.store.services import api_key_create
+
+    key, _ = api_key_create(tenant_name="acme", name="ci")
+    owner = tmp_path / "a.yaml"
+    owner.write_text("guardrails: []\n")
+    entry = {"name": "ci-key", "kind": "pii", "action": "log", "key": key.prefix}
+    sync_config({"guardrails": [entry]}, source=str(owner))
+    assert Guardrail.objects.get(name="ci-key").api_key == ApiKey.objects.get(pk=key.pk)
+    sync_config({"guardrails": []}, source=str(tmp_path / "b.yaml"))
+    assert Guardrail.objects.get(name="ci-key").config_source == str(owner)
+    with pytest.raises(ConfigError, match="is managed by"):
+        sync_config({"guardrails": [entry]}, source=str(tmp_path / "b.yaml"))
+    assert Provider.objects.count() == 0
