@@ -32,6 +32,7 @@ from ..domain import Principal, Route, Target
 from ..engine.failover import route_call
 from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
+from ..orchestration.guardrails import check_input
 from ..orchestration.limits import Grant, admit
 from ..orchestration.message_turns import store_turn
 from ..protocol import dialects
@@ -130,6 +131,9 @@ class MessagesView(MessagesApiView):
             request.log_extra["routed"] = True
             raise
         request.log_extra["routed"] = True
+        # The input guardrails, before any upstream call, on every route kind: the Anthropic
+        # route and the stored turns get the redacted body too.
+        body = await check_input(principal, model, body, ("system", "messages"), where="messages")
         stream = body.get("stream") is True
         grant = await admit(
             principal, price=route.price, estimate=lambda: len(request.body) // 4, output_cap=body["max_tokens"]

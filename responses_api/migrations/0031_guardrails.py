@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("responses_api", "0029_prompts"),
+        ("responses_api", "0030_usage_messages_endpoint"),
     ]
 
     operations = [

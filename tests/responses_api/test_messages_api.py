@@ -639,3 +639,40 @@ def test_the_sdks_beta_namespace_is_served(routes: Gateway, scripted: ScriptedUp
     if kind == "anthropic":
         request = [r for r in scripted.requests if r.path == "/v1/messages"][-1]
         assert request.headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+
+
+@pytest.mark.parametrize("model", ["via-chat", "via-claude"])
+def test_input_guardrails_hold_on_the_messages_front_door(
+    routes: Gateway, scripted: ScriptedUpstream, model: str
+) -> None:
+    """The front door's input goes through the same guardrails as /v1/responses: a block is a 400
+    in Anthropic's error shape before any upstream call (on the route sent in substance as is,
+    too), and a redaction reaches the upstream."""
+    from responses_api.models import Guardrail, GuardrailEvent
+
+    kind = ROUTES[model][0]
+    for name, kind_, action, config in (
+        ("no-codenames", "patterns", "block", {"categories": {"codename": {"words": ["Project Zeus"]}}}),
+        ("pii", "pii", "redact", {"categories": ["email"]}),
+    ):
+        row = Guardrail(name=name, kind=kind_, action=action, config=config)
+        row.full_clean()
+        row.save()
+    claude = client(routes)
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        claude.messages.create(
+            model=model, max_tokens=50, messages=[{"role": "user", "content": "What is Project Zeus?"}]
+        )
+    assert isinstance(raised.value.body, dict) and raised.value.body["type"] == "error"
+    assert "codename" in raised.value.body["error"]["message"] and "Zeus" not in raised.value.body["error"]["message"]
+    assert sent(scripted, model) == []
+    scripted.set_default(f"up-{kind}", Reply(text="Noted."))
+    claude.messages.create(
+        model=model,
+        max_tokens=50,
+        system="Reply to ann.smith@example.com",
+        messages=[{"role": "user", "content": [{"type": "text", "text": "I am ann.smith@example.com"}]}],
+    )
+    upstream = repr(sent(scripted, model)[-1])
+    assert "ann.smith@example.com" not in upstream and upstream.count("[REDACTED:email]") == 2
+    assert {e.where for e in GuardrailEvent.objects.all()} == {"messages"}
