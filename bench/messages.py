@@ -271,6 +271,14 @@ def main() -> None:
             "cores": {k: round(v / elapsed, 3) for k, v in cpu_s.items()} if elapsed else {},
         }
 
+    # What was stored: a response per stored request (the stored targets' and their warm-ups'),
+    # none for gateway_nostore (it leaves a usage record).
+    time.sleep(1.0)
+    stored_rows = _count(pg.url, "SELECT count(*) FROM responses_api_response")
+    stored_sent = sum(
+        results[n]["requests"] + sum(results[n]["errors"].values()) + 2 * args.warmup for n in ("gateway", "responses")
+    )
+
     ratios: dict[str, float | None] = {}
     targets_check: dict[str, bool] = {}
 
@@ -317,6 +325,7 @@ def main() -> None:
         lines.append(f"  target {k}: {'met' if ok else 'MISSED'}")
     mean_others = sum(results[n]["cores"].get("others", 0.0) for n in names) / len(names)
     lines.append(f"  other work on the machine meanwhile: {mean_others:.2f} cores on average (of {os.cpu_count()})")
+    lines.append(f"  responses stored in PostgreSQL: {stored_rows} (the stored targets sent {stored_sent} requests)")
     if litellm_note:
         lines.append(f"  {litellm_note}")
     text = "\n".join(lines)
@@ -336,6 +345,7 @@ def main() -> None:
         "ratios": ratios,
         "targets": targets_check,
         "warmup_samples": samples,
+        "stored_responses": {"rows": stored_rows, "stored_targets_sent": stored_sent},
         "notes": [
             "gateway: uvicorn (uvloop, httptools), DEBUG=0, Postgres (psycopg pool); target gateway stores each "
             "turn (the default store rule), gateway_nostore sends x-gateway-store: false (a usage record only)",
@@ -352,6 +362,18 @@ def main() -> None:
         if srv is not None:
             srv.stop()
     pg.stop()
+
+
+def _count(db_url: str, sql: str) -> int | None:
+    import psycopg
+
+    try:
+        with psycopg.connect(db_url) as conn:
+            row = conn.execute(sql).fetchone()
+    except psycopg.Error as exc:
+        c.log(f"could not count ({exc})")
+        return None
+    return int(row[0]) if row else None
 
 
 if __name__ == "__main__":
