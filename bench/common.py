@@ -450,8 +450,18 @@ class LiteLLM:
     MASTER_KEY = "sk-bench-0123456789abcdef0123456789abcdef"
 
     def __init__(
-        self, exe: Path, *, upstream_base: str, log_dir: Path, model: str = "bench-model", upstream_model: str = "echo"
+        self,
+        exe: Path,
+        *,
+        upstream_base: str,
+        log_dir: Path,
+        model: str = "bench-model",
+        upstream_model: str = "echo",
+        extra_models: dict[str, str] | None = None,
+        settings: dict[str, Any] | None = None,
     ) -> None:
+        """`extra_models`: more model names -> LiteLLM model strings on the same upstream;
+        `settings`: more `litellm_settings` (bench/messages.py: its /v1/messages to Chat Completions)."""
         import yaml
 
         self.port = free_port()
@@ -467,8 +477,12 @@ class LiteLLM:
                         "api_key": "x",
                     },
                 }
+            ]
+            + [
+                {"model_name": name, "litellm_params": {"model": target, "api_base": upstream_base, "api_key": "x"}}
+                for name, target in (extra_models or {}).items()
             ],
-            "litellm_settings": {"telemetry": False, "set_verbose": False, "json_logs": False},
+            "litellm_settings": {"telemetry": False, "set_verbose": False, "json_logs": False, **(settings or {})},
             # A master key (checked on every request, like our gateway's API key; no database,
             # so no virtual keys, spend logs or stored responses).
             "general_settings": {"master_key": self.MASTER_KEY},
