@@ -51,7 +51,7 @@ from ..upstreams.passthrough import Forwarded, body_chunks
 from .drf import ApiRequest, ApiView
 from .drf_policies import ApiKeyHeaderAuthentication
 from .exception_handlers import as_gateway_error, error_response, json_response
-from .openapi import json_body, rate_limited
+from .openapi import anthropic_errors, json_body
 
 log = logging.getLogger("gateway.messages")
 DIALECT = dialects.inbound("messages")
@@ -110,11 +110,11 @@ class MessagesView(MessagesApiView):
         summary="Anthropic Messages, on any route",
         description="Anthropic's Messages API (Claude Code, the anthropic SDK): sent in substance as is to an "
         "Anthropic upstream, translated for Chat Completions and Responses upstreams; errors in Anthropic's shape.",
-        request=json_body("PassThroughBody"),
+        request=json_body("MessagesBody"),
         responses={
             (200, "application/json"): OpenApiResponse({"type": "object"}, description="A Message."),
             (200, "text/event-stream"): OpenApiResponse({"type": "object"}),
-            **rate_limited(),
+            **anthropic_errors(),
         },
     )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
@@ -374,8 +374,8 @@ class CountTokensView(MessagesApiView):
         operation_id="countMessageTokens",
         tags=["Anthropic Messages"],
         summary="Count a Messages request's input tokens",
-        request=json_body("PassThroughBody"),
-        responses={200: OpenApiResponse({"type": "object"}), **rate_limited()},
+        request=json_body("CountTokensBody"),
+        responses={200: OpenApiResponse({"type": "object"}), **anthropic_errors()},
     )
     async def post(self, request: ApiRequest) -> HttpResponseBase:
         principal = self.principal

@@ -608,6 +608,54 @@ def _present(name: str) -> dict[str, Any]:
     return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
 
 
+def _messages_body(*, count_tokens: bool) -> dict[str, Any]:
+    """A Messages request as its checks (protocol/messages_api.py) read it."""
+    text_block = {
+        "type": "object",
+        "required": ["type", "text"],
+        "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string", "minLength": 1}},
+        "additionalProperties": False,
+    }
+    message = {
+        "type": "object",
+        "required": ["role", "content"],
+        "properties": {
+            "role": {"type": "string", "enum": ["user", "assistant"]},
+            "content": {
+                "oneOf": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "array", "minItems": 1, "items": text_block},
+                ]
+            },
+        },
+        "additionalProperties": False,
+    }
+    properties: dict[str, Any] = {
+        "model": MODEL_NAME,
+        "messages": {"type": "array", "minItems": 1, "items": message},
+        "system": {"type": "string"},
+    }
+    required = ["model", "messages"]
+    if not count_tokens:
+        properties["max_tokens"] = {"type": "integer", "minimum": 1, "maximum": 4096}
+        properties["stream"] = {"type": "boolean"}
+        required.insert(1, "max_tokens")
+    return {"type": "object", "required": required, "properties": properties}
+
+
+def anthropic_errors() -> dict[int, OpenApiResponse]:
+    """The error answers of the Messages front door: Anthropic's shape, not the protocol's."""
+    return {
+        status: OpenApiResponse(ref("AnthropicError"), description=what)
+        for status, what in (
+            (400, "Invalid request: the field at fault is named."),
+            (401, "Missing or invalid API key."),
+            (404, "Unknown model."),
+            (429, "A rate limit or budget is used up."),
+        )
+    }
+
+
 GATEWAY_SCHEMAS: dict[str, Any] = {
     "GatewayError": {
         "type": "object",
@@ -797,6 +845,28 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
             "id": {"type": "string"},
             "object": {"type": "string", "enum": ["conversation.deleted"]},
             "deleted": {"type": "boolean", "enum": [True]},
+        },
+    },
+    # Anthropic's Messages API (api/messages_views.py): what its checks require; every other field
+    # Anthropic defines is accepted (passed to an Anthropic route, translated or named in
+    # x-gateway-ignored-fields elsewhere), as README's "Claude Code" section says.
+    "MessagesBody": _messages_body(count_tokens=False),
+    "CountTokensBody": _messages_body(count_tokens=True),
+    "AnthropicError": {
+        "type": "object",
+        "description": "An error of the Messages front door, in Anthropic's shape.",
+        "required": ["type", "error"],
+        "properties": {
+            "type": {"type": "string", "enum": ["error"]},
+            "error": {
+                "type": "object",
+                "required": ["type", "message"],
+                "properties": {
+                    "type": {"type": "string", "examples": ["invalid_request_error"]},
+                    "message": {"type": "string"},
+                    "param": {"type": "string", "description": "The field at fault (an extra key)."},
+                },
+            },
         },
     },
     "PassThroughBody": {

@@ -126,6 +126,9 @@ class Detector:
         return [span for finder in self.finders for span in finder(text)]
 
 
+CATEGORY_MAX_LENGTH = 200
+
+
 def _regex_finder(pattern: re.Pattern[str], category: str, gate: Callable[[str], object] | None = None) -> Finder:
     def find(text: str) -> Iterable[Span]:
         if gate is not None and not gate(text):
@@ -185,6 +188,9 @@ def _pattern_finders(config: Mapping[str, Any]) -> tuple[Finder, ...]:
         raise GuardrailConfigError("categories", "a mapping of category names to {regex: [...], words: [...]}")
     finders: list[Finder] = []
     for category, spec in categories.items():
+        if not isinstance(category, str) or not 1 <= len(category) <= CATEGORY_MAX_LENGTH:
+            # The audit keeps it (GuardrailEvent.category) and a blocked request's error names it.
+            raise GuardrailConfigError("categories", f"a category name is 1 to {CATEGORY_MAX_LENGTH} characters")
         if not isinstance(spec, Mapping) or set(spec) - {"regex", "words"} or not spec:
             raise GuardrailConfigError(f"categories.{category}", "expected a mapping of regex and/or words (lists)")
         regexes = spec.get("regex") or []

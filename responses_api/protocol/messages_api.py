@@ -148,6 +148,8 @@ def check_request(body: Any) -> dict[str, Any]:
     if not isinstance(model, str) or not model:
         raise _bad("Field required.", "model")
     max_tokens = body.get("max_tokens")
+    if type(max_tokens) is float and max_tokens.is_integer():  # 1024.0: an integer, to JSON and to Anthropic
+        max_tokens = body["max_tokens"] = int(max_tokens)
     if type(max_tokens) is not int:
         raise _bad("Field required (an integer)." if max_tokens is None else "Must be an integer.", "max_tokens")
     if max_tokens < 1:

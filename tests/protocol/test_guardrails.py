@@ -69,3 +69,7 @@ def test_config_errors_name_the_key() -> None:
     with pytest.raises(GuardrailConfigError) as raised:
         pii(phone_region="XX")
     assert raised.value.field == "phone_region"
+    # A category is named in the audit row (200 characters) and the error: bounded where defined.
+    with pytest.raises(GuardrailConfigError) as raised:
+        compile_detector(1, "p", "patterns", "block", {"categories": {"c" * 201: {"words": ["x"]}}})
+    assert raised.value.field == "categories"

@@ -67,3 +67,12 @@ def test_what_cannot_be_read_is_refused_naming_the_field(body: dict, param: str)
     with pytest.raises(InvalidRequest) as refused:
         to_responses_body(check_request(body))
     assert refused.value.param == param
+
+
+def test_an_integral_number_is_an_integer_max_tokens() -> None:
+    """JSON Schema (and Anthropic) take 1024.0 as the integer 1024; 1.5 is refused naming the field."""
+    body = check_request({"model": "m", "max_tokens": 1024.0, "messages": [{"role": "user", "content": "hi"}]})
+    assert body["max_tokens"] == 1024 and type(body["max_tokens"]) is int
+    with pytest.raises(InvalidRequest) as raised:
+        check_request({"model": "m", "max_tokens": 1.5, "messages": []})
+    assert raised.value.param == "max_tokens"

@@ -80,6 +80,13 @@ OPERATOR = {
     ("tool_registry", "McpServer", "label"),
     ("tool_registry", "McpServer", "url"),
     ("tool_registry", "McpServer", "approval"),
+    ("responses_api", "Prompt", "id"),  # set in the config file or made by the gateway (pmpt_...)
+    ("responses_api", "Prompt", "name"),
+    ("responses_api", "PromptVersion", "model"),
+    ("responses_api", "Guardrail", "name"),
+    ("responses_api", "Guardrail", "kind"),
+    ("responses_api", "Guardrail", "action"),
+    ("responses_api", "Guardrail", "applies_to"),
 }
 GATEWAY = {
     ("responses_api", "ApiKey", "prefix"),
@@ -99,6 +106,19 @@ GATEWAY = {
     ("responses_api", "Tenant", "config_source"),
     ("tool_registry", "McpServer", "config_source"),
     ("tool_registry", "Tool", "config_source"),
+    ("responses_api", "Prompt", "config_source"),
+    ("responses_api", "Guardrail", "config_source"),
+    # A prompt's id and version as the registry holds them: set only once the look-up found it
+    # (a client's unknown or over-long `prompt.id` is a 404 before anything is stored).
+    ("responses_api", "Response", "prompt_id"),
+    ("responses_api", "Response", "prompt_version"),
+    # An audit row: a guardrail's name and category (bounded where the operator defines them:
+    # protocol/guardrails.py CATEGORY_MAX_LENGTH), its action, the endpoint, the response's id.
+    ("responses_api", "GuardrailEvent", "guardrail_name"),
+    ("responses_api", "GuardrailEvent", "category"),
+    ("responses_api", "GuardrailEvent", "action"),
+    ("responses_api", "GuardrailEvent", "where"),
+    ("responses_api", "GuardrailEvent", "response_id"),
     ("responses_api", "Item", "type"),  # one of the parser's known types: test below
     ("responses_api", "UsageRecord", "endpoint"),
     ("responses_api", "UsageRecord", "model"),  # a route's name: usage is recorded for routed calls only
