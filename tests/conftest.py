@@ -58,9 +58,14 @@ def gateway_server(django_db_setup, django_db_blocker) -> Iterator[ThreadedUvico
 def _forget_target_health() -> None:
     """Each test starts with every upstream target healthy (the router's cooldowns are shared)."""
     from responses_api.engine import failover as router
+    from responses_api.store import message_chains
 
     router.reset()
     forget_redis_keys("gw:rt:*")
+    # The Messages front door's remembered turns (store/message_chains.py) name responses of
+    # tests whose rows are gone.
+    forget_redis_keys("gw:mt:*")
+    message_chains.chain_store.reset()
 
 
 @pytest.fixture(autouse=True)

@@ -1,13 +1,14 @@
 """Storing the turns of Anthropic's Messages front door (api/messages_views.py), linear in the
 new messages (the rule: protocol/messages_api.py, "Storage rule").
 
-Each stored turn remembers, in this process, the digest of the messages it was sent; a later
-request whose messages begin with those (the same conversation, resent whole with the answer and
-the next user turn appended) is stored as a response chained to it (`previous_response_id`) whose
-input is only the messages after that prefix and its answer. A request no stored turn begins (a
-new session, a compacted or edited history, another process served the last turn) starts a new
-chain with all its messages. The system prompt is stored with a chain's first turn and again only
-when it changes.
+Each stored turn is remembered under the digest of the messages it was sent
+(store/message_chains.py: in Redis, so whichever web process serves the next turn finds it); a
+later request whose messages begin with those (the same conversation, resent whole with the
+answer and the next user turn appended) is stored as a response chained to it
+(`previous_response_id`) whose input is only the messages after that prefix and its answer. A
+request no stored turn begins (a new session, a compacted or edited history, a session idle past
+GATEWAY_MESSAGES_CHAIN_SECONDS) starts a new chain with all its messages. The system prompt is
+stored with a chain's first turn and again only when it changes.
 """
 
 from __future__ import annotations
@@ -18,20 +19,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
-
 from ..domain import Principal
 from ..protocol.ids import new_id
 from ..protocol.messages_api import MessagesWriter, output_items, prefix_hashes, stored_input
+from ..store.message_chains import Turn, chain_store
 from ..store.persistence import DatabasePersistence
 from ..store.services import response_row
-from ..ttlcache import TTLCache
-
-# (tenant, digest of the messages a stored turn was sent) -> (its response id, how many
-# messages, digest of its system prompt). An hour: a session idle longer starts a new chain.
-_turns: TTLCache[tuple[int, bytes], tuple[str, int, bytes]] = TTLCache(
-    lambda: float(getattr(settings, "GATEWAY_MESSAGES_CHAIN_SECONDS", 3600))
-)
 
 
 async def store_turn(
@@ -50,12 +43,12 @@ async def store_turn(
     hashes = prefix_hashes(messages)
     system = hashlib.blake2b(json.dumps(body.get("system"), sort_keys=True).encode(), digest_size=16).digest()
     previous, start, previous_system = None, 0, b""
-    # The longest prefix a stored turn was sent, followed by its answer (an assistant message).
-    for count in range(len(messages) - 1, 0, -1):
-        found = _turns.get((principal.tenant_id, hashes[count - 1]))
-        if found is not None and messages[count].get("role") == "assistant":
-            (previous, _, previous_system), start = found[0], count + 1
-            break
+    # The longest prefix a stored turn was sent, followed by its answer (an assistant message):
+    # every candidate asked at once, longest first.
+    counts = [n for n in range(len(messages) - 1, 0, -1) if messages[n].get("role") == "assistant"]
+    found = await chain_store().first(principal.tenant_id, [hashes[n - 1] for n in counts])
+    if found is not None:
+        previous, previous_system, start = found.response_id, found.system, found.messages + 1
     input_items = stored_input(body, start)
     response_id = new_id("resp")
     instructions = None if previous is not None and system == previous_system else _system(body)
@@ -87,7 +80,7 @@ async def store_turn(
         response, upstream=upstream, latency_ms=latency_ms, cache_write_1h_tokens=cache_write_1h_tokens
     )
     if hashes:
-        _turns.put((principal.tenant_id, hashes[-1]), (response_id, len(messages), system))
+        await chain_store().remember(principal.tenant_id, hashes[-1], Turn(response_id, len(messages), system))
     return response_id
 
 
