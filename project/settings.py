@@ -362,6 +362,9 @@ GATEWAY_ALERT_SWEEP_SECONDS = env.float("GATEWAY_ALERT_SWEEP_SECONDS", default=6
 # default): each threshold of each limit at most once per this many seconds, however long the
 # use stays there (a key kept at its limit would otherwise alert every minute).
 GATEWAY_LIMIT_ALERT_WINDOW_SECONDS = env.float("GATEWAY_LIMIT_ALERT_WINDOW_SECONDS", default=3600.0)
+# How long the Messages front door remembers a stored turn for the next one to chain onto
+# (orchestration/message_turns.py): a Claude Code session idle longer starts a new chain.
+GATEWAY_MESSAGES_CHAIN_SECONDS = env.float("GATEWAY_MESSAGES_CHAIN_SECONDS", default=3600.0)
 
 # own retention_days (admin) overrides it. Runs every GATEWAY_RETENTION_INTERVAL_SECONDS on beat.
 GATEWAY_RETENTION_DAYS = env.int("GATEWAY_RETENTION_DAYS", default=0)

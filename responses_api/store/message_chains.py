@@ -22,8 +22,7 @@ class Turn(NamedTuple):
 
 
 def _seconds() -> float:
-    # An hour by default: a session idle longer starts a new chain.
-    return float(getattr(settings, "GATEWAY_MESSAGES_CHAIN_SECONDS", 3600))
+    return float(settings.GATEWAY_MESSAGES_CHAIN_SECONDS)
 
 
 class ChainStore:
