@@ -215,8 +215,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = GATEWAY_MAX_REQUEST_BYTES
 # --- Static files ------------------------------------------------------------
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
+# Uploaded files' bytes (/v1/files): local disk under GATEWAY_FILES_ROOT by default.
+GATEWAY_FILES_ROOT = Path(env.str("GATEWAY_FILES_ROOT", default=str(BASE_DIR / "gateway-files")))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "gateway_files": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": str(GATEWAY_FILES_ROOT)},
+    },
     "staticfiles": {
         # Hashed names from collectstatic's manifest; the plain ones until it ran (api/static.py).
         "BACKEND": "responses_api.api.static.StaticStorage"

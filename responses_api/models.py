@@ -827,3 +827,32 @@ class GuardrailEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.guardrail_name}: {self.action} {self.category} ({self.where})"
+
+
+def new_file_id() -> str:
+    """An id shaped like OpenAI's files' (`file-` and 48 hex digits: clients treat it as opaque)."""
+    return "file-" + new_id("f").removeprefix("f_")
+
+
+class StoredFile(models.Model):
+    """An uploaded file (`POST /v1/files`): its bytes live in the `gateway_files` storage
+    (Django's storage API: local disk by default), this row says whose it is and what it is.
+    A tenant's files are its own: every look-up is by (tenant, id)."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=new_file_id, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="files", db_index=False)
+    api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    purpose = models.CharField(max_length=32, help_text="user_data or assistants")
+    filename = models.CharField(max_length=255)
+    content_type = models.CharField(max_length=255, blank=True, default="")
+    bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    storage_name = models.CharField(max_length=512, help_text="Its name in the gateway_files storage.")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="file_tenant_created")]
+
+    def __str__(self) -> str:
+        return f"{self.filename} ({self.id})"

@@ -120,6 +120,14 @@ GATEWAY = {
     ("responses_api", "GuardrailEvent", "where"),
     ("responses_api", "GuardrailEvent", "response_id"),
     ("responses_api", "Item", "type"),  # one of the parser's known types: test below
+    # An uploaded file's row: its id, the storage's name for it, its hash (made by the gateway);
+    # purpose, filename and content type are checked by /v1/files before the row is written.
+    ("responses_api", "StoredFile", "id"),
+    ("responses_api", "StoredFile", "storage_name"),
+    ("responses_api", "StoredFile", "sha256"),
+    ("responses_api", "StoredFile", "purpose"),
+    ("responses_api", "StoredFile", "filename"),
+    ("responses_api", "StoredFile", "content_type"),
     ("responses_api", "UsageRecord", "endpoint"),
     ("responses_api", "UsageRecord", "model"),  # a route's name: usage is recorded for routed calls only
     ("responses_api", "UsageRecord", "upstream"),
