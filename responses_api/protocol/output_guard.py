@@ -32,6 +32,10 @@ from .guardrails import Decision, Detector, Span, redacted
 CONTENT_FILTER = "content_filter"
 # What a pattern may look back at before the first character it checks (already released).
 _MIN_CONTEXT = 32
+# A match that keeps growing (an operator's `secret.*`) is held whole only up to this many
+# times the hold-back: past it the stream moves on, so it is never buffered whole by accident
+# (and never scanned again and again from its start).
+_GROWING_MATCH_FACTOR = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,7 @@ class OutputGuard:
         self.detectors = detectors
         self.holdback = max(holdback, 0)
         self._context = max(self.holdback, _MIN_CONTEXT)
+        self._max_held = max(self.holdback, _MIN_CONTEXT) * _GROWING_MATCH_FACTOR
         self._text: _Stream | None = None
         self._text_type: type[TextDelta] | type[RefusalDelta] = TextDelta
         self._calls: dict[int, _Stream] = {}
@@ -210,7 +215,8 @@ class OutputGuard:
                     continue  # in text released already: decided then
                 start = max(span.start, base)
                 if not final and span.end >= len(window):
-                    unsettled = min(unsettled, start)  # it may grow: hold it whole
+                    if len(stream.held) < self._max_held:
+                        unsettled = min(unsettled, start)  # it may grow: hold it whole
                     continue
                 decision = self._decide(detector, span.category)
                 if detector.action == "block" and (block_at is None or start < block_at):

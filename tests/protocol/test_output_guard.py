@@ -122,3 +122,10 @@ def test_tool_output_is_checked_whole() -> None:
     assert asyncio.run(guard.check_tool_output(f"key {SECRET}")) == ("key [REDACTED:credential]", None)
     text, blocked = asyncio.run(guard.check_tool_output("about Zeus"))
     assert blocked is not None and blocked.category == "codename"
+
+
+def test_a_match_that_keeps_growing_is_not_held_forever() -> None:
+    greedy = compile_detector(4, "greedy", "patterns", "redact", {"categories": {"rest": {"regex": ["secret.*"]}}})
+    guard = OutputGuard(OutputDetectors(output=(greedy,)), holdback=8)
+    out = run(guard, chars("a secret " + "x" * 2000, 10))
+    assert any(batch for batch in out[3:-1])  # released as it goes, not only at the end
