@@ -242,6 +242,9 @@ class ResponseRun:
         if self._prelude:
             async for event in self._run_prelude():
                 yield [event]
+            if self._tool_output_blocked:
+                yield Ending(CONTENT_FILTER)
+                return
         assert self._call is not None
         iteration = 0
         while True:
@@ -327,12 +330,17 @@ class ResponseRun:
             request=self.job.request,
             approved=self._approved,
             stopped=lambda: self._cancel_requested,
+            check_output=self._checked_tool_output
+            if self.output_guard is not None and self.output_guard.detectors.tool_output
+            else None,
         )
         async for event in prelude:
             yield event
         self.tool_calls_made += len(self._approved)
         if self._cancel_requested:
             raise _Cancelled()
+        if self._tool_output_blocked:
+            return  # withheld from the model: no call (the steps end content_filter)
         self._call = await self.calls.open_next(self.converted_prefix)
 
     async def _compact_then_open(self) -> AsyncIterator[Event]:
@@ -376,18 +384,7 @@ class ResponseRun:
         """The tools' outputs through the `tool_output` guardrails: redacted where one redacts;
         an output a `block` one matched is withheld (`[BLOCKED:category]` in its place, for the
         client, the store and no further model call: the run then ends `content_filter`)."""
-        guard = self.output_guard
-        assert guard is not None
-
-        async def checked(text: str | None) -> str | None:
-            if not text:
-                return text
-            out, blocked = await guard.check_tool_output(text)
-            if blocked is not None:
-                self._tool_output_blocked = True
-                return f"[BLOCKED:{blocked.category}]"
-            return out
-
+        checked = self._checked_tool_output
         outputs = [
             dict(item, output=await checked(item["output"])) if isinstance(item.get("output"), str) else item
             for item in outputs
@@ -401,6 +398,17 @@ class ResponseRun:
             else:  # a served hosted call's output
                 guarded.append(await checked(outcome) if isinstance(outcome, str) else outcome)
         return outputs, guarded
+
+    async def _checked_tool_output(self, text: str | None) -> str | None:
+        """One tool output as the client, the store and the model may get it (`_guard_tool_outputs`)."""
+        guard = self.output_guard
+        if not text or guard is None:
+            return text
+        out, blocked = await guard.check_tool_output(text)
+        if blocked is not None:
+            self._tool_output_blocked = True
+            return f"[BLOCKED:{blocked.category}]"
+        return out
 
     def _after_round(self, tool_round: ToolRound, iteration: int) -> Ending | None:
         """The end the loop comes to after its `iteration`th tool round, if it ends; raises

@@ -285,3 +285,38 @@ def test_the_holdback_bounds_what_waits(gateway: Gateway, scripted: ScriptedUpst
     deltas = [e["delta"] for e in events_ if e["type"] == "response.output_text.delta"]
     assert "".join(deltas) == text and len(deltas) > 10  # streamed, not buffered whole
     assert AWS_KEY not in text
+
+
+def test_mcp_call_outputs_are_guarded_in_the_loop_and_in_an_approved_call(
+    gateway: Gateway, scripted: ScriptedUpstream, mcp_server, caplog
+) -> None:
+    from tests.tool_registry.test_mcp import adhoc
+
+    answer = {"categories": {"answer": {"regex": [r"\b42\b"]}}}
+    guardrail("hide-answers", "patterns", "redact", answer, applies_to="tool_output")
+    client = gateway.openai()
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 20, "b": 22}, "c1")]), Reply(text="Done."))
+    looped = client.responses.create(model=MODEL, input="20+22?", tools=[adhoc(mcp_server)])
+    assert [o.type for o in looped.output] == ["mcp_list_tools", "mcp_call", "message"]
+    assert looped.output[1].output == "[REDACTED:answer]"
+    assert scripted.requests[-1].body["messages"][-1]["content"] == "[REDACTED:answer]"  # the model's too
+
+    from responses_api.models import Guardrail
+
+    Guardrail.objects.filter(name="hide-answers").update(action="block")
+    from responses_api.orchestration.guardrails import clear_cache
+
+    clear_cache()
+    tools = [adhoc(mcp_server, require_approval="always")]
+    scripted.enqueue(MODEL, Reply(tool_calls=[call("add", {"a": 40, "b": 2}, "c2")]))
+    first = client.responses.create(model=MODEL, input="40+2?", tools=tools)
+    request = first.output[1]
+    calls_before = len(scripted.model_calls)
+    approval = {"type": "mcp_approval_response", "approval_request_id": request.id, "approve": True}
+    raw = stream_raw(gateway, {"model": MODEL, "previous_response_id": first.id, "tools": tools, "input": [approval]})
+    final = validate_sse(raw)
+    assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "content_filter"}
+    assert [o["type"] for o in final["output"]] == ["mcp_call"]
+    assert final["output"][0]["output"] == "[BLOCKED:answer]" and b'"42"' not in raw
+    assert len(scripted.model_calls) == calls_before  # the approved call's output never reached the model
+    assert [(e["action"], e["category"]) for e in events()] == [("redact", "answer"), ("block", "answer")]
