@@ -320,3 +320,41 @@ def test_mcp_call_outputs_are_guarded_in_the_loop_and_in_an_approved_call(
     assert final["output"][0]["output"] == "[BLOCKED:answer]" and b'"42"' not in raw
     assert len(scripted.model_calls) == calls_before  # the approved call's output never reached the model
     assert [(e["action"], e["category"]) for e in events()] == [("redact", "answer"), ("block", "answer")]
+
+
+def test_whole_text_guardrails_buffer_or_only_log_as_the_operator_chose(
+    gateway: Gateway, scripted: ScriptedUpstream, monkeypatch, caplog
+) -> None:
+    """A test-only kind that needs the whole answer (a patterns guardrail marked whole_text, as a
+    moderation endpoint or a judge is): `on_stream: buffer` holds the answer back until its end
+    and blocks it whole; `on_stream: log` streams it as it goes and audits after the end."""
+    import dataclasses
+
+    from responses_api.orchestration import guardrails as orchestration
+
+    compile_detector = orchestration.compile_detector
+
+    def whole_text(*args: Any) -> Any:
+        return dataclasses.replace(compile_detector(*args), whole_text=True)
+
+    monkeypatch.setattr(orchestration, "compile_detector", whole_text)
+    words = {"categories": {"codename": {"words": [CODENAME]}}}
+    guardrail("judge", "patterns", "block", words, applies_to="output")
+    scripted.enqueue(MODEL, Reply(text=ANSWER, chunk_chars=3))
+    events_ = parse_sse(stream_raw(gateway, {"model": MODEL, "input": "plan?"}))
+    deltas = [e["delta"] for e in events_ if e["type"] == "response.output_text.delta"]
+    assert deltas == [BEFORE]  # held whole until the end, then checked: one delta, up to the match
+    final = validate_events(events_)
+    assert final["status"] == "incomplete" and final["incomplete_details"] == {"reason": "content_filter"}
+
+    from responses_api.models import Guardrail
+
+    Guardrail.objects.filter(name="judge").update(config={**words, "on_stream": "log"})
+    orchestration.clear_cache()
+    scripted.enqueue(MODEL, Reply(text=ANSWER, chunk_chars=3))
+    events_ = parse_sse(stream_raw(gateway, {"model": MODEL, "input": "plan?"}))
+    deltas = [e["delta"] for e in events_ if e["type"] == "response.output_text.delta"]
+    assert "".join(deltas) == ANSWER and len(deltas) > 1  # streamed as it went, whole
+    assert validate_events(events_)["status"] == "completed"
+    assert [(e["action"], e["category"]) for e in events()] == [("block", "codename"), ("log", "codename")]
+    assert_never_leaked(caplog)
