@@ -331,8 +331,7 @@ def test_whole_text_guardrails_buffer_or_only_log_as_the_operator_chose(
     import dataclasses
 
     from responses_api.orchestration import guardrails as orchestration
-
-    compile_detector = orchestration.compile_detector
+    from responses_api.protocol.guardrails import compile_detector
 
     def whole_text(*args: Any) -> Any:
         return dataclasses.replace(compile_detector(*args), whole_text=True)
