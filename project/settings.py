@@ -371,6 +371,10 @@ GATEWAY_LIMIT_ALERT_WINDOW_SECONDS = env.float("GATEWAY_LIMIT_ALERT_WINDOW_SECON
 # How long the Messages front door remembers a stored turn for the next one to chain onto
 # (orchestration/message_turns.py): a Claude Code session idle longer starts a new chain.
 GATEWAY_MESSAGES_CHAIN_SECONDS = env.float("GATEWAY_MESSAGES_CHAIN_SECONDS", default=3600.0)
+# Output guardrails: how many characters of a streamed answer (and of a tool call's arguments)
+# stay back until more follows, so a match up to this long is seen whole before any of it is
+# sent (protocol/output_guard.py). Only streams an output guardrail applies to wait at all.
+GATEWAY_GUARDRAIL_HOLDBACK_CHARS = env.int("GATEWAY_GUARDRAIL_HOLDBACK_CHARS", default=128)
 
 # own retention_days (admin) overrides it. Runs every GATEWAY_RETENTION_INTERVAL_SECONDS on beat.
 GATEWAY_RETENTION_DAYS = env.int("GATEWAY_RETENTION_DAYS", default=0)

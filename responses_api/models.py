@@ -735,10 +735,11 @@ class MaintenanceRun(models.Model):
 
 
 class Guardrail(models.Model):
-    """A check on what clients send (protocol/guardrails.py runs it): a kind and its config,
-    where it applies, what it does on a match, and its scope. Every guardrail whose scope takes
-    a request applies (a union: a narrower one never disables a wider one); within one
-    guardrail, the scope fields it sets must all match (none set: all traffic)."""
+    """A check on what clients send or what they get (protocol/guardrails.py and output_guard.py
+    run it): a kind and its config, where it applies, what it does on a match, and its scope.
+    Every guardrail whose scope takes a request applies (a union: a narrower one never disables
+    a wider one); within one guardrail, the scope fields it sets must all match (none set: all
+    traffic)."""
 
     class Kind(models.TextChoices):
         PATTERNS = "patterns", "Patterns (regular expressions and word lists)"
@@ -746,9 +747,9 @@ class Guardrail(models.Model):
 
     class AppliesTo(models.TextChoices):
         INPUT = "input", "Request input"
-        OUTPUT = "output", "Model output text (not served yet)"
-        TOOL_ARGUMENTS = "tool_arguments", "Tool-call arguments (not served yet)"
-        TOOL_OUTPUT = "tool_output", "Outputs of tools the gateway runs (not served yet)"
+        OUTPUT = "output", "Model output text"
+        TOOL_ARGUMENTS = "tool_arguments", "Tool-call arguments the model emits"
+        TOOL_OUTPUT = "tool_output", "Outputs of tools the gateway runs"
 
     class Action(models.TextChoices):
         BLOCK = "block"
@@ -764,7 +765,8 @@ class Guardrail(models.Model):
         default=dict,
         blank=True,
         help_text='patterns: {"categories": {"name": {"regex": [...], "words": [...]}}}; '
-        'pii: {"categories": ["email", "phone", "card", "iban", "credential"], "phone_region": "US"} (empty: all).',
+        'pii: {"categories": ["email", "phone", "card", "iban", "credential"], "phone_region": "US"} (empty: all). '
+        'Any kind: "on_stream": "buffer" or "log" (a kind that needs the whole answer, on a streamed output).',
     )
     tenant = models.ForeignKey(
         Tenant,
@@ -798,9 +800,7 @@ class Guardrail(models.Model):
     def clean(self) -> None:
         super().clean()
         if self.applies_to not in guardrail_rules.SERVED_APPLIES_TO:
-            raise ValidationError(
-                {"applies_to": "Only input guardrails are served yet; output and tool guardrails are not."}
-            )
+            raise ValidationError({"applies_to": f"one of {', '.join(guardrail_rules.APPLIES_TO)}"})
         try:
             guardrail_rules.compile_detector(self.pk or 0, self.name, self.kind, self.action, self.config or {})
         except guardrail_rules.GuardrailConfigError as exc:

@@ -66,7 +66,8 @@ def test_guardrails_are_synced_and_the_file_owns_what_it_sets() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"applies_to": "output"}, "Only input guardrails are served yet"),
+        ({"applies_to": "everywhere"}, "applies_to"),
+        ({"applies_to": "output", "config": {"categories": {"x": {"words": ["y"]}}, "on_stream": "x"}}, "on_stream"),
         ({"action": "warn"}, "action"),
         ({"kind": "judge"}, "kind"),
         ({"config": {"categories": {"x": {"regex": ["(unclosed"]}}}}, "not a regular expression"),
@@ -99,3 +100,16 @@ def test_key_scope_by_prefix_and_another_files_entries_are_left_alone(tmp_path) 
     with pytest.raises(ConfigError, match="is managed by"):
         sync_config({"guardrails": [entry]}, source=str(tmp_path / "b.yaml"))
     assert Provider.objects.count() == 0
+
+
+def test_output_guardrails_are_synced_with_their_stream_choice() -> None:
+    entry = {
+        "name": "out",
+        "kind": "patterns",
+        "applies_to": "output",
+        "action": "block",
+        "config": {"categories": {"c": {"words": ["x"]}}, "on_stream": "log"},
+    }
+    sync_config({"guardrails": [entry, {**entry, "name": "args", "applies_to": "tool_arguments"}]}, source="/f.yaml")
+    assert dict(Guardrail.objects.values_list("name", "applies_to")) == {"out": "output", "args": "tool_arguments"}
+    assert Guardrail.objects.get(name="out").config["on_stream"] == "log"

@@ -32,7 +32,7 @@ from ..domain import Principal, Route, Target
 from ..engine.failover import route_call
 from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
-from ..orchestration.guardrails import check_input
+from ..orchestration.guardrails import check_input, guarded_batches, output_guard, record_output
 from ..orchestration.limits import Grant, admit
 from ..orchestration.message_turns import store_turn
 from ..protocol import dialects
@@ -40,11 +40,12 @@ from ..protocol.deltas import Usage
 from ..protocol.errors import GatewayError, InvalidRequest, ProviderMisconfigured
 from ..protocol.ids import new_id
 from ..protocol.messages_api import MessagesWriter, sse
+from ..protocol.output_guard import OutputGuard
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.surface import header_names
 from ..protocol.tokens import estimate_request
 from ..store.usage import Endpoint, usage_writer
-from ..upstreams import UpstreamRequest, delta_batches, open_call
+from ..upstreams import UpstreamRequest, open_call
 from ..upstreams.anthropic import MessagesUsage, forward_messages
 from ..upstreams.dialects import dialect_of
 from ..upstreams.passthrough import Forwarded, body_chunks
@@ -165,13 +166,16 @@ async def _serve(
     # The store rule (protocol/messages_api.py): stored unless the client opts out.
     store = request.META.get("HTTP_X_GATEWAY_STORE", "").strip().lower() != "false"
     turn = _Turn(request, principal, body, model=model, store=store, grant=grant, started=started)
+    # The output guardrails (one cached look-up): a guarded answer is read as deltas, an
+    # Anthropic route's too, so that they see it before the client does.
+    guard = await output_guard(tenant_id=principal.tenant_id, key_id=principal.key_id, model=model)
 
     def failed(target: Target, exc: GatewayError) -> None:
         log.warning("upstream %s failed before the first byte: %s", target.label, exc.message)
         upstream_error(target.label, exc.code)
 
     async def open_one(target: Target) -> Any:
-        if _native(target):
+        if _native(target) and guard is None:
             return await forward_messages(target, body, stream=stream, betas=betas)
         floor = dialect_of(target).wire.output_floor
         if floor not in translated:
@@ -191,7 +195,7 @@ async def _serve(
         raise
     if isinstance(opened, Forwarded):
         return await _forwarded(turn, opened, slot, stream=stream)
-    return await _translated(turn, opened, slot, target, stream=stream)
+    return await _translated(turn, opened, slot, target, stream=stream, guard=guard)
 
 
 async def _forwarded(turn: _Turn, forwarded: Forwarded, slot: Any, *, stream: bool) -> HttpResponseBase:
@@ -236,20 +240,26 @@ async def _forwarded(turn: _Turn, forwarded: Forwarded, slot: Any, *, stream: bo
     return HttpResponse(raw, content_type=content_type)
 
 
-async def _translated(turn: _Turn, call: Any, slot: Any, target: Target, *, stream: bool) -> HttpResponseBase:
-    """A Message written from a Chat Completions or a native Responses upstream's deltas."""
+async def _translated(
+    turn: _Turn, call: Any, slot: Any, target: Target, *, stream: bool, guard: OutputGuard | None = None
+) -> HttpResponseBase:
+    """A Message written from a Chat Completions or a native Responses upstream's deltas (or any
+    upstream's, when output guardrails apply: `guard` checks them first; what it redacts is
+    what the client gets and the turn stores)."""
     writer = turn.writer()
     request, body = turn.request, turn.body
 
     async def finish(status: int, whole: bool = True) -> None:
+        await record_output(guard, turn.principal, response_id=writer.id, where="messages")
         await slot.release()
         # Only a whole answer is stored (a client gone mid-stream leaves a usage record).
         await turn.settle(target.label, status, writer.usage, writer if status == 200 and whole else None)
 
     if not stream:
         try:
-            async for delta in call.deltas():
-                writer.feed(delta)
+            async for batch in guarded_batches(call, guard):
+                for delta in batch:
+                    writer.feed(delta)
         except GatewayError as exc:
             await finish(exc.status)
             raise
@@ -265,7 +275,7 @@ async def _translated(turn: _Turn, call: Any, slot: Any, target: Target, *, stre
             yield b"".join(sse(event) for event in writer.opening())
             # One write per batch of deltas that came together (one network read), as the
             # Responses streams are written (api/sse.py).
-            async for batch in delta_batches(call):
+            async for batch in guarded_batches(call, guard):
                 events = [event for delta in batch for event in writer.feed(delta)]
                 if events:
                     yield b"".join(sse(event) for event in events)

@@ -18,11 +18,12 @@ from ..domain import Principal
 from ..engine.failover import route_call
 from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
-from ..orchestration.guardrails import check_input
+from ..orchestration.guardrails import check_input, guarded_batches, output_guard, record_output
 from ..orchestration.limits import Grant, admit
 from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat_usage, sse
 from ..protocol.errors import GatewayError, InvalidRequest, ProviderMisconfigured
 from ..protocol.ids import new_id
+from ..protocol.output_guard import OutputGuard
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.surface import REPORTED_FIELDS, header_names, unapplied_chat_fields
 from ..store.usage import Endpoint, usage_writer
@@ -60,12 +61,24 @@ async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoi
         where="chat.completions" if chat else "embeddings",
     )
     stream = endpoint == Endpoint.CHAT_COMPLETIONS and body.get("stream") is True
+    # The output guardrails (one cached look-up): a guarded answer is read as deltas, whatever
+    # the upstream's kind, so that they see it before the client does.
+    guard = await output_guard(tenant_id=principal.tenant_id, key_id=principal.key_id, model=model) if chat else None
     grant = await admit(
         principal, price=route.price, estimate=lambda: len(request.body) // 4, output_cap=_output_cap(body)
     )
     try:
         response = await _forward(
-            request, principal, route, body, path=path, endpoint=endpoint, model=model, stream=stream, grant=grant
+            request,
+            principal,
+            route,
+            body,
+            path=path,
+            endpoint=endpoint,
+            model=model,
+            stream=stream,
+            grant=grant,
+            guard=guard,
         )
     except BaseException:
         if grant is not None:
@@ -118,6 +131,7 @@ async def _forward(
     model: str,
     stream: bool,
     grant: Grant | None,
+    guard: OutputGuard | None = None,
 ) -> HttpResponseBase:
     started = time.monotonic()
 
@@ -132,7 +146,7 @@ async def _forward(
     async def open_one(target: Any) -> Any:
         kind = target.provider.kind
         wire = dialect_of(target).wire
-        if endpoint in wire.forwards:
+        if endpoint in wire.forwards and guard is None:
             try:
                 return await forward(target, path, body, stream=stream)
             except InvalidRequest as exc:
@@ -165,7 +179,17 @@ async def _forward(
         raise
     if not isinstance(forwarded, Forwarded):
         return await _translated(
-            request, principal, forwarded, slot, target, body, model=model, stream=stream, grant=grant, started=started
+            request,
+            principal,
+            forwarded,
+            slot,
+            target,
+            body,
+            model=model,
+            stream=stream,
+            grant=grant,
+            started=started,
+            guard=guard,
         )
     content_type = forwarded.response.headers.get("content-type", "application/json")
     if stream:
@@ -216,12 +240,15 @@ async def _translated(
     stream: bool,
     grant: Grant | None,
     started: float,
+    guard: OutputGuard | None = None,
 ) -> HttpResponseBase:
-    """A Chat Completions answer written from a native Responses or Anthropic upstream's deltas."""
+    """A Chat Completions answer written from a native Responses or Anthropic upstream's deltas
+    (or any upstream's, when output guardrails apply: `guard` checks them first)."""
     writer = ChatWriter(model, "chatcmpl-" + new_id("gw").split("_", 1)[1])
     endpoint = Endpoint.CHAT_COMPLETIONS
 
     async def finish(status: int) -> None:
+        await record_output(guard, principal, response_id=writer.id, where="chat.completions")
         await slot.release()
         usage = chat_usage(writer.usage)
         _note_tokens(request, usage)
@@ -231,8 +258,9 @@ async def _translated(
 
     if not stream:
         try:
-            async for delta in call.deltas():
-                writer.feed(delta)
+            async for batch in guarded_batches(call, guard):
+                for delta in batch:
+                    writer.feed(delta)
         except GatewayError as exc:
             await finish(exc.status)
             raise
@@ -247,10 +275,10 @@ async def _translated(
         status = 200
         try:
             yield sse(writer.opening())
-            async for delta in call.deltas():
-                chunk = writer.feed(delta)
-                if chunk is not None:
-                    yield sse(chunk)
+            async for batch in guarded_batches(call, guard):
+                written = [chunk for delta in batch if (chunk := writer.feed(delta)) is not None]
+                if written:
+                    yield b"".join(sse(chunk) for chunk in written)
             for chunk in writer.closing(include_usage):
                 yield sse(chunk)
             yield b"data: [DONE]\n\n"

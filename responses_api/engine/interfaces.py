@@ -5,7 +5,7 @@ responses_api/mcp/session.py). The engine imports none of those implementations.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -76,7 +76,10 @@ class McpSession(Protocol):
         request: CreateRequest,
         approved: list[tuple[dict[str, Any], dict[str, Any]]],
         stopped: Callable[[], bool],
-    ) -> AsyncIterator[Event]: ...
+        check_output: Callable[[str | None], Awaitable[str | None]] | None = None,
+    ) -> AsyncIterator[Event]:
+        """`check_output`: the output guardrails on what an approved call returned."""
+        ...
 
     async def list_requested(self, context: list[dict[str, Any]]) -> None:
         """Before the first byte: list the servers the request names (FailedDependency if one fails)."""

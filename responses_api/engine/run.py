@@ -9,6 +9,7 @@ tool calls), autocompact.py (a summary first), ending.py (how a run ends)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -19,7 +20,9 @@ from ..observability.metrics import upstream_error
 from ..protocol.batches import flatten
 from ..protocol.errors import GatewayError, ServerError, UpstreamError
 from ..protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
+from ..protocol.guardrails import Decision
 from ..protocol.mcp_tools import pending_approvals
+from ..protocol.output_guard import CONTENT_FILTER, OutputGuard
 from ..protocol.prefix import ConvertedPrefix
 from ..protocol.response import response_object
 from ..protocol.tools import allowed_tool_names
@@ -54,11 +57,16 @@ class ResponseRun:
         stream_upstream: bool | None = None,
         first_sequence_number: int = 0,
         open_upstream: Callable[[Target, UpstreamRequest], Awaitable[UpstreamCall]] = open_call,
+        output_guard: OutputGuard | None = None,
+        record_guardrails: Callable[[list[Decision]], Awaitable[None]] | None = None,
     ) -> None:
         """`stream_upstream`: stream from the upstream even when the client does not (workers
         do, so that a cancel stops generation and a poll sees the output so far); default: as
         the client asked. `first_sequence_number`: where this run's events continue an event
-        log. `open_upstream`: how a model call is opened on a target (upstreams.open_call)."""
+        log. `open_upstream`: how a model call is opened on a target (upstreams.open_call).
+        `output_guard`: the output guardrails whose scope takes the response (None: none
+        does, and the relay does nothing more per delta); `record_guardrails` audits their
+        decisions once the run ends."""
         self.job = job
         self.persistence = persistence
         self.tools = tools
@@ -118,6 +126,9 @@ class ResponseRun:
         # A WebSocket lane's converted upstream prefix (protocol/prefix.py), given by the lane:
         # model calls of this run reuse and keep it; a compaction or truncation clears it.
         self.converted_prefix: ConvertedPrefix | None = None
+        self.output_guard = output_guard
+        self._record_guardrails = record_guardrails
+        self._tool_output_blocked = False
 
     # -- before the first byte -------------------------------------------------
     async def connect(self) -> None:
@@ -231,6 +242,9 @@ class ResponseRun:
         if self._prelude:
             async for event in self._run_prelude():
                 yield [event]
+            if self._tool_output_blocked:
+                yield Ending(CONTENT_FILTER)
+                return
         assert self._call is not None
         iteration = 0
         while True:
@@ -239,11 +253,29 @@ class ResponseRun:
                     yield [event]
             # What _deltas does, inline and a batch (a network read) at a time: a relayed token
             # passes one generator level less, and a burst of them becomes one list of events.
+            # The output guardrails (when any applies) stand between the deltas and the builder:
+            # every sink (JSON, SSE, WebSocket, a worker's event log) and the store get what
+            # they release.
+            guard = self.output_guard
             try:
                 async for deltas in delta_batches(self._call):
                     if self._cancel_requested:
                         raise _Cancelled()
+                    if guard is not None:
+                        deltas = await guard.feed(deltas)
                     events, steered, failure = feed(self.builder, self.steering, deltas)
+                    if events:
+                        yield events
+                    if steered:
+                        yield Ending(STEERED)
+                        return
+                    if failure is not None:
+                        raise failure
+                    if guard is not None and guard.blocked is not None:
+                        await self._call.aclose()  # blocked: the model's answer ends here
+                        break
+                if guard is not None and guard.blocked is None:
+                    events, steered, failure = feed(self.builder, self.steering, await guard.end())
                     if events:
                         yield events
                     if steered:
@@ -298,12 +330,17 @@ class ResponseRun:
             request=self.job.request,
             approved=self._approved,
             stopped=lambda: self._cancel_requested,
+            check_output=self._checked_tool_output
+            if self.output_guard is not None and self.output_guard.detectors.tool_output
+            else None,
         )
         async for event in prelude:
             yield event
         self.tool_calls_made += len(self._approved)
         if self._cancel_requested:
             raise _Cancelled()
+        if self._tool_output_blocked:
+            return  # withheld from the model: no call (the steps end content_filter)
         self._call = await self.calls.open_next(self.converted_prefix)
 
     async def _compact_then_open(self) -> AsyncIterator[Event]:
@@ -337,11 +374,47 @@ class ResponseRun:
             raise
         finally:
             self._tools_task = None
+        if self.output_guard is not None and self.output_guard.detectors.tool_output:
+            outputs, outcomes = await self._guard_tool_outputs(tool_round, outputs, outcomes)
         return tool_round.outcome_events(self.builder, outputs, outcomes)
+
+    async def _guard_tool_outputs(
+        self, tool_round: ToolRound, outputs: list[dict[str, Any]], outcomes: list[Any]
+    ) -> tuple[list[dict[str, Any]], list[Any]]:
+        """The tools' outputs through the `tool_output` guardrails: redacted where one redacts;
+        an output a `block` one matched is withheld (`[BLOCKED:category]` in its place, for the
+        client, the store and no further model call: the run then ends `content_filter`)."""
+        checked = self._checked_tool_output
+        outputs = [
+            dict(item, output=await checked(item["output"])) if isinstance(item.get("output"), str) else item
+            for item in outputs
+        ]
+        mcp_count = len(tool_round.run_mcp)
+        guarded: list[Any] = []
+        for n, outcome in enumerate(outcomes):
+            if n < mcp_count:  # an MCP call's outcome
+                output = await checked(outcome.output)
+                guarded.append(outcome if output is outcome.output else dataclasses.replace(outcome, output=output))
+            else:  # a served hosted call's output
+                guarded.append(await checked(outcome) if isinstance(outcome, str) else outcome)
+        return outputs, guarded
+
+    async def _checked_tool_output(self, text: str | None) -> str | None:
+        """One tool output as the client, the store and the model may get it (`_guard_tool_outputs`)."""
+        guard = self.output_guard
+        if not text or guard is None:
+            return text
+        out, blocked = await guard.check_tool_output(text)
+        if blocked is not None:
+            self._tool_output_blocked = True
+            return f"[BLOCKED:{blocked.category}]"
+        return out
 
     def _after_round(self, tool_round: ToolRound, iteration: int) -> Ending | None:
         """The end the loop comes to after its `iteration`th tool round, if it ends; raises
         _Cancelled when a cancel was requested meanwhile."""
+        if self._tool_output_blocked:
+            return Ending(CONTENT_FILTER)
         ending = tool_round.ending(self.builder, iteration, self.max_iterations)
         if ending is not None:
             return ending
@@ -440,12 +513,18 @@ class ResponseRun:
             self.calls.end_span(self.error)
             tracing.end_response(self._span, self.response)
         latency_ms = int((time.monotonic() - self._started) * 1000)
-        await self.persistence.finish(
-            self.response,
-            upstream=self._upstream_label,
-            latency_ms=latency_ms,
-            cache_write_1h_tokens=self.builder.usage.cache_write_1h_tokens,
-        )
+        try:
+            await self.persistence.finish(
+                self.response,
+                upstream=self._upstream_label,
+                latency_ms=latency_ms,
+                cache_write_1h_tokens=self.builder.usage.cache_write_1h_tokens,
+            )
+        finally:
+            if self.output_guard is not None and self._record_guardrails is not None:
+                decisions = self.output_guard.take_decisions()
+                if decisions:  # the callback never raises (a lost audit row is logged)
+                    await self._record_guardrails(decisions)
 
     @property
     def _upstream_label(self) -> str:

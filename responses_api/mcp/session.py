@@ -5,7 +5,7 @@ call tools through `call`."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from tool_registry.runner import McpToolset
@@ -45,8 +45,10 @@ class McpSession:
         request: CreateRequest,
         approved: list[tuple[dict[str, Any], dict[str, Any]]],
         stopped: Callable[[], bool],
+        check_output: Callable[[str | None], Awaitable[str | None]] | None = None,
     ) -> AsyncIterator[Event]:
-        """List, bind, run the approved calls; stops before the next call once `stopped()`."""
+        """List, bind, run the approved calls; stops before the next call once `stopped()`.
+        `check_output`: the output guardrails on each call's output (redacted or withheld)."""
         toolset = self.toolset
         listed_before = _listed_before(context)
         listed: list[tuple[str, dict[str, Any]]] = []
@@ -105,7 +107,8 @@ class McpSession:
                 approval_request["arguments"],
                 key=(approval_request["id"], "approved"),
             )
-            for event in builder.finish_mcp_call(item, output=outcome.output, error=outcome.error):
+            output = outcome.output if check_output is None else await check_output(outcome.output)
+            for event in builder.finish_mcp_call(item, output=output, error=outcome.error):
                 yield event
 
 

@@ -43,6 +43,7 @@ from ..store.persistence import DatabasePersistence
 from ..store.selectors import FLATTENED_SPANS
 from ..upstreams.tokenize import context_window
 from . import lifecycle
+from .guardrails import output_guard, output_recorder
 from .limits import Grant
 from .routing import route_get
 from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
@@ -138,7 +139,7 @@ async def run_for_request(
         stored_output=compacted,
         api_key_id=principal.key_id,
     )
-    run = await _assemble(job, persistence, plan)
+    run = await _assemble(job, persistence, plan, key_id=principal.key_id, where="responses")
     lifecycle.track_run(run)  # a drain (SIGTERM) waits for it, then ends it
     return run
 
@@ -187,6 +188,8 @@ async def run_for_job(row: Response) -> tuple[ResponseRun, str]:
         job,
         persistence,
         plan,
+        key_id=row.api_key_id,
+        where="background",
         stream_upstream=True,
         first_sequence_number=await event_log().last_sequence_number(row.id) + 1,
     )
@@ -234,13 +237,17 @@ async def _assemble(
     persistence: DatabasePersistence,
     plan: ToolPlan,
     *,
+    key_id: int | None,
+    where: str,
     stream_upstream: bool | None = None,
     first_sequence_number: int = 0,
 ) -> ResponseRun:
     # Here, not in either caller: the window is what truncation "auto" fits the context to,
-    # so a worker's run must learn it as the web run does.
+    # so a worker's run must learn it as the web run does. The output guardrails likewise: a
+    # worker's run (whose events a resumed stream replays) is guarded as the web run is.
     job.route = await with_context_window(job.route)
     toolset = await toolset_for(job.response_id, plan.mcp, job.tenant_id)
+    guard = await output_guard(tenant_id=job.tenant_id, key_id=key_id, model=job.request.model)
     return ResponseRun(
         job,
         persistence,
@@ -249,6 +256,12 @@ async def _assemble(
         mcp=McpSession(toolset) if toolset is not None else None,
         stream_upstream=stream_upstream,
         first_sequence_number=first_sequence_number,
+        output_guard=guard,
+        record_guardrails=output_recorder(
+            tenant_id=job.tenant_id, key_id=key_id, response_id=job.response_id, where=where
+        )
+        if guard is not None
+        else None,
     )
 
 

@@ -1,7 +1,10 @@
-"""Input guardrails on every path that sends a client's text upstream: `check_input` is the one
-call each front door makes (/v1/responses in gateway.start_response, which covers JSON, SSE,
-WebSocket and background runs; /v1/responses/compact; /v1/chat/completions and /v1/embeddings),
-before any upstream call.
+"""Guardrails on every path: input guardrails on what a client sends upstream (`check_input`,
+the one call each front door makes: /v1/responses in gateway.start_response, which covers
+JSON, SSE, WebSocket and background runs; /v1/responses/compact; /v1/chat/completions and
+/v1/embeddings), before any upstream call; and output guardrails on what comes back
+(`output_guard`: the model's text, the tool-call arguments it emits and the outputs of the
+tools the gateway runs, checked by protocol/output_guard.py where the deltas flow: the engine
+for /v1/responses, the translating writers of /v1/chat/completions and /v1/messages).
 
 Cost: the scope's guardrails are one TTLCache look-up per (tenant, key, model) (refreshed every
 GATEWAY_CACHE_SECONDS, like routes and tools); with none configured nothing else runs. The
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,12 +26,15 @@ from django.conf import settings
 
 from ..domain import Principal
 from ..observability.metrics import guardrail_decision
+from ..protocol.deltas import Delta
 from ..protocol.errors import InvalidRequest
-from ..protocol.guardrails import Decision, Detector, GuardrailConfigError, compile_detector, scan
+from ..protocol.guardrails import Decision, Detector, GuardrailConfigError, compile_detector, on_stream, scan
+from ..protocol.output_guard import OutputDetectors, OutputGuard
 from ..protocol.request import CreateRequest
 from ..store import db
 from ..store.guardrails import GuardrailAudit, GuardrailRow, record_events, scope_guardrails
 from ..ttlcache import TTLCache
+from ..upstreams import UpstreamCall, delta_batches
 
 log = logging.getLogger("gateway.guardrails")
 
@@ -39,8 +45,13 @@ _scoped: TTLCache[tuple[int, int, str], tuple[Detector, ...]] = TTLCache(lambda:
 _compiled: TTLCache[tuple[int, str], Detector | None] = TTLCache(lambda: 24 * 3600.0)
 
 
+# (tenant, key, model): the compiled output guardrails, by where they apply.
+_scoped_output: TTLCache[tuple[int, int, str], OutputDetectors] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
+
+
 def clear_cache() -> None:
     _scoped.clear()
+    _scoped_output.clear()
     _compiled.clear()
 
 
@@ -64,6 +75,75 @@ def _detector(row: GuardrailRow) -> Detector | None:
 def _lookup(*, tenant_id: int, key_id: int, model: str) -> tuple[Detector, ...]:
     rows = scope_guardrails(tenant_id=tenant_id, key_id=key_id, model=model, applies_to="input")
     return tuple(d for d in map(_detector, rows) if d is not None)
+
+
+def _lookup_output(*, tenant_id: int, key_id: int, model: str) -> OutputDetectors:
+    found: dict[str, tuple[Detector, ...]] = {}
+    log_only: set[int] = set()
+    for applies_to in ("output", "tool_arguments", "tool_output"):
+        rows = scope_guardrails(tenant_id=tenant_id, key_id=key_id, model=model, applies_to=applies_to)
+        pairs = [(row, d) for row, d in ((row, _detector(row)) for row in rows) if d is not None]
+        found[applies_to] = tuple(d for _, d in pairs)
+        log_only |= {d.guardrail_id for row, d in pairs if d.whole_text and _on_stream(row) == "log"}
+    return OutputDetectors(found["output"], found["tool_arguments"], found["tool_output"], frozenset(log_only))
+
+
+def _on_stream(row: GuardrailRow) -> str:
+    try:
+        return on_stream(row.config)
+    except GuardrailConfigError:
+        return "buffer"
+
+
+async def output_guard(*, tenant_id: int, key_id: int | None, model: str) -> OutputGuard | None:
+    """A guard for one response's output: the output guardrails whose scope takes this key and
+    model (cached: one look-up per response), or None when none does (then nothing more runs)."""
+    key = key_id or 0
+    detectors = await db.run_cached(
+        _scoped_output, (tenant_id, key, model), _lookup_output, tenant_id=tenant_id, key_id=key, model=model
+    )
+    if not detectors:
+        return None
+    return OutputGuard(detectors, holdback=settings.GATEWAY_GUARDRAIL_HOLDBACK_CHARS)
+
+
+async def guarded_batches(call: UpstreamCall, guard: OutputGuard | None) -> AsyncIterator[list[Delta]]:
+    """The call's deltas in batches (upstreams.delta_batches), through `guard` when one applies:
+    what it releases, and after a block nothing more (the call is closed: the answer ends
+    `content_filter`). What the /v1/chat/completions and /v1/messages writers are fed."""
+    if guard is None:
+        async for batch in delta_batches(call):
+            yield batch
+        return
+    async for batch in delta_batches(call):
+        released = await guard.feed(batch)
+        if released:
+            yield released
+        if guard.blocked is not None:
+            await call.aclose()
+            return
+    tail = await guard.end()
+    if tail:
+        yield tail
+
+
+async def record_output(guard: OutputGuard | None, principal: Principal, *, response_id: str, where: str) -> None:
+    """Audit what `guard` decided (nothing to do without a guard or a decision)."""
+    if guard is not None:
+        decisions = guard.take_decisions()
+        if decisions:
+            await _record(principal.tenant_id, principal.key_id, decisions, where=where, response_id=response_id)
+
+
+def output_recorder(
+    *, tenant_id: int, key_id: int | None, response_id: str, where: str
+) -> Callable[[list[Decision]], Awaitable[None]]:
+    """What records an output guard's decisions (audited as `where`, under the response's id)."""
+
+    async def record(decisions: list[Decision]) -> None:
+        await _record(tenant_id, key_id, decisions, where=where, response_id=response_id)
+
+    return record
 
 
 async def input_detectors(principal: Principal, model: str) -> tuple[Detector, ...]:
@@ -134,21 +214,30 @@ async def check_input(
 
 
 async def _audit(principal: Principal, decisions: list[Decision], *, where: str, response_id: str) -> None:
-    for d in decisions:
-        guardrail_decision(d.guardrail, d.category, d.action, where)
-        log.info("guardrail %r: %s %s on %s", d.guardrail, d.action, d.category, where)
-    rows = _rows(principal, decisions, where=where, response_id=response_id)
+    await _record(principal.tenant_id, principal.key_id, decisions, where=where, response_id=response_id)
+
+
+async def _record(
+    tenant_id: int, key_id: int | None, decisions: list[Decision], *, where: str, response_id: str
+) -> None:
+    """Count, log and store the decisions; never raises (a lost audit row is logged)."""
     try:
+        for d in decisions:
+            guardrail_decision(d.guardrail, d.category, d.action, where)
+            log.info("guardrail %r: %s %s on %s", d.guardrail, d.action, d.category, where)
+        rows = _rows(tenant_id, key_id, decisions, where=where, response_id=response_id)
         await db.run(record_events, rows)
     except Exception:
         log.exception("guardrail decisions on %s not recorded", where)
 
 
-def _rows(principal: Principal, decisions: list[Decision], *, where: str, response_id: str) -> list[GuardrailAudit]:
+def _rows(
+    tenant_id: int, key_id: int | None, decisions: list[Decision], *, where: str, response_id: str
+) -> list[GuardrailAudit]:
     return [
         GuardrailAudit(
-            tenant_id=principal.tenant_id,
-            key_id=principal.key_id,
+            tenant_id=tenant_id,
+            key_id=key_id,
             response_id=response_id,
             guardrail_id=d.guardrail_id,
             guardrail=d.guardrail,

@@ -29,9 +29,14 @@ from stdnum import luhn
 
 KINDS = ("patterns", "pii")
 ACTIONS = ("block", "redact", "log")
-# Where a guardrail may apply; only `input` is served yet (the definition refuses the others).
+# Where a guardrail may apply: the request's input (here), the model's output text, the tool-call
+# arguments it emits and the outputs of the tools the gateway runs (protocol/output_guard.py).
 APPLIES_TO = ("input", "output", "tool_arguments", "tool_output")
-SERVED_APPLIES_TO = frozenset({"input"})
+SERVED_APPLIES_TO = frozenset(APPLIES_TO)
+# What a guardrail that needs the whole answer (Detector.whole_text) does on a streamed output:
+# hold the stream back until its end ("buffer", the default), or check it after the end and
+# audit only ("log"). Its config's `on_stream` key; any kind takes it.
+ON_STREAM = ("buffer", "log")
 PII_CATEGORIES = ("email", "phone", "card", "iban", "credential")
 
 # Values under these keys are the client's text (a string, or a list of strings: embeddings'
@@ -121,9 +126,13 @@ class Detector:
     name: str
     action: str
     finders: tuple[Finder, ...]
+    whole_text: bool = False  # needs the whole answer (a remote kind): buffered or log-only on output
 
     def find(self, text: str) -> list[Span]:
         return [span for finder in self.finders for span in finder(text)]
+
+    async def find_async(self, text: str) -> list[Span]:
+        return self.find(text)
 
 
 CATEGORY_MAX_LENGTH = 200
@@ -175,11 +184,28 @@ def compile_detector(guardrail_id: int, name: str, kind: str, action: str, confi
         raise GuardrailConfigError("action", f"must be one of {', '.join(ACTIONS)}")
     if not isinstance(config, Mapping):
         raise GuardrailConfigError("config", "must be a mapping")
+    config = without_stream_option(config)
     if kind == "patterns":
         return Detector(guardrail_id, name, action, _pattern_finders(config))
     if kind == "pii":
         return Detector(guardrail_id, name, action, _pii_finders(config))
     raise GuardrailConfigError("kind", f"must be one of {', '.join(KINDS)}")
+
+
+def on_stream(config: Mapping[str, Any]) -> str:
+    """The config's `on_stream` (ON_STREAM; default "buffer")."""
+    value = config.get("on_stream", "buffer") if isinstance(config, Mapping) else "buffer"
+    if value not in ON_STREAM:
+        raise GuardrailConfigError("on_stream", f"must be one of {', '.join(ON_STREAM)}")
+    return str(value)
+
+
+def without_stream_option(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The config a kind reads: `on_stream` checked and taken out (it is the output path's)."""
+    if "on_stream" not in config:
+        return config
+    on_stream(config)
+    return {k: v for k, v in config.items() if k != "on_stream"}
 
 
 def _pattern_finders(config: Mapping[str, Any]) -> tuple[Finder, ...]:

@@ -240,13 +240,14 @@ def test_scopes_tenant_key_and_route_never_cross(gateway: Gateway, scripted: Scr
 
 
 @pytest.mark.django_db
-def test_only_input_is_served_and_bad_configs_are_refused() -> None:
+def test_bad_definitions_are_refused() -> None:
     from django.core.exceptions import ValidationError
 
     from responses_api.models import Guardrail
 
     for fields, field in (
-        ({"applies_to": "output"}, "applies_to"),
+        ({"applies_to": "everything"}, "applies_to"),
+        ({"config": {"categories": {"x": {"words": ["y"]}}, "on_stream": "later"}}, "config"),
         ({"config": {"categories": {"x": {"regex": ["(unclosed"]}}}}, "config"),
         ({"config": {"categories": ["email", "ssn"]}, "kind": "pii"}, "config"),
         ({"action": "warn"}, "action"),
