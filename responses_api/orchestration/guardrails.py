@@ -13,6 +13,7 @@ replaces what matched with `[REDACTED:category]` in what the upstream gets and w
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Iterable
@@ -23,12 +24,14 @@ from django.conf import settings
 
 from ..domain import Principal
 from ..observability.metrics import guardrail_decision
-from ..protocol.errors import InvalidRequest
-from ..protocol.guardrails import Decision, Detector, GuardrailConfigError, compile_detector, scan
+from ..protocol.errors import GatewayError, InvalidRequest
+from ..protocol.guardrail_remote import UNAVAILABLE, RemoteDetector
+from ..protocol.guardrails import Decision, Detector, GuardrailConfigError, compile_detector, scan, texts
 from ..protocol.request import CreateRequest
 from ..store import db
 from ..store.guardrails import GuardrailAudit, GuardrailRow, record_events, scope_guardrails
 from ..ttlcache import TTLCache
+from . import guardrail_kinds
 
 log = logging.getLogger("gateway.guardrails")
 
@@ -48,6 +51,15 @@ class GuardrailBlocked(InvalidRequest):
     default_code = "guardrail_blocked"
 
 
+class GuardrailUnavailable(GatewayError):
+    """A remote `block` guardrail set to fail closed could not give a verdict: the request is
+    refused, as a failure to try again later rather than a verdict on its text."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = "guardrail_unavailable"
+
+
 def _detector(row: GuardrailRow) -> Detector | None:
     key = (row.id, row.version)
     cached = _compiled.get(key)
@@ -55,6 +67,8 @@ def _detector(row: GuardrailRow) -> Detector | None:
         return cached[0]
     try:
         detector: Detector | None = compile_detector(row.id, row.name, row.kind, row.action, row.config)
+        if isinstance(detector, RemoteDetector):
+            detector = guardrail_kinds.bind(detector)
     except GuardrailConfigError as exc:
         log.warning("guardrail %r does not compile (%s: %s); skipped", row.name, exc.field, exc)
         detector = None
@@ -63,7 +77,15 @@ def _detector(row: GuardrailRow) -> Detector | None:
 
 def _lookup(*, tenant_id: int, key_id: int, model: str) -> tuple[Detector, ...]:
     rows = scope_guardrails(tenant_id=tenant_id, key_id=key_id, model=model, applies_to="input")
-    return tuple(d for d in map(_detector, rows) if d is not None)
+    return tuple(_for_caller(d, tenant_id, key_id) for d in map(_detector, rows) if d is not None)
+
+
+def _for_caller(detector: Detector, tenant_id: int, key_id: int) -> Detector:
+    """A remote detector knows whose request it checks (a judge's tokens are theirs): the scope's
+    cache is per tenant and key, so is the binding."""
+    if isinstance(detector, RemoteDetector):
+        return guardrail_kinds.for_caller(detector, tenant_id, key_id)
+    return detector
 
 
 async def input_detectors(principal: Principal, model: str) -> tuple[Detector, ...]:
@@ -100,17 +122,47 @@ async def screen_input(
     detectors = await input_detectors(principal, model)
     if not detectors:
         return Screened(payload)
-    checked, decisions = scan(payload, fields, detectors)
+    local = tuple(d for d in detectors if not d.whole_text)
+    checked, decisions = scan(payload, fields, local) if local else (payload, [])
+    failed: list[Decision] = []
+    if not any(d.action == "block" for d in decisions):
+        # A remote kind is asked only when no local guardrail blocked, and about the text as
+        # redacted (a credential redacted here never reaches a moderation server or a judge).
+        remote = tuple(d for d in detectors if d.whole_text)
+        if remote:
+            found = await _ask_remote(remote, "\n\n".join(texts(checked, fields)))
+            failed = [d for d in found if d.category == UNAVAILABLE]
+            decisions += found
     if not decisions:
         return Screened(payload)
     blocked = next((d for d in decisions if d.action == "block"), None)
     if blocked is not None:
         await _audit(principal, decisions, where=where, response_id="")
+        if all(d in failed for d in decisions if d.action == "block"):
+            raise GuardrailUnavailable(
+                f"The guardrail '{blocked.guardrail}' could not check the request (it failed or timed out) "
+                "and is set to fail closed; try again later.",
+                param=None,
+            )
         raise GuardrailBlocked(
             f"The request was blocked by the guardrail '{blocked.guardrail}' (category: {blocked.category}).",
             param=None,
         )
     return Screened(checked, decisions, where)
+
+
+async def _ask_remote(detectors: tuple[Detector, ...], text: str) -> list[Decision]:
+    """Every remote guardrail asked about `text` at once (each under its own timeout)."""
+    if not text.strip():
+        return []
+    found = await asyncio.gather(*(d.find_async(text) for d in detectors))
+    decisions: dict[tuple[int, str], Decision] = {}
+    for detector, spans in zip(detectors, found):
+        for span in spans:
+            key = (detector.guardrail_id, span.category)
+            decisions.setdefault(key, Decision(detector.guardrail_id, detector.name, span.category, detector.action))
+    # A real finding names the block, not a fail-closed guardrail's `unavailable`.
+    return sorted(decisions.values(), key=lambda d: d.category == UNAVAILABLE)
 
 
 async def check_input(

@@ -11,7 +11,9 @@ Kinds:
   `phone_region` only numbers written with their +country code), card numbers (13-19 digits
   passing Luhn), IBANs (`python-stdnum`'s checksum) and credentials (the well-known key formats
   below; no entropy detection, since sealed blobs and base64 are high-entropy):
-  `{"categories": ["email", "phone", "card", "iban", "credential"], "phone_region": "DE"}`.
+  `{"categories": ["email", "phone", "card", "iban", "credential"], "phone_region": "DE"}`;
+- `moderation` and `judge` ask a server about the whole text (guardrail_remote.py: their
+  config, the question and how the answer is read; the calls are orchestration's).
 
 Never scanned: `encrypted_content`, images, file bytes and URLs, tool schemas (NEVER_SCANNED),
 and what the request names rather than says (ids, roles, types)."""
@@ -27,7 +29,10 @@ import phonenumbers
 from stdnum import iban as stdnum_iban
 from stdnum import luhn
 
-KINDS = ("patterns", "pii")
+KINDS = ("patterns", "pii", "moderation", "judge")
+# Kinds that ask a server about the whole text (protocol/guardrail_remote.py): their verdict
+# covers it all, so they block or log, never redact.
+REMOTE_KINDS = ("moderation", "judge")
 ACTIONS = ("block", "redact", "log")
 # Where a guardrail may apply; only `input` is served yet (the definition refuses the others).
 APPLIES_TO = ("input", "output", "tool_arguments", "tool_output")
@@ -121,9 +126,13 @@ class Detector:
     name: str
     action: str
     finders: tuple[Finder, ...]
+    whole_text: bool = False  # needs the whole answer (a remote kind): buffered or log-only on output
 
     def find(self, text: str) -> list[Span]:
         return [span for finder in self.finders for span in finder(text)]
+
+    async def find_async(self, text: str) -> list[Span]:
+        return self.find(text)
 
 
 CATEGORY_MAX_LENGTH = 200
@@ -179,6 +188,10 @@ def compile_detector(guardrail_id: int, name: str, kind: str, action: str, confi
         return Detector(guardrail_id, name, action, _pattern_finders(config))
     if kind == "pii":
         return Detector(guardrail_id, name, action, _pii_finders(config))
+    if kind in REMOTE_KINDS:
+        from .guardrail_remote import compile_remote  # it builds on this module's types
+
+        return compile_remote(guardrail_id, name, kind, action, config)
     raise GuardrailConfigError("kind", f"must be one of {', '.join(KINDS)}")
 
 
@@ -298,3 +311,26 @@ def scan(
         if name in out and out[name] is not None:
             out[name] = run.walk(out[name], name if name in TEXT_KEYS else None)
     return out, list(run.decisions.values())
+
+
+def texts(payload: Mapping[str, Any], fields: Iterable[str]) -> list[str]:
+    """The client's text in `fields`, as `scan` walks it (the same keys scanned, the same never
+    entered): what a remote guardrail is asked about, as one text."""
+    found: list[str] = []
+
+    def walk(node: Any, key: str | None) -> None:
+        if isinstance(node, str):
+            if key in TEXT_KEYS and node:
+                found.append(node)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, key)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                if k not in NEVER_SCANNED:
+                    walk(v, k)
+
+    for name in fields:
+        if payload.get(name) is not None:
+            walk(payload[name], name if name in TEXT_KEYS else None)
+    return found
