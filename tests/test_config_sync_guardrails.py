@@ -68,7 +68,14 @@ def test_guardrails_are_synced_and_the_file_owns_what_it_sets() -> None:
     [
         ({"applies_to": "output"}, "Only input guardrails are served yet"),
         ({"action": "warn"}, "action"),
-        ({"kind": "judge"}, "kind"),
+        ({"kind": "llm"}, "kind"),
+        # The remote kinds: a whole-text verdict cannot redact; their config is checked too.
+        ({"kind": "judge"}, "'action': ['a judge guardrail gives one verdict"),
+        (
+            {"kind": "moderation", "action": "block", "config": {"url": "http://m", "api_key_env": "sk-1 2"}},
+            "api_key_env",
+        ),
+        ({"kind": "judge", "action": "log", "config": {"route": "gone", "policy": "p"}}, "no model route is named"),
         ({"config": {"categories": {"x": {"regex": ["(unclosed"]}}}}, "not a regular expression"),
         ({"route": "no-such-route"}, "unknown model route"),
         ({"key": "sk-gw-nope"}, "no API key with the prefix"),
@@ -99,3 +106,34 @@ def test_key_scope_by_prefix_and_another_files_entries_are_left_alone(tmp_path) 
     with pytest.raises(ConfigError, match="is managed by"):
         sync_config({"guardrails": [entry]}, source=str(tmp_path / "b.yaml"))
     assert Provider.objects.count() == 0
+
+
+def test_the_remote_kinds_are_synced() -> None:
+    config = copy.deepcopy(CONFIG)
+    config["guardrails"] = [
+        {
+            "name": "moderated",
+            "kind": "moderation",
+            "action": "block",
+            "config": {
+                "url": "http://moderation.internal:8000/v1/moderations",
+                "model": "omni-moderation-latest",
+                "api_key_env": "MODERATION_API_KEY",
+                "timeout": 3,
+                "fail_open": True,
+                "categories": ["hate", "violence"],
+            },
+        },
+        {
+            "name": "judged",
+            "kind": "judge",
+            "action": "log",
+            "tenant": "acme",
+            "config": {"route": "small", "policy": "No medical advice.", "categories": ["medical"]},
+        },
+    ]
+    sync_config(config, source="/etc/gateway.yaml")
+    moderated, judged = Guardrail.objects.get(name="moderated"), Guardrail.objects.get(name="judged")
+    assert (moderated.kind, moderated.action, moderated.config["fail_open"]) == ("moderation", "block", True)
+    assert (judged.kind, judged.action, judged.tenant) == ("judge", "log", Tenant.objects.get(name="acme"))
+    assert judged.config == {"route": "small", "policy": "No medical advice.", "categories": ["medical"]}

@@ -151,7 +151,9 @@ def test_judge_blocks_with_its_category_bypasses_guardrails_and_counts_its_token
     verdicts = iter(['{"allowed": false, "category": "medical"}', '```json\n{"allowed": true}\n```'])
     scripted.set_responder(
         JUDGE,
-        lambda body: Reply(text=next(verdicts), usage={"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49}),
+        lambda body: Reply(
+            text=next(verdicts), usage={"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49}
+        ),
     )
     client = gateway.openai()
     with pytest.raises(openai.BadRequestError) as raised:
