@@ -30,7 +30,7 @@ from .autocompact import compaction_events
 from .calls import ModelCalls
 from .context import collect_summary
 from .ending import Ending, store_failure, store_failure_when_back
-from .interfaces import McpSession, Persistence, ResponseJob, ToolRunner
+from .interfaces import McpSession, Persistence, ResponseJob, SummaryScreen, ToolRunner
 from .steering import STEERED, Steering, feed
 from .tool_search import RunToolSearch
 from .tools import ToolRound, check_approvals
@@ -54,11 +54,13 @@ class ResponseRun:
         stream_upstream: bool | None = None,
         first_sequence_number: int = 0,
         open_upstream: Callable[[Target, UpstreamRequest], Awaitable[UpstreamCall]] = open_call,
+        screen_summary: SummaryScreen | None = None,
     ) -> None:
         """`stream_upstream`: stream from the upstream even when the client does not (workers
         do, so that a cancel stops generation and a poll sees the output so far); default: as
         the client asked. `first_sequence_number`: where this run's events continue an event
-        log. `open_upstream`: how a model call is opened on a target (upstreams.open_call)."""
+        log. `open_upstream`: how a model call is opened on a target (upstreams.open_call).
+        `screen_summary`: the input guardrails an automatic compaction's summariser call passes."""
         self.job = job
         self.persistence = persistence
         self.tools = tools
@@ -105,6 +107,7 @@ class ResponseRun:
             span=self._span,
             stream=req.stream if stream_upstream is None else stream_upstream,
             open_upstream=open_upstream,
+            screen_summary=screen_summary,
         )
         self.failure_events: list[Event] = []  # what connect() would have streamed on failure
         self._call: UpstreamCall | None = None

@@ -24,7 +24,7 @@ from django.conf import settings
 from tool_registry.services import mcp_servers_for, registry_tools_for
 
 from ..domain import Principal, Route
-from ..engine.interfaces import ResponseJob
+from ..engine.interfaces import ResponseJob, SummaryScreen
 from ..engine.run import ResponseRun
 from ..mcp.credentials import restore_credentials
 from ..mcp.planning import registry_mcp_labels, toolset_for
@@ -34,6 +34,7 @@ from ..process import process_id
 from ..protocol.answers import check_outputs_answer_calls
 from ..protocol.compaction import InputSpans, client_instructions, span_after
 from ..protocol.errors import InvalidRequest
+from ..protocol.guardrail_remote import Caller
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.response import request_params
@@ -43,6 +44,7 @@ from ..store.persistence import DatabasePersistence
 from ..store.selectors import FLATTENED_SPANS
 from ..upstreams.tokenize import context_window
 from . import lifecycle
+from .guardrails import summary_screen
 from .limits import Grant
 from .routing import route_get
 from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
@@ -138,7 +140,7 @@ async def run_for_request(
         stored_output=compacted,
         api_key_id=principal.key_id,
     )
-    run = await _assemble(job, persistence, plan)
+    run = await _assemble(job, persistence, plan, key_id=principal.key_id)
     lifecycle.track_run(run)  # a drain (SIGTERM) waits for it, then ends it
     return run
 
@@ -187,6 +189,7 @@ async def run_for_job(row: Response) -> tuple[ResponseRun, str]:
         job,
         persistence,
         plan,
+        key_id=row.api_key_id,
         stream_upstream=True,
         first_sequence_number=await event_log().last_sequence_number(row.id) + 1,
     )
@@ -234,6 +237,7 @@ async def _assemble(
     persistence: DatabasePersistence,
     plan: ToolPlan,
     *,
+    key_id: int | None,
     stream_upstream: bool | None = None,
     first_sequence_number: int = 0,
 ) -> ResponseRun:
@@ -249,7 +253,16 @@ async def _assemble(
         mcp=McpSession(toolset) if toolset is not None else None,
         stream_upstream=stream_upstream,
         first_sequence_number=first_sequence_number,
+        screen_summary=_summary_screen(job, key_id),
     )
+
+
+def _summary_screen(job: ResponseJob, key_id: int | None) -> SummaryScreen | None:
+    """The input guardrails of an automatic compaction's summariser call (only a request with
+    `context_management` can have one)."""
+    if job.request.compact_threshold is None:
+        return None
+    return summary_screen(Caller(job.tenant_id, key_id), job.request.model, job.response_id)
 
 
 async def with_context_window(route: Route) -> Route:

@@ -23,9 +23,10 @@ from typing import Any
 from django.conf import settings
 
 from ..domain import Principal
+from ..engine.interfaces import SummaryScreen
 from ..observability.metrics import guardrail_decision
 from ..protocol.errors import GatewayError, InvalidRequest
-from ..protocol.guardrail_remote import UNAVAILABLE, RemoteDetector
+from ..protocol.guardrail_remote import UNAVAILABLE, Caller, RemoteDetector
 from ..protocol.guardrails import Decision, Detector, GuardrailConfigError, compile_detector, scan, texts
 from ..protocol.request import CreateRequest
 from ..store import db
@@ -35,8 +36,11 @@ from . import guardrail_kinds
 
 log = logging.getLogger("gateway.guardrails")
 
+# Whose text is checked: a request's principal, or (a worker's run) its tenant and key.
+Whose = Principal | Caller
+
 # (tenant, key, model): the compiled detectors of the guardrails whose scope takes them.
-_scoped: TTLCache[tuple[int, int, str], tuple[Detector, ...]] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
+_scoped: TTLCache[tuple[int, int | None, str], tuple[Detector, ...]] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 # (guardrail id, version): its compiled detector (or None: a definition that does not compile,
 # skipped with a warning; the admin and the config sync refuse one, so only a row written around them).
 _compiled: TTLCache[tuple[int, str], Detector | None] = TTLCache(lambda: 24 * 3600.0)
@@ -75,12 +79,12 @@ def _detector(row: GuardrailRow) -> Detector | None:
     return _compiled.put(key, detector)
 
 
-def _lookup(*, tenant_id: int, key_id: int, model: str) -> tuple[Detector, ...]:
+def _lookup(*, tenant_id: int, key_id: int | None, model: str) -> tuple[Detector, ...]:
     rows = scope_guardrails(tenant_id=tenant_id, key_id=key_id, model=model, applies_to="input")
     return tuple(_for_caller(d, tenant_id, key_id) for d in map(_detector, rows) if d is not None)
 
 
-def _for_caller(detector: Detector, tenant_id: int, key_id: int) -> Detector:
+def _for_caller(detector: Detector, tenant_id: int, key_id: int | None) -> Detector:
     """A remote detector knows whose request it checks (a judge's tokens are theirs): the scope's
     cache is per tenant and key, so is the binding."""
     if isinstance(detector, RemoteDetector):
@@ -88,7 +92,7 @@ def _for_caller(detector: Detector, tenant_id: int, key_id: int) -> Detector:
     return detector
 
 
-async def input_detectors(principal: Principal, model: str) -> tuple[Detector, ...]:
+async def input_detectors(principal: Whose, model: str) -> tuple[Detector, ...]:
     """The compiled input guardrails for this key and model (cached)."""
     return await db.run_cached(
         _scoped,
@@ -109,13 +113,13 @@ class Screened:
     decisions: list[Decision] = field(default_factory=list)
     where: str = ""
 
-    async def audit(self, principal: Principal, response_id: str = "") -> None:
+    async def audit(self, principal: Whose, response_id: str = "") -> None:
         if self.decisions:
             await _audit(principal, self.decisions, where=self.where, response_id=response_id)
 
 
 async def screen_input(
-    principal: Principal, model: str, payload: dict[str, Any], fields: Iterable[str], *, where: str
+    principal: Whose, model: str, payload: dict[str, Any], fields: Iterable[str], *, where: str
 ) -> Screened:
     """`check_input` without the audit of a decision that passes (`Screened.audit` records it);
     a block is audited at once, and raised."""
@@ -185,7 +189,7 @@ async def check_input(
     return screened.payload
 
 
-async def _audit(principal: Principal, decisions: list[Decision], *, where: str, response_id: str) -> None:
+async def _audit(principal: Whose, decisions: list[Decision], *, where: str, response_id: str) -> None:
     for d in decisions:
         guardrail_decision(d.guardrail, d.category, d.action, where)
         log.info("guardrail %r: %s %s on %s", d.guardrail, d.action, d.category, where)
@@ -196,7 +200,7 @@ async def _audit(principal: Principal, decisions: list[Decision], *, where: str,
         log.exception("guardrail decisions on %s not recorded", where)
 
 
-def _rows(principal: Principal, decisions: list[Decision], *, where: str, response_id: str) -> list[GuardrailAudit]:
+def _rows(principal: Whose, decisions: list[Decision], *, where: str, response_id: str) -> list[GuardrailAudit]:
     return [
         GuardrailAudit(
             tenant_id=principal.tenant_id,
@@ -227,3 +231,17 @@ async def guard_request(
     req = dataclasses.replace(req, input_items=checked["input"], instructions=checked["instructions"])
     # The items as parsed are a valid `input` too: the worker parses the same redacted text.
     return req, {**body, "input": checked["input"], "instructions": checked["instructions"]}, screened
+
+
+def summary_screen(whose: Whose, model: str, response_id: str) -> SummaryScreen:
+    """Automatic compaction's summariser call, checked as input (engine/calls.py calls it before
+    the call is opened): it is sent the whole context, this run's own output and tool results
+    included. Redacted items are what the summariser gets; a block fails the run, as
+    GuardrailBlocked."""
+
+    async def screen(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        screened = await screen_input(whose, model, {"input": items}, ("input",), where="responses.autocompact")
+        await screened.audit(whose, response_id)
+        return list(screened.payload["input"])
+
+    return screen

@@ -22,7 +22,7 @@ class GuardrailRow:
     version: str  # updated_at: a changed definition is compiled again
 
 
-def scope_guardrails(*, tenant_id: int, key_id: int, model: str, applies_to: str) -> tuple[GuardrailRow, ...]:
+def scope_guardrails(*, tenant_id: int, key_id: int | None, model: str, applies_to: str) -> tuple[GuardrailRow, ...]:
     """The enabled guardrails of `applies_to` whose scope takes this tenant, key and model (the
     union of every scope that does)."""
     rows = (

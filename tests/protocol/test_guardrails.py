@@ -90,6 +90,7 @@ def test_remote_verdicts_are_read_strictly() -> None:
     answer = {"results": [{"flagged": True, "categories": {"hate": False, "violence": True}}]}
     assert moderation_spans(moderation, answer, text) == []  # violence does not count for it
     assert moderation_spans(anything, answer, text) == [Span(0, len(text), "violence")]
+    broken: object
     for broken in ({}, {"results": []}, {"results": [{"categories": {}}]}, ["no"]):
         with pytest.raises(RemoteCheckFailed):
             moderation_spans(anything, broken, text)

@@ -219,3 +219,47 @@ def test_remote_kinds_refuse_redact_and_bad_configs_naming_the_field() -> None:
             row.full_clean()
         assert field in raised.value.message_dict, (kind, config, raised.value.message_dict)
         assert words in str(raised.value.message_dict[field]), raised.value.message_dict
+
+
+def test_automatic_compaction_summariser_call_is_checked_as_input(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """The summariser is sent the whole context, the model's own earlier answers included, which
+    no input guardrail saw: its call is checked as input (redact: the summariser gets the redacted
+    text; block: the request is refused before the call)."""
+    from responses_api.orchestration.guardrails import clear_cache
+    from responses_api.protocol.compaction import SUMMARY_REQUEST
+    from tests.responses_api.test_auto_compaction import THRESHOLD, last_user_text
+
+    padding = "The count goes on and every earlier number is kept in mind. " * 20
+
+    def reply(body: dict[str, Any]) -> Reply:
+        if SUMMARY_REQUEST in last_user_text(body):
+            return Reply(text="Summary: the user asked for a contact.")
+        return Reply(text=f"Write to {EMAIL} about Project Zeus. {padding}")
+
+    scripted.set_responder(MODEL, reply)
+    management = [{"type": "compaction", "compact_threshold": THRESHOLD}]
+    with gateway.http() as http:
+        first = http.post("/v1/responses", json={"model": MODEL, "input": "Who do I contact?"}).json()
+        guardrail("pii", "pii", "redact", {"categories": ["email"]})
+        clear_cache()  # the first request cached "no guardrails" for this key and model
+        body = {
+            "model": MODEL,
+            "input": "Thanks.",
+            "previous_response_id": first["id"],
+            "context_management": management,
+        }
+        second = http.post("/v1/responses", json=body)
+        assert second.status_code == 200, second.text
+        assert [i["type"] for i in second.json()["output"]] == ["compaction", "message"]
+        (summary_call,) = [c for c in scripted.model_calls if SUMMARY_REQUEST in last_user_text(c.body)]
+        sent = repr(summary_call.body["messages"])
+        assert EMAIL not in sent and "[REDACTED:email]" in sent
+        assert [(e["where"], e["category"], e["response_id"]) for e in events()] == [
+            ("responses.autocompact", "email", second.json()["id"])
+        ]
+        guardrail("no-codenames", "patterns", "block")  # the model's earlier answer names it
+        clear_cache()
+        calls = len(scripted.model_calls)
+        third = http.post("/v1/responses", json={**body, "stream": True})
+        assert third.status_code == 400 and third.json()["error"]["code"] == "guardrail_blocked"
+        assert len(scripted.model_calls) == calls  # refused before the summariser was called
