@@ -65,3 +65,13 @@ def record_events(events: Iterable[GuardrailAudit]) -> None:
         )
         for e in rows
     )
+
+
+def events_by_response(response_ids: Iterable[str]) -> dict[str, list[GuardrailEvent]]:
+    """The decisions recorded for these responses (one query), oldest first: the admin's thread
+    view shows each response's under it."""
+    found: dict[str, list[GuardrailEvent]] = {}
+    ids = [rid for rid in response_ids if rid]
+    for event in GuardrailEvent.objects.filter(response_id__in=ids).order_by("created_at", "id"):
+        found.setdefault(event.response_id, []).append(event)
+    return found

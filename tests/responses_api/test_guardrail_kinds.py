@@ -263,3 +263,24 @@ def test_automatic_compaction_summariser_call_is_checked_as_input(gateway: Gatew
         third = http.post("/v1/responses", json={**body, "stream": True})
         assert third.status_code == 400 and third.json()["error"]["code"] == "guardrail_blocked"
         assert len(scripted.model_calls) == calls  # refused before the summariser was called
+
+
+def test_the_thread_view_shows_each_responses_decisions(
+    gateway: Gateway, scripted: ScriptedUpstream, moderation: ModerationServer, admin_client
+) -> None:
+    from django.contrib.admin.utils import quote
+
+    guardrail("pii", "pii", "redact", {"categories": ["email"]})
+    moderated(moderation, "log", name="watch")
+    scripted.enqueue(MODEL, Reply(text="first"), Reply(text="second"))
+    client = gateway.openai()
+    first = client.responses.create(model=MODEL, input=f"{THREAT}, mail {EMAIL}")
+    second = client.responses.create(model=MODEL, input="calm", previous_response_id=first.id)
+    page = admin_client.get(f"/admin/responses_api/response/{quote(second.id)}/conversation/").content.decode()
+    assert page.count('data-role="guardrail-events"') == 1  # the first response's; the second had none
+    shown = page.split('data-role="guardrail-events"')[1].split("</div>")[0]
+    assert "pii: redact email (responses)" in shown and "watch: log violence (responses)" in shown
+    assert f"?q={first.id}" in shown
+    assert EMAIL not in page and "hurt" not in shown
+    audit = admin_client.get(f"/admin/responses_api/guardrailevent/?q={first.id}&action=log").content.decode()
+    assert '<td class="field-category">violence</td>' in audit and '<td class="field-category">email</td>' not in audit
