@@ -176,6 +176,8 @@ def test_judge_blocks_with_its_category_bypasses_guardrails_and_counts_its_token
     usage = gateway.http().get("/v1/usage", params={"group_by": "model"}).json()
     (bucket,) = [b for b in usage["data"] if b["model"] == JUDGE]
     assert (bucket["requests"], bucket["input_tokens"], bucket["output_tokens"]) == (2, 80, 18)
+    kinds = gateway.http().get("/v1/usage", params={"group_by": "kind"}).json()["data"]
+    assert {b["kind"]: b["requests"] for b in kinds} == {"guardrail.judge": 2, "responses": 1}
     assert_never_leaked(caplog, "ibuprofen")
 
 
