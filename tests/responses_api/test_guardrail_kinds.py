@@ -286,3 +286,34 @@ def test_the_thread_view_shows_each_responses_decisions(
     assert EMAIL not in page and "hurt" not in shown
     audit = admin_client.get(f"/admin/responses_api/guardrailevent/?q={first.id}&action=log").content.decode()
     assert '<td class="field-category">violence</td>' in audit and '<td class="field-category">email</td>' not in audit
+
+
+def test_conversation_items_are_checked_when_added(gateway: Gateway, scripted: ScriptedUpstream, caplog) -> None:
+    """Items added through /v1/conversations reach a model later, as context no input guardrail
+    checks again: they are checked as they are added (redacted as stored, or refused)."""
+    guardrail("pii", "pii", "redact", {"categories": ["email"]})
+    guardrail("no-codenames", "patterns", "block")
+    message = {"type": "message", "role": "user", "content": f"Mail {EMAIL}"}
+    with gateway.http() as http:
+        created = http.post("/v1/conversations", json={"items": [message]})
+        assert created.status_code == 200, created.text
+        conversation = created.json()["id"]
+        refused = http.post(
+            f"/v1/conversations/{conversation}/items",
+            json={"items": [{"type": "message", "role": "user", "content": "About Project Zeus"}]},
+        )
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "guardrail_blocked"
+        added = http.post(f"/v1/conversations/{conversation}/items", json={"items": [message]})
+        assert EMAIL not in added.text and "[REDACTED:email]" in added.text
+        stored = http.get(f"/v1/conversations/{conversation}/items").text
+        assert EMAIL not in stored and "Zeus" not in stored
+        scripted.enqueue(MODEL, Reply(text="ok"))
+        answered = http.post("/v1/responses", json={"model": MODEL, "input": "Go on.", "conversation": conversation})
+        assert answered.status_code == 200, answered.text
+    assert EMAIL not in repr(scripted.requests[-1].body) and "[REDACTED:email]" in repr(scripted.requests[-1].body)
+    assert [(e["where"], e["category"], e["action"]) for e in events()] == [
+        ("conversations", "email", "redact"),
+        ("conversations", "codename", "block"),
+        ("conversations", "email", "redact"),
+    ]
+    assert_never_leaked(caplog, EMAIL, "Zeus")
