@@ -137,3 +137,25 @@ def test_the_remote_kinds_are_synced() -> None:
     assert (moderated.kind, moderated.action, moderated.config["fail_open"]) == ("moderation", "block", True)
     assert (judged.kind, judged.action, judged.tenant) == ("judge", "log", Tenant.objects.get(name="acme"))
     assert judged.config == {"route": "small", "policy": "No medical advice.", "categories": ["medical"]}
+
+
+def test_the_readmes_worked_example_syncs() -> None:
+    """README.md's "Guardrails" example, as written, is a valid `guardrails:` section."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Guardrails", 1)[1]
+    example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1))  # type: ignore[union-attr]
+    names = {g.get("route") for g in example["guardrails"]} | {
+        g["config"]["route"] for g in example["guardrails"] if g["kind"] == "judge"
+    }
+    config = {
+        **CONFIG,
+        "models": [{"name": n, "targets": [{"provider": "local", "model": "m"}]} for n in sorted(names - {None})],
+        "guardrails": example["guardrails"],
+    }
+    sync_config(config, source="/etc/gateway.yaml")
+    assert {g.kind for g in Guardrail.objects.all()} == {"pii", "patterns", "moderation", "judge"}
