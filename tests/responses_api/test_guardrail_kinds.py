@@ -317,3 +317,30 @@ def test_conversation_items_are_checked_when_added(gateway: Gateway, scripted: S
         ("conversations", "email", "redact"),
     ]
     assert_never_leaked(caplog, EMAIL, "Zeus")
+
+
+def test_remote_kinds_on_the_other_input_paths(
+    gateway: Gateway, scripted: ScriptedUpstream, moderation: ModerationServer, caplog
+) -> None:
+    from tests.websocket.test_websocket_mode import socket, turn
+
+    moderated(moderation)
+    client = gateway.openai()
+    with pytest.raises(openai.BadRequestError):
+        client.embeddings.create(model=MODEL, input=["fine", THREAT])
+    with pytest.raises(openai.BadRequestError):
+        client.responses.compact(model=MODEL, input=THREAT)
+    with gateway.http() as http:
+        r = http.post(
+            "/v1/messages", json={"model": MODEL, "max_tokens": 50, "messages": [{"role": "user", "content": THREAT}]}
+        )
+    assert r.status_code == 400, r.text
+    with socket(gateway) as ws:
+        (error,) = turn(ws, model=MODEL, input=THREAT)
+        assert error["type"] == "error" and error["error"]["code"] == "guardrail_blocked"
+    assert scripted.requests == []
+    asked = [c.body["input"] for c in moderation.calls]
+    # /compact's instructions hold the gateway's summariser prompt after the client's (none here).
+    assert asked[0] == f"fine\n\n{THREAT}" and asked[1].startswith(THREAT) and asked[2:] == [THREAT, THREAT]
+    assert [e["where"] for e in events()] == ["embeddings", "responses.compact", "messages", "responses"]
+    assert_never_leaked(caplog, THREAT)
