@@ -36,15 +36,14 @@ from ..protocol import jsonlimits
 from ..protocol.guardrail_remote import (
     Caller,
     RemoteCheckFailed,
-    RemoteDetector,
     failed,
+    judge_categories,
     judge_input,
     judge_instructions,
-    judge_spans,
     moderation_body,
-    moderation_spans,
+    moderation_categories,
 )
-from ..protocol.guardrails import Span
+from ..protocol.guardrails import RemoteDetector, Span
 from ..protocol.ids import new_id
 from ..protocol.request import parse_create_request
 from ..protocol.response import request_params
@@ -66,8 +65,13 @@ def for_caller(detector: RemoteDetector, tenant_id: int, key_id: int | None) -> 
 
 
 async def _checked(detector: RemoteDetector, text: str) -> list[Span]:
+    """The verdict as spans, each over the whole text (the verdict is on all of it)."""
+    return [Span(0, len(text), category) for category in await _categories(detector, text)]
+
+
+async def _categories(detector: RemoteDetector, text: str) -> list[str]:
     settings = detector.settings
-    assert settings is not None  # compile_remote sets it
+    assert settings is not None  # compile_detector sets it
     if not text.strip():
         return []
     ask = _moderate if settings.kind == "moderation" else _judge
@@ -83,10 +87,10 @@ async def _checked(detector: RemoteDetector, text: str) -> list[Span]:
     outcome = "passed (fail_open)" if settings.fail_open else "unavailable (fail closed)"
     log.warning("guardrail %r (%s) could not check: %s; %s", detector.name, settings.kind, reason, outcome)
     guardrail_failure(detector.name, settings.kind, "open" if settings.fail_open else "closed")
-    return failed(settings, text)
+    return failed(settings)
 
 
-async def _moderate(detector: RemoteDetector, text: str) -> list[Span]:
+async def _moderate(detector: RemoteDetector, text: str) -> list[str]:
     settings = detector.settings
     assert settings is not None
     headers = {"content-type": "application/json"}
@@ -105,10 +109,10 @@ async def _moderate(detector: RemoteDetector, text: str) -> list[Span]:
             answer = jsonlimits.loads(await response.read(), max_depth=None)
         except ValueError:
             raise RemoteCheckFailed("the moderation server's answer is not JSON") from None
-    return moderation_spans(settings, answer, text)
+    return moderation_categories(settings, answer)
 
 
-async def _judge(detector: RemoteDetector, text: str) -> list[Span]:
+async def _judge(detector: RemoteDetector, text: str) -> list[str]:
     settings = detector.settings
     assert settings is not None
     caller = detector.caller
@@ -147,7 +151,7 @@ async def _judge(detector: RemoteDetector, text: str) -> list[Span]:
         for part in item.get("content") or []
         if part.get("type") == "output_text"
     )
-    return judge_spans(settings, answer, text)
+    return judge_categories(settings, answer)
 
 
 async def _route(name: str) -> Route:

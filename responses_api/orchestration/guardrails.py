@@ -26,8 +26,16 @@ from ..domain import Principal
 from ..engine.interfaces import SummaryScreen
 from ..observability.metrics import guardrail_decision
 from ..protocol.errors import GatewayError, InvalidRequest
-from ..protocol.guardrail_remote import UNAVAILABLE, Caller, RemoteDetector
-from ..protocol.guardrails import Decision, Detector, GuardrailConfigError, compile_detector, scan, texts
+from ..protocol.guardrail_remote import UNAVAILABLE, Caller
+from ..protocol.guardrails import (
+    Decision,
+    Detector,
+    GuardrailConfigError,
+    RemoteDetector,
+    compile_detector,
+    scan,
+    texts,
+)
 from ..protocol.request import CreateRequest
 from ..store import db
 from ..store.guardrails import GuardrailAudit, GuardrailRow, record_events, scope_guardrails

@@ -1,7 +1,9 @@
 """Guardrail kinds that ask a server about the whole text: `moderation` (any server speaking
 OpenAI's `POST /v1/moderations`) and `judge` (a model route of the gateway asked a policy
 question). Pure: their config, the question each asks and how its answer is read. The calls
-themselves (an HTTP request, a model run) are bound by orchestration/guardrail_kinds.py.
+themselves (an HTTP request, a model run) are bound by orchestration/guardrail_kinds.py, and
+guardrails.py compiles a definition of these kinds into a `RemoteDetector` (this module imports
+nothing of it: the kinds' rules stand alone).
 
 A verdict covers the whole text, so a finding is one span over all of it, and the action is
 `block` or `log` (`redact` would have nothing to replace). A check that fails (an error, a
@@ -20,17 +22,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from .guardrails import CATEGORY_MAX_LENGTH, Detector, GuardrailConfigError, Span
 
 UNAVAILABLE = "unavailable"  # the category of a failed check under fail-closed
 POLICY = "policy"  # a judge's finding that names no usable category
 DEFAULT_TIMEOUT = {"moderation": 5.0, "judge": 30.0}
 MAX_TIMEOUT = 300.0
+CATEGORY_MAX_LENGTH = 200  # as guardrails.py's: the audit's column, a blocked request's error
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class RemoteConfigError(ValueError):
+    """A config the kind cannot use; `field` names its key (guardrails.py raises it as a
+    GuardrailConfigError)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class RemoteCheckFailed(Exception):
@@ -58,54 +68,33 @@ class Caller:
     key_id: int | None
 
 
-RemoteCheck = Callable[["RemoteDetector", str], Awaitable[list[Span]]]
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteDetector(Detector):
-    """A remote kind, compiled: `find` finds nothing (it cannot call out), `find_async` asks the
-    server once `check` is bound (orchestration binds it, and the caller per scope)."""
-
-    settings: RemoteSettings | None = None
-    check: RemoteCheck | None = None
-    caller: Caller | None = None
-
-    async def find_async(self, text: str) -> list[Span]:
-        if self.check is None:
-            raise RuntimeError(f"guardrail {self.name!r}: no remote check is bound")
-        return await self.check(self, text)
-
-
-def compile_remote(guardrail_id: int, name: str, kind: str, action: str, config: Mapping[str, Any]) -> RemoteDetector:
+def remote_settings(kind: str, action: str, config: Mapping[str, Any]) -> RemoteSettings:
     if action == "redact":
-        raise GuardrailConfigError(
+        raise RemoteConfigError(
             "action",
             f"a {kind} guardrail gives one verdict on the whole text, so its action is block or log "
             "(redact would have nothing to replace)",
         )
-    settings = _moderation_settings(config) if kind == "moderation" else _judge_settings(config)
-    return RemoteDetector(guardrail_id, name, action, (), True, settings)
+    return _moderation_settings(config) if kind == "moderation" else _judge_settings(config)
 
 
 def _common(kind: str, config: Mapping[str, Any], allowed: set[str]) -> dict[str, Any]:
     unknown = set(config) - allowed
     if unknown:
-        raise GuardrailConfigError(
+        raise RemoteConfigError(
             sorted(unknown)[0], f"unknown key; a {kind} guardrail takes {', '.join(sorted(allowed))}"
         )
     timeout = config.get("timeout", DEFAULT_TIMEOUT[kind])
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TIMEOUT:
-        raise GuardrailConfigError("timeout", f"seconds, more than 0 and at most {MAX_TIMEOUT:g}")
+        raise RemoteConfigError("timeout", f"seconds, more than 0 and at most {MAX_TIMEOUT:g}")
     fail_open = config.get("fail_open", False)
     if not isinstance(fail_open, bool):
-        raise GuardrailConfigError(
-            "fail_open", "true (a failed check passes) or false (it is the finding 'unavailable')"
-        )
+        raise RemoteConfigError("fail_open", "true (a failed check passes) or false (it is the finding 'unavailable')")
     categories = config.get("categories") or []
     if not isinstance(categories, list) or not all(
         isinstance(c, str) and 1 <= len(c) <= CATEGORY_MAX_LENGTH for c in categories
     ):
-        raise GuardrailConfigError("categories", f"a list of category names (1 to {CATEGORY_MAX_LENGTH} characters)")
+        raise RemoteConfigError("categories", f"a list of category names (1 to {CATEGORY_MAX_LENGTH} characters)")
     return {"kind": kind, "timeout": float(timeout), "fail_open": fail_open, "categories": tuple(categories)}
 
 
@@ -114,7 +103,7 @@ def _text(config: Mapping[str, Any], key: str, *, required: bool) -> str:
     if value is None and not required:
         return ""
     if not isinstance(value, str) or not value.strip():
-        raise GuardrailConfigError(key, "a non-empty string" + ("" if required else " (or left out)"))
+        raise RemoteConfigError(key, "a non-empty string" + ("" if required else " (or left out)"))
     return value
 
 
@@ -122,10 +111,10 @@ def _moderation_settings(config: Mapping[str, Any]) -> RemoteSettings:
     common = _common("moderation", config, {"url", "model", "api_key_env", "timeout", "fail_open", "categories"})
     url = _text(config, "url", required=True)
     if not url.startswith(("http://", "https://")):
-        raise GuardrailConfigError("url", "an http:// or https:// URL (the full endpoint, e.g. .../v1/moderations)")
+        raise RemoteConfigError("url", "an http:// or https:// URL (the full endpoint, e.g. .../v1/moderations)")
     env = _text(config, "api_key_env", required=False)
     if env and not _ENV_NAME.match(env):
-        raise GuardrailConfigError("api_key_env", "the NAME of an environment variable holding the key, not the key")
+        raise RemoteConfigError("api_key_env", "the NAME of an environment variable holding the key, not the key")
     return RemoteSettings(**common, url=url, model=_text(config, "model", required=False), api_key_env=env)
 
 
@@ -136,13 +125,9 @@ def _judge_settings(config: Mapping[str, Any]) -> RemoteSettings:
     )
 
 
-def whole(text: str, category: str) -> Span:
-    return Span(0, len(text), category)
-
-
-def failed(settings: RemoteSettings, text: str) -> list[Span]:
+def failed(settings: RemoteSettings) -> list[str]:
     """What a check that could not give a verdict finds: nothing (fail-open) or `unavailable`."""
-    return [] if settings.fail_open else [whole(text, UNAVAILABLE)]
+    return [] if settings.fail_open else [UNAVAILABLE]
 
 
 # --------------------------------------------------------------------------- moderation
@@ -155,9 +140,9 @@ def moderation_body(settings: RemoteSettings, text: str) -> dict[str, Any]:
     return body
 
 
-def moderation_spans(settings: RemoteSettings, answer: Any, text: str) -> list[Span]:
-    """The flagged categories that count, each a span over the whole text. Raises
-    RemoteCheckFailed for an answer not in the /v1/moderations shape."""
+def moderation_categories(settings: RemoteSettings, answer: Any) -> list[str]:
+    """The flagged categories that count. Raises RemoteCheckFailed for an answer not in the
+    /v1/moderations shape."""
     results = answer.get("results") if isinstance(answer, dict) else None
     if not isinstance(results, list) or not results:
         raise RemoteCheckFailed("the answer has no 'results'")
@@ -173,7 +158,7 @@ def moderation_spans(settings: RemoteSettings, answer: Any, text: str) -> list[S
             found.update(dict.fromkeys(c for c in named if c in settings.categories))
         elif result["flagged"]:
             found.update(dict.fromkeys(named or ["flagged"]))
-    return [whole(text, c) for c in found]
+    return list(found)
 
 
 # --------------------------------------------------------------------------- judge
@@ -199,9 +184,9 @@ def judge_input(text: str) -> str:
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
-def judge_spans(settings: RemoteSettings, answer: str, text: str) -> list[Span]:
-    """The judge's verdict: nothing when allowed, one span over the whole text naming the
-    category otherwise. Raises RemoteCheckFailed for anything but a clear JSON verdict."""
+def judge_categories(settings: RemoteSettings, answer: str) -> list[str]:
+    """The judge's verdict: nothing when allowed, the category it names otherwise. Raises
+    RemoteCheckFailed for anything but a clear JSON verdict."""
     raw = answer.strip()
     fenced = _FENCE.match(raw)
     if fenced:
@@ -214,7 +199,7 @@ def judge_spans(settings: RemoteSettings, answer: str, text: str) -> list[Span]:
         raise RemoteCheckFailed("the judge's answer has no boolean 'allowed'")
     if verdict["allowed"]:
         return []
-    return [whole(text, judge_category(settings, verdict.get("category")))]
+    return [judge_category(settings, verdict.get("category"))]
 
 
 def judge_category(settings: RemoteSettings, said: Any) -> str:

@@ -21,13 +21,15 @@ and what the request names rather than says (ids, roles, types)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import phonenumbers
 from stdnum import iban as stdnum_iban
 from stdnum import luhn
+
+from .guardrail_remote import Caller, RemoteConfigError, RemoteSettings, remote_settings
 
 KINDS = ("patterns", "pii", "moderation", "judge")
 # Kinds that ask a server about the whole text (protocol/guardrail_remote.py): their verdict
@@ -138,6 +140,25 @@ class Detector:
 CATEGORY_MAX_LENGTH = 200
 
 
+RemoteCheck = Callable[["RemoteDetector", str], Awaitable[list[Span]]]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteDetector(Detector):
+    """A remote kind (guardrail_remote.py), compiled: `find` finds nothing (it cannot call out),
+    `find_async` asks the server once `check` is bound (orchestration binds it, and the caller
+    per scope: a judge's tokens are counted to them)."""
+
+    settings: RemoteSettings | None = None
+    check: RemoteCheck | None = None
+    caller: Caller | None = None
+
+    async def find_async(self, text: str) -> list[Span]:
+        if self.check is None:
+            raise RuntimeError(f"guardrail {self.name!r}: no remote check is bound")
+        return await self.check(self, text)
+
+
 def _regex_finder(pattern: re.Pattern[str], category: str, gate: Callable[[str], object] | None = None) -> Finder:
     def find(text: str) -> Iterable[Span]:
         if gate is not None and not gate(text):
@@ -189,9 +210,11 @@ def compile_detector(guardrail_id: int, name: str, kind: str, action: str, confi
     if kind == "pii":
         return Detector(guardrail_id, name, action, _pii_finders(config))
     if kind in REMOTE_KINDS:
-        from .guardrail_remote import compile_remote  # it builds on this module's types
-
-        return compile_remote(guardrail_id, name, kind, action, config)
+        try:
+            settings = remote_settings(kind, action, config)
+        except RemoteConfigError as exc:
+            raise GuardrailConfigError(exc.field, str(exc)) from None
+        return RemoteDetector(guardrail_id, name, action, (), True, settings)
     raise GuardrailConfigError("kind", f"must be one of {', '.join(KINDS)}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from responses_api.protocol.guardrails import GuardrailConfigError, Span, compile_detector, scan
+from responses_api.protocol.guardrails import GuardrailConfigError, compile_detector, scan
 
 
 def pii(action: str = "redact", **config):
@@ -78,30 +78,31 @@ def test_config_errors_name_the_key() -> None:
 def test_remote_verdicts_are_read_strictly() -> None:
     from responses_api.protocol.guardrail_remote import (
         RemoteCheckFailed,
-        compile_remote,
-        judge_spans,
-        moderation_spans,
+        judge_categories,
+        moderation_categories,
+        remote_settings,
     )
 
-    text = "some text"
-    moderation = compile_remote(1, "m", "moderation", "block", {"url": "http://m", "categories": ["hate"]}).settings
-    anything = compile_remote(2, "m2", "moderation", "log", {"url": "http://m"}).settings
-    assert moderation is not None and anything is not None
+    moderation = remote_settings("moderation", "block", {"url": "http://m", "categories": ["hate"]})
+    anything = remote_settings("moderation", "log", {"url": "http://m"})
     answer = {"results": [{"flagged": True, "categories": {"hate": False, "violence": True}}]}
-    assert moderation_spans(moderation, answer, text) == []  # violence does not count for it
-    assert moderation_spans(anything, answer, text) == [Span(0, len(text), "violence")]
+    assert moderation_categories(moderation, answer) == []  # violence does not count for it
+    assert moderation_categories(anything, answer) == ["violence"]
     broken: object
     for broken in ({}, {"results": []}, {"results": [{"categories": {}}]}, ["no"]):
         with pytest.raises(RemoteCheckFailed):
-            moderation_spans(anything, broken, text)
-    judge = compile_remote(3, "j", "judge", "block", {"route": "r", "policy": "p", "categories": ["medical"]}).settings
-    assert judge is not None
-    assert judge_spans(judge, '{"allowed": true}', text) == []
-    assert judge_spans(judge, '```json\n{"allowed": false, "category": "medical"}\n```', text) == [
-        Span(0, len(text), "medical")
-    ]
+            moderation_categories(anything, broken)
+    judge = remote_settings("judge", "block", {"route": "r", "policy": "p", "categories": ["medical"]})
+    assert judge_categories(judge, '{"allowed": true}') == []
+    assert judge_categories(judge, '```json\n{"allowed": false, "category": "medical"}\n```') == ["medical"]
     # A category the operator did not list is recorded as `policy`: the model's words might quote the text.
-    assert judge_spans(judge, '{"allowed": false, "category": "some text"}', text) == [Span(0, len(text), "policy")]
+    assert judge_categories(judge, '{"allowed": false, "category": "some text"}') == ["policy"]
     for unclear in ("yes", '{"allowed": "no"}', "[]", ""):
         with pytest.raises(RemoteCheckFailed):
-            judge_spans(judge, unclear, text)
+            judge_categories(judge, unclear)
+    # Compiled: a whole-text detector that finds nothing without its call; redact is refused.
+    detector = compile_detector(4, "j", "judge", "log", {"route": "r", "policy": "p"})
+    assert detector.whole_text and detector.find("anything") == []
+    with pytest.raises(GuardrailConfigError) as raised:
+        compile_detector(5, "m", "moderation", "redact", {"url": "http://m"})
+    assert raised.value.field == "action"
