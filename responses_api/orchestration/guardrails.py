@@ -25,6 +25,7 @@ from django.conf import settings
 from ..domain import Principal
 from ..engine.interfaces import SummaryScreen
 from ..observability.metrics import guardrail_decision
+from ..protocol.compaction import COMPACTION_INSTRUCTIONS, client_instructions
 from ..protocol.errors import GatewayError, InvalidRequest
 from ..protocol.guardrail_remote import UNAVAILABLE, Caller
 from ..protocol.guardrails import (
@@ -231,14 +232,19 @@ async def guard_request(
     the body a worker's job keeps, both redacted alike (the upstream and the store get the same
     text), and the decisions to audit once the response has an id. The context a
     `previous_response_id` or conversation brings was checked when it was sent."""
-    fields = {"input": req.input_items, "instructions": req.instructions}
+    # /compact's instructions end with the gateway's summariser prompt: the client's part is checked.
+    instructions, summariser = client_instructions(req.instructions)
+    fields = {"input": req.input_items, "instructions": instructions}
     screened = await screen_input(principal, req.model, fields, ("input", "instructions"), where=where)
     checked = screened.payload
     if checked is fields:
         return req, body, screened
-    req = dataclasses.replace(req, input_items=checked["input"], instructions=checked["instructions"])
+    instructions = checked["instructions"]
+    if summariser:
+        instructions = f"{instructions}\n\n{COMPACTION_INSTRUCTIONS}" if instructions else COMPACTION_INSTRUCTIONS
+    req = dataclasses.replace(req, input_items=checked["input"], instructions=instructions)
     # The items as parsed are a valid `input` too: the worker parses the same redacted text.
-    return req, {**body, "input": checked["input"], "instructions": checked["instructions"]}, screened
+    return req, {**body, "input": checked["input"], "instructions": instructions}, screened
 
 
 def summary_screen(whose: Whose, model: str, response_id: str) -> SummaryScreen:
