@@ -131,7 +131,7 @@ def test_moderation_timeout_fail_open_passes_and_fail_closed_refuses(
 
 
 def test_a_broken_or_failing_server_is_a_failure_too(
-    gateway: Gateway, scripted: ScriptedUpstream, moderation: ModerationServer
+    gateway: Gateway, scripted: ScriptedUpstream, moderation: ModerationServer, caplog
 ) -> None:
     moderated(moderation)  # fail closed by default
     moderation.raw_answer = b"<html>not a verdict</html>"
@@ -140,6 +140,19 @@ def test_a_broken_or_failing_server_is_a_failure_too(
         moderation.raw_answer, moderation.status = None, 500
         assert http.post("/v1/responses", json={"model": MODEL, "input": "calm"}).status_code == 503
     assert scripted.requests == []
+    # A key the server needs, from a variable the gateway does not have: a failure, not a call without it.
+    from responses_api.models import Guardrail
+    from responses_api.orchestration.guardrails import clear_cache
+
+    Guardrail.objects.all().delete()
+    moderation.status, moderation.api_key = 200, MOD_KEY
+    moderated(moderation, api_key_env="NO_SUCH_MODERATION_KEY_VAR")
+    clear_cache()
+    calls = len(moderation.calls)
+    with gateway.http() as http:
+        r = http.post("/v1/responses", json={"model": MODEL, "input": "calm"})
+    assert r.status_code == 503 and len(moderation.calls) == calls
+    assert "NO_SUCH_MODERATION_KEY_VAR is not set" in ours(caplog)
 
 
 def test_judge_blocks_with_its_category_bypasses_guardrails_and_counts_its_tokens(
@@ -181,7 +194,9 @@ def test_judge_blocks_with_its_category_bypasses_guardrails_and_counts_its_token
     assert_never_leaked(caplog, "ibuprofen")
 
 
-def test_judge_unclear_answer_and_timeout_follow_fail_open(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+def test_judge_unclear_answer_and_timeout_follow_fail_open(
+    gateway: Gateway, scripted: ScriptedUpstream, caplog
+) -> None:
     make_route(scripted.base_url, name=JUDGE)
     row = judged(fail_open=True, timeout=1)
     scripted.enqueue(JUDGE, Reply(text="I think it is probably fine."))
@@ -192,11 +207,12 @@ def test_judge_unclear_answer_and_timeout_follow_fail_open(gateway: Gateway, scr
     from responses_api.orchestration.guardrails import clear_cache
 
     clear_cache()
-    scripted.enqueue(JUDGE, Reply(text="slow", chunk_chars=1, interval=1.0))  # no verdict within 1 s
+    scripted.enqueue(JUDGE, Reply(text='{"allowed": true}', delay=4.0))  # a clear verdict, too late
     with gateway.http() as http:
         r = http.post("/v1/responses", json={"model": MODEL, "input": "hello"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "guardrail_unavailable"
     assert [c.body["model"] for c in scripted.model_calls] == [JUDGE, MODEL, JUDGE]
+    assert "the judge's answer is not JSON" in ours(caplog) and "no verdict within 1 s" in ours(caplog)
 
 
 @pytest.mark.django_db
