@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tool_registry.runner import NoTools
@@ -74,7 +75,7 @@ async def _categories(detector: RemoteDetector, text: str) -> list[str]:
     assert settings is not None  # compile_detector sets it
     if not text.strip():
         return []
-    ask = _moderate if settings.kind == "moderation" else _judge
+    ask = _ASK[settings.kind]
     try:
         async with asyncio.timeout(settings.timeout):
             return await ask(detector, text)
@@ -152,6 +153,10 @@ async def _judge(detector: RemoteDetector, text: str) -> list[str]:
         if part.get("type") == "output_text"
     )
     return judge_categories(settings, answer)
+
+
+# Each remote kind's call, by kind (protocol/guardrails.py REMOTE_KINDS).
+_ASK: dict[str, Callable[[RemoteDetector, str], Awaitable[list[str]]]] = {"moderation": _moderate, "judge": _judge}
 
 
 async def _route(name: str) -> Route:
