@@ -18,6 +18,9 @@ direct-upstream throughput is the ceiling the generator and upstream reach
 together; the generator's CPU share is printed next to every cell.
 
     /tmp/venv/bin/python bench/overhead.py [--latency 0.02] [--requests 100] [--streams 200]
+
+`--guarded` adds the target 'guarded' (guardrails on every request, bench/overhead.py
+`guarded_config`) beside 'gateway' (none): their CPU per request and added latency side by side.
 """
 
 from __future__ import annotations
@@ -72,6 +75,25 @@ class Target:
             raise RuntimeError(f"{self.name}: request failed: {res.status} {res.error} {(res.body or b'')[:300]!r}")
         if stream and res.t_first_event is None:
             raise RuntimeError(f"{self.name}: stream without a data event")
+
+
+def guarded_config() -> list[dict]:
+    """The guardrails of the target 'guarded' (issue 58's cost check): a patterns guardrail and a
+    credentials guardrail, `block`, on all traffic; on the input, and on the model's output where
+    this tree serves output guardrails. The benchmark's text matches neither (the common case: every
+    detector runs to the end), so every request still reaches the upstream."""
+    from responses_api.protocol.guardrails import SERVED_APPLIES_TO
+
+    kinds = [
+        ("codenames", "patterns", {"categories": {"codename": {"words": ["Project Zeus"], "regex": ["ZX-\\d{4}"]}}}),
+        ("credentials", "pii", {"categories": ["credential"]}),
+    ]
+    return [
+        {"name": f"{name}-{where}", "kind": kind, "action": "block", "applies_to": where, "config": config}
+        for where in ("input", "output")
+        if where in SERVED_APPLIES_TO
+        for name, kind, config in kinds
+    ]
 
 
 def rotated(targets: list[Target], i: int) -> list[Target]:
@@ -176,6 +198,12 @@ def main() -> None:
         "(target 'limited'): the cost of counting",
     )
     ap.add_argument(
+        "--guarded",
+        action="store_true",
+        help="also run this tree with guardrails on every request (target 'guarded'): a patterns and a "
+        "credentials (pii) guardrail on the input, and on the output where this tree serves output guardrails",
+    )
+    ap.add_argument(
         "--py-spy", action="store_true", help="record a py-spy profile of the gateway during its concurrency-64 cell"
     )
     args = ap.parse_args()
@@ -243,6 +271,23 @@ def main() -> None:
         targets.append(
             Target("limited", f"{limited_gw.url}/v1", limited_gw.headers, direct=False, pid=limited_gw.proc.pid)
         )
+    guarded_gw = None
+    if args.guarded:
+        guarded_gw = c.Gateway(
+            db_url=c.create_database(pg.url, "guarded"),
+            providers={},
+            models={},
+            log_dir=d,
+            name="guarded",
+            config={
+                "providers": [{"name": "local", "kind": "chat_completions", "base_url": up.base_url}],
+                "models": [{"name": "bench-model", "targets": [{"provider": "local", "model": "echo"}]}],
+                "guardrails": guarded_config(),
+            },
+        )
+        targets.append(
+            Target("guarded", f"{guarded_gw.url}/v1", guarded_gw.headers, direct=False, pid=guarded_gw.proc.pid)
+        )
     litellm_note = ""
     ll = None
     if not args.no_litellm:
@@ -267,6 +312,7 @@ def main() -> None:
         | ({"litellm": ll.proc.pid} if ll else {})
         | ({"baseline": base_gw.proc.pid} if base_gw else {})
         | ({"limited": limited_gw.proc.pid} if limited_gw else {})
+        | ({"guarded": guarded_gw.proc.pid} if guarded_gw else {})
     )
     c.log(f"non-streaming: {args.requests} sequential requests per target, alternating {names}")
     meter = c.CpuMeter(all_pids).start()
@@ -473,7 +519,7 @@ def main() -> None:
     }
     c.write_result("overhead", data)
     plot(results, names, proxies, seq, st)
-    for srv in (ll, gw, base_gw, limited_gw, up):
+    for srv in (ll, gw, base_gw, limited_gw, guarded_gw, up):
         if srv is not None:
             srv.stop()
     pg.stop()

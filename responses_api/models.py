@@ -641,6 +641,7 @@ class UsageRecord(models.Model):
         PURGED_RESPONSE = "responses (purged)"  # a purged response's tokens, kept for usage and budgets
         UNSTORED_RESPONSE = "responses (store: false)"  # nothing else of it is kept
         MESSAGES = "messages"  # Anthropic's Messages front door (api/messages_views.py)
+        GUARDRAIL_JUDGE = "guardrail.judge"  # a judge guardrail's model run (orchestration/guardrail_kinds.py)
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
@@ -744,6 +745,8 @@ class Guardrail(models.Model):
     class Kind(models.TextChoices):
         PATTERNS = "patterns", "Patterns (regular expressions and word lists)"
         PII = "pii", "Personal data and credentials"
+        MODERATION = "moderation", "A moderation endpoint (OpenAI's /v1/moderations shape)"
+        JUDGE = "judge", "A judge model (a model route asked a policy question)"
 
     class AppliesTo(models.TextChoices):
         INPUT = "input", "Request input"
@@ -765,7 +768,10 @@ class Guardrail(models.Model):
         default=dict,
         blank=True,
         help_text='patterns: {"categories": {"name": {"regex": [...], "words": [...]}}}; '
-        'pii: {"categories": ["email", "phone", "card", "iban", "credential"], "phone_region": "US"} (empty: all). '
+        'pii: {"categories": ["email", "phone", "card", "iban", "credential"], "phone_region": "US"} (empty: all); '
+        'moderation: {"url": "http://.../v1/moderations", "model": "...", "api_key_env": "ENV_NAME", "timeout": 5, '
+        '"fail_open": false, "categories": [...]}; judge: {"route": "a model route", "policy": "...", "timeout": 30, '
+        '"fail_open": false, "categories": [...]}. '
         'Any kind: "on_stream": "buffer" or "log" (a kind that needs the whole answer, on a streamed output).',
     )
     tenant = models.ForeignKey(
@@ -806,6 +812,9 @@ class Guardrail(models.Model):
         except guardrail_rules.GuardrailConfigError as exc:
             where = exc.field if exc.field in ("kind", "action") else "config"
             raise ValidationError({where: f"{exc.field}: {exc}" if where == "config" else str(exc)}) from None
+        judged_by = (self.config or {}).get("route") if self.kind == self.Kind.JUDGE else None
+        if judged_by and not ModelRoute.objects.filter(name=judged_by).exists():
+            raise ValidationError({"config": f"route: no model route is named '{judged_by}'"})
 
 
 class GuardrailEvent(models.Model):

@@ -69,7 +69,14 @@ def test_guardrails_are_synced_and_the_file_owns_what_it_sets() -> None:
         ({"applies_to": "everywhere"}, "applies_to"),
         ({"applies_to": "output", "config": {"categories": {"x": {"words": ["y"]}}, "on_stream": "x"}}, "on_stream"),
         ({"action": "warn"}, "action"),
-        ({"kind": "judge"}, "kind"),
+        ({"kind": "llm"}, "kind"),
+        # The remote kinds: a whole-text verdict cannot redact; their config is checked too.
+        ({"kind": "judge"}, "'action': ['a judge guardrail gives one verdict"),
+        (
+            {"kind": "moderation", "action": "block", "config": {"url": "http://m", "api_key_env": "sk-1 2"}},
+            "api_key_env",
+        ),
+        ({"kind": "judge", "action": "log", "config": {"route": "gone", "policy": "p"}}, "no model route is named"),
         ({"config": {"categories": {"x": {"regex": ["(unclosed"]}}}}, "not a regular expression"),
         ({"route": "no-such-route"}, "unknown model route"),
         ({"key": "sk-gw-nope"}, "no API key with the prefix"),
@@ -113,3 +120,56 @@ def test_output_guardrails_are_synced_with_their_stream_choice() -> None:
     sync_config({"guardrails": [entry, {**entry, "name": "args", "applies_to": "tool_arguments"}]}, source="/f.yaml")
     assert dict(Guardrail.objects.values_list("name", "applies_to")) == {"out": "output", "args": "tool_arguments"}
     assert Guardrail.objects.get(name="out").config["on_stream"] == "log"
+
+
+def test_the_remote_kinds_are_synced() -> None:
+    config = copy.deepcopy(CONFIG)
+    config["guardrails"] = [
+        {
+            "name": "moderated",
+            "kind": "moderation",
+            "action": "block",
+            "config": {
+                "url": "http://moderation.internal:8000/v1/moderations",
+                "model": "omni-moderation-latest",
+                "api_key_env": "MODERATION_API_KEY",
+                "timeout": 3,
+                "fail_open": True,
+                "categories": ["hate", "violence"],
+            },
+        },
+        {
+            "name": "judged",
+            "kind": "judge",
+            "action": "log",
+            "tenant": "acme",
+            "config": {"route": "small", "policy": "No medical advice.", "categories": ["medical"]},
+        },
+    ]
+    sync_config(config, source="/etc/gateway.yaml")
+    moderated, judged = Guardrail.objects.get(name="moderated"), Guardrail.objects.get(name="judged")
+    assert (moderated.kind, moderated.action, moderated.config["fail_open"]) == ("moderation", "block", True)
+    assert (judged.kind, judged.action, judged.tenant) == ("judge", "log", Tenant.objects.get(name="acme"))
+    assert judged.config == {"route": "small", "policy": "No medical advice.", "categories": ["medical"]}
+
+
+def test_the_readmes_worked_example_syncs() -> None:
+    """README.md's "Guardrails" example, as written, is a valid `guardrails:` section."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Guardrails", 1)[1]
+    example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.DOTALL).group(1))  # type: ignore[union-attr]
+    names = {g.get("route") for g in example["guardrails"]} | {
+        g["config"]["route"] for g in example["guardrails"] if g["kind"] == "judge"
+    }
+    config = {
+        **CONFIG,
+        "models": [{"name": n, "targets": [{"provider": "local", "model": "m"}]} for n in sorted(names - {None})],
+        "guardrails": example["guardrails"],
+    }
+    sync_config(config, source="/etc/gateway.yaml")
+    assert {g.kind for g in Guardrail.objects.all()} == {"pii", "patterns", "moderation", "judge"}

@@ -19,6 +19,7 @@ from ..history import presenters
 from ..history import selectors as history
 from ..models import Response, ResponseItem
 from ..protocol.compaction import COMPACTION_INSTRUCTIONS, client_instructions
+from ..store.guardrails import events_by_response
 from ..store.selectors import FLATTENED_SPANS, route_prices
 from ..store.selectors import usd_text as money
 from .common import PageChangeList, change_url, status_badge
@@ -375,7 +376,9 @@ class ResponseAdmin(ResponseMaintenance):
         chain = history.chain_responses(response_id=head.id)
         entries = history.thread_entries(response_id=head.id)
         turns = presenters.conversation_turns(chain, entries, head.id)
+        decided = events_by_response(turn.response.id for turn in turns)
         for turn in turns:
+            turn.guardrail_events = decided.get(turn.response.id, [])
             turn.instructions, turn.gateway_prompt = client_instructions(turn.response.instructions)
             turn.change_url = reverse("admin:responses_api_response_change", args=[quote(turn.response.id)])
             turn.conversation_url = reverse("admin:responses_api_response_conversation", args=[quote(turn.response.id)])

@@ -703,6 +703,11 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
                 "description": "With group_by=prompt: the reusable prompt's id; null: none.",
             },
             "prompt_version": {"type": ["string", "null"], "description": "With group_by=prompt: its version."},
+            "kind": {
+                "type": "string",
+                "description": "With group_by=kind: responses (stored), responses (store: false), chat.completions, "
+                "embeddings, messages, guardrail.judge (a judge guardrail's model runs), responses (purged).",
+            },
             "requests": {"type": "integer"},
             "input_tokens": {"type": "integer", "description": "Every prompt token, cache reads and writes included."},
             "output_tokens": {"type": "integer"},

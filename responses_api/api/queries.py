@@ -21,7 +21,7 @@ from ..protocol.errors import InvalidRequest
 from ..store.selectors import RESPONSE_STATUSES
 
 STATUSES = RESPONSE_STATUSES
-USAGE_GROUPS = ("model", "day", "tenant", "key", "prompt")
+USAGE_GROUPS = ("model", "day", "tenant", "key", "prompt", "kind")
 USAGE_FORMATS = ("json", "csv")
 
 
@@ -297,7 +297,8 @@ class UsageQuery(QueryParameters):
         child=_choice(USAGE_GROUPS),
         allow_empty=False,
         default=["model", "day"],
-        help_text="Dimensions to group by (model, day, tenant, key, prompt: a reusable prompt's id and version): repeat the parameter or separate with "
+        help_text="Dimensions to group by (model, day, tenant, key, prompt: a reusable prompt's id and version, kind: "
+        "responses, chat.completions, embeddings, messages, guardrail.judge, ...): repeat the parameter or separate with "
         "commas; `tenant` needs an admin key. Default: per model per day.",
     )
     start = TimestampField(default=None, help_text="Only responses created at or after this time.")

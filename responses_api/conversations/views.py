@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from ..api.drf import ApiRequest, ApiView
 from ..api.openapi import json_body, ref
 from ..api.queries import PageQuery
+from ..orchestration.guardrails import check_input
 from ..protocol.errors import InvalidRequest
 from ..protocol.items import normalize_item
 from ..protocol.request import _metadata
@@ -17,6 +18,17 @@ from ..store import db
 from . import selectors, services
 
 MAX_ITEMS_PER_CALL = 20  # as OpenAI: "You may add up to 20 items at a time."
+# Items added here reach a model later, as the context of a response in this conversation, which
+# is not checked again: they pass the input guardrails now (those of no route: there is no model
+# yet), and are stored redacted where one redacts.
+NO_MODEL = ""
+
+
+async def _guarded(view: ApiView, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not items:
+        return items
+    checked = await check_input(view.principal, NO_MODEL, {"items": items}, ("items",), where="conversations")
+    return list(checked["items"])
 
 
 def _items(raw: Any, required: bool) -> list[dict[str, Any]]:
@@ -58,7 +70,7 @@ class ConversationsView(ApiView):
     )
     async def post(self, request: ApiRequest) -> Response:
         body = _body(request)
-        items = _items(body.get("items"), required=False)
+        items = await _guarded(self, _items(body.get("items"), required=False))
         metadata = _metadata(body.get("metadata")) or {}
         conversation = await db.run(
             services.conversation_create, tenant_id=self.principal.tenant_id, items=items, metadata=metadata
@@ -161,7 +173,7 @@ class ConversationItemsView(ApiView):
         responses={200: ref("ItemList")},
     )
     async def post(self, request: ApiRequest, conversation_id: str) -> Response:
-        items = _items(_body(request).get("items"), required=True)
+        items = await _guarded(self, _items(_body(request).get("items"), required=True))
         added = await db.run(
             services.conversation_items_add,
             tenant_id=self.principal.tenant_id,

@@ -22,7 +22,7 @@ from . import tracing
 from .autocompact import AutoCompaction
 from .context import compaction_opener, compaction_request, fit_context, model_items
 from .failover import SlotCall, route_call
-from .interfaces import McpSession, ResponseJob
+from .interfaces import McpSession, ResponseJob, SummaryScreen
 from .tool_search import RunToolSearch
 
 log = logging.getLogger("gateway.engine")
@@ -41,9 +41,11 @@ class ModelCalls:
         span: Any,
         stream: bool,
         open_upstream: Callable[[Target, UpstreamRequest], Awaitable[UpstreamCall]],
+        screen_summary: SummaryScreen | None = None,
     ) -> None:
         """`span`: the response's span (None: tracing is off); `stream`: stream from the
-        upstream; `open_upstream`: how a model call is opened on a target (upstreams.open_call)."""
+        upstream; `open_upstream`: how a model call is opened on a target (upstreams.open_call);
+        `screen_summary`: the input guardrails an automatic compaction's summariser call passes."""
         self.job = job
         self.builder = builder
         self.tool_search = tool_search
@@ -53,6 +55,8 @@ class ModelCalls:
         self._open_upstream = open_upstream
         self.open_compaction = compaction_opener(job.tenant_id)
         self.autocompact = AutoCompaction.for_request(job.request, job.route.context_window)
+        self._screen_summary = screen_summary
+        self._summary_items: list[dict[str, Any]] | None = None  # the summariser's, as screened
         self.target: Target | None = None  # the last call's
         self.truncated_items = 0  # the most items truncation "auto" dropped at one step
         self._call_span: Any = None
@@ -91,7 +95,13 @@ class ModelCalls:
         """The next model call; when its context passes `context_management`'s threshold, a
         summary call first (autocompact.py), which the run reads before the call proper."""
         if self.autocompact is not None:
-            self.autocompact.pending = self.autocompact.due(*self.model_items(), self.job.request)
+            items, tools = self.model_items()
+            self.autocompact.pending = self.autocompact.due(items, tools, self.job.request)
+            self._summary_items = None
+            if self.autocompact.pending and self._screen_summary is not None:
+                # Here, once, before the router: a block is the request's, not a target's failure.
+                # The summariser gets the whole context, this run's output and tool results too.
+                self._summary_items = await self._screen_summary(items)
         return await self.open(converted)
 
     async def _request(self, target: Target, converted: ConvertedPrefix | None) -> UpstreamRequest:
@@ -107,6 +117,8 @@ class ModelCalls:
             items, tools = self.model_items()
             if self.autocompact is not None and self.autocompact.pending:
                 # context_management: the summary first, over what the call proper would be given
+                if self._summary_items is not None:
+                    items = self._summary_items
                 req, items = compaction_request(
                     req, self.job.context, self.job.input_spans, self.open_compaction, items=items
                 )

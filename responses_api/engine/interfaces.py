@@ -33,6 +33,14 @@ class ResponseJob:
     input_spans: InputSpans
 
 
+class SummaryScreen(Protocol):
+    """Automatic compaction's summariser call checked as input (orchestration/guardrails.py
+    `summary_screen`): the items as the summariser may get them; raises a GatewayError when an
+    input guardrail blocks them."""
+
+    async def __call__(self, items: list[dict[str, Any]], /) -> list[dict[str, Any]]: ...
+
+
 class Persistence(Protocol):
     async def open(self) -> None:
         """Make the running response visible (where it is stored at all)."""

@@ -33,7 +33,7 @@ from .autocompact import compaction_events
 from .calls import ModelCalls
 from .context import collect_summary
 from .ending import Ending, store_failure, store_failure_when_back
-from .interfaces import McpSession, Persistence, ResponseJob, ToolRunner
+from .interfaces import McpSession, Persistence, ResponseJob, SummaryScreen, ToolRunner
 from .steering import STEERED, Steering, feed
 from .tool_search import RunToolSearch
 from .tools import ToolRound, check_approvals
@@ -59,6 +59,7 @@ class ResponseRun:
         open_upstream: Callable[[Target, UpstreamRequest], Awaitable[UpstreamCall]] = open_call,
         output_guard: OutputGuard | None = None,
         record_guardrails: Callable[[list[Decision]], Awaitable[None]] | None = None,
+        screen_summary: SummaryScreen | None = None,
     ) -> None:
         """`stream_upstream`: stream from the upstream even when the client does not (workers
         do, so that a cancel stops generation and a poll sees the output so far); default: as
@@ -66,7 +67,8 @@ class ResponseRun:
         log. `open_upstream`: how a model call is opened on a target (upstreams.open_call).
         `output_guard`: the output guardrails whose scope takes the response (None: none
         does, and the relay does nothing more per delta); `record_guardrails` audits their
-        decisions once the run ends."""
+        decisions once the run ends.
+        `screen_summary`: the input guardrails an automatic compaction's summariser call passes."""
         self.job = job
         self.persistence = persistence
         self.tools = tools
@@ -113,6 +115,7 @@ class ResponseRun:
             span=self._span,
             stream=req.stream if stream_upstream is None else stream_upstream,
             open_upstream=open_upstream,
+            screen_summary=screen_summary,
         )
         self.failure_events: list[Event] = []  # what connect() would have streamed on failure
         self._call: UpstreamCall | None = None

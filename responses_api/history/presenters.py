@@ -179,6 +179,7 @@ class Turn:
     instructions: str | None = None  # the client's (protocol.compaction.client_instructions)
     gateway_prompt: bool = False  # the gateway appended its summariser prompt (/compact)
     prompt_url: str = ""  # the reusable prompt's admin page (its id and version: the response row's)
+    guardrail_events: list[Any] = field(default_factory=list)  # GuardrailEvent rows of this response
 
     @property
     def status_bad(self) -> bool:

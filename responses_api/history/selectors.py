@@ -406,7 +406,9 @@ USAGE_FIELDS = (
 
 
 # What tells one bucket from another (those of the dimensions not asked for are absent: None).
-_BUCKET_KEYS = ("day", "model", "tenant", "key_id", "prompt", "prompt_version")
+_BUCKET_KEYS = ("day", "model", "tenant", "key_id", "prompt", "prompt_version", "kind")
+# group_by=kind: a stored response's kind; a usage record's is its endpoint (UsageRecord.Endpoint).
+RESPONSES_KIND = "responses"
 
 
 def usage_summary(
@@ -516,6 +518,8 @@ def _usage_buckets(
         keys += ["api_key_id", "key_name", "key_prefix"]
     if "prompt" in group_by and qs.model is Response:
         keys += ["prompt_id", "prompt_version"]
+    if "kind" in group_by and qs.model is UsageRecord:
+        keys.append("endpoint")
     rows = qs.values(*keys).annotate(requests=Count("id"), **usage_sums()).order_by(*keys)
     folded: dict[BucketKey, tuple[dict[str, Any], list[Decimal]]] = {}
     for row in rows:
@@ -534,6 +538,8 @@ def _usage_buckets(
         if "prompt" in group_by:
             entry["prompt"] = row.get("prompt_id") or None
             entry["prompt_version"] = row.get("prompt_version") or None
+        if "kind" in group_by:
+            entry["kind"] = row.get("endpoint") or RESPONSES_KIND
         counts = usage_counts(row)
         cost = prices.get(row["model"], FREE).cost(counts)
         figures = {

@@ -103,12 +103,15 @@ CSV_DIMENSIONS = {
     "tenant": ("tenant",),
     "key": ("key_id", "key"),
     "prompt": ("prompt", "prompt_version"),
+    "kind": ("kind",),
 }
 
 
 def usage_csv(data: list[dict[str, Any]], group_by: tuple[str, ...]) -> HttpResponse:
     """The buckets as a CSV file, one row each (a spreadsheet's import)."""
-    columns = [c for dim in ("day", "model", "tenant", "key", "prompt") if dim in group_by for c in CSV_DIMENSIONS[dim]]
+    columns = [
+        c for dim in ("day", "model", "tenant", "key", "prompt", "kind") if dim in group_by for c in CSV_DIMENSIONS[dim]
+    ]
     columns += [*selectors.USAGE_FIELDS, "cost_usd"]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")

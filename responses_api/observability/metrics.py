@@ -268,6 +268,12 @@ GUARDRAIL_DECISIONS = Counter(
     "Guardrail decisions other than pass, by guardrail, category, action and where they fired.",
     ["guardrail", "category", "action", "where"],
 )
+GUARDRAIL_FAILURES = Counter(
+    "gateway_guardrail_failures",
+    "Remote guardrails (moderation, judge) that could not give a verdict, by guardrail, kind and "
+    "fail mode (open: passed; closed: the finding 'unavailable').",
+    ["guardrail", "kind", "fail"],
+)
 RATE_LIMITED = Counter("gateway_rate_limited", "Requests refused by a rate limit or budget, by limit.", ["limit"])
 OPEN_STREAMS = Gauge("gateway_open_streams", "Streams being answered now.", multiprocess_mode="livesum")
 OPEN_WEBSOCKETS = Gauge(
@@ -282,6 +288,7 @@ METRICS: tuple[MetricWrapperBase, ...] = (
     UPSTREAM_ERRORS,
     RATE_LIMITED,
     GUARDRAIL_DECISIONS,
+    GUARDRAIL_FAILURES,
     OPEN_STREAMS,
     OPEN_WEBSOCKETS,
 )
@@ -321,6 +328,10 @@ def rate_limited(limit: str) -> None:
 
 def guardrail_decision(guardrail: str, category: str, action: str, where: str) -> None:
     GUARDRAIL_DECISIONS.labels(guardrail, category, action, where).inc()
+
+
+def guardrail_failure(guardrail: str, kind: str, fail: str) -> None:
+    GUARDRAIL_FAILURES.labels(guardrail, kind, fail).inc()
 
 
 def upstream_error(target: str, code: str | None) -> None:

@@ -24,7 +24,7 @@ from django.conf import settings
 from tool_registry.services import mcp_servers_for, registry_tools_for
 
 from ..domain import Principal, Route
-from ..engine.interfaces import ResponseJob
+from ..engine.interfaces import ResponseJob, SummaryScreen
 from ..engine.run import ResponseRun
 from ..mcp.credentials import restore_credentials
 from ..mcp.planning import registry_mcp_labels, toolset_for
@@ -34,6 +34,7 @@ from ..process import process_id
 from ..protocol.answers import check_outputs_answer_calls
 from ..protocol.compaction import InputSpans, client_instructions, span_after
 from ..protocol.errors import InvalidRequest
+from ..protocol.guardrail_remote import Caller
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.response import request_params
@@ -43,7 +44,7 @@ from ..store.persistence import DatabasePersistence
 from ..store.selectors import FLATTENED_SPANS
 from ..upstreams.tokenize import context_window
 from . import lifecycle
-from .guardrails import output_guard, output_recorder
+from .guardrails import output_guard, output_recorder, summary_screen
 from .limits import Grant
 from .routing import route_get
 from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
@@ -262,7 +263,16 @@ async def _assemble(
         )
         if guard is not None
         else None,
+        screen_summary=_summary_screen(job, key_id),
     )
+
+
+def _summary_screen(job: ResponseJob, key_id: int | None) -> SummaryScreen | None:
+    """The input guardrails of an automatic compaction's summariser call (only a request with
+    `context_management` can have one)."""
+    if job.request.compact_threshold is None:
+        return None
+    return summary_screen(Caller(job.tenant_id, key_id), job.request.model, job.response_id)
 
 
 async def with_context_window(route: Route) -> Route:

@@ -16,6 +16,7 @@ replaces what matched with `[REDACTED:category]` in what the upstream gets and w
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -25,21 +26,37 @@ from typing import Any
 from django.conf import settings
 
 from ..domain import Principal
+from ..engine.interfaces import SummaryScreen
 from ..observability.metrics import guardrail_decision
+from ..protocol.compaction import COMPACTION_INSTRUCTIONS, client_instructions
 from ..protocol.deltas import Delta
-from ..protocol.errors import InvalidRequest
-from ..protocol.guardrails import Decision, Detector, GuardrailConfigError, compile_detector, on_stream, scan
+from ..protocol.errors import GatewayError, InvalidRequest
+from ..protocol.guardrail_remote import UNAVAILABLE, Caller
+from ..protocol.guardrails import (
+    Decision,
+    Detector,
+    GuardrailConfigError,
+    RemoteDetector,
+    compile_detector,
+    on_stream,
+    scan,
+    texts,
+)
 from ..protocol.output_guard import OutputDetectors, OutputGuard
 from ..protocol.request import CreateRequest
 from ..store import db
 from ..store.guardrails import GuardrailAudit, GuardrailRow, record_events, scope_guardrails
 from ..ttlcache import TTLCache
 from ..upstreams import UpstreamCall, delta_batches
+from . import guardrail_kinds
 
 log = logging.getLogger("gateway.guardrails")
 
+# Whose text is checked: a request's principal, or (a worker's run) its tenant and key.
+Whose = Principal | Caller
+
 # (tenant, key, model): the compiled detectors of the guardrails whose scope takes them.
-_scoped: TTLCache[tuple[int, int, str], tuple[Detector, ...]] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
+_scoped: TTLCache[tuple[int, int | None, str], tuple[Detector, ...]] = TTLCache(lambda: settings.GATEWAY_CACHE_SECONDS)
 # (guardrail id, version): its compiled detector (or None: a definition that does not compile,
 # skipped with a warning; the admin and the config sync refuse one, so only a row written around them).
 _compiled: TTLCache[tuple[int, str], Detector | None] = TTLCache(lambda: 24 * 3600.0)
@@ -59,6 +76,15 @@ class GuardrailBlocked(InvalidRequest):
     default_code = "guardrail_blocked"
 
 
+class GuardrailUnavailable(GatewayError):
+    """A remote `block` guardrail set to fail closed could not give a verdict: the request is
+    refused, as a failure to try again later rather than a verdict on its text."""
+
+    status = 503
+    error_type = "server_error"
+    default_code = "guardrail_unavailable"
+
+
 def _detector(row: GuardrailRow) -> Detector | None:
     key = (row.id, row.version)
     cached = _compiled.get(key)
@@ -66,15 +92,17 @@ def _detector(row: GuardrailRow) -> Detector | None:
         return cached[0]
     try:
         detector: Detector | None = compile_detector(row.id, row.name, row.kind, row.action, row.config)
+        if isinstance(detector, RemoteDetector):
+            detector = guardrail_kinds.bind(detector)
     except GuardrailConfigError as exc:
         log.warning("guardrail %r does not compile (%s: %s); skipped", row.name, exc.field, exc)
         detector = None
     return _compiled.put(key, detector)
 
 
-def _lookup(*, tenant_id: int, key_id: int, model: str) -> tuple[Detector, ...]:
+def _lookup(*, tenant_id: int, key_id: int | None, model: str) -> tuple[Detector, ...]:
     rows = scope_guardrails(tenant_id=tenant_id, key_id=key_id, model=model, applies_to="input")
-    return tuple(d for d in map(_detector, rows) if d is not None)
+    return tuple(_for_caller(d, tenant_id, key_id) for d in map(_detector, rows) if d is not None)
 
 
 def _lookup_output(*, tenant_id: int, key_id: int, model: str) -> OutputDetectors:
@@ -83,7 +111,7 @@ def _lookup_output(*, tenant_id: int, key_id: int, model: str) -> OutputDetector
     for applies_to in ("output", "tool_arguments", "tool_output"):
         rows = scope_guardrails(tenant_id=tenant_id, key_id=key_id, model=model, applies_to=applies_to)
         pairs = [(row, d) for row, d in ((row, _detector(row)) for row in rows) if d is not None]
-        found[applies_to] = tuple(d for _, d in pairs)
+        found[applies_to] = tuple(_for_caller(d, tenant_id, key_id or None) for _, d in pairs)
         log_only |= {d.guardrail_id for row, d in pairs if d.whole_text and _on_stream(row) == "log"}
     return OutputDetectors(found["output"], found["tool_arguments"], found["tool_output"], frozenset(log_only))
 
@@ -146,7 +174,15 @@ def output_recorder(
     return record
 
 
-async def input_detectors(principal: Principal, model: str) -> tuple[Detector, ...]:
+def _for_caller(detector: Detector, tenant_id: int, key_id: int | None) -> Detector:
+    """A remote detector knows whose request it checks (a judge's tokens are theirs): the scope's
+    cache is per tenant and key, so is the binding."""
+    if isinstance(detector, RemoteDetector):
+        return guardrail_kinds.for_caller(detector, tenant_id, key_id)
+    return detector
+
+
+async def input_detectors(principal: Whose, model: str) -> tuple[Detector, ...]:
     """The compiled input guardrails for this key and model (cached)."""
     return await db.run_cached(
         _scoped,
@@ -167,30 +203,60 @@ class Screened:
     decisions: list[Decision] = field(default_factory=list)
     where: str = ""
 
-    async def audit(self, principal: Principal, response_id: str = "") -> None:
+    async def audit(self, principal: Whose, response_id: str = "") -> None:
         if self.decisions:
             await _audit(principal, self.decisions, where=self.where, response_id=response_id)
 
 
 async def screen_input(
-    principal: Principal, model: str, payload: dict[str, Any], fields: Iterable[str], *, where: str
+    principal: Whose, model: str, payload: dict[str, Any], fields: Iterable[str], *, where: str
 ) -> Screened:
     """`check_input` without the audit of a decision that passes (`Screened.audit` records it);
     a block is audited at once, and raised."""
     detectors = await input_detectors(principal, model)
     if not detectors:
         return Screened(payload)
-    checked, decisions = scan(payload, fields, detectors)
+    local = tuple(d for d in detectors if not d.whole_text)
+    checked, decisions = scan(payload, fields, local) if local else (payload, [])
+    failed: list[Decision] = []
+    if not any(d.action == "block" for d in decisions):
+        # A remote kind is asked only when no local guardrail blocked, and about the text as
+        # redacted (a credential redacted here never reaches a moderation server or a judge).
+        remote = tuple(d for d in detectors if d.whole_text)
+        if remote:
+            found = await _ask_remote(remote, "\n\n".join(texts(checked, fields)))
+            failed = [d for d in found if d.category == UNAVAILABLE]
+            decisions += found
     if not decisions:
         return Screened(payload)
     blocked = next((d for d in decisions if d.action == "block"), None)
     if blocked is not None:
         await _audit(principal, decisions, where=where, response_id="")
+        if all(d in failed for d in decisions if d.action == "block"):
+            raise GuardrailUnavailable(
+                f"The guardrail '{blocked.guardrail}' could not check the request (it failed or timed out) "
+                "and is set to fail closed; try again later.",
+                param=None,
+            )
         raise GuardrailBlocked(
             f"The request was blocked by the guardrail '{blocked.guardrail}' (category: {blocked.category}).",
             param=None,
         )
     return Screened(checked, decisions, where)
+
+
+async def _ask_remote(detectors: tuple[Detector, ...], text: str) -> list[Decision]:
+    """Every remote guardrail asked about `text` at once (each under its own timeout)."""
+    if not text.strip():
+        return []
+    found = await asyncio.gather(*(d.find_async(text) for d in detectors))
+    decisions: dict[tuple[int, str], Decision] = {}
+    for detector, spans in zip(detectors, found):
+        for span in spans:
+            key = (detector.guardrail_id, span.category)
+            decisions.setdefault(key, Decision(detector.guardrail_id, detector.name, span.category, detector.action))
+    # A real finding names the block, not a fail-closed guardrail's `unavailable`.
+    return sorted(decisions.values(), key=lambda d: d.category == UNAVAILABLE)
 
 
 async def check_input(
@@ -213,7 +279,7 @@ async def check_input(
     return screened.payload
 
 
-async def _audit(principal: Principal, decisions: list[Decision], *, where: str, response_id: str) -> None:
+async def _audit(principal: Whose, decisions: list[Decision], *, where: str, response_id: str) -> None:
     await _record(principal.tenant_id, principal.key_id, decisions, where=where, response_id=response_id)
 
 
@@ -256,11 +322,30 @@ async def guard_request(
     the body a worker's job keeps, both redacted alike (the upstream and the store get the same
     text), and the decisions to audit once the response has an id. The context a
     `previous_response_id` or conversation brings was checked when it was sent."""
-    fields = {"input": req.input_items, "instructions": req.instructions}
+    # /compact's instructions end with the gateway's summariser prompt: the client's part is checked.
+    instructions, summariser = client_instructions(req.instructions)
+    fields = {"input": req.input_items, "instructions": instructions}
     screened = await screen_input(principal, req.model, fields, ("input", "instructions"), where=where)
     checked = screened.payload
     if checked is fields:
         return req, body, screened
-    req = dataclasses.replace(req, input_items=checked["input"], instructions=checked["instructions"])
+    instructions = checked["instructions"]
+    if summariser:
+        instructions = f"{instructions}\n\n{COMPACTION_INSTRUCTIONS}" if instructions else COMPACTION_INSTRUCTIONS
+    req = dataclasses.replace(req, input_items=checked["input"], instructions=instructions)
     # The items as parsed are a valid `input` too: the worker parses the same redacted text.
-    return req, {**body, "input": checked["input"], "instructions": checked["instructions"]}, screened
+    return req, {**body, "input": checked["input"], "instructions": instructions}, screened
+
+
+def summary_screen(whose: Whose, model: str, response_id: str) -> SummaryScreen:
+    """Automatic compaction's summariser call, checked as input (engine/calls.py calls it before
+    the call is opened): it is sent the whole context, this run's own output and tool results
+    included. Redacted items are what the summariser gets; a block fails the run, as
+    GuardrailBlocked."""
+
+    async def screen(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        screened = await screen_input(whose, model, {"input": items}, ("input",), where="responses.autocompact")
+        await screened.audit(whose, response_id)
+        return list(screened.payload["input"])
+
+    return screen

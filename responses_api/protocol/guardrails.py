@@ -11,7 +11,9 @@ Kinds:
   `phone_region` only numbers written with their +country code), card numbers (13-19 digits
   passing Luhn), IBANs (`python-stdnum`'s checksum) and credentials (the well-known key formats
   below; no entropy detection, since sealed blobs and base64 are high-entropy):
-  `{"categories": ["email", "phone", "card", "iban", "credential"], "phone_region": "DE"}`.
+  `{"categories": ["email", "phone", "card", "iban", "credential"], "phone_region": "DE"}`;
+- `moderation` and `judge` ask a server about the whole text (guardrail_remote.py: their
+  config, the question and how the answer is read; the calls are orchestration's).
 
 Never scanned: `encrypted_content`, images, file bytes and URLs, tool schemas (NEVER_SCANNED),
 and what the request names rather than says (ids, roles, types)."""
@@ -19,7 +21,7 @@ and what the request names rather than says (ids, roles, types)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,12 @@ import phonenumbers
 from stdnum import iban as stdnum_iban
 from stdnum import luhn
 
-KINDS = ("patterns", "pii")
+from .guardrail_remote import Caller, RemoteConfigError, RemoteSettings, remote_settings
+
+KINDS = ("patterns", "pii", "moderation", "judge")
+# Kinds that ask a server about the whole text (protocol/guardrail_remote.py): their verdict
+# covers it all, so they block or log, never redact.
+REMOTE_KINDS = ("moderation", "judge")
 ACTIONS = ("block", "redact", "log")
 # Where a guardrail may apply: the request's input (here), the model's output text, the tool-call
 # arguments it emits and the outputs of the tools the gateway runs (protocol/output_guard.py).
@@ -138,6 +145,25 @@ class Detector:
 CATEGORY_MAX_LENGTH = 200
 
 
+RemoteCheck = Callable[["RemoteDetector", str], Awaitable[list[Span]]]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteDetector(Detector):
+    """A remote kind (guardrail_remote.py), compiled: `find` finds nothing (it cannot call out),
+    `find_async` asks the server once `check` is bound (orchestration binds it, and the caller
+    per scope: a judge's tokens are counted to them)."""
+
+    settings: RemoteSettings | None = None
+    check: RemoteCheck | None = None
+    caller: Caller | None = None
+
+    async def find_async(self, text: str) -> list[Span]:
+        if self.check is None:
+            raise RuntimeError(f"guardrail {self.name!r}: no remote check is bound")
+        return await self.check(self, text)
+
+
 def _regex_finder(pattern: re.Pattern[str], category: str, gate: Callable[[str], object] | None = None) -> Finder:
     def find(text: str) -> Iterable[Span]:
         if gate is not None and not gate(text):
@@ -189,6 +215,12 @@ def compile_detector(guardrail_id: int, name: str, kind: str, action: str, confi
         return Detector(guardrail_id, name, action, _pattern_finders(config))
     if kind == "pii":
         return Detector(guardrail_id, name, action, _pii_finders(config))
+    if kind in REMOTE_KINDS:
+        try:
+            settings = remote_settings(kind, action, config)
+        except RemoteConfigError as exc:
+            raise GuardrailConfigError(exc.field, str(exc)) from None
+        return RemoteDetector(guardrail_id, name, action, (), True, settings)
     raise GuardrailConfigError("kind", f"must be one of {', '.join(KINDS)}")
 
 
@@ -324,3 +356,26 @@ def scan(
         if name in out and out[name] is not None:
             out[name] = run.walk(out[name], name if name in TEXT_KEYS else None)
     return out, list(run.decisions.values())
+
+
+def texts(payload: Mapping[str, Any], fields: Iterable[str]) -> list[str]:
+    """The client's text in `fields`, as `scan` walks it (the same keys scanned, the same never
+    entered): what a remote guardrail is asked about, as one text."""
+    found: list[str] = []
+
+    def walk(node: Any, key: str | None) -> None:
+        if isinstance(node, str):
+            if key in TEXT_KEYS and node:
+                found.append(node)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, key)
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                if k not in NEVER_SCANNED:
+                    walk(v, k)
+
+    for name in fields:
+        if payload.get(name) is not None:
+            walk(payload[name], name if name in TEXT_KEYS else None)
+    return found

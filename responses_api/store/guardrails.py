@@ -22,7 +22,7 @@ class GuardrailRow:
     version: str  # updated_at: a changed definition is compiled again
 
 
-def scope_guardrails(*, tenant_id: int, key_id: int, model: str, applies_to: str) -> tuple[GuardrailRow, ...]:
+def scope_guardrails(*, tenant_id: int, key_id: int | None, model: str, applies_to: str) -> tuple[GuardrailRow, ...]:
     """The enabled guardrails of `applies_to` whose scope takes this tenant, key and model (the
     union of every scope that does)."""
     rows = (
@@ -65,3 +65,13 @@ def record_events(events: Iterable[GuardrailAudit]) -> None:
         )
         for e in rows
     )
+
+
+def events_by_response(response_ids: Iterable[str]) -> dict[str, list[GuardrailEvent]]:
+    """The decisions recorded for these responses (one query), oldest first: the admin's thread
+    view shows each response's under it."""
+    found: dict[str, list[GuardrailEvent]] = {}
+    ids = [rid for rid in response_ids if rid]
+    for event in GuardrailEvent.objects.filter(response_id__in=ids).order_by("created_at", "id"):
+        found.setdefault(event.response_id, []).append(event)
+    return found

@@ -73,3 +73,36 @@ def test_config_errors_name_the_key() -> None:
     with pytest.raises(GuardrailConfigError) as raised:
         compile_detector(1, "p", "patterns", "block", {"categories": {"c" * 201: {"words": ["x"]}}})
     assert raised.value.field == "categories"
+
+
+def test_remote_verdicts_are_read_strictly() -> None:
+    from responses_api.protocol.guardrail_remote import (
+        RemoteCheckFailed,
+        judge_categories,
+        moderation_categories,
+        remote_settings,
+    )
+
+    moderation = remote_settings("moderation", "block", {"url": "http://m", "categories": ["hate"]})
+    anything = remote_settings("moderation", "log", {"url": "http://m"})
+    answer = {"results": [{"flagged": True, "categories": {"hate": False, "violence": True}}]}
+    assert moderation_categories(moderation, answer) == []  # violence does not count for it
+    assert moderation_categories(anything, answer) == ["violence"]
+    broken: object
+    for broken in ({}, {"results": []}, {"results": [{"categories": {}}]}, ["no"]):
+        with pytest.raises(RemoteCheckFailed):
+            moderation_categories(anything, broken)
+    judge = remote_settings("judge", "block", {"route": "r", "policy": "p", "categories": ["medical"]})
+    assert judge_categories(judge, '{"allowed": true}') == []
+    assert judge_categories(judge, '```json\n{"allowed": false, "category": "medical"}\n```') == ["medical"]
+    # A category the operator did not list is recorded as `policy`: the model's words might quote the text.
+    assert judge_categories(judge, '{"allowed": false, "category": "some text"}') == ["policy"]
+    for unclear in ("yes", '{"allowed": "no"}', "[]", ""):
+        with pytest.raises(RemoteCheckFailed):
+            judge_categories(judge, unclear)
+    # Compiled: a whole-text detector that finds nothing without its call; redact is refused.
+    detector = compile_detector(4, "j", "judge", "log", {"route": "r", "policy": "p"})
+    assert detector.whole_text and detector.find("anything") == []
+    with pytest.raises(GuardrailConfigError) as raised:
+        compile_detector(5, "m", "moderation", "redact", {"url": "http://m"})
+    assert raised.value.field == "action"
