@@ -217,6 +217,11 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
 # Uploaded files' bytes (/v1/files): local disk under GATEWAY_FILES_ROOT by default.
 GATEWAY_FILES_ROOT = Path(env.str("GATEWAY_FILES_ROOT", default=str(BASE_DIR / "gateway-files")))
+# The largest upload /v1/files takes (its own bound: GATEWAY_MAX_REQUEST_BYTES is the JSON
+# bodies'); an upload streams through a temporary file to the storage, never whole in memory.
+GATEWAY_FILES_MAX_BYTES = env.int("GATEWAY_FILES_MAX_BYTES", default=100 * 1024 * 1024)
+# The most characters of a file's text (a PDF's extracted, a text file's) a model is given.
+GATEWAY_FILES_MAX_TEXT_CHARS = env.int("GATEWAY_FILES_MAX_TEXT_CHARS", default=200_000)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "gateway_files": {

@@ -12,6 +12,7 @@ inserted while a stream's upstream is asked; a worker's exists already) and in w
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable
@@ -34,11 +35,13 @@ from ..process import process_id
 from ..protocol.answers import check_outputs_answer_calls
 from ..protocol.compaction import InputSpans, client_instructions, span_after
 from ..protocol.errors import InvalidRequest
+from ..protocol.files import FileContent, check_references, file_references
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.response import request_params
 from ..store import db, selectors, services
 from ..store.eventlog import event_log
+from ..store.files import file_content, live_files
 from ..store.persistence import DatabasePersistence
 from ..store.selectors import FLATTENED_SPANS
 from ..upstreams.tokenize import context_window
@@ -47,7 +50,14 @@ from .limits import Grant
 from .routing import route_get
 from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
 
-__all__ = ["PriorContext", "check_answers_before_hand_off", "request_context", "run_for_job", "run_for_request"]
+__all__ = [
+    "PriorContext",
+    "check_answers_before_hand_off",
+    "check_file_parts",
+    "request_context",
+    "run_for_job",
+    "run_for_request",
+]
 
 
 @dataclass(slots=True)
@@ -240,6 +250,8 @@ async def _assemble(
     # Here, not in either caller: the window is what truncation "auto" fits the context to,
     # so a worker's run must learn it as the web run does.
     job.route = await with_context_window(job.route)
+    if job.files is None:
+        job.files = await run_files(job.tenant_id, job.context)
     toolset = await toolset_for(job.response_id, plan.mcp, job.tenant_id)
     return ResponseRun(
         job,
@@ -250,6 +262,28 @@ async def _assemble(
         stream_upstream=stream_upstream,
         first_sequence_number=first_sequence_number,
     )
+
+
+async def check_file_parts(principal: Principal, req: CreateRequest) -> None:
+    """Each input part naming a stored file (`file_id`) names one of the tenant's: a 400 naming
+    the part now, on every transport, before anything runs or is handed to a worker."""
+    references = file_references(req.input_items)
+    if not references:
+        return
+    rows = await db.run(live_files, principal.tenant_id, {ref[3] for ref in references})
+    check_references(req.input_items, {row.id: row.content_type for row in rows})
+
+
+async def run_files(tenant_id: int, context: list[dict[str, Any]]) -> dict[str, FileContent] | None:
+    """The stored files the context names, read once for the run (a PDF's text extracted);
+    None when it names none. A file deleted since an earlier turn named it is left out (the
+    model is told it is gone)."""
+    references = file_references(context)
+    if not references:
+        return None
+    rows = await db.run(live_files, tenant_id, {ref[3] for ref in references})
+    # The bytes and the extraction in a thread of their own: no database connection is held.
+    return await asyncio.to_thread(lambda: {row.id: file_content(row) for row in rows})
 
 
 async def with_context_window(route: Route) -> Route:

@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def files_root(settings, tmp_path: Path) -> Path:
+    """Each test's uploads in a directory of its own (what is left there is checked)."""
+    root = tmp_path / "gateway-files"
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "gateway_files": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(root)}},
+    }
+    return root
+
+
+def stored_bytes(root: Path) -> list[Path]:
+    return [path for path in root.rglob("*") if path.is_file()] if root.exists() else []
