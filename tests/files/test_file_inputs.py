@@ -98,9 +98,9 @@ def test_an_image_is_image_content_on_a_chat_server(
 
 
 def test_a_pdf_is_a_document_block_on_anthropic(
-    anthropic: Gateway,
+    anthropic: Gateway,  # noqa: F811 - the imported fixture
     scripted: ScriptedUpstream,
-    files_root: Path,  # noqa: F811 - the imported fixture
+    files_root: Path,
 ) -> None:
     client = anthropic.openai()
     document = client.files.create(file=("secret.pdf", pdf(SECRET), "application/pdf"), purpose="user_data")
