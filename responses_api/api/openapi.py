@@ -882,6 +882,11 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
             "expires_after[anchor]": {"type": "string", "enum": ["created_at"]},
             "expires_after[seconds]": {"type": "integer", "minimum": 3600, "maximum": 2592000},
         },
+        # `expires_after` is one object: its anchor and seconds come together.
+        "dependentRequired": {
+            "expires_after[anchor]": ["expires_after[seconds]"],
+            "expires_after[seconds]": ["expires_after[anchor]"],
+        },
     },
     # Anthropic's Messages API (api/messages_views.py): what its checks require; every other field
     # Anthropic defines is accepted (passed to an Anthropic route, translated or named in
