@@ -7,7 +7,9 @@ id is a 400 naming the part before any upstream call."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ import pytest
 from tests.files.documents import pdf, png
 from tests.responses_api.test_anthropic import CLAUDE, anthropic  # noqa: F401 - the fixture
 from tests.responses_api.test_background import poll
-from tests.support.harness import MODEL, Gateway, make_key
+from tests.support.harness import MODEL, CeleryWorker, Gateway, make_key
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.websocket.test_websocket_mode import socket, turn
 
@@ -41,6 +43,22 @@ def question(file_id: str, kind: str = "input_file") -> list[dict[str, Any]]:
     ]
 
 
+@contextlib.contextmanager
+def background_worker(files_root: Path) -> Iterator[None]:
+    """A real Celery worker reading the test's files (embedded: the web process runs the work)."""
+    from django.conf import settings
+
+    if settings.EMBEDDED_WORKER:
+        yield
+        return
+    worker = CeleryWorker(extra_env={"GATEWAY_FILES_ROOT": str(files_root)})
+    try:
+        worker.wait_ready()
+        yield
+    finally:
+        worker.stop()
+
+
 def chat_parts(scripted: ScriptedUpstream) -> list[Any]:
     (call,) = [r for r in scripted.model_calls if r.path == "/v1/chat/completions"]
     return call.body["messages"][-1]["content"]
@@ -59,8 +77,9 @@ def test_a_pdf_reaches_a_chat_server_as_its_text_on_every_transport(
         with client.responses.stream(model=MODEL, input=inputs) as stream:  # type: ignore[arg-type]
             response_id = stream.get_final_response().id
     elif transport == "background":
-        response_id = client.responses.create(model=MODEL, input=inputs, background=True).id  # type: ignore[arg-type]
-        assert poll(gateway, response_id)["status"] == "completed"
+        with background_worker(files_root):
+            response_id = client.responses.create(model=MODEL, input=inputs, background=True).id  # type: ignore[arg-type]
+            assert poll(gateway, response_id)["status"] == "completed"
     else:
         with socket(gateway) as ws:
             events = turn(ws, model=MODEL, input=inputs)
