@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-from collections.abc import Iterable, Iterator
+import tempfile
+from collections.abc import Iterable
 from datetime import datetime
 from typing import IO, Any
 
@@ -34,19 +35,29 @@ def file_storage() -> Storage:
     return storages["gateway_files"]
 
 
-class _Hashing(File):  # type: ignore[type-arg]  # Django's File is generic only in stubs
-    """A file object that hashes and counts what storage reads from it."""
+def _measured(content: IO[bytes]) -> tuple[IO[bytes], str, int]:
+    """The content (seekable, at its start), its SHA-256 and its size, read once in chunks.
 
-    def __init__(self, source: IO[bytes]) -> None:
-        super().__init__(source)
-        self.sha256 = hashlib.sha256()
-        self.count = 0
-
-    def chunks(self, chunk_size: int | None = None) -> Iterator[bytes]:
-        for chunk in super().chunks(chunk_size or CHUNK_BYTES):
-            self.sha256.update(chunk)
-            self.count += len(chunk)
-            yield chunk
+    Measured before the storage reads it, not while: a storage may read it its own way
+    (django-storages' S3 backend hands it to boto3, which reads parts of it, perhaps twice on a
+    retry). Content that cannot seek is spooled to a temporary file first."""
+    digest = hashlib.sha256()
+    size = 0
+    seekable = content.seekable() if hasattr(content, "seekable") else False
+    if seekable:
+        content.seek(0)
+        target: IO[bytes] = content
+        while chunk := content.read(CHUNK_BYTES):
+            digest.update(chunk)
+            size += len(chunk)
+    else:
+        target = tempfile.SpooledTemporaryFile(max_size=CHUNK_BYTES * 8)  # noqa: SIM115 - closed by save_file
+        while chunk := content.read(CHUNK_BYTES):
+            digest.update(chunk)
+            size += len(chunk)
+            target.write(chunk)
+    target.seek(0)
+    return target, digest.hexdigest(), size
 
 
 def save_file(
@@ -61,8 +72,12 @@ def save_file(
 ) -> StoredFile:
     file_id = new_file_id()
     storage = file_storage()
-    source = _Hashing(content)
-    name = storage.save(f"t{tenant_id}/{file_id}", source)
+    source, sha256, size = _measured(content)
+    try:
+        name = storage.save(f"t{tenant_id}/{file_id}", File(source))
+    finally:
+        if source is not content:
+            source.close()
     try:
         return StoredFile.objects.create(
             id=file_id,
@@ -71,8 +86,8 @@ def save_file(
             purpose=purpose,
             filename=filename,
             content_type=content_type,
-            bytes=source.count,
-            sha256=source.sha256.hexdigest(),
+            bytes=size,
+            sha256=sha256,
             storage_name=name,
             expires_at=expires_at,
         )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,3 +19,10 @@ def files_root(settings, tmp_path: Path) -> Path:
 
 def stored_bytes(root: Path) -> list[Path]:
     return [path for path in root.rglob("*") if path.is_file()] if root.exists() else []
+
+
+def error_param(error: Any) -> Any:
+    """The `param` of an openai SDK error's body (the gateway's error object)."""
+    body = error.body
+    assert isinstance(body, dict), body
+    return body.get("param")

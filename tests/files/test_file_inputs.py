@@ -16,6 +16,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.files.conftest import error_param
 from tests.files.documents import pdf, png
 from tests.responses_api.test_anthropic import CLAUDE, anthropic  # noqa: F401 - the fixture
 from tests.responses_api.test_background import poll
@@ -59,7 +60,7 @@ def background_worker(files_root: Path) -> Iterator[None]:
         worker.stop()
 
 
-def chat_parts(scripted: ScriptedUpstream) -> list[Any]:
+def chat_parts(scripted: ScriptedUpstream) -> Any:
     (call,) = [r for r in scripted.model_calls if r.path == "/v1/chat/completions"]
     return call.body["messages"][-1]["content"]
 
@@ -72,13 +73,13 @@ def test_a_pdf_reaches_a_chat_server_as_its_text_on_every_transport(
     document = client.files.create(file=("secret.pdf", pdf(SECRET), "application/pdf"), purpose="user_data")
     inputs = question(document.id)
     if transport == "json":
-        response_id = client.responses.create(model=MODEL, input=inputs).id  # type: ignore[arg-type]
+        response_id = client.responses.create(model=MODEL, input=inputs).id
     elif transport == "sse":
-        with client.responses.stream(model=MODEL, input=inputs) as stream:  # type: ignore[arg-type]
+        with client.responses.stream(model=MODEL, input=inputs) as stream:
             response_id = stream.get_final_response().id
     elif transport == "background":
         with background_worker(files_root):
-            response_id = client.responses.create(model=MODEL, input=inputs, background=True).id  # type: ignore[arg-type]
+            response_id = client.responses.create(model=MODEL, input=inputs, background=True).id
             assert poll(gateway, response_id)["status"] == "completed"
     else:
         with socket(gateway) as ws:
@@ -99,7 +100,7 @@ def test_a_continued_chain_still_resolves_the_file(
 ) -> None:
     client = gateway.openai()
     notes = client.files.create(file=("notes.txt", b"Remember: the meeting is at noon."), purpose="user_data")
-    first = client.responses.create(model=MODEL, input=question(notes.id))  # type: ignore[arg-type]
+    first = client.responses.create(model=MODEL, input=question(notes.id))
     client.responses.create(model=MODEL, previous_response_id=first.id, input="And again?")
     second = scripted.model_calls[-1].body["messages"]
     assert any("meeting is at noon" in json.dumps(m) for m in second)
@@ -110,7 +111,7 @@ def test_an_image_is_image_content_on_a_chat_server(
 ) -> None:
     client = gateway.openai()
     image = client.files.create(file=("dot.png", png(), "image/png"), purpose="user_data")
-    client.responses.create(model=MODEL, input=question(image.id, "input_image"))  # type: ignore[arg-type]
+    client.responses.create(model=MODEL, input=question(image.id, "input_image"))
     part = chat_parts(scripted)[1]
     assert part["type"] == "image_url"
     assert part["image_url"]["url"] == "data:image/png;base64," + base64.b64encode(png()).decode()
@@ -126,7 +127,7 @@ def test_a_pdf_is_a_document_block_on_anthropic(
     image = client.files.create(file=("dot.png", png(), "image/png"), purpose="user_data")
     inputs = question(document.id)
     inputs[0]["content"].append({"type": "input_image", "file_id": image.id})
-    client.responses.create(model=CLAUDE, input=inputs)  # type: ignore[arg-type]
+    client.responses.create(model=CLAUDE, input=inputs)
     (call,) = [r for r in scripted.requests if r.path == "/v1/messages"]
     blocks = call.body["messages"][-1]["content"]
     assert blocks[1] == {
@@ -151,7 +152,7 @@ def test_a_pdf_is_file_data_on_a_native_responses_server(
     routing.clear_cache()
     client = gateway.openai()
     document = client.files.create(file=("secret.pdf", pdf(SECRET), "application/pdf"), purpose="user_data")
-    client.responses.create(model="via-responses", input=question(document.id))  # type: ignore[arg-type]
+    client.responses.create(model="via-responses", input=question(document.id))
     (call,) = [r for r in scripted.model_calls if r.path == "/v1/responses"]
     part = call.body["input"][-1]["content"][1]
     assert part == {
@@ -171,8 +172,8 @@ def test_an_unknown_or_foreign_file_id_is_a_400_naming_the_part(
     for file_id, kind in ((theirs.id, "input_file"), ("file-unknown", "input_file"), (text.id, "input_image")):
         for background in (False, True):
             with pytest.raises(openai.BadRequestError) as refused:
-                client.responses.create(model=MODEL, input=question(file_id, kind), background=background)  # type: ignore[arg-type]
-            assert refused.value.body["param"] == "input[0].content[1].file_id"
+                client.responses.create(model=MODEL, input=question(file_id, kind), background=background)
+            assert error_param(refused.value) == "input[0].content[1].file_id"
     with socket(gateway) as ws:
         events = turn(ws, model=MODEL, input=question(theirs.id))
     assert events[-1]["type"] == "error" and events[-1]["error"]["param"] == "input[0].content[1].file_id"
@@ -186,6 +187,6 @@ def test_a_long_text_is_bounded(gateway: Gateway, scripted: ScriptedUpstream, fi
     settings.GATEWAY_FILES_MAX_TEXT_CHARS = 100
     client = gateway.openai()
     long = client.files.create(file=("long.txt", b"word " * 1000), purpose="user_data")
-    client.responses.create(model=MODEL, input=question(long.id))  # type: ignore[arg-type]
+    client.responses.create(model=MODEL, input=question(long.id))
     text = chat_parts(scripted)
     assert "truncated" in text and len(text) < 300

@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.files.conftest import stored_bytes
+from tests.files.conftest import error_param, stored_bytes
 from tests.files.documents import pdf, png
 from tests.support.harness import Gateway, make_key
 
@@ -59,7 +59,7 @@ def test_another_tenants_file_is_an_unknown_id_everywhere(gateway: Gateway, file
     assert other.files.list().data == []
     with pytest.raises(openai.BadRequestError) as refused:
         other.files.list(after=mine.id)
-    assert refused.value.body["param"] == "after"
+    assert error_param(refused.value) == "after"
     assert gateway.openai().files.retrieve(mine.id).id == mine.id  # still there
     assert len(stored_bytes(files_root)) == 1
 
@@ -107,9 +107,9 @@ def test_a_refused_upload_leaves_no_row_and_no_bytes(
 ) -> None:
     settings.GATEWAY_FILES_MAX_BYTES = 4096
     with pytest.raises(openai.APIStatusError) as refused:
-        gateway.openai().files.create(file=upload, purpose=purpose)  # type: ignore[arg-type]
+        gateway.openai().files.create(file=upload, purpose=purpose)
     assert refused.value.status_code == status
-    assert refused.value.body["param"] == param, refused.value.body
+    assert error_param(refused.value) == param, refused.value.body
     from responses_api.models import StoredFile
 
     assert not StoredFile.objects.exists()

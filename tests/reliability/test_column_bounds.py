@@ -10,6 +10,7 @@ before any upstream call and with nothing stored. A column added later without a
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.apps import apps
@@ -50,7 +51,7 @@ def probe_model(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     assert scripted.model_calls == []
 
 
-def _upload_refused(gateway: Gateway, param: str, **form: object) -> None:
+def _upload_refused(gateway: Gateway, param: str, **form: Any) -> None:
     from responses_api.models import StoredFile
 
     fields = {"purpose": "user_data", **{k: v for k, v in form.items() if k != "file"}}
