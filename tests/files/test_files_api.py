@@ -186,3 +186,23 @@ def test_retention_deletes_expired_files_rows_and_bytes(gateway: Gateway, files_
     assert [p.name for p in stored_bytes(files_root)] == [again.id]
     Tenant.objects.filter(id=gateway.tenant_id).delete()
     assert stored_bytes(files_root) == []
+
+
+def test_every_file_operation_answers_a_foreign_id_as_an_unknown_one(gateway: Gateway, files_root: Path) -> None:
+    mine = gateway.openai().files.create(file=("a.txt", b"mine"), purpose="user_data")
+    unknown = "file-" + "0" * 48
+    other_key, _ = make_key(tenant="globex")
+    document = gateway.http().get("/v1/openapi.json").json()
+    probed = []
+    with gateway.http(other_key) as other:
+        for path, ops in document["paths"].items():
+            if "{file_id}" not in path:
+                continue
+            for method in ops:
+                foreign = other.request(method.upper(), path.replace("{file_id}", mine.id))
+                as_unknown = other.request(method.upper(), path.replace("{file_id}", unknown))
+                assert foreign.status_code == as_unknown.status_code == 404, (method, path)
+                assert foreign.text.replace(mine.id, unknown) == as_unknown.text
+                probed.append((method, path))
+    assert len(probed) == 3  # retrieve, delete, content
+    assert gateway.openai().files.content(mine.id).content == b"mine"
