@@ -43,10 +43,11 @@ COPY . .
 RUN DEBUG=0 SECRET_KEY=collectstatic-build-time-only-not-a-secret-0123456789abcdefghij \
     python manage.py collectstatic --noinput --verbosity 0
 
-# The metrics directory: docker-compose.yml mounts a volume here shared by web and worker,
-# which starts out with this directory's owner.
+# The metrics and files directories: docker-compose.yml mounts a volume on each, shared by web
+# and worker, which starts out with its directory's owner.
 RUN useradd --system --user-group --uid 10001 --home-dir /app --no-create-home gateway \
-    && mkdir -p /var/lib/gateway/metrics && chown gateway:gateway /var/lib/gateway/metrics
+    && mkdir -p /var/lib/gateway/metrics /var/lib/gateway/files \
+    && chown gateway:gateway /var/lib/gateway/metrics /var/lib/gateway/files
 USER gateway
 
 EXPOSE 8000

@@ -217,12 +217,38 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
 # Uploaded files' bytes (/v1/files): local disk under GATEWAY_FILES_ROOT by default.
 GATEWAY_FILES_ROOT = Path(env.str("GATEWAY_FILES_ROOT", default=str(BASE_DIR / "gateway-files")))
+# The largest upload /v1/files takes (its own bound: GATEWAY_MAX_REQUEST_BYTES is the JSON
+# bodies'); an upload streams through a temporary file to the storage, never whole in memory.
+GATEWAY_FILES_MAX_BYTES = env.int("GATEWAY_FILES_MAX_BYTES", default=100 * 1024 * 1024)
+# The most characters of a file's text (a PDF's extracted, a text file's) a model is given.
+GATEWAY_FILES_MAX_TEXT_CHARS = env.int("GATEWAY_FILES_MAX_TEXT_CHARS", default=200_000)
+# Uploaded files in an S3-compatible object store instead of GATEWAY_FILES_ROOT (django-storages'
+# S3 backend, boto3): on when a bucket is named. Credentials come from boto3's own chain
+# (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile, an instance role); the endpoint names a
+# non-AWS store (MinIO, Ceph, R2, ...). Objects are private; downloads go through /v1/files.
+GATEWAY_FILES_S3_BUCKET = env.str("GATEWAY_FILES_S3_BUCKET", default="")
+GATEWAY_FILES_S3_ENDPOINT_URL = env.str("GATEWAY_FILES_S3_ENDPOINT_URL", default="")
+GATEWAY_FILES_S3_REGION = env.str("GATEWAY_FILES_S3_REGION", default="")
+GATEWAY_FILES_S3_PREFIX = env.str("GATEWAY_FILES_S3_PREFIX", default="gateway-files")
+GATEWAY_FILES_STORAGE: dict[str, object] = (
+    {
+        "BACKEND": "storages.backends.s3.S3Storage",
+        "OPTIONS": {
+            "bucket_name": GATEWAY_FILES_S3_BUCKET,
+            "endpoint_url": GATEWAY_FILES_S3_ENDPOINT_URL or None,
+            "region_name": GATEWAY_FILES_S3_REGION or None,
+            "location": GATEWAY_FILES_S3_PREFIX,
+            "default_acl": "private",
+            "file_overwrite": True,  # each name is a new file id: no existence check per upload
+        },
+    }
+    if GATEWAY_FILES_S3_BUCKET
+    else {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(GATEWAY_FILES_ROOT)}}
+)
+
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "gateway_files": {
-        "BACKEND": "django.core.files.storage.FileSystemStorage",
-        "OPTIONS": {"location": str(GATEWAY_FILES_ROOT)},
-    },
+    "gateway_files": GATEWAY_FILES_STORAGE,
     "staticfiles": {
         # Hashed names from collectstatic's manifest; the plain ones until it ran (api/static.py).
         "BACKEND": "responses_api.api.static.StaticStorage"

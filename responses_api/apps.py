@@ -10,3 +10,4 @@ class ResponsesApiConfig(AppConfig):
 
     def ready(self) -> None:
         tracing.configure()  # only with OTEL_EXPORTER_OTLP_ENDPOINT set: else nothing is imported
+        from .store import files  # noqa: F401 - connects the receiver that deletes a deleted file's bytes

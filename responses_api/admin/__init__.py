@@ -14,4 +14,5 @@ and never load the large JSON columns.
 from __future__ import annotations
 
 from ..conversations import admin as conversations_admin  # noqa: F401 - registers ConversationAdmin
+from ..files import admin as files_admin  # noqa: F401 - registers StoredFileAdmin
 from . import alerts, guardrails, keys, prompts, providers, responses, site  # noqa: F401 - each registers its admins

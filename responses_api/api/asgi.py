@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -58,6 +59,12 @@ Send = Callable[[Any], Awaitable[None]]
 
 # The attribute that marks a view function as served by the fast lane.
 FAST_LANE = "fast_lane"
+# The attribute that marks a fast-lane view taking uploads (multipart): its body is spooled to a
+# temporary file (in memory up to FILE_UPLOAD_MAX_MEMORY_SIZE) under GATEWAY_FILES_MAX_BYTES and
+# a margin for the form's other fields, not read whole into memory under GATEWAY_MAX_REQUEST_BYTES.
+UPLOAD_BODY = "upload_body"
+# What a multipart body may carry besides the file: its boundaries, part headers and small fields.
+UPLOAD_MARGIN_BYTES = 1 << 20
 
 
 def fast_lane(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -103,8 +110,14 @@ class ApiApplication:
             return await self.django(scope, receive, send)
         if lifecycle.draining():  # SIGTERM: new work goes to another process
             return await _answer_now(scope, send, lifecycle.shutting_down())
+        upload = match is not None and rejected is None and getattr(match.func, UPLOAD_BODY, False)
+        spooled: tempfile.SpooledTemporaryFile[bytes] | None = None
+        body = b""
         try:
-            body = await self._read_body(scope, receive)
+            if upload and scope.get("method") == "POST":
+                spooled = await self._spool_body(scope, receive)
+            else:
+                body = await self._read_body(scope, receive)
         except _Disconnected:
             return
         except GatewayError as exc:  # answered like any request: request id, access log, headers
@@ -112,11 +125,16 @@ class ApiApplication:
         prefix = get_script_prefix(scope)
         if prefix != "/":  # "/" is every request task's own default: setting it again is waste
             set_script_prefix(prefix)
-        request = ASGIRequest(scope, io.BytesIO(body))
-        request._body = body  # read whole above: `request.body` need not read and check it again
-        if body and "CONTENT_LENGTH" not in request.META:
-            # A chunked body, read whole above: its length, as a parser (DRF's) looks for one.
-            request.META["CONTENT_LENGTH"] = str(len(body))
+        if spooled is not None:
+            request = ASGIRequest(scope, spooled)
+            if "CONTENT_LENGTH" not in request.META:  # chunked: the length the parser needs
+                request.META["CONTENT_LENGTH"] = str(_size(spooled))
+        else:
+            request = ASGIRequest(scope, io.BytesIO(body))
+            request._body = body  # read whole above: `request.body` need not read and check it again
+            if body and "CONTENT_LENGTH" not in request.META:
+                # A chunked body, read whole above: its length, as a parser (DRF's) looks for one.
+                request.META["CONTENT_LENGTH"] = str(len(body))
         request.resolver_match = match
         RequestNotes.of(request).rejected = rejected  # the lane's refusal rides on the request to the view
 
@@ -133,6 +151,8 @@ class ApiApplication:
             task.uncancel()  # the client left: this request ends here, quietly
         finally:
             listener.cancel()
+            if spooled is not None:
+                spooled.close()  # the upload's temporary file, if it went to disk
 
     async def _process(self, request: HttpRequest, send: Send) -> None:
         response = await self.handle(request)
@@ -199,6 +219,55 @@ class ApiApplication:
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _spool_body(self, scope: Scope, receive: Receive) -> tempfile.SpooledTemporaryFile[bytes]:
+        """An upload's body in a temporary file (as Django's own ASGI handler reads bodies),
+        under GATEWAY_FILES_MAX_BYTES and the form's margin."""
+        limit = settings.GATEWAY_FILES_MAX_BYTES + UPLOAD_MARGIN_BYTES
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise InvalidRequest("Invalid Content-Length header.") from None
+                if declared > limit:
+                    raise _upload_too_large()
+        # Closed by the caller when the request ends (or below, on a refusal): not a `with` block.
+        spooled = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")  # noqa: SIM115
+        size = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _Disconnected()
+                chunk = message.get("body", b"")
+                if chunk:
+                    size += len(chunk)
+                    if size > limit:
+                        raise _upload_too_large()
+                    if size > settings.FILE_UPLOAD_MAX_MEMORY_SIZE:
+                        # Past max_size the file is on disk: written in a thread, not on the event loop.
+                        await asyncio.to_thread(spooled.write, chunk)
+                    else:
+                        spooled.write(chunk)
+                if not message.get("more_body", False):
+                    spooled.seek(0)
+                    return spooled
+        except BaseException:
+            spooled.close()
+            raise
+
+
+def _size(spooled: tempfile.SpooledTemporaryFile[bytes]) -> int:
+    position = spooled.tell()
+    end = spooled.seek(0, io.SEEK_END)
+    spooled.seek(position)
+    return end
+
+
+def _upload_too_large() -> RequestTooLarge:
+    limit = settings.GATEWAY_FILES_MAX_BYTES
+    return RequestTooLarge(f"Invalid 'file': it is larger than this gateway accepts ({limit} bytes).", param="file")
 
 
 async def _start_beating() -> asyncio.Task[None] | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.parsers import BaseParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -52,7 +53,7 @@ class ApiView(APIView):
     authentication_classes: tuple[type[BaseAuthentication], ...] = (BearerKeyAuthentication,)
     permission_classes: tuple[type[BasePermission], ...] = (HasApiKey,)
     throttle_classes = ()
-    parser_classes = (ProtocolJSONParser,)
+    parser_classes: tuple[type[BaseParser], ...] = (ProtocolJSONParser,)
     renderer_classes = (ProtocolJSONRenderer,)
     content_negotiation_class = ProtocolNegotiation
     # No OPTIONS (no CORS preflight or DRF metadata here): 405 like any method an endpoint lacks.

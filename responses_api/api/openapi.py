@@ -852,6 +852,47 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
             "deleted": {"type": "boolean", "enum": [True]},
         },
     },
+    # Files (responses_api/files/): the OpenAI SDK's FileObject, its list page and deletion.
+    "OpenAIFile": {
+        "type": "object",
+        "required": ["id", "object", "bytes", "created_at", "filename", "purpose", "status"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"type": "string", "enum": ["file"]},
+            "bytes": {"type": "integer", "minimum": 0},
+            "created_at": {"type": "integer"},
+            "expires_at": {"type": ["integer", "null"]},
+            "filename": {"type": "string"},
+            "purpose": {"type": "string", "enum": ["user_data", "assistants"]},
+            "status": {"type": "string", "enum": ["uploaded", "processed", "error"]},
+            "status_details": {"type": ["string", "null"]},
+        },
+    },
+    "OpenAIFileList": _list_of(ref("OpenAIFile"), "A page of files."),
+    "DeletedFile": {
+        "type": "object",
+        "required": ["id", "object", "deleted"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"type": "string", "enum": ["file"]},
+            "deleted": {"type": "boolean", "enum": [True]},
+        },
+    },
+    "CreateFileBody": {
+        "type": "object",
+        "required": ["file", "purpose"],
+        "properties": {
+            "file": {"type": "string", "format": "binary", "description": "The file (its part's name and type)."},
+            "purpose": {"type": "string", "enum": ["user_data", "assistants"]},
+            "expires_after[anchor]": {"type": "string", "enum": ["created_at"]},
+            "expires_after[seconds]": {"type": "integer", "minimum": 3600, "maximum": 2592000},
+        },
+        # `expires_after` is one object: its anchor and seconds come together.
+        "dependentRequired": {
+            "expires_after[anchor]": ["expires_after[seconds]"],
+            "expires_after[seconds]": ["expires_after[anchor]"],
+        },
+    },
     # Anthropic's Messages API (api/messages_views.py): what its checks require; every other field
     # Anthropic defines is accepted (passed to an Anthropic route, translated or named in
     # x-gateway-ignored-fields elsewhere), as README's "Claude Code" section says.

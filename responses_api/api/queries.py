@@ -319,3 +319,21 @@ class RetrieveQuery(QueryParameters):
     starting_after = serializers.IntegerField(
         default=-1, help_text="With `stream`: skip the events up to this sequence number."
     )
+
+
+class FileListQuery(QueryParameters):
+    """`GET /v1/files`: OpenAI's paging (a limit of 1 to 10,000, all of them by default)."""
+
+    after = _after("A file id")
+    limit = serializers.IntegerField(
+        min_value=1,
+        max_value=10000,
+        default=10000,
+        help_text="How many files to return, 1 to 10,000.",
+        error_messages={
+            key: "must be an integer between 1 and 10000."
+            for key in ("invalid", "min_value", "max_value", "max_string_length")
+        },
+    )
+    order = _order("desc", "is oldest first, `desc` newest first")
+    purpose = _text("Only files of this purpose.", max_length=64)

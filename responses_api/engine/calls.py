@@ -14,9 +14,11 @@ from ..domain import Target
 from ..observability.metrics import upstream_error
 from ..protocol.errors import GatewayError, UpstreamError
 from ..protocol.events import EventBuilder
+from ..protocol.files import resolve_file_parts
 from ..protocol.prefix import ConvertedPrefix
 from ..protocol.tools import Tool
 from ..upstreams import UpstreamCall, UpstreamRequest, withheld_reasoning
+from ..upstreams.dialects import dialect_of
 from ..upstreams.tokenize import exact_counter
 from . import tracing
 from .autocompact import AutoCompaction
@@ -124,6 +126,9 @@ class ModelCalls:
                 )
                 tools = []
                 prefix = None
+        if self.job.files is not None:
+            # Before the fit: the window counts what the target is sent (a PDF's text, say).
+            items = resolve_file_parts(items, self.job.files, dialect_of(target).wire.file_parts)
         window = self.job.route.context_window
         if window:
             items, dropped = await fit_context(items, tools, window, req, exact_counter(target, req, tools))

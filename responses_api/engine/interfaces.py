@@ -5,13 +5,14 @@ responses_api/mcp/session.py). The engine imports none of those implementations.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..domain import Route
 from ..protocol.compaction import InputSpans
 from ..protocol.events import Event, EventBuilder
+from ..protocol.files import FileContent
 from ..protocol.request import CreateRequest
 from ..protocol.tools import Tool
 
@@ -31,6 +32,10 @@ class ResponseJob:
     # Where each request's input lies in `context` (this one's last): what a compaction item
     # keeps before it (protocol/compaction.py expand_compactions).
     input_spans: InputSpans
+    # The stored files the context's parts name (`file_id`), read once for the run: each call
+    # gives them to its target as its dialect takes them (protocol/files.py). None: the context
+    # names no file (a run's calls then never look); empty: the files named are gone.
+    files: Mapping[str, FileContent] | None = None
 
 
 class SummaryScreen(Protocol):

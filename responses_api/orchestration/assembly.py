@@ -12,6 +12,7 @@ inserted while a stream's upstream is asked; a worker's exists already) and in w
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable
@@ -34,22 +35,31 @@ from ..process import process_id
 from ..protocol.answers import check_outputs_answer_calls
 from ..protocol.compaction import InputSpans, client_instructions, span_after
 from ..protocol.errors import InvalidRequest
+from ..protocol.files import FileContent, check_references, file_references
 from ..protocol.guardrail_remote import Caller
 from ..protocol.ids import new_id
 from ..protocol.request import CreateRequest, parse_create_request
 from ..protocol.response import request_params
 from ..store import db, selectors, services
 from ..store.eventlog import event_log
+from ..store.files import file_content, live_files
 from ..store.persistence import DatabasePersistence
 from ..store.selectors import FLATTENED_SPANS
 from ..upstreams.tokenize import context_window
 from . import lifecycle
-from .guardrails import output_guard, output_recorder, summary_screen
+from .guardrails import output_guard, output_recorder, screen_files, summary_screen
 from .limits import Grant
 from .routing import route_get
 from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
 
-__all__ = ["PriorContext", "check_answers_before_hand_off", "request_context", "run_for_job", "run_for_request"]
+__all__ = [
+    "PriorContext",
+    "check_answers_before_hand_off",
+    "check_file_parts",
+    "request_context",
+    "run_for_job",
+    "run_for_request",
+]
 
 
 @dataclass(slots=True)
@@ -247,6 +257,12 @@ async def _assemble(
     # so a worker's run must learn it as the web run does. The output guardrails likewise: a
     # worker's run (whose events a resumed stream replays) is guarded as the web run is.
     job.route = await with_context_window(job.route)
+    if job.files is None:
+        job.files = await run_files(job.tenant_id, job.context)
+        if job.files:  # their text goes to the model: checked like any input
+            job.files = await screen_files(
+                Caller(job.tenant_id, key_id), job.request.model, job.files, where=where, response_id=job.response_id
+            )
     toolset = await toolset_for(job.response_id, plan.mcp, job.tenant_id)
     guard = await output_guard(tenant_id=job.tenant_id, key_id=key_id, model=job.request.model)
     return ResponseRun(
@@ -273,6 +289,28 @@ def _summary_screen(job: ResponseJob, key_id: int | None) -> SummaryScreen | Non
     if job.request.compact_threshold is None:
         return None
     return summary_screen(Caller(job.tenant_id, key_id), job.request.model, job.response_id)
+
+
+async def check_file_parts(principal: Principal, req: CreateRequest) -> None:
+    """Each input part naming a stored file (`file_id`) names one of the tenant's: a 400 naming
+    the part now, on every transport, before anything runs or is handed to a worker."""
+    references = file_references(req.input_items)
+    if not references:
+        return
+    rows = await db.run(live_files, principal.tenant_id, {ref[3] for ref in references})
+    check_references(req.input_items, {row.id: row.content_type for row in rows})
+
+
+async def run_files(tenant_id: int, context: list[dict[str, Any]]) -> dict[str, FileContent] | None:
+    """The stored files the context names, read once for the run (a PDF's text extracted);
+    None when it names none. A file deleted since an earlier turn named it is left out (the
+    model is told it is gone)."""
+    references = file_references(context)
+    if not references:
+        return None
+    rows = await db.run(live_files, tenant_id, {ref[3] for ref in references})
+    # The bytes and the extraction in a thread of their own: no database connection is held.
+    return await asyncio.to_thread(lambda: {row.id: file_content(row) for row in rows})
 
 
 async def with_context_window(route: Route) -> Route:

@@ -16,7 +16,7 @@ from ..protocol.errors import GatewayError, InvalidRequest
 from ..protocol.events import Event
 from ..protocol.request import CreateRequest
 from .admission import admit_request, open_sealed_reasoning, route_for
-from .assembly import PriorContext, check_answers_before_hand_off, run_for_request
+from .assembly import PriorContext, check_answers_before_hand_off, check_file_parts, run_for_request
 from .guardrails import guard_request
 from .handoff import start_on_worker
 from .prompts import apply_request_prompt
@@ -97,6 +97,7 @@ async def _start(
     principal: Principal, req: CreateRequest, body: dict[str, Any], route: Route, prior: PriorContext | None
 ) -> Started:
     req = open_sealed_reasoning(req, principal.tenant_id)
+    await check_file_parts(principal, req)
     specs = await registry_specs(principal, req, route)
     plan = plan_tools(req, route, specs, await registry_mcp(principal, req))
     await check_adhoc_urls(plan.request, principal.tenant_id)

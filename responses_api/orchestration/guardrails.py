@@ -31,6 +31,7 @@ from ..observability.metrics import guardrail_decision
 from ..protocol.compaction import COMPACTION_INSTRUCTIONS, client_instructions
 from ..protocol.deltas import Delta
 from ..protocol.errors import GatewayError, InvalidRequest
+from ..protocol.files import FileContent, is_image
 from ..protocol.guardrail_remote import UNAVAILABLE, Caller
 from ..protocol.guardrails import (
     Decision,
@@ -277,6 +278,29 @@ async def check_input(
     screened = await screen_input(principal, model, payload, fields, where=where)
     await screened.audit(principal, response_id)
     return screened.payload
+
+
+async def screen_files(
+    whose: Whose, model: str, files: dict[str, FileContent], *, where: str, response_id: str
+) -> dict[str, FileContent]:
+    """The text extracted from stored files a run sends (`input_file` by `file_id`), checked like
+    any input: a `block` raises before any upstream call, a `redact` changes the text the model
+    gets. A redacted PDF goes as its redacted text, never as its bytes (which still hold what was
+    redacted); images are not scanned. Files are read per run, so every run checks them."""
+    named = [f for f in files.values() if f.text]
+    if not named:
+        return files
+    payload: dict[str, Any] = {"input": [{"type": "input_text", "text": f.text} for f in named]}
+    screened = await screen_input(whose, model, payload, ("input",), where=where)
+    await screened.audit(whose, response_id)
+    if screened.payload is payload:
+        return files
+    out = dict(files)
+    for file, part in zip(named, screened.payload["input"], strict=True):
+        if part["text"] != file.text:
+            data = file.data if is_image(file.content_type) else b""
+            out[file.file_id] = dataclasses.replace(file, text=part["text"], data=data)
+    return out
 
 
 async def _audit(principal: Whose, decisions: list[Decision], *, where: str, response_id: str) -> None:

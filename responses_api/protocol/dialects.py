@@ -40,6 +40,10 @@ class WireDialect:
     forwards: frozenset[str] = frozenset()
     # A Chat request read as a Responses one for it keeps the Responses API's floor of 16 output tokens.
     output_floor: bool = False
+    # How it takes a stored PDF named by `file_id` (protocol/files.py): "document" (its bytes, as
+    # a document block), "file_data" (its bytes, as the part's `file_data`) or "text" (its
+    # extracted text: the upstream takes no document).
+    file_parts: str = "text"
     # Its column in the surface table, for a dialect whose column is not written in the table's
     # rows: {field: spec} (surface._dialect's spec), the rest `default_handling`.
     column: Mapping[str, str] | None = None
@@ -99,11 +103,13 @@ for _dialect in (
         runs_hosted_tools=True,
         forwards=frozenset({"embeddings"}),
         output_floor=True,
+        file_parts="file_data",
     ),
     WireDialect(
         "anthropic",
         "Anthropic Messages (/v1/messages)",
         reported_fields=surface.REPORTED_FIELDS["anthropic"],
+        file_parts="document",
     ),
 ):
     register(_dialect)

@@ -321,6 +321,21 @@ INPUT_ITEM_TYPES: dict[str, Entry] = {
     "configuration_update": _e(REFUSED, "configuration changes inside the context are not served: set the request's own fields"),
 }
 
+# -- input[].content[].type (a message's content parts) ---------------------------------------
+_BY_FILE_ID = (
+    "; by `file_id` (an upload of /v1/files, the tenant's own): the gateway reads the file and sends "
+)
+INPUT_CONTENT_TYPES: dict[str, Entry] = {
+    "input_text": _e(SERVED),
+    "input_image": _e(SERVED, "a URL or data URL" + _BY_FILE_ID + "it as a data URL (image content) on every upstream kind"),
+    "input_file": _e(
+        SERVED,
+        "file_data or file_url" + _BY_FILE_ID + "a PDF as a document block to `anthropic`, as `file_data` to "
+        "`responses`, as its extracted text (pypdf, at most GATEWAY_FILES_MAX_TEXT_CHARS) to "
+        "`chat_completions`; a text file as its text; stored items keep the `file_id`",
+    ),
+}
+
 # -- output[].type (what a Response, a conversation or input_items can hold) ------------------
 _RELAYED = "relayed whole from a responses upstream that ran it"
 OUTPUT_ITEM_TYPES: dict[str, Entry] = {
@@ -744,6 +759,7 @@ def markdown_tables() -> str:
     for title, table in (
         ("Tool types (`tools[].type`)", TOOL_TYPES),
         ("Input item types (`input[].type`)", INPUT_ITEM_TYPES),
+        ("Input content parts (`input[].content[].type`)", INPUT_CONTENT_TYPES),
         ("Output item types", OUTPUT_ITEM_TYPES),
         ("WebSocket client messages", CLIENT_EVENTS),
         ("Client request headers", CLIENT_HEADERS),

@@ -37,6 +37,7 @@ from ..protocol import wirejson
 from ..protocol.errors import NotFound
 from . import selectors
 from .eventlog import forget_now
+from .files import expired_files_delete, files_retention_delete
 
 KEY_PREFIX = "sk-gw-"
 
@@ -477,15 +478,16 @@ RETENTION_BATCH = 1000
 
 
 def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
-    """Delete responses older than their tenant's retention, with their items.
+    """Delete responses older than their tenant's retention, with their items; uploaded files
+    older than it, and files past their own `expires_after`, rows and bytes.
 
-    A chain is deleted from its newest end: a response goes only when nothing newer continues
-    it (children first, level by level), so a live chain keeps its whole context until its tail
-    expires too. Items no response and no conversation links any more go with them. Open
-    responses are never touched."""
+        A chain is deleted from its newest end: a response goes only when nothing newer continues
+        it (children first, level by level), so a live chain keeps its whole context until its tail
+        expires too. Items no response and no conversation links any more go with them. Open
+        responses are never touched."""
     now = now or timezone.now()
     default_days = django_settings.GATEWAY_RETENTION_DAYS
-    counts = {"responses": 0, "items": 0}
+    counts = {"responses": 0, "items": 0, "files": 0}
     tenants = (
         Tenant.objects.filter(Q(retention_days__gt=0) | Q(retention_days__isnull=True))
         if default_days
@@ -513,6 +515,8 @@ def retention_expire(*, now: datetime | None = None) -> dict[str, int]:
             .exclude(Exists(ConversationItem.objects.filter(item_id=OuterRef("pk"))))
         )
         counts["items"] += orphans.delete()[0]
+        counts["files"] += files_retention_delete(tenant_id=tenant_id, cutoff=cutoff)
+    counts["files"] += expired_files_delete(now=now)  # each file's own expires_after
     return counts
 
 

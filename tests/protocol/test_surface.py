@@ -22,6 +22,7 @@ import typing_extensions
 from openai.types.chat import completion_create_params
 from openai.types.responses import (
     response_create_params,
+    response_input_content_param,
     response_input_item_param,
     response_output_item,
     response_stream_event,
@@ -125,6 +126,10 @@ def test_every_tool_type_is_classified() -> None:
 
 def test_every_input_item_type_is_classified() -> None:
     assert _unclassified(response_input_item_param.ResponseInputItemParam, surface.INPUT_ITEM_TYPES) == []
+
+
+def test_every_input_content_part_is_classified() -> None:
+    assert _unclassified(response_input_content_param.ResponseInputContentParam, surface.INPUT_CONTENT_TYPES) == []
 
 
 def test_every_output_item_type_is_classified() -> None:

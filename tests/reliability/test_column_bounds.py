@@ -10,6 +10,7 @@ before any upstream call and with nothing stored. A column added later without a
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.apps import apps
@@ -50,10 +51,39 @@ def probe_model(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     assert scripted.model_calls == []
 
 
+def _upload_refused(gateway: Gateway, param: str, **form: Any) -> None:
+    from responses_api.models import StoredFile
+
+    fields = {"purpose": "user_data", **{k: v for k, v in form.items() if k != "file"}}
+    answer = gateway.http().post("/v1/files", data=fields, files={"file": form["file"]})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["param"] == param
+    assert not StoredFile.objects.exists()
+
+
+def probe_file_purpose(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    too_long = "p" * (_length("responses_api", "StoredFile", "purpose") + 1)
+    _upload_refused(gateway, "purpose", purpose=too_long, file=("a.txt", b"x", "text/plain"))
+
+
+def probe_file_name(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    too_long = "n" * (_length("responses_api", "StoredFile", "filename") - 3) + ".txt"
+    _upload_refused(gateway, "file", file=(too_long, b"x", "text/plain"))
+
+
+def probe_file_content_type(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    too_long = "text/" + "x" * _length("responses_api", "StoredFile", "content_type")
+    _upload_refused(gateway, "file", file=("a.txt", b"x", too_long))
+
+
 # Columns an API client fills, with the probe that proves the parser bounds them.
 CLIENT: dict[tuple[str, str, str], Callable[[Gateway, ScriptedUpstream], None]] = {
     ("responses_api", "Item", "public_id"): probe_item_ids,
     ("responses_api", "Response", "model"): probe_model,
+    # /v1/files: the purpose is one of two; the name and type of the file part are bounded.
+    ("responses_api", "StoredFile", "purpose"): probe_file_purpose,
+    ("responses_api", "StoredFile", "filename"): probe_file_name,
+    ("responses_api", "StoredFile", "content_type"): probe_file_content_type,
 }
 # Columns filled by the operator (admin forms check max_length; the config file goes through
 # the same fields) or by the gateway itself (ids it makes, states, names of what it routed to).
@@ -121,13 +151,9 @@ GATEWAY = {
     ("responses_api", "GuardrailEvent", "response_id"),
     ("responses_api", "Item", "type"),  # one of the parser's known types: test below
     # An uploaded file's row: its id, the storage's name for it, its hash (made by the gateway);
-    # purpose, filename and content type are checked by /v1/files before the row is written.
     ("responses_api", "StoredFile", "id"),
     ("responses_api", "StoredFile", "storage_name"),
     ("responses_api", "StoredFile", "sha256"),
-    ("responses_api", "StoredFile", "purpose"),
-    ("responses_api", "StoredFile", "filename"),
-    ("responses_api", "StoredFile", "content_type"),
     ("responses_api", "UsageRecord", "endpoint"),
     ("responses_api", "UsageRecord", "model"),  # a route's name: usage is recorded for routed calls only
     ("responses_api", "UsageRecord", "upstream"),

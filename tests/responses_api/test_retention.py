@@ -40,13 +40,13 @@ def test_expired_responses_go_with_their_items_and_live_chains_stay(settings) ->
     left = set(Response.objects.values_list("id", flat=True))
     assert not left & {a1.id, a2.id, a3.id}
     assert {b1.id, b2.id, running.id, other.id} <= left
-    assert counts == {"responses": 3, "items": 6}  # 3 responses x (1 input + 1 output)
+    assert counts == {"responses": 3, "items": 6, "files": 0}  # 3 responses x (1 input + 1 output)
     assert Item.objects.filter(tenant_id=tenant).count() == items_before - 6
     # The kept chain still reads whole.
     from responses_api.store.selectors import chain_items_list
 
     assert len(chain_items_list(response_id=b2.id)) == 4
-    assert retention_expire(now=now) == {"responses": 0, "items": 0}  # idempotent
+    assert retention_expire(now=now) == {"responses": 0, "items": 0, "files": 0}  # idempotent
 
 
 def test_the_global_default_applies_to_tenants_without_their_own(settings) -> None:
@@ -102,7 +102,7 @@ def test_the_embedded_process_runs_retention_and_the_admin_shows_when(settings, 
     async_to_sync(beat_until_expired)()
     assert not Response.objects.filter(id=old.id).exists()
     run = MaintenanceRun.objects.get(name="retention")
-    assert run.result == {"responses": 1, "items": 2}
+    assert run.result == {"responses": 1, "items": 2, "files": 0}
     page = admin_client.get(f"/admin/responses_api/tenant/{tenant}/change/").content.decode()
     assert f"{run.ran_at:%Y-%m-%d %H:%M:%S} UTC" in page and "deleted 1 response(s)" in page
 
@@ -126,4 +126,4 @@ def test_expire_responses_runs_retention_now(settings) -> None:
     call_command("expire_responses", stdout=out)
     assert out.getvalue().strip() == "Retention: deleted 1 response(s) and 2 item(s)."
     assert not Response.objects.filter(id=old.id).exists()
-    assert MaintenanceRun.objects.get(name="retention").result == {"responses": 1, "items": 2}
+    assert MaintenanceRun.objects.get(name="retention").result == {"responses": 1, "items": 2, "files": 0}
