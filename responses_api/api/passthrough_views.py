@@ -18,7 +18,13 @@ from ..domain import Principal
 from ..engine.failover import route_call
 from ..observability.metrics import upstream_error
 from ..orchestration.admission import route_for
-from ..orchestration.guardrails import check_input, guarded_batches, output_guard, record_output
+from ..orchestration.guardrails import (
+    check_input,
+    guarded_batches,
+    output_guard,
+    record_output,
+    refuse_unchecked_token_ids,
+)
 from ..orchestration.limits import Grant, admit
 from ..protocol.chat_translation import ChatWriter, chat_to_responses_body, chat_usage, sse
 from ..protocol.errors import GatewayError, InvalidRequest, ProviderMisconfigured
@@ -53,6 +59,8 @@ async def _relay(request: ApiRequest, principal: Principal, *, path: str, endpoi
     request.log_extra["routed"] = True
     # The input guardrails, before any upstream call: the client's text (messages, or what is embedded).
     chat = endpoint == Endpoint.CHAT_COMPLETIONS
+    if not chat:
+        await refuse_unchecked_token_ids(principal, model, body)
     body = await check_input(
         principal,
         model,

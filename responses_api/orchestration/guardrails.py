@@ -280,6 +280,29 @@ async def check_input(
     return screened.payload
 
 
+def _token_ids(value: Any) -> bool:
+    """An embeddings input given as token ids (a list of integers, or a list of such lists)."""
+    if not isinstance(value, list) or not value:
+        return False
+    rows = value if isinstance(value[0], list) else [value]
+    return all(isinstance(row, list) and all(type(t) is int for t in row) for row in rows)
+
+
+async def refuse_unchecked_token_ids(principal: Principal, model: str, body: dict[str, Any]) -> None:
+    """/v1/embeddings input given as token ids is not text the guardrails can read (no tokenizer
+    of the route decodes ids here): when a `block` or `redact` input guardrail applies to this
+    key and model it is a 400 naming `input`, so token ids are no way around them."""
+    if not _token_ids(body.get("input")):
+        return
+    enforcing = [d for d in await input_detectors(principal, model) if d.action in ("block", "redact")]
+    if enforcing:
+        raise InvalidRequest(
+            f"Invalid 'input': token ids cannot be checked by the guardrail '{enforcing[0].name}' that applies "
+            "to this model; send the text instead.",
+            param="input",
+        )
+
+
 async def screen_files(
     whose: Whose, model: str, files: dict[str, FileContent], *, where: str, response_id: str
 ) -> dict[str, FileContent]:

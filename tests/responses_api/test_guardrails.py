@@ -206,6 +206,14 @@ def test_chat_completions_and_embeddings(gateway: Gateway, scripted: ScriptedUps
     assert scripted.requests[-1].path == "/v1/embeddings"
     assert scripted.requests[-1].body["input"] == ["key [REDACTED:credential]", "plain"]
     assert [e["where"] for e in events()] == ["chat.completions", "embeddings", "chat.completions", "embeddings"]
+    # Token ids are no way around them: not text a guardrail can read, so refused while one
+    # that blocks or redacts applies (a key no such guardrail covers sends them as before).
+    calls = len(scripted.requests)
+    for ids in ([1, 2, 3], [[1, 2], [3]]):
+        with gateway.http() as http:
+            r = http.post("/v1/embeddings", json={"model": MODEL, "input": ids})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input", r.text
+    assert len(scripted.requests) == calls
     assert_never_leaked(caplog)
 
 
