@@ -257,7 +257,7 @@ async def _translated(
 
     if not stream:
         try:
-            async for batch in guarded_batches(call, guard):
+            async for batch in guarded_batches(call, guard, input_estimate=len(request.body) // 4):
                 for delta in batch:
                     writer.feed(delta)
         except GatewayError as exc:
@@ -275,7 +275,7 @@ async def _translated(
             yield b"".join(sse(event) for event in writer.opening())
             # One write per batch of deltas that came together (one network read), as the
             # Responses streams are written (api/sse.py).
-            async for batch in guarded_batches(call, guard):
+            async for batch in guarded_batches(call, guard, input_estimate=len(request.body) // 4):
                 events = [event for delta in batch for event in writer.feed(delta)]
                 if events:
                     yield b"".join(sse(event) for event in events)

@@ -266,7 +266,7 @@ async def _translated(
 
     if not stream:
         try:
-            async for batch in guarded_batches(call, guard):
+            async for batch in guarded_batches(call, guard, input_estimate=len(request.body) // 4):
                 for delta in batch:
                     writer.feed(delta)
         except GatewayError as exc:
@@ -283,7 +283,7 @@ async def _translated(
         status = 200
         try:
             yield sse(writer.opening())
-            async for batch in guarded_batches(call, guard):
+            async for batch in guarded_batches(call, guard, input_estimate=len(request.body) // 4):
                 written = [chunk for delta in batch if (chunk := writer.feed(delta)) is not None]
                 if written:
                     yield b"".join(sse(chunk) for chunk in written)

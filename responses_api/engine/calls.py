@@ -16,6 +16,7 @@ from ..protocol.errors import GatewayError, UpstreamError
 from ..protocol.events import EventBuilder
 from ..protocol.files import resolve_file_parts
 from ..protocol.prefix import ConvertedPrefix
+from ..protocol.tokens import estimate_request
 from ..protocol.tools import Tool
 from ..upstreams import UpstreamCall, UpstreamRequest, withheld_reasoning
 from ..upstreams.dialects import dialect_of
@@ -105,6 +106,12 @@ class ModelCalls:
                 # The summariser gets the whole context, this run's output and tool results too.
                 self._summary_items = await self._screen_summary(items)
         return await self.open(converted)
+
+    def input_estimate(self) -> int:
+        """The current step's input in estimated tokens (protocol/tokens.py): what a call closed
+        before its upstream reported usage is counted as."""
+        items, tools = self.model_items()
+        return estimate_request(items, self.job.request.instructions, [t.schema() for t in tools])
 
     async def _request(self, target: Target, converted: ConvertedPrefix | None) -> UpstreamRequest:
         """What the call on `target` is sent (a compaction's summary request, or the step's

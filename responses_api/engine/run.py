@@ -22,7 +22,7 @@ from ..protocol.errors import GatewayError, ServerError, UpstreamError
 from ..protocol.events import INCOMPLETE_REASONS, Event, EventBuilder
 from ..protocol.guardrails import Decision
 from ..protocol.mcp_tools import pending_approvals
-from ..protocol.output_guard import CONTENT_FILTER, OutputGuard
+from ..protocol.output_guard import CONTENT_FILTER, OutputGuard, unreported_usage
 from ..protocol.prefix import ConvertedPrefix
 from ..protocol.response import response_object
 from ..protocol.tools import allowed_tool_names
@@ -260,6 +260,7 @@ class ResponseRun:
             # every sink (JSON, SSE, WebSocket, a worker's event log) and the store get what
             # they release.
             guard = self.output_guard
+            chars_before = guard.begin_call() if guard is not None else 0
             try:
                 async for deltas in delta_batches(self._call):
                     if self._cancel_requested:
@@ -276,6 +277,11 @@ class ResponseRun:
                         raise failure
                     if guard is not None and guard.blocked is not None:
                         await self._call.aclose()  # blocked: the model's answer ends here
+                        estimated = unreported_usage(
+                            guard, input_estimate=self.calls.input_estimate(), chars_before=chars_before
+                        )
+                        if estimated is not None:  # closed before its usage came: counted as estimated
+                            feed(self.builder, self.steering, [estimated])
                         break
                 if guard is not None and guard.blocked is None:
                     events, steered, failure = feed(self.builder, self.steering, await guard.end())

@@ -43,7 +43,7 @@ from ..protocol.guardrails import (
     scan,
     texts,
 )
-from ..protocol.output_guard import OutputDetectors, OutputGuard
+from ..protocol.output_guard import OutputDetectors, OutputGuard, unreported_usage
 from ..protocol.request import CreateRequest
 from ..store import db
 from ..store.guardrails import GuardrailAudit, GuardrailRow, record_events, scope_guardrails
@@ -136,7 +136,9 @@ async def output_guard(*, tenant_id: int, key_id: int | None, model: str) -> Out
     return OutputGuard(detectors, holdback=settings.GATEWAY_GUARDRAIL_HOLDBACK_CHARS)
 
 
-async def guarded_batches(call: UpstreamCall, guard: OutputGuard | None) -> AsyncIterator[list[Delta]]:
+async def guarded_batches(
+    call: UpstreamCall, guard: OutputGuard | None, *, input_estimate: int = 0
+) -> AsyncIterator[list[Delta]]:
     """The call's deltas in batches (upstreams.delta_batches), through `guard` when one applies:
     what it releases, and after a block nothing more (the call is closed: the answer ends
     `content_filter`). What the /v1/chat/completions and /v1/messages writers are fed."""
@@ -150,6 +152,9 @@ async def guarded_batches(call: UpstreamCall, guard: OutputGuard | None) -> Asyn
             yield released
         if guard.blocked is not None:
             await call.aclose()
+            estimated = unreported_usage(guard, input_estimate=input_estimate)
+            if estimated is not None:  # closed before its usage came: counted as estimated
+                yield [estimated]
             return
     tail = await guard.end()
     if tail:

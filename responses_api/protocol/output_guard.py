@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .deltas import Delta, Finish, OutputItem, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
+from .deltas import Delta, Finish, OutputItem, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta, Usage
 from .guardrails import Decision, Detector, Span, redacted
 
 CONTENT_FILTER = "content_filter"
@@ -78,8 +78,18 @@ class OutputGuard:
         self._text_type: type[TextDelta] | type[RefusalDelta] = TextDelta
         self._calls: dict[int, _Stream] = {}
         self.blocked: Decision | None = None
+        # Characters of text and tool arguments fed, and whether the upstream reported usage:
+        # a blocked call is closed before its usage comes (`unreported_usage`).
+        self.chars_fed = 0
+        self.reported = (False, False)  # input, output: by the current call's upstream
         self._decisions: dict[tuple[int, str], Decision] = {}
         self._unrecorded: list[Decision] = []
+
+    def begin_call(self) -> int:
+        """A model call begins: what it reports is counted afresh; the characters fed so far
+        (`unreported_usage`'s `chars_before`)."""
+        self.reported = (False, False)
+        return self.chars_fed
 
     # -- decisions ---------------------------------------------------------------
     def _decide(self, detector: Detector, category: str, action: str | None = None) -> Decision:
@@ -105,6 +115,7 @@ class OutputGuard:
             return out
         for delta in deltas:
             if isinstance(delta, (TextDelta, RefusalDelta)):
+                self.chars_fed += len(delta.text)
                 if self._calls:
                     await self._end_calls(out)
                 if self._text is not None and type(delta) is not self._text_type:
@@ -120,6 +131,7 @@ class OutputGuard:
                 if released:
                     out.append(self._text_type(released))
             elif isinstance(delta, ToolCallDelta):
+                self.chars_fed += len(delta.arguments)
                 if self._text is not None:
                     await self._end_text(out)
                 if not self.detectors.tool_arguments:
@@ -140,6 +152,9 @@ class OutputGuard:
                 if self.blocked is None:
                     out.append(delta)
             else:  # usage, signatures, upstream fields: nothing to check, nothing to wait for
+                if isinstance(delta, Usage):
+                    inputs, outputs = self.reported
+                    self.reported = (inputs or delta.input_tokens > 0, outputs or delta.output_tokens > 0)
                 out.append(delta)
             if self.blocked is not None:
                 out.append(Finish(CONTENT_FILTER))
@@ -253,3 +268,17 @@ class OutputGuard:
                 elif detector.action == "redact":
                     redact.append(span)
         return (redacted(text, redact) if redact else text), blocked
+
+
+def unreported_usage(guard: OutputGuard, *, input_estimate: int, chars_before: int = 0) -> Usage | None:
+    """The usage a call the guard blocked did not report (the call is closed at the block, and an
+    upstream reports usage last, or its output part last): the input as estimated, the output fed
+    since `chars_before` at about four characters a token, so that a blocked answer still counts
+    against limits and budgets. None when the call was not blocked or reported both."""
+    inputs, outputs = guard.reported
+    if guard.blocked is None or (inputs and outputs):
+        return None
+    return Usage(
+        input_tokens=0 if inputs else max(input_estimate, 0),
+        output_tokens=0 if outputs else max(1, (guard.chars_fed - chars_before + 3) // 4),
+    )

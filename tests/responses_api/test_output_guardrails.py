@@ -66,6 +66,8 @@ def test_block_ends_the_response_incomplete_on_json_and_sse(
     assert resp.incomplete_details.reason == "content_filter"
     assert resp.output_text == BEFORE  # the text up to the match
     assert stored(gateway, resp.id)["output"][0]["content"][0]["text"] == BEFORE
+    # Closed at the block, before the upstream's usage came: counted as estimated, not as free.
+    assert resp.usage is not None and resp.usage.input_tokens > 0 and resp.usage.output_tokens > 0
     raw = stream_raw(gateway, {"model": MODEL, "input": "plan?"})
     assert b"Zeus" not in raw and b"Project" not in raw  # no byte of the match was sent
     final = validate_sse(raw)
@@ -148,6 +150,7 @@ def test_chat_completions_block_and_redact(gateway: Gateway, scripted: ScriptedU
     blocked = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "plan?"}])
     assert blocked.choices[0].finish_reason == "content_filter"
     assert blocked.choices[0].message.content == BEFORE
+    assert blocked.usage is not None and blocked.usage.prompt_tokens > 0 and blocked.usage.completion_tokens > 0
     redacted = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "mail?"}])
     assert redacted.choices[0].message.content == REDACTED_ANSWER.replace(EMAIL, "[REDACTED:email]")
     scripted.enqueue(MODEL, Reply(text=ANSWER, chunk_chars=3))
