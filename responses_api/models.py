@@ -580,7 +580,9 @@ class Response(models.Model):
         db_default="soonest",
         editable=False,
     )
-    continuation_id = models.CharField(max_length=CONTINUATION_ID_MAX_CHARS, blank=True, default="", db_default="", editable=False)
+    continuation_id = models.CharField(
+        max_length=CONTINUATION_ID_MAX_CHARS, blank=True, default="", db_default="", editable=False
+    )
 
     class Meta:
         indexes = [

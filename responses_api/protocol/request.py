@@ -441,7 +441,9 @@ def parse_create_request(body: Any) -> CreateRequest:
 _STANDARD_TIERS = frozenset({"auto", "default"})
 
 
-def _background_options(value: Any, *, background: bool, stream: bool, service_tier: str | None) -> tuple[str, str | None]:
+def _background_options(
+    value: Any, *, background: bool, stream: bool, service_tier: str | None
+) -> tuple[str, str | None]:
     """`background_options`: its completion window (`soonest` when not given) and continuation id.
     As OpenAI answers: `2h` and `8h` need `background: true`, Standard processing and no
     `stream: true`; anything else is a 400 naming the window."""

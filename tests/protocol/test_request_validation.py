@@ -1009,4 +1009,3 @@ def test_background_options_refused_naming_the_field(body: dict[str, Any], param
     with pytest.raises(InvalidRequest) as refused:
         parse_create_request(body)
     assert refused.value.param == param, refused.value.message
-
