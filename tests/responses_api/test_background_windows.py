@@ -209,3 +209,41 @@ def test_a_window_run_is_stopped_at_its_window(gateway: Gateway, scripted: Scrip
     # Stopped as any run past its time limit is (README.md, "Background completion windows"),
     # long before its 30 s answer was through.
     assert final["status"] in ("cancelled", "failed"), final["status"]
+
+
+@pytest.mark.embedded
+def test_the_reaper_lets_a_window_run_wait_for_its_window(db, settings) -> None:
+    """A 2h run waits behind soonest ones by design: the reaper's queue_timeout applies to it
+    only after its window, to a soonest one after GATEWAY_QUEUED_MAX_SECONDS."""
+    from datetime import UTC, datetime, timedelta
+
+    from responses_api.models import Response
+    from responses_api.orchestration.windows import queued_limits
+    from responses_api.store import selectors, services
+    from tests.support.harness import make_key
+
+    settings.GATEWAY_QUEUED_MAX_SECONDS = 600
+    settings.GATEWAY_BACKGROUND_WINDOW_2H_SECONDS = 7200
+    _, tenant_id = make_key()
+
+    def queued(name: str, window: str, minutes: int) -> str:
+        row = services.response_row(
+            response_id=f"resp_{name}",
+            tenant_id=tenant_id,
+            api_key_id=None,
+            previous_response_id=None,
+            model=MODEL,
+            params={"background": True},
+            created_at=datetime.now(UTC) - timedelta(minutes=minutes),
+            job={"body": {}},
+            completion_window=window,
+        )
+        Response.objects.create(**row, status=Response.Status.QUEUED)
+        return row["id"]
+
+    waited_long = queued("soonest_old", "soonest", 20)
+    queued("soonest_new", "soonest", 1)
+    queued("window_20min", "2h", 20)  # past GATEWAY_QUEUED_MAX_SECONDS, within its window
+    window_old = queued("window_3h", "2h", 180)
+    stuck = selectors.response_jobs_stuck_queued(queued_seconds=queued_limits())
+    assert sorted(stuck) == sorted([waited_long, window_old])
