@@ -247,3 +247,28 @@ def test_the_reaper_lets_a_window_run_wait_for_its_window(db, settings) -> None:
     window_old = queued("window_3h", "2h", 180)
     stuck = selectors.response_jobs_stuck_queued(queued_seconds=queued_limits())
     assert sorted(stuck) == sorted([waited_long, window_old])
+
+
+def test_a_worker_takes_soonest_runs_before_window_runs(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    """Queues, not broker priorities: with both waiting, a worker of one slot takes the soonest
+    runs first though the 2h one was queued earlier (`queue_order_strategy: priority`)."""
+    from django.conf import settings
+
+    if settings.EMBEDDED_WORKER:
+        pytest.skip("queues are Celery's: the embedded worker runs every window at once")
+    forget_redis_keys("responses.2h*")
+    client = gateway.openai()
+    later = client.responses.create(
+        model=MODEL, input="x", background=True, background_options={"completion_window": "2h"}
+    )
+    # Two: round robin would take the 2h run second, after the first soonest one.
+    sooner = [client.responses.create(model=MODEL, input="x", background=True) for _ in range(2)]
+    scripted.enqueue(MODEL, Reply(text="one"), Reply(text="two"), Reply(text="three"))
+    proc = CeleryWorker(concurrency=1)
+    try:
+        proc.wait_ready()
+        finals = {r.id: poll(gateway, r.id, timeout=30) for r in (later, *sooner)}
+    finally:
+        proc.stop()
+    assert {finals[r.id]["output"][0]["content"][0]["text"] for r in sooner} == {"one", "two"}
+    assert finals[later.id]["output"][0]["content"][0]["text"] == "three"
