@@ -157,8 +157,27 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=1800)
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=1860)
-# Must exceed the longest job, or Redis redelivers a task still running.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
+# Background completion windows (`background_options.completion_window`, README.md "Background
+# completion windows"): `2h` and `8h` runs wait on their own queues and may run this long.
+GATEWAY_BACKGROUND_WINDOW_2H_SECONDS = env.int("GATEWAY_BACKGROUND_WINDOW_2H_SECONDS", default=7200)
+GATEWAY_BACKGROUND_WINDOW_8H_SECONDS = env.int("GATEWAY_BACKGROUND_WINDOW_8H_SECONDS", default=28800)
+GATEWAY_BACKGROUND_QUEUES = {"2h": "responses.2h", "8h": "responses.8h"}
+# The queues a worker consumes unless started with -Q, in the order it takes from them: the
+# default queue (soonest background runs, beat's tasks) first, then the windows' (the broker's
+# `queue_order_strategy` below: a worker takes a 2h run only when the default queue is empty).
+CELERY_TASK_QUEUES = {
+    name: {"exchange": name, "routing_key": name} for name in ("celery", *GATEWAY_BACKGROUND_QUEUES.values())
+}
+# Must exceed the longest job, or Redis redelivers a task still running (it would do nothing:
+# the run is claimed once, worker.py); the longest is an 8h window's.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": max(
+        CELERY_TASK_TIME_LIMIT, GATEWAY_BACKGROUND_WINDOW_2H_SECONDS + 60, GATEWAY_BACKGROUND_WINDOW_8H_SECONDS + 60
+    )
+    + 600,
+    # Queues in the order the worker lists them, not round robin: the windows' are lower priority.
+    "queue_order_strategy": "priority",
+}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

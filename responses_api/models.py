@@ -19,6 +19,7 @@ from .protocol import guardrails as guardrail_rules
 from .protocol.client_tools import SERVABLE_HOSTED_TOOLS
 from .protocol.ids import new_id
 from .protocol.prompts import PROMPT_ID_PATTERN, PromptError, PromptTemplate, check_template
+from .protocol.request import COMPLETION_WINDOWS, CONTINUATION_ID_MAX_CHARS
 
 
 def validate_base_url(value: str) -> None:
@@ -569,6 +570,19 @@ class Response(models.Model):
     # The reusable prompt and version a create used (`prompt`), for the history and /v1/usage.
     prompt_id = models.CharField(max_length=64, blank=True, default="", db_default="", editable=False)
     prompt_version = models.CharField(max_length=16, blank=True, default="", db_default="", editable=False)
+    # `background_options` of the create (not fields of the Response object, so never echoed):
+    # the completion window decides a background run's worker queue and time limit
+    # (orchestration/windows.py); the continuation id is the client's opaque label of related runs.
+    completion_window = models.CharField(
+        max_length=8,
+        choices=[(window, window) for window in COMPLETION_WINDOWS],
+        default="soonest",
+        db_default="soonest",
+        editable=False,
+    )
+    continuation_id = models.CharField(
+        max_length=CONTINUATION_ID_MAX_CHARS, blank=True, default="", db_default="", editable=False
+    )
 
     class Meta:
         indexes = [

@@ -49,6 +49,7 @@ COMPOSE_ONLY_VARS = {
     "FORWARDED_ALLOW_IPS",  # read by uvicorn: whose X-Forwarded-* headers are believed
     "WEB_CONCURRENCY",  # uvicorn --workers
     "CELERY_CONCURRENCY",  # celery worker --concurrency
+    "CELERY_WORKER_QUEUES",  # celery worker -Q
     "INSTALL_LOCAL_MODEL",  # Docker build arg
     "OPENAI_API_KEY",  # read through a provider's api_key_env (deploy/gateway.yaml)
     "PROMETHEUS_MULTIPROC_DIR",  # read by prometheus_client (responses_api/observability/metrics.py)
@@ -111,6 +112,8 @@ def test_services_and_commands() -> None:
     worker = command_words("worker")
     assert worker[:4] == ["celery", "-A", "project", "worker"]
     assert "--concurrency" in worker and "-l" in worker
+    # It takes every queue a background run may wait on, the default one first.
+    assert interpolate(worker[worker.index("-Q") + 1], {}).split(",") == list(settings.CELERY_TASK_QUEUES)
     assert command_words("beat")[:4] == ["celery", "-A", "project", "beat"]
 
     local = SERVICES["local-model"]

@@ -125,10 +125,11 @@ class ResponseAdmin(ResponseMaintenance):
         "tenant",
         ("created_at", admin.DateFieldListFilter),
         DeletedFilter,
+        "completion_window",
     )
     list_select_related = ("tenant", "api_key")
-    search_fields = ("id", "model", "metadata")
-    search_help_text = "Search by response id, model name or metadata text."
+    search_fields = ("id", "model", "metadata", "continuation_id")
+    search_help_text = "Search by response id, model name, metadata text or background continuation id."
     ordering = ("-created_at",)
     list_per_page = 50
     show_full_result_count = False
@@ -155,6 +156,8 @@ class ResponseAdmin(ResponseMaintenance):
             {"fields": ("instructions_display", "metadata_display", "params_display"), "classes": ("collapse",)},
         ),
         ("Outcome", {"fields": ("error_display", "incomplete_display", "background", "on_worker", "deleted_at")}),
+        # background_options: not in the Response object the API returns, so shown here.
+        ("Background options", {"fields": ("completion_window", "continuation_id")}),
     )
     readonly_fields = (
         "id",
@@ -177,6 +180,8 @@ class ResponseAdmin(ResponseMaintenance):
         "background",
         "on_worker",
         "deleted_at",
+        "completion_window",
+        "continuation_id",
     )
 
     # Stored history is evidence: read-only, hidden (not removed) by the soft-delete action.

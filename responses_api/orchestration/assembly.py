@@ -125,6 +125,8 @@ async def run_for_request(
             params=stored_params,
             created_at=created_at,
             served_by=process_id() if req.stream else "",  # a stream's row is open meanwhile
+            completion_window=req.completion_window,
+            continuation_id=req.continuation_id,
         )
         # The column keeps what the model was given (the admin marks the gateway's prompt).
         create_row["instructions"] = req.instructions

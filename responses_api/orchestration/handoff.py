@@ -1,7 +1,7 @@
 """The hand-off of a response to a worker: its row stored with the job (the parsed request's
 body, its input as opened, the admission's grant, sealed MCP credentials), its opening events
-written to the event log, then the job enqueued (Celery, or an in-process task when embedded;
-worker.py runs it)."""
+written to the event log, then the job enqueued (Celery, on the queue of its completion window,
+or an in-process task when embedded; worker.py runs it)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from ..store import db, services
 from ..store.eventlog import event_log
 from ..store.outages import unavailable
 from .limits import Grant
+from .windows import window_queue, window_time_limits
 from .worker import run_claimed
 
 # The Celery task that runs a job (tasks.run_response), sent by name: the tasks module is the
@@ -65,6 +66,8 @@ async def start_on_worker(
             params=params,
             created_at=datetime.fromtimestamp(now, UTC),
             job=job,
+            completion_window=req.completion_window,
+            continuation_id=req.continuation_id,
         ),
         status=Response.Status.QUEUED if req.background else Response.Status.IN_PROGRESS,
         input_items=req.input_items,
@@ -82,7 +85,7 @@ async def start_on_worker(
     try:
         for event in builder.start(queued=req.background):
             await event_log().append(response_id, event)
-        await enqueue(response_id)
+        await enqueue(response_id, req.completion_window)
     except Exception as exc:
         outage = unavailable(exc)
         if outage is None:
@@ -103,11 +106,17 @@ async def start_on_worker(
 _embedded_tasks: set[asyncio.Task[str]] = set()  # run_claimed: the final status
 
 
-async def enqueue(response_id: str) -> None:
-    """Hand a stored (committed) response to a worker: Celery, or an in-process task when embedded."""
+async def enqueue(response_id: str, window: str = "soonest") -> None:
+    """Hand a stored (committed) response to a worker: Celery (on its completion window's queue,
+    with that window's time limits: windows.py), or an in-process task when embedded, which
+    starts every window's run at once (one process, no queue to wait on)."""
     if settings.EMBEDDED_WORKER:
         task = asyncio.get_running_loop().create_task(run_claimed(response_id))
         _embedded_tasks.add(task)  # keep a reference: the loop holds tasks only weakly
         task.add_done_callback(_embedded_tasks.discard)
         return
-    await asyncio.to_thread(current_app.send_task, RUN_RESPONSE_TASK, args=(response_id,))
+    options: dict[str, Any] = window_time_limits(window)
+    queue = window_queue(window)
+    if queue is not None:
+        options["queue"] = queue
+    await asyncio.to_thread(current_app.send_task, RUN_RESPONSE_TASK, args=(response_id,), **options)

@@ -32,6 +32,7 @@ from ..store.eventlog import TERMINAL_TYPES, event_log
 from ..store.limit_counters import drain as limits_drain
 from .assembly import run_for_job
 from .limits import Grant
+from .windows import queued_limits
 
 log = logging.getLogger("gateway.background")
 
@@ -251,11 +252,12 @@ async def reap_stale() -> int:
     reaped = await db.run(services.response_fail_abandoned_foreground)
     for response_id in await db.run(selectors.response_jobs_stale):
         reaped += await reap_one(response_id)
-    for response_id in await db.run(selectors.response_jobs_stuck_queued):
+    # 2h and 8h runs wait behind soonest ones by design: each window has its own limit.
+    for response_id in await db.run(selectors.response_jobs_stuck_queued, queued_seconds=queued_limits()):
         await _fail_with_event(
             response_id,
             ServerError(
-                f"No worker started this response within {settings.GATEWAY_QUEUED_MAX_SECONDS:g} s; it was not run.",
+                "No worker started this response within the time its completion window allows; it was not run.",
                 code="queue_timeout",
             ),
         )

@@ -40,6 +40,13 @@ MODEL_MAX_CHARS = 200
 SERVICE_TIERS = frozenset({"auto", "default", "flex", "priority", "scale", "fast", "ultrafast"})
 PROMPT_CACHE_RETENTIONS = frozenset({"in_memory", "24h"})
 PROMPT_CACHE_MODES = frozenset({"implicit", "explicit"})
+# `background_options.completion_window`: `soonest` is an ordinary background run; `2h` and
+# `8h` are the lower-priority classes (their own worker queues and time limits:
+# orchestration/windows.py). OpenAI's SDK (3.53+) lists the same three.
+COMPLETION_WINDOWS = ("soonest", "2h", "8h")
+# `background_options.continuation_id`: an opaque client label, stored with the response (the
+# column's length).
+CONTINUATION_ID_MAX_CHARS = 512
 
 
 @dataclass(slots=True, frozen=True)
@@ -96,6 +103,10 @@ class CreateRequest:
     # The reusable prompt applied (`{id, version, variables}`, echoed in the Response): set by
     # the create flow once it applied one (orchestration/prompts.py), never by the parser.
     prompt: dict[str, Any] | None = None
+    # `background_options`: stored with the response, not echoed in it (no field of the Response
+    # object carries them). The window picks a background run's queue and time limit.
+    completion_window: str = "soonest"
+    continuation_id: str | None = None
 
 
 def _type_name(value: Any) -> str:
@@ -380,6 +391,10 @@ def parse_create_request(body: Any) -> CreateRequest:
 
     max_output_tokens = _optional_number(body, "max_output_tokens")
     max_tool_calls = _optional_number(body, "max_tool_calls")
+    stream = _bool(body, "stream", False)
+    completion_window, continuation_id = _background_options(
+        body.get("background_options"), background=background, stream=stream, service_tier=service_tier
+    )
 
     return CreateRequest(
         model=model,
@@ -389,7 +404,7 @@ def parse_create_request(body: Any) -> CreateRequest:
         conversation=conversation,
         store=store,
         background=background,
-        stream=_bool(body, "stream", False),
+        stream=stream,
         tools=tools,
         mcp_tools=_deferred_mcp_checked(normalize_mcp_tools(body.get("tools")), tools),
         hosted_tools=hosted_tools(body.get("tools")),
@@ -417,7 +432,61 @@ def parse_create_request(body: Any) -> CreateRequest:
         generate=generate,
         unapplied_candidates=unapplied_candidates(body),
         compact_threshold=_compact_threshold(body.get("context_management")),
+        completion_window=completion_window,
+        continuation_id=continuation_id,
     )
+
+
+# The service tiers that are OpenAI's Standard processing, which the 2h and 8h windows require.
+_STANDARD_TIERS = frozenset({"auto", "default"})
+
+
+def _background_options(
+    value: Any, *, background: bool, stream: bool, service_tier: str | None
+) -> tuple[str, str | None]:
+    """`background_options`: its completion window (`soonest` when not given) and continuation id.
+    As OpenAI answers: `2h` and `8h` need `background: true`, Standard processing and no
+    `stream: true`; anything else is a 400 naming the window."""
+    if value is None:
+        return "soonest", None
+    expect(value, dict, "background_options", "an object")
+    window = value.get("completion_window")
+    if window is None:
+        window = "soonest"
+    param = "background_options.completion_window"
+    expect(window, str, param, "a string")
+    if window not in COMPLETION_WINDOWS:
+        raise InvalidRequest(
+            f"Invalid value for '{param}': {window[:40]!r}; expected 'soonest', '2h' or '8h'.", param=param
+        )
+    continuation_id = value.get("continuation_id")
+    if continuation_id is not None:
+        expect(continuation_id, str, "background_options.continuation_id", "a string")
+        if len(continuation_id) > CONTINUATION_ID_MAX_CHARS:
+            raise InvalidRequest(
+                f"'background_options.continuation_id' is longer than {CONTINUATION_ID_MAX_CHARS} characters.",
+                param="background_options.continuation_id",
+            )
+    if window != "soonest":
+        if not background:
+            raise InvalidRequest(
+                f"The '{window}' completion window is for background responses: it requires 'background': true "
+                "(over HTTP; WebSocket responses are not background ones).",
+                param=param,
+            )
+        if stream:
+            raise InvalidRequest(
+                f"The '{window}' completion window cannot be streamed: it requires 'stream': false or omitted "
+                "(poll the response, or stream it with GET once it runs).",
+                param=param,
+            )
+        if service_tier is not None and service_tier not in _STANDARD_TIERS:
+            raise InvalidRequest(
+                f"The '{window}' completion window requires Standard processing: 'service_tier' "
+                f"{service_tier!r} cannot be combined with it (use 'auto' or 'default').",
+                param=param,
+            )
+    return window, continuation_id or None
 
 
 def _compact_threshold(entries: Any) -> int | None:
@@ -534,10 +603,11 @@ def parse_compact_request(body: Any) -> CreateRequest:
 
 def parse_input_tokens_request(body: Any) -> CreateRequest:
     """The body of `POST /v1/responses/input_tokens`: a create's body, whose delivery fields
-    (stream, background, store) do not change what is counted."""
+    (stream, background, store, background_options) do not change what is counted."""
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
-    return parse_create_request({k: v for k, v in body.items() if k not in ("stream", "background", "store")})
+    delivery = ("stream", "background", "store", "background_options")
+    return parse_create_request({k: v for k, v in body.items() if k not in delivery})
 
 
 def _deferred_mcp_checked(mcp_tools: list[McpTool], tools: list[Tool]) -> list[McpTool]:

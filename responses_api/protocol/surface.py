@@ -217,7 +217,7 @@ REQUEST_FIELDS: dict[str, RequestField] = {
     "prompt": _all("gateway | the template of a reusable prompt in the gateway's registry, see Prompts"),
     "moderation": _all("announced", "the gateway runs no moderation model"),
     "stream_options": _all("announced", "the gateway asks its upstreams for usage itself; no obfuscation"),
-    "background_options": _all("announced", "background runs have one completion window here"),
+    "background_options": _all("gateway | completion_window picks a background run's worker queue and time limit; continuation_id is stored; neither is echoed"),
     "access_programs": _all("announced", "no access programs on this gateway"),
     "image": _all("announced", "no image context compression"),
     "client_metadata": _all("announced", "Codex's own field: logged by OpenAI, not here"),

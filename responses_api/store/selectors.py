@@ -645,13 +645,19 @@ def response_job_is_stale(*, response_id: str) -> bool:
     return _stale_jobs().filter(id=response_id).exists()
 
 
-def response_jobs_stuck_queued() -> list[str]:
-    """Background responses no worker took within GATEWAY_QUEUED_MAX_SECONDS: their task was
-    lost (a broker restarted without persistence) or never sent."""
-    cutoff = timezone.now() - timedelta(seconds=settings.GATEWAY_QUEUED_MAX_SECONDS)
-    rows = Response.objects.filter(
-        status=Response.Status.QUEUED, on_worker=True, heartbeat_at__isnull=True, created_at__lt=cutoff
-    )
+def response_jobs_stuck_queued(*, queued_seconds: Mapping[str, float] | None = None) -> list[str]:
+    """Background responses no worker took within GATEWAY_QUEUED_MAX_SECONDS, or the time their
+    completion window allows (`queued_seconds`: window -> seconds; orchestration/windows.py):
+    their task was lost (a broker restarted without persistence) or never sent."""
+    now = timezone.now()
+    default = timedelta(seconds=settings.GATEWAY_QUEUED_MAX_SECONDS)
+    waited = Q(created_at__lt=now - default)
+    if queued_seconds:
+        waited = Q()
+        for window, seconds in queued_seconds.items():
+            waited |= Q(completion_window=window, created_at__lt=now - timedelta(seconds=seconds))
+        waited |= ~Q(completion_window__in=list(queued_seconds)) & Q(created_at__lt=now - default)
+    rows = Response.objects.filter(waited, status=Response.Status.QUEUED, on_worker=True, heartbeat_at__isnull=True)
     return list(rows.values_list("id", flat=True)[:500])
 
 

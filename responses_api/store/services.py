@@ -53,9 +53,11 @@ def response_row(
     created_at: datetime,
     job: dict[str, Any] | None = None,
     served_by: str = "",
+    completion_window: str = "soonest",
+    continuation_id: str | None = None,
 ) -> dict[str, Any]:
     """The request-time fields of a stored response row (`served_by`: the web process that
-    streams it, liveness.py)."""
+    streams it, liveness.py; `completion_window`, `continuation_id`: its `background_options`)."""
     return {
         "id": response_id,
         "tenant_id": tenant_id,
@@ -75,6 +77,8 @@ def response_row(
         # The reusable prompt used: the history and /v1/usage group by it.
         "prompt_id": (params.get("prompt") or {}).get("id") or "",
         "prompt_version": (params.get("prompt") or {}).get("version") or "",
+        "completion_window": completion_window,
+        "continuation_id": continuation_id or "",
     }
 
 

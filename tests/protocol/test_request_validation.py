@@ -954,3 +954,58 @@ def test_extra_body_and_instructions() -> None:
     body = chat({"instructions": "Be brief."}, options=ChatOptions(extra_body=extra))
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
+# -- background_options (issue 55): the completion window and the continuation id ------------------
+
+BG = {"model": "m", "input": "hi", "background": True}
+
+
+@pytest.mark.parametrize(
+    ("options", "extra"),
+    [
+        ({"completion_window": "2h", "continuation_id": "batch-7"}, {}),
+        ({"completion_window": "8h"}, {"stream": False}),
+        ({"completion_window": "soonest"}, {"stream": True}),  # today's background run: may stream
+        ({"completion_window": "2h"}, {"service_tier": "default"}),
+        ({"continuation_id": "c"}, {}),  # no window: soonest
+    ],
+)
+def test_background_options_accepted(options: dict[str, Any], extra: dict[str, Any]) -> None:
+    req = parse_create_request({**BG, **extra, "background_options": options})
+    assert req.completion_window == options.get("completion_window", "soonest")
+    assert req.continuation_id == options.get("continuation_id")
+
+
+def test_soonest_needs_no_background() -> None:
+    """`soonest` is every response's window: a foreground create may name it."""
+    req = parse_create_request({"model": "m", "input": "hi", "background_options": {"completion_window": "soonest"}})
+    assert req.completion_window == "soonest" and not req.background
+    assert parse_create_request({"model": "m", "input": "hi"}).completion_window == "soonest"
+
+
+WINDOW = "background_options.completion_window"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({**BG, "background_options": "2h"}, "background_options"),
+        ({**BG, "background_options": ["2h"]}, "background_options"),
+        ({**BG, "background_options": {"completion_window": "4h"}}, WINDOW),
+        ({**BG, "background_options": {"completion_window": 2}}, WINDOW),
+        ({**BG, "background_options": {"completion_window": True}}, WINDOW),
+        ({**BG, "background_options": {"continuation_id": 7}}, "background_options.continuation_id"),
+        ({**BG, "background_options": {"continuation_id": "x" * 513}}, "background_options.continuation_id"),
+        # As OpenAI requires: the 2h and 8h windows are background, not streamed, Standard processing.
+        ({"model": "m", "input": "hi", "background_options": {"completion_window": "2h"}}, WINDOW),
+        ({**BG, "background": False, "background_options": {"completion_window": "8h"}}, WINDOW),
+        ({**BG, "stream": True, "background_options": {"completion_window": "2h"}}, WINDOW),
+        ({**BG, "stream": True, "background_options": {"completion_window": "8h"}}, WINDOW),
+        ({**BG, "service_tier": "priority", "background_options": {"completion_window": "2h"}}, WINDOW),
+    ],
+)
+def test_background_options_refused_naming_the_field(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse_create_request(body)
+    assert refused.value.param == param, refused.value.message

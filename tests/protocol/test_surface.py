@@ -202,7 +202,7 @@ SAMPLES: dict[str, tuple[Any, dict[str, Any]]] = {
     "prompt": ({"id": "pmpt_1"}, {}),
     "moderation": ({"model": "omni-moderation-latest"}, {}),
     "stream_options": ({"include_obfuscation": False}, {}),
-    "background_options": ({"completion_window": "2h"}, {}),
+    "background_options": ({"completion_window": "2h", "continuation_id": "c1"}, {"background": True}),
     "access_programs": ({"cyber": "standard"}, {}),
     "image": ({"context_compression": "auto"}, {}),
     "client_metadata": ({"x-codex-turn": "1"}, {}),

@@ -122,7 +122,16 @@ def make_route(base_url: str, name: str = MODEL, upstream_model: str | None = No
 class CeleryWorker:
     """A real `celery worker` process (optionally with embedded beat) on the test database."""
 
-    def __init__(self, *, beat: bool = False, concurrency: int = 2, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        beat: bool = False,
+        concurrency: int = 2,
+        extra_env: dict[str, str] | None = None,
+        queues: list[str] | None = None,
+    ) -> None:
+        """`queues`: the Celery queues it takes (-Q); by default every one in
+        settings.CELERY_TASK_QUEUES (the default queue, then the completion windows')."""
         import os
         import subprocess
         import sys
@@ -157,6 +166,8 @@ class CeleryWorker:
             "--without-mingle",
             "--prefetch-multiplier=1",
         ]
+        if queues is not None:
+            cmd += ["-Q", ",".join(queues)]
         if beat:
             cmd += ["--beat", "--schedule", f"/tmp/celerybeat-{os.getpid()}-{id(self)}"]
         self.process = subprocess.Popen(cmd, env=env, start_new_session=True)

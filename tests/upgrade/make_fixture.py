@@ -147,7 +147,7 @@ def populate() -> dict:
     compaction = next(item for item in compacted.json()["output"] if item["type"] == "compaction")
 
     # A background run no worker has taken yet, holding its MCP credentials sealed.
-    async def no_worker(response_id: str) -> None:
+    async def no_worker(response_id: str, window: str = "soonest") -> None:
         return None
 
     handoff.enqueue = no_worker  # the row stays queued, as when every worker is busy at the upgrade

@@ -174,6 +174,8 @@ def test_an_earlier_releases_data_works_after_migrate(
     assert queued.job is not None
     body = restore_credentials(queued.job["body"], queued.job["mcp_credentials"], queued.tenant_id)
     assert body["tools"][0]["headers"] == kept["mcp_headers"]
+    # It was queued before completion windows existed: it is a soonest run (migration 0035).
+    assert (queued.completion_window, queued.continuation_id) == ("soonest", "")
 
     # Limits and budgets hold; usage is reported, the unstored response's included.
     tenant = Tenant.objects.get(id=kept["tenant_id"])
