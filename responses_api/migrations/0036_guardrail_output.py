@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("responses_api", "0032_files"),
+        ("responses_api", "0035_background_options"),
     ]
 
     operations = [
