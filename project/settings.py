@@ -371,6 +371,10 @@ GATEWAY_LIMIT_ALERT_WINDOW_SECONDS = env.float("GATEWAY_LIMIT_ALERT_WINDOW_SECON
 # How long the Messages front door remembers a stored turn for the next one to chain onto
 # (orchestration/message_turns.py): a Claude Code session idle longer starts a new chain.
 GATEWAY_MESSAGES_CHAIN_SECONDS = env.float("GATEWAY_MESSAGES_CHAIN_SECONDS", default=3600.0)
+# The model route vector stores embed their chunks (and search queries) with, through its
+# upstream's /v1/embeddings (orchestration/vector_stores.py); fixed on a store when it is made.
+# Empty: vector stores are searched by full text only.
+GATEWAY_VECTOR_STORE_EMBEDDINGS_MODEL = env.str("GATEWAY_VECTOR_STORE_EMBEDDINGS_MODEL", default="")
 
 # own retention_days (admin) overrides it. Runs every GATEWAY_RETENTION_INTERVAL_SECONDS on beat.
 GATEWAY_RETENTION_DAYS = env.int("GATEWAY_RETENTION_DAYS", default=0)
