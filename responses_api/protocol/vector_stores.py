@@ -36,6 +36,13 @@ MAX_FILTER_DEPTH = 8
 # --------------------------------------------------------------------------- request fields
 
 
+def integer(value: Any, param: str) -> int:
+    """An integer; 3.0 is one too (JSON does not tell them apart, nor does JSON Schema)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return expect(value, int, param, "an integer")
+
+
 def chunking_strategy(value: Any, param: str = "chunking_strategy", *, overlap_checked: bool = True) -> tuple[int, int]:
     """(max_chunk_size_tokens, chunk_overlap_tokens): `auto` (or none given) is 800 and 400.
     `overlap_checked` False: the overlap's bound of half the size is left to `check_overlap`
@@ -49,8 +56,8 @@ def chunking_strategy(value: Any, param: str = "chunking_strategy", *, overlap_c
     if kind != "static":
         raise InvalidRequest(f"Invalid '{param}.type': expected 'auto' or 'static'.", param=f"{param}.type")
     static = expect(value.get("static"), dict, f"{param}.static", "an object")
-    size = expect(static.get("max_chunk_size_tokens"), int, f"{param}.static.max_chunk_size_tokens", "an integer")
-    overlap = expect(static.get("chunk_overlap_tokens"), int, f"{param}.static.chunk_overlap_tokens", "an integer")
+    size = integer(static.get("max_chunk_size_tokens"), f"{param}.static.max_chunk_size_tokens")
+    overlap = integer(static.get("chunk_overlap_tokens"), f"{param}.static.chunk_overlap_tokens")
     if not MIN_CHUNK_TOKENS <= size <= MAX_CHUNK_TOKENS:
         raise InvalidRequest(
             f"'{param}.static.max_chunk_size_tokens' must be between {MIN_CHUNK_TOKENS} and {MAX_CHUNK_TOKENS}.",
@@ -103,7 +110,7 @@ def expires_after(value: Any, param: str = "expires_after") -> int | None:
     expect(value, dict, param, "an object")
     if value.get("anchor") != "last_active_at":
         raise InvalidRequest(f"'{param}.anchor' must be 'last_active_at'.", param=f"{param}.anchor")
-    days = expect(value.get("days"), int, f"{param}.days", "an integer")
+    days = integer(value.get("days"), f"{param}.days")
     if not 1 <= days <= 365:
         raise InvalidRequest(f"'{param}.days' must be between 1 and 365.", param=f"{param}.days")
     return days
@@ -239,7 +246,7 @@ def search_options(body: dict[str, Any], *, prefix: str = "") -> dict[str, Any]:
     limit = body.get("max_num_results")
     if limit is None:
         limit = DEFAULT_NUM_RESULTS
-    expect(limit, int, f"{prefix}max_num_results", "an integer")
+    limit = integer(limit, f"{prefix}max_num_results")
     if not 1 <= limit <= MAX_NUM_RESULTS:
         raise InvalidRequest(
             f"'{prefix}max_num_results' must be between 1 and {MAX_NUM_RESULTS}.", param=f"{prefix}max_num_results"

@@ -163,7 +163,7 @@ def _page(
             continue
         anchor = qs.filter(**{cursor_field: cursor}).values_list("created_at", "pk").first()
         if anchor is None:
-            raise InvalidRequest(f"'{name}': no {what} found with id '{cursor}'.", param=name)
+            raise InvalidRequest(f"'{name}': no {what} found with id '{cursor}' in this list.", param=name)
         at, pk = anchor
         later = forward != descending  # what follows in this order, or what precedes it
         qs = (
@@ -188,7 +188,7 @@ def vector_stores_page(*, tenant_id: int, after: str | None, before: str | None,
         before=before,
         limit=limit,
         order=order,
-        what="vector store",
+        what="object",
     )
     return ListPage([vector_store_object(store) for store in rows], more)
 
@@ -283,9 +283,7 @@ def vs_files_page(
         qs = qs.filter(batch_id=batch_id)
     if status is not None:
         qs = qs.filter(status=status)
-    rows, more = _page(
-        qs, cursor_field="file_id", after=after, before=before, limit=limit, order=order, what="vector store file"
-    )
+    rows, more = _page(qs, cursor_field="file_id", after=after, before=before, limit=limit, order=order, what="file")
     return ListPage([vs_file_object(row) for row in rows], more)
 
 

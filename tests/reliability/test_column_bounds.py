@@ -50,10 +50,29 @@ def probe_model(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     assert scripted.model_calls == []
 
 
+def probe_vector_store(field: str) -> Callable[[Gateway, ScriptedUpstream], None]:
+    def probe(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+        from responses_api.models import VectorStore
+
+        too_long = "n" * (_length("responses_api", "VectorStore", field) + 1)
+        http = gateway.http()
+        answer = http.post("/v1/vector_stores", json={field: too_long})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == field
+        assert not VectorStore.objects.exists()
+        if field == "name":  # an update is checked the same way
+            store = http.post("/v1/vector_stores", json={}).json()["id"]
+            answer = http.post(f"/v1/vector_stores/{store}", json={field: too_long})
+            assert answer.status_code == 400 and answer.json()["error"]["param"] == field
+
+    return probe
+
+
 # Columns an API client fills, with the probe that proves the parser bounds them.
 CLIENT: dict[tuple[str, str, str], Callable[[Gateway, ScriptedUpstream], None]] = {
     ("responses_api", "Item", "public_id"): probe_item_ids,
     ("responses_api", "Response", "model"): probe_model,
+    ("responses_api", "VectorStore", "name"): probe_vector_store("name"),
+    ("responses_api", "VectorStore", "description"): probe_vector_store("description"),
 }
 # Columns filled by the operator (admin forms check max_length; the config file goes through
 # the same fields) or by the gateway itself (ids it makes, states, names of what it routed to).
@@ -128,6 +147,12 @@ GATEWAY = {
     ("responses_api", "StoredFile", "purpose"),
     ("responses_api", "StoredFile", "filename"),
     ("responses_api", "StoredFile", "content_type"),
+    # Vector stores: ids the gateway makes, a file's ingestion status, and the embeddings route
+    # (the operator's GATEWAY_VECTOR_STORE_EMBEDDINGS_MODEL, a route name: ModelRoute.name's bound).
+    ("responses_api", "VectorStore", "id"),
+    ("responses_api", "VectorStore", "embedding_model"),
+    ("responses_api", "VectorStoreFileBatch", "id"),
+    ("responses_api", "VectorStoreFile", "status"),
     ("responses_api", "UsageRecord", "endpoint"),
     ("responses_api", "UsageRecord", "model"),  # a route's name: usage is recorded for routed calls only
     ("responses_api", "UsageRecord", "upstream"),
