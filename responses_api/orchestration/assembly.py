@@ -46,6 +46,7 @@ from . import lifecycle
 from .limits import Grant
 from .routing import route_get
 from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
+from .vector_stores import FileSearchRunner, check_file_search
 
 __all__ = ["PriorContext", "check_answers_before_hand_off", "request_context", "run_for_job", "run_for_request"]
 
@@ -240,11 +241,15 @@ async def _assemble(
     # Here, not in either caller: the window is what truncation "auto" fits the context to,
     # so a worker's run must learn it as the web run does.
     job.route = await with_context_window(job.route)
+    searches = await check_file_search(job.tenant_id, job.request)
     toolset = await toolset_for(job.response_id, plan.mcp, job.tenant_id)
+    runner = await tool_runner(job.response_id, plan.specs)
+    if searches:  # file_search over the gateway's own vector stores
+        runner = FileSearchRunner(runner, tenant_id=job.tenant_id, specs=searches)
     return ResponseRun(
         job,
         persistence,
-        await tool_runner(job.response_id, plan.specs),
+        runner,
         max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
         mcp=McpSession(toolset) if toolset is not None else None,
         stream_upstream=stream_upstream,

@@ -37,6 +37,7 @@ from ..protocol.vector_stores import (
     keywords,
     matches,
     pack_vector,
+    search_options,
     unpack_vector,
 )
 from ..store import db
@@ -351,3 +352,89 @@ async def search(
         found = by_row[row_id]
         hits.append(Hit(found.file_id, found.filename, value, found.attributes, text))
     return hits
+
+
+# --------------------------------------------------------------------------- the hosted file_search tool
+
+
+def file_search_specs(tools: list[Any]) -> dict[str, dict[str, Any]]:
+    """The run's file_search tools the gateway serves: function name -> the tool as sent."""
+    return {t.name: t.report for t in tools if t.kind == "file_search" and t.source == "gateway" and t.report}
+
+
+def _check_file_search(tenant_id: int, specs: dict[str, dict[str, Any]], params: dict[str, str]) -> None:
+    """Before any model call: every vector store named is the tenant's (a 404 naming it), not
+    expired, and the filters name attributes its files have (a 400 naming the key)."""
+    for name, spec in specs.items():
+        param = params[name]
+        ids = list(spec["vector_store_ids"])
+        req = SearchRequest(query="-", **search_options(spec, prefix=f"{param}."))
+        for i, store_id in enumerate(ids):
+            found = store.vector_store_get(
+                tenant_id=tenant_id, vector_store_id=store_id, param=f"{param}.vector_store_ids[{i}]"
+            )
+            if store.is_expired(found):
+                raise InvalidRequest(
+                    f"Vector store '{store_id}' has expired.",
+                    param=f"{param}.vector_store_ids[{i}]",
+                    code="vector_store_expired",
+                )
+        _check_filter_keys(req, ids, f"{param}.filters")
+
+
+async def check_file_search(tenant_id: int, request: Any) -> dict[str, dict[str, Any]]:
+    """The run's gateway-served file_search tools (by function name), checked."""
+    specs = file_search_specs(request.tools)
+    if specs:
+        where = {id(h.spec): h.param for h in request.hosted_tools}
+        params = {name: where.get(id(spec), "tools") for name, spec in specs.items()}
+        await db.run(_check_file_search, tenant_id, specs, params)
+    return specs
+
+
+class FileSearchRunner:
+    """The run's tool runner, with the gateway's file_search tools: a search over the request's
+    vector stores (their filters, max_num_results and ranking options), its results as JSON to
+    the model and, through the event builder, on the file_search_call item."""
+
+    def __init__(self, inner: Any, *, tenant_id: int, specs: dict[str, dict[str, Any]]) -> None:
+        self.inner = inner
+        self.tenant_id = tenant_id
+        self.specs = specs
+
+    def is_server_tool(self, name: str) -> bool:
+        return bool(self.inner.is_server_tool(name))
+
+    async def execute(self, call: dict[str, Any]) -> str:
+        spec = self.specs.get(call["name"])
+        if spec is None:
+            return str(await self.inner.execute(call))
+        try:
+            arguments = json.loads(call.get("arguments") or "{}")
+        except ValueError:
+            arguments = {}
+        query = arguments.get("query") if isinstance(arguments, dict) else None
+        if not isinstance(query, str) or not query.strip():
+            return json.dumps({"error": "Give a non-empty 'query'.", "results": []})
+        try:
+            req = SearchRequest(query=query, **search_options(spec))
+            hits = await search(
+                tenant_id=self.tenant_id, api_key_id=None, vector_store_ids=list(spec["vector_store_ids"]), req=req
+            )
+        except GatewayError as exc:  # the stores were checked before the run: gone or expired since
+            return json.dumps({"error": exc.message, "results": []})
+        return json.dumps(
+            {
+                "results": [
+                    {
+                        "file_id": h.file_id,
+                        "filename": h.filename,
+                        "score": round(h.score, 6),
+                        "text": h.text,
+                        "attributes": h.attributes,
+                    }
+                    for h in hits
+                ]
+            },
+            ensure_ascii=False,
+        )

@@ -41,7 +41,7 @@ def test_vector_store_lifecycle_with_the_sdk(gateway: Gateway, worker, embedding
     assert attached.status == "completed" and attached.id == taxes and attached.usage_bytes > 0
     assert attached.attributes == {"year": 2025, "kind": "finance"}
     assert attached.chunking_strategy is not None and attached.chunking_strategy.type == "static"
-    assert attached.chunking_strategy.static.max_chunk_size_tokens == 800  # type: ignore[union-attr]
+    assert attached.chunking_strategy.static.max_chunk_size_tokens == 800
     done = wait_files(client, store.id)
     assert done.status == "completed"
     assert (done.file_counts.completed, done.file_counts.total, done.file_counts.in_progress) == (2, 2, 0)
@@ -190,8 +190,8 @@ def test_pdf_docx_chunking_and_failures_recorded(
     )
     done = wait_files(client, store.id)
     assert (done.file_counts.completed, done.file_counts.failed) == (3, 2)
-    assert client.vector_stores.files.retrieve(binary, vector_store_id=store.id).last_error.code == "unsupported_file"  # type: ignore[union-attr]
-    assert client.vector_stores.files.retrieve(broken, vector_store_id=store.id).last_error.code == "invalid_file"  # type: ignore[union-attr]
+    assert client.vector_stores.files.retrieve(binary, vector_store_id=store.id).last_error.code == "unsupported_file"
+    assert client.vector_stores.files.retrieve(broken, vector_store_id=store.id).last_error.code == "invalid_file"
     pdf_text = [p.text for p in client.vector_stores.files.content(pdf, vector_store_id=store.id)]
     assert "zebra migration" in " ".join(pdf_text)
     assert "giraffe enclosure" in client.vector_stores.files.content(word, vector_store_id=store.id).data[0].text

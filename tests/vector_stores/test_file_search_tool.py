@@ -1,0 +1,149 @@
+"""The hosted `file_search` tool over a chat upstream: the gateway searches its own vector
+stores in the tool loop (file_search_call items and events, results under include, file
+citations on the answer), with the real `openai` SDK, streamed and not."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from tests.support.harness import MODEL, Gateway, make_key
+from tests.support.stream_validator import parse_sse, validate_sse
+from tests.support.upstream import Reply, ScriptedUpstream
+from tests.vector_stores.conftest import save, wait_files
+from tests.vector_stores.test_vector_stores import DOGS, GARDEN, TAXES
+
+pytestmark = pytest.mark.embedded
+
+
+def _call(query: str, call_id: str = "c1") -> dict:
+    return {"id": call_id, "name": "file_search", "arguments": json.dumps({"query": query})}
+
+
+@pytest.fixture
+def kb(gateway: Gateway, worker, embeddings_route) -> tuple[str, dict[str, str]]:
+    client = gateway.openai()
+    ids = {
+        name: save(gateway.tenant_id, f"{name}.txt", text)
+        for name, text in (("dogs", DOGS), ("taxes", TAXES), ("garden", GARDEN))
+    }
+    store = client.vector_stores.create(name="kb", file_ids=list(ids.values()))
+    wait_files(client, store.id)
+    return store.id, ids
+
+
+def test_file_search_streams_its_call_and_cites_the_file(
+    gateway: Gateway, scripted: ScriptedUpstream, kb: tuple[str, dict[str, str]]
+) -> None:
+    store_id, ids = kb
+    scripted.enqueue(
+        MODEL,
+        Reply(tool_calls=[_call("dog walks")]),
+        Reply(text="Walk your dog every day (dogs.txt)."),
+    )
+    with gateway.http() as http:
+        raw = http.post(
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": "How often should I walk my dog?",
+                "stream": True,
+                "tools": [{"type": "file_search", "vector_store_ids": [store_id], "max_num_results": 2}],
+                "include": ["file_search_call.results"],
+            },
+        )
+    assert "x-gateway-dropped-tools" not in raw.headers
+    terminal = validate_sse(raw.text)
+    search, message = terminal["output"]
+    assert search["type"] == "file_search_call" and search["status"] == "completed"
+    assert search["queries"] == ["dog walks"]
+    assert search["results"][0]["file_id"] == ids["dogs"] and len(search["results"]) <= 2
+    assert DOGS in search["results"][0]["text"]
+    part = message["content"][0]
+    assert part["text"] == "Walk your dog every day (dogs.txt)."
+    assert part["annotations"] == [
+        {"type": "file_citation", "file_id": ids["dogs"], "filename": "dogs.txt", "index": part["text"].index(")")}
+    ]
+    kinds = [e["type"] for e in parse_sse(raw.text)]
+    stages = ["in_progress", "searching", "completed"]
+    positions = [kinds.index(f"response.file_search_call.{s}") for s in stages]
+    assert positions == sorted(positions)
+    # The model saw a function with a query, and the results as the tool's output.
+    offered = [t["function"]["name"] for t in scripted.model_calls[0].body["tools"]]
+    assert offered == ["file_search"]
+    tool_message = scripted.model_calls[-1].body["messages"][-1]
+    assert tool_message["role"] == "tool" and "Dogs are loyal" in tool_message["content"]
+    assert terminal["tools"][0]["type"] == "file_search"
+
+
+def test_file_search_with_the_sdk_without_include_and_with_filters(
+    gateway: Gateway, scripted: ScriptedUpstream, kb: tuple[str, dict[str, str]]
+) -> None:
+    store_id, ids = kb
+    scripted.enqueue(MODEL, Reply(tool_calls=[_call("tax dog garden")]), Reply(text="See taxes.txt."))
+    client = gateway.openai()
+    response = client.responses.create(
+        model=MODEL,
+        input="What is due in April?",
+        tools=[{"type": "file_search", "vector_store_ids": [store_id]}],
+    )
+    search = response.output[0]
+    assert search.type == "file_search_call" and search.results is None  # not included unless asked
+    assert response.output_text == "See taxes.txt."
+    annotations = response.output[1].content[0].annotations
+    assert [(a.type, a.file_id) for a in annotations] == [("file_citation", ids["taxes"])]
+
+    # A filter on an attribute no file has, another tenant's store, an unknown one: 4xx before any model call.
+    calls = len(scripted.model_calls)
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.responses.create(
+            model=MODEL,
+            input="x",
+            tools=[
+                {
+                    "type": "file_search",
+                    "vector_store_ids": [store_id],
+                    "filters": {"type": "eq", "key": "nope", "value": 1},
+                }
+            ],
+        )
+    assert bad.value.body["param"] == "tools[0].filters.key"  # type: ignore[index]
+    other_key, _ = make_key(tenant="other")
+    with pytest.raises(openai.NotFoundError) as missing:
+        gateway.openai(other_key).responses.create(
+            model=MODEL, input="x", tools=[{"type": "file_search", "vector_store_ids": [store_id]}]
+        )
+    assert missing.value.body["param"] == "tools[0].vector_store_ids[0]"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as empty:
+        client.responses.create(model=MODEL, input="x", tools=[{"type": "file_search", "vector_store_ids": []}])
+    assert empty.value.body["param"] == "tools[0].vector_store_ids"  # type: ignore[index]
+    assert len(scripted.model_calls) == calls
+
+
+def test_file_search_in_a_background_run(
+    gateway: Gateway, scripted: ScriptedUpstream, kb: tuple[str, dict[str, str]]
+) -> None:
+    store_id, ids = kb
+    scripted.enqueue(MODEL, Reply(tool_calls=[_call("tomatoes sun")]), Reply(text="Full sun, says garden.txt."))
+    client = gateway.openai()
+    started = client.responses.create(
+        model=MODEL,
+        input="Where do tomatoes grow?",
+        background=True,
+        tools=[{"type": "file_search", "vector_store_ids": [store_id]}],
+        include=["file_search_call.results"],
+    )
+    import time
+
+    deadline = time.monotonic() + 30
+    response = started
+    while response.status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+        response = client.responses.retrieve(started.id)
+    assert response.status == "completed", response
+    search = response.output[0]
+    assert search.type == "file_search_call" and search.results and search.results[0].file_id == ids["garden"]
+    assert response.output[1].content[0].annotations[0].file_id == ids["garden"]
