@@ -424,15 +424,6 @@ def ingest_fail(*, row_id: int, code: str, message: str) -> None:
     )
 
 
-def ingest_stale(*, older_than: datetime) -> list[int]:
-    """Files still in progress since before `older_than`: their task was lost."""
-    return list(
-        VectorStoreFile.objects.filter(status=Status.IN_PROGRESS, created_at__lt=older_than).values_list(
-            "pk", flat=True
-        )[:1000]
-    )
-
-
 # --------------------------------------------------------------------------- search (the reads)
 
 

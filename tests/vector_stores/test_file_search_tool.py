@@ -147,3 +147,45 @@ def test_file_search_in_a_background_run(
     search = response.output[0]
     assert search.type == "file_search_call" and search.results and search.results[0].file_id == ids["garden"]
     assert response.output[1].content[0].annotations[0].file_id == ids["garden"]
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "responses"])
+def test_file_search_on_anthropic_and_native_responses_routes(
+    gateway: Gateway, scripted: ScriptedUpstream, kb: tuple[str, dict[str, str]], kind: str
+) -> None:
+    """Not passed on to a native Responses upstream (it knows none of the gateway's vector
+    stores): the gateway runs the search there too, as on every route."""
+    from responses_api.models import ModelRoute, Provider, RouteTarget
+    from responses_api.orchestration import routing
+
+    store_id, ids = kb
+    options = {"max_tokens": 1000} if kind == "anthropic" else {}
+    provider = Provider.objects.create(
+        name=f"p-{kind}",
+        kind=kind,
+        base_url=scripted.base_url,
+        api_key_encrypted=routing.encrypt_secret("sk-test"),
+        options=options,
+    )
+    route = ModelRoute.objects.create(name=f"{kind}-model")
+    RouteTarget.objects.create(route=route, provider=provider, upstream_model=f"up-{kind}")
+    routing.clear_cache()
+    scripted.enqueue(f"up-{kind}", Reply(tool_calls=[_call("income tax")]), Reply(text="Due in April (taxes.txt)."))
+    with gateway.http() as http:
+        raw = http.post(
+            "/v1/responses",
+            json={
+                "model": f"{kind}-model",
+                "input": "When are taxes due?",
+                "stream": True,
+                "tools": [{"type": "file_search", "vector_store_ids": [store_id]}],
+                "include": ["file_search_call.results"],
+            },
+        )
+    terminal = validate_sse(raw.text)
+    search, message = terminal["output"]
+    assert search["type"] == "file_search_call" and search["results"][0]["file_id"] == ids["taxes"]
+    assert message["content"][0]["annotations"][0]["file_id"] == ids["taxes"]
+    first = next(r.body for r in scripted.requests if r.body.get("model") == f"up-{kind}")
+    names = [t.get("name") for t in first["tools"]]
+    assert names == ["file_search"] and all(t.get("type") != "file_search" for t in first["tools"])
