@@ -189,3 +189,22 @@ def test_file_search_on_anthropic_and_native_responses_routes(
     first = next(r.body for r in scripted.requests if r.body.get("model") == f"up-{kind}")
     names = [t.get("name") for t in first["tools"]]
     assert names == ["file_search"] and all(t.get("type") != "file_search" for t in first["tools"])
+
+
+def test_file_search_over_a_websocket(
+    gateway: Gateway, scripted: ScriptedUpstream, kb: tuple[str, dict[str, str]]
+) -> None:
+    from tests.websocket.test_websocket_mode import completed, socket
+
+    store_id, ids = kb
+    scripted.enqueue(MODEL, Reply(tool_calls=[_call("tomatoes")]), Reply(text="In full sun (garden.txt)."))
+    with socket(gateway) as ws:
+        final = completed(
+            ws,
+            input="Where do tomatoes grow best?",
+            tools=[{"type": "file_search", "vector_store_ids": [store_id]}],
+            include=["file_search_call.results"],
+        )
+    search, message = final["output"]
+    assert search["type"] == "file_search_call" and search["results"][0]["file_id"] == ids["garden"]
+    assert message["content"][0]["annotations"][0]["filename"] == "garden.txt"
