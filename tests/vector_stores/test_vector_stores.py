@@ -322,3 +322,21 @@ def test_bad_attach_and_search_name_the_field(gateway: Gateway, worker) -> None:
     from responses_api.models import VectorStoreFile, VectorStoreFileBatch
 
     assert not VectorStoreFile.objects.exists() and not VectorStoreFileBatch.objects.exists()
+
+
+def test_a_10_mb_document_is_ingested_and_searched(gateway: Gateway, worker, embeddings_route) -> None:
+    words = [f"w{i % 5000}" for i in range(1_750_000)]  # about 10 MB of text
+    words[1_234_567] = "needle"
+    data = " ".join(words)
+    assert len(data) > 10_000_000
+    big = save(gateway.tenant_id, "big.txt", data)
+    client = gateway.openai()
+    started = time.monotonic()
+    store = client.vector_stores.create(name="big", file_ids=[big])
+    done = wait_files(client, store.id, timeout=600)
+    ingest_seconds = time.monotonic() - started
+    assert done.file_counts.completed == 1, client.vector_stores.files.retrieve(big, vector_store_id=store.id)
+    started = time.monotonic()
+    found = client.vector_stores.search(store.id, query="needle", max_num_results=3)
+    print(f"10 MB: ingested in {ingest_seconds:.1f} s, searched in {time.monotonic() - started:.2f} s")
+    assert "needle" in found.data[0].content[0].text
