@@ -106,7 +106,7 @@ def test_filters_match_as_documented(spec: dict, expected: bool) -> None:
 
 
 def test_bad_filters_and_searches_name_the_field() -> None:
-    cases = [
+    cases: list[tuple[dict, str]] = [
         (
             {"query": "q", "filters": {"type": "and", "filters": [{"type": "eq", "key": 1, "value": 1}]}},
             "filters.filters[0].key",

@@ -208,3 +208,30 @@ def test_file_search_over_a_websocket(
     search, message = final["output"]
     assert search["type"] == "file_search_call" and search["results"][0]["file_id"] == ids["garden"]
     assert message["content"][0]["annotations"][0]["filename"] == "garden.txt"
+
+
+def test_the_agents_sdks_file_search_tool(
+    gateway: Gateway, scripted: ScriptedUpstream, kb: tuple[str, dict[str, str]]
+) -> None:
+    import importlib.util
+
+    from tests.compat.conftest import need
+
+    need("openai-agents", importlib.util.find_spec("agents") is not None)
+    from agents import Agent, FileSearchTool, OpenAIResponsesModel, Runner, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    store_id, ids = kb
+    scripted.enqueue(MODEL, Reply(tool_calls=[_call("dog walks")]), Reply(text="Daily walks (dogs.txt)."))
+    client = AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=gateway.key, max_retries=0)
+    agent = Agent(
+        name="librarian",
+        instructions="Answer from the files.",
+        tools=[FileSearchTool(vector_store_ids=[store_id], max_num_results=3, include_search_results=True)],
+        model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+    )
+    result = Runner.run_sync(agent, "How often should a dog be walked?")
+    assert result.final_output == "Daily walks (dogs.txt)."
+    calls = [i.raw_item for i in result.new_items if getattr(i.raw_item, "type", None) == "file_search_call"]
+    assert calls and calls[0].results and calls[0].results[0].file_id == ids["dogs"]  # type: ignore[union-attr]
