@@ -69,13 +69,23 @@ def _file_counts(qs: QuerySet[VectorStoreFile]) -> dict[str, int]:
     return _counts(list(qs.order_by().values("status").annotate(n=Count("id"))))
 
 
-def vector_store_object(store: VectorStore) -> dict[str, Any]:
-    rows = list(
-        VectorStoreFile.objects.filter(vector_store=store)
+def _store_rows(store_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each store's files counted by status, with their bytes: one query for a page of stores."""
+    rows: dict[str, list[dict[str, Any]]] = {store_id: [] for store_id in store_ids}
+    for row in (
+        VectorStoreFile.objects.filter(vector_store_id__in=store_ids)
         .order_by()
-        .values("status")
+        .values("vector_store_id", "status")
         .annotate(n=Count("id"), used=Sum("usage_bytes"))
-    )
+    ):
+        rows[row["vector_store_id"]].append(row)
+    return rows
+
+
+def vector_store_object(store: VectorStore, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The store as the API shows it; `rows`: its files' counts, when read with a page's."""
+    if rows is None:
+        rows = _store_rows([store.id])[store.id]
     counts = _counts(rows)
     status = "expired" if is_expired(store) else "in_progress" if counts["in_progress"] else "completed"
     return {
@@ -190,7 +200,8 @@ def vector_stores_page(*, tenant_id: int, after: str | None, before: str | None,
         order=order,
         what="object",
     )
-    return ListPage([vector_store_object(store) for store in rows], more)
+    counts = _store_rows([store.id for store in rows])
+    return ListPage([vector_store_object(store, counts[store.id]) for store in rows], more)
 
 
 # --------------------------------------------------------------------------- attached files

@@ -340,3 +340,22 @@ def test_a_10_mb_document_is_ingested_and_searched(gateway: Gateway, worker, emb
     found = client.vector_stores.search(store.id, query="needle", max_num_results=3)
     print(f"10 MB: ingested in {ingest_seconds:.1f} s, searched in {time.monotonic() - started:.2f} s")
     assert "needle" in found.data[0].content[0].text
+
+
+def test_a_page_of_stores_costs_a_constant_number_of_queries(gateway: Gateway, django_assert_max_num_queries) -> None:
+    from responses_api.store.vector_stores import vector_stores_page
+
+    tenant = gateway.tenant_id
+    file_id = save(tenant, "a.txt", DOGS)
+    with gateway.http() as http:
+        for i in range(5):
+            http.post("/v1/vector_stores", json={"name": f"s{i}", "file_ids": [file_id]})
+    with django_assert_max_num_queries(2):
+        page = vector_stores_page(tenant_id=tenant, after=None, before=None, limit=20, order="desc")
+    assert [s["name"] for s in page.data] == ["s4", "s3", "s2", "s1", "s0"]
+    assert all(s["file_counts"]["total"] == 1 for s in page.data)
+    ids = [s["id"] for s in page.data]
+    before = vector_stores_page(tenant_id=tenant, after=None, before=ids[2], limit=20, order="desc")
+    assert [s["name"] for s in before.data] == ["s4", "s3"]
+    after = vector_stores_page(tenant_id=tenant, after=ids[2], before=None, limit=1, order="desc")
+    assert [s["name"] for s in after.data] == ["s1"] and after.has_more
