@@ -69,9 +69,9 @@ def _file_counts(qs: QuerySet[VectorStoreFile]) -> dict[str, int]:
     return _counts(list(qs.order_by().values("status").annotate(n=Count("id"))))
 
 
-def _store_rows(store_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+def _store_rows(store_ids: list[str]) -> dict[str, list[Any]]:
     """Each store's files counted by status, with their bytes: one query for a page of stores."""
-    rows: dict[str, list[dict[str, Any]]] = {store_id: [] for store_id in store_ids}
+    rows: dict[str, list[Any]] = {store_id: [] for store_id in store_ids}
     for row in (
         VectorStoreFile.objects.filter(vector_store_id__in=store_ids)
         .order_by()
@@ -82,7 +82,7 @@ def _store_rows(store_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
-def vector_store_object(store: VectorStore, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def vector_store_object(store: VectorStore, rows: list[Any] | None = None) -> dict[str, Any]:
     """The store as the API shows it; `rows`: its files' counts, when read with a page's."""
     if rows is None:
         rows = _store_rows([store.id])[store.id]
