@@ -375,6 +375,9 @@ GATEWAY_MESSAGES_CHAIN_SECONDS = env.float("GATEWAY_MESSAGES_CHAIN_SECONDS", def
 # upstream's /v1/embeddings (orchestration/vector_stores.py); fixed on a store when it is made.
 # Empty: vector stores are searched by full text only.
 GATEWAY_VECTOR_STORE_EMBEDDINGS_MODEL = env.str("GATEWAY_VECTOR_STORE_EMBEDDINGS_MODEL", default="")
+# A file being ingested whose worker has not renewed its claim for this long lost its task (a
+# process restarted): the web processes' reaper enqueues it again.
+GATEWAY_VECTOR_STORE_INGEST_STALE_SECONDS = env.float("GATEWAY_VECTOR_STORE_INGEST_STALE_SECONDS", default=600.0)
 
 # own retention_days (admin) overrides it. Runs every GATEWAY_RETENTION_INTERVAL_SECONDS on beat.
 GATEWAY_RETENTION_DAYS = env.int("GATEWAY_RETENTION_DAYS", default=0)

@@ -923,6 +923,9 @@ class VectorStoreFile(models.Model):
     chunk_overlap_tokens = models.PositiveIntegerField(default=400)
     usage_bytes = models.BigIntegerField(default=0, db_default=0)
     last_error = models.JSONField(null=True, blank=True)
+    # When a worker took it, renewed while it works: a file in progress whose claim is older than
+    # GATEWAY_VECTOR_STORE_INGEST_STALE_SECONDS (or never claimed) lost its task, and is enqueued again.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

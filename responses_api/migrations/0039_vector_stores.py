@@ -115,6 +115,7 @@ class Migration(migrations.Migration):
                 ("chunk_overlap_tokens", models.PositiveIntegerField(default=400)),
                 ("usage_bytes", models.BigIntegerField(db_default=0, default=0)),
                 ("last_error", models.JSONField(blank=True, null=True)),
+                ("claimed_at", models.DateTimeField(blank=True, null=True)),
                 ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
                 (
                     "file",

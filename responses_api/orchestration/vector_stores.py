@@ -20,7 +20,7 @@ import io
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,9 +148,17 @@ def extract_text(data: bytes, *, filename: str, content_type: str) -> str:
 # --------------------------------------------------------------------------- embeddings
 
 
-async def embed(texts: list[str], *, model: str, tenant_id: int, api_key_id: int | None) -> list[bytes]:
+async def embed(
+    texts: list[str],
+    *,
+    model: str,
+    tenant_id: int,
+    api_key_id: int | None,
+    renew: Callable[[], Awaitable[None]] | None = None,
+) -> list[bytes]:
     """Unit float32 vectors of the texts, from the model's route (its upstream /v1/embeddings),
-    in batches; each call's tokens recorded as embeddings usage of the store's owner."""
+    in batches; each call's tokens recorded as embeddings usage of the store's owner. `renew`:
+    called after each batch (an ingestion's claim)."""
     route = await db.run(route_get, model)
     vectors: list[bytes] = []
     for start in range(0, len(texts), EMBED_BATCH):
@@ -183,6 +191,8 @@ async def embed(texts: list[str], *, model: str, tenant_id: int, api_key_id: int
             output_tokens=0 if input_tokens is not None else None,
             latency_ms=int((time.monotonic() - started) * 1000),
         )
+        if renew is not None:
+            await renew()
     return vectors
 
 
@@ -191,9 +201,13 @@ async def embed(texts: list[str], *, model: str, tenant_id: int, api_key_id: int
 
 async def ingest(row_id: int) -> str:
     """Ingest one attached file: its final status ("skipped" if it no longer waits)."""
-    job = await db.run(store.ingest_job, row_id)
+    job = await db.run(store.ingest_job, row_id, stale_after=settings.GATEWAY_VECTOR_STORE_INGEST_STALE_SECONDS)
     if job is None:
         return "skipped"
+
+    async def renew() -> None:
+        await db.run(store.ingest_renew, row_id=row_id)
+
     try:
         data = await asyncio.to_thread(read_bytes, job.stored)
         text = await asyncio.to_thread(
@@ -213,7 +227,9 @@ async def ingest(row_id: int) -> str:
     if job.embedding_model and texts:
         try:
             vectors = list(
-                await embed(texts, model=job.embedding_model, tenant_id=job.tenant_id, api_key_id=job.api_key_id)
+                await embed(
+                    texts, model=job.embedding_model, tenant_id=job.tenant_id, api_key_id=job.api_key_id, renew=renew
+                )
             )
         except GatewayError as exc:
             await db.run(
@@ -251,6 +267,15 @@ async def enqueue_ingest(row_ids: list[int]) -> None:
         return
     for row_id in row_ids:
         await asyncio.to_thread(current_app.send_task, INGEST_TASK, args=(row_id,))
+
+
+async def requeue_stale_ingestions() -> int:
+    """Files whose ingestion task was lost (a restarted process: the embedded runner's tasks die
+    with it), enqueued again; the claim in `ingest` keeps a file from being ingested twice at once.
+    Run by every web process's reaper (liveness.py)."""
+    stale = await db.run(store.ingest_stale, stale_after=settings.GATEWAY_VECTOR_STORE_INGEST_STALE_SECONDS)
+    await enqueue_ingest(stale)
+    return len(stale)
 
 
 # --------------------------------------------------------------------------- search

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
 from ..models import StoredFile, VectorChunk, VectorStore, VectorStoreFile, VectorStoreFileBatch
@@ -232,6 +232,7 @@ def _attach(store: VectorStore, files: list[Attach], batch: VectorStoreFileBatch
         else:
             VectorChunk.objects.filter(vector_store_file=row).delete()
         row.batch = batch
+        row.claimed_at = None
         row.status = Status.IN_PROGRESS
         row.attributes = attach.attributes
         row.max_chunk_size_tokens = attach.size
@@ -388,8 +389,17 @@ class IngestJob:
     overlap: int
 
 
-def ingest_job(row_id: int) -> IngestJob | None:
-    """The file to ingest, or None if it is no longer waiting (cancelled, deleted, done)."""
+def ingest_job(row_id: int, *, stale_after: float) -> IngestJob | None:
+    """The file to ingest, claimed; None if it no longer waits (cancelled, deleted, done) or
+    another worker holds a live claim on it (a task delivered twice runs once)."""
+    now = timezone.now()
+    claimed = (
+        VectorStoreFile.objects.filter(pk=row_id, status=Status.IN_PROGRESS)
+        .filter(Q(claimed_at__isnull=True) | Q(claimed_at__lt=now - timedelta(seconds=stale_after)))
+        .update(claimed_at=now)
+    )
+    if not claimed:
+        return None
     row = (
         VectorStoreFile.objects.select_related("vector_store", "file")
         .filter(pk=row_id, status=Status.IN_PROGRESS)
@@ -405,6 +415,21 @@ def ingest_job(row_id: int) -> IngestJob | None:
         stored=row.file,
         size=row.max_chunk_size_tokens,
         overlap=row.chunk_overlap_tokens,
+    )
+
+
+def ingest_renew(*, row_id: int) -> None:
+    """The worker is still at it (between embedding calls)."""
+    VectorStoreFile.objects.filter(pk=row_id, status=Status.IN_PROGRESS).update(claimed_at=timezone.now())
+
+
+def ingest_stale(*, stale_after: float) -> list[int]:
+    """Files in progress whose task was lost: claimed, or attached, longer ago than `stale_after`."""
+    before = timezone.now() - timedelta(seconds=stale_after)
+    return list(
+        VectorStoreFile.objects.filter(status=Status.IN_PROGRESS)
+        .filter(Q(claimed_at__lt=before) | Q(claimed_at__isnull=True, created_at__lt=before))
+        .values_list("pk", flat=True)[:500]
     )
 
 

@@ -359,3 +359,40 @@ def test_a_page_of_stores_costs_a_constant_number_of_queries(gateway: Gateway, d
     assert [s["name"] for s in before.data] == ["s4", "s3"]
     after = vector_stores_page(tenant_id=tenant, after=ids[2], before=None, limit=1, order="desc")
     assert [s["name"] for s in after.data] == ["s1"] and after.has_more
+
+
+def test_a_lost_ingestion_is_enqueued_again_and_runs_once(gateway: Gateway, gateway_server, worker) -> None:
+    """A file attached whose task died with its process (its row stays in progress): the reaper
+    enqueues it again; a claim held by a live worker is left alone."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from responses_api.models import VectorStoreFile
+    from responses_api.orchestration.vector_stores import requeue_stale_ingestions
+    from responses_api.store import vector_stores as store
+
+    tenant = gateway.tenant_id
+    lost, busy = save(tenant, "lost.txt", DOGS), save(tenant, "busy.txt", TAXES)
+    vector_store, _ = store.vector_store_create(  # as a create would, but its tasks were never run
+        tenant_id=tenant,
+        api_key_id=None,
+        name="restarted",
+        description="",
+        metadata={},
+        expires_after_days=None,
+        embedding_model="",
+        files=[store.Attach(lost, {}, 800, 400), store.Attach(busy, {}, 800, 400)],
+    )
+    long_ago = timezone.now() - timedelta(hours=2)
+    VectorStoreFile.objects.filter(file_id=lost).update(created_at=long_ago)
+    VectorStoreFile.objects.filter(file_id=busy).update(created_at=long_ago, claimed_at=timezone.now())
+    assert gateway_server.call(requeue_stale_ingestions()) == 1
+    client = gateway.openai()
+    deadline = time.monotonic() + 30
+    while client.vector_stores.files.retrieve(lost, vector_store_id=vector_store.id).status == "in_progress":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert client.vector_stores.files.retrieve(lost, vector_store_id=vector_store.id).status == "completed"
+    assert client.vector_stores.files.retrieve(busy, vector_store_id=vector_store.id).status == "in_progress"
+    assert gateway_server.call(requeue_stale_ingestions()) == 0  # the live claim: not taken again
