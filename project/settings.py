@@ -420,6 +420,13 @@ GATEWAY_MESSAGES_CHAIN_SECONDS = env.float("GATEWAY_MESSAGES_CHAIN_SECONDS", def
 # stay back until more follows, so a match up to this long is seen whole before any of it is
 # sent (protocol/output_guard.py). Only streams an output guardrail applies to wait at all.
 GATEWAY_GUARDRAIL_HOLDBACK_CHARS = env.int("GATEWAY_GUARDRAIL_HOLDBACK_CHARS", default=128)
+# The model route vector stores embed their chunks (and search queries) with, through its
+# upstream's /v1/embeddings (orchestration/vector_stores.py); fixed on a store when it is made.
+# Empty: vector stores are searched by full text only.
+GATEWAY_VECTOR_STORE_EMBEDDINGS_MODEL = env.str("GATEWAY_VECTOR_STORE_EMBEDDINGS_MODEL", default="")
+# A file being ingested whose worker has not renewed its claim for this long lost its task (a
+# process restarted): the web processes' reaper enqueues it again.
+GATEWAY_VECTOR_STORE_INGEST_STALE_SECONDS = env.float("GATEWAY_VECTOR_STORE_INGEST_STALE_SECONDS", default=600.0)
 
 # own retention_days (admin) overrides it. Runs every GATEWAY_RETENTION_INTERVAL_SECONDS on beat.
 GATEWAY_RETENTION_DAYS = env.int("GATEWAY_RETENTION_DAYS", default=0)

@@ -879,3 +879,97 @@ class StoredFile(models.Model):
 
     def __str__(self) -> str:
         return f"{self.filename} ({self.id})"
+
+
+def new_vector_store_id() -> str:
+    return new_id("vs")
+
+
+def new_file_batch_id() -> str:
+    return new_id("vsfb")
+
+
+class VectorStore(models.Model):
+    """A searchable collection of a tenant's files (`/v1/vector_stores`). Its status, file counts
+    and usage are read from its files; `embedding_model` is the route its chunks were embedded
+    with, fixed at creation (GATEWAY_VECTOR_STORE_EMBEDDINGS_MODEL then): one store's vectors
+    come from one model. Empty: full-text search only."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=new_vector_store_id, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="vector_stores", db_index=False)
+    api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    name = models.CharField(max_length=256, blank=True, default="")
+    description = models.CharField(max_length=512, blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True, default="", db_default="")
+    expires_after_days = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_active_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="vs_tenant_created")]
+
+    def __str__(self) -> str:
+        return f"{self.name or '(unnamed)'} ({self.id})"
+
+
+class VectorStoreFileBatch(models.Model):
+    """Files attached in one call (`/v1/vector_stores/{id}/file_batches`); its counts are its files'."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=new_file_batch_id, editable=False)
+    vector_store = models.ForeignKey(VectorStore, on_delete=models.CASCADE, related_name="batches")
+    cancelled = models.BooleanField(default=False, db_default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class VectorStoreFile(models.Model):
+    """A file attached to a vector store: its ingestion's status (the worker's), attributes for
+    filters, chunking, and what went wrong. Its public id is the file's."""
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress"
+        COMPLETED = "completed"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
+    vector_store = models.ForeignKey(VectorStore, on_delete=models.CASCADE, related_name="files")
+    file = models.ForeignKey(StoredFile, on_delete=models.CASCADE, related_name="vector_store_files")
+    batch = models.ForeignKey(
+        VectorStoreFileBatch, on_delete=models.SET_NULL, null=True, blank=True, related_name="files"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IN_PROGRESS)
+    attributes = models.JSONField(default=dict, blank=True)
+    max_chunk_size_tokens = models.PositiveIntegerField(default=800)
+    chunk_overlap_tokens = models.PositiveIntegerField(default=400)
+    usage_bytes = models.BigIntegerField(default=0, db_default=0)
+    last_error = models.JSONField(null=True, blank=True)
+    # When a worker took it, renewed while it works: a file in progress whose claim is older than
+    # GATEWAY_VECTOR_STORE_INGEST_STALE_SECONDS (or never claimed) lost its task, and is enqueued again.
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["vector_store", "file"], name="vs_file_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.file_id} in {self.vector_store_id}"
+
+
+class VectorChunk(models.Model):
+    """One chunk of an attached file's text, with its embedding (float32, little-endian) when
+    the store has an embeddings route. Full-text search reads a tsvector column (PostgreSQL)
+    or an FTS5 table (SQLite) that migration 0039 keeps beside this table, not in the model."""
+
+    vector_store_file = models.ForeignKey(VectorStoreFile, on_delete=models.CASCADE, related_name="chunks")
+    position = models.PositiveIntegerField()
+    text = models.TextField()
+    embedding = models.BinaryField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["vector_store_file", "position"], name="vs_chunk_file_pos")]
+
+    def __str__(self) -> str:
+        return f"chunk {self.position} of {self.vector_store_file_id}"

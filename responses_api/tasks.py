@@ -18,6 +18,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
 from .orchestration.alerts import deliver_once, requeue_stale_deliveries, retry_delay
+from .orchestration.vector_stores import ingest
 from .orchestration.worker import reap_stale, run_claimed
 from .store.services import retention_run
 
@@ -72,3 +73,11 @@ def deliver_alert(self, delivery_id: int) -> None:  # type: ignore[no-untyped-de
 def requeue_alert_deliveries() -> int:
     """Beat's sweep: alert deliveries a lost task left pending, enqueued again."""
     return int(run_on_worker_loop(requeue_stale_deliveries()))
+
+
+@shared_task(
+    name="responses_api.ingest_vector_store_file", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def ingest_vector_store_file(row_id: int) -> str:
+    """One file attached to a vector store: extracted, chunked, embedded (orchestration/vector_stores.py)."""
+    return run_on_worker_loop(ingest(row_id))

@@ -18,6 +18,7 @@ urlpatterns = [
     path("", include("responses_api.conversations.urls")),
     path("", include("responses_api.history.urls")),
     path("", include("responses_api.files.urls")),
+    path("", include("responses_api.vector_stores.urls")),
     path("openapi.json", docs.OpenApiDocumentView.as_view(), name="openapi"),
     path("docs", docs.DocsPageView.as_view(), name="docs"),
     path("docs/redoc.standalone.js", docs.RedocBundleView.as_view(), name="redoc-js"),

@@ -656,6 +656,297 @@ def anthropic_errors() -> dict[int, OpenApiResponse]:
     }
 
 
+# --------------------------------------------------------------------------- vector stores
+
+_ATTRIBUTES: dict[str, Any] = {
+    "type": "object",
+    "description": "Up to 16 pairs, for filters: keys of 1 to 64 characters; strings of at most 512, "
+    "numbers or booleans.",
+    "maxProperties": 16,
+    "propertyNames": {"minLength": 1, "maxLength": 64},
+    "additionalProperties": {"anyOf": [{"type": "string", "maxLength": 512}, {"type": "number"}, {"type": "boolean"}]},
+}
+_CHUNKING: dict[str, Any] = {
+    "description": "`auto` (800 tokens, 400 overlap) or `static`; tokens are counted as four characters.",
+    "oneOf": [
+        {"type": "object", "required": ["type"], "properties": {"type": {"const": "auto"}}},
+        {
+            "type": "object",
+            "required": ["type", "static"],
+            "properties": {
+                "type": {"const": "static"},
+                "static": {
+                    "type": "object",
+                    "required": ["max_chunk_size_tokens", "chunk_overlap_tokens"],
+                    "properties": {
+                        "max_chunk_size_tokens": {"type": "integer", "minimum": 100, "maximum": 4096},
+                        "chunk_overlap_tokens": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "maximum": 2048,
+                            "description": "At most half of max_chunk_size_tokens.",
+                        },
+                    },
+                },
+            },
+        },
+    ],
+}
+_EXPIRES_AFTER: dict[str, Any] = {
+    "type": "object",
+    "required": ["anchor", "days"],
+    "properties": {
+        "anchor": {"const": "last_active_at"},
+        "days": {"type": "integer", "minimum": 1, "maximum": 365},
+    },
+}
+_FILE_COUNTS: dict[str, Any] = {
+    "type": "object",
+    "required": ["in_progress", "completed", "failed", "cancelled", "total"],
+    "properties": {
+        name: {"type": "integer", "minimum": 0} for name in ("in_progress", "completed", "failed", "cancelled", "total")
+    },
+}
+_FILE_IDS: dict[str, Any] = {"type": "array", "items": {"type": "string"}, "maxItems": 2000}
+_ATTACH_FILE: dict[str, Any] = {
+    "type": "object",
+    "required": ["file_id"],
+    "properties": {
+        "file_id": {"type": "string"},
+        "attributes": {"anyOf": [_ATTRIBUTES, {"type": "null"}]},
+        "chunking_strategy": {"anyOf": [_CHUNKING, {"type": "null"}]},
+    },
+}
+
+VECTOR_STORE_SCHEMAS: dict[str, Any] = {
+    "VectorStore": {
+        "type": "object",
+        "required": ["id", "object", "created_at", "name", "usage_bytes", "file_counts", "status", "metadata"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "vector_store"},
+            "created_at": {"type": "integer"},
+            "name": {"type": "string"},
+            "description": {"type": ["string", "null"]},
+            "usage_bytes": {"type": "integer", "minimum": 0},
+            "file_counts": _FILE_COUNTS,
+            "status": {"enum": ["expired", "in_progress", "completed"]},
+            "expires_after": {"anyOf": [_EXPIRES_AFTER, {"type": "null"}]},
+            "expires_at": {"type": ["integer", "null"]},
+            "last_active_at": {"type": ["integer", "null"]},
+            "metadata": ref("Metadata"),
+        },
+    },
+    "VectorStoreList": _list_of(ref("VectorStore"), "A page of vector stores."),
+    "CreateVectorStoreBody": {
+        "type": "object",
+        "properties": {
+            "name": {"type": ["string", "null"], "maxLength": 256},
+            "description": {"type": ["string", "null"], "maxLength": 512},
+            "file_ids": {"anyOf": [_FILE_IDS, {"type": "null"}]},
+            "chunking_strategy": {"anyOf": [_CHUNKING, {"type": "null"}]},
+            "expires_after": {"anyOf": [_EXPIRES_AFTER, {"type": "null"}]},
+            "metadata": {"anyOf": [ref("Metadata"), {"type": "null"}]},
+        },
+    },
+    "UpdateVectorStoreBody": {
+        "type": "object",
+        "properties": {
+            "name": {"type": ["string", "null"], "maxLength": 256},
+            "expires_after": {"anyOf": [_EXPIRES_AFTER, {"type": "null"}]},
+            "metadata": {"anyOf": [ref("Metadata"), {"type": "null"}]},
+        },
+    },
+    "DeletedVectorStore": {
+        "type": "object",
+        "required": ["id", "object", "deleted"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "vector_store.deleted"},
+            "deleted": {"const": True},
+        },
+    },
+    "VectorStoreFilter": {
+        "description": "A comparison of a file attribute, or `and` / `or` of filters.",
+        "oneOf": [
+            {
+                "type": "object",
+                "title": "Comparison filter",
+                "required": ["type", "key", "value"],
+                "properties": {
+                    "type": {"enum": ["eq", "ne", "gt", "gte", "lt", "lte"]},
+                    "key": {"type": "string"},
+                    "value": {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]},
+                },
+            },
+            {
+                "type": "object",
+                "title": "Membership filter",
+                "required": ["type", "key", "value"],
+                "properties": {
+                    "type": {"enum": ["in", "nin"]},
+                    "key": {"type": "string"},
+                    "value": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "number"}]}},
+                },
+            },
+            {
+                "type": "object",
+                "title": "Compound filter",
+                "required": ["type", "filters"],
+                "properties": {
+                    "type": {"enum": ["and", "or"]},
+                    "filters": {"type": "array", "items": {"$ref": "#/components/schemas/VectorStoreFilter"}},
+                },
+            },
+        ],
+    },
+    "VectorStoreSearchBody": {
+        "type": "object",
+        "required": ["query"],
+        "properties": {
+            "query": {
+                "anyOf": [
+                    {"type": "string", "pattern": "\\S"},
+                    {"type": "array", "items": {"type": "string"}, "minItems": 1, "contains": {"pattern": "\\S"}},
+                ]
+            },
+            "filters": {"anyOf": [ref("VectorStoreFilter"), {"type": "null"}]},
+            "max_num_results": {"type": ["integer", "null"], "minimum": 1, "maximum": 50},
+            "ranking_options": {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "ranker": {"enum": ["auto", "default-2024-11-15", "none", None]},
+                            "score_threshold": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+                        },
+                    },
+                    {"type": "null"},
+                ]
+            },
+            "rewrite_query": {"type": ["boolean", "null"]},
+        },
+    },
+    "VectorStoreSearchResults": {
+        "type": "object",
+        "required": ["object", "search_query", "data", "has_more", "next_page"],
+        "properties": {
+            "object": {"const": "vector_store.search_results.page"},
+            "search_query": {"type": "array", "items": {"type": "string"}},
+            "data": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["file_id", "filename", "score", "attributes", "content"],
+                    "properties": {
+                        "file_id": {"type": "string"},
+                        "filename": {"type": "string"},
+                        "score": {"type": "number", "minimum": 0, "maximum": 1},
+                        "attributes": _ATTRIBUTES,
+                        "content": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["type", "text"],
+                                "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+                            },
+                        },
+                    },
+                },
+            },
+            "has_more": {"type": "boolean"},
+            "next_page": {"type": ["string", "null"]},
+        },
+    },
+    "VectorStoreFile": {
+        "type": "object",
+        "required": ["id", "object", "created_at", "vector_store_id", "status", "usage_bytes", "last_error"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "vector_store.file"},
+            "created_at": {"type": "integer"},
+            "vector_store_id": {"type": "string"},
+            "status": {"enum": ["in_progress", "completed", "cancelled", "failed"]},
+            "usage_bytes": {"type": "integer", "minimum": 0},
+            "last_error": {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "required": ["code", "message"],
+                        "properties": {
+                            "code": {"enum": ["server_error", "unsupported_file", "invalid_file"]},
+                            "message": {"type": "string"},
+                        },
+                    },
+                    {"type": "null"},
+                ]
+            },
+            "attributes": _ATTRIBUTES,
+            "chunking_strategy": _CHUNKING["oneOf"][1],
+        },
+    },
+    "VectorStoreFileList": _list_of(ref("VectorStoreFile"), "A page of a vector store's files."),
+    "CreateVectorStoreFileBody": _ATTACH_FILE,
+    "UpdateVectorStoreFileBody": {
+        "type": "object",
+        "required": ["attributes"],
+        "properties": {"attributes": {"anyOf": [_ATTRIBUTES, {"type": "null"}]}},
+    },
+    "DeletedVectorStoreFile": {
+        "type": "object",
+        "required": ["id", "object", "deleted"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "vector_store.file.deleted"},
+            "deleted": {"const": True},
+        },
+    },
+    "VectorStoreFileContent": {
+        "type": "object",
+        "required": ["object", "data", "has_more", "next_page"],
+        "properties": {
+            "object": {"const": "vector_store.file_content.page"},
+            "data": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["type", "text"],
+                    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+                },
+            },
+            "has_more": {"type": "boolean"},
+            "next_page": {"type": ["string", "null"]},
+        },
+    },
+    "CreateVectorStoreFileBatchBody": {
+        "type": "object",
+        "description": "`file_ids` or `files`, not both.",
+        "properties": {
+            "file_ids": _FILE_IDS,
+            "files": {"type": "array", "items": _ATTACH_FILE, "maxItems": 2000},
+            "attributes": {"anyOf": [_ATTRIBUTES, {"type": "null"}]},
+            "chunking_strategy": {"anyOf": [_CHUNKING, {"type": "null"}]},
+        },
+        "oneOf": [
+            {"required": ["file_ids"], "not": {"required": ["files"]}},
+            {"required": ["files"], "not": {"required": ["file_ids"]}},
+        ],
+    },
+    "VectorStoreFileBatch": {
+        "type": "object",
+        "required": ["id", "object", "created_at", "vector_store_id", "status", "file_counts"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "vector_store.files_batch"},
+            "created_at": {"type": "integer"},
+            "vector_store_id": {"type": "string"},
+            "status": {"enum": ["in_progress", "completed", "cancelled", "failed"]},
+            "file_counts": _FILE_COUNTS,
+        },
+    },
+}
+
+
 GATEWAY_SCHEMAS: dict[str, Any] = {
     "GatewayError": {
         "type": "object",
@@ -893,6 +1184,7 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
             "expires_after[seconds]": ["expires_after[anchor]"],
         },
     },
+    **VECTOR_STORE_SCHEMAS,
     # Anthropic's Messages API (api/messages_views.py): what its checks require; every other field
     # Anthropic defines is accepted (passed to an Anthropic route, translated or named in
     # x-gateway-ignored-fields elsewhere), as README's "Claude Code" section says.
@@ -925,7 +1217,7 @@ GATEWAY_SCHEMAS: dict[str, Any] = {
 
 
 # Request bodies that may be left out (every other body is required).
-OPTIONAL_BODIES = frozenset({"CreateConversationBody"})
+OPTIONAL_BODIES = frozenset({"CreateConversationBody", "CreateVectorStoreBody"})
 
 
 def stream_events_schema() -> dict[str, Any]:

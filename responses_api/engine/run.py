@@ -100,6 +100,7 @@ class ResponseRun:
             seal_reasoning=reasoning_sealer(job.tenant_id) if "reasoning.encrypted_content" in req.include else None,
             seal_signed=signed_reasoning_sealer(job.tenant_id),
             sequence_number=first_sequence_number,
+            file_search_results="file_search_call.results" in req.include,
         )
         self.tool_search = RunToolSearch(req.tool_choice, job.context)
         self.error: GatewayError | None = None

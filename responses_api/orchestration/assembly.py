@@ -51,6 +51,7 @@ from .guardrails import output_guard, output_recorder, screen_files, summary_scr
 from .limits import Grant
 from .routing import route_get
 from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
+from .vector_stores import FileSearchRunner, check_file_search
 
 __all__ = [
     "PriorContext",
@@ -265,12 +266,16 @@ async def _assemble(
             job.files = await screen_files(
                 Caller(job.tenant_id, key_id), job.request.model, job.files, where=where, response_id=job.response_id
             )
+    searches = await check_file_search(job.tenant_id, job.request)
     toolset = await toolset_for(job.response_id, plan.mcp, job.tenant_id)
+    runner = await tool_runner(job.response_id, plan.specs)
+    if searches:  # file_search over the gateway's own vector stores
+        runner = FileSearchRunner(runner, tenant_id=job.tenant_id, specs=searches)
     guard = await output_guard(tenant_id=job.tenant_id, key_id=key_id, model=job.request.model)
     return ResponseRun(
         job,
         persistence,
-        await tool_runner(job.response_id, plan.specs),
+        runner,
         max_iterations=settings.GATEWAY_MAX_TOOL_ITERATIONS,
         mcp=McpSession(toolset) if toolset is not None else None,
         stream_upstream=stream_upstream,

@@ -12,7 +12,8 @@ default), and its slots and reservations back within GATEWAY_LEASE_SECONDS (30 s
 Every GATEWAY_REAPER_INTERVAL_SECONDS each web process also runs the worker runs' reaper
 (worker.reap_stale: runs whose worker stopped heartbeating, queued runs no worker
 took), which Celery beat schedules on a worker too: with the only worker or beat dead, the rows
-clients poll still end. Reaping is idempotent (a row is finished once), so several processes
+clients poll still end; and it enqueues again the vector store files whose ingestion was lost
+(vector_stores.requeue_stale_ingestions). Reaping is idempotent (a row is finished once), so several processes
 sweeping at once only repeat a cheap query.
 
 In the embedded mode (no Redis, no Celery beat) the process also runs retention
@@ -36,6 +37,7 @@ from ..process import process_id
 from ..store import db, services
 from .alerts import requeue_stale_deliveries
 from .limits import renew_leases_from_now_on, renew_live_leases
+from .vector_stores import requeue_stale_ingestions
 from .worker import reap_stale
 
 log = logging.getLogger("gateway.liveness")
@@ -77,6 +79,9 @@ async def beat_forever() -> None:
                 reaped = await reap_stale()
                 if reaped:
                     log.warning("failed %d responses whose worker stopped or never started them", reaped)
+                requeued = await requeue_stale_ingestions()
+                if requeued:
+                    log.warning("enqueued again %d vector store files whose ingestion was lost", requeued)
             if settings.EMBEDDED_WORKER:
                 await expire_if_due()
                 if now - swept_at >= settings.GATEWAY_ALERT_SWEEP_SECONDS:

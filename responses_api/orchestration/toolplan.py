@@ -26,6 +26,7 @@ from ..protocol.errors import InvalidRequest
 from ..protocol.request import CreateRequest
 from ..protocol.surface import ignored_fields, refused_on_route
 from ..protocol.tools import HostedTool, Tool, make_tool
+from ..protocol.vector_stores import search_options
 from ..store import db
 from ..ttlcache import TTLCache
 from ..upstreams import applied_fields
@@ -132,6 +133,11 @@ def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) 
         tool.kind, tool.report = HOSTED_ALIASES.get(hosted.type, hosted.type), hosted.spec
         tools = [t for t in tools if t.name != name] + [tool]
         served.add(id(hosted))
+    for hosted in req.hosted_tools:
+        if hosted.type == "file_search" and id(hosted) not in served:  # the gateway's own vector stores
+            tool = file_search_tool(hosted, taken={t.name for t in tools})
+            tools.append(tool)
+            served.add(id(hosted))
     unserved = [h for h in req.hosted_tools if id(h) not in served]
     if unserved and route.targets and all(dialect_of(t).wire.runs_hosted_tools for t in route.targets):
         # A native Responses upstream runs hosted tools itself: sent on as the client sent them,
@@ -141,6 +147,40 @@ def serve_hosted_tools(req: CreateRequest, route: Route, specs: list[ToolSpec]) 
     if dropped:
         log.info("hosted tools dropped for model %s: %s", req.model, ", ".join(dropped))
     return dataclasses.replace(req, tools=tools, dropped_tools=dropped)
+
+
+FILE_SEARCH_SOURCE = "gateway"  # a file_search tool the gateway runs over its own vector stores
+
+
+def file_search_tool(hosted: HostedTool, *, taken: set[str]) -> Tool:
+    """A `file_search` tool as the function the model calls: its query. The tool's own fields
+    (vector_store_ids, filters, max_num_results, ranking_options) are checked here, a 400 naming
+    the field, and applied by the gateway when the model searches (vector_stores.FileSearchRunner)."""
+    spec = hosted.spec
+    ids = spec.get("vector_store_ids")
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise InvalidRequest(
+            f"'{hosted.param}.vector_store_ids' must be a non-empty array of vector store ids.",
+            param=f"{hosted.param}.vector_store_ids",
+        )
+    search_options(spec, prefix=f"{hosted.param}.")
+    name = next(n for n in ("file_search", "gateway_file_search", "file_search_2") if n not in taken)
+    tool = make_tool(
+        name=name,
+        description="Search the user's uploaded files for passages relevant to a query. Cite a passage "
+        "by its file's filename.",
+        parameters={
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "What to look for, in a few words."}},
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+        strict=True,
+        param=hosted.param,
+        source=FILE_SEARCH_SOURCE,
+    )
+    tool.kind, tool.report = "file_search", spec
+    return tool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ machine.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ class EventBuilder:
         reasoning_summary: bool = False,
         seal_reasoning: Callable[[str], str] | None = None,
         seal_signed: Callable[[str, str], str] | None = None,
+        file_search_results: bool = False,
     ) -> None:
         """`tools`: the function-offered tools whose calls become other items (namespace members,
         custom tools, client built-ins). `reasoning_summary`: the client asked for reasoning
@@ -125,6 +127,10 @@ class EventBuilder:
         self.reasoning_summary = reasoning_summary
         self.seal_reasoning = seal_reasoning
         self.seal_signed = seal_signed
+        # file_search served by the gateway: its results on the call item (include:
+        # file_search_call.results), and the files found, which the answer's text may cite.
+        self.file_search_results = file_search_results
+        self._found_files: dict[str, str] = {}  # filename -> file id
         self._signature: str | None = None  # of the open reasoning item
 
     @property
@@ -326,15 +332,22 @@ class EventBuilder:
                 self._event("response.reasoning_summary_text.done", **base, text=text),
                 self._event("response.reasoning_summary_part.done", **base, part=self._copy(final)),
             ]
-        open_item.item["content"][part.index] = final
+        annotated: list[Event] = []
         base = {"item_id": open_item.item["id"], "output_index": open_item.output_index, "content_index": part.index}
+        if part.kind == "output_text" and self._found_files:  # the files a gateway file_search found
+            final["annotations"] = file_citations(text, self._found_files)
+            annotated = [
+                self._event("response.output_text.annotation.added", **base, annotation_index=i, annotation=dict(a))
+                for i, a in enumerate(final["annotations"])
+            ]
+        open_item.item["content"][part.index] = final
         if part.kind == "output_text":
             done = self._event("response.output_text.done", **base, text=text, logprobs=[])
         elif part.kind == "refusal":
             done = self._event("response.refusal.done", **base, refusal=text)
         else:
             done = self._event("response.reasoning_text.done", **base, text=text)
-        return [done, self._event("response.content_part.done", **base, part=self._copy(final))]
+        return [*annotated, done, self._event("response.content_part.done", **base, part=self._copy(final))]
 
     def _close_content_item(self, status: str = "completed") -> list[Event]:
         open_item = self._content_item
@@ -654,6 +667,12 @@ class EventBuilder:
                 self._event("response.output_item.done", output_index=open_item.output_index, item=self._copy(item))
             ]
         item["status"] = "completed"
+        if item["type"] == "file_search_call":
+            results = file_search_results(output)
+            for result in results or []:
+                self._found_files.setdefault(result["filename"], result["file_id"])
+            if results is not None and self.file_search_results:
+                item["results"] = results
         if item["type"] == "web_search_call":  # a registry tool served it: one search request
             served = {"web_search": {"num_requests": 1}}
             self.passed["tool_usage"] = add_counts(self.passed.get("tool_usage") or {}, served)
@@ -789,6 +808,42 @@ class EventBuilder:
         self._abandon_open_items()
         self.response["status"] = "cancelled"
         self.response["usage"] = self.usage.as_dict()
+
+
+def file_search_results(output: str) -> list[dict[str, Any]] | None:
+    """The results of a file_search the gateway ran (its output to the model is JSON: see
+    orchestration/vector_stores.py), as a file_search_call item's `results`; None if not that."""
+    try:
+        parsed = json.loads(output)
+    except ValueError:
+        return None
+    results = parsed.get("results") if isinstance(parsed, dict) else None
+    if not isinstance(results, list):
+        return None
+    return [
+        {
+            "file_id": r.get("file_id"),
+            "filename": r.get("filename"),
+            "score": r.get("score"),
+            "text": r.get("text"),
+            "attributes": r.get("attributes") or {},
+        }
+        for r in results
+        if isinstance(r, dict) and isinstance(r.get("file_id"), str) and isinstance(r.get("filename"), str)
+    ]
+
+
+def file_citations(text: str, files: dict[str, str]) -> list[dict[str, Any]]:
+    """`file_citation` annotations of an answer: each file a search found whose filename the
+    answer names, at the end of each mention (the tool asks the model to cite by filename)."""
+    found = []
+    for filename, file_id in files.items():
+        start = text.find(filename)
+        while start != -1:
+            end = start + len(filename)
+            found.append({"type": "file_citation", "file_id": file_id, "filename": filename, "index": end})
+            start = text.find(filename, end)
+    return sorted(found, key=lambda a: (a["index"], a["filename"]))
 
 
 # The progress event between `.in_progress` and `.completed` of each hosted call type.

@@ -289,7 +289,7 @@ TOOL_TYPES: dict[str, Entry] = {
     "web_search_2025_08_26": _e(PASSED, _HOSTED),
     "web_search_preview": _e(PASSED, _HOSTED),
     "web_search_preview_2025_03_11": _e(PASSED, _HOSTED),
-    "file_search": _e(PASSED, _HOSTED),
+    "file_search": _e(SERVED, "run by the gateway over its own vector stores (its filters, max_num_results, ranking_options), for every upstream; by a registry tool where the route maps it (hosted_tools)"),
     "code_interpreter": _e(PASSED, _OPENAI_HOSTED),
     "image_generation": _e(PASSED, _OPENAI_HOSTED),
     "tool_search": _e(SERVED, "the gateway searches the deferred tools itself, on every upstream kind; execution: client hands the call to the client"),
@@ -344,7 +344,7 @@ OUTPUT_ITEM_TYPES: dict[str, Entry] = {
     "mcp_list_tools": _e(SERVED), "mcp_call": _e(SERVED), "mcp_approval_request": _e(SERVED),
     "compaction": _e(SERVED),
     "web_search_call": _e(SERVED, "from a registry tool serving web_search, or " + _RELAYED),
-    "file_search_call": _e(SERVED, "from a registry tool serving file_search, or " + _RELAYED),
+    "file_search_call": _e(SERVED, "from the gateway's own file_search (results with include file_search_call.results) or a registry tool serving it"),
     "function_call_output": _e(SERVED, "in item lists, as the client or a registry tool gave it"),
     **_client_tool_items(None, _e(SERVED, "in item lists, as the client gave it")),
     "mcp_approval_response": _e(SERVED, "in item lists, as the client gave it"),
@@ -402,7 +402,7 @@ SERVER_EVENTS: dict[str, Entry] = {
     "response.shell_call_command.done": _e(NOT_EMITTED, "shell calls come whole in output_item.done"),
     "response.shell_call_output_content.delta": _e(NOT_EMITTED, "the client runs shell calls: there is no output to stream"),
     "response.shell_call_output_content.done": _e(NOT_EMITTED, "the client runs shell calls: there is no output to stream"),
-    "response.output_text.annotation.added": _e(NOT_EMITTED, "annotations come with output_text.done"),
+    "response.output_text.annotation.added": _e(SERVED, "file_citation of the files a gateway-run file_search found, before output_text.done"),
     "response.audio.delta": _e(NOT_EMITTED, "no audio output"),
     "response.audio.done": _e(NOT_EMITTED, "no audio output"),
     "response.audio.transcript.delta": _e(NOT_EMITTED, "no audio output"),
@@ -483,9 +483,10 @@ def _names(table: dict[str, Entry], *treatments: Treatment) -> frozenset[str]:
 
 
 # Hosted tools: served by a registry tool, passed through, or dropped (x-gateway-dropped-tools).
-# `tool_search` is the gateway's own (protocol/tool_search.py) but, like these, is parsed apart
+# `tool_search` and `file_search` are the gateway's own (protocol/tool_search.py,
+# orchestration/vector_stores.py) but, like these, are parsed apart
 # from the function tools (protocol/tools.normalize_tools skips it; request.py adds it).
-HOSTED_TOOL_TYPES = _names(TOOL_TYPES, PASSED) | {"tool_search"}
+HOSTED_TOOL_TYPES = _names(TOOL_TYPES, PASSED) | {"tool_search", "file_search"}
 # Items of hosted tools: history in the context, relayed whole from a responses upstream (or,
 # for tool search, written by the gateway's own search).
 HOSTED_ITEM_TYPES = _names(INPUT_ITEM_TYPES, SERVED) & (

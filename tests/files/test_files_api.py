@@ -196,7 +196,7 @@ def test_every_file_operation_answers_a_foreign_id_as_an_unknown_one(gateway: Ga
     probed = []
     with gateway.http(other_key) as other:
         for path, ops in document["paths"].items():
-            if "{file_id}" not in path:
+            if "{file_id}" not in path or not path.startswith("/v1/files"):  # vector stores': their tests
                 continue
             for method in ops:
                 foreign = other.request(method.upper(), path.replace("{file_id}", mine.id))

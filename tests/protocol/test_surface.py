@@ -459,6 +459,10 @@ def test_each_tool_type_is_treated_as_classified(kind: str) -> None:
         req = parse_create_request({"model": "m", "input": "x", "tools": [tool]})
         assert [t.kind for t in req.tools] == ["tool_search"] and not hosted_tools([tool])
         return
+    if kind == "file_search":  # the gateway's own, parsed apart and planned per route (toolplan.file_search_tool)
+        assert entry.treatment is Treatment.SERVED
+        assert normalize_tools([tool]) == [] and [h.type for h in hosted_tools([tool])] == [kind]
+        return
     if entry.treatment is Treatment.SERVED:
         served = normalize_mcp_tools([tool]) if kind == "mcp" else normalize_tools([tool])
         assert served and not hosted_tools([tool])

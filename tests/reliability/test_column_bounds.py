@@ -76,14 +76,44 @@ def probe_file_content_type(gateway: Gateway, scripted: ScriptedUpstream) -> Non
     _upload_refused(gateway, "file", file=("a.txt", b"x", too_long))
 
 
+def probe_vector_store(field: str) -> Callable[[Gateway, ScriptedUpstream], None]:
+    def probe(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+        from responses_api.models import VectorStore
+
+        too_long = "n" * (_length("responses_api", "VectorStore", field) + 1)
+        http = gateway.http()
+        answer = http.post("/v1/vector_stores", json={field: too_long})
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == field
+        assert not VectorStore.objects.exists()
+        if field == "name":  # an update is checked the same way
+            store = http.post("/v1/vector_stores", json={}).json()["id"]
+            answer = http.post(f"/v1/vector_stores/{store}", json={field: too_long})
+            assert answer.status_code == 400 and answer.json()["error"]["param"] == field
+
+    return probe
+
+
+def probe_continuation_id(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    from responses_api.models import Response
+
+    too_long = "c" * (_length("responses_api", "Response", "continuation_id") + 1)
+    body = {"model": MODEL, "input": "hi", "background": True, "background_options": {"continuation_id": too_long}}
+    answer = gateway.http().post("/v1/responses", json=body)
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "background_options.continuation_id"
+    assert scripted.model_calls == [] and not Response.objects.exists()
+
+
 # Columns an API client fills, with the probe that proves the parser bounds them.
 CLIENT: dict[tuple[str, str, str], Callable[[Gateway, ScriptedUpstream], None]] = {
     ("responses_api", "Item", "public_id"): probe_item_ids,
     ("responses_api", "Response", "model"): probe_model,
+    ("responses_api", "Response", "continuation_id"): probe_continuation_id,
     # /v1/files: the purpose is one of two; the name and type of the file part are bounded.
     ("responses_api", "StoredFile", "purpose"): probe_file_purpose,
     ("responses_api", "StoredFile", "filename"): probe_file_name,
     ("responses_api", "StoredFile", "content_type"): probe_file_content_type,
+    ("responses_api", "VectorStore", "name"): probe_vector_store("name"),
+    ("responses_api", "VectorStore", "description"): probe_vector_store("description"),
 }
 # Columns filled by the operator (admin forms check max_length; the config file goes through
 # the same fields) or by the gateway itself (ids it makes, states, names of what it routed to).
@@ -150,10 +180,17 @@ GATEWAY = {
     ("responses_api", "GuardrailEvent", "where"),
     ("responses_api", "GuardrailEvent", "response_id"),
     ("responses_api", "Item", "type"),  # one of the parser's known types: test below
+    ("responses_api", "Response", "completion_window"),  # soonest, 2h or 8h: the parser refuses others
     # An uploaded file's row: its id, the storage's name for it, its hash (made by the gateway);
     ("responses_api", "StoredFile", "id"),
     ("responses_api", "StoredFile", "storage_name"),
     ("responses_api", "StoredFile", "sha256"),
+    # Vector stores: ids the gateway makes, a file's ingestion status, and the embeddings route
+    # (the operator's GATEWAY_VECTOR_STORE_EMBEDDINGS_MODEL, a route name: ModelRoute.name's bound).
+    ("responses_api", "VectorStore", "id"),
+    ("responses_api", "VectorStore", "embedding_model"),
+    ("responses_api", "VectorStoreFileBatch", "id"),
+    ("responses_api", "VectorStoreFile", "status"),
     ("responses_api", "UsageRecord", "endpoint"),
     ("responses_api", "UsageRecord", "model"),  # a route's name: usage is recorded for routed calls only
     ("responses_api", "UsageRecord", "upstream"),

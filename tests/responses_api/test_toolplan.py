@@ -71,7 +71,8 @@ def test_the_plan_is_a_new_request_and_the_parsed_one_is_unchanged() -> None:
     assert by_name["client_fn"].source != "registry"
     assert by_name["corp_search"].kind == "web_search"  # the hosted tool, served by the registry
     assert "route_tool" in by_name  # attached by the route
-    assert planned.dropped_tools == ["file_search"]  # no registry tool serves it, no native upstream
+    assert planned.dropped_tools == []  # file_search: the gateway's own, over its vector stores
+    assert by_name["file_search"].kind == "file_search" and by_name["file_search"].source == "gateway"
     assert [m.server_label for m in planned.mcp_tools] == ["shop", "docs"]  # docs: attached by the route
     servers, cached, approvals = plan.mcp
     assert [s.label for s in servers] == ["shop", "docs"]

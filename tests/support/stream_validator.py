@@ -160,6 +160,9 @@ OPENAI_TOOL_SCHEMAS = (
     "FileSearchTool",
     "ToolSearchToolParam",
 )
+# OpenAI's file citations join the Open Responses annotation union (url_citation only): the
+# gateway's file_search cites the files it found (issue 59).
+OPENAI_ANNOTATION_SCHEMAS = ("FileCitationBody",)
 # Hosted-tool call items: in_progress -> searching -> completed, each an event of its own.
 _HOSTED_CALL_STAGES = ("in_progress", "searching", "completed")
 # Client-tool calls arrive whole in output_item.done (a custom tool's input also streams).
@@ -233,7 +236,7 @@ def _patch_openresponses(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _add_openai_mcp(doc: dict[str, Any]) -> dict[str, Any]:
-    """Open Responses has no MCP items or tool; take OpenAI's definitions into its unions."""
+    """Open Responses has no MCP items or tool (nor file citations); take OpenAI's definitions into its unions."""
     comps = doc.setdefault("components", {}).setdefault("schemas", {})
     openai = _load(str(_openai_spec_path()), False)["components"]["schemas"]
 
@@ -251,7 +254,11 @@ def _add_openai_mcp(doc: dict[str, Any]) -> dict[str, Any]:
             for v in node:
                 copy_refs(v)
 
-    for union, names in (("ItemField", OPENAI_ITEM_SCHEMAS), ("Tool", OPENAI_TOOL_SCHEMAS)):
+    for union, names in (
+        ("ItemField", OPENAI_ITEM_SCHEMAS),
+        ("Tool", OPENAI_TOOL_SCHEMAS),
+        ("Annotation", OPENAI_ANNOTATION_SCHEMAS),
+    ):
         branches = comps[union]["oneOf"]
         for name in names:
             ref = {"$ref": f"#/components/schemas/{name}"}

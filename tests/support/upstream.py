@@ -30,10 +30,12 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import socket
 import threading
 import time
 import uuid
+import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -172,6 +174,16 @@ class _DisconnectWatch:
 # Compact separators, as OpenAI emits them.  A shared encoder because
 # json.dumps() with non-default arguments builds a new encoder on every call.
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def words_vector(text: str, dimensions: int = 64) -> list[float]:
+    """A bag-of-words vector: each word (lower-cased, a plural's `s` dropped) adds 1 to the
+    dimension its CRC-32 picks. Deterministic, and texts sharing words have a high cosine."""
+    vector = [0.0] * dimensions
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        stem = word[:-1] if len(word) > 3 and word.endswith("s") else word
+        vector[zlib.crc32(stem.encode()) % dimensions] += 1.0
+    return vector
 
 
 def _dumps(value: Any) -> str:
@@ -692,14 +704,18 @@ class ScriptedUpstream:
         elif method == "POST" and path == "/v1/embeddings" and self.embeddings_error is not None:
             await self._send_json(send, *self.embeddings_error)
         elif method == "POST" and path == "/v1/embeddings":
-            # Deterministic 4-dimensional vectors; 1 token per word.
+            # Deterministic 4-dimensional vectors; 1 token per word. A model named `bow-...`:
+            # bag-of-words vectors (words_vector), so texts sharing words are near each other.
             texts = body.get("input")
             texts = [texts] if isinstance(texts, str) else texts if isinstance(texts, list) else []
+            words = str(body.get("model", "")).startswith("bow-")
             data = [
                 {
                     "object": "embedding",
                     "index": i,
-                    "embedding": [len(str(t)) / 10, i / 10, 0.5, float(str(t).count(" "))],
+                    "embedding": words_vector(str(t))
+                    if words
+                    else [len(str(t)) / 10, i / 10, 0.5, float(str(t).count(" "))],
                 }
                 for i, t in enumerate(texts)
             ]

@@ -298,11 +298,11 @@ def test_hosted_tools_a_route_does_not_serve_are_dropped_visibly(
                 "input": "x",
                 "tools": [
                     {"type": "code_interpreter", "container": {"type": "auto"}},
-                    {"type": "file_search", "vector_store_ids": ["vs_1"]},
+                    {"type": "image_generation"},
                 ],
             },
         )
     assert raw.status_code == 200, raw.text
-    assert raw.headers["x-gateway-dropped-tools"] == "code_interpreter,file_search"
+    assert raw.headers["x-gateway-dropped-tools"] == "code_interpreter,image_generation"
     assert "tools" not in scripted.requests[-1].body
     assert raw.json()["tools"] == []
