@@ -36,7 +36,7 @@ from ..models import (
 from ..protocol import wirejson
 from ..protocol.errors import NotFound
 from . import selectors
-from .eventlog import forget_now
+from .eventlog import forget_now, hide_view_now
 
 KEY_PREFIX = "sk-gw-"
 
@@ -420,6 +420,8 @@ def response_delete(*, tenant_id: int, response_id: str) -> None:
     on that context and must keep it."""
     row = selectors.response_get_row(tenant_id=tenant_id, response_id=response_id)
     Response.objects.filter(id=row.id).update(deleted_at=timezone.now())
+    if row.on_worker and row.status in Response.RUNNING:  # its worker may still write a running view
+        hide_view_now(row.id)
 
 
 def hash_key(raw_key: str) -> str:
