@@ -100,7 +100,7 @@ async def bg_phase(t: Target, *, runs: int, concurrency: int, expected: float) -
                 rid = json.loads(res.body)["id"]
                 cl.close()  # no connection held while the run goes on
                 await asyncio.sleep(expected)
-                for attempt in range(600):
+                for _ in range(600):
                     got = await cl.request("GET", f"/responses/{rid}", keep_body=True)
                     status = json.loads(got.body or b"{}").get("status")
                     if status == "completed":
@@ -207,7 +207,12 @@ async def readers_phase(t: Target, *, readers: int, responses: int) -> dict[str,
     counts: dict[str, int] = {}
     for outcome in outcomes:
         counts[outcome] = counts.get(outcome, 0) + 1
-    return {"readers": readers, "responses": responses, "outcomes": counts, "seconds": round(time.monotonic() - started, 1)}
+    return {
+        "readers": readers,
+        "responses": responses,
+        "outcomes": counts,
+        "seconds": round(time.monotonic() - started, 1),
+    }
 
 
 def ms(ph: dict[str, Any], *names: str) -> float:
@@ -218,7 +223,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", metavar="REV", help="also run the gateway of git commit REV, side by side")
     ap.add_argument("--runs", type=int, default=40, help="responses per fg and bg phase")
-    ap.add_argument("--concurrency", type=int, default=20, help="creates in flight (fg, bg)")
+    ap.add_argument("--concurrency", type=int, default=10, help="creates in flight (fg, bg)")
     ap.add_argument("--tokens", type=int, default=20, help="tokens of the answer")
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between the upstream's tokens")
     ap.add_argument("--polls", type=int, default=2000, help="polls (and GET /v1/models) in the poll phase")
@@ -227,7 +232,7 @@ def main() -> None:
     ap.add_argument("--readers", type=int, default=1000)
     ap.add_argument("--reader-responses", type=int, default=10)
     ap.add_argument("--reader-tokens", type=int, default=60, help="tokens of a readers-phase run")
-    ap.add_argument("--worker-concurrency", type=int, default=24, help="prefork processes per worker")
+    ap.add_argument("--worker-concurrency", type=int, default=12, help="prefork processes per worker")
     ap.add_argument("--idle", type=float, default=4.0)
     ap.add_argument("--skip", default="", help="phases to skip (comma-separated: fg,bg,poll,readers)")
     args = ap.parse_args()
@@ -254,7 +259,8 @@ def main() -> None:
     for name, tree in trees:
         rds = start_redis(d / name)
         db_url = c.create_database(pg.url, f"bench_{name}")
-        extra = {"REDIS_URL": rds.url, "GATEWAY_UPSTREAM_MAX_CONNECTIONS": "4000"}
+        # Two targets' web and worker processes share one PostgreSQL (max_connections 100).
+        extra = {"REDIS_URL": rds.url, "GATEWAY_UPSTREAM_MAX_CONNECTIONS": "4000", "DB_POOL_MIN_SIZE": "1"}
         gw = c.Gateway(
             db_url=db_url,
             providers={},
@@ -308,9 +314,7 @@ def main() -> None:
                 r["models"] = t.meter.stop(n)
                 asyncio.run(cancel_all(t, ids))
             else:
-                r["readers"] = asyncio.run(
-                    readers_phase(t, readers=args.readers, responses=args.reader_responses)
-                )
+                r["readers"] = asyncio.run(readers_phase(t, readers=args.readers, responses=args.reader_responses))
         order.reverse()  # neither target always goes first
 
     lines = []

@@ -39,7 +39,7 @@ def view_ttl() -> float:
     touches it every GATEWAY_HEARTBEAT_SECONDS (orchestration/worker.LogWriter), so a view
     outlives a dead worker by about as long as the reaper waits (4 heartbeats) before it ends the
     response in the database; a poll then reads the database again."""
-    return 4 * settings.GATEWAY_HEARTBEAT_SECONDS
+    return 4 * float(settings.GATEWAY_HEARTBEAT_SECONDS)
 
 
 def _is_terminal(events: list[dict[str, Any]]) -> bool:

@@ -625,11 +625,11 @@ def response_job_claim(*, response_id: str) -> Response | None:
     """Take an unclaimed run (heartbeat still null), compare-and-swap: exactly one worker wins.
     One statement (UPDATE ... RETURNING the row), so one transaction, not an update and a read."""
     table = Response._meta.db_table
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in Response._meta.concrete_fields)
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in Response._meta.concrete_fields)
     running = ", ".join(["%s"] * len(Response.RUNNING))
     won = list(
         Response.objects.raw(
-            f"UPDATE {table} SET status = %s, heartbeat_at = %s "  # noqa: S608 - names from the model, values bound
+            f"UPDATE {table} SET status = %s, heartbeat_at = %s "  # names from the model, values bound
             f"WHERE id = %s AND status IN ({running}) AND on_worker AND heartbeat_at IS NULL RETURNING {columns}",
             [Response.Status.IN_PROGRESS, timezone.now(), response_id, *Response.RUNNING],
         )

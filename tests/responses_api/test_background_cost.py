@@ -38,15 +38,15 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Statements]:
     from responses_api.store import db
 
     seen = _Statements()
-    plain = utils.CursorWrapper._execute
+    plain = utils.CursorWrapper._execute  # type: ignore[attr-defined]  # Django's private execute, every cursor's path
     native = db.fetch_one
 
-    def execute(self, sql, params, *ignored):  # type: ignore[no-untyped-def]
+    def execute(self, sql, params, *ignored):
         with seen.lock:
             seen.seen.append((sql, params))
         return plain(self, sql, params, *ignored)
 
-    async def fetch_one(sql: str, params: dict[str, Any]):  # type: ignore[no-untyped-def]
+    async def fetch_one(sql: str, params: dict[str, Any]):
         with seen.lock:
             seen.seen.append((sql, params))
         return await native(sql, params)
@@ -122,3 +122,49 @@ def test_a_deleted_running_response_is_not_polled_from_its_view(
         assert http.delete(f"/v1/responses/{created.id}").status_code == 200
         time.sleep(0.3)  # the worker writes its view again meanwhile
         assert http.get(f"/v1/responses/{created.id}").status_code == 404
+
+
+def test_a_worker_killed_mid_run_keeps_everything_a_reader_saw(
+    gateway: Gateway, scripted: ScriptedUpstream, settings
+) -> None:
+    """Batched writes and a kill -9: every event a live reader got is in the log, numbered as it
+    got it; the reaper's end follows them, and the stored output holds the text the reader saw."""
+    import json
+
+    from tests.support.harness import CeleryWorker
+
+    scripted.enqueue(MODEL, Reply(text="abcde " * 100, chunk_chars=3, interval=0.05))
+    doomed = CeleryWorker()
+    doomed.wait_ready()
+    survivor = None
+    try:
+        created = gateway.openai().responses.create(model=MODEL, input="go", background=True)
+        seen: list[dict[str, Any]] = []
+        with (
+            gateway.http(timeout=60) as http,
+            http.stream("GET", f"/v1/responses/{created.id}", params={"stream": "true"}) as r,
+        ):
+            for line in r.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                seen.append(json.loads(line[6:]))
+                if sum(e["type"] == "response.output_text.delta" for e in seen) == 20 and survivor is None:
+                    doomed.kill()  # SIGKILL mid-run; this reader follows the log on
+                    survivor = CeleryWorker(beat=True)
+                if seen[-1]["type"] in ("response.completed", "response.failed", "response.incomplete"):
+                    break
+        assert survivor is not None, "the run ended before the kill"
+        assert seen[-1]["type"] == "response.failed"
+        assert seen[-1]["response"]["error"]["code"] == "worker_lost"
+        assert [e["sequence_number"] for e in seen] == list(range(len(seen)))
+        from tests.responses_api.test_background import read_log
+        from tests.support.stream_validator import parse_sse
+
+        assert parse_sse(read_log(gateway, created.id)) == seen  # nothing it saw was lost, nothing changed
+        text = "".join(e["delta"] for e in seen if e["type"] == "response.output_text.delta")
+        stored = _get(gateway, created.id)
+        assert stored["status"] == "failed" and stored["output"][0]["content"][0]["text"] == text
+    finally:
+        if survivor is not None:
+            survivor.stop()
+        doomed.kill()

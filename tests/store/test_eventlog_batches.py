@@ -74,7 +74,8 @@ def _events(response_id: str, deltas: int) -> list[dict[str, Any]]:
 def _logged(direct: redis.Redis, response_id: str) -> list[dict[str, Any]]:
     import json
 
-    return [json.loads(fields[b"e"]) for _, fields in direct.xrange(eventlog.key(eventlog.EVENTS_PREFIX, response_id))]
+    entries: Any = direct.xrange(eventlog.key(eventlog.EVENTS_PREFIX, response_id))
+    return [json.loads(fields[b"e"]) for _, fields in entries]
 
 
 def _calls(direct: redis.Redis, command: str) -> int:
