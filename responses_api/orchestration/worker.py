@@ -73,6 +73,10 @@ class LogWriter:
         self._tenant_id = tenant_id
         self._view = view
         self._fold = OutputFold() if view is not None else None
+        # A cancel asked for, as the last batch's probe saw it (one command fewer per probe
+        # for the run's cancel watch: `_cancel_watch` asks Redis only when no batch did lately).
+        self.cancel_seen = False
+        self.cancel_checked_at = -1e9
 
     async def append_all(self, events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -108,8 +112,12 @@ class LogWriter:
                 continue
             batch = list(self._pending)  # and the view after exactly these events (all appended so far)
             view = self._view_now()
+            loop = asyncio.get_running_loop()
+            probe = loop.time() - self.cancel_checked_at >= CANCEL_PROBE_SECONDS
             try:
-                await event_log().append_many(self.response_id, batch, view=view, expire=not self._expiry_set)
+                _, cancel = await event_log().append_batch(
+                    self.response_id, batch, view=view, expire=not self._expiry_set, probe_cancel=probe
+                )
             except Exception as exc:  # noqa: BLE001 - whatever the log's failure, the run goes on
                 log.warning(
                     "response %s: the event log refused a batch (%s: %s); %d waiting, retrying",
@@ -124,6 +132,9 @@ class LogWriter:
                 continue
             del self._pending[: len(batch)]
             self._expiry_set = True
+            if probe:
+                self.cancel_checked_at = loop.time()
+                self.cancel_seen = self.cancel_seen or cancel
             delay = 0.5
             if self._outage:
                 self._outage = False
@@ -205,14 +216,25 @@ async def _heartbeat_loop(response_id: str) -> None:
         await db.run(services.response_job_heartbeat, response_id=response_id)
 
 
-async def _cancel_watch(response_id: str, run: ResponseRun) -> None:
+CANCEL_PROBE_SECONDS = 0.2  # how often a run looks for a cancel: its latency, and its Redis cost
+
+
+async def _cancel_watch(response_id: str, run: ResponseRun, writer: LogWriter | None = None) -> None:
+    """Stop the run once a cancel is requested; asks Redis itself only when the run's event
+    batches did not (a quiet run): a run streaming tokens learns of it from its writes."""
+    loop = asyncio.get_running_loop()
     while True:
-        try:
-            if await event_log().cancel_requested(response_id):
-                break
-        except Exception:  # noqa: BLE001 - Redis is down: a cancel cannot arrive meanwhile
-            await asyncio.sleep(1.0)
-        await asyncio.sleep(0.2)
+        if writer is not None and writer.cancel_seen:
+            break
+        if writer is None or loop.time() - writer.cancel_checked_at >= CANCEL_PROBE_SECONDS * 2:
+            try:
+                if await event_log().cancel_requested(response_id):
+                    break
+                if writer is not None:
+                    writer.cancel_checked_at = loop.time()
+            except Exception:  # noqa: BLE001 - Redis is down: a cancel cannot arrive meanwhile
+                await asyncio.sleep(1.0)
+        await asyncio.sleep(CANCEL_PROBE_SECONDS)
     run.request_cancel()
 
 
@@ -228,8 +250,8 @@ async def run_claimed(response_id: str) -> str:
         await _fail_with_event(response_id, exc)
         return "failed"
     heart = asyncio.create_task(_heartbeat_loop(response_id))
-    watcher = asyncio.create_task(_cancel_watch(response_id, run))
     writer = LogWriter(response_id, tenant_id=row.tenant_id, view=selectors.response_object_from_row(row, []))
+    watcher = asyncio.create_task(_cancel_watch(response_id, run, writer))
     try:
         if opening == "in_progress":
             await writer.append_all(run.builder.begin())

@@ -64,6 +64,19 @@ class EventLog:
         response after these events, written after them (never ahead of the log); a terminal
         event drops the view instead. `expire`: (re)set the log's expiry (a writer does it on its
         first batch and its last; the terminal event always does)."""
+        return (await self.append_batch(response_id, events, view=view, expire=expire))[0]
+
+    async def append_batch(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        *,
+        view: tuple[int, bytes] | None = None,
+        expire: bool = True,
+        probe_cancel: bool = False,
+    ) -> tuple[int, bool]:
+        """`append_many`, and with `probe_cancel` whether a cancel was requested, in the same
+        round trip: a worker that writes anyway learns of a cancel without a command of its own."""
         raise NotImplementedError
 
     async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
@@ -123,14 +136,15 @@ class MemoryEventLog(EventLog):
             self._cancels.discard(rid)
             self._views.pop(rid, None)
 
-    async def append_many(
+    async def append_batch(
         self,
         response_id: str,
         events: list[dict[str, Any]],
         *,
         view: tuple[int, bytes] | None = None,
         expire: bool = True,
-    ) -> int:
+        probe_cancel: bool = False,
+    ) -> tuple[int, bool]:
         logged = self._events[response_id]
         added = 0
         for event in events:
@@ -149,7 +163,7 @@ class MemoryEventLog(EventLog):
             changed.set()
             self._changed[response_id] = asyncio.Event()
         self._expire()
-        return added
+        return added, probe_cancel and response_id in self._cancels
 
     async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
         held = self._views.get(response_id)
@@ -210,14 +224,15 @@ class RedisEventLog(EventLog):
     def _client(self) -> Any:
         return async_client(self.url, STREAMS)
 
-    async def append_many(
+    async def append_batch(
         self,
         response_id: str,
         events: list[dict[str, Any]],
         *,
         view: tuple[int, bytes] | None = None,
         expire: bool = True,
-    ) -> int:
+        probe_cancel: bool = False,
+    ) -> tuple[int, bool]:
         """One pipeline, not a transaction: Redis runs its commands in order, so whatever part
         of it ran (a connection lost midway) is a prefix: events without the view that follows
         them, never a view ahead of the log. A retried batch skips what the first try wrote
@@ -240,6 +255,8 @@ class RedisEventLog(EventLog):
             ttl = settings.GATEWAY_EVENT_LOG_TTL_SECONDS
             # Until the end, keep the log for the longest job; after it, for the configured TTL.
             pipe.expire(events_key, ttl if terminal else settings.CELERY_TASK_TIME_LIMIT + ttl)
+        if probe_cancel:
+            pipe.exists(key(CANCEL_PREFIX, response_id))
         results = await pipe.execute(raise_on_error=False)
         added = 0
         for result in results[: len(events)]:
@@ -253,7 +270,7 @@ class RedisEventLog(EventLog):
         for result in results[len(events) :]:
             if isinstance(result, Exception):
                 raise result
-        return added
+        return added, bool(probe_cancel and results[-1])
 
     async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
         held, gone = await self._client().mget(key(VIEW_PREFIX, response_id), key(GONE_PREFIX, response_id))
