@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 
@@ -132,6 +132,20 @@ async def _current(tenant_id: int, response_id: str) -> dict[str, Any]:
     return body
 
 
+async def _running_view(tenant_id: int, response_id: str) -> bytes | None:
+    """The Response JSON of a running worker response, as its worker last wrote it beside its
+    event log (store/eventlog.py): a poll of a running response reads one Redis key, no
+    database. Only the caller's tenant's; anything else (none, another tenant's, Redis
+    unreachable) reads the database, which answers the 404s and every ended response."""
+    try:
+        held = await event_log().running_view(response_id)
+    except Exception:  # noqa: BLE001 - the database answers
+        return None
+    if held is None or held[0] != tenant_id:
+        return None
+    return held[1]
+
+
 class ResponseDetailView(ApiView):
     """`/v1/responses/{id}`: retrieve (or stream again, for a background response); delete."""
 
@@ -146,6 +160,9 @@ class ResponseDetailView(ApiView):
     async def get(self, request: ApiRequest, response_id: str) -> HttpResponseBase:
         args = RetrieveQuery.parse(request.query_params)
         if not args["stream"]:
+            running = await _running_view(self.principal.tenant_id, response_id)
+            if running is not None:
+                return HttpResponse(running, content_type="application/json")
             return Response(await _current(self.principal.tenant_id, response_id))
         row = await db.run(selectors.response_get_row, tenant_id=self.principal.tenant_id, response_id=response_id)
         if not row.on_worker:

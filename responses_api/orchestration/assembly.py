@@ -190,7 +190,7 @@ async def run_for_job(row: Response) -> tuple[ResponseRun, str]:
     """A worker's run of a stored job, continuing its event log; with the status its opening
     events still have to announce ("in_progress", or "none" when the web process did)."""
     stored = row.job or {}
-    job, plan = await db.run(_job_from_row, row)
+    job, plan = await db.run_in_transaction(_job_from_row, row)
     persistence = DatabasePersistence(
         tenant_id=job.tenant_id,
         input_items=job.input_items,

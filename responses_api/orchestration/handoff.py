@@ -83,8 +83,7 @@ async def start_on_worker(
     )
     builder = EventBuilder(response)
     try:
-        for event in builder.start(queued=req.background):
-            await event_log().append(response_id, event)
+        await event_log().append_many(response_id, builder.start(queued=req.background))  # one round trip
         await enqueue(response_id, req.completion_window)
     except Exception as exc:
         outage = unavailable(exc)

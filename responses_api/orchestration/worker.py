@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,7 +25,8 @@ from django.conf import settings
 from ..engine.run import ResponseRun
 from ..models import Response
 from ..protocol.errors import GatewayError, ServerError
-from ..protocol.events import EventBuilder, output_from_events
+from ..protocol.events import EventBuilder, OutputFold, output_from_events
+from ..protocol.wirejson import dumpb
 from ..store import db, selectors, services
 from ..store.eventlog import TERMINAL_TYPES, event_log
 from ..store.limit_counters import drain as limits_drain
@@ -39,21 +39,45 @@ log = logging.getLogger("gateway.background")
 # -- the run ---------------------------------------------------------------------
 
 
-async def _append_all(response_id: str, events: list[dict[str, Any]]) -> None:
-    for event in events:
-        await event_log().append(response_id, event)
-
-
 class LogWriter:
-    """A run's events into its event log, in order; an outage of the log delays them and never
-    decides the run. Events the log does not take wait here and are written, in order, by a
-    retrying task once it is back; the run goes on meanwhile (its end is stored in the database
-    either way, and readers fall back to it: `follow_log`)."""
+    """A run's events into its event log, in order, in batches; an outage of the log delays them
+    and never decides the run.
 
-    def __init__(self, response_id: str) -> None:
+    `append` only queues an event; one flushing task per run writes whatever has queued since
+    its last write in one pipeline (store/eventlog.append_many: the XADDs, the running view a
+    poll reads, an expiry on the first batch and the last). Events the engine yields together
+    (one upstream chunk's) go in one round trip, and while a write is in flight the next batch
+    gathers, so a fast run pays a round trip per batch, not per event, and a slow one loses
+    nothing by waiting. During an outage of the log the batch is retried with backoff, growing,
+    in order (a retry skips what an earlier try wrote); the run goes on meanwhile (its end is
+    stored in the database either way, and readers fall back to it: `follow_log`).
+
+    Why batching keeps "nothing a client has seen is lost by a crash": a client sees a
+    worker's event only through the log (a resumed or live stream reads it; a poll reads the
+    running view, which is written after the events it reflects, in the same ordered pipeline).
+    An event still queued here has been seen by nobody, so a crash that loses the queue loses
+    only unseen events; the reaper then ends the response from what the log holds
+    (`_fail_with_event`), which is everything any reader saw. The terminal event is queued only
+    after the engine committed the response to the database (`DatabasePersistence.finish`), so
+    a reader who sees the end can retrieve it; `close` waits for the queue to drain."""
+
+    def __init__(self, response_id: str, *, tenant_id: int | None = None, view: dict[str, Any] | None = None) -> None:
+        """`view`: the running Response object without output (selectors.response_object_from_row
+        of the claimed row); with it and `tenant_id`, each batch also writes the running view."""
         self.response_id = response_id
-        self._pending: deque[dict[str, Any]] = deque()
-        self._retrying: asyncio.Task[None] | None = None
+        self._pending: list[dict[str, Any]] = []
+        self._wakeup = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+        self._closing = False
+        self._expiry_set = False  # the log's expiry is set by the first batch written and the last
+        self._outage = False
+        self._tenant_id = tenant_id
+        self._view = view
+        self._fold = OutputFold() if view is not None else None
+        # A cancel asked for, as the last batch's probe saw it (one command fewer per probe
+        # for the run's cancel watch: `_cancel_watch` asks Redis only when no batch did lately).
+        self.cancel_seen = False
+        self.cancel_checked_at = -1e9
 
     async def append_all(self, events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -61,45 +85,74 @@ class LogWriter:
 
     async def append(self, event: dict[str, Any]) -> None:
         self._pending.append(event)
-        if self._retrying is not None:  # behind an outage: keep the order, the task writes it
-            return
-        if not await self._flush():
-            self._retrying = asyncio.ensure_future(self._retry())
+        if self._fold is not None:
+            self._fold.feed(event)
+        self._wakeup.set()
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush_loop())
 
-    async def _flush(self) -> bool:
-        while self._pending:
+    def _view_now(self) -> tuple[int, bytes] | None:
+        if self._view is None or self._fold is None or self._tenant_id is None:
+            return None
+        return self._tenant_id, dumpb({**self._view, "output": self._fold.output})
+
+    async def _flush_loop(self) -> None:
+        delay = 0.5
+        keepalive = settings.GATEWAY_HEARTBEAT_SECONDS
+        while True:
+            if not self._pending:
+                if self._closing:
+                    return
+                self._wakeup.clear()
+                try:
+                    await asyncio.wait_for(self._wakeup.wait(), keepalive)
+                except TimeoutError:  # a quiet run (a long tool call, a slow model): keep its view
+                    if self._view is not None and self._expiry_set:
+                        with contextlib.suppress(Exception):
+                            await event_log().touch_view(self.response_id)
+                continue
+            batch = list(self._pending)  # and the view after exactly these events (all appended so far)
+            view = self._view_now()
+            loop = asyncio.get_running_loop()
+            probe = loop.time() - self.cancel_checked_at >= CANCEL_PROBE_SECONDS
             try:
-                await event_log().append(self.response_id, self._pending[0])
+                _, cancel = await event_log().append_batch(
+                    self.response_id, batch, view=view, expire=not self._expiry_set, probe_cancel=probe
+                )
             except Exception as exc:  # noqa: BLE001 - whatever the log's failure, the run goes on
                 log.warning(
-                    "response %s: the event log refused an event (%s: %s); %d waiting, retrying",
+                    "response %s: the event log refused a batch (%s: %s); %d waiting, retrying",
                     self.response_id,
                     type(exc).__name__,
                     str(exc)[:200],
                     len(self._pending),
                 )
-                return False
-            self._pending.popleft()
-        return True
-
-    async def _retry(self) -> None:
-        delay = 0.5
-        while not await self._flush():
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-        log.warning("response %s: the event log took the events that waited", self.response_id)
-        self._retrying = None
+                self._outage = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            del self._pending[: len(batch)]
+            self._expiry_set = True
+            if probe:
+                self.cancel_checked_at = loop.time()
+                self.cancel_seen = self.cancel_seen or cancel
+            delay = 0.5
+            if self._outage:
+                self._outage = False
+                log.warning("response %s: the event log took the events that waited", self.response_id)
 
     async def close(self, wait: float) -> bool:
         """Wait up to `wait` seconds for what still waits; False if the log never took it (its
         readers then end with the stored state)."""
-        if self._retrying is None:
+        self._closing = True
+        self._wakeup.set()
+        if self._flusher is None:
             return True
         try:
-            await asyncio.wait_for(asyncio.shield(self._retrying), wait)
+            await asyncio.wait_for(asyncio.shield(self._flusher), wait)
             return True
         except TimeoutError:
-            self._retrying.cancel()
+            self._flusher.cancel()
             log.warning(
                 "response %s: %d events never reached the event log; readers get the stored end",
                 self.response_id,
@@ -164,14 +217,25 @@ async def _heartbeat_loop(response_id: str) -> None:
         await db.run(services.response_job_heartbeat, response_id=response_id)
 
 
-async def _cancel_watch(response_id: str, run: ResponseRun) -> None:
+CANCEL_PROBE_SECONDS = 0.2  # how often a run looks for a cancel: its latency, and its Redis cost
+
+
+async def _cancel_watch(response_id: str, run: ResponseRun, writer: LogWriter | None = None) -> None:
+    """Stop the run once a cancel is requested; asks Redis itself only when the run's event
+    batches did not (a quiet run): a run streaming tokens learns of it from its writes."""
+    loop = asyncio.get_running_loop()
     while True:
-        try:
-            if await event_log().cancel_requested(response_id):
-                break
-        except Exception:  # noqa: BLE001 - Redis is down: a cancel cannot arrive meanwhile
-            await asyncio.sleep(1.0)
-        await asyncio.sleep(0.2)
+        if writer is not None and writer.cancel_seen:
+            break
+        if writer is None or loop.time() - writer.cancel_checked_at >= CANCEL_PROBE_SECONDS * 2:
+            try:
+                if await event_log().cancel_requested(response_id):
+                    break
+                if writer is not None:
+                    writer.cancel_checked_at = loop.time()
+            except Exception:  # noqa: BLE001 - Redis is down: a cancel cannot arrive meanwhile
+                await asyncio.sleep(1.0)
+        await asyncio.sleep(CANCEL_PROBE_SECONDS)
     run.request_cancel()
 
 
@@ -187,8 +251,8 @@ async def run_claimed(response_id: str) -> str:
         await _fail_with_event(response_id, exc)
         return "failed"
     heart = asyncio.create_task(_heartbeat_loop(response_id))
-    watcher = asyncio.create_task(_cancel_watch(response_id, run))
-    writer = LogWriter(response_id)
+    writer = LogWriter(response_id, tenant_id=row.tenant_id, view=selectors.response_object_from_row(row, []))
+    watcher = asyncio.create_task(_cancel_watch(response_id, run, writer))
     try:
         if opening == "in_progress":
             await writer.append_all(run.builder.begin())
@@ -233,7 +297,7 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
     if grant is not None:  # the run never reached its end: its reservation and lease go back
         await grant.end(None)
         await limits_drain()
-    await _append_all(response_id, events)
+    await event_log().append_many(response_id, events)  # one round trip; its terminal event drops the view
 
 
 # -- reaping -----------------------------------------------------------------------

@@ -863,8 +863,24 @@ def reasoning_text(item: dict[str, Any]) -> str:
 
 def output_from_events(events: list[Event]) -> list[dict[str, Any]]:
     """The output so far of a response, folded from its events (for polling a running response)."""
-    output: list[dict[str, Any]] = []
+    fold = OutputFold()
     for event in events:
+        fold.feed(event)
+    return fold.output
+
+
+class OutputFold:
+    """`output_from_events`, one event at a time: a worker keeps the output so far of its run
+    as it logs it (the running view a poll reads, store/eventlog.py), at a constant cost per
+    event instead of folding the whole log again per poll."""
+
+    __slots__ = ("output",)
+
+    def __init__(self) -> None:
+        self.output: list[dict[str, Any]] = []
+
+    def feed(self, event: Event) -> None:
+        output = self.output
         kind = event["type"]
         if kind == "response.output_item.added":
             output.append(copy_json(event["item"]))
@@ -882,4 +898,3 @@ def output_from_events(events: list[Event]) -> list[dict[str, Any]]:
             output[event["output_index"]]["summary"].append(copy_json(event["part"]))
         elif kind == "response.reasoning_summary_text.delta":
             output[event["output_index"]]["summary"][event["summary_index"]]["text"] += event["delta"]
-    return output

@@ -43,6 +43,20 @@ async def run(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return result
 
 
+def _atomic(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    from django.db import transaction
+
+    with transaction.atomic():
+        return fn(*args, **kwargs)
+
+
+async def run_in_transaction(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`run`, with `fn`'s statements in one transaction: several reads that would each be a
+    transaction of their own in autocommit (a worker's job load) cost the database, and a
+    transaction-mode pooler such as PgBouncer, one."""
+    return await run(_atomic, fn, *args, **kwargs)
+
+
 async def run_cached(cache: TTLCache[K, T], key: K, fn: Callable[..., T], **kwargs: Any) -> T:
     """`run(fn, **kwargs)`, remembered in `cache` under `key` (a hit costs no thread hop);
     concurrent misses share one run (`run_shared`)."""

@@ -25,11 +25,71 @@ from .redis_or_memory import RedisOrMemory
 TERMINAL_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 CANCEL_PREFIX = "gw:cancel:"
 EVENTS_PREFIX = "gw:events:"
+VIEW_PREFIX = "gw:view:"
+GONE_PREFIX = "gw:gone:"  # a running response deleted: its worker may still write a view, polls ignore it
+
+
+def key(prefix: str, response_id: str) -> str:
+    """`prefix{response_id}`: the response's hash tag, so all of its keys share one slot."""
+    return f"{prefix}{{{response_id}}}"
+
+
+def view_ttl() -> float:
+    """How long a running view lives unless its worker writes or touches it again: its worker
+    touches it every GATEWAY_HEARTBEAT_SECONDS (orchestration/worker.LogWriter), so a view
+    outlives a dead worker by about as long as the reaper waits (4 heartbeats) before it ends the
+    response in the database; a poll then reads the database again."""
+    return 4 * float(settings.GATEWAY_HEARTBEAT_SECONDS)
+
+
+def _is_terminal(events: list[dict[str, Any]]) -> bool:
+    return bool(events) and events[-1]["type"] in TERMINAL_TYPES
 
 
 class EventLog:
     async def append(self, response_id: str, event: dict[str, Any]) -> bool:
         """Append one event; False if its sequence number is already there (a duplicate)."""
+        return await self.append_many(response_id, [event]) == 1
+
+    async def append_many(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        *,
+        view: tuple[int, bytes] | None = None,
+        expire: bool = True,
+    ) -> int:
+        """Append events in order, in one round trip; those already there (a retried batch) are
+        skipped. Returns how many were new. `view`: (tenant id, Response JSON) of the running
+        response after these events, written after them (never ahead of the log); a terminal
+        event drops the view instead. `expire`: (re)set the log's expiry (a writer does it on its
+        first batch and its last; the terminal event always does)."""
+        return (await self.append_batch(response_id, events, view=view, expire=expire))[0]
+
+    async def append_batch(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        *,
+        view: tuple[int, bytes] | None = None,
+        expire: bool = True,
+        probe_cancel: bool = False,
+    ) -> tuple[int, bool]:
+        """`append_many`, and with `probe_cancel` whether a cancel was requested, in the same
+        round trip: a worker that writes anyway learns of a cancel without a command of its own."""
+        raise NotImplementedError
+
+    async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
+        """(tenant id, Response JSON) of a running worker response, if its worker wrote one."""
+        raise NotImplementedError
+
+    async def touch_view(self, response_id: str) -> None:
+        """The worker is alive and the view still true: keep it (view_ttl)."""
+        raise NotImplementedError
+
+    async def hide_view(self, response_id: str) -> None:
+        """The response was deleted while it ran: polls read the database (a 404) from now on,
+        whatever its worker still writes."""
         raise NotImplementedError
 
     def read(
@@ -64,6 +124,8 @@ class MemoryEventLog(EventLog):
         self._changed: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
         self._cancels: set[str] = set()
         self._expiry: dict[str, float] = {}
+        self._views: dict[str, tuple[int, bytes, float]] = {}
+        self._gone: set[str] = set()
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -72,19 +134,51 @@ class MemoryEventLog(EventLog):
             self._changed.pop(rid, None)
             self._expiry.pop(rid, None)
             self._cancels.discard(rid)
+            self._views.pop(rid, None)
 
-    async def append(self, response_id: str, event: dict[str, Any]) -> bool:
-        events = self._events[response_id]
-        if event["sequence_number"] != len(events):
-            return False
-        events.append(event)
-        if event["type"] in TERMINAL_TYPES:
-            self._expiry[response_id] = time.monotonic() + settings.GATEWAY_EVENT_LOG_TTL_SECONDS
-        changed = self._changed[response_id]
-        changed.set()
-        self._changed[response_id] = asyncio.Event()
+    async def append_batch(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        *,
+        view: tuple[int, bytes] | None = None,
+        expire: bool = True,
+        probe_cancel: bool = False,
+    ) -> tuple[int, bool]:
+        logged = self._events[response_id]
+        added = 0
+        for event in events:
+            if event["sequence_number"] != len(logged):
+                continue
+            logged.append(event)
+            added += 1
+            if event["type"] in TERMINAL_TYPES:
+                self._expiry[response_id] = time.monotonic() + settings.GATEWAY_EVENT_LOG_TTL_SECONDS
+        if _is_terminal(events):
+            self._views.pop(response_id, None)
+        elif view is not None:
+            self._views[response_id] = (*view, time.monotonic() + view_ttl())
+        if added:
+            changed = self._changed[response_id]
+            changed.set()
+            self._changed[response_id] = asyncio.Event()
         self._expire()
-        return True
+        return added, probe_cancel and response_id in self._cancels
+
+    async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
+        held = self._views.get(response_id)
+        if held is None or held[2] <= time.monotonic() or response_id in self._gone:
+            return None
+        return held[0], held[1]
+
+    async def touch_view(self, response_id: str) -> None:
+        held = self._views.get(response_id)
+        if held is not None:
+            self._views[response_id] = (held[0], held[1], time.monotonic() + view_ttl())
+
+    async def hide_view(self, response_id: str) -> None:
+        self._gone.add(response_id)
+        self._views.pop(response_id, None)
 
     async def read(
         self, response_id: str, after: int = -1, *, idle_seconds: float | None = None
@@ -120,6 +214,7 @@ class MemoryEventLog(EventLog):
         for rid in response_ids:
             self._events.pop(rid, None)
             self._expiry.pop(rid, None)
+            self._views.pop(rid, None)
 
 
 class RedisEventLog(EventLog):
@@ -129,33 +224,79 @@ class RedisEventLog(EventLog):
     def _client(self) -> Any:
         return async_client(self.url, STREAMS)
 
-    async def append(self, response_id: str, event: dict[str, Any]) -> bool:
+    async def append_batch(
+        self,
+        response_id: str,
+        events: list[dict[str, Any]],
+        *,
+        view: tuple[int, bytes] | None = None,
+        expire: bool = True,
+        probe_cancel: bool = False,
+    ) -> tuple[int, bool]:
+        """One pipeline, not a transaction: Redis runs its commands in order, so whatever part
+        of it ran (a connection lost midway) is a prefix: events without the view that follows
+        them, never a view ahead of the log. A retried batch skips what the first try wrote
+        (XADD refuses an id not above the last one)."""
         from redis.exceptions import ResponseError
 
-        key = EVENTS_PREFIX + response_id
-        client = self._client()
-        try:
-            await client.xadd(
-                key, {"e": json.dumps(event, separators=(",", ":"))}, id=f"{event['sequence_number'] + 1}-0"
+        events_key = key(EVENTS_PREFIX, response_id)
+        terminal = _is_terminal(events)
+        pipe = self._client().pipeline(transaction=False)
+        for event in events:
+            pipe.xadd(
+                events_key, {"e": json.dumps(event, separators=(",", ":"))}, id=f"{event['sequence_number'] + 1}-0"
             )
-        except ResponseError as exc:
-            if "equal or smaller" in str(exc):
-                return False
-            raise
-        ttl = settings.GATEWAY_EVENT_LOG_TTL_SECONDS
-        # Until the end, keep the log for the longest job; after it, for the configured TTL.
-        await client.expire(key, ttl if event["type"] in TERMINAL_TYPES else settings.CELERY_TASK_TIME_LIMIT + ttl)
-        return True
+        if terminal:
+            pipe.delete(key(VIEW_PREFIX, response_id))
+        elif view is not None:
+            tenant_id, body = view
+            pipe.set(key(VIEW_PREFIX, response_id), b"%d\n%s" % (tenant_id, body), px=int(view_ttl() * 1000))
+        if expire or terminal:
+            ttl = settings.GATEWAY_EVENT_LOG_TTL_SECONDS
+            # Until the end, keep the log for the longest job; after it, for the configured TTL.
+            pipe.expire(events_key, ttl if terminal else settings.CELERY_TASK_TIME_LIMIT + ttl)
+        if probe_cancel:
+            pipe.exists(key(CANCEL_PREFIX, response_id))
+        results = await pipe.execute(raise_on_error=False)
+        added = 0
+        for result in results[: len(events)]:
+            if isinstance(result, ResponseError):
+                if "equal or smaller" in str(result):
+                    continue  # already there
+                raise result
+            if isinstance(result, Exception):
+                raise result
+            added += 1
+        for result in results[len(events) :]:
+            if isinstance(result, Exception):
+                raise result
+        return added, bool(probe_cancel and results[-1])
+
+    async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
+        held, gone = await self._client().mget(key(VIEW_PREFIX, response_id), key(GONE_PREFIX, response_id))
+        if not held or gone:
+            return None
+        tenant, _, body = bytes(held).partition(b"\n")
+        return int(tenant), body
+
+    async def touch_view(self, response_id: str) -> None:
+        await self._client().pexpire(key(VIEW_PREFIX, response_id), int(view_ttl() * 1000))
+
+    async def hide_view(self, response_id: str) -> None:
+        pipe = self._client().pipeline(transaction=False)
+        pipe.set(key(GONE_PREFIX, response_id), b"1", ex=settings.CELERY_TASK_TIME_LIMIT + 600)
+        pipe.delete(key(VIEW_PREFIX, response_id))
+        await pipe.execute()
 
     async def read(
         self, response_id: str, after: int = -1, *, idle_seconds: float | None = None
     ) -> AsyncIterator[dict[str, Any]]:
-        key = EVENTS_PREFIX + response_id
+        events_key = key(EVENTS_PREFIX, response_id)
         client = self._client()
         last_id = f"{after + 1}-0" if after >= 0 else "0-0"
         block_ms = 5000 if idle_seconds is None else max(1, min(5000, int(idle_seconds * 1000)))
         while True:
-            batches = await client.xread({key: last_id}, block=block_ms, count=500)
+            batches = await client.xread({events_key: last_id}, block=block_ms, count=500)
             if not batches and idle_seconds is not None:
                 return
             for _, entries in batches or []:
@@ -167,7 +308,7 @@ class RedisEventLog(EventLog):
                         return
 
     async def last_sequence_number(self, response_id: str) -> int:
-        entries = await self._client().xrevrange(EVENTS_PREFIX + response_id, count=1)
+        entries = await self._client().xrevrange(key(EVENTS_PREFIX, response_id), count=1)
         if not entries:
             return -1
         entry_id = entries[0][0]
@@ -175,18 +316,23 @@ class RedisEventLog(EventLog):
         return int(entry_id.split("-")[0]) - 1
 
     async def snapshot(self, response_id: str) -> list[dict[str, Any]]:
-        entries = await self._client().xrange(EVENTS_PREFIX + response_id)
+        entries = await self._client().xrange(key(EVENTS_PREFIX, response_id))
         return [json.loads(fields[b"e"]) for _, fields in entries]
 
     async def request_cancel(self, response_id: str) -> None:
-        await self._client().set(CANCEL_PREFIX + response_id, b"1", ex=settings.CELERY_TASK_TIME_LIMIT + 600)
+        await self._client().set(key(CANCEL_PREFIX, response_id), b"1", ex=settings.CELERY_TASK_TIME_LIMIT + 600)
 
     async def cancel_requested(self, response_id: str) -> bool:
-        return bool(await self._client().exists(CANCEL_PREFIX + response_id))
+        return bool(await self._client().exists(key(CANCEL_PREFIX, response_id)))
 
     async def forget(self, response_ids: list[str]) -> None:
-        if response_ids:
-            await self._client().delete(*[EVENTS_PREFIX + r for r in response_ids])
+        if not response_ids:
+            return
+        # One DEL per response (its keys share its slot), pipelined: no command spans two slots.
+        pipe = self._client().pipeline(transaction=False)
+        for rid in response_ids:
+            pipe.delete(key(EVENTS_PREFIX, rid), key(VIEW_PREFIX, rid), key(CANCEL_PREFIX, rid), key(GONE_PREFIX, rid))
+        await pipe.execute()
 
 
 event_log: RedisOrMemory[EventLog] = RedisOrMemory(RedisEventLog, MemoryEventLog)
@@ -201,3 +347,12 @@ def forget_now(response_ids: list[str]) -> None:
         logging.getLogger("gateway.eventlog").warning(
             "could not drop the event logs of %d purged response(s)", len(response_ids)
         )
+
+
+def hide_view_now(response_id: str) -> None:
+    """Sync callers (a delete): see EventLog.hide_view. Redis unreachable: the view expires on
+    its own within view_ttl(), and polls read the database meanwhile anyway (they cannot read it)."""
+    try:
+        async_to_sync(event_log().hide_view)(response_id)
+    except Exception:  # noqa: BLE001 - Redis unreachable, whatever it raises
+        logging.getLogger("gateway.eventlog").warning("could not hide the running view of deleted %s", response_id)

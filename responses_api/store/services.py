@@ -36,7 +36,7 @@ from ..models import (
 from ..protocol import wirejson
 from ..protocol.errors import NotFound
 from . import selectors
-from .eventlog import forget_now
+from .eventlog import forget_now, hide_view_now
 from .files import expired_files_delete, files_retention_delete
 
 KEY_PREFIX = "sk-gw-"
@@ -425,6 +425,8 @@ def response_delete(*, tenant_id: int, response_id: str) -> None:
     on that context and must keep it."""
     row = selectors.response_get_row(tenant_id=tenant_id, response_id=response_id)
     Response.objects.filter(id=row.id).update(deleted_at=timezone.now())
+    if row.on_worker and row.status in Response.RUNNING:  # its worker may still write a running view
+        hide_view_now(row.id)
 
 
 def hash_key(raw_key: str) -> str:
@@ -628,11 +630,19 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
 
 
 def response_job_claim(*, response_id: str) -> Response | None:
-    """Take an unclaimed run (heartbeat still null), compare-and-swap: exactly one worker wins."""
-    won = Response.objects.filter(
-        id=response_id, status__in=Response.RUNNING, on_worker=True, heartbeat_at__isnull=True
-    ).update(status=Response.Status.IN_PROGRESS, heartbeat_at=timezone.now())
-    return Response.objects.get(id=response_id) if won else None
+    """Take an unclaimed run (heartbeat still null), compare-and-swap: exactly one worker wins.
+    One statement (UPDATE ... RETURNING the row), so one transaction, not an update and a read."""
+    table = Response._meta.db_table
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in Response._meta.concrete_fields)
+    running = ", ".join(["%s"] * len(Response.RUNNING))
+    won = list(
+        Response.objects.raw(
+            f"UPDATE {table} SET status = %s, heartbeat_at = %s "  # names from the model, values bound
+            f"WHERE id = %s AND status IN ({running}) AND on_worker AND heartbeat_at IS NULL RETURNING {columns}",
+            [Response.Status.IN_PROGRESS, timezone.now(), response_id, *Response.RUNNING],
+        )
+    )
+    return won[0] if won else None
 
 
 def response_job_heartbeat(*, response_id: str) -> None:

@@ -1,0 +1,188 @@
+"""The event log's batched writes (orchestration/worker.LogWriter, store/eventlog.append_many) on
+a real Redis of this module's own: order kept and nothing lost while Redis refuses writes, a
+batch's cost (one expiry per stream, not per event), and every key and pipeline in one hash slot
+(the response's tag), so a Redis Cluster takes them as they are."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from responses_api.orchestration.worker import LogWriter
+from responses_api.store import eventlog
+from tests.support.servers import RedisServer, ServerBinaryMissing, start_redis
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    try:
+        server = start_redis(Path(tempfile.mkdtemp(prefix="eventlog-batches-")))
+    except ServerBinaryMissing:
+        pytest.skip("redis-server is needed")
+    with server:
+        yield server
+
+
+@pytest.fixture
+def log(redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, settings) -> Iterator[redis.Redis]:
+    settings.GATEWAY_HEARTBEAT_SECONDS = 0.5
+    monkeypatch.setattr(eventlog.event_log, "instance", eventlog.RedisEventLog(redis_server.url))
+    direct = redis.Redis.from_url(redis_server.url)
+    direct.flushall()
+    direct.config_resetstat()
+    yield direct
+    direct.config_set("maxmemory", 0)
+    direct.close()
+
+
+def _events(response_id: str, deltas: int) -> list[dict[str, Any]]:
+    """A response's events as an engine yields them: an item, its text part, deltas, the end."""
+    item = {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}
+    events: list[dict[str, Any]] = [
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {
+            "type": "response.content_part.added",
+            "output_index": 0,
+            "content_index": 0,
+            "item_id": "msg_1",
+            "part": {"type": "output_text", "text": "", "annotations": []},
+        },
+    ]
+    events += [
+        {
+            "type": "response.output_text.delta",
+            "output_index": 0,
+            "content_index": 0,
+            "item_id": "msg_1",
+            "delta": f"w{i} ",
+        }
+        for i in range(deltas)
+    ]
+    events.append({"type": "response.completed", "response": {"id": response_id, "status": "completed"}})
+    for n, event in enumerate(events):
+        event["sequence_number"] = n
+    return events
+
+
+def _logged(direct: redis.Redis, response_id: str) -> list[dict[str, Any]]:
+    import json
+
+    entries: Any = direct.xrange(eventlog.key(eventlog.EVENTS_PREFIX, response_id))
+    return [json.loads(fields[b"e"]) for _, fields in entries]
+
+
+def _calls(direct: redis.Redis, command: str) -> int:
+    return int(direct.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+VIEW = {"id": "resp_b1", "object": "response", "status": "in_progress", "output": []}
+
+
+def test_a_batch_is_one_expiry_not_one_per_event(log: redis.Redis) -> None:
+    events = _events("resp_b1", 100)
+
+    async def run() -> tuple[int, bytes] | None:
+        writer = LogWriter("resp_b1", tenant_id=7, view=VIEW)
+        for event in events[:50]:  # yielded together (no await between them): one batch
+            await writer.append(event)
+        await asyncio.sleep(0.2)
+        view = await eventlog.event_log().running_view("resp_b1")
+        for event in events[50:]:
+            await writer.append(event)
+        assert await writer.close(10)
+        return view
+
+    view = asyncio.run(run())
+    assert _logged(log, "resp_b1") == events
+    assert _calls(log, "xadd") == len(events)
+    assert _calls(log, "expire") == 2  # the first batch's (the longest run) and the terminal one's
+    # The running view after the first batch: tenant, the Response with its output so far.
+    assert view is not None and view[0] == 7
+    import json
+
+    shown = json.loads(view[1])
+    assert shown["status"] == "in_progress"
+    assert shown["output"][0]["content"][0]["text"] == "".join(f"w{i} " for i in range(48))
+    assert log.get(eventlog.key(eventlog.VIEW_PREFIX, "resp_b1")) is None  # the end dropped it
+
+
+def test_batches_keep_order_and_lose_nothing_while_redis_refuses_writes(log: redis.Redis) -> None:
+    """Redis refusing every write (maxmemory reached, noeviction) for a while, then taking them
+    again with its data kept: the run never waited, and the log holds every event once, in order."""
+    events = _events("resp_b2", 60)
+
+    async def run() -> bool:
+        writer = LogWriter("resp_b2", tenant_id=7, view=VIEW)
+        for event in events[:20]:
+            await writer.append(event)
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.2)
+        log.config_set("maxmemory-policy", "noeviction")
+        log.config_set("maxmemory", 1)
+        for event in events[20:50]:  # written during the refusal: they wait, in order
+            await writer.append(event)
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.0)  # a retry or two fails
+        assert len(_logged(log, "resp_b2")) == 20
+        log.config_set("maxmemory", 0)
+        for event in events[50:]:
+            await writer.append(event)
+        return await writer.close(30)
+
+    assert asyncio.run(run())
+    logged = _logged(log, "resp_b2")
+    assert [e["sequence_number"] for e in logged] == list(range(len(events)))
+    assert logged == events
+
+
+def test_every_key_and_every_pipeline_stays_in_the_responses_hash_slot(
+    log: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis.asyncio.client import Pipeline
+    from redis.crc import key_slot
+
+    slots_per_command: list[set[int]] = []
+    execute = Pipeline.execute
+
+    async def checked(self: Pipeline, raise_on_error: bool = True) -> Any:
+        # every command here takes its keys first (XADD/SET/EXPIRE/DEL key ...); a pipeline may
+        # hold several responses' commands (a purge), which a cluster client splits per node
+        for args, _ in self.command_stack:
+            keys = args[1:] if str(args[0]).upper() == "DEL" else args[1:2]
+            slots_per_command.append({key_slot(k.encode() if isinstance(k, str) else k) for k in keys})
+        return await execute(self, raise_on_error)
+
+    monkeypatch.setattr(Pipeline, "execute", checked)
+
+    async def run() -> None:
+        store = eventlog.event_log()
+        writer = LogWriter("resp_b3", tenant_id=7, view=VIEW)
+        await writer.append_all(_events("resp_b3", 5)[:-1])
+        await asyncio.sleep(0.1)
+        await store.request_cancel("resp_b3")
+        await store.hide_view("resp_b3")
+        await writer.append(_events("resp_b3", 5)[-1])
+        await writer.close(10)
+        await store.forget(["resp_b3", "resp_b4"])
+
+    asyncio.run(run())
+    assert slots_per_command and all(len(slots) == 1 for slots in slots_per_command), slots_per_command
+    asyncio.run(_write_every_key("resp_b5"))
+    keys = [k.decode() for k in log.scan_iter("gw:*")]
+    assert keys
+    for name in keys:
+        assert re.fullmatch(r"gw:[a-z]+:\{resp_b5\}", name), name
+
+
+async def _write_every_key(response_id: str) -> None:
+    store = eventlog.event_log()
+    await store.append_many(response_id, _events(response_id, 1)[:2], view=(7, b"{}"))
+    await store.request_cancel(response_id)
+    await store.hide_view(response_id)
