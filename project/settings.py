@@ -155,9 +155,28 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=1800)
-CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=1860)
-# Must exceed the longest job, or Redis redelivers a task still running.
+# Background runs wait on models almost all the time: one worker process holds many, each a
+# thread of Celery's threads pool waiting on the process's one event loop where the run goes on
+# (responses_api/tasks.py; docs/architecture.md, "Background runs"). GATEWAY_WORKER_CONCURRENCY is
+# how many runs one process takes at once (and, with the prefetch multiplier of 1, how many
+# messages it reserves).
+CELERY_WORKER_POOL = env.str("CELERY_WORKER_POOL", default="threads")
+GATEWAY_WORKER_CONCURRENCY = env.int("GATEWAY_WORKER_CONCURRENCY", default=200)
+CELERY_WORKER_CONCURRENCY = GATEWAY_WORKER_CONCURRENCY
+# The longest a background run may take from its claim: past it, the gateway itself ends it
+# `failed`, code `time_limit_exceeded` (orchestration/worker.background_run_seconds; Celery's
+# own time limits work in its prefork pool only).
+GATEWAY_BACKGROUND_MAX_SECONDS = env.float("GATEWAY_BACKGROUND_MAX_SECONDS", default=1800.0)
+# After SIGTERM a worker claims no run; the running ones have this long to end, then are ended
+# `failed` (`server_shutting_down`). Compose's stop_grace_period for the worker outlasts it.
+GATEWAY_WORKER_DRAIN_SECONDS = env.float("GATEWAY_WORKER_DRAIN_SECONDS", default=600.0)
+# The longest any task of a worker lasts: the longest run, its drain, and the stop's grace.
+# In a prefork pool Celery kills a task past it; the event log and leases are kept this long.
+_LONGEST_RUN_SECONDS = GATEWAY_BACKGROUND_MAX_SECONDS  # per-window limits join here (their max)
+CELERY_TASK_TIME_LIMIT = int(_LONGEST_RUN_SECONDS + GATEWAY_WORKER_DRAIN_SECONDS + 60)
+# A task not acknowledged this long after its delivery is delivered again (acks_late: a run's
+# task is acknowledged at its end). Longer than the longest run, so that a running one is not;
+# one that is (or a killed worker's) finds its response claimed and does nothing but reap it.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

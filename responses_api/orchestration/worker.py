@@ -15,8 +15,9 @@ and does nothing but this reaping.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import time
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -157,36 +158,166 @@ def _stored_end(response_id: str, sequence_number: int) -> list[dict[str, Any]]:
     return events
 
 
-async def _heartbeat_loop(response_id: str) -> None:
-    while True:
-        await asyncio.sleep(settings.GATEWAY_HEARTBEAT_SECONDS)
-        await db.run(services.response_job_heartbeat, response_id=response_id)
+# -- the runs of this process: one heartbeat, one cancel watch, the time limit, the drain ------
 
 
-async def _cancel_watch(response_id: str, run: ResponseRun) -> None:
-    while True:
-        try:
-            if await event_log().cancel_requested(response_id):
+def background_run_seconds(response: Response | str) -> float:
+    """How long a worker-run response may run (from its claim) before it is ended `failed` with
+    code `time_limit_exceeded`. One place, so that a per-response limit (a completion window) is
+    one change here; the broker's visibility timeout derives from the longest (settings.py)."""
+    return float(settings.GATEWAY_BACKGROUND_MAX_SECONDS)
+
+
+def time_limit_error(seconds: float) -> ServerError:
+    return ServerError(
+        f"This background response ran longer than its limit of {seconds:g} s and was stopped.",
+        code="time_limit_exceeded",
+    )
+
+
+def worker_shutdown_error() -> ServerError:
+    return ServerError(
+        "The worker running this response shut down before it ended; create it again.",
+        code="server_shutting_down",
+    )
+
+
+# After a run is asked to stop (its time limit, the drain), how long it may take to store its
+# end before it is cancelled outright and ended from its log (a tool that ignores cancellation).
+STOP_GRACE_SECONDS = 10.0
+
+
+class _Running:
+    """The runs one event loop holds. Their heartbeat is one UPDATE per beat for all of them
+    and their cancel watch one pipelined read per tick: hundreds of runs on one loop would
+    otherwise cost hundreds of transactions and Redis round trips a second."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, ResponseRun] = {}
+        self.tasks: dict[str, asyncio.Task[Any]] = {}
+        self.stopping: dict[str, GatewayError] = {}  # asked to stop, and why
+        self.draining = False
+        self._beat: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._drain: asyncio.Task[None] | None = None
+
+    def add(self, response_id: str, run: ResponseRun) -> None:
+        self.runs[response_id] = run
+        task = asyncio.current_task()
+        if task is not None:
+            self.tasks[response_id] = task
+        if self._beat is None or self._beat.done():
+            self._beat = asyncio.ensure_future(self._beat_loop())
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.ensure_future(self._watch_loop())
+
+    def remove(self, response_id: str) -> None:
+        self.runs.pop(response_id, None)
+        self.tasks.pop(response_id, None)
+        self.stopping.pop(response_id, None)
+
+    def stop(self, response_id: str, error: GatewayError) -> None:
+        """Ask a run to end `failed` with `error`; cancel its task if it has not ended
+        STOP_GRACE_SECONDS later (a tool that ignores cancellation): then run_claimed ends it."""
+        run = self.runs.get(response_id)
+        if run is None or response_id in self.stopping:
+            return
+        self.stopping[response_id] = error
+        run.request_stop(error)
+        asyncio.get_running_loop().call_later(STOP_GRACE_SECONDS, self._cancel_unless_ended, response_id, run)
+
+    def _cancel_unless_ended(self, response_id: str, run: ResponseRun) -> None:
+        task = self.tasks.get(response_id)
+        if self.runs.get(response_id) is run and not run.ended and task is not None and not task.done():
+            task.cancel()
+
+    async def _beat_loop(self) -> None:
+        while self.runs:
+            await asyncio.sleep(settings.GATEWAY_HEARTBEAT_SECONDS)
+            ids = list(self.runs)
+            if not ids:
                 break
-        except Exception:  # noqa: BLE001 - Redis is down: a cancel cannot arrive meanwhile
-            await asyncio.sleep(1.0)
-        await asyncio.sleep(0.2)
-    run.request_cancel()
+            try:
+                await db.run(services.response_jobs_heartbeat, response_ids=ids)
+            except Exception as exc:  # noqa: BLE001 - the database is away: beat again next time
+                log.warning("heartbeat of %d runs failed (%s)", len(ids), type(exc).__name__)
+
+    async def _watch_loop(self) -> None:
+        while self.runs:
+            await asyncio.sleep(0.2)
+            ids = list(self.runs)
+            try:
+                cancelled = await event_log().cancels_requested(ids)
+            except Exception:  # noqa: BLE001 - Redis is down: a cancel cannot arrive meanwhile
+                await asyncio.sleep(1.0)
+                continue
+            for response_id in cancelled:
+                run = self.runs.get(response_id)
+                if run is not None:
+                    run.request_cancel()
+
+    def start_drain(self, seconds: float) -> None:
+        """No new run starts here; the running ones have `seconds` to end, then are stopped."""
+        self.draining = True
+        if self._drain is None:
+            self._drain = asyncio.ensure_future(self._drain_runs(seconds))
+
+    async def _drain_runs(self, seconds: float) -> None:
+        started = time.monotonic()
+        log.warning("worker draining: %d background runs; %g s to finish", len(self.runs), seconds)
+        while self.runs and time.monotonic() - started < seconds:
+            await asyncio.sleep(0.2)
+        left = list(self.runs)
+        for response_id in left:
+            self.stop(response_id, worker_shutdown_error())
+        log.warning("worker drained in %.1f s (%d runs stopped)", time.monotonic() - started, len(left))
+
+
+_running: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Running] = weakref.WeakKeyDictionary()
+
+
+def running() -> _Running:
+    """This event loop's runs."""
+    loop = asyncio.get_running_loop()
+    held = _running.get(loop)
+    if held is None:
+        held = _running[loop] = _Running()
+    return held
+
+
+def start_drain(loop: asyncio.AbstractEventLoop) -> None:
+    """Thread-safe (a signal handler's): drain the runs of `loop` for GATEWAY_WORKER_DRAIN_SECONDS."""
+
+    def begin() -> None:
+        running().start_drain(settings.GATEWAY_WORKER_DRAIN_SECONDS)
+
+    loop.call_soon_threadsafe(begin)
+
+
+def draining(loop: asyncio.AbstractEventLoop | None) -> bool:
+    held = _running.get(loop) if loop is not None else None
+    return held is not None and held.draining
 
 
 async def run_claimed(response_id: str) -> str:
     """Claim and run one worker-run response to its end. Returns what happened."""
+    held = running()
+    if held.draining:
+        return "draining"  # the caller hands the task back to the broker (tasks.run_response)
     row = await db.run(services.response_job_claim, response_id=response_id)
     if row is None:
         await reap_one(response_id)
         return "not-claimed"
+    limit = background_run_seconds(row)
     try:
         run, opening = await run_for_job(row)
     except GatewayError as exc:
         await _fail_with_event(response_id, exc)
         return "failed"
-    heart = asyncio.create_task(_heartbeat_loop(response_id))
-    watcher = asyncio.create_task(_cancel_watch(response_id, run))
+    held.add(response_id, run)
+    timer = asyncio.get_running_loop().call_later(limit, held.stop, response_id, time_limit_error(limit))
+    if held.draining:  # it began while this run was being set up
+        held.stop(response_id, worker_shutdown_error())
     writer = LogWriter(response_id)
     try:
         if opening == "in_progress":
@@ -200,12 +331,21 @@ async def run_claimed(response_id: str) -> str:
             await writer.append(event)
         status: str = run.response["status"]
         return status
+    except asyncio.CancelledError:
+        # Asked to stop and not ending (_Running.stop): ended here from its log, as the reaper
+        # would. Any other cancellation (the process going away) is left to the reaper.
+        error = held.stopping.get(response_id)
+        task = asyncio.current_task()
+        if error is None or run.ended or task is None:
+            raise
+        task.uncancel()
+        await writer.close(1.0)
+        await _fail_with_event(response_id, error)
+        return "failed"
     finally:
+        timer.cancel()
+        held.remove(response_id)
         await writer.close(settings.GATEWAY_EVENT_LOG_RETRY_SECONDS)
-        for task in (watcher, heart):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         await limits_drain()
 
 

@@ -632,6 +632,11 @@ def response_job_heartbeat(*, response_id: str) -> None:
     Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
 
 
+def response_jobs_heartbeat(*, response_ids: list[str]) -> None:
+    """One beat for all the runs of a worker process: one statement, whatever their number."""
+    Response.objects.filter(id__in=response_ids, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
+
+
 def web_process_beat(*, process_id: str, stale_after: float) -> tuple[int, list[str]]:
     """This web process is alive; the open foreground responses of processes that stopped
     beating are failed (they will never finish), and those processes forgotten. Returns how many
