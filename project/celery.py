@@ -44,7 +44,7 @@ def _room_for_many_runs(**_: object) -> None:
     log = logging.getLogger("gateway")
     if soft != resource.RLIM_INFINITY and soft < 4 * runs + 256:
         log.warning("open-file limit %d is low for %d runs per process (compose: ulimits.nofile)", soft, runs)
-    if settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS < runs:
+    if runs > settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS:
         log.warning(
             "GATEWAY_UPSTREAM_MAX_CONNECTIONS=%d is below GATEWAY_WORKER_CONCURRENCY=%d: runs wait for a connection",
             settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS,

@@ -81,9 +81,7 @@ def test_one_worker_process_runs_fifty_background_responses_at_once(
     assert max(b["created_at"] for b in bodies.values()) < min(b["completed_at"] for b in bodies.values())
 
 
-def test_kill_9_of_a_worker_holding_many_runs(
-    tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook
-) -> None:
+def test_kill_9_of_a_worker_holding_many_runs(tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook) -> None:
     from project.celery import app
     from responses_api.models import ResponseItem
     from tests.support.webhook import Route
