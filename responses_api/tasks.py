@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from celery import shared_task
@@ -36,6 +36,12 @@ def _worker_loop() -> asyncio.AbstractEventLoop:
     with _loop_lock:
         if _loop is None or _loop.is_closed():
             _loop = asyncio.new_event_loop()
+            # The runs' database work (db.run) goes through this executor: as many threads as
+            # the pool has connections (asyncio's default is cpu_count + 4, 6 on two cores, a
+            # queue for hundreds of runs starting at once), never more (they would wait on it).
+            pool = (settings.DATABASES["default"].get("OPTIONS", {}).get("pool") or {}).get("max_size", 0)
+            if isinstance(pool, int) and pool > 0:
+                _loop.set_default_executor(ThreadPoolExecutor(max_workers=pool, thread_name_prefix="gateway-db"))
             threading.Thread(target=_loop.run_forever, name="gateway-worker-loop", daemon=True).start()
         return _loop
 

@@ -193,6 +193,7 @@ class _Running:
     otherwise cost hundreds of transactions and Redis round trips a second."""
 
     def __init__(self) -> None:
+        self.beating: set[str] = set()  # claimed here and not ended: their rows beat
         self.runs: dict[str, ResponseRun] = {}
         self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.stopping: dict[str, GatewayError] = {}  # asked to stop, and why
@@ -201,17 +202,22 @@ class _Running:
         self._watch: asyncio.Task[None] | None = None
         self._drain: asyncio.Task[None] | None = None
 
+    def claimed(self, response_id: str) -> None:
+        """Its row beats from now on (its setup may wait on the database for a while)."""
+        self.beating.add(response_id)
+        if self._beat is None or self._beat.done():
+            self._beat = asyncio.ensure_future(self._beat_loop())
+
     def add(self, response_id: str, run: ResponseRun) -> None:
         self.runs[response_id] = run
         task = asyncio.current_task()
         if task is not None:
             self.tasks[response_id] = task
-        if self._beat is None or self._beat.done():
-            self._beat = asyncio.ensure_future(self._beat_loop())
         if self._watch is None or self._watch.done():
             self._watch = asyncio.ensure_future(self._watch_loop())
 
     def remove(self, response_id: str) -> None:
+        self.beating.discard(response_id)
         self.runs.pop(response_id, None)
         self.tasks.pop(response_id, None)
         self.stopping.pop(response_id, None)
@@ -232,13 +238,16 @@ class _Running:
             task.cancel()
 
     async def _beat_loop(self) -> None:
-        while self.runs:
+        while self.beating:
             await asyncio.sleep(settings.GATEWAY_HEARTBEAT_SECONDS)
-            ids = list(self.runs)
+            ids = list(self.beating)
             if not ids:
                 break
             try:
-                await db.run(services.response_jobs_heartbeat, response_ids=ids)
+                if db.native_async():
+                    await db.fetch_one(*services.jobs_heartbeat_statement(response_ids=ids))
+                else:
+                    await db.run(services.response_jobs_heartbeat, response_ids=ids)
             except Exception as exc:  # noqa: BLE001 - the database is away: beat again next time
                 log.warning("heartbeat of %d runs failed (%s)", len(ids), type(exc).__name__)
 
@@ -308,12 +317,19 @@ async def run_claimed(response_id: str) -> str:
     if row is None:
         await reap_one(response_id)
         return "not-claimed"
+    held.claimed(response_id)
     limit = background_run_seconds(row)
     try:
         run, opening = await run_for_job(row)
     except GatewayError as exc:
-        await _fail_with_event(response_id, exc)
+        try:
+            await _fail_with_event(response_id, exc)
+        finally:
+            held.remove(response_id)
         return "failed"
+    except BaseException:
+        held.remove(response_id)
+        raise
     held.add(response_id, run)
     timer = asyncio.get_running_loop().call_later(limit, held.stop, response_id, time_limit_error(limit))
     if held.draining:  # it began while this run was being set up
