@@ -76,7 +76,8 @@ def start_worker(dep: Deployment, runs: int, name: str, env: dict[str, str] | No
 async def create(dep: Deployment, n: int, model: str) -> list[str]:
     import httpx
 
-    limits = httpx.Limits(max_connections=32)
+    # A connection per create: no keep-alive connection closed by the server as it is reused.
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=0)
     async with httpx.AsyncClient(
         base_url=dep.url, headers={"Authorization": f"Bearer {dep.key}"}, timeout=60, limits=limits
     ) as client:
@@ -213,6 +214,7 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between chunks")
     parser.add_argument("--crash-runs", type=int, default=200)
     parser.add_argument("--drain", type=float, default=20.0)
+    parser.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["capacity", "kill", "drain"])
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-bgcap-"))
@@ -241,9 +243,16 @@ def main() -> None:
         for name, phase in phases.items():
             if name not in args.skip:
                 print(f"{name}: {phase()}", flush=True)
-    finally:
+    except BaseException:
+        log(f"logs kept in {base}")
         dep.stop()
         upstream.stop()
+        raise
+    dep.stop()
+    upstream.stop()
+    if args.keep:
+        log(f"logs kept in {base}")
+    else:
         shutil.rmtree(base, ignore_errors=True)
 
 

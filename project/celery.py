@@ -33,6 +33,11 @@ def _room_for_many_runs(**_: object) -> None:
     from django.conf import settings
 
     runs = settings.GATEWAY_WORKER_CONCURRENCY
+    # Before any pool exists (they are made on first use): a worker's runs wait longer for a
+    # connection than a web request does (GATEWAY_WORKER_DB_TIMEOUT).
+    pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
+    if isinstance(pool, dict):
+        pool["timeout"] = max(float(pool.get("timeout", 0)), settings.GATEWAY_WORKER_DB_TIMEOUT)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
     if soft != resource.RLIM_INFINITY and soft < wanted:

@@ -170,6 +170,10 @@ GATEWAY_BACKGROUND_MAX_SECONDS = env.float("GATEWAY_BACKGROUND_MAX_SECONDS", def
 # After SIGTERM a worker claims no run; the running ones have this long to end, then are ended
 # `failed` (`server_shutting_down`). Compose's stop_grace_period for the worker outlasts it.
 GATEWAY_WORKER_DRAIN_SECONDS = env.float("GATEWAY_WORKER_DRAIN_SECONDS", default=600.0)
+# How long a worker's run waits for a database connection. A web request waits DB_POOL_TIMEOUT
+# (its client is waiting; a quick 503 is better); a background run has no client waiting, and
+# hundreds of runs ending in the same second queue for the pool (project/celery.py applies it).
+GATEWAY_WORKER_DB_TIMEOUT = env.float("GATEWAY_WORKER_DB_TIMEOUT", default=60.0)
 # The longest any task of a worker lasts: the longest run, its drain, and the stop's grace.
 # In a prefork pool Celery kills a task past it; the event log and leases are kept this long.
 _LONGEST_RUN_SECONDS = GATEWAY_BACKGROUND_MAX_SECONDS  # per-window limits join here (their max)

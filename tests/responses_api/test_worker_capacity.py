@@ -188,3 +188,22 @@ def test_a_run_past_its_time_limit_ends_failed(gateway: Gateway, scripted: Scrip
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
     assert events[-2]["code"] == "time_limit_exceeded"
     validate_events(events, background=True)
+
+
+def test_a_worker_process_has_a_redis_connection_for_every_run(settings) -> None:
+    """redis-py's pools default to 100 connections, and a 101st command at once fails: with
+    hundreds of runs starting together (bench/background_capacity.py, 500 runs) a third of them
+    failed to start."""
+    import asyncio
+
+    from responses_api.store import redis_clients
+
+    async def sizes() -> list[int]:
+        return [
+            redis_clients.async_client(
+                settings.REDIS_URL or "redis://127.0.0.1:1/0", use
+            ).connection_pool.max_connections
+            for use in (redis_clients.STREAMS, redis_clients.COMMANDS)
+        ]
+
+    assert min(asyncio.run(sizes())) >= settings.GATEWAY_WORKER_CONCURRENCY
