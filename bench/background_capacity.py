@@ -139,6 +139,10 @@ def capacity(dep: Deployment, args: argparse.Namespace, model: str, expected: fl
         ids,
     )
     took = sorted(float(t) for s, t in rows if s == "completed" and t is not None)
+    spread = dep.rows(
+        "SELECT extract(epoch FROM max(created_at) - min(created_at)) FROM responses_api_response WHERE id = ANY(%s)",
+        ids,
+    )[0][0]
     within = sum(1 for t in took if t <= expected * 1.1)
     os.kill(worker.pid, signal.SIGTERM)
     worker.wait(60)
@@ -151,6 +155,7 @@ def capacity(dep: Deployment, args: argparse.Namespace, model: str, expected: fl
         "duration_s_min_median_max": [round(took[0], 1), round(took[len(took) // 2], 1), round(took[-1], 1)]
         if took
         else None,
+        "created_over_s": round(float(spread), 1),  # the creates themselves: one web process, 32 at a time
         "rss_idle_mib": round(idle_rss / 2**20, 1),
         "rss_peak_mib": round(peak / 2**20, 1),
         "rss_per_run_kib": round((peak - idle_rss) / 1024 / args.runs, 1),

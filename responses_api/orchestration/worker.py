@@ -327,6 +327,15 @@ async def run_claimed(response_id: str) -> str:
         finally:
             held.remove(response_id)
         return "failed"
+    except Exception as exc:  # whatever failed (Redis, the database): the row ends now, not at the reaper's sweep
+        log.exception("response %s: its run could not start", response_id)
+        try:
+            await _fail_with_event(response_id, ServerError(f"The run could not start ({type(exc).__name__})."))
+        except Exception:  # noqa: BLE001 - then the reaper ends it (worker_lost) once it stops beating
+            log.warning("response %s: could not be ended failed; the reaper will", response_id)
+        finally:
+            held.remove(response_id)
+        return "failed"
     except BaseException:
         held.remove(response_id)
         raise
