@@ -73,7 +73,7 @@ def start_worker(dep: Deployment, runs: int, name: str, env: dict[str, str] | No
     return proc
 
 
-async def create(dep: Deployment, n: int, model: str) -> list[str]:
+async def create(dep: Deployment, n: int, model: str, ramp: float = 0.0) -> list[str]:
     import httpx
 
     # A connection per create: no keep-alive connection closed by the server as it is reused.
@@ -84,6 +84,7 @@ async def create(dep: Deployment, n: int, model: str) -> list[str]:
         sem = asyncio.Semaphore(32)
 
         async def one(i: int) -> str:
+            await asyncio.sleep(ramp * i / n)  # spread over `ramp` seconds, as arrivals are
             async with sem:
                 r = await client.post("/v1/responses", json={"model": model, "input": f"run {i}", "background": True})
                 r.raise_for_status()
@@ -121,7 +122,7 @@ def capacity(dep: Deployment, args: argparse.Namespace, model: str, expected: fl
     idle_rss = rss_bytes(worker.pid)
     cpu0 = cpu_seconds(worker.pid)
     log(f"capacity: worker pid {worker.pid} idle RSS {idle_rss / 2**20:.1f} MiB; creating {args.runs} runs")
-    ids = asyncio.run(create(dep, args.runs, model))
+    ids = asyncio.run(create(dep, args.runs, model, args.ramp))
     peak = idle_rss
     started = time.monotonic()
     while time.monotonic() - started < expected * 3 + 60:
@@ -139,6 +140,15 @@ def capacity(dep: Deployment, args: argparse.Namespace, model: str, expected: fl
         ids,
     )
     took = sorted(float(t) for s, t in rows if s == "completed" and t is not None)
+    by_creation = [
+        float(t)
+        for (t,) in dep.rows(
+            "SELECT extract(epoch FROM completed_at - created_at) FROM responses_api_response"
+            " WHERE id = ANY(%s) AND status = 'completed' ORDER BY created_at",
+            ids,
+        )
+    ]
+    tenth = max(1, len(by_creation) // 10)
     spread = dep.rows(
         "SELECT extract(epoch FROM max(created_at) - min(created_at)) FROM responses_api_response WHERE id = ANY(%s)",
         ids,
@@ -156,6 +166,13 @@ def capacity(dep: Deployment, args: argparse.Namespace, model: str, expected: fl
         if took
         else None,
         "created_over_s": round(float(spread), 1),  # the creates themselves: one web process, 32 at a time
+        # mean duration of the first and the last tenth created: a later start shows as a longer one
+        "mean_s_first_last_tenth_created": [
+            round(sum(by_creation[:tenth]) / tenth, 1),
+            round(sum(by_creation[-tenth:]) / tenth, 1),
+        ]
+        if by_creation
+        else None,
         "rss_idle_mib": round(idle_rss / 2**20, 1),
         "rss_peak_mib": round(peak / 2**20, 1),
         "rss_per_run_kib": round((peak - idle_rss) / 1024 / args.runs, 1),
@@ -217,6 +234,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=500)
     parser.add_argument("--tokens", type=int, default=60, help="chunks per answer")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between chunks")
+    parser.add_argument("--ramp", type=float, default=0.0, help="capacity: spread the creates over this many seconds")
     parser.add_argument("--crash-runs", type=int, default=200)
     parser.add_argument("--drain", type=float, default=20.0)
     parser.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
