@@ -155,8 +155,6 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=1800)
-CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=1860)
 # Background completion windows (`background_options.completion_window`, README.md "Background
 # completion windows"): `2h` and `8h` runs wait on their own queues and may run this long.
 GATEWAY_BACKGROUND_WINDOW_2H_SECONDS = env.int("GATEWAY_BACKGROUND_WINDOW_2H_SECONDS", default=7200)
@@ -168,13 +166,36 @@ GATEWAY_BACKGROUND_QUEUES = {"2h": "responses.2h", "8h": "responses.8h"}
 CELERY_TASK_QUEUES = {
     name: {"exchange": name, "routing_key": name} for name in ("celery", *GATEWAY_BACKGROUND_QUEUES.values())
 }
-# Must exceed the longest job, or Redis redelivers a task still running (it would do nothing:
-# the run is claimed once, worker.py); the longest is an 8h window's.
+# Background runs wait on models almost all the time: one worker process holds many, each a
+# thread of Celery's threads pool waiting on the process's one event loop where the run goes on
+# (responses_api/tasks.py; docs/architecture.md, "Background runs"). GATEWAY_WORKER_CONCURRENCY is
+# how many runs one process takes at once (and, with the prefetch multiplier of 1, how many
+# messages it reserves).
+CELERY_WORKER_POOL = env.str("CELERY_WORKER_POOL", default="threads")
+GATEWAY_WORKER_CONCURRENCY = env.int("GATEWAY_WORKER_CONCURRENCY", default=200)
+CELERY_WORKER_CONCURRENCY = GATEWAY_WORKER_CONCURRENCY
+# The longest a background run may take from its claim: past it, the gateway itself ends it
+# `failed`, code `time_limit_exceeded` (orchestration/worker.background_run_seconds; Celery's
+# own time limits work in its prefork pool only).
+GATEWAY_BACKGROUND_MAX_SECONDS = env.float("GATEWAY_BACKGROUND_MAX_SECONDS", default=1800.0)
+# After SIGTERM a worker claims no run; the running ones have this long to end, then are ended
+# `failed` (`server_shutting_down`). Compose's stop_grace_period for the worker outlasts it.
+GATEWAY_WORKER_DRAIN_SECONDS = env.float("GATEWAY_WORKER_DRAIN_SECONDS", default=600.0)
+# How long a worker's run waits for a database connection. A web request waits DB_POOL_TIMEOUT
+# (its client is waiting; a quick 503 is better); a background run has no client waiting, and
+# hundreds of runs ending in the same second queue for the pool (project/celery.py applies it).
+GATEWAY_WORKER_DB_TIMEOUT = env.float("GATEWAY_WORKER_DB_TIMEOUT", default=60.0)
+# The longest any task of a worker lasts: the longest run, its drain, and the stop's grace.
+# In a prefork pool Celery kills a task past it; the event log and leases are kept this long.
+_LONGEST_RUN_SECONDS = max(
+    GATEWAY_BACKGROUND_MAX_SECONDS, GATEWAY_BACKGROUND_WINDOW_2H_SECONDS, GATEWAY_BACKGROUND_WINDOW_8H_SECONDS
+)
+CELERY_TASK_TIME_LIMIT = int(_LONGEST_RUN_SECONDS + GATEWAY_WORKER_DRAIN_SECONDS + 60)
+# A task not acknowledged this long after its delivery is delivered again (acks_late: a run's
+# task is acknowledged at its end). Longer than the longest run, so that a running one is not;
+# one that is (or a killed worker's) finds its response claimed and does nothing but reap it.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": max(
-        CELERY_TASK_TIME_LIMIT, GATEWAY_BACKGROUND_WINDOW_2H_SECONDS + 60, GATEWAY_BACKGROUND_WINDOW_8H_SECONDS + 60
-    )
-    + 600,
+    "visibility_timeout": CELERY_TASK_TIME_LIMIT + 600,
     # Queues in the order the worker lists them, not round robin: the windows' are lower priority.
     "queue_order_strategy": "priority",
 }

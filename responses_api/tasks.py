@@ -1,8 +1,11 @@
 """Celery tasks (thin: take ids, call orchestration/worker.py); orchestration/handoff.py enqueues them.
 
 Each worker process keeps one event loop in a thread (created lazily, after
-the prefork fork), so that a task reuses warm DB threads, the upstream HTTP
-client and the Redis client instead of building them per task.
+any fork), so that a task reuses warm DB threads, the upstream HTTP client and
+the Redis client instead of building them per task. The worker runs Celery's
+threads pool (settings.CELERY_WORKER_POOL): each of its GATEWAY_WORKER_CONCURRENCY
+threads waits on that one loop while its run goes on there, so one process holds
+hundreds of runs (docs/architecture.md, "Background runs").
 """
 
 from __future__ import annotations
@@ -10,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from celery import shared_task
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Reject, SoftTimeLimitExceeded
+from celery.signals import worker_shutting_down
 from django.conf import settings
 
 from .orchestration.alerts import deliver_once, requeue_stale_deliveries, retry_delay
 from .orchestration.vector_stores import ingest
-from .orchestration.worker import reap_stale, run_claimed
+from .orchestration.worker import draining, reap_stale, run_claimed, start_drain
 from .store.services import retention_run
 
 _loop: asyncio.AbstractEventLoop | None = None
@@ -33,6 +37,12 @@ def _worker_loop() -> asyncio.AbstractEventLoop:
     with _loop_lock:
         if _loop is None or _loop.is_closed():
             _loop = asyncio.new_event_loop()
+            # The runs' database work (db.run) goes through this executor: as many threads as
+            # the pool has connections (asyncio's default is cpu_count + 4, 6 on two cores, a
+            # queue for hundreds of runs starting at once), never more (they would wait on it).
+            pool = (settings.DATABASES["default"].get("OPTIONS", {}).get("pool") or {}).get("max_size", 0)
+            if isinstance(pool, int) and pool > 0:
+                _loop.set_default_executor(ThreadPoolExecutor(max_workers=pool, thread_name_prefix="gateway-db"))
             threading.Thread(target=_loop.run_forever, name="gateway-worker-loop", daemon=True).start()
         return _loop
 
@@ -48,7 +58,19 @@ def run_on_worker_loop(coro: Coroutine[Any, Any, T]) -> T:
 
 @shared_task(name="responses_api.run_response", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_response(response_id: str) -> str:
-    return run_on_worker_loop(run_claimed(response_id))
+    if draining(_loop):
+        raise Reject("this worker is shutting down", requeue=True)  # another worker claims it
+    outcome = run_on_worker_loop(run_claimed(response_id))
+    if outcome == "draining":  # the drain began between the check above and the claim
+        raise Reject("this worker is shutting down", requeue=True)
+    return outcome
+
+
+@worker_shutting_down.connect
+def _drain_runs(**_: object) -> None:
+    """SIGTERM (Celery's warm shutdown, which then waits for the pool's threads): no run is
+    claimed from now on, and the running ones have GATEWAY_WORKER_DRAIN_SECONDS to end."""
+    start_drain(_worker_loop())
 
 
 @shared_task(name="responses_api.reap_stale_responses", ignore_result=True)

@@ -48,7 +48,6 @@ COMPOSE_ONLY_VARS = {
     "GATEWAY_SUBNET",  # the compose network's subnet, which FORWARDED_ALLOW_IPS names
     "FORWARDED_ALLOW_IPS",  # read by uvicorn: whose X-Forwarded-* headers are believed
     "WEB_CONCURRENCY",  # uvicorn --workers
-    "CELERY_CONCURRENCY",  # celery worker --concurrency
     "CELERY_WORKER_QUEUES",  # celery worker -Q
     "INSTALL_LOCAL_MODEL",  # Docker build arg
     "OPENAI_API_KEY",  # read through a provider's api_key_env (deploy/gateway.yaml)
@@ -111,7 +110,11 @@ def test_services_and_commands() -> None:
 
     worker = command_words("worker")
     assert worker[:4] == ["celery", "-A", "project", "worker"]
-    assert "--concurrency" in worker and "-l" in worker
+    # One process, its runs a setting (GATEWAY_WORKER_CONCURRENCY), its pool Celery's threads.
+    assert "--concurrency" not in worker and "-l" in worker
+    assert settings.CELERY_WORKER_POOL == "threads"
+    assert settings.CELERY_WORKER_CONCURRENCY == settings.GATEWAY_WORKER_CONCURRENCY >= 100
+    assert settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS >= settings.GATEWAY_WORKER_CONCURRENCY
     # It takes every queue a background run may wait on, the default one first.
     assert interpolate(worker[worker.index("-Q") + 1], {}).split(",") == list(settings.CELERY_TASK_QUEUES)
     assert command_words("beat")[:4] == ["celery", "-A", "project", "beat"]
@@ -749,21 +752,27 @@ def test_a_database_that_is_down_is_one_line_naming_it() -> None:
 
 def test_postgres_connections_fit_within_its_max_connections() -> None:
     """Every process's pools at their compose sizes: web and worker processes hold two pools
-    (Django's and the async one), beat one; postgres keeps 3 for superusers."""
+    (Django's and the async one), beat one; postgres keeps 3 for superusers. A worker container
+    is one process, whatever number of runs it holds."""
     env: dict[str, str] = {}
     app_env = SERVICES["web"]["environment"]
     pool = int(interpolate(app_env["DB_POOL_MAX_SIZE"], env))
     web = int(interpolate(command_words("web")[command_words("web").index("--workers") + 1], env))
-    worker = int(interpolate(command_words("worker")[command_words("worker").index("--concurrency") + 1], env))
+    worker = 1
     postgres = SERVICES["postgres"]["command"]
     max_connections = int(next(w.split("=", 1)[1] for w in postgres if w.startswith("max_connections=")))
     assert (web + worker) * 2 * pool + pool <= max_connections - 3
 
 
-def test_the_worker_grace_period_outlasts_its_longest_task() -> None:
-    """SIGTERM is Celery's warm shutdown: running tasks go on up to CELERY_TASK_TIME_LIMIT."""
+def test_the_worker_grace_period_outlasts_its_drain() -> None:
+    """SIGTERM drains a worker for GATEWAY_WORKER_DRAIN_SECONDS, then its runs are stopped and
+    have STOP_GRACE_SECONDS to store their end (tests/responses_api/test_worker_capacity.py)."""
+    from responses_api.orchestration.worker import STOP_GRACE_SECONDS
+
     grace = SERVICES["worker"]["stop_grace_period"]
-    assert grace.endswith("s") and float(grace[:-1]) > settings.CELERY_TASK_TIME_LIMIT
+    assert grace.endswith("s")
+    assert float(grace[:-1]) > settings.GATEWAY_WORKER_DRAIN_SECONDS + STOP_GRACE_SECONDS + 10
+    assert SERVICES["worker"]["ulimits"]["nofile"]["soft"] >= 4 * settings.GATEWAY_WORKER_CONCURRENCY + 256
 
 
 def test_every_container_rotates_its_logs() -> None:

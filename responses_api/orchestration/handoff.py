@@ -25,7 +25,7 @@ from ..store import db, services
 from ..store.eventlog import event_log
 from ..store.outages import unavailable
 from .limits import Grant
-from .windows import window_queue, window_time_limits
+from .windows import window_queue
 from .worker import run_claimed
 
 # The Celery task that runs a job (tasks.run_response), sent by name: the tasks module is the
@@ -106,15 +106,15 @@ _embedded_tasks: set[asyncio.Task[str]] = set()  # run_claimed: the final status
 
 
 async def enqueue(response_id: str, window: str = "soonest") -> None:
-    """Hand a stored (committed) response to a worker: Celery (on its completion window's queue,
-    with that window's time limits: windows.py), or an in-process task when embedded, which
+    """Hand a stored (committed) response to a worker: Celery (on its completion window's queue:
+    windows.py; the worker enforces the window's time limit), or an in-process task when embedded, which
     starts every window's run at once (one process, no queue to wait on)."""
     if settings.EMBEDDED_WORKER:
         task = asyncio.get_running_loop().create_task(run_claimed(response_id))
         _embedded_tasks.add(task)  # keep a reference: the loop holds tasks only weakly
         task.add_done_callback(_embedded_tasks.discard)
         return
-    options: dict[str, Any] = window_time_limits(window)
+    options: dict[str, Any] = {}
     queue = window_queue(window)
     if queue is not None:
         options["queue"] = queue

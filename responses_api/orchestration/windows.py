@@ -3,7 +3,7 @@ background run waits on, how long it may wait there and how long it may run. Pur
 the window and the settings (README.md, "Background completion windows").
 
 `soonest` is the ordinary background run: the default queue, GATEWAY_QUEUED_MAX_SECONDS to be
-taken, CELERY_TASK_SOFT_TIME_LIMIT to run. `2h` and `8h` are lower-priority classes on their own
+taken, GATEWAY_BACKGROUND_MAX_SECONDS to run. `2h` and `8h` are lower-priority classes on their own
 queues (workers take them after the default queue: settings.CELERY_TASK_QUEUES and the broker's
 `queue_order_strategy`), which may wait and run up to their window each.
 """
@@ -24,12 +24,12 @@ def window_queue(window: str) -> str | None:
 
 def window_run_seconds(window: str) -> int:
     """How long a run of this window may run once a worker took it: its window's setting
-    (GATEWAY_BACKGROUND_WINDOW_2H_SECONDS, ..._8H_SECONDS), or CELERY_TASK_SOFT_TIME_LIMIT for
-    `soonest`."""
+    (GATEWAY_BACKGROUND_WINDOW_2H_SECONDS, ..._8H_SECONDS), or GATEWAY_BACKGROUND_MAX_SECONDS for
+    `soonest`. The worker enforces it (worker.background_run_seconds)."""
     seconds: int = {
         "2h": settings.GATEWAY_BACKGROUND_WINDOW_2H_SECONDS,
         "8h": settings.GATEWAY_BACKGROUND_WINDOW_8H_SECONDS,
-    }.get(window, settings.CELERY_TASK_SOFT_TIME_LIMIT)
+    }.get(window, int(settings.GATEWAY_BACKGROUND_MAX_SECONDS))
     return seconds
 
 
@@ -45,14 +45,3 @@ def window_queued_seconds(window: str) -> float:
 def queued_limits() -> dict[str, float]:
     """`window_queued_seconds` of every window, for the reaper's query."""
     return {window: window_queued_seconds(window) for window in COMPLETION_WINDOWS}
-
-
-def window_time_limits(window: str) -> dict[str, int]:
-    """Celery's per-task time limits for a run of this window (prefork pool): empty for
-    `soonest`, whose limits are the configured defaults; the hard limit keeps the defaults'
-    margin over the soft one."""
-    if window_queue(window) is None:
-        return {}
-    soft = window_run_seconds(window)
-    margin = max(settings.CELERY_TASK_TIME_LIMIT - settings.CELERY_TASK_SOFT_TIME_LIMIT, 30)
-    return {"soft_time_limit": soft, "time_limit": soft + margin}

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,7 +34,7 @@ from ..store.eventlog import TERMINAL_TYPES, event_log
 from ..store.limit_counters import drain as limits_drain
 from .assembly import run_for_job
 from .limits import Grant
-from .windows import queued_limits
+from .windows import queued_limits, window_run_seconds
 
 log = logging.getLogger("gateway.background")
 
@@ -211,48 +213,217 @@ def _stored_end(response_id: str, sequence_number: int) -> list[dict[str, Any]]:
     return events
 
 
-async def _heartbeat_loop(response_id: str) -> None:
-    while True:
-        await asyncio.sleep(settings.GATEWAY_HEARTBEAT_SECONDS)
-        await db.run(services.response_job_heartbeat, response_id=response_id)
+# -- the runs of this process: one heartbeat, one cancel watch, the time limit, the drain ------
 
 
 CANCEL_PROBE_SECONDS = 0.2  # how often a run looks for a cancel: its latency, and its Redis cost
 
 
-async def _cancel_watch(response_id: str, run: ResponseRun, writer: LogWriter | None = None) -> None:
-    """Stop the run once a cancel is requested; asks Redis itself only when the run's event
-    batches did not (a quiet run): a run streaming tokens learns of it from its writes."""
-    loop = asyncio.get_running_loop()
-    while True:
-        if writer is not None and writer.cancel_seen:
-            break
-        if writer is None or loop.time() - writer.cancel_checked_at >= CANCEL_PROBE_SECONDS * 2:
+def background_run_seconds(response: Response | str) -> float:
+    """How long a worker-run response may run (from its claim) before it is ended `failed` with
+    code `time_limit_exceeded`: its completion window's limit (windows.window_run_seconds:
+    GATEWAY_BACKGROUND_MAX_SECONDS for `soonest`, the window's setting for `2h` and `8h`); the
+    broker's visibility timeout derives from the longest (settings.py)."""
+    window = response.completion_window if isinstance(response, Response) else "soonest"
+    return float(window_run_seconds(window))
+
+
+def time_limit_error(seconds: float) -> ServerError:
+    return ServerError(
+        f"This background response ran longer than its limit of {seconds:g} s and was stopped.",
+        code="time_limit_exceeded",
+    )
+
+
+def worker_shutdown_error() -> ServerError:
+    return ServerError(
+        "The worker running this response shut down before it ended; create it again.",
+        code="server_shutting_down",
+    )
+
+
+# After a run is asked to stop (its time limit, the drain), how long it may take to store its
+# end before it is cancelled outright and ended from its log (a tool that ignores cancellation).
+STOP_GRACE_SECONDS = 10.0
+
+
+class _Running:
+    """The runs one event loop holds. Their heartbeat is one UPDATE per beat for all of them
+    and their cancel watch one pipelined read per tick: hundreds of runs on one loop would
+    otherwise cost hundreds of transactions and Redis round trips a second."""
+
+    def __init__(self) -> None:
+        self.beating: set[str] = set()  # claimed here and not ended: their rows beat
+        self.runs: dict[str, ResponseRun] = {}
+        self.writers: dict[str, LogWriter] = {}  # a run's batches probe its cancel too
+        self.tasks: dict[str, asyncio.Task[Any]] = {}
+        self.stopping: dict[str, GatewayError] = {}  # asked to stop, and why
+        self.draining = False
+        self._beat: asyncio.Task[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._drain: asyncio.Task[None] | None = None
+
+    def claimed(self, response_id: str) -> None:
+        """Its row beats from now on (its setup may wait on the database for a while)."""
+        self.beating.add(response_id)
+        if self._beat is None or self._beat.done():
+            self._beat = asyncio.ensure_future(self._beat_loop())
+
+    def add(self, response_id: str, run: ResponseRun, writer: LogWriter) -> None:
+        self.runs[response_id] = run
+        self.writers[response_id] = writer
+        task = asyncio.current_task()
+        if task is not None:
+            self.tasks[response_id] = task
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.ensure_future(self._watch_loop())
+
+    def remove(self, response_id: str) -> None:
+        self.beating.discard(response_id)
+        self.runs.pop(response_id, None)
+        self.writers.pop(response_id, None)
+        self.tasks.pop(response_id, None)
+        self.stopping.pop(response_id, None)
+
+    def stop(self, response_id: str, error: GatewayError) -> None:
+        """Ask a run to end `failed` with `error`; cancel its task if it has not ended
+        STOP_GRACE_SECONDS later (a tool that ignores cancellation): then run_claimed ends it."""
+        run = self.runs.get(response_id)
+        if run is None or response_id in self.stopping:
+            return
+        self.stopping[response_id] = error
+        run.request_stop(error)
+        asyncio.get_running_loop().call_later(STOP_GRACE_SECONDS, self._cancel_unless_ended, response_id, run)
+
+    def _cancel_unless_ended(self, response_id: str, run: ResponseRun) -> None:
+        task = self.tasks.get(response_id)
+        if self.runs.get(response_id) is run and not run.ended and task is not None and not task.done():
+            task.cancel()
+
+    async def _beat_loop(self) -> None:
+        while self.beating:
+            await asyncio.sleep(settings.GATEWAY_HEARTBEAT_SECONDS)
+            ids = list(self.beating)
+            if not ids:
+                break
             try:
-                if await event_log().cancel_requested(response_id):
-                    break
-                if writer is not None:
-                    writer.cancel_checked_at = loop.time()
+                if db.native_async():
+                    await db.fetch_one(*services.jobs_heartbeat_statement(response_ids=ids))
+                else:
+                    await db.run(services.response_jobs_heartbeat, response_ids=ids)
+            except Exception as exc:  # noqa: BLE001 - the database is away: beat again next time
+                log.warning("heartbeat of %d runs failed (%s)", len(ids), type(exc).__name__)
+
+    async def _watch_loop(self) -> None:
+        """Cancels of this loop's runs: a run streaming events learns of one from its own batch
+        writes (LogWriter's probe); the quiet ones are asked about together, one pipelined read
+        per tick."""
+        loop = asyncio.get_running_loop()
+        while self.runs:
+            await asyncio.sleep(CANCEL_PROBE_SECONDS)
+            now = loop.time()
+            quiet: list[str] = []
+            for response_id, run in list(self.runs.items()):
+                writer = self.writers.get(response_id)
+                if writer is not None and writer.cancel_seen:
+                    run.request_cancel()
+                elif writer is None or now - writer.cancel_checked_at >= CANCEL_PROBE_SECONDS * 2:
+                    quiet.append(response_id)
+            if not quiet:
+                continue
+            try:
+                cancelled = await event_log().cancels_requested(quiet)
             except Exception:  # noqa: BLE001 - Redis is down: a cancel cannot arrive meanwhile
                 await asyncio.sleep(1.0)
-        await asyncio.sleep(CANCEL_PROBE_SECONDS)
-    run.request_cancel()
+                continue
+            for response_id in quiet:
+                writer = self.writers.get(response_id)
+                if writer is not None:
+                    writer.cancel_checked_at = now
+            for response_id in cancelled:
+                found = self.runs.get(response_id)
+                if found is not None:
+                    found.request_cancel()
+
+    def start_drain(self, seconds: float) -> None:
+        """No new run starts here; the running ones have `seconds` to end, then are stopped."""
+        self.draining = True
+        if self._drain is None:
+            self._drain = asyncio.ensure_future(self._drain_runs(seconds))
+
+    async def _drain_runs(self, seconds: float) -> None:
+        started = time.monotonic()
+        log.warning("worker draining: %d background runs; %g s to finish", len(self.runs), seconds)
+        while self.runs and time.monotonic() - started < seconds:
+            await asyncio.sleep(0.2)
+        left = list(self.runs)
+        for response_id in left:
+            self.stop(response_id, worker_shutdown_error())
+        log.warning("worker drained in %.1f s (%d runs stopped)", time.monotonic() - started, len(left))
+
+
+_running: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Running] = weakref.WeakKeyDictionary()
+
+
+def running() -> _Running:
+    """This event loop's runs."""
+    loop = asyncio.get_running_loop()
+    held = _running.get(loop)
+    if held is None:
+        held = _running[loop] = _Running()
+    return held
+
+
+def start_drain(loop: asyncio.AbstractEventLoop) -> None:
+    """Thread-safe (a signal handler's): drain the runs of `loop` for GATEWAY_WORKER_DRAIN_SECONDS."""
+
+    def begin() -> None:
+        running().start_drain(settings.GATEWAY_WORKER_DRAIN_SECONDS)
+
+    loop.call_soon_threadsafe(begin)
+
+
+def draining(loop: asyncio.AbstractEventLoop | None) -> bool:
+    held = _running.get(loop) if loop is not None else None
+    return held is not None and held.draining
 
 
 async def run_claimed(response_id: str) -> str:
     """Claim and run one worker-run response to its end. Returns what happened."""
+    held = running()
+    if held.draining:
+        return "draining"  # the caller hands the task back to the broker (tasks.run_response)
     row = await db.run(services.response_job_claim, response_id=response_id)
     if row is None:
         await reap_one(response_id)
         return "not-claimed"
+    held.claimed(response_id)
+    limit = background_run_seconds(row)
     try:
         run, opening = await run_for_job(row)
     except GatewayError as exc:
-        await _fail_with_event(response_id, exc)
+        try:
+            await _fail_with_event(response_id, exc)
+        finally:
+            held.remove(response_id)
         return "failed"
-    heart = asyncio.create_task(_heartbeat_loop(response_id))
+    except Exception as exc:  # whatever failed (Redis, the database): the row ends now, not at the reaper's sweep
+        log.exception("response %s: its run could not start", response_id)
+        try:
+            await _fail_with_event(response_id, ServerError(f"The run could not start ({type(exc).__name__})."))
+        except Exception:  # noqa: BLE001 - then the reaper ends it (worker_lost) once it stops beating
+            log.warning("response %s: could not be ended failed; the reaper will", response_id)
+        finally:
+            held.remove(response_id)
+        return "failed"
+    except BaseException:
+        held.remove(response_id)
+        raise
     writer = LogWriter(response_id, tenant_id=row.tenant_id, view=selectors.response_object_from_row(row, []))
-    watcher = asyncio.create_task(_cancel_watch(response_id, run, writer))
+    held.add(response_id, run, writer)
+    timer = asyncio.get_running_loop().call_later(limit, held.stop, response_id, time_limit_error(limit))
+    if held.draining:  # it began while this run was being set up
+        held.stop(response_id, worker_shutdown_error())
     try:
         if opening == "in_progress":
             await writer.append_all(run.builder.begin())
@@ -265,12 +436,21 @@ async def run_claimed(response_id: str) -> str:
             await writer.append(event)
         status: str = run.response["status"]
         return status
+    except asyncio.CancelledError:
+        # Asked to stop and not ending (_Running.stop): ended here from its log, as the reaper
+        # would. Any other cancellation (the process going away) is left to the reaper.
+        error = held.stopping.get(response_id)
+        task = asyncio.current_task()
+        if error is None or run.ended or task is None:
+            raise
+        task.uncancel()
+        await writer.close(1.0)
+        await _fail_with_event(response_id, error)
+        return "failed"
     finally:
+        timer.cancel()
+        held.remove(response_id)
         await writer.close(settings.GATEWAY_EVENT_LOG_RETRY_SECONDS)
-        for task in (watcher, heart):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         await limits_drain()
 
 

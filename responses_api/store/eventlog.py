@@ -113,6 +113,10 @@ class EventLog:
     async def cancel_requested(self, response_id: str) -> bool:
         raise NotImplementedError
 
+    async def cancels_requested(self, response_ids: list[str]) -> set[str]:
+        """Which of these responses a cancel was requested for (a worker's runs, at once)."""
+        raise NotImplementedError
+
     async def forget(self, response_ids: list[str]) -> None:
         """Drop these responses' logs now (a purge: their content goes everywhere)."""
         raise NotImplementedError
@@ -209,6 +213,9 @@ class MemoryEventLog(EventLog):
 
     async def cancel_requested(self, response_id: str) -> bool:
         return response_id in self._cancels
+
+    async def cancels_requested(self, response_ids: list[str]) -> set[str]:
+        return self._cancels.intersection(response_ids)
 
     async def forget(self, response_ids: list[str]) -> None:
         for rid in response_ids:
@@ -324,6 +331,15 @@ class RedisEventLog(EventLog):
 
     async def cancel_requested(self, response_id: str) -> bool:
         return bool(await self._client().exists(key(CANCEL_PREFIX, response_id)))
+
+    async def cancels_requested(self, response_ids: list[str]) -> set[str]:
+        # One round trip for all of a worker's runs; each command names one key, so a cluster
+        # client splits the pipeline by slot.
+        async with self._client().pipeline(transaction=False) as pipe:
+            for response_id in response_ids:
+                pipe.exists(key(CANCEL_PREFIX, response_id))
+            found = await pipe.execute()
+        return {response_id for response_id, n in zip(response_ids, found, strict=True) if n}
 
     async def forget(self, response_ids: list[str]) -> None:
         if not response_ids:

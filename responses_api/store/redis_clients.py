@@ -60,6 +60,19 @@ def _reconnect_once(asynchronous: bool) -> redis.asyncio.retry.Retry | redis.ret
 
 
 def _options(use: str) -> dict[str, Any]:
+    return {**_use_options(use), "max_connections": _max_connections()}
+
+
+def _max_connections() -> int:
+    """A connection per concurrent command, bounded as the upstream pool is: a worker's
+    hundreds of runs (or a web process's open streams) may each wait on one at once, and
+    redis-py's own default (100) made a run past the 100th fail to start (bench/background_capacity.py)."""
+    from django.conf import settings
+
+    return max(100, int(settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS))
+
+
+def _use_options(use: str) -> dict[str, Any]:
     if use == STREAMS:
         from redis.asyncio.retry import Retry
         from redis.backoff import ExponentialWithJitterBackoff

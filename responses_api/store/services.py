@@ -650,6 +650,19 @@ def response_job_heartbeat(*, response_id: str) -> None:
     Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
 
 
+def response_jobs_heartbeat(*, response_ids: list[str]) -> None:
+    """One beat for all the runs of a worker process: one statement, whatever their number."""
+    Response.objects.filter(id__in=response_ids, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
+
+
+def jobs_heartbeat_statement(*, response_ids: list[str]) -> tuple[str, dict[str, Any]]:
+    """PostgreSQL: `response_jobs_heartbeat` as one statement (awaited on the worker's loop, so
+    that a beat never queues behind the database work of hundreds of runs in the executor)."""
+    table = Response._meta.db_table
+    sql = f"UPDATE {table} SET heartbeat_at = %(now)s WHERE id = ANY(%(ids)s) AND status = %(status)s"
+    return sql, {"now": timezone.now(), "ids": list(response_ids), "status": Response.Status.IN_PROGRESS.value}
+
+
 def web_process_beat(*, process_id: str, stale_after: float) -> tuple[int, list[str]]:
     """This web process is alive; the open foreground responses of processes that stopped
     beating are failed (they will never finish), and those processes forgotten. Returns how many

@@ -170,7 +170,7 @@ def test_the_compose_stack_starts_and_serves(tmp_path: Path) -> None:
         "ALLOWED_HOSTS=127.0.0.1\n"
         "GATEWAY_PLAIN_HTTP=true\n"
         f"GATEWAY_METRICS_TOKEN={token}\n"
-        "CELERY_CONCURRENCY=1\n"
+        "GATEWAY_WORKER_CONCURRENCY=8\n"
         f"{only_in_dotenv}=20000\n"
     )
     postgres = start_postgres(tmp_path / "pg", database="gateway")
