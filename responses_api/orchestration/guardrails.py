@@ -266,7 +266,7 @@ async def _ask_remote(detectors: tuple[Detector, ...], text: str) -> list[Decisi
 
 
 async def check_input(
-    principal: Principal,
+    principal: Whose,
     model: str,
     payload: dict[str, Any],
     fields: Iterable[str],

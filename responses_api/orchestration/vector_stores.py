@@ -29,6 +29,7 @@ from django.conf import settings
 
 from ..engine.failover import route_call
 from ..protocol.errors import GatewayError, InvalidRequest
+from ..protocol.guardrail_remote import Caller
 from ..protocol.vector_stores import (
     SearchRequest,
     chunk_text,
@@ -45,6 +46,7 @@ from ..store import vector_stores as store
 from ..store.files import read_bytes
 from ..store.usage import Endpoint, usage_writer
 from ..upstreams.passthrough import forward, usage_tokens
+from .guardrails import check_input
 from .routing import route_get
 
 log = logging.getLogger("gateway.vector_stores")
@@ -158,11 +160,19 @@ async def embed(
 ) -> list[bytes]:
     """Unit float32 vectors of the texts, from the model's route (its upstream /v1/embeddings),
     in batches; each call's tokens recorded as embeddings usage of the store's owner. `renew`:
-    called after each batch (an ingestion's claim)."""
+    called after each batch (an ingestion's claim). The texts go to a model, so they pass the
+    input guardrails of the owner's tenant and key and the route first (`where`:
+    `vector_stores`): a `block` fails the call (an ingestion records it as the file's
+    last_error), a `redact` changes what is embedded (the stored chunk keeps its text: tool
+    output guardrails see it where file_search gives it to a model)."""
     route = await db.run(route_get, model)
+    whose = Caller(tenant_id, api_key_id)
     vectors: list[bytes] = []
     for start in range(0, len(texts), EMBED_BATCH):
-        batch = texts[start : start + EMBED_BATCH]
+        screened = await check_input(
+            whose, model, {"input": texts[start : start + EMBED_BATCH]}, ("input",), where="vector_stores"
+        )
+        batch: list[str] = screened["input"]
         started = time.monotonic()
 
         async def open_one(target: Any, batch: list[str] = batch) -> Any:

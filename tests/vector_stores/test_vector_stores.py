@@ -396,3 +396,28 @@ def test_a_lost_ingestion_is_enqueued_again_and_runs_once(gateway: Gateway, gate
     assert client.vector_stores.files.retrieve(lost, vector_store_id=vector_store.id).status == "completed"
     assert client.vector_stores.files.retrieve(busy, vector_store_id=vector_store.id).status == "in_progress"
     assert gateway_server.call(requeue_stale_ingestions()) == 0  # the live claim: not taken again
+
+
+def test_what_is_embedded_passes_the_input_guardrails(
+    gateway: Gateway, worker, scripted: ScriptedUpstream, embeddings_route
+) -> None:
+    """A file's chunks and a search query go to the embeddings model: a `block` guardrail fails
+    the file (last_error names the guardrail, never the text) and refuses the query, and the
+    embeddings upstream never sees what it matched."""
+    from tests.responses_api.test_guardrails import guardrail
+
+    guardrail("no-zebras", "patterns", "block", {"categories": {"animal": {"words": ["zebra"]}}})
+    client = gateway.openai()
+    ok = save(gateway.tenant_id, "ok.txt", "Giraffes eat leaves from tall trees.")
+    bad = save(gateway.tenant_id, "bad.txt", "The zebra crossing report, page one.")
+    store = client.vector_stores.create(name="guarded", file_ids=[ok, bad])
+    done = wait_files(client, store.id)
+    assert (done.file_counts.completed, done.file_counts.failed) == (1, 1)
+    error = client.vector_stores.files.retrieve(bad, vector_store_id=store.id).last_error
+    assert error is not None and "no-zebras" in error.message and "crossing" not in error.message
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.vector_stores.search(store.id, query="zebra crossing")
+    assert isinstance(raised.value.body, dict) and raised.value.body["code"] == "guardrail_blocked"
+    embedded = [r for r in scripted.requests if r.path == "/v1/embeddings"]
+    assert embedded and not any("zebra" in str(r.body["input"]).lower() for r in embedded)
+    assert [hit.file_id for hit in client.vector_stores.search(store.id, query="giraffes leaves")] == [ok]
