@@ -17,6 +17,10 @@ and (I(110) - I(10)) / (100 streams * 100 ticks * per_read) is the instructions 
 (bench/README.md, the stream relay's CPU per event). Run from the repository's root.
 
     .venv/bin/python bench/relay_harness.py [streams=200] [ticks=100] [per_read=1]
+
+With GUARDED=1 in the environment every stream goes through the output guardrails issue 58's
+cost target names (a patterns and a credentials (pii) guardrail on the output, the default
+hold-back): what an output guardrail adds per relayed token.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle  # noqa: 
 
 from responses_api.api.sse import EventStream  # noqa: E402
 from responses_api.engine.run import ResponseRun  # noqa: E402
+from responses_api.protocol.guardrails import compile_detector  # noqa: E402
+from responses_api.protocol.output_guard import OutputDetectors, OutputGuard  # noqa: E402
 from responses_api.upstreams.chat_completions import ChatCompletionCall  # noqa: E402
 from tests.engine.standins import Stored, Tools, make_job  # noqa: E402
 
@@ -106,6 +112,22 @@ def feed(reader: aiohttp.StreamReader, data: bytes) -> None:
     reader.end_http_chunk_receiving()
 
 
+def guard() -> OutputGuard | None:
+    """The output guardrails of a guarded run (GUARDED=1), else none."""
+    if os.environ.get("GUARDED") != "1":
+        return None
+    patterns = compile_detector(
+        1,
+        "codenames",
+        "patterns",
+        "block",
+        {"categories": {"codename": {"words": ["Project Zeus"], "regex": ["ZX-\\d{4}"]}}},
+    )
+    pii = compile_detector(2, "pii", "pii", "redact", {})
+    detectors = OutputDetectors(output=(patterns, pii))
+    return OutputGuard(detectors, holdback=settings.GATEWAY_GUARDRAIL_HOLDBACK_CHARS)
+
+
 async def main(streams: int, ticks: int, per_read: int) -> None:
     loop = asyncio.get_running_loop()
     readers: list[aiohttp.StreamReader] = []
@@ -120,7 +142,9 @@ async def main(streams: int, ticks: int, per_read: int) -> None:
         async def opener(target: Any, request: Any, reader: aiohttp.StreamReader = reader) -> ChatCompletionCall:
             return ChatCompletionCall(target, FedResponse(reader), None, None)  # type: ignore[arg-type]
 
-        run = ResponseRun(make_job({"input": "hi", "stream": True}), Stored(), Tools(), open_upstream=opener)
+        run = ResponseRun(
+            make_job({"input": "hi", "stream": True}), Stored(), Tools(), open_upstream=opener, output_guard=guard()
+        )
         await run.connect()
         client = CountingTransport()
         clients.append(client)
@@ -159,6 +183,7 @@ async def main(streams: int, ticks: int, per_read: int) -> None:
     tokens = streams * ticks * per_read
     writes = sum(c.writes for c in clients) - writes_before
     print(
+        f"{'guarded ' if os.environ.get('GUARDED') == '1' else ''}"
         f"{streams} streams x {ticks} reads x {per_read} tokens/read: {spent / tokens * 1e6:.2f} us CPU per token, "
         f"{writes / tokens:.2f} writes per token"
     )

@@ -74,6 +74,11 @@ class OutputGuard:
         self.holdback = max(holdback, 0)
         self._context = max(self.holdback, _MIN_CONTEXT)
         self._max_held = max(self.holdback, _MIN_CONTEXT) * _GROWING_MATCH_FACTOR
+        # Text is released a step at a time past the hold-back, not a delta at a time: each
+        # release scans the whole window (context + held), so releasing 4 characters per token
+        # scanned it once per token; a quarter of the hold-back per scan costs a fraction of
+        # that, and waits at most the step longer (never less than the hold-back).
+        self._step = max(1, self.holdback // 4)
         self._text: _Stream | None = None
         self._text_type: type[TextDelta] | type[RefusalDelta] = TextDelta
         self._calls: dict[int, _Stream] = {}
@@ -214,7 +219,7 @@ class OutputGuard:
         """What of the stream may be released now, redacted; sets `blocked` on a block (then the
         text before the match). Held back: the last `holdback` characters, a match that may still
         grow, and everything while a whole-text guardrail waits for the end."""
-        if not final and (stream.whole or len(stream.held) <= self.holdback):
+        if not final and (stream.whole or len(stream.held) < self.holdback + self._step):
             return ""
         window = stream.context + stream.held
         base = len(stream.context)
