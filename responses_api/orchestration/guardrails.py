@@ -1,7 +1,10 @@
-"""Guardrails on every path: input guardrails on what a client sends upstream (`check_input`,
-the one call each front door makes: /v1/responses in gateway.start_response, which covers
-JSON, SSE, WebSocket and background runs; /v1/responses/compact; /v1/chat/completions and
-/v1/embeddings), before any upstream call; and output guardrails on what comes back
+"""Guardrails on every path: input guardrails on what a client sends upstream (`check_input` /
+`screen_input`, called by each front door: /v1/responses in gateway.start_response, which
+covers JSON, SSE, WebSocket and background runs; /v1/responses/compact; /v1/chat/completions;
+/v1/embeddings; /v1/messages; items added to /v1/conversations; and for text the gateway
+itself sends a model: automatic compaction's summariser call (`summary_screen`), stored files'
+extracted text (`screen_files`), vector stores' chunks and queries before they are embedded),
+before any upstream call; and output guardrails on what comes back
 (`output_guard`: the model's text, the tool-call arguments it emits and the outputs of the
 tools the gateway runs, checked by protocol/output_guard.py where the deltas flow: the engine
 for /v1/responses, the translating writers of /v1/chat/completions and /v1/messages).
@@ -10,7 +13,8 @@ Cost: the scope's guardrails are one TTLCache look-up per (tenant, key, model) (
 GATEWAY_CACHE_SECONDS, like routes and tools); with none configured nothing else runs. The
 detectors are compiled once per definition version (its updated_at).
 
-A `block` answers 400 naming the guardrail and the category (never the matched text); `redact`
+A `block` answers 400 naming the guardrail and the category (never the matched text; a remote
+kind that failed closed: 503 `guardrail_unavailable`); `redact`
 replaces what matched with `[REDACTED:category]` in what the upstream gets and what is stored;
 `log` passes. Every decision but pass is audited (GuardrailEvent) and counted in /metrics."""
 
