@@ -189,7 +189,7 @@ def test_redis_stopped_and_restarted_around_background_creates(deployment: Deplo
             ids.append(resp.json()["id"])
         for response_id in ids:
             final = wait_for(lambda rid=response_id: settled(client, rid), 45, f"{response_id} to finish")
-            assert final["status"] == "completed", final
+            assert final["status"] == "completed", (final.get("error"), deployment.log("worker.log"))
 
 
 def test_a_queued_response_whose_task_was_lost_is_failed_by_the_reaper(deployment: Deployment) -> None:
