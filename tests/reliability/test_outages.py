@@ -45,7 +45,12 @@ def deployment(upstream: ScriptedUpstream) -> Iterator[Deployment]:
         env={
             "DB_POOL_TIMEOUT": str(POOL_TIMEOUT),
             "DB_RECONNECT_TIMEOUT": "2",
-            "GATEWAY_QUEUED_MAX_SECONDS": "3",
+            # The reaper's limit for a row no worker took (its task lost with the broker): longer
+            # than a worker takes to reconnect to a restarted broker on a loaded machine, or the
+            # reaper fails rows whose tasks are there and about to run (CI: one of six creates made
+            # right after Redis returned ended `queue_timeout` at 3 s). Reaped every 2 s here.
+            "GATEWAY_QUEUED_MAX_SECONDS": "15",
+            "GATEWAY_REAPER_INTERVAL_SECONDS": "2",
             # The reaper's backstop for a foreground row its own request could not end (see the
             # assertion on open rows): short here, an hour by default.
             "GATEWAY_FOREGROUND_MAX_SECONDS": "15",
@@ -203,7 +208,7 @@ def test_a_queued_response_whose_task_was_lost_is_failed_by_the_reaper(deploymen
             deployment.redis.resume()  # no persistence: the task is gone
         finally:
             deployment.start_worker()
-        final = wait_for(lambda: settled(client, resp.json()["id"]), 45, "the reaper")
+        final = wait_for(lambda: settled(client, resp.json()["id"]), 90, "the reaper")
         assert final["status"] == "failed" and final["error"]["code"] == "queue_timeout", final
 
 
