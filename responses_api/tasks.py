@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -63,6 +64,9 @@ def run_response(response_id: str) -> str:
     outcome = run_on_worker_loop(run_claimed(response_id))
     if outcome == "draining":  # the drain began between the check above and the claim
         raise Reject("this worker is shutting down", requeue=True)
+    if outcome == "database-unavailable":  # still queued: claimed once the database is back
+        time.sleep(1.0)  # this pool thread's own pause: a redelivery is not a busy loop
+        raise Reject("the database is unavailable", requeue=True)
     return outcome
 
 

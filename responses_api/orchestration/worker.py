@@ -19,8 +19,8 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from django.conf import settings
 
@@ -32,11 +32,13 @@ from ..protocol.wirejson import dumpb
 from ..store import db, selectors, services
 from ..store.eventlog import TERMINAL_TYPES, event_log
 from ..store.limit_counters import drain as limits_drain
+from ..store.outages import database_unreachable, unreachable
 from .assembly import run_for_job
 from .limits import Grant
 from .windows import queued_limits, window_run_seconds
 
 log = logging.getLogger("gateway.background")
+T = TypeVar("T")
 
 # -- the run ---------------------------------------------------------------------
 
@@ -393,14 +395,24 @@ async def run_claimed(response_id: str) -> str:
     held = running()
     if held.draining:
         return "draining"  # the caller hands the task back to the broker (tasks.run_response)
-    row = await db.run(services.response_job_claim, response_id=response_id)
+    try:
+        row = await _once_more_on_lost_connection(db.run, services.response_job_claim, response_id=response_id)
+    except Exception as exc:
+        if not unreachable(exc):
+            raise
+        # The database is away: the row is still queued (or claimed by a statement whose answer
+        # was lost: the reaper ends that one once it stops beating). The task goes back to the
+        # broker, so the run starts when the database returns instead of waiting for the
+        # reaper's queue_timeout.
+        log.warning("response %s: not claimed, the database is unavailable (%s)", response_id, exc)
+        return "database-unavailable"
     if row is None:
         await reap_one(response_id)
         return "not-claimed"
     held.claimed(response_id)
     limit = background_run_seconds(row)
     try:
-        run, opening = await run_for_job(row)
+        run, opening = await _once_more_on_lost_connection(run_for_job, row)
     except GatewayError as exc:
         try:
             await _fail_with_event(response_id, exc)
@@ -452,6 +464,28 @@ async def run_claimed(response_id: str) -> str:
         held.remove(response_id)
         await writer.close(settings.GATEWAY_EVENT_LOG_RETRY_SECONDS)
         await limits_drain()
+
+
+async def _once_more_on_lost_connection(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    """`fn` (a run's claim or its load: safe to repeat), tried once more after a connection error.
+
+    A restart of PostgreSQL or Redis leaves broken connections in this process's pools; the
+    first use of each fails and drops it (the web path answers that one request 503 with
+    Retry-After, and its client retries). A run's start has no client to retry it: its claim
+    raised, leaving the row queued until the reaper's queue_timeout (an hour by default), or its
+    load failed the run. The database pools are checked (their broken idle connections
+    replaced) before the second try; Redis's clients reconnect on their own."""
+    try:
+        return await fn(*args, **kwargs)
+    except Exception as exc:
+        if not unreachable(exc):
+            raise
+        log.info("a run's start met a lost connection (%s: %s); trying once more", type(exc).__name__, exc)
+        if database_unreachable(exc):
+            await db.check_pools()
+        else:
+            await asyncio.sleep(0.2)
+        return await fn(*args, **kwargs)
 
 
 async def _fail_with_event(response_id: str, error: GatewayError) -> None:

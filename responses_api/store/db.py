@@ -147,6 +147,27 @@ async def copy_rows(sql: str, rows: Iterable[Sequence[Any]]) -> None:
             await copy.write_row(row)
 
 
+def _check_threads_pool() -> None:
+    pool = getattr(connections["default"], "pool", None)  # Django's psycopg pool (PostgreSQL only)
+    if pool is not None:
+        pool.check()
+
+
+async def check_pools() -> None:
+    """Test every idle connection of this process's pools, replacing the broken ones.
+
+    After PostgreSQL restarts (or a pooler drops its clients), each pooled connection fails on
+    its next use; a caller with nobody to retry for it (a worker's run) checks the pools once on
+    its first such error rather than meeting them one by one. A check costs a round trip per
+    idle connection, so it is done then, not on every checkout."""
+    if not native_async():
+        return
+    await run(_check_threads_pool)
+    pool = _pools.get(asyncio.get_running_loop())
+    if pool is not None:
+        await pool.check()
+
+
 async def close_pool() -> None:
     """Close this loop's async pool (at shutdown)."""
     pool = _pools.pop(asyncio.get_running_loop(), None)
@@ -154,4 +175,13 @@ async def close_pool() -> None:
         await pool.close()
 
 
-__all__ = ["run", "run_shared", "fetch_one", "copy_rows", "native_async", "close_pool", "close_old_connections"]
+__all__ = [
+    "run",
+    "run_shared",
+    "fetch_one",
+    "copy_rows",
+    "native_async",
+    "check_pools",
+    "close_pool",
+    "close_old_connections",
+]

@@ -46,6 +46,11 @@ def database_unreachable(exc: BaseException) -> bool:
     return isinstance(exc, _database_errors())
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc` means the database or Redis cannot be reached (a connection lost or refused)."""
+    return isinstance(exc, _database_errors() + _redis_errors())
+
+
 def unavailable(exc: BaseException) -> ServiceUnavailable | None:
     """The 503 for an exception that means the database or Redis is unreachable; else None."""
     if not _errors:

@@ -1,0 +1,89 @@
+"""A worker's run starts on pooled connections a database restart broke (PostgreSQL only).
+
+The web path answers the one request that meets a broken pooled connection with a 503 and
+Retry-After, and its client retries; a run's start has no client. Before the fix its claim
+raised (the row stayed `queued` until the reaper's queue_timeout, an hour by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+from django.db import connections
+
+from tests.support.harness import MODEL, Gateway
+from tests.support.upstream import Reply, ScriptedUpstream
+
+
+def _queued(gateway: Gateway, text: str) -> str:
+    from responses_api.protocol.ids import new_id
+    from responses_api.protocol.request import parse_create_request
+    from responses_api.protocol.response import request_params
+    from responses_api.store import services
+
+    body = {"model": MODEL, "input": text, "background": True}
+    req = parse_create_request(body)
+    rid = new_id("resp")
+    services.response_create(
+        row=services.response_row(
+            response_id=rid,
+            tenant_id=gateway.tenant_id,
+            api_key_id=None,
+            previous_response_id=None,
+            model=MODEL,
+            params=request_params(req),
+            created_at=datetime.now(UTC),
+            job={"body": body, "input_items": req.input_items, "opening": "in_progress"},
+        ),
+        status="queued",
+        input_items=req.input_items,
+    )
+    return rid
+
+
+def _break_pooled_connections() -> int:
+    """What a PostgreSQL restart does to a process's pooled connections, without the restart:
+    every server session but the test's own ends; the clients learn it on their next use."""
+    with connections["default"].cursor() as cursor:  # the test thread's, held outside the pool
+        cursor.execute("SELECT pg_backend_pid()")
+        (own,) = cursor.fetchone()
+    params = connections["default"].get_connection_params()
+    for sync_only in ("cursor_factory", "context"):
+        params.pop(sync_only, None)
+    with psycopg.connect(**params, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), %s)",
+            (own,),
+        ).fetchall()
+    return len(rows)
+
+
+def test_a_runs_start_replaces_connections_a_restart_broke(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+    if connections["default"].vendor != "postgresql":
+        pytest.skip("a pool of server sessions is PostgreSQL's")
+    from responses_api.models import Response
+    from responses_api.orchestration import worker as background
+    from responses_api.store import db
+
+    pool = connections["default"].pool  # type: ignore[attr-defined]  # PostgreSQL's wrapper has it
+    rid = _queued(gateway, "after the restart")
+    # Idle connections in the pool, as a worker has between runs.
+    with pool.connection() as first, pool.connection() as second:
+        first.execute("SELECT 1")
+        second.execute("SELECT 1")
+    assert pool.get_stats()["pool_available"] >= 2
+    assert _break_pooled_connections() >= 2
+
+    async def run_then_close() -> str:
+        try:
+            return await background.run_claimed(rid)
+        finally:
+            await db.close_pool()  # this loop's async pool: its sessions would outlive the test
+
+    scripted.enqueue(MODEL, Reply(text="ran"))
+    assert asyncio.run(run_then_close()) == "completed"
+    assert Response.objects.get(id=rid).status == "completed"
