@@ -605,8 +605,9 @@ def response_retrieve_statement(*, tenant_id: int | None, response_id: str) -> t
 def _retrieve_sql(by_tenant: bool) -> str:
     quote = connection.ops.quote_name
     response = Response._meta
-    columns = [f"r.{quote(response.get_field(n).column)}" for n in _RETRIEVE_COLUMNS]
-    columns += [f"r.{quote(n)}::text" for n in _RETRIEVE_JSON_COLUMNS]
+    column = {f.attname: str(f.column) for f in response.concrete_fields}
+    columns = [f"r.{quote(column[n])}" for n in _RETRIEVE_COLUMNS]
+    columns += [f"r.{quote(column[n])}::text" for n in _RETRIEVE_JSON_COLUMNS]
     # As `responses_visible` and `response_output_list`: stored, not deleted, the caller's tenant.
     return (
         "SELECT {columns}, (SELECT COALESCE(json_agg(i.data ORDER BY ri.position), '[]')::text"
