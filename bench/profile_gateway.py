@@ -12,6 +12,11 @@ diagnostics only, e.g. bench/diag_settings_async_mw.py: the project settings
 without the sync-only WhiteNoise middleware), so that the effect of a fix can
 be measured before it is made.
 
+--background drives what the web side of a background response does instead (issue 55): a
+create with `background: true`, then (once its run should be over: --bg-wait s) one retrieve,
+again if it was not over yet; a Redis and a Celery worker run beside the gateway (the worker is
+not recorded). CPU per request is then per background response (its create and retrieves).
+
     /tmp/venv/bin/python bench/profile_gateway.py --concurrency 16 --seconds 10
 """
 
@@ -63,9 +68,58 @@ async def drive(url: str, headers: dict[str, str], body: bytes, stream: bool, co
     return {"requests": done, "errors": errors, "rps": round(done / wall, 1), "latency_ms": c.summary(lat, 1000)}
 
 
+async def drive_background(
+    url: str, headers: dict[str, str], body: bytes, conc: int, seconds: float, wait: float
+) -> dict:
+    """Background creates, each followed by one retrieve once its run should be over (again,
+    counted, while it is not): what the web side of a background response does."""
+    done = 0
+    errors = 0
+    extra = 0
+    lat: list[float] = []
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done, errors, extra
+        cl = c.RawHttp(url, headers)
+        for _ in range(1_000_000):  # bounded; ends at the deadline
+            if time.perf_counter() >= deadline:
+                break
+            res = await cl.request("POST", "/responses", body, keep_body=True, timeout=60)
+            if not res.ok or res.body is None:
+                errors += 1
+                continue
+            lat.append(res.total)
+            rid = json.loads(res.body)["id"]
+            await asyncio.sleep(wait)
+            for _ in range(200):
+                got = await cl.request("GET", f"/responses/{rid}", keep_body=True, timeout=60)
+                status = json.loads(got.body or b"{}").get("status")
+                if status not in ("queued", "in_progress"):
+                    done += status == "completed"
+                    errors += status != "completed"
+                    break
+                extra += 1
+                await asyncio.sleep(wait / 4)
+        cl.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(conc)))
+    wall = time.perf_counter() - t0
+    return {
+        "requests": done,
+        "errors": errors,
+        "extra_retrieves": extra,
+        "rps": round(done / wall, 1),
+        "create_latency_ms": c.summary(lat, 1000),
+    }
+
+
 # Where a sample's CPU goes: the first of these found walking the stack from the leaf up.
 CATEGORIES = [
-    ("json encode/decode", ("json/",)),
+    ("json encode/decode", ("json/", "orjson")),
+    ("Celery/kombu (send_task, publish)", ("celery/", "kombu/", "amqp/", "vine/")),
+    ("redis client", ("redis/",)),
     ("ORM + psycopg (SQL build, execute, rows)", ("django/db/", "psycopg")),
     (
         "upstream HTTP client (aiohttp; httpx, httpcore, h11, anyio for tools)",
@@ -99,6 +153,14 @@ FEATURES = [
     ("DRF dispatch", ("rest_framework/",)),
     ("stored response write", ("store/persistence.py",)),
     ("upstream call (body, aiohttp, decode)", ("responses_api/upstreams/",)),
+    ("background hand-off (handoff.start_on_worker)", ("orchestration/handoff.py",)),
+    ("... Celery send_task", ("send_task",)),
+    ("... opening events (event log append)", ("append_many", "append_batch")),
+    ("... row insert (response_create)", ("response_create",)),
+    ("retrieve (ResponseDetailView.get)", ("ResponseDetailView",)),
+    ("... stored response read (response_retrieve)", ("response_retrieve",)),
+    ("... running view (Redis GET)", ("running_view",)),
+    ("thread hops (asyncio.to_thread, sync_to_async)", ("to_thread", "sync_to_async", "SyncToAsync")),
 ]
 
 
@@ -166,10 +228,12 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--no-profile", action="store_true", help="only measure (no py-spy)")
     ap.add_argument("--no-store", action="store_true", help="store: false (what the database write costs)")
+    ap.add_argument("--background", action="store_true", help="background creates + one final retrieve each")
+    ap.add_argument("--bg-wait", type=float, default=0.5, help="seconds from a background create to its retrieve")
     args = ap.parse_args()
     c.raise_nofile()
     c.use_uvloop()
-    label = args.label or f"c{args.concurrency}{'-stream' if args.stream else ''}"
+    label = args.label or f"c{args.concurrency}{'-stream' if args.stream else ''}{'-bg' if args.background else ''}"
     spy = None if args.no_profile else py_spy()
     if not args.no_profile and spy is None:
         c.log("py-spy not found (pip install py-spy into the venv); measuring only")
@@ -178,6 +242,13 @@ def main() -> None:
     pg = c.start_postgres(d)
     up = c.Upstream(latency=args.latency, log_dir=d)
     extra = {"DJANGO_SETTINGS_MODULE": args.settings, "PYTHONPATH": str(c.BENCH)} if args.settings else {}
+    rds = None
+    if args.background:  # a broker and event log, as compose runs them (the worker is started below)
+        from tests.support.servers import start_redis
+
+        rds = start_redis(d)
+        extra["REDIS_URL"] = rds.url
+    tree = c.source_tree(args.tree, d / "tree") if args.tree else None
     gw = c.Gateway(
         db_url=pg.url,
         providers={"local": up.base_url},
@@ -185,18 +256,31 @@ def main() -> None:
         log_dir=d,
         extra_env=extra,
         server=args.server,
-        tree=c.source_tree(args.tree, d / "tree") if args.tree else None,
+        tree=tree,
     )
+    worker = None
+    if args.background:
+        cmd = [c.PYTHON, "-m", "celery", "-A", "project", "worker", "--loglevel=WARNING"]
+        cmd += ["--without-gossip", "--without-mingle", "-n", "profile@%h"]
+        worker = c.Proc("worker", cmd, env=gw.env, log_dir=d, cwd=tree)
+        time.sleep(3)
     body = json.dumps(
         {
             "model": "bench-model",
             "input": "Say hello to the benchmark.",
             "stream": args.stream,
             **({"store": False} if args.no_store else {}),
+            **({"background": True} if args.background else {}),
         }
     ).encode()
     url = f"{gw.url}/v1"
-    asyncio.run(drive(url, gw.headers, body, args.stream, min(args.concurrency, 8), 2.0))  # warm-up
+
+    def load(conc: int, seconds: float) -> dict:
+        if args.background:
+            return asyncio.run(drive_background(url, gw.headers, body, conc, seconds, args.bg_wait))
+        return asyncio.run(drive(url, gw.headers, body, args.stream, conc, seconds))
+
+    load(min(args.concurrency, 8), 3.0)  # warm-up
 
     raw = d / "gateway.raw"
     proc = None
@@ -223,13 +307,13 @@ def main() -> None:
         )
         time.sleep(0.5)
     meter = c.CpuMeter({"gateway": gw.proc.pid, "upstream": up.proc.pid, "postgres": pg.pid}).start()
-    stats = asyncio.run(drive(url, gw.headers, body, args.stream, args.concurrency, args.seconds))
+    stats = load(args.concurrency, args.seconds)
     stats["cpu_cores"] = meter.stop()
     stats["gateway_cpu_ms_per_request"] = round(
         stats["cpu_cores"]["gateway_cores"] * stats["cpu_cores"]["wall_s"] / max(stats["requests"], 1) * 1000, 3
     )
     c.log(
-        f"{label}: {stats['rps']} req/s, p50 {stats['latency_ms'].get('median')} ms, "
+        f"{label}: {stats['rps']} req/s, p50 {(stats.get('latency_ms') or stats.get('create_latency_ms') or {}).get('median')} ms, "
         f"gateway {stats['cpu_cores']['gateway_cores']} cores = {stats['gateway_cpu_ms_per_request']} ms CPU/request"
     )
     result: dict = {"args": vars(args), "load": stats}
@@ -246,7 +330,11 @@ def main() -> None:
             shutil.copy(raw, c.RESULTS / f"profile-{label}.folded")
             result["profile"] = data
     c.write_result(f"profile-{label}", result)
+    if worker is not None:
+        worker.stop()
     gw.stop()
+    if rds is not None:
+        rds.stop()
     up.stop()
     pg.stop()
 

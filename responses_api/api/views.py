@@ -125,8 +125,15 @@ async def _answer(request: ApiRequest, req: CreateRequest, started: Started) -> 
 
 
 async def _current(tenant_id: int, response_id: str) -> dict[str, Any]:
-    """The stored response; for a running worker response, with its output so far."""
-    body = await db.run(selectors.response_retrieve, tenant_id=tenant_id, response_id=response_id)
+    """The stored response; for a running worker response, with its output so far.
+
+    On PostgreSQL one statement on the event loop (row and output items: a finished background
+    response's final retrieve, bench/background.py), not two ORM queries in a thread."""
+    if db.native_async():
+        statement = selectors.response_retrieve_statement(tenant_id=tenant_id, response_id=response_id)
+        body = selectors.response_from_record(await db.fetch_one(*statement), response_id)
+    else:
+        body = await db.run(selectors.response_retrieve, tenant_id=tenant_id, response_id=response_id)
     if body["status"] in ("queued", "in_progress") and not body["output"]:
         body["output"] = output_from_events(await event_log().snapshot(response_id))
     return body
@@ -163,7 +170,7 @@ class ResponseDetailView(ApiView):
             running = await _running_view(self.principal.tenant_id, response_id)
             if running is not None:
                 return HttpResponse(running, content_type="application/json")
-            return Response(await _current(self.principal.tenant_id, response_id))
+            return json_response(await _current(self.principal.tenant_id, response_id))
         row = await db.run(selectors.response_get_row, tenant_id=self.principal.tenant_id, response_id=response_id)
         if not row.on_worker:
             raise InvalidRequest("Only background (worker-run) responses can be streamed again.", param="stream")

@@ -99,9 +99,18 @@ def _landed(flights: dict[Hashable, asyncio.Task[Any]], flight: Hashable, task: 
         task.exception()  # retrieved: its callers (if any are left) got it
 
 
+_vendors: dict[str, str] = {}  # a database ENGINE's vendor
+
+
 def native_async() -> bool:
-    """Whether `fetch_one` is available (PostgreSQL; SQLite has no async driver)."""
-    return connections["default"].vendor == "postgresql"
+    """Whether `fetch_one` is available (PostgreSQL; SQLite has no async driver). Asked by
+    ENGINE: `connections["default"]` in a request's task builds a connection wrapper of its own
+    (Django's connections are per task), 1-2% of a background create's CPU (bench/README.md)."""
+    engine = connections.settings["default"]["ENGINE"]
+    vendor = _vendors.get(engine)
+    if vendor is None:
+        vendor = _vendors[engine] = connections["default"].vendor
+    return vendor == "postgresql"
 
 
 _pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()

@@ -9,12 +9,14 @@ thread and releases the connection at once.
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import Any
 
 from django.conf import settings
@@ -39,6 +41,7 @@ from ..models import (
     UsageRecord,
     route_price,
 )
+from ..protocol import wirejson
 from ..protocol.compaction import InputSpans, span_after
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.prompts import PromptTemplate
@@ -570,6 +573,66 @@ def response_retrieve(*, tenant_id: int | None, response_id: str) -> dict[str, A
     """The stored Response object: two queries (row, output items)."""
     row = response_get_row(tenant_id=tenant_id, response_id=response_id)
     return response_object_from_row(row, response_output_list(response_id=row.id))
+
+
+# The columns a Response object is built of (`response_object_from_row`), and its output
+# items as one JSON array, in one statement: a retrieve's row and items in one round trip,
+# run on the event loop (`db.fetch_one`) with no thread hop, no ORM query building and none of
+# the row's other columns (its `job` holds the whole request). PostgreSQL only.
+_RETRIEVE_COLUMNS = (
+    "id",
+    "created_at",
+    "status",
+    "model",
+    "previous_response_id",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "completed_at",
+)
+_RETRIEVE_JSON_COLUMNS = ("params", "error", "incomplete_details")
+
+
+def response_retrieve_statement(*, tenant_id: int | None, response_id: str) -> tuple[str, dict[str, Any]]:
+    """PostgreSQL: `response_retrieve` as one statement (no database access to build it); its
+    row, if the response is visible, goes to `response_from_record`."""
+    return _retrieve_sql(tenant_id is not None), {"id": response_id, "tenant_id": tenant_id}
+
+
+@functools.lru_cache(maxsize=2)
+def _retrieve_sql(by_tenant: bool) -> str:
+    quote = connection.ops.quote_name
+    response = Response._meta
+    column = {f.attname: str(f.column) for f in response.concrete_fields}
+    columns = [f"r.{quote(column[n])}" for n in _RETRIEVE_COLUMNS]
+    columns += [f"r.{quote(column[n])}::text" for n in _RETRIEVE_JSON_COLUMNS]
+    # As `responses_visible` and `response_output_list`: stored, not deleted, the caller's tenant.
+    return (
+        "SELECT {columns}, (SELECT COALESCE(json_agg(i.data ORDER BY ri.position), '[]')::text"
+        " FROM {response_item} ri JOIN {item} i ON i.id = ri.item_id"
+        " WHERE ri.response_id = r.id AND ri.role = {output})"
+        " FROM {response} r WHERE r.id = %(id)s AND r.deleted_at IS NULL AND r.store{tenant}"
+    ).format(
+        columns=", ".join(columns),
+        response_item=quote(ResponseItem._meta.db_table),
+        item=quote(Item._meta.db_table),
+        output=int(ResponseItem.Role.OUTPUT),
+        response=quote(response.db_table),
+        tenant=" AND r.tenant_id = %(tenant_id)s" if by_tenant else "",
+    )
+
+
+def response_from_record(record: tuple[Any, ...] | None, response_id: str) -> dict[str, Any]:
+    """The Response object of a `response_retrieve_statement` row (as `response_retrieve`)."""
+    if record is None:
+        raise NotFound(f"No response found with id '{response_id}'.", param="response_id")
+    fields = dict(zip(_RETRIEVE_COLUMNS, record, strict=False))
+    for name, text in zip(_RETRIEVE_JSON_COLUMNS, record[len(_RETRIEVE_COLUMNS) :], strict=False):
+        fields[name] = wirejson.loads(text) if text is not None else None
+    output = wirejson.loads(record[-1])
+    return response_object_from_row(SimpleNamespace(**fields), output)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)

@@ -95,6 +95,16 @@ def response_create(*, row: dict[str, Any], status: str, input_items: list[dict[
     Response.objects.create(**row, status=status)
 
 
+def context_to_check(*, row: dict[str, Any], input_items: list[dict[str, Any]]) -> bool:
+    """Whether `response_create` has anything to check before the insert (what the row
+    continues, item references): without, the insert alone (`insert_statement`) is the same."""
+    return (
+        row["previous_response_id"] is not None
+        or row["conversation_id"] is not None
+        or any(i["type"] == "item_reference" for i in input_items)
+    )
+
+
 def response_insert(*, row: dict[str, Any], status: str) -> None:
     """Insert an open response row (the request-time fields of `response_row`)."""
     Response.objects.create(**row, status=status)

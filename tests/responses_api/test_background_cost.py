@@ -168,3 +168,31 @@ def test_a_worker_killed_mid_run_keeps_everything_a_reader_saw(
         if survivor is not None:
             survivor.stop()
         doomed.kill()
+
+
+def test_the_retrieve_of_an_ended_background_response_is_one_statement(
+    gateway: Gateway, scripted: ScriptedUpstream, worker, statements: _Statements
+) -> None:
+    """The final retrieve of a background response (what bench/background.py counts beside the
+    run): its row and its output items in one SQL statement, the same Response object the ORM
+    reads build; a key of another tenant still gets a 404."""
+    from responses_api.store import selectors
+    from tests.support.harness import make_key
+
+    scripted.enqueue(MODEL, Reply(text="one two three four", chunk_chars=4))
+    created = gateway.openai().responses.create(model=MODEL, input="go", background=True)
+    deadline = time.monotonic() + 30
+    while _get(gateway, created.id)["status"] in ("queued", "in_progress"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    before = len(statements.naming(created.id))
+    final = _get(gateway, created.id)
+    assert len(statements.naming(created.id)[before:]) == 1, statements.naming(created.id)[before:]
+    validate_response_object(final)
+    assert final["status"] == "completed" and final["output"][0]["content"][0]["text"] == "one two three four"
+    assert final["usage"]["total_tokens"] > 0 and final["completed_at"] is not None
+    assert final == selectors.response_retrieve(tenant_id=gateway.tenant_id, response_id=created.id)
+    other_key, _ = make_key(tenant="other-tenant-retrieve")
+    with gateway.http(key=other_key) as http:
+        r = http.get(f"/v1/responses/{created.id}")
+    assert r.status_code == 404 and r.json()["error"]["param"] == "response_id"
