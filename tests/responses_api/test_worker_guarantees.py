@@ -124,15 +124,17 @@ def test_a_tenants_concurrency_limit_holds_on_a_worker_holding_many_runs(
 
 
 def test_cancel_of_a_run_stuck_in_a_tool_that_ignores_cancellation(
-    tools_env, gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path
+    fresh_limits, tools_env, gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path
 ) -> None:
     """POST /cancel asks the run to stop; its worker cancels the tool, which goes on regardless.
     The response ends `cancelled` (the web process ends it itself when the worker has not within
     3 s) keeping what its log showed, the tool's later result is used nowhere, nothing runs twice,
     and the worker's slot is freed without waiting for the tool (the run is cancelled outright
     STOP_GRACE_SECONDS after it was asked to stop): the one-slot worker then completes another run
-    while the tool still blocks."""
-    from responses_api.models import ModelRoute, ResponseItem
+    while the tool still blocks. The tenant's concurrency slot (a limit of 1) is back when the
+    cancel answers."""
+    from responses_api.api import auth
+    from responses_api.models import ModelRoute, ResponseItem, Tenant
     from tool_registry.models import Tool
 
     tool = Tool(
@@ -149,6 +151,8 @@ def test_cancel_of_a_run_stuck_in_a_tool_that_ignores_cancellation(
     tool.full_clean()
     tool.save()
     tool.routes.add(ModelRoute.objects.get(name=MODEL))
+    Tenant.objects.filter(pk=gateway.tenant_id).update(max_concurrent_requests=1)
+    auth.clear_cache()
     note = tmp_path / "stubborn.log"
     release = Path(f"{note}.release")
     scripted.enqueue(
@@ -171,7 +175,7 @@ def test_cancel_of_a_run_stuck_in_a_tool_that_ignores_cancellation(
         # The slot is freed while the tool still runs: the next run completes.
         assert "returned" not in note.read_text()
         scripted.enqueue(MODEL, Reply(text="next run"))
-        after = client.responses.create(model=MODEL, input="next", background=True)
+        after = client.responses.create(model=MODEL, input="next", background=True)  # a 429 if the slot were held
         done = wait_for(gateway, [after.id], TERMINAL, timeout=60)[after.id]
         assert done["status"] == "completed" and done["output"][0]["content"][0]["text"] == "next run"
         assert "returned" not in note.read_text(), "the tool's own end freed the slot, not the cancel"
