@@ -51,6 +51,25 @@ def logged(response_id: str) -> list[dict]:
         return [json.loads(fields[b"e"]) for _, fields in client.xrange(key(EVENTS_PREFIX, response_id))]
 
 
+def stubborn_tool() -> None:
+    """tests/tool_registry/pytools.py's `stubborn`, which ignores cancellation, offered with the
+    test model (the worker process imports it: GATEWAY_PYTHON_TOOL_MODULES)."""
+    from responses_api.models import ModelRoute
+    from tool_registry.models import Tool
+
+    tool = Tool(
+        name="stubborn",
+        description="a tool that ignores cancellation",
+        executor="python",
+        python_callable="tests.tool_registry.pytools:stubborn",
+        parameters={"type": "object", "properties": {"path": {"type": "string"}, "seconds": {"type": "number"}}},
+        timeout=300,
+    )
+    tool.full_clean()
+    tool.save()
+    tool.routes.add(ModelRoute.objects.get(name=MODEL))
+
+
 def wait_until(what: str, condition, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -134,23 +153,9 @@ def test_cancel_of_a_run_stuck_in_a_tool_that_ignores_cancellation(
     while the tool still blocks. The tenant's concurrency slot (a limit of 1) is back when the
     cancel answers."""
     from responses_api.api import auth
-    from responses_api.models import ModelRoute, ResponseItem, Tenant
-    from tool_registry.models import Tool
+    from responses_api.models import ResponseItem, Tenant
 
-    tool = Tool(
-        name="stubborn",
-        description="a tool that ignores cancellation",
-        executor="python",
-        python_callable="tests.tool_registry.pytools:stubborn",
-        parameters={
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "seconds": {"type": "number"}},
-        },
-        timeout=300,
-    )
-    tool.full_clean()
-    tool.save()
-    tool.routes.add(ModelRoute.objects.get(name=MODEL))
+    stubborn_tool()
     Tenant.objects.filter(pk=gateway.tenant_id).update(max_concurrent_requests=1)
     auth.clear_cache()
     note = tmp_path / "stubborn.log"
@@ -198,3 +203,63 @@ def test_cancel_of_a_run_stuck_in_a_tool_that_ignores_cancellation(
     stored = logged(stuck.id)  # the whole log: nothing after its end, once
     assert stored == events, [e["type"] for e in stored]
     assert "late result" not in str(stored)
+
+
+def test_a_run_past_its_time_limit_stuck_in_a_tool_ends_failed_and_the_others_go_on(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """test_worker_capacity.py shows a lone streaming run stopped at its limit. Here the run is in
+    a tool that ignores the stop: STOP_GRACE_SECONDS later it is cancelled outright and ends
+    `failed` (`time_limit_exceeded`) with what it had said, its tool run once and its result used
+    nowhere, while the process's other runs (`2h` ones, whose limit is their window's) stream on
+    and complete whole."""
+    stubborn_tool()
+    note = tmp_path / "stubborn.log"
+    release = Path(f"{note}.release")
+    text = "steady " * 80  # about 40 s at 2 chunks a second: past the stuck run's limit and grace
+    scripted.enqueue(MODEL, *[Reply(text=text, chunk_chars=7, interval=0.5) for _ in range(3)])
+    worker = CeleryWorker(concurrency=10, extra_env={"GATEWAY_BACKGROUND_MAX_SECONDS": "3"})
+    try:
+        worker.wait_ready()
+        with gateway.http() as http:
+            others = [
+                http.post(
+                    "/v1/responses",
+                    json={
+                        "model": MODEL,
+                        "input": f"other {i}",
+                        "background": True,
+                        "background_options": {"completion_window": "2h"},
+                    },
+                ).json()["id"]
+                for i in range(3)
+            ]
+        wait_until("the other runs streaming", lambda: scripted.active_streams_of(MODEL) == 3, 60)
+        scripted.enqueue(
+            MODEL,
+            Reply(text="Looking. ", tool_calls=[call("stubborn", {"path": str(note), "seconds": 240}, "k1")]),
+        )
+        stuck = gateway.openai().responses.create(model=MODEL, input="use the tool", background=True)
+        body = wait_for(gateway, [stuck.id], TERMINAL, timeout=90)[stuck.id]
+        assert "returned" not in note.read_text(), "it ended by its tool's own end, not by the limit"
+        running = statuses(gateway, others)
+        release.touch()
+        done = wait_for(gateway, others, TERMINAL, timeout=120)
+        wait_until("the tool returned", lambda: "returned" in note.read_text(), 30)
+        time.sleep(2)  # what a late result would do happens in milliseconds
+        final = statuses(gateway, [stuck.id])[stuck.id]
+    finally:
+        release.touch()
+        worker.stop()
+    assert body["status"] == "failed" and body["error"]["code"] == "time_limit_exceeded", body
+    assert body["output"][0]["content"][0]["text"] == "Looking. "  # what it had said is kept
+    assert final == body, "the response changed after it ended"
+    assert note.read_text().count("started") == 1
+    assert {b["status"] for b in running.values()} == {"in_progress"}, "the others were running meanwhile"
+    assert [(b["status"], b["output"][0]["content"][0]["text"]) for b in done.values()] == [("completed", text)] * 3
+    events = parse_sse(_read_log(gateway, stuck.id))
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-2]["code"] == "time_limit_exceeded"
+    validate_events(events, background=True)
+    assert logged(stuck.id) == events
+    assert "late result" not in str(events)
