@@ -263,3 +263,42 @@ def test_a_run_past_its_time_limit_stuck_in_a_tool_ends_failed_and_the_others_go
     validate_events(events, background=True)
     assert logged(stuck.id) == events
     assert "late result" not in str(events)
+
+
+def test_a_tools_result_after_a_forced_cancel_goes_nowhere(
+    tools_env, gateway: Gateway, scripted: ScriptedUpstream, tmp_path: Path
+) -> None:
+    """The tool that ignored the cancel returns after the cancel ended the response (and before
+    the worker cancels the run outright): its result reaches neither the row nor the event log,
+    and no model call follows it."""
+    stubborn_tool()
+    note = tmp_path / "stubborn.log"
+    release = Path(f"{note}.release")
+    scripted.enqueue(
+        MODEL, Reply(text="Checking. ", tool_calls=[call("stubborn", {"path": str(note), "seconds": 240}, "k1")])
+    )
+    worker = CeleryWorker()
+    try:
+        worker.wait_ready()
+        # One call at a time (no gather, whose own cancel drops a late result).
+        stuck = gateway.openai().responses.create(
+            model=MODEL, input="use the tool", background=True, parallel_tool_calls=False
+        )
+        wait_until("the tool started", lambda: note.exists() and "started" in note.read_text(), 60)
+        with gateway.http() as http:
+            cancelled = http.post(f"/v1/responses/{stuck.id}/cancel").json()
+        assert cancelled["status"] == "cancelled", cancelled
+        release.touch()  # the tool returns now, its run not yet cancelled outright
+        wait_until("the tool returned", lambda: "returned" in note.read_text(), 30)
+        time.sleep(2)  # what a late result would do happens in milliseconds
+        final = statuses(gateway, [stuck.id])[stuck.id]
+        stored = logged(stuck.id)
+    finally:
+        release.touch()
+        worker.stop()
+    assert final == cancelled, "the response changed after it was cancelled"
+    assert len(scripted.model_calls) == 1
+    assert "late result" not in str(stored), [e["type"] for e in stored]
+    terminal = [n for n, e in enumerate(stored) if e["type"] == "response.failed"]
+    assert terminal == [len(stored) - 1], [e["type"] for e in stored]
+    validate_events(stored, background=True)
