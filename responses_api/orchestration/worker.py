@@ -335,7 +335,7 @@ class _Running:
             await asyncio.sleep(CANCEL_PROBE_SECONDS)
             now = loop.time()
             quiet: list[str] = []
-            for response_id, run in list(self.runs.items()):
+            for response_id in list(self.runs):
                 writer = self.writers.get(response_id)
                 if writer is not None and writer.cancel_seen:
                     self.cancel(response_id)

@@ -123,7 +123,9 @@ def test_a_tenants_concurrency_limit_holds_on_a_worker_holding_many_runs(
         other_ids = [r.json()["id"] for r in other]
         # The other tenant is not held back: all its runs are upstream at once, in the same
         # process, while the limited tenant's runs hold their slots.
-        wait_until(f"{others} runs of the other tenant upstream at once", lambda: scripted.peak_streams_of(OTHER) == others, 60)
+        wait_until(
+            f"{others} runs of the other tenant upstream at once", lambda: scripted.peak_streams_of(OTHER) == others, 60
+        )
         bodies = wait_for(gateway, admitted, TERMINAL, timeout=120)
         assert {b["status"] for b in bodies.values()} == {"completed"}
         assert scripted.peak_streams_of(MODEL) <= limit
