@@ -384,6 +384,8 @@ class ResponseRun:
             raise
         finally:
             self._tools_task = None
+        if self._cancel_requested:  # a tool ignored the cancel: its late result is not used
+            raise _Cancelled()
         if self.output_guard is not None and self.output_guard.detectors.tool_output:
             outputs, outcomes = await self._guard_tool_outputs(tool_round, outputs, outcomes)
         return tool_round.outcome_events(self.builder, outputs, outcomes)

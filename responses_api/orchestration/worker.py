@@ -260,6 +260,7 @@ class _Running:
         self.writers: dict[str, LogWriter] = {}  # a run's batches probe its cancel too
         self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.stopping: dict[str, GatewayError] = {}  # asked to stop, and why
+        self.cancelling: set[str] = set()  # a client asked to cancel them
         self.draining = False
         self._beat: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
@@ -286,6 +287,7 @@ class _Running:
         self.writers.pop(response_id, None)
         self.tasks.pop(response_id, None)
         self.stopping.pop(response_id, None)
+        self.cancelling.discard(response_id)
 
     def stop(self, response_id: str, error: GatewayError) -> None:
         """Ask a run to end `failed` with `error`; cancel its task if it has not ended
@@ -295,6 +297,16 @@ class _Running:
             return
         self.stopping[response_id] = error
         run.request_stop(error)
+        asyncio.get_running_loop().call_later(STOP_GRACE_SECONDS, self._cancel_unless_ended, response_id, run)
+
+    def cancel(self, response_id: str) -> None:
+        """A client's cancel: the run ends `cancelled`; one still going STOP_GRACE_SECONDS
+        later (a tool that ignores cancellation) is cancelled outright and its slot freed."""
+        run = self.runs.get(response_id)
+        if run is None or response_id in self.cancelling:
+            return
+        self.cancelling.add(response_id)
+        run.request_cancel()
         asyncio.get_running_loop().call_later(STOP_GRACE_SECONDS, self._cancel_unless_ended, response_id, run)
 
     def _cancel_unless_ended(self, response_id: str, run: ResponseRun) -> None:
@@ -325,10 +337,10 @@ class _Running:
             await asyncio.sleep(CANCEL_PROBE_SECONDS)
             now = loop.time()
             quiet: list[str] = []
-            for response_id, run in list(self.runs.items()):
+            for response_id in list(self.runs):
                 writer = self.writers.get(response_id)
                 if writer is not None and writer.cancel_seen:
-                    run.request_cancel()
+                    self.cancel(response_id)
                 elif writer is None or now - writer.cancel_checked_at >= CANCEL_PROBE_SECONDS * 2:
                     quiet.append(response_id)
             if not quiet:
@@ -343,9 +355,7 @@ class _Running:
                 if writer is not None:
                     writer.cancel_checked_at = now
             for response_id in cancelled:
-                found = self.runs.get(response_id)
-                if found is not None:
-                    found.request_cancel()
+                self.cancel(response_id)
 
     def start_drain(self, seconds: float) -> None:
         """No new run starts here; the running ones have `seconds` to end, then are stopped."""
@@ -449,14 +459,18 @@ async def run_claimed(response_id: str) -> str:
         status: str = run.response["status"]
         return status
     except asyncio.CancelledError:
-        # Asked to stop and not ending (_Running.stop): ended here from its log, as the reaper
-        # would. Any other cancellation (the process going away) is left to the reaper.
+        # Asked to stop or cancelled and not ending (_Running.stop, .cancel): ended here from its
+        # log, as the reaper would. Any other cancellation (the process going away) is left to
+        # the reaper.
         error = held.stopping.get(response_id)
         task = asyncio.current_task()
-        if error is None or run.ended or task is None:
+        if (error is None and response_id not in held.cancelling) or run.ended or task is None:
             raise
         task.uncancel()
         await writer.close(1.0)
+        if error is None:  # a client's cancel (the web process may have ended it already)
+            await _cancel_from_log(response_id)
+            return "cancelled"
         await _fail_with_event(response_id, error)
         return "failed"
     finally:
@@ -560,9 +574,39 @@ async def cancel_background(response_id: str, wait: float = 3.0) -> None:
         await asyncio.sleep(0.05)
         if await db.run(selectors.response_status, response_id=response_id) != Response.Status.IN_PROGRESS:
             return
-    # The worker did not answer (dead, or stuck outside the engine): end it here.
-    if await db.run(services.response_force_cancel, response_id=response_id):
-        await _log_cancelled(response_id)
+    # The worker did not answer (dead, or stuck in a tool that ignores cancellation): end it
+    # here, from its log as the reaper would, so what a reader saw of it is kept.
+    await _cancel_from_log(response_id)
+
+
+async def _cancel_from_log(response_id: str) -> None:
+    """End an in-progress worker-run response `cancelled` with the output its log shows, its
+    reservation and concurrency slot given back (its worker, if alive, then stores nothing:
+    a terminal state is never left)."""
+    row = await db.run(selectors.response_get_row, tenant_id=None, response_id=response_id)
+    if row.status != Response.Status.IN_PROGRESS:
+        return
+    logged = await event_log().snapshot(response_id)
+    output = output_from_events(logged)
+    for item in output:
+        if item.get("status") == "in_progress":
+            item["status"] = "incomplete"
+    sequence = (logged[-1]["sequence_number"] + 1) if logged else 0
+    builder = EventBuilder(selectors.response_object_from_row(row, output), sequence_number=sequence)
+    builder.cancel()
+    stored = await db.run(
+        services.response_finish,
+        tenant_id=row.tenant_id,
+        response=builder.response,
+        input_items=(row.job or {}).get("input_items", []),
+    )
+    if not stored:
+        return  # it reached a terminal state meanwhile
+    grant = Grant.from_job((row.job or {}).get("limits"))
+    if grant is not None:
+        await grant.end(None)
+        await limits_drain()
+    await event_log().append_many(response_id, [builder.cancelled_event()])
 
 
 async def _log_cancelled(response_id: str) -> None:

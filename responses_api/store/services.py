@@ -481,15 +481,6 @@ def response_cancel_queued(*, response_id: str) -> bool:
     )
 
 
-def response_force_cancel(*, response_id: str) -> bool:
-    """in_progress -> cancelled when its worker did not answer the cancel request."""
-    return bool(
-        Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(
-            **_ended({"status": Response.Status.CANCELLED})
-        )
-    )
-
-
 RETENTION_BATCH = 1000
 
 

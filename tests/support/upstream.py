@@ -417,6 +417,10 @@ class ScriptedUpstream:
         self._requests: list[RecordedRequest] = []
         self._aborted: list[tuple[float, int]] = []
         self._active_streams = 0
+        # model -> streams in progress now, and the most at once since the last reset (a
+        # concurrency limit's test counts a tenant's runs upstream by the model it calls)
+        self._active_by_model: dict[str, int] = {}
+        self._peak_by_model: dict[str, int] = {}
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
@@ -549,6 +553,7 @@ class ScriptedUpstream:
             self._aborted.clear()
             self.refused_fields = set()
             self.embeddings_error = None
+            self._peak_by_model.clear()
 
     def _pick(self, model: Any, body: dict[str, Any] | None = None) -> Reply | None:
         with self._lock:
@@ -601,6 +606,16 @@ class ScriptedUpstream:
         with self._lock:
             return self._active_streams
 
+    def active_streams_of(self, model: str) -> int:
+        """Streams of `model` in progress now."""
+        with self._lock:
+            return self._active_by_model.get(model, 0)
+
+    def peak_streams_of(self, model: str) -> int:
+        """The most streams of `model` in progress at once since the last reset."""
+        with self._lock:
+            return self._peak_by_model.get(model, 0)
+
     def wait_aborted(self, count: int = 1, timeout: float = 5.0) -> bool:
         """Block until at least ``count`` aborts were recorded; False on timeout."""
         with self._aborted_cond:
@@ -616,9 +631,12 @@ class ScriptedUpstream:
             self._aborted.append((time.monotonic(), index))
             self._aborted_cond.notify_all()
 
-    def _add_active(self, delta: int) -> None:
+    def _add_active(self, delta: int, model: Any = None) -> None:
         with self._lock:
             self._active_streams += delta
+            if isinstance(model, str):
+                now = self._active_by_model[model] = self._active_by_model.get(model, 0) + delta
+                self._peak_by_model[model] = max(self._peak_by_model.get(model, 0), now)
 
     # ------------------------------------------------------------------ ASGI app
 
@@ -787,7 +805,7 @@ class ScriptedUpstream:
         # Only pay for a watcher task when there is time for the client to leave.
         watch = _DisconnectWatch(receive) if (stream or delay > 0) else None
         if stream:
-            self._add_active(1)
+            self._add_active(1, model)
         try:
             if watch is not None and delay > 0 and await watch.sleep(delay):
                 self._record_abort(index)
@@ -817,7 +835,7 @@ class ScriptedUpstream:
             if watch is not None:
                 watch.close()
             if stream:
-                self._add_active(-1)
+                self._add_active(-1, model)
 
     @staticmethod
     def _resolve(body: dict[str, Any], reply: Reply) -> tuple[str | None, list[dict[str, Any]], str]:
