@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.support import fast_flush
 from tests.support.access_log import Lines
 from tests.support.harness import (
     WEATHER_SCHEMA,
@@ -30,6 +31,10 @@ from tests.support.upstream import ScriptedUpstream
 
 if TYPE_CHECKING:
     from tests.support.webhook import WebhookServer
+
+# Between transactional tests the PostgreSQL tables are emptied with DELETE, not TRUNCATE
+# (tests/support/fast_flush.py: ~0.2 s less per test).
+fast_flush.install()
 
 
 @pytest.fixture(scope="session")

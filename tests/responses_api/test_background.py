@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import random
+import threading
 import time
 from datetime import UTC
 
@@ -109,12 +110,13 @@ def test_cancel_while_streaming_text(gateway: Gateway, scripted: ScriptedUpstrea
     while not poll(gateway, created.id, until={"in_progress", *TERMINAL})["output"]:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    started = time.monotonic()
     with gateway.http() as http:
         cancelled = http.post(f"/v1/responses/{created.id}/cancel").json()
-        assert time.monotonic() - started < 3
         assert cancelled["status"] == "cancelled"
-        assert cancelled["output"][0]["content"][0]["text"].startswith("word")
+        # The cancel did not wait for the ~20 s stream to end (a check of the behaviour, not a
+        # stopwatch a loaded machine could fail): the text it returns is a part of the reply.
+        text = cancelled["output"][0]["content"][0]["text"]
+        assert text.startswith("word") and len(text) < len("word " * 400)
         again = http.post(f"/v1/responses/{created.id}/cancel").json()
     assert again == cancelled  # idempotent
     assert scripted.wait_aborted(1, timeout=2), "the upstream request must be closed"
@@ -264,8 +266,12 @@ def test_cancel_while_a_tool_runs(tools_env, gateway: Gateway, scripted: Scripte
     from tests.support.harness import call
     from tests.support.webhook import Route
 
-    tools_env("slow_tool", "/slow", timeout=30)
-    webhook.routes["/slow"] = Route(delay=5.0, body={"late": True})
+    tools_env("slow_tool", "/slow", timeout=60)
+    # The tool answers only when the test lets it (after the cancel has returned), so a cancel
+    # that waited for the running tool would hit the client's 30 s timeout below, well short of
+    # the tool's 60 s: a bound on the behaviour, not on the machine's speed.
+    release = threading.Event()
+    webhook.routes["/slow"] = Route(handler=lambda call: {"late": release.wait(60)})
     scripted.enqueue(MODEL, Reply(tool_calls=[call("slow_tool", {"city": "x"}, "s1")]), Reply(text="never asked"))
     created = gateway.openai().responses.create(
         model=MODEL, input="go", background=True, tools=[{"type": "function", "name": "slow_tool"}]
@@ -274,10 +280,11 @@ def test_cancel_while_a_tool_runs(tools_env, gateway: Gateway, scripted: Scripte
     while not webhook.calls_to("/slow"):
         assert time.monotonic() < deadline, "the tool was never called"
         time.sleep(0.02)
-    started = time.monotonic()
-    with gateway.http() as http:
-        cancelled = http.post(f"/v1/responses/{created.id}/cancel").json()
-    assert time.monotonic() - started < 1.5
+    try:
+        with gateway.http() as http:
+            cancelled = http.post(f"/v1/responses/{created.id}/cancel", timeout=30).json()
+    finally:
+        release.set()
     assert cancelled["status"] == "cancelled"
     assert [o["type"] for o in cancelled["output"]] == ["function_call"]  # no output, no further model call
     time.sleep(0.5)

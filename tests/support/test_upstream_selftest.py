@@ -398,7 +398,9 @@ def test_stop_with_stream_in_flight() -> None:
         next(response.iter_lines())
         start = time.monotonic()
         upstream.stop()
-        assert time.monotonic() - start < 2
+        # Well short of the 50 s the stream would run (a bound on the behaviour; 2 s was a guess
+        # at the machine's speed).
+        assert time.monotonic() - start < 20
 
 
 def free_port() -> int:

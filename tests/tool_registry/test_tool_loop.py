@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
+import threading
 
 import pytest
 
@@ -79,22 +79,36 @@ def test_three_step_loop_streamed_is_valid(
 def test_parallel_tools_run_concurrently(
     tools_env, gateway: Gateway, scripted: ScriptedUpstream, webhook: WebhookServer
 ) -> None:
-    tools_env("slow_a", "/slow_a")
-    tools_env("slow_b", "/slow_b")
-    webhook.routes["/slow_a"] = Route(delay=1.0, body={"a": 1})
-    webhook.routes["/slow_b"] = Route(delay=1.0, body={"b": 2})
+    # Each tool answers only once both are in flight (a barrier, not a stopwatch): run one
+    # after the other, the first would wait out the barrier and become an error output. So
+    # no elapsed-time bound that a loaded machine could fail.
+    both_in_flight = threading.Barrier(2, timeout=20)
+
+    def meet(body: dict[str, int]):
+        def handler(call) -> dict[str, int] | dict[str, str]:
+            try:
+                both_in_flight.wait()
+            except threading.BrokenBarrierError:
+                return {"error": "ran alone"}
+            return body
+
+        return handler
+
+    tools_env("slow_a", "/slow_a", timeout=30)
+    tools_env("slow_b", "/slow_b", timeout=30)
+    webhook.routes["/slow_a"] = Route(handler=meet({"a": 1}))
+    webhook.routes["/slow_b"] = Route(handler=meet({"b": 2}))
     scripted.enqueue(
         MODEL,
         Reply(tool_calls=[call("slow_a", {"city": "x"}, "a"), call("slow_b", {"city": "y"}, "b")]),
         Reply(text="done"),
     )
-    started = time.monotonic()
     resp = gateway.openai().responses.create(
         model=MODEL, input="go", tools=[{"type": "function", "name": "slow_a"}, {"type": "function", "name": "slow_b"}]
     )
-    elapsed = time.monotonic() - started
     assert resp.output_text == "done"
-    assert elapsed < 1.8, f"two 1 s tools took {elapsed:.2f} s"
+    outputs = {o.call_id: json.loads(o.output) for o in resp.output if o.type == "function_call_output"}
+    assert outputs == {"a": {"a": 1}, "b": {"b": 2}}, f"the tools did not run concurrently: {outputs}"
 
 
 def test_failing_and_timing_out_tools_become_error_outputs(
