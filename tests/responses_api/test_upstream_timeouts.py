@@ -62,7 +62,8 @@ async def test_no_response_headers_within_first_byte_timeout() -> None:
         started = time.monotonic()
         with pytest.raises(UpstreamTimeout) as info:
             await open_call(target, request)
-    assert time.monotonic() - started < 2
+    # Under the 5 s idle limit (the one that would end it otherwise), whatever the machine's load.
+    assert time.monotonic() - started < 4.5
     assert "first_byte_timeout" in info.value.message and info.value.status == 504
     assert info.value.code == "upstream_timeout" and "provider 'p'" in info.value.message
 
@@ -73,7 +74,7 @@ async def test_headers_but_no_first_chunk_within_first_byte_timeout() -> None:
         call = await open_call(target, request)
         with pytest.raises(UpstreamTimeout) as info:
             [d async for d in call.deltas()]
-    assert 0.3 < time.monotonic() - started < 2
+    assert 0.3 < time.monotonic() - started < 4.5  # under the 5 s idle limit
     assert "first_byte_timeout" in info.value.message and "provider 'p'" in info.value.message
 
 
@@ -86,7 +87,7 @@ async def test_silence_mid_stream_ends_at_idle_timeout_after_the_partial_answer(
         with pytest.raises(UpstreamTimeout) as info:
             async for delta in call.deltas():
                 got.append(delta)
-    assert 0.3 < time.monotonic() - started < 2  # not the 5 s first-byte limit
+    assert 0.3 < time.monotonic() - started < 4.5  # not the 5 s first-byte limit
     assert "idle_timeout" in info.value.message
     assert "Hello" in "".join(getattr(d, "text", "") or "" for d in got)
 
@@ -108,7 +109,7 @@ async def test_a_non_streamed_answer_has_the_whole_timeout() -> None:
         started = time.monotonic()
         with pytest.raises(UpstreamTimeout) as info:
             await open_call(target, request)
-    assert time.monotonic() - started < 2 and "(timeout)" in info.value.message
+    assert time.monotonic() - started < 4.5 and "(timeout)" in info.value.message  # not the 5 s first-byte limit
 
 
 async def test_connect_timeout_bounds_an_unanswered_connect() -> None:
@@ -141,7 +142,7 @@ async def test_connect_timeout_bounds_an_unanswered_connect() -> None:
             await open_call(target, request)
     finally:
         await close_session()
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 15  # the connect limit, not the 30 s timeout
 
 
 # -- through the gateway: 504 before the first byte, error + response.failed after ----------
@@ -165,10 +166,10 @@ def test_a_hung_upstream_is_a_504_before_the_first_byte(
     from responses_api.models import Response
 
     for stream in (False, True):
-        scripted.enqueue(MODEL, Reply(text="late", delay=3))
+        scripted.enqueue(MODEL, Reply(text="late", delay=10))
         started = time.monotonic()
         resp = gateway.http().post("/v1/responses", json={"model": impatient_route, "input": "hi", "stream": stream})
-        assert time.monotonic() - started < 2.5
+        assert time.monotonic() - started < 8  # the 0.5 s limit, not the 10 s answer
         assert resp.status_code == 504, resp.text
         assert resp.json()["error"]["code"] == "upstream_timeout"
     assert not Response.objects.filter(status__in=("queued", "in_progress")).exists()
@@ -185,7 +186,7 @@ def test_an_upstream_that_stalls_mid_stream_ends_failed(
         "POST", "/v1/responses", json={"model": impatient_route, "input": "hi", "stream": True}
     ) as resp:
         events = parse_sse(resp.iter_bytes())
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < 7  # the 0.5 s idle limit, not the ~10 s of the whole answer
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
     assert events[-2]["code"] == "upstream_timeout"
     final = events[-1]["response"]
