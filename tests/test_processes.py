@@ -57,7 +57,7 @@ def test_stop_process_kills_what_ignores_sigterm_and_reaps_it() -> None:
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
     started = time.monotonic()
     stop_process(proc, timeout=0.5)
-    assert proc.returncode == -9 and time.monotonic() - started < 5
+    assert proc.returncode == -9 and time.monotonic() - started < 30  # killed, not waited out (60 s)
     stop_process(proc)  # idempotent
 
 
