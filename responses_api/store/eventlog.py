@@ -20,6 +20,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.conf import settings
 
+from ..protocol.wirejson import dumpb
 from .redis_clients import STREAMS, async_client
 from .redis_or_memory import RedisOrMemory
 
@@ -271,9 +272,8 @@ class RedisEventLog(EventLog):
         terminal = _is_terminal(events)
         pipe = self._client().pipeline(transaction=False)
         for event in events:
-            pipe.xadd(
-                events_key, {"e": json.dumps(event, separators=(",", ":"))}, id=f"{event['sequence_number'] + 1}-0"
-            )
+            # orjson (wirejson.dumpb): a tenth of the standard encoder's time, one event per token.
+            pipe.xadd(events_key, {"e": dumpb(event)}, id=f"{event['sequence_number'] + 1}-0")
         if terminal:
             pipe.delete(key(VIEW_PREFIX, response_id))
         elif view is not None:
