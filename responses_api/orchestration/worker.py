@@ -300,9 +300,6 @@ class _Running:
         self.tasks.pop(response_id, None)
         self.stopping.pop(response_id, None)
         self.cancelled.discard(response_id)
-        if not self.claiming and not self.beating and not self.runs and self._watch is not None:
-            self._watch.cancel()  # no run left to tell: the subscription goes (the next run subscribes)
-            self._watch = None
 
     def stop(self, response_id: str, error: GatewayError) -> None:
         """Ask a run to end `failed` with `error`; cancel its task if it has not ended
@@ -363,19 +360,25 @@ class _Running:
 
     async def _feed_loop(self) -> None:
         """Cancels as they are published; after each (re)subscription, a sweep of the keys (a
-        cancel published while no subscription was up)."""
-        delay = 0.5
-        while self.ours():
+        cancel published while no subscription was up). It lasts as long as the loop: a new
+        subscription per burst of runs would cost a connection (and a sweep) each time, an idle
+        one costs a health-check PING now and then."""
+        delay, lost = 0.5, False
+        while True:
             feed = event_log().cancel_feed()
             try:
                 async for response_id in feed:
                     if response_id is None:
                         await self._sweep()
-                        delay = 0.5
+                        if lost:
+                            log.warning("cancel subscription up again")
+                        delay, lost = 0.5, False
                     else:
                         self._cancel(response_id)
             except Exception as exc:  # noqa: BLE001 - the subscription is lost: subscribe again
-                log.warning("cancel subscription lost (%s); subscribing again", type(exc).__name__)
+                if not lost:
+                    log.warning("cancel subscription lost (%s); subscribing again", type(exc).__name__)
+                lost = True
             finally:
                 await feed.aclose()
             await asyncio.sleep(delay)
