@@ -271,14 +271,15 @@ class _Running:
         return self.claiming | self.beating | set(self.runs)
 
     def claiming_now(self, response_id: str) -> None:
-        """Before its claim: a cancel that arrives meanwhile is kept for it."""
+        """Before its claim: a cancel that arrives meanwhile is kept for it (a subscription that
+        is not up yet sweeps the keys of the claimed ones when it is)."""
         self.claiming.add(response_id)
-        self._watch_cancels()
 
     def claimed(self, response_id: str) -> None:
         """Its row beats from now on (its setup may wait on the database for a while)."""
         self.beating.add(response_id)
         self.claiming.discard(response_id)
+        self._watch_cancels()
         if self._beat is None or self._beat.done():
             self._beat = asyncio.ensure_future(self._beat_loop())
 
@@ -375,7 +376,12 @@ class _Running:
                         delay, lost = 0.5, False
                     else:
                         self._cancel(response_id)
-            except Exception as exc:  # noqa: BLE001 - the subscription is lost: subscribe again
+            except Exception as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # redis-py may turn a cancel that lands mid-connect into a connection error:
+                    # the loop is closing (asyncio.run's end), not the subscription failing.
+                    raise asyncio.CancelledError from exc
                 if not lost:
                     log.warning("cancel subscription lost (%s); subscribing again", type(exc).__name__)
                 lost = True

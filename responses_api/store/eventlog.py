@@ -365,6 +365,11 @@ class RedisEventLog(EventLog):
                 # Waits without a socket timeout of its own; the client's health check pings
                 # an idle subscription (health_check_interval), so a dead one raises.
                 message = await pubsub.get_message(timeout=settings.GATEWAY_HEARTBEAT_SECONDS)
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # redis-py swallowed a cancel that landed mid-read (the loop is closing):
+                    # without this the generator would wait for the next message forever.
+                    raise asyncio.CancelledError
                 if message is None:
                     continue
                 if message["type"] == "subscribe":
