@@ -399,6 +399,10 @@ class _Running:
             except Exception:  # noqa: BLE001 - the log is away: a cancel cannot arrive meanwhile
                 await asyncio.sleep(1.0)
 
+    def drained(self) -> bool:
+        """The drain's time is over: a run whose setup ends now is stopped at once."""
+        return self.draining and (self._drain is None or self._drain.done())
+
     def start_drain(self, seconds: float) -> None:
         """No new run starts here; the running ones have `seconds` to end, then are stopped."""
         self.draining = True
@@ -407,8 +411,11 @@ class _Running:
 
     async def _drain_runs(self, seconds: float) -> None:
         started = time.monotonic()
-        log.warning("worker draining: %d background runs; %g s to finish", len(self.runs), seconds)
-        while self.runs and time.monotonic() - started < seconds:
+        log.warning("worker draining: %d background runs; %g s to finish", len(self.beating), seconds)
+        # The runs claimed before the signal and still being set up (beating, not yet in
+        # `runs`) have the same time as the others: stopping them at once (as this did) failed
+        # a run the drain had room for, whenever its setup straddled the signal.
+        while self.beating and time.monotonic() - started < seconds:
             await asyncio.sleep(0.2)
         left = list(self.runs)
         for response_id in left:
@@ -482,7 +489,7 @@ async def run_claimed(response_id: str) -> str:
     writer = LogWriter(response_id, tenant_id=row.tenant_id, view=selectors.response_object_from_row(row, []))
     held.add(response_id, run, writer)
     timer = asyncio.get_running_loop().call_later(limit, held.stop, response_id, time_limit_error(limit))
-    if held.draining:  # it began while this run was being set up
+    if held.drained():  # the drain's time ran out while this run was being set up
         held.stop(response_id, worker_shutdown_error())
     try:
         if opening == "in_progress":
