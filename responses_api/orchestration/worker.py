@@ -78,10 +78,7 @@ class LogWriter:
         self._tenant_id = tenant_id
         self._view = view
         self._fold = OutputFold() if view is not None else None
-        # A cancel asked for, as the last batch's probe saw it (one command fewer per probe
-        # for the run's cancel watch: `_cancel_watch` asks Redis only when no batch did lately).
-        self.cancel_seen = False
-        self.cancel_checked_at = -1e9
+        self._written_at = 0.0  # loop time of the last batch the log took
 
     async def append_all(self, events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -100,29 +97,26 @@ class LogWriter:
             return None
         return self._tenant_id, dumpb({**self._view, "output": self._fold.output})
 
+    def quiet_view(self, now: float, seconds: float) -> bool:
+        """Whether its view was written and nothing since for `seconds`: a quiet run (a long tool
+        call, a slow model) whose view the process's beat keeps (`_Running._beat_loop`), so that
+        a run does not hold a timer of its own."""
+        return self._view is not None and self._expiry_set and not self._closing and now - self._written_at >= seconds
+
     async def _flush_loop(self) -> None:
         delay = 0.5
-        keepalive = settings.GATEWAY_HEARTBEAT_SECONDS
+        loop = asyncio.get_running_loop()
         while True:
             if not self._pending:
                 if self._closing:
                     return
                 self._wakeup.clear()
-                try:
-                    await asyncio.wait_for(self._wakeup.wait(), keepalive)
-                except TimeoutError:  # a quiet run (a long tool call, a slow model): keep its view
-                    if self._view is not None and self._expiry_set:
-                        with contextlib.suppress(Exception):
-                            await event_log().touch_view(self.response_id)
+                await self._wakeup.wait()
                 continue
             batch = list(self._pending)  # and the view after exactly these events (all appended so far)
             view = self._view_now()
-            loop = asyncio.get_running_loop()
-            probe = loop.time() - self.cancel_checked_at >= CANCEL_PROBE_SECONDS
             try:
-                _, cancel = await event_log().append_batch(
-                    self.response_id, batch, view=view, expire=not self._expiry_set, probe_cancel=probe
-                )
+                await event_log().append_many(self.response_id, batch, view=view, expire=not self._expiry_set)
             except Exception as exc:  # noqa: BLE001 - whatever the log's failure, the run goes on
                 log.warning(
                     "response %s: the event log refused a batch (%s: %s); %d waiting, retrying",
@@ -137,9 +131,7 @@ class LogWriter:
                 continue
             del self._pending[: len(batch)]
             self._expiry_set = True
-            if probe:
-                self.cancel_checked_at = loop.time()
-                self.cancel_seen = self.cancel_seen or cancel
+            self._written_at = loop.time()
             delay = 0.5
             if self._outage:
                 self._outage = False
@@ -218,7 +210,10 @@ def _stored_end(response_id: str, sequence_number: int) -> list[dict[str, Any]]:
 # -- the runs of this process: one heartbeat, one cancel watch, the time limit, the drain ------
 
 
-CANCEL_PROBE_SECONDS = 0.2  # how often a run looks for a cancel: its latency, and its Redis cost
+# How often a run looks for a cancel where the event log does not push them (the in-process
+# log of embedded mode, where a look is a set lookup); with Redis, cancels arrive on one
+# subscription per process (`_Running._feed_loop`).
+CANCEL_PROBE_SECONDS = 0.2
 
 
 def background_run_seconds(response: Response | str) -> float:
@@ -250,25 +245,44 @@ STOP_GRACE_SECONDS = 10.0
 
 
 class _Running:
-    """The runs one event loop holds. Their heartbeat is one UPDATE per beat for all of them
-    and their cancel watch one pipelined read per tick: hundreds of runs on one loop would
-    otherwise cost hundreds of transactions and Redis round trips a second."""
+    """The runs one event loop holds. Their heartbeat is one UPDATE per beat for all of them,
+    the views of the quiet ones are kept by one pipelined PEXPIRE per beat, and cancels reach
+    them through one subscription (Redis pub/sub, `EventLog.cancel_feed`) for all: hundreds of
+    runs on one loop would otherwise cost hundreds of transactions and Redis round trips a
+    second, and a probe of its cancel key per run and tick cost a run a command per event.
+
+    A cancel published while the subscription was down is not lost: its key is the record, and
+    every (re)subscription sweeps this loop's runs' keys, as does each beat (one pipelined read:
+    the net under a subscription that died silently). A cancel that arrives while a run is
+    being claimed or set up waits in `cancelled` for it (`add`)."""
 
     def __init__(self) -> None:
+        self.claiming: set[str] = set()  # its claim is in flight: a cancel for it is kept
         self.beating: set[str] = set()  # claimed here and not ended: their rows beat
         self.runs: dict[str, ResponseRun] = {}
-        self.writers: dict[str, LogWriter] = {}  # a run's batches probe its cancel too
+        self.writers: dict[str, LogWriter] = {}
         self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.stopping: dict[str, GatewayError] = {}  # asked to stop, and why
         self.cancelling: set[str] = set()  # a client asked to cancel them
+        self.cancelled: set[str] = set()  # a cancel arrived before its run was added
         self.draining = False
         self._beat: asyncio.Task[None] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._drain: asyncio.Task[None] | None = None
 
+    def ours(self) -> set[str]:
+        return self.claiming | self.beating | set(self.runs)
+
+    def claiming_now(self, response_id: str) -> None:
+        """Before its claim: a cancel that arrives meanwhile is kept for it (a subscription that
+        is not up yet sweeps the keys of the claimed ones when it is)."""
+        self.claiming.add(response_id)
+
     def claimed(self, response_id: str) -> None:
         """Its row beats from now on (its setup may wait on the database for a while)."""
         self.beating.add(response_id)
+        self.claiming.discard(response_id)
+        self._watch_cancels()
         if self._beat is None or self._beat.done():
             self._beat = asyncio.ensure_future(self._beat_loop())
 
@@ -278,16 +292,19 @@ class _Running:
         task = asyncio.current_task()
         if task is not None:
             self.tasks[response_id] = task
-        if self._watch is None or self._watch.done():
-            self._watch = asyncio.ensure_future(self._watch_loop())
+        self._watch_cancels()
+        if response_id in self.cancelled:
+            self.cancel(response_id)
 
     def remove(self, response_id: str) -> None:
+        self.claiming.discard(response_id)
         self.beating.discard(response_id)
         self.runs.pop(response_id, None)
         self.writers.pop(response_id, None)
         self.tasks.pop(response_id, None)
         self.stopping.pop(response_id, None)
         self.cancelling.discard(response_id)
+        self.cancelled.discard(response_id)
 
     def stop(self, response_id: str, error: GatewayError) -> None:
         """Ask a run to end `failed` with `error`; cancel its task if it has not ended
@@ -314,9 +331,25 @@ class _Running:
         if self.runs.get(response_id) is run and not run.ended and task is not None and not task.done():
             task.cancel()
 
+    def _cancel(self, response_id: str) -> None:
+        """A cancel was requested for this response: its run stops, or will when it is added."""
+        if response_id in self.runs:
+            self.cancel(response_id)
+        elif response_id in self.claiming or response_id in self.beating:
+            self.cancelled.add(response_id)
+
+    async def _sweep(self) -> None:
+        """The cancel keys of all of this loop's runs, in one round trip."""
+        ids = sorted(self.ours())
+        if ids:
+            for response_id in await event_log().cancels_requested(ids):
+                self._cancel(response_id)
+
     async def _beat_loop(self) -> None:
+        seconds = settings.GATEWAY_HEARTBEAT_SECONDS
+        loop = asyncio.get_running_loop()
         while self.beating:
-            await asyncio.sleep(settings.GATEWAY_HEARTBEAT_SECONDS)
+            await asyncio.sleep(seconds)
             ids = list(self.beating)
             if not ids:
                 break
@@ -327,35 +360,61 @@ class _Running:
                     await db.run(services.response_jobs_heartbeat, response_ids=ids)
             except Exception as exc:  # noqa: BLE001 - the database is away: beat again next time
                 log.warning("heartbeat of %d runs failed (%s)", len(ids), type(exc).__name__)
-
-    async def _watch_loop(self) -> None:
-        """Cancels of this loop's runs: a run streaming events learns of one from its own batch
-        writes (LogWriter's probe); the quiet ones are asked about together, one pipelined read
-        per tick."""
-        loop = asyncio.get_running_loop()
-        while self.runs:
-            await asyncio.sleep(CANCEL_PROBE_SECONDS)
             now = loop.time()
-            quiet: list[str] = []
-            for response_id in list(self.runs):
-                writer = self.writers.get(response_id)
-                if writer is not None and writer.cancel_seen:
-                    self.cancel(response_id)
-                elif writer is None or now - writer.cancel_checked_at >= CANCEL_PROBE_SECONDS * 2:
-                    quiet.append(response_id)
-            if not quiet:
-                continue
+            quiet = [rid for rid, writer in list(self.writers.items()) if writer.quiet_view(now, seconds)]
+            with contextlib.suppress(Exception):  # Redis is away: the views expire, polls read the rows
+                await event_log().touch_views(quiet)
+            if event_log().pushes_cancels:
+                with contextlib.suppress(Exception):  # the net under a subscription that died silently
+                    await self._sweep()
+
+    def _watch_cancels(self) -> None:
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.ensure_future(self._feed_loop() if event_log().pushes_cancels else self._probe_loop())
+
+    async def _feed_loop(self) -> None:
+        """Cancels as they are published; after each (re)subscription, a sweep of the keys (a
+        cancel published while no subscription was up). It lasts as long as the loop: a new
+        subscription per burst of runs would cost a connection (and a sweep) each time, an idle
+        one costs a health-check PING now and then."""
+        delay, lost = 0.5, False
+        while True:
+            feed = event_log().cancel_feed()
             try:
-                cancelled = await event_log().cancels_requested(quiet)
-            except Exception:  # noqa: BLE001 - Redis is down: a cancel cannot arrive meanwhile
+                async for response_id in feed:
+                    if response_id is None:
+                        await self._sweep()
+                        if lost:
+                            log.warning("cancel subscription up again")
+                        delay, lost = 0.5, False
+                    else:
+                        self._cancel(response_id)
+            except Exception as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # redis-py may turn a cancel that lands mid-connect into a connection error:
+                    # the loop is closing (asyncio.run's end), not the subscription failing.
+                    raise asyncio.CancelledError from exc
+                if not lost:
+                    log.warning("cancel subscription lost (%s); subscribing again", type(exc).__name__)
+                lost = True
+            finally:
+                await feed.aclose()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def _probe_loop(self) -> None:
+        """A log that does not push cancels: all runs' keys asked for together, once per tick."""
+        while self.runs or self.claiming or self.beating:
+            await asyncio.sleep(CANCEL_PROBE_SECONDS)
+            try:
+                await self._sweep()
+            except Exception:  # noqa: BLE001 - the log is away: a cancel cannot arrive meanwhile
                 await asyncio.sleep(1.0)
-                continue
-            for response_id in quiet:
-                writer = self.writers.get(response_id)
-                if writer is not None:
-                    writer.cancel_checked_at = now
-            for response_id in cancelled:
-                self.cancel(response_id)
+
+    def drained(self) -> bool:
+        """The drain's time is over: a run whose setup ends now is stopped at once."""
+        return self.draining and (self._drain is None or self._drain.done())
 
     def start_drain(self, seconds: float) -> None:
         """No new run starts here; the running ones have `seconds` to end, then are stopped."""
@@ -365,8 +424,11 @@ class _Running:
 
     async def _drain_runs(self, seconds: float) -> None:
         started = time.monotonic()
-        log.warning("worker draining: %d background runs; %g s to finish", len(self.runs), seconds)
-        while self.runs and time.monotonic() - started < seconds:
+        log.warning("worker draining: %d background runs; %g s to finish", len(self.beating), seconds)
+        # The runs claimed before the signal and still being set up (beating, not yet in
+        # `runs`) have the same time as the others: stopping them at once (as this did) failed
+        # a run the drain had room for, whenever its setup straddled the signal.
+        while self.beating and time.monotonic() - started < seconds:
             await asyncio.sleep(0.2)
         left = list(self.runs)
         for response_id in left:
@@ -405,9 +467,11 @@ async def run_claimed(response_id: str) -> str:
     held = running()
     if held.draining:
         return "draining"  # the caller hands the task back to the broker (tasks.run_response)
+    held.claiming_now(response_id)
     try:
         row = await _once_more_on_lost_connection(db.run, services.response_job_claim, response_id=response_id)
     except Exception as exc:
+        held.remove(response_id)
         if not unreachable(exc):
             raise
         # The database is away: the row is still queued (or claimed by a statement whose answer
@@ -416,7 +480,11 @@ async def run_claimed(response_id: str) -> str:
         # reaper's queue_timeout.
         log.warning("response %s: not claimed, the database is unavailable (%s)", response_id, exc)
         return "database-unavailable"
+    except BaseException:
+        held.remove(response_id)
+        raise
     if row is None:
+        held.remove(response_id)
         await reap_one(response_id)
         return "not-claimed"
     held.claimed(response_id)
@@ -444,7 +512,7 @@ async def run_claimed(response_id: str) -> str:
     writer = LogWriter(response_id, tenant_id=row.tenant_id, view=selectors.response_object_from_row(row, []))
     held.add(response_id, run, writer)
     timer = asyncio.get_running_loop().call_later(limit, held.stop, response_id, time_limit_error(limit))
-    if held.draining:  # it began while this run was being set up
+    if held.drained():  # the drain's time ran out while this run was being set up
         held.stop(response_id, worker_shutdown_error())
     try:
         if opening == "in_progress":

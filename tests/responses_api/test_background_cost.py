@@ -196,3 +196,35 @@ def test_the_retrieve_of_an_ended_background_response_is_one_statement(
     with gateway.http(key=other_key) as http:
         r = http.get(f"/v1/responses/{created.id}")
     assert r.status_code == 404 and r.json()["error"]["param"] == "response_id"
+
+
+def _exists_calls(client: Any) -> int:
+    return int(client.info("commandstats").get("cmdstat_exists", {}).get("calls", 0))
+
+
+def test_a_running_worker_run_does_not_probe_for_cancels(
+    gateway: Gateway, scripted: ScriptedUpstream, worker, settings
+) -> None:
+    """Cancels reach a worker's runs on one subscription per process (pub/sub), not by probing
+    each run's cancel key with every batch and tick (an EXISTS per event was a quarter of a
+    run's Redis commands); the keys are swept once per beat, for all runs at once. A cancel
+    still stops the run itself (the upstream request is closed), not only its row."""
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    scripted.enqueue(MODEL, Reply(text="tick " * 200, chunk_chars=5, interval=0.05))  # 10 s
+    created = gateway.openai().responses.create(model=MODEL, input="slow", background=True)
+    deadline = time.monotonic() + 20
+    while not ((body := _get(gateway, created.id))["output"] and body["output"][0]["content"]):
+        assert body["status"] in ("queued", "in_progress") and time.monotonic() < deadline, body["status"]
+        time.sleep(0.05)
+    before, started = _exists_calls(client), time.monotonic()
+    time.sleep(2.0)  # about 40 batches of events
+    probes, window = _exists_calls(client) - before, time.monotonic() - started
+    beats = window / settings.GATEWAY_HEARTBEAT_SECONDS
+    assert _get(gateway, created.id)["status"] == "in_progress", "the run ended during the window"
+    assert probes <= beats + 2, f"{probes} EXISTS in {window:.1f} s ({beats:.0f} beats)"
+    with gateway.http() as http:
+        cancelled = http.post(f"/v1/responses/{created.id}/cancel").json()
+    assert cancelled["status"] == "cancelled"
+    assert scripted.wait_aborted(1, timeout=5), "the worker's run must stop (its upstream request closed)"
