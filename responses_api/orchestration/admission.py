@@ -7,8 +7,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from django.conf import settings
-
 from ..domain import Principal, Route
 from ..protocol.errors import InvalidRequest, NotFound
 from ..protocol.request import CreateRequest
@@ -17,6 +15,7 @@ from ..sealing import SealBroken, sealer
 from ..store import db
 from .limits import Grant, admit
 from .routing import route_cached, route_get
+from .windows import background_lease_seconds
 
 
 async def route_for(principal: Principal, model: str) -> Route:
@@ -79,7 +78,7 @@ async def admit_request(
         tools = [t.schema() for t in req.tools]
         return estimate_request(req.input_items, req.instructions, tools)
 
-    lease = settings.GATEWAY_QUEUED_MAX_SECONDS + settings.CELERY_TASK_TIME_LIMIT if on_worker else None
+    lease = background_lease_seconds(req.completion_window) if on_worker else None
     # A budget reserves the output a request may produce: its max_output_tokens (which the
     # tokens-per-minute limit counts too) or, without one, what the engine leaves room for in a
     # context window.

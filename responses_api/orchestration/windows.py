@@ -42,6 +42,14 @@ def window_queued_seconds(window: str) -> float:
     return float(max(settings.GATEWAY_QUEUED_MAX_SECONDS, window_run_seconds(window)))
 
 
+def background_lease_seconds(window: str) -> float:
+    """How long a background run holds its tenant's concurrency slot if nothing ends it sooner:
+    the longest its window lets it wait for a worker, then the longest a worker's task lasts
+    (its run, the drain and the stop's grace). Shorter, and a `2h`/`8h` run that waited long
+    stopped counting against the tenant's limit while it still ran."""
+    return window_queued_seconds(window) + float(settings.CELERY_TASK_TIME_LIMIT)
+
+
 def queued_limits() -> dict[str, float]:
     """`window_queued_seconds` of every window, for the reaper's query."""
     return {window: window_queued_seconds(window) for window in COMPLETION_WINDOWS}

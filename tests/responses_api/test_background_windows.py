@@ -275,3 +275,21 @@ def test_a_worker_takes_soonest_runs_before_window_runs(gateway: Gateway, script
         proc.stop()
     assert {finals[r.id]["output"][0]["content"][0]["text"] for r in sooner} == {"one", "two"}
     assert finals[later.id]["output"][0]["content"][0]["text"] == "three"
+
+
+@pytest.mark.embedded
+def test_a_background_runs_slot_outlasts_its_longest_wait_and_run(settings) -> None:
+    """A background run holds its tenant's concurrency slot by a lease (no web process renews
+    it): the lease must cover the longest its window lets it wait for a worker plus the longest
+    it may run, or the tenant's limit stops counting it while it still runs. It was the
+    `soonest` wait (1 h) plus the longest task for every window: 9.2 h, against up to 16 h for an
+    `8h` run that waited its whole window."""
+    from responses_api.orchestration.windows import (
+        background_lease_seconds,
+        window_queued_seconds,
+        window_run_seconds,
+    )
+
+    for window in ("soonest", "2h", "8h"):
+        longest = window_queued_seconds(window) + window_run_seconds(window)
+        assert background_lease_seconds(window) >= longest, window
