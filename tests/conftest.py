@@ -208,3 +208,18 @@ def local_model_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         local_model.stop_process(proc)
+
+
+@pytest.fixture
+def fresh_limits() -> Iterator[None]:
+    """Rate-limit counters of this process and Redis emptied before and after the test (a
+    limit's counts must not leak from one test into another)."""
+    from responses_api.store import limit_counters
+
+    def clear() -> None:
+        limit_counters.reset_store()
+        forget_redis_keys("gw:rl:*")
+
+    clear()
+    yield
+    clear()

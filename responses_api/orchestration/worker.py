@@ -573,6 +573,15 @@ async def _once_more_on_lost_connection(fn: Callable[..., Awaitable[T]], *args: 
 async def _fail_with_event(response_id: str, error: GatewayError) -> None:
     """End an open worker-run response as failed, keeping the output its log shows so far."""
     row = await db.run(selectors.response_get_row, tenant_id=None, response_id=response_id)
+    await _end_from_log(row, builder_end=lambda builder: builder.fail(error))  # a run's own error events
+
+
+async def _end_from_log(row: Response, *, builder_end: Callable[[EventBuilder], list[Any]]) -> None:
+    """End `row` from what its event log shows (the reaper's, a stop's and a forced cancel's
+    way): its output so far (open items `incomplete`), the terminal state `builder_end` sets and
+    the events it returns, stored first; its reservation and concurrency slot given back. A row
+    that reached a terminal state meanwhile is left as it is."""
+    response_id = row.id
     logged = await event_log().snapshot(response_id)
     output = output_from_events(logged)
     for item in output:
@@ -580,7 +589,7 @@ async def _fail_with_event(response_id: str, error: GatewayError) -> None:
             item["status"] = "incomplete"
     sequence = (logged[-1]["sequence_number"] + 1) if logged else 0
     builder = EventBuilder(selectors.response_object_from_row(row, output), sequence_number=sequence)
-    events = builder.fail(error)  # the same error and response.failed events a run would send
+    events = builder_end(builder)
     stored = await db.run(
         services.response_finish,
         tenant_id=row.tenant_id,
@@ -654,27 +663,12 @@ async def _cancel_from_log(response_id: str) -> None:
     row = await db.run(selectors.response_get_row, tenant_id=None, response_id=response_id)
     if row.status != Response.Status.IN_PROGRESS:
         return
-    logged = await event_log().snapshot(response_id)
-    output = output_from_events(logged)
-    for item in output:
-        if item.get("status") == "in_progress":
-            item["status"] = "incomplete"
-    sequence = (logged[-1]["sequence_number"] + 1) if logged else 0
-    builder = EventBuilder(selectors.response_object_from_row(row, output), sequence_number=sequence)
+    await _end_from_log(row, builder_end=_cancelled)
+
+
+def _cancelled(builder: EventBuilder) -> list[Any]:
     builder.cancel()
-    stored = await db.run(
-        services.response_finish,
-        tenant_id=row.tenant_id,
-        response=builder.response,
-        input_items=(row.job or {}).get("input_items", []),
-    )
-    if not stored:
-        return  # it reached a terminal state meanwhile
-    grant = Grant.from_job((row.job or {}).get("limits"))
-    if grant is not None:
-        await grant.end(None)
-        await limits_drain()
-    await event_log().append_many(response_id, [builder.cancelled_event()])
+    return [builder.cancelled_event()]
 
 
 async def _log_cancelled(response_id: str) -> None:

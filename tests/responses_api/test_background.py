@@ -6,11 +6,10 @@ import concurrent.futures
 import random
 import threading
 import time
-from datetime import UTC
 
 import pytest
 
-from tests.support.harness import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway, queued_background_response
 from tests.support.stream_validator import parse_sse, validate_events, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -129,32 +128,10 @@ def test_cancel_while_streaming_text(gateway: Gateway, scripted: ScriptedUpstrea
 
 def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     import asyncio
-    from datetime import datetime
 
     from responses_api.orchestration import worker as background
-    from responses_api.protocol.ids import new_id
-    from responses_api.protocol.request import parse_create_request
-    from responses_api.protocol.response import request_params
-    from responses_api.store import services
 
-    # a queued job no worker has taken yet
-    body = {"model": MODEL, "input": "x", "background": True}
-    req = parse_create_request(body)
-    rid = new_id("resp")
-    services.response_create(
-        row=services.response_row(
-            response_id=rid,
-            tenant_id=gateway.tenant_id,
-            api_key_id=None,
-            previous_response_id=None,
-            model=MODEL,
-            params=request_params(req),
-            created_at=datetime.now(UTC),
-            job={"body": body, "input_items": req.input_items, "opening": "in_progress"},
-        ),
-        status="queued",
-        input_items=req.input_items,
-    )
+    rid = queued_background_response(gateway)  # a queued job no worker has taken yet
     with gateway.http() as http:
         cancelled = http.post(f"/v1/responses/{rid}/cancel").json()
     assert cancelled["status"] == "cancelled"

@@ -28,16 +28,8 @@ pytestmark = pytest.mark.embedded
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters():
-    from responses_api.store import limit_counters
-
-    def clear() -> None:
-        limit_counters.reset_store()
-        forget_redis_keys("gw:rl:*")
-
-    clear()
-    yield
-    clear()
+def _fresh_counters(fresh_limits) -> None:
+    """Every test here starts and ends with empty counters (conftest's `fresh_limits`)."""
 
 
 def set_limits(model_cls: type[ApiKey] | type[Tenant], pk: int, **fields: object) -> None:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.responses_api.test_worker_capacity import TERMINAL, _read_log, statuses, wait_for
-from tests.support.harness import MODEL, CeleryWorker, Gateway, call, forget_redis_keys, make_key, make_route
+from tests.support.harness import MODEL, CeleryWorker, Gateway, call, make_key, make_route
 from tests.support.stream_validator import parse_sse, validate_events
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -23,19 +23,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 OTHER = "other-model"  # the other tenant's runs call this model, so the upstream counts them apart
-
-
-@pytest.fixture
-def fresh_limits():
-    from responses_api.store import limit_counters
-
-    def clear() -> None:
-        limit_counters.reset_store()
-        forget_redis_keys("gw:rl:*")
-
-    clear()
-    yield
-    clear()
 
 
 def logged(response_id: str) -> list[dict]:

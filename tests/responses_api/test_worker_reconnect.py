@@ -8,40 +8,13 @@ raised (the row stayed `queued` until the reaper's queue_timeout, an hour by def
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 import psycopg
 import pytest
 from django.db import connections
 
-from tests.support.harness import MODEL, Gateway
+from tests.support.harness import MODEL, Gateway, queued_background_response
 from tests.support.upstream import Reply, ScriptedUpstream
-
-
-def _queued(gateway: Gateway, text: str) -> str:
-    from responses_api.protocol.ids import new_id
-    from responses_api.protocol.request import parse_create_request
-    from responses_api.protocol.response import request_params
-    from responses_api.store import services
-
-    body = {"model": MODEL, "input": text, "background": True}
-    req = parse_create_request(body)
-    rid = new_id("resp")
-    services.response_create(
-        row=services.response_row(
-            response_id=rid,
-            tenant_id=gateway.tenant_id,
-            api_key_id=None,
-            previous_response_id=None,
-            model=MODEL,
-            params=request_params(req),
-            created_at=datetime.now(UTC),
-            job={"body": body, "input_items": req.input_items, "opening": "in_progress"},
-        ),
-        status="queued",
-        input_items=req.input_items,
-    )
-    return rid
 
 
 def _break_pooled_connections() -> int:
@@ -71,7 +44,7 @@ def test_a_runs_start_replaces_connections_a_restart_broke(
     from responses_api.store import db
 
     pool = connections["default"].pool  # type: ignore[attr-defined]  # PostgreSQL's wrapper has it
-    rid = _queued(gateway, "after the restart")
+    rid = queued_background_response(gateway, "after the restart")
     # Idle connections in the pool, as a worker has between runs.
     with pool.connection() as first, pool.connection() as second:
         first.execute("SELECT 1")

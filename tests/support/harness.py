@@ -108,6 +108,36 @@ def make_key(tenant: str = "acme", name: str = "test", **kwargs) -> tuple[str, i
     return raw, key.tenant_id
 
 
+def queued_background_response(gateway: Gateway, text: str = "x") -> str:
+    """A background response stored `queued`, as a create leaves it, whose task no worker has
+    (a test then runs or cancels it itself); its id."""
+    from datetime import UTC, datetime
+
+    from responses_api.protocol.ids import new_id
+    from responses_api.protocol.request import parse_create_request
+    from responses_api.protocol.response import request_params
+    from responses_api.store import services
+
+    body = {"model": MODEL, "input": text, "background": True}
+    req = parse_create_request(body)
+    response_id = new_id("resp")
+    services.response_create(
+        row=services.response_row(
+            response_id=response_id,
+            tenant_id=gateway.tenant_id,
+            api_key_id=None,
+            previous_response_id=None,
+            model=MODEL,
+            params=request_params(req),
+            created_at=datetime.now(UTC),
+            job={"body": body, "input_items": req.input_items, "opening": "in_progress"},
+        ),
+        status="queued",
+        input_items=req.input_items,
+    )
+    return response_id
+
+
 def make_route(base_url: str, name: str = MODEL, upstream_model: str | None = None, **provider_kwargs) -> None:
     from responses_api.models import ModelRoute, Provider, RouteTarget
 
