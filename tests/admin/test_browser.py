@@ -359,6 +359,37 @@ def _open(page, url: str) -> None:
     )
 
 
+def _open_showing(page, url: str, selector: str) -> None:
+    """`_open`, then wait for `selector`. CI once waited 60 s for an element this page renders
+    from a row the test had just committed, and printed nothing else: if it is missing, say what
+    the browser shows (its address, title and text) and open the page once more, so that a page
+    the browser failed to render is told apart from a page the server rendered without it."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    _open(page, url)
+    try:
+        page.locator(selector).first.wait_for(state="attached", timeout=WAIT_MS / 3)
+        return
+    except PlaywrightTimeout:
+        first = _what_the_page_shows(page)
+    print(f"{selector} not on {url} after {WAIT_MS / 3000:.0f} s; opening it again. The page: {first}")
+    _open(page, url)
+    try:
+        page.locator(selector).first.wait_for(state="attached", timeout=WAIT_MS / 3)
+    except PlaywrightTimeout:
+        raise AssertionError(
+            f"{selector} not on {url}, twice.\nFirst: {first}\nThen: {_what_the_page_shows(page)}"
+        ) from None
+
+
+def _what_the_page_shows(page) -> str:
+    try:
+        text = page.locator("body").inner_text(timeout=10_000)
+    except Exception as exc:  # noqa: BLE001 - a diagnostic: whatever the browser says is the finding
+        text = f"<no text: {exc!r:.300}>"
+    return f"url={page.url} title={page.title()!r} text={text[:3000]!r}"
+
+
 def _fits(page) -> bool:
     """Whether a changelist's table fits its box (an overflowing one clips its last columns)."""
     box = page.evaluate(
@@ -644,8 +675,8 @@ def test_who_spent_what_at_a_glance(page, site: dict, daily: dict, artifacts: Pa
 
     made = Response.objects.filter(api_key=daily["key"]).order_by("created_at").first()
     assert made is not None
-    Response.objects.filter(pk=made.pk).update(conversation=daily["conversation"])
-    _open(page, f"/admin/responses_api/response/{made.pk}/change/")
+    assert Response.objects.filter(pk=made.pk).update(conversation=daily["conversation"]) == 1
+    _open_showing(page, f"/admin/responses_api/response/{made.pk}/change/", "[data-role=conversation-link]")
     page.locator("[data-role=conversation-link]").click()
     usage = page.locator("[data-role=conversation-usage]")
     expect(usage).to_contain_text(f"1 response, {(made.input_tokens or 0) + (made.output_tokens or 0):,} tokens")
