@@ -37,7 +37,7 @@ def _worker_loop() -> asyncio.AbstractEventLoop:
     global _loop
     with _loop_lock:
         if _loop is None or _loop.is_closed():
-            _loop = asyncio.new_event_loop()
+            _loop = _new_loop()
             # The runs' database work (db.run) goes through this executor: as many threads as
             # the pool has connections (asyncio's default is cpu_count + 4, 6 on two cores, a
             # queue for hundreds of runs starting at once), never more (they would wait on it).
@@ -46,6 +46,17 @@ def _worker_loop() -> asyncio.AbstractEventLoop:
                 _loop.set_default_executor(ThreadPoolExecutor(max_workers=pool, thread_name_prefix="gateway-db"))
             threading.Thread(target=_loop.run_forever, name="gateway-worker-loop", daemon=True).start()
         return _loop
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop, as uvicorn gives the web processes: a run is mostly I/O round trips (the
+    upstream's chunks, the event log's writes, the database's answers), each cheaper on it;
+    asyncio's own loop where uvloop is not installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def run_on_worker_loop(coro: Coroutine[Any, Any, T]) -> T:

@@ -61,6 +61,12 @@ class TTLCache(Generic[K, V]):
         self._entries[key] = (time.monotonic() + (self._ttl() if ttl is None else ttl), value)
         return value
 
+    def get_or_put(self, key: K, compute: Callable[[], V]) -> V:
+        """The fresh value, else `compute()` remembered: for a caller already in a database
+        thread (store/db.run_cached is the event loop's way, which also shares a miss)."""
+        cached = self.get(key)
+        return cached[0] if cached is not None else self.put(key, compute())
+
     def clear(self) -> None:
         self._entries.clear()
 

@@ -50,6 +50,15 @@ async def registry_mcp(principal: Principal, req: CreateRequest) -> McpRegistry:
     )
 
 
+def registry_mcp_now(tenant_id: int, req: CreateRequest) -> McpRegistry:
+    """`registry_mcp` from a database thread (a worker's job load), through the same cache."""
+    labels = registry_mcp_labels(req)
+    return _mcp_cache.get_or_put(
+        (tenant_id, req.model, tuple(labels)),
+        lambda: mcp_servers_for(tenant_id=tenant_id, route_name=req.model, labels=labels),
+    )
+
+
 def mcp_plan(req: CreateRequest, registry: McpRegistry) -> tuple[CreateRequest, McpPlan]:
     """The servers of one response: (specs, fresh cached listings, request approval policies),
     with the request that also declares the servers its route attaches (reported in the

@@ -22,13 +22,11 @@ from typing import Any
 
 from django.conf import settings
 
-from tool_registry.services import mcp_servers_for, registry_tools_for
-
 from ..domain import Principal, Route
 from ..engine.interfaces import ResponseJob, SummaryScreen
 from ..engine.run import ResponseRun
 from ..mcp.credentials import restore_credentials
-from ..mcp.planning import registry_mcp_labels, toolset_for
+from ..mcp.planning import registry_mcp_now, toolset_for
 from ..mcp.session import McpSession
 from ..models import Response
 from ..process import process_id
@@ -50,7 +48,7 @@ from . import lifecycle
 from .guardrails import output_guard, output_recorder, screen_files, summary_screen
 from .limits import Grant
 from .routing import route_get
-from .toolplan import ToolPlan, plan_tools, registry_tool_names, tool_runner
+from .toolplan import ToolPlan, plan_tools, registry_specs_now, tool_runner
 from .vector_stores import FileSearchRunner, check_file_search
 
 __all__ = [
@@ -222,8 +220,9 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
     # The input as the web process stored it (reasoning it opened included), not as sent.
     req = dataclasses.replace(parse_create_request(body), input_items=stored["input_items"])
     route = route_get(req.model)
-    specs = registry_tools_for(tenant_id=row.tenant_id, route_name=req.model, names=registry_tool_names(req, route))
-    servers = mcp_servers_for(tenant_id=row.tenant_id, route_name=req.model, labels=registry_mcp_labels(req))
+    # Cached as the web process caches them (a fifth of a run's worker CPU when read per run).
+    specs = registry_specs_now(row.tenant_id, req, route)
+    servers = registry_mcp_now(row.tenant_id, req)
     plan = plan_tools(req, route, specs, servers)
     own = selectors.resolve_references(row.tenant_id, req.input_items)
     history = selectors.Context([], ())

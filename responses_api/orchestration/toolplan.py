@@ -66,6 +66,16 @@ async def registry_specs(principal: Principal, req: CreateRequest, route: Route)
     )
 
 
+def registry_specs_now(tenant_id: int, req: CreateRequest, route: Route) -> list[ToolSpec]:
+    """`registry_specs` from a database thread (a worker's job load), through the same cache:
+    a run sees an admin's edit within GATEWAY_CACHE_SECONDS, as a foreground create does."""
+    names = registry_tool_names(req, route)
+    return _tool_cache.get_or_put(
+        (tenant_id, req.model, tuple(names)),
+        lambda: registry_tools_for(tenant_id=tenant_id, route_name=req.model, names=names),
+    )
+
+
 def merge_registry_tools(req: CreateRequest, specs: list[ToolSpec]) -> CreateRequest:
     """Bare `{type, name}` tools become registry tools; route-attached tools are appended."""
     if not specs:

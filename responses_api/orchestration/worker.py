@@ -63,7 +63,15 @@ class LogWriter:
     only unseen events; the reaper then ends the response from what the log holds
     (`_fail_with_event`), which is everything any reader saw. The terminal event is queued only
     after the engine committed the response to the database (`DatabasePersistence.finish`), so
-    a reader who sees the end can retrieve it; `close` waits for the queue to drain."""
+    a reader who sees the end can retrieve it; `close` waits for the queue to drain.
+
+    The running view goes with the first batch, then at most once per `VIEW_EVERY` seconds: it is
+    the whole Response so far, encoded again each time it is written (a long answer's view costs
+    more with every token), and a poll is content with output a second old. A view that events
+    overtook is written on its own once it is due (or with the next batch then), so a run that
+    goes quiet (a tool call, a slow model) still shows all it has said."""
+
+    VIEW_EVERY = 1.0
 
     def __init__(self, response_id: str, *, tenant_id: int | None = None, view: dict[str, Any] | None = None) -> None:
         """`view`: the running Response object without output (selectors.response_object_from_row
@@ -78,7 +86,9 @@ class LogWriter:
         self._tenant_id = tenant_id
         self._view = view
         self._fold = OutputFold() if view is not None else None
-        self._written_at = 0.0  # loop time of the last batch the log took
+        self._fed = 0  # events folded into the view so far
+        self._view_fed = 0  # of which the view last written shows
+        self._view_written_at: float | None = None  # loop time of the last view the log took
 
     async def append_all(self, events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -88,6 +98,9 @@ class LogWriter:
         self._pending.append(event)
         if self._fold is not None:
             self._fold.feed(event)
+            self._fed += 1
+            if event["type"] in TERMINAL_TYPES:
+                self._fold = None  # the terminal event drops the view: never written after it
         self._wakeup.set()
         if self._flusher is None:
             self._flusher = asyncio.ensure_future(self._flush_loop())
@@ -98,23 +111,40 @@ class LogWriter:
         return self._tenant_id, dumpb({**self._view, "output": self._fold.output})
 
     def quiet_view(self, now: float, seconds: float) -> bool:
-        """Whether its view was written and nothing since for `seconds`: a quiet run (a long tool
+        """Whether its view was written and not again for `seconds`: a quiet run (a long tool
         call, a slow model) whose view the process's beat keeps (`_Running._beat_loop`), so that
         a run does not hold a timer of its own."""
-        return self._view is not None and self._expiry_set and not self._closing and now - self._written_at >= seconds
+        written = self._view_written_at
+        return written is not None and not self._closing and now - written >= seconds
+
+    def _view_due_in(self, now: float) -> float | None:
+        """Seconds until the view should be written again (0: now); None while it shows every
+        event appended (or there is no view)."""
+        if self._fold is None or self._fed == self._view_fed:
+            return None
+        if self._view_written_at is None:
+            return 0.0
+        return max(0.0, self._view_written_at + self.VIEW_EVERY - now)
 
     async def _flush_loop(self) -> None:
         delay = 0.5
         loop = asyncio.get_running_loop()
         while True:
+            due = self._view_due_in(loop.time())
             if not self._pending:
                 if self._closing:
                     return
                 self._wakeup.clear()
-                await self._wakeup.wait()
-                continue
+                if due is None:
+                    await self._wakeup.wait()
+                    continue
+                if due > 0:  # a view events overtook, written on its own unless a batch takes it first
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), due)
+                    continue
             batch = list(self._pending)  # and the view after exactly these events (all appended so far)
-            view = self._view_now()
+            fed = self._fed
+            view = self._view_now() if due == 0 else None
             try:
                 await event_log().append_many(self.response_id, batch, view=view, expire=not self._expiry_set)
             except Exception as exc:  # noqa: BLE001 - whatever the log's failure, the run goes on
@@ -130,8 +160,9 @@ class LogWriter:
                 delay = min(delay * 2, 5.0)
                 continue
             del self._pending[: len(batch)]
-            self._expiry_set = True
-            self._written_at = loop.time()
+            self._expiry_set = self._expiry_set or bool(batch)
+            if view is not None:
+                self._view_fed, self._view_written_at = fed, loop.time()
             delay = 0.5
             if self._outage:
                 self._outage = False

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,47 @@ def test_a_batch_is_one_expiry_not_one_per_event(log: redis.Redis) -> None:
     assert shown["status"] == "in_progress"
     assert shown["output"][0]["content"][0]["text"] == "".join(f"w{i} " for i in range(48))
     assert log.get(eventlog.key(eventlog.VIEW_PREFIX, "resp_b1")) is None  # the end dropped it
+
+
+def test_the_running_view_is_written_at_most_once_a_second_and_never_after_the_end(log: redis.Redis) -> None:
+    """A token every 0.1 s for 2.5 s is 25 batches but about four views (the first batch's, one a
+    second, the last one on its own once the run went quiet); the quiet run's view shows every
+    token; the end drops the view and no late write brings it back."""
+    import json
+
+    events = _events("resp_b4", 25)
+    view_key = eventlog.key(eventlog.VIEW_PREFIX, "resp_b4")
+
+    def shown() -> str:
+        held: Any = log.get(view_key)
+        return json.loads(held.partition(b"\n")[2])["output"][0]["content"][0]["text"]
+
+    async def run() -> tuple[float, int]:
+        writer = LogWriter("resp_b4", tenant_id=7, view=VIEW)
+        started = time.monotonic()
+        await writer.append_all(events[:2])
+        for event in events[2:-1]:
+            await writer.append(event)
+            await asyncio.sleep(0.1)
+        streamed = time.monotonic() - started
+        sets_while_streaming = _calls(log, "set")
+        assert _calls(log, "xadd") >= 10  # the events went as they came, not held for the view
+        everything = "".join(f"w{i} " for i in range(25))
+        deadline = time.monotonic() + 30
+        while shown() != everything:  # quiet now: the view catches up on its own within a second
+            assert time.monotonic() < deadline, shown()
+            await asyncio.sleep(0.05)
+        await writer.append(events[-1])
+        await asyncio.sleep(LogWriter.VIEW_EVERY + 0.5)  # nothing may write the view again
+        assert await writer.close(10)
+        return streamed, sets_while_streaming
+
+    streamed, sets = asyncio.run(run())
+    assert _logged(log, "resp_b4") == events
+    # 25 batches; one view with the first, then one a second at most (however slow the machine)
+    assert 1 <= sets <= 2 + streamed / LogWriter.VIEW_EVERY, (sets, streamed)
+    assert _calls(log, "set") <= sets + 1  # and the quiet run's one
+    assert log.get(view_key) is None
 
 
 def test_batches_keep_order_and_lose_nothing_while_redis_refuses_writes(log: redis.Redis) -> None:
