@@ -69,9 +69,18 @@ class LogWriter:
     the whole Response so far, encoded again each time it is written (a long answer's view costs
     more with every token), and a poll is content with output a second old. A view that events
     overtook is written on its own once it is due (or with the next batch then), so a run that
-    goes quiet (a tool call, a slow model) still shows all it has said."""
+    goes quiet (a tool call, a slow model) still shows all it has said.
+
+    Nobody following the log live (no reader's mark: store/eventlog.READERS_PREFIX), a batch
+    waits up to `HOLD_UNWATCHED` seconds from its first event for the events after it: a round
+    trip per second instead of one per upstream chunk, when nobody would see the difference but
+    a poll, whose view is written at that pace anyway. Each write asks, in its own pipeline,
+    whether a reader came; from the next write on, batches go at once again. So a reader who
+    arrives waits at most that long once; the first batch, the end and `close` never wait; and
+    events held here are events nobody has seen (the crash rule above holds)."""
 
     VIEW_EVERY = 1.0
+    HOLD_UNWATCHED = 1.0
 
     def __init__(self, response_id: str, *, tenant_id: int | None = None, view: dict[str, Any] | None = None) -> None:
         """`view`: the running Response object without output (selectors.response_object_from_row
@@ -89,19 +98,28 @@ class LogWriter:
         self._fed = 0  # events folded into the view so far
         self._view_fed = 0  # of which the view last written shows
         self._view_written_at: float | None = None  # loop time of the last view the log took
+        self._watched = True  # someone follows the log live (asked with each write; yes until the first)
+        self._ending = False  # the terminal event is queued
+        self._pending_since = 0.0  # loop time of the oldest queued event
 
     async def append_all(self, events: list[dict[str, Any]]) -> None:
         for event in events:
             await self.append(event)
 
     async def append(self, event: dict[str, Any]) -> None:
+        first = not self._pending
+        if first:
+            self._pending_since = asyncio.get_running_loop().time()
         self._pending.append(event)
+        terminal = event["type"] in TERMINAL_TYPES
+        self._ending = self._ending or terminal
         if self._fold is not None:
             self._fold.feed(event)
             self._fed += 1
-            if event["type"] in TERMINAL_TYPES:
+            if terminal:
                 self._fold = None  # the terminal event drops the view: never written after it
-        self._wakeup.set()
+        if first or self._watched or terminal:  # else the flusher is holding the batch anyway
+            self._wakeup.set()
         if self._flusher is None:
             self._flusher = asyncio.ensure_future(self._flush_loop())
 
@@ -142,11 +160,20 @@ class LogWriter:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wakeup.wait(), due)
                     continue
+            elif not (self._watched or self._closing or self._ending):
+                hold = self._pending_since + self.HOLD_UNWATCHED - loop.time()
+                if hold > 0:  # nobody follows live: the batch gathers a second's events
+                    self._wakeup.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), hold)
+                    continue
             batch = list(self._pending)  # and the view after exactly these events (all appended so far)
             fed = self._fed
             view = self._view_now() if due == 0 else None
             try:
-                await event_log().append_many(self.response_id, batch, view=view, expire=not self._expiry_set)
+                _, self._watched = await event_log().append_batch(
+                    self.response_id, batch, view=view, expire=not self._expiry_set, probe_readers=True
+                )
             except Exception as exc:  # noqa: BLE001 - whatever the log's failure, the run goes on
                 log.warning(
                     "response %s: the event log refused a batch (%s: %s); %d waiting, retrying",
@@ -160,6 +187,8 @@ class LogWriter:
                 delay = min(delay * 2, 5.0)
                 continue
             del self._pending[: len(batch)]
+            if self._pending:  # queued while the write was in flight: they gather from now
+                self._pending_since = loop.time()
             self._expiry_set = self._expiry_set or bool(batch)
             if view is not None:
                 self._view_fed, self._view_written_at = fed, loop.time()

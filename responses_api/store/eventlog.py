@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -29,6 +30,10 @@ CANCEL_PREFIX = "gw:cancel:"
 EVENTS_PREFIX = "gw:events:"
 VIEW_PREFIX = "gw:view:"
 GONE_PREFIX = "gw:gone:"  # a running response deleted: its worker may still write a view, polls ignore it
+# Someone follows the response's log live (a resumed stream, a streamed background create, a
+# WebSocket turn): its worker writes events as they come instead of a second's worth at a time.
+READERS_PREFIX = "gw:readers:"
+READERS_MARK_SECONDS = 30  # a reader's mark lasts this long; it renews it every third of it
 # Cancels are also announced here (the response id), so that a worker learns of one at once
 # from one subscription per process instead of probing each run's key (orchestration/worker.py).
 # A channel is not a key: a cluster broadcasts classic PUBLISH to every node, so no command
@@ -80,10 +85,11 @@ class EventLog:
         *,
         view: tuple[int, bytes] | None = None,
         expire: bool = True,
-        probe_cancel: bool = False,
+        probe_readers: bool = False,
     ) -> tuple[int, bool]:
-        """`append_many`, and with `probe_cancel` whether a cancel was requested, in the same
-        round trip: a worker that writes anyway learns of a cancel without a command of its own."""
+        """`append_many`, and with `probe_readers` whether anyone follows the log live (a
+        reader's mark, `read`), in the same round trip: True where the log cannot tell (a worker
+        then writes every batch at once, as it does for a reader)."""
         raise NotImplementedError
 
     async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
@@ -169,7 +175,7 @@ class MemoryEventLog(EventLog):
         *,
         view: tuple[int, bytes] | None = None,
         expire: bool = True,
-        probe_cancel: bool = False,
+        probe_readers: bool = False,
     ) -> tuple[int, bool]:
         logged = self._events[response_id]
         added = 0
@@ -189,7 +195,8 @@ class MemoryEventLog(EventLog):
             changed.set()
             self._changed[response_id] = asyncio.Event()
         self._expire()
-        return added, probe_cancel and response_id in self._cancels
+        # In this process a write costs no round trip: nothing to save by holding events.
+        return added, True
 
     async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
         held = self._views.get(response_id)
@@ -260,7 +267,7 @@ class RedisEventLog(EventLog):
         *,
         view: tuple[int, bytes] | None = None,
         expire: bool = True,
-        probe_cancel: bool = False,
+        probe_readers: bool = False,
     ) -> tuple[int, bool]:
         """One pipeline, not a transaction: Redis runs its commands in order, so whatever part
         of it ran (a connection lost midway) is a prefix: events without the view that follows
@@ -283,8 +290,8 @@ class RedisEventLog(EventLog):
             ttl = settings.GATEWAY_EVENT_LOG_TTL_SECONDS
             # Until the end, keep the log for the longest job; after it, for the configured TTL.
             pipe.expire(events_key, ttl if terminal else settings.CELERY_TASK_TIME_LIMIT + ttl)
-        if probe_cancel:
-            pipe.exists(key(CANCEL_PREFIX, response_id))
+        if probe_readers:
+            pipe.exists(key(READERS_PREFIX, response_id))
         results = await pipe.execute(raise_on_error=False)
         added = 0
         for result in results[: len(events)]:
@@ -298,7 +305,7 @@ class RedisEventLog(EventLog):
         for result in results[len(events) :]:
             if isinstance(result, Exception):
                 raise result
-        return added, bool(probe_cancel and results[-1])
+        return added, bool(probe_readers and results[-1])
 
     async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
         held, gone = await self._client().mget(key(VIEW_PREFIX, response_id), key(GONE_PREFIX, response_id))
@@ -320,10 +327,17 @@ class RedisEventLog(EventLog):
         self, response_id: str, after: int = -1, *, idle_seconds: float | None = None
     ) -> AsyncIterator[dict[str, Any]]:
         events_key = key(EVENTS_PREFIX, response_id)
+        readers_key = key(READERS_PREFIX, response_id)
         client = self._client()
         last_id = f"{after + 1}-0" if after >= 0 else "0-0"
         block_ms = 5000 if idle_seconds is None else max(1, min(5000, int(idle_seconds * 1000)))
+        marked = -math.inf
         while True:
+            if time.monotonic() - marked >= READERS_MARK_SECONDS / 3:
+                # Followed live: the worker writes each batch at once from its next write on
+                # (orchestration/worker.LogWriter), so this reader waits at most a second once.
+                await client.set(readers_key, b"1", ex=READERS_MARK_SECONDS)
+                marked = time.monotonic()
             batches = await client.xread({events_key: last_id}, block=block_ms, count=500)
             if not batches and idle_seconds is not None:
                 return
@@ -408,7 +422,13 @@ class RedisEventLog(EventLog):
         # One DEL per response (its keys share its slot), pipelined: no command spans two slots.
         pipe = self._client().pipeline(transaction=False)
         for rid in response_ids:
-            pipe.delete(key(EVENTS_PREFIX, rid), key(VIEW_PREFIX, rid), key(CANCEL_PREFIX, rid), key(GONE_PREFIX, rid))
+            pipe.delete(
+                key(EVENTS_PREFIX, rid),
+                key(VIEW_PREFIX, rid),
+                key(CANCEL_PREFIX, rid),
+                key(GONE_PREFIX, rid),
+                key(READERS_PREFIX, rid),
+            )
         await pipe.execute()
 
 

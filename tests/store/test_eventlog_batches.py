@@ -79,6 +79,12 @@ def _logged(direct: redis.Redis, response_id: str) -> list[dict[str, Any]]:
     return [json.loads(fields[b"e"]) for _, fields in entries]
 
 
+def _followed(direct: redis.Redis, response_id: str) -> None:
+    """A reader's mark, as `read` sets it: the writer writes each batch at once (no hold)."""
+    direct.set(eventlog.key(eventlog.READERS_PREFIX, response_id), b"1", ex=600)
+    direct.config_resetstat()  # the tests count the writer's commands only
+
+
 def _calls(direct: redis.Redis, command: str) -> int:
     return int(direct.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
@@ -90,6 +96,7 @@ def test_a_batch_is_one_expiry_not_one_per_event(log: redis.Redis) -> None:
     events = _events("resp_b1", 100)
 
     async def run() -> tuple[int, bytes] | None:
+        _followed(log, "resp_b1")
         writer = LogWriter("resp_b1", tenant_id=7, view=VIEW)
         for event in events[:50]:  # yielded together (no await between them): one batch
             await writer.append(event)
@@ -128,6 +135,7 @@ def test_the_running_view_is_written_at_most_once_a_second_and_never_after_the_e
         return json.loads(held.partition(b"\n")[2])["output"][0]["content"][0]["text"]
 
     async def run() -> tuple[float, int]:
+        _followed(log, "resp_b4")
         writer = LogWriter("resp_b4", tenant_id=7, view=VIEW)
         started = time.monotonic()
         await writer.append_all(events[:2])
@@ -155,12 +163,85 @@ def test_the_running_view_is_written_at_most_once_a_second_and_never_after_the_e
     assert log.get(view_key) is None
 
 
+def test_nobody_following_the_log_its_batches_wait_and_a_reader_makes_them_go_at_once(
+    log: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a minute's hold (so that nothing here depends on the machine's speed): nobody
+    following, the events after the first batch wait for the hold (or the end); a reader's mark
+    there before the first write makes every batch go at once."""
+    monkeypatch.setattr(LogWriter, "HOLD_UNWATCHED", 60.0)
+    unseen, followed = _events("resp_b5", 10), _events("resp_b6", 10)
+    log.set(eventlog.key(eventlog.READERS_PREFIX, "resp_b6"), b"1", ex=60)
+
+    async def wait_logged(response_id: str, n: int) -> None:
+        deadline = time.monotonic() + 30  # half the hold: arriving at all proves no hold
+        while len(_logged(log, response_id)) < n:
+            assert time.monotonic() < deadline, (response_id, len(_logged(log, response_id)), n)
+            await asyncio.sleep(0.02)
+
+    async def run() -> None:
+        quiet = LogWriter("resp_b5", tenant_id=7, view=VIEW)
+        watched = LogWriter("resp_b6", tenant_id=7, view=VIEW)
+        await quiet.append_all(unseen[:2])
+        await watched.append_all(followed[:2])
+        await wait_logged("resp_b5", 2)  # the first batch goes at once either way
+        await wait_logged("resp_b6", 2)
+        for n in range(2, len(unseen) - 1):
+            await quiet.append(unseen[n])
+            await watched.append(followed[n])
+            await wait_logged("resp_b6", n + 1)  # followed: each event as it comes
+        await asyncio.sleep(0.3)
+        assert len(_logged(log, "resp_b5")) == 2  # nobody following: held
+        await quiet.append(unseen[-1])  # the end goes at once, with what waited
+        await wait_logged("resp_b5", len(unseen))
+        await watched.append(followed[-1])
+        assert await quiet.close(10) and await watched.close(10)
+
+    asyncio.run(run())
+    assert _logged(log, "resp_b5") == unseen and _logged(log, "resp_b6") == followed
+
+
+def test_a_reader_who_comes_mid_run_gets_every_event_once_in_order(log: redis.Redis) -> None:
+    """A token every 0.1 s, nobody reading for 2 s (a write about once a second, not one per
+    token), then a reader from the start: every event once, in order, to the end."""
+    events = _events("resp_b7", 40)
+
+    async def run() -> tuple[float, int, list[int]]:
+        writer = LogWriter("resp_b7", tenant_id=7, view=VIEW)
+        await writer.append_all(events[:2])
+        started = time.monotonic()
+        for event in events[2:22]:
+            await writer.append(event)
+            await asyncio.sleep(0.1)
+        unwatched = time.monotonic() - started
+        writes = _calls(log, "exists")  # each write asks for readers once
+        seen: list[int] = []
+
+        async def read() -> None:
+            async for event in eventlog.event_log().read("resp_b7"):
+                seen.append(event["sequence_number"])
+
+        reader = asyncio.ensure_future(read())
+        for event in events[22:]:
+            await writer.append(event)
+            await asyncio.sleep(0.1)
+        assert await writer.close(10)
+        await asyncio.wait_for(reader, 30)
+        return unwatched, writes, seen
+
+    unwatched, writes, seen = asyncio.run(run())
+    assert writes <= 2 + unwatched / LogWriter.HOLD_UNWATCHED, (writes, unwatched)  # 21 batches otherwise
+    assert seen == list(range(len(events)))
+    assert _logged(log, "resp_b7") == events
+
+
 def test_batches_keep_order_and_lose_nothing_while_redis_refuses_writes(log: redis.Redis) -> None:
     """Redis refusing every write (maxmemory reached, noeviction) for a while, then taking them
     again with its data kept: the run never waited, and the log holds every event once, in order."""
     events = _events("resp_b2", 60)
 
     async def run() -> bool:
+        _followed(log, "resp_b2")
         writer = LogWriter("resp_b2", tenant_id=7, view=VIEW)
         for event in events[:20]:
             await writer.append(event)
