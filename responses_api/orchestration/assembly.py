@@ -220,7 +220,7 @@ def _job_from_row(row: Response) -> tuple[ResponseJob, ToolPlan]:
     # The input as the web process stored it (reasoning it opened included), not as sent.
     req = dataclasses.replace(parse_create_request(body), input_items=stored["input_items"])
     route = route_get(req.model)
-    # Cached as the web process caches them (a fifth of a run's worker CPU when read per run).
+    # Through the web process's caches: two queries per run otherwise, for what rarely changes.
     specs = registry_specs_now(row.tenant_id, req, route)
     servers = registry_mcp_now(row.tenant_id, req)
     plan = plan_tools(req, route, specs, servers)
