@@ -48,8 +48,9 @@ class LogWriter:
     and never decides the run.
 
     `append` only queues an event; one flushing task per run writes whatever has queued since
-    its last write in one pipeline (store/eventlog.append_many: the XADDs, the running view a
-    poll reads, an expiry on the first batch and the last). Events the engine yields together
+    its last write in one pipeline (store/eventlog.append_batch: the XADDs, the running view a
+    poll reads when it is due, an expiry on the first batch and the last, the reader probe
+    below). Events the engine yields together
     (one upstream chunk's) go in one round trip, and while a write is in flight the next batch
     gathers, so a fast run pays a round trip per batch, not per event, and a slow one loses
     nothing by waiting. During an outage of the log the batch is retried with backoff, growing,

@@ -1,7 +1,8 @@
-"""The event log's batched writes (orchestration/worker.LogWriter, store/eventlog.append_many) on
+"""The event log's batched writes (orchestration/worker.LogWriter, store/eventlog.append_batch) on
 a real Redis of this module's own: order kept and nothing lost while Redis refuses writes, a
-batch's cost (one expiry per stream, not per event), and every key and pipeline in one hash slot
-(the response's tag), so a Redis Cluster takes them as they are."""
+batch's cost (one expiry per stream, not per event; the running view at most once a second;
+batches held while nobody follows the log, at once for a reader), and every key and pipeline in
+one hash slot (the response's tag), so a Redis Cluster takes them as they are."""
 
 from __future__ import annotations
 
