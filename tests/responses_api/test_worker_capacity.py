@@ -98,7 +98,10 @@ def test_kill_9_of_a_worker_holding_many_runs(tools_env, gateway: Gateway, scrip
         ids = create_many(gateway, n, tools=[{"type": "function", "name": "slow_tool"}])
         deadline = time.monotonic() + 60
         while len(webhook.calls_to("/slow")) < n:
-            assert time.monotonic() < deadline, f"{len(webhook.calls_to('/slow'))} of {n} tools called"
+            assert time.monotonic() < deadline, (
+                f"{len(webhook.calls_to('/slow'))} of {n} tools called; the runs: "
+                f"{[(b['status'], b.get('error')) for b in statuses(gateway, ids).values()]}"
+            )
             time.sleep(0.05)
         doomed.kill()  # SIGKILL: the one process, every run in it mid tool call
         survivor = CeleryWorker(beat=True)

@@ -9,8 +9,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Self
+
+from tests.support.loopback import LoopbackHTTPServer
 
 MODERATION_CATEGORIES = ("harassment", "hate", "self-harm", "sexual", "violence")
 
@@ -52,8 +54,7 @@ class ModerationServer:
                 with contextlib.suppress(OSError):
                     self.wfile.write(raw)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = LoopbackHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -8,8 +8,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.loopback import LoopbackHTTPServer
 
 
 @dataclass
@@ -81,8 +83,7 @@ class WebhookServer:
             do_POST = _serve  # noqa: N815 - BaseHTTPRequestHandler's method names
             do_GET = _serve  # noqa: N815 - BaseHTTPRequestHandler's method names
 
-        self.server = ThreadingHTTPServer((host, 0), Handler)
-        self.server.daemon_threads = True
+        self.server = LoopbackHTTPServer((host, 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
