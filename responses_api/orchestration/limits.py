@@ -322,15 +322,21 @@ def _refuse(check: Check, retry_after: float) -> None:
         message = f"The {check.what} of {check.label} is spent; it renews in {_duration(retry_after)}."
     elif check.kind == "lease":
         # A slot frees when a request in flight ends, which nobody can foresee; what the gateway
-        # knows is when the first lease runs out if its process stopped: at most one
-        # GATEWAY_LEASE_SECONDS away where web processes renew their leases (liveness.py).
-        retry_after = min(retry_after, float(settings.GATEWAY_LEASE_SECONDS))
-        seconds = max(1, math.ceil(retry_after))
-        message = (
-            f"Rate limit reached for {check.label} on {check.what}: limit {check.limit}, all in flight. "
-            f"A slot frees when one of them ends, and in {_duration(retry_after)} at the latest "
-            "if the process serving it stopped."
-        )
+        # knows is when the first lease runs out if its holder stopped (`retry_after`): within
+        # GATEWAY_LEASE_SECONDS where web processes renew their leases (liveness.py). A
+        # background run's lease lasts its whole window (the reaper ends a lost run sooner), as
+        # does a request's in a process that does not beat, so where every slot is held that way
+        # no such bound is promised; Retry-After then only paces the client's next try.
+        lease = float(settings.GATEWAY_LEASE_SECONDS)
+        message = f"Rate limit reached for {check.label} on {check.what}: limit {check.limit}, all in flight. "
+        if retry_after <= lease:
+            message += (
+                f"A slot frees when one of them ends, and in {_duration(retry_after)} at the latest "
+                "if the process serving it stopped."
+            )
+        else:
+            message += "A slot frees when one of them ends."
+        seconds = max(1, math.ceil(min(retry_after, lease)))
     else:
         message = (
             f"Rate limit reached for {check.label} on {check.what}: limit {check.limit}. "
