@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.harness import MODEL, CeleryWorker, Gateway, forget_redis_keys, make_key
+from tests.support.harness import MODEL, CeleryWorker, Gateway, make_key
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.support.webhook import Route, WebhookServer
 
@@ -27,14 +27,8 @@ SECRET = "alert-signing-secret"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters():
-    from responses_api.store import limit_counters
-
-    limit_counters.reset_store()
-    forget_redis_keys("gw:rl:*")
-    yield
-    limit_counters.reset_store()
-    forget_redis_keys("gw:rl:*")
+def _fresh_counters(fresh_limits) -> None:
+    """Every test here starts and ends with empty counters (conftest's `fresh_limits`)."""
 
 
 @pytest.fixture

@@ -429,29 +429,23 @@ def test_an_upstream_failure_mid_stream_ends_with_an_error_event(routes: Gateway
     assert streamed["content"][0]["text"].startswith("thi")
 
 
-def test_rate_limits_apply_and_answer_in_anthropics_shape(routes: Gateway, scripted: ScriptedUpstream) -> None:
+def test_rate_limits_apply_and_answer_in_anthropics_shape(
+    routes: Gateway, scripted: ScriptedUpstream, fresh_limits
+) -> None:
     from responses_api.api import auth
     from responses_api.models import ApiKey
-    from responses_api.store import limit_counters
-    from tests.support.harness import forget_redis_keys
 
-    limit_counters.reset_store()
-    forget_redis_keys("gw:rl:*")
     ApiKey.objects.filter(prefix=routes.key.split("_")[0].removeprefix("sk-gw-")).update(requests_per_minute=1)
     auth.clear_cache()
     scripted.set_default("up-chat_completions", Reply(text="ok"))
-    try:
-        claude = client(routes)
-        first = claude.messages.with_raw_response.create(
-            model="via-chat", max_tokens=5, messages=[{"role": "user", "content": "x"}]
-        )
-        assert first.headers["x-ratelimit-limit-requests"] == "1"
-        with pytest.raises(anthropic.RateLimitError) as limited:
-            claude.messages.create(model="via-chat", max_tokens=5, messages=[{"role": "user", "content": "x"}])
-        assert _body(limited.value)["error"]["type"] == "rate_limit_error"
-    finally:
-        limit_counters.reset_store()
-        forget_redis_keys("gw:rl:*")
+    claude = client(routes)
+    first = claude.messages.with_raw_response.create(
+        model="via-chat", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+    )
+    assert first.headers["x-ratelimit-limit-requests"] == "1"
+    with pytest.raises(anthropic.RateLimitError) as limited:
+        claude.messages.create(model="via-chat", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert _body(limited.value)["error"]["type"] == "rate_limit_error"
 
 
 def test_count_tokens_is_estimated_where_an_anthropic_upstream_does_not_count(
@@ -524,7 +518,9 @@ def test_a_streamed_anthropic_turn_is_stored_with_its_tool_call(routes: Gateway,
     assert stored.input_tokens and stored.output_tokens
 
 
-def test_budgets_and_the_usage_api_price_cache_reads_and_writes(routes: Gateway, scripted: ScriptedUpstream) -> None:
+def test_budgets_and_the_usage_api_price_cache_reads_and_writes(
+    routes: Gateway, scripted: ScriptedUpstream, fresh_limits
+) -> None:
     """A /v1/messages call (stored, and not) is priced by its route with its cache reads and
     writes, in /v1/usage and against the key's USD budget."""
     from decimal import Decimal
@@ -532,11 +528,7 @@ def test_budgets_and_the_usage_api_price_cache_reads_and_writes(routes: Gateway,
     from responses_api.api import auth
     from responses_api.models import ApiKey, ModelRoute
     from responses_api.orchestration import routing
-    from responses_api.store import limit_counters
-    from tests.support.harness import forget_redis_keys
 
-    limit_counters.reset_store()
-    forget_redis_keys("gw:rl:*")
     ModelRoute.objects.filter(name="via-claude").update(
         input_usd_per_million=Decimal(1),
         output_usd_per_million=Decimal(2),
@@ -548,27 +540,23 @@ def test_budgets_and_the_usage_api_price_cache_reads_and_writes(routes: Gateway,
     auth.clear_cache()
     usage = {"input_tokens": 10, "output_tokens": 3, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 200}
     scripted.set_default("up-anthropic", Reply(text="ok", usage=usage))
-    try:
-        body: dict[str, Any] = {"max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
-        client(routes).messages.create(model="via-claude", **body)
-        client(routes, default_headers={"x-gateway-store": "false"}).messages.create(model="via-claude", **body)
-        one_call = (10 * 1 + 100 * 0.1 + 200 * 2 + 3 * 2) / 1e6
-        deadline = time.monotonic() + 10
-        while True:  # the budget settles after the answer
-            with routes.http() as http:
-                summary = http.get("/v1/usage", params={"group_by": "model"}).json()
-            (bucket,) = [b for b in summary["data"] if b["model"] == "via-claude"] or [None]
-            limits = [limit for limit in summary["limits"] if limit.get("usd") is not None]
-            if bucket and bucket["requests"] == 2 and limits and limits[0]["used_usd"] or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert bucket and (bucket["cached_tokens"], bucket["cache_write_tokens"]) == (200, 400)
-        assert bucket["cost_usd"] == pytest.approx(2 * one_call)
-        spent = [limit for limit in summary["limits"] if limit.get("usd") is not None]
-        assert spent and spent[0]["used_usd"] == pytest.approx(2 * one_call, rel=0.01)
-    finally:
-        limit_counters.reset_store()
-        forget_redis_keys("gw:rl:*")
+    body: dict[str, Any] = {"max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}
+    client(routes).messages.create(model="via-claude", **body)
+    client(routes, default_headers={"x-gateway-store": "false"}).messages.create(model="via-claude", **body)
+    one_call = (10 * 1 + 100 * 0.1 + 200 * 2 + 3 * 2) / 1e6
+    deadline = time.monotonic() + 10
+    while True:  # the budget settles after the answer
+        with routes.http() as http:
+            summary = http.get("/v1/usage", params={"group_by": "model"}).json()
+        (bucket,) = [b for b in summary["data"] if b["model"] == "via-claude"] or [None]
+        limits = [limit for limit in summary["limits"] if limit.get("usd") is not None]
+        if bucket and bucket["requests"] == 2 and limits and limits[0]["used_usd"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert bucket and (bucket["cached_tokens"], bucket["cache_write_tokens"]) == (200, 400)
+    assert bucket["cost_usd"] == pytest.approx(2 * one_call)
+    spent = [limit for limit in summary["limits"] if limit.get("usd") is not None]
+    assert spent and spent[0]["used_usd"] == pytest.approx(2 * one_call, rel=0.01)
 
 
 def test_the_router_falls_back_across_upstream_kinds(routes: Gateway, scripted: ScriptedUpstream) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.access_log import Lines
-from tests.support.harness import MODEL, Gateway, forget_redis_keys, make_key
+from tests.support.harness import MODEL, Gateway, make_key
 from tests.support.stream_validator import validate_events
 from tests.support.upstream import Reply, ScriptedUpstream
 from tests.websocket.test_websocket_mode import completed, socket, turn
@@ -102,13 +102,10 @@ def test_a_cache_prewarm_is_a_warm_up_too(gateway: Gateway, scripted: ScriptedUp
     assert scripted.model_calls == []
 
 
-def test_a_warm_up_takes_one_request_and_no_tokens(gateway: Gateway, scripted: ScriptedUpstream) -> None:
+def test_a_warm_up_takes_one_request_and_no_tokens(gateway: Gateway, scripted: ScriptedUpstream, fresh_limits) -> None:
     from responses_api.models import ApiKey
-    from responses_api.store import limit_counters
     from tests.responses_api.test_rate_limits import key_id, set_limits
 
-    limit_counters.reset_store()
-    forget_redis_keys("gw:rl:*")
     key, _ = make_key(tenant="warm")
     set_limits(ApiKey, key_id(key), requests_per_minute=2, tokens_per_minute=50)
     with socket(gateway, key) as ws:
