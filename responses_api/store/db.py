@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import math
+import threading
+import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -24,6 +28,8 @@ from ..ttlcache import TTLCache
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
+
+log = logging.getLogger("gateway.db")
 
 
 def _release(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -177,6 +183,87 @@ async def check_pools() -> None:
         await pool.check()
 
 
+# A lasting outage fails every request; their pools are checked at most this often meanwhile.
+POOL_CHECK_EVERY = 2.0
+_threads_pool_check = threading.Lock()  # one check of the threads' pool at a time, process-wide
+_threads_pool_checked_at = -math.inf
+_async_pool_checks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[float, asyncio.Task[None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def check_pools_soon() -> None:
+    """A pooled connection was found lost (outages.unavailable): the pools' idle connections
+    are tested in the background, the broken ones replaced.
+
+    A PostgreSQL restart breaks every pooled connection at once, and each shows it only on its
+    next use: without this a web process answered a 503 for each of them (its two pools, up
+    to DB_POOL_MAX_SIZE each), and a client's retries met the next ones. The threads' pool is
+    checked on a thread of its own (a check held up by an unresponsive server then holds no
+    executor thread), this loop's async pool as a task; at most one check of each at a time
+    and one per POOL_CHECK_EVERY seconds. A worker's run checks them itself, awaited, before
+    it tries once more (orchestration/worker.py)."""
+    if not native_async():
+        return
+    _check_threads_pool_soon()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # a database thread: the loop's own pool is checked when the loop meets a loss
+        return
+    pool = _pools.get(loop)
+    if pool is None:
+        return
+    last = _async_pool_checks.get(loop)
+    if last is not None and (not last[1].done() or loop.time() - last[0] < POOL_CHECK_EVERY):
+        return
+    _async_pool_checks[loop] = (loop.time(), loop.create_task(_check_async_pool(pool)))
+
+
+def _check_threads_pool_soon() -> None:
+    global _threads_pool_checked_at
+    if time.monotonic() - _threads_pool_checked_at < POOL_CHECK_EVERY:
+        return
+    if not _threads_pool_check.acquire(blocking=False):
+        return
+    _threads_pool_checked_at = time.monotonic()
+
+    def check() -> None:
+        try:
+            pool = getattr(connections["default"], "pool", None)
+            if pool is not None:
+                before = pool.get_stats()
+                pool.check()
+                _report_check(pool.name, before, pool.get_stats())
+        except Exception as exc:  # noqa: BLE001 - a check; the next loss starts another
+            log.warning("checking the database pool failed: %s: %s", type(exc).__name__, str(exc)[:200])
+        finally:
+            _threads_pool_checked_at = time.monotonic()
+            _threads_pool_check.release()
+
+    threading.Thread(target=check, name="gateway-db-pool-check", daemon=True).start()
+
+
+async def _check_async_pool(pool: Any) -> None:
+    before = pool.get_stats()
+    try:
+        await pool.check()
+    except Exception as exc:  # noqa: BLE001 - a check; the next loss starts another
+        log.warning("checking the database pool failed: %s: %s", type(exc).__name__, str(exc)[:200])
+        return
+    _report_check(pool.name, before, pool.get_stats())
+
+
+def _report_check(name: str, before: dict[str, int], after: dict[str, int]) -> None:
+    lost = after.get("connections_lost", 0) - before.get("connections_lost", 0)
+    log.log(
+        logging.WARNING if lost else logging.INFO,
+        "database pool %s checked after a lost connection: %d broken connections replaced",
+        name,
+        lost,
+        extra={"pool": name, "replaced": lost},
+    )
+
+
 async def close_pool() -> None:
     """Close this loop's async pool (at shutdown)."""
     pool = _pools.pop(asyncio.get_running_loop(), None)
@@ -191,6 +278,7 @@ __all__ = [
     "copy_rows",
     "native_async",
     "check_pools",
+    "check_pools_soon",
     "close_pool",
     "close_old_connections",
 ]

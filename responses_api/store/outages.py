@@ -13,6 +13,7 @@ import logging
 from django.db import utils
 
 from ..protocol.errors import GatewayError
+from .db import check_pools_soon
 
 log = logging.getLogger("gateway.outages")
 
@@ -59,6 +60,8 @@ def unavailable(exc: BaseException) -> ServiceUnavailable | None:
     for what, kinds in _errors.items():
         if isinstance(exc, kinds):
             log.warning("%s is unavailable: %s: %s", what, type(exc).__name__, str(exc)[:300])
+            if what == "the database":  # a restart broke every pooled connection, not just this one
+                check_pools_soon()
             return ServiceUnavailable(
                 f"The gateway cannot reach {what} right now; retry in a few seconds.",
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},

@@ -1,18 +1,25 @@
-"""A worker's run starts on pooled connections a database restart broke (PostgreSQL only).
+"""Pooled connections a database restart broke (PostgreSQL only).
 
 The web path answers the one request that meets a broken pooled connection with a 503 and
-Retry-After, and its client retries; a run's start has no client. Before the fix its claim
-raised (the row stayed `queued` until the reaper's queue_timeout, an hour by default).
+Retry-After, and its client retries; meanwhile the process checks its pools, so the requests
+after it meet none (before, each of the pools' idle connections cost a 503 of its own). A run's
+start has no client: before its fix its claim raised (the row stayed `queued` until the
+reaper's queue_timeout, an hour by default).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import openai
 import psycopg
 import pytest
 from django.db import connections
 
+from tests.support.access_log import Lines
 from tests.support.harness import MODEL, Gateway, queued_background_response
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -72,3 +79,41 @@ def _run_after_the_break(rid: str, scripted: ScriptedUpstream) -> None:
 
     scripted.enqueue(MODEL, Reply(text="ran"))
     assert asyncio.run(run_then_close()) == "completed"
+
+
+def test_a_web_process_checks_its_pools_after_the_first_lost_connection(
+    gateway: Gateway, gateway_server, scripted: ScriptedUpstream
+) -> None:
+    if connections["default"].vendor != "postgresql":
+        pytest.skip("a pool of server sessions is PostgreSQL's")
+    from responses_api.store import db
+
+    scripted.set_default(MODEL, Reply(text="ok"))
+    client = gateway.openai().with_options(max_retries=0)
+
+    def create(i: object) -> str:
+        return client.responses.create(model=MODEL, input=f"request {i}").status
+
+    with ThreadPoolExecutor(4) as pool:  # idle connections in its pools, as after a busy moment
+        assert set(pool.map(create, range(12))) == {"completed"}
+    checks = Lines()
+    logger = logging.getLogger("gateway.db")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(checks)
+    try:
+        assert _break_pooled_connections() >= 2
+        with pytest.raises(openai.APIStatusError) as first:
+            create("the first after the restart")
+        assert first.value.status_code == 503 and first.value.response.headers["retry-after"] == "2"
+        # Both pools (the threads' and the event loop's) are checked in the background.
+        deadline = time.monotonic() + 60
+        while len({r.pool for r in checks.records if hasattr(r, "pool")}) < 2:
+            assert time.monotonic() < deadline, [r.getMessage() for r in checks.records]
+            time.sleep(0.05)
+        assert sum(r.replaced for r in checks.records) >= 1, [r.getMessage() for r in checks.records]
+        assert [create(i) for i in range(6)] == ["completed"] * 6  # none meets a broken connection
+    finally:
+        logger.removeHandler(checks)
+        logger.setLevel(level)
+        gateway_server.call(db.check_pools())  # whatever the test left, for the next tests
