@@ -189,6 +189,11 @@ async def run_for_job(row: Response) -> tuple[ResponseRun, str]:
     events still have to announce ("in_progress", or "none" when the web process did)."""
     stored = row.job or {}
     job, plan = await db.run_in_transaction(_job_from_row, row)
+    # Where the web process's opening events end (handoff.start_on_worker): kept in the job, it
+    # spares the run a round trip to the log; a job stored without it asks the log.
+    first = stored.get("next_sequence_number")
+    if not isinstance(first, int):
+        first = await event_log().last_sequence_number(row.id) + 1
     persistence = DatabasePersistence(
         tenant_id=job.tenant_id,
         input_items=job.input_items,
@@ -203,7 +208,7 @@ async def run_for_job(row: Response) -> tuple[ResponseRun, str]:
         key_id=row.api_key_id,
         where="background",
         stream_upstream=True,
-        first_sequence_number=await event_log().last_sequence_number(row.id) + 1,
+        first_sequence_number=first,
     )
     return run, stored.get("opening", "in_progress")
 

@@ -45,12 +45,26 @@ async def start_on_worker(
     response_id = new_id("resp")
     now = time.time()
     params = request_params(req)
+    response = response_object(
+        response_id=response_id,
+        created_at=int(now),
+        status="in_progress",
+        model=req.model,
+        previous_response_id=req.previous_response_id,
+        params=params,
+        output=[],
+    )
+    builder = EventBuilder(response)
+    opening = builder.start(queued=req.background)
     job_body, credentials = seal_credentials({k: v for k, v in body.items() if k != "stream"}, principal.tenant_id)
     job: dict[str, Any] = {
         "body": job_body,
         "input_items": req.input_items,
         # background: the worker announces in_progress; a relayed foreground stream already did.
         "opening": "in_progress" if req.background else "none",
+        # The worker's first event's number: the run is enqueued only once these are in the
+        # log, and nothing else writes it before the run starts (assembly.run_for_job).
+        "next_sequence_number": len(opening),
     }
     if grant is not None:  # the worker settles and releases it when the run ends
         job["limits"] = grant.as_job()
@@ -75,18 +89,8 @@ async def start_on_worker(
         await db.fetch_one(*services.insert_statement(row=row, status=status))
     else:
         await db.run(services.response_create, row=row, status=status, input_items=req.input_items)
-    response = response_object(
-        response_id=response_id,
-        created_at=int(now),
-        status="in_progress",
-        model=req.model,
-        previous_response_id=req.previous_response_id,
-        params=params,
-        output=[],
-    )
-    builder = EventBuilder(response)
     try:
-        await event_log().append_many(response_id, builder.start(queued=req.background))  # one round trip
+        await event_log().append_many(response_id, opening)  # one round trip
         await enqueue(response_id, req.completion_window)
     except Exception as exc:
         outage = unavailable(exc)

@@ -646,6 +646,40 @@ def response_job_claim(*, response_id: str) -> Response | None:
     return won[0] if won else None
 
 
+def job_claim_statement(*, response_id: str) -> tuple[str, dict[str, Any]]:
+    """PostgreSQL: `response_job_claim` as one statement for the worker's event loop
+    (db.fetch_one: no thread hop, no ORM row building, JSON read with orjson); its row goes to
+    `claimed_response`. The same compare-and-swap: exactly one worker wins."""
+    params = {"status": Response.Status.IN_PROGRESS.value, "now": timezone.now(), "id": response_id}
+    return _claim_sql(), params | {"running": [str(status) for status in Response.RUNNING]}
+
+
+@functools.lru_cache(maxsize=1)
+def _claim_sql() -> str:
+    quote = connection.ops.quote_name
+    columns = ", ".join(
+        f"{quote(str(f.column))}::text" if isinstance(f, JSONField) else quote(str(f.column))
+        for f in Response._meta.concrete_fields
+    )
+    return (
+        f"UPDATE {quote(Response._meta.db_table)} SET status = %(status)s, heartbeat_at = %(now)s "
+        "WHERE id = %(id)s AND status = ANY(%(running)s) AND on_worker AND heartbeat_at IS NULL "
+        f"RETURNING {columns}"
+    )
+
+
+def claimed_response(record: tuple[Any, ...] | None) -> Response | None:
+    """The Response a `job_claim_statement` returned (None: another worker had it, or it ended)."""
+    if record is None:
+        return None
+    fields = Response._meta.concrete_fields
+    values = [
+        wirejson.loads(value) if isinstance(field, JSONField) and value is not None else value
+        for field, value in zip(fields, record, strict=True)
+    ]
+    return Response.from_db("default", [f.attname for f in fields], values)
+
+
 def response_job_heartbeat(*, response_id: str) -> None:
     """The worker running this response is alive (selectors.response_jobs_stale reads it)."""
     Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())

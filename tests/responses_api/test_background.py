@@ -101,6 +101,44 @@ def test_several_readers_get_the_same_events(gateway: Gateway, scripted: Scripte
     validate_sse(logs[0], background=True)
 
 
+def test_a_run_numbers_its_events_on_from_the_web_process_without_asking_the_log(
+    gateway: Gateway, scripted: ScriptedUpstream, monkeypatch
+) -> None:
+    """The job says where the web process's opening events end, so a run's start costs the log
+    no read (an XREVRANGE per run before), and the log still reads 0, 1, 2, ... to the end."""
+    import asyncio
+    import os
+
+    if os.environ.get("GATEWAY_TEST_DB") == "sqlite":
+        pytest.skip("the in-process worker runs a create at once; here the test runs it itself")
+    from responses_api.orchestration import worker as background
+    from responses_api.store import db, eventlog
+
+    asked: list[str] = []
+    original = eventlog.RedisEventLog.last_sequence_number
+
+    async def counted(self: eventlog.RedisEventLog, response_id: str) -> int:
+        asked.append(response_id)
+        return await original(self, response_id)
+
+    monkeypatch.setattr(eventlog.RedisEventLog, "last_sequence_number", counted)
+    scripted.enqueue(MODEL, Reply(text="numbered on from the web process"))
+    created = gateway.openai().responses.create(model=MODEL, input="x", background=True)  # no worker: queued
+
+    async def run() -> str:
+        try:
+            return await background.run_claimed(created.id)
+        finally:
+            await db.close_pool()  # this loop's async pool
+
+    assert asyncio.run(run()) == "completed"
+    assert asked == []
+    events = parse_sse(read_log(gateway, created.id))
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert [e["type"] for e in events[:3]] == ["response.created", "response.queued", "response.in_progress"]
+    validate_events(events, background=True)
+
+
 def test_cancel_while_streaming_text(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
     scripted.enqueue(MODEL, Reply(text="word " * 400, chunk_chars=5, interval=0.05))
     created = gateway.openai().responses.create(model=MODEL, input="long", background=True)
