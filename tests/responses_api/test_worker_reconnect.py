@@ -86,6 +86,7 @@ def test_a_web_process_checks_its_pools_after_the_first_lost_connection(
 ) -> None:
     if connections["default"].vendor != "postgresql":
         pytest.skip("a pool of server sessions is PostgreSQL's")
+    from responses_api.models import Response
     from responses_api.store import db
 
     scripted.set_default(MODEL, Reply(text="ok"))
@@ -113,6 +114,13 @@ def test_a_web_process_checks_its_pools_after_the_first_lost_connection(
             time.sleep(0.05)
         assert sum(getattr(r, "replaced", 0) for r in checks.records) >= 1, [r.getMessage() for r in checks.records]
         assert [create(i) for i in range(6)] == ["completed"] * 6  # none meets a broken connection
+        # The refused create's model call had run: its end is stored `failed` by a task of its own
+        # once the database answers (engine/ending.py), and no row is left open.
+        deadline = time.monotonic() + 60
+        while not Response.objects.filter(tenant_id=gateway.tenant_id, status="failed").exists():
+            assert time.monotonic() < deadline, "the refused create's end was never stored"
+            time.sleep(0.05)
+        assert not Response.objects.filter(tenant_id=gateway.tenant_id, status__in=Response.RUNNING).exists()
     finally:
         logger.removeHandler(checks)
         logger.setLevel(level)
