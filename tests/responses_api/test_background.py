@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.support.harness import MODEL, Gateway, queued_background_response
+from tests.support.harness import MODEL, Gateway, queued_background_response, run_claimed_here
 from tests.support.stream_validator import parse_sse, validate_events, validate_sse
 from tests.support.upstream import Reply, ScriptedUpstream
 
@@ -106,13 +106,11 @@ def test_a_run_numbers_its_events_on_from_the_web_process_without_asking_the_log
 ) -> None:
     """The job says where the web process's opening events end, so a run's start costs the log
     no read (an XREVRANGE per run before), and the log still reads 0, 1, 2, ... to the end."""
-    import asyncio
     import os
 
     if os.environ.get("GATEWAY_TEST_DB") == "sqlite":
         pytest.skip("the in-process worker runs a create at once; here the test runs it itself")
-    from responses_api.orchestration import worker as background
-    from responses_api.store import db, eventlog
+    from responses_api.store import eventlog
 
     asked: list[str] = []
     original = eventlog.RedisEventLog.last_sequence_number
@@ -125,13 +123,7 @@ def test_a_run_numbers_its_events_on_from_the_web_process_without_asking_the_log
     scripted.enqueue(MODEL, Reply(text="numbered on from the web process"))
     created = gateway.openai().responses.create(model=MODEL, input="x", background=True)  # no worker: queued
 
-    async def run() -> str:
-        try:
-            return await background.run_claimed(created.id)
-        finally:
-            await db.close_pool()  # this loop's async pool
-
-    assert asyncio.run(run()) == "completed"
+    assert run_claimed_here(created.id) == "completed"
     assert asked == []
     events = parse_sse(read_log(gateway, created.id))
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
@@ -165,15 +157,11 @@ def test_cancel_while_streaming_text(gateway: Gateway, scripted: ScriptedUpstrea
 
 
 def test_cancel_while_queued_and_after_completion(gateway: Gateway, scripted: ScriptedUpstream, worker) -> None:
-    import asyncio
-
-    from responses_api.orchestration import worker as background
-
     rid = queued_background_response(gateway)  # a queued job no worker has taken yet
     with gateway.http() as http:
         cancelled = http.post(f"/v1/responses/{rid}/cancel").json()
     assert cancelled["status"] == "cancelled"
-    assert asyncio.run(background.run_claimed(rid)) == "not-claimed"  # a late worker leaves it alone
+    assert run_claimed_here(rid) == "not-claimed"  # a late worker leaves it alone
     assert poll(gateway, rid)["status"] == "cancelled"
 
     scripted.enqueue(MODEL, Reply(text="quick"))

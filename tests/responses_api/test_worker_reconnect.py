@@ -9,7 +9,6 @@ reaper's queue_timeout, an hour by default).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,7 @@ import pytest
 from django.db import connections
 
 from tests.support.access_log import Lines
-from tests.support.harness import MODEL, Gateway, queued_background_response
+from tests.support.harness import MODEL, Gateway, queued_background_response, run_claimed_here
 from tests.support.upstream import Reply, ScriptedUpstream
 
 
@@ -68,17 +67,8 @@ def test_a_runs_start_replaces_connections_a_restart_broke(
 
 
 def _run_after_the_break(rid: str, scripted: ScriptedUpstream) -> None:
-    from responses_api.orchestration import worker as background
-    from responses_api.store import db
-
-    async def run_then_close() -> str:
-        try:
-            return await background.run_claimed(rid)
-        finally:
-            await db.close_pool()  # this loop's async pool: its sessions would outlive the test
-
     scripted.enqueue(MODEL, Reply(text="ran"))
-    assert asyncio.run(run_then_close()) == "completed"
+    assert run_claimed_here(rid) == "completed"
 
 
 def test_a_web_process_checks_its_pools_after_the_first_lost_connection(

@@ -138,6 +138,23 @@ def queued_background_response(gateway: Gateway, text: str = "x") -> str:
     return response_id
 
 
+def run_claimed_here(response_id: str) -> str:
+    """`worker.run_claimed` on an event loop of the test's own, as a worker would run it: its
+    outcome. The loop's async database pool (the claim and the stored end use it) is closed
+    before the loop: left open, its sessions outlive the test and its tasks may never end under
+    asyncio.run's cancellation (a full run hung there)."""
+    from responses_api.orchestration import worker as background
+    from responses_api.store import db
+
+    async def run_then_close() -> str:
+        try:
+            return await background.run_claimed(response_id)
+        finally:
+            await db.close_pool()
+
+    return asyncio.run(run_then_close())
+
+
 def make_route(base_url: str, name: str = MODEL, upstream_model: str | None = None, **provider_kwargs) -> None:
     from responses_api.models import ModelRoute, Provider, RouteTarget
 
