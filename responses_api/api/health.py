@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from ..observability.metrics import exposition
 from ..orchestration import lifecycle
+from ..protocol.request import COMPLETION_WINDOWS
 from ..store import db, selectors
 from ..store.redis_clients import ping
 from .exception_handlers import json_response
@@ -65,14 +66,20 @@ class BackgroundQueue:
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = time.time()
         queued, running = selectors.background_queue()
-        yield GaugeMetricFamily(
-            "gateway_background_queued", "Background responses waiting for a worker.", value=queued["n"]
+        # By completion window: a 2h or 8h run waits behind the soonest ones by design (for up
+        # to its window), so one series for all of them would page an operator for nothing.
+        count = GaugeMetricFamily(
+            "gateway_background_queued", "Background responses waiting for a worker.", labels=["window"]
         )
-        yield GaugeMetricFamily(
-            "gateway_background_oldest_queued_seconds",
-            "Age of the oldest queued one.",
-            value=now - queued["oldest"].timestamp() if queued["oldest"] else 0,
+        oldest = GaugeMetricFamily(
+            "gateway_background_oldest_queued_seconds", "Age of the oldest queued one.", labels=["window"]
         )
+        for window in COMPLETION_WINDOWS:
+            waiting = queued.get(window)
+            count.add_metric([window], waiting["n"] if waiting else 0)
+            oldest.add_metric([window], now - waiting["oldest"].timestamp() if waiting else 0)
+        yield count
+        yield oldest
         yield GaugeMetricFamily(
             "gateway_background_running", "Background responses a worker runs now.", value=running["n"]
         )

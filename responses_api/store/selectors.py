@@ -724,12 +724,17 @@ def response_jobs_stuck_queued(*, queued_seconds: Mapping[str, float] | None = N
     return list(rows.values_list("id", flat=True)[:500])
 
 
-def background_queue() -> tuple[dict[str, Any], dict[str, Any]]:
+def background_queue() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Worker-run responses now (two aggregate queries, read at /metrics scrape time): queued
-    ones (`n`, `oldest` created_at) and running ones (`n`, `beat`: the freshest heartbeat)."""
-    queued = Response.objects.filter(status=Response.Status.QUEUED, on_worker=True).aggregate(
-        n=Count("id"), oldest=Min("created_at")
-    )
+    ones by completion window (`n`, `oldest` created_at; only the windows that have any) and
+    running ones (`n`, `beat`: the freshest heartbeat)."""
+    queued = {
+        row["completion_window"]: {"n": row["n"], "oldest": row["oldest"]}
+        for row in Response.objects.filter(status=Response.Status.QUEUED, on_worker=True)
+        .values("completion_window")
+        .annotate(n=Count("id"), oldest=Min("created_at"))
+        .order_by()
+    }
     running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).aggregate(
         n=Count("id"), beat=Max("heartbeat_at")
     )

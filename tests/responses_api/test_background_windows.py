@@ -252,6 +252,44 @@ def test_the_reaper_lets_a_window_run_wait_for_its_window(db, settings) -> None:
     assert sorted(stuck) == sorted([waited_long, window_old])
 
 
+@pytest.mark.embedded
+def test_queue_metrics_are_by_window(db) -> None:
+    """/metrics' queue gauges are by completion window: a 2h run queued for an hour (waiting by
+    design) does not show as the soonest queue's age, which is what an operator alerts on."""
+    from datetime import UTC, datetime, timedelta
+
+    from responses_api.api.health import BackgroundQueue
+    from responses_api.models import Response
+    from responses_api.store import services
+    from tests.support.harness import make_key
+
+    _, tenant_id = make_key()
+    for name, window, minutes in (("s1", "soonest", 2), ("s2", "soonest", 1), ("w", "2h", 60)):
+        row = services.response_row(
+            response_id=f"resp_metrics_{name}",
+            tenant_id=tenant_id,
+            api_key_id=None,
+            previous_response_id=None,
+            model=MODEL,
+            params={"background": True},
+            created_at=datetime.now(UTC) - timedelta(minutes=minutes),
+            job={"body": {}},
+            completion_window=window,
+        )
+        Response.objects.create(**row, status=Response.Status.QUEUED)
+    samples = {
+        (family.name, sample.labels.get("window")): sample.value
+        for family in BackgroundQueue().collect()
+        for sample in family.samples
+    }
+    assert samples[("gateway_background_queued", "soonest")] == 2
+    assert samples[("gateway_background_queued", "2h")] == 1
+    assert samples[("gateway_background_queued", "8h")] == 0
+    assert 115 < samples[("gateway_background_oldest_queued_seconds", "soonest")] < 300
+    assert 3595 < samples[("gateway_background_oldest_queued_seconds", "2h")] < 3800
+    assert samples[("gateway_background_oldest_queued_seconds", "8h")] == 0
+
+
 def test_a_worker_takes_soonest_runs_before_window_runs(gateway: Gateway, scripted: ScriptedUpstream) -> None:
     """Queues, not broker priorities: with both waiting, a worker of one slot takes the soonest
     runs first though the 2h one was queued earlier (`queue_order_strategy: priority`)."""
