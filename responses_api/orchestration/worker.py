@@ -30,7 +30,7 @@ from ..protocol.errors import GatewayError, ServerError
 from ..protocol.events import EventBuilder, OutputFold, output_from_events
 from ..protocol.wirejson import dumpb
 from ..store import db, selectors, services
-from ..store.eventlog import TERMINAL_TYPES, event_log
+from ..store.eventlog import TERMINAL_TYPES, Watch, event_log
 from ..store.limit_counters import drain as limits_drain
 from ..store.outages import database_unreachable, unreachable
 from .assembly import run_for_job
@@ -72,16 +72,22 @@ class LogWriter:
     overtook is written on its own once it is due (or with the next batch then), so a run that
     goes quiet (a tool call, a slow model) still shows all it has said.
 
-    Nobody following the log live (no reader's mark: store/eventlog.READERS_PREFIX), a batch
-    waits up to `HOLD_UNWATCHED` seconds from its first event for the events after it: a round
-    trip per second instead of one per upstream chunk, when nobody would see the difference but
-    a poll, whose view is written at that pace anyway. Each write asks, in its own pipeline,
-    whether a reader came; from the next write on, batches go at once again. So a reader who
-    arrives waits at most that long once; the first batch, the end and `close` never wait; and
-    events held here are events nobody has seen (the crash rule above holds)."""
+    How long a batch waits for the events after it depends on who looks (store/eventlog.Watch,
+    asked in each write's own pipeline): a reader following the log live (its mark:
+    store/eventlog.READERS_PREFIX), and batches go at once; a poll (its mark, set by each poll that
+    finds the view), and a batch waits up to `HOLD_POLLED` seconds from its first event, the pace
+    the view is written at anyway; nobody, and it waits up to `HOLD_UNSEEN` seconds (or until
+    `HOLD_MAX_EVENTS` wait): a write every ten seconds instead of one per upstream chunk, which
+    at a token a second was most of a run's CPU (bench/README.md, "Fourteenth session"). A run
+    nobody looks at is asked about once a second with every other such run of the process in
+    one round trip (`_UnseenRuns`), so a reader or a poll that comes waits about a second once,
+    not the hold. The first batch, the end and `close` never wait; and events held here are
+    events nobody has seen (the crash rule above holds)."""
 
     VIEW_EVERY = 1.0
-    HOLD_UNWATCHED = 1.0
+    HOLD_POLLED = 1.0
+    HOLD_UNSEEN = 10.0
+    HOLD_MAX_EVENTS = 256  # a held batch's memory is bounded, whatever the pace
 
     def __init__(self, response_id: str, *, tenant_id: int | None = None, view: dict[str, Any] | None = None) -> None:
         """`view`: the running Response object without output (selectors.response_object_from_row
@@ -99,7 +105,7 @@ class LogWriter:
         self._fed = 0  # events folded into the view so far
         self._view_fed = 0  # of which the view last written shows
         self._view_written_at: float | None = None  # loop time of the last view the log took
-        self._watched = True  # someone follows the log live (asked with each write; yes until the first)
+        self._watch = Watch.FOLLOWED  # who looks (asked with each write; as if followed until the first)
         self._ending = False  # the terminal event is queued
         self._pending_since = 0.0  # loop time of the oldest queued event
 
@@ -119,8 +125,8 @@ class LogWriter:
             self._fed += 1
             if terminal:
                 self._fold = None  # the terminal event drops the view: never written after it
-        if first or self._watched or terminal:  # else the flusher is holding the batch anyway
-            self._wakeup.set()
+        if first or terminal or self._watch == Watch.FOLLOWED or len(self._pending) >= self.HOLD_MAX_EVENTS:
+            self._wakeup.set()  # else the flusher is holding the batch anyway
         if self._flusher is None:
             self._flusher = asyncio.ensure_future(self._flush_loop())
 
@@ -161,9 +167,10 @@ class LogWriter:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wakeup.wait(), due)
                     continue
-            elif not (self._watched or self._closing or self._ending):
-                hold = self._pending_since + self.HOLD_UNWATCHED - loop.time()
-                if hold > 0:  # nobody follows live: the batch gathers a second's events
+            elif not (self._watch == Watch.FOLLOWED or self._closing or self._ending):
+                held_for = self.HOLD_POLLED if self._watch == Watch.POLLED else self.HOLD_UNSEEN
+                hold = self._pending_since + held_for - loop.time()
+                if hold > 0 and len(self._pending) < self.HOLD_MAX_EVENTS:  # nobody follows live
                     self._wakeup.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wakeup.wait(), hold)
@@ -172,8 +179,8 @@ class LogWriter:
             fed = self._fed
             view = self._view_now() if due == 0 else None
             try:
-                _, self._watched = await event_log().append_batch(
-                    self.response_id, batch, view=view, expire=not self._expiry_set, probe_readers=True
+                _, watch = await event_log().append_batch(
+                    self.response_id, batch, view=view, expire=not self._expiry_set, probe_watchers=True
                 )
             except Exception as exc:  # noqa: BLE001 - whatever the log's failure, the run goes on
                 log.warning(
@@ -188,6 +195,7 @@ class LogWriter:
                 delay = min(delay * 2, 5.0)
                 continue
             del self._pending[: len(batch)]
+            self.watched_by(watch)
             if self._pending:  # queued while the write was in flight: they gather from now
                 self._pending_since = loop.time()
             self._expiry_set = self._expiry_set or bool(batch)
@@ -198,10 +206,23 @@ class LogWriter:
                 self._outage = False
                 log.warning("response %s: the event log took the events that waited", self.response_id)
 
+    def watched_by(self, watch: Watch) -> None:
+        """Who looks now (a write's answer, or `_UnseenRuns`'): more than before, and what waits
+        goes as the new hold says (at once for a reader)."""
+        raised = watch > self._watch
+        self._watch = watch
+        if watch == Watch.UNSEEN and not (self._closing or self._ending):
+            _UnseenRuns.of_this_loop().add(self)
+        else:
+            _UnseenRuns.of_this_loop().discard(self)
+        if raised:
+            self._wakeup.set()
+
     async def close(self, wait: float) -> bool:
         """Wait up to `wait` seconds for what still waits; False if the log never took it (its
         readers then end with the stored state)."""
         self._closing = True
+        _UnseenRuns.of_this_loop().discard(self)
         self._wakeup.set()
         if self._flusher is None:
             return True
@@ -216,6 +237,49 @@ class LogWriter:
                 len(self._pending),
             )
             return False
+
+
+class _UnseenRuns:
+    """An event loop's runs whose logs nobody looks at, asked about every `ASK_EVERY` seconds in
+    one round trip for all of them (store/eventlog.watchers): a reader or a poll that comes finds
+    the run's held events written about a second later, and a run costs the process a command or
+    two a second, not a write of its own."""
+
+    ASK_EVERY = 1.0
+    _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _UnseenRuns] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.writers: weakref.WeakSet[LogWriter] = weakref.WeakSet()  # a run that vanished unclosed drops out
+        self._asking: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of_this_loop(cls) -> _UnseenRuns:
+        loop = asyncio.get_running_loop()
+        runs = cls._of.get(loop)
+        if runs is None:
+            runs = cls._of[loop] = cls()
+        return runs
+
+    def add(self, writer: LogWriter) -> None:
+        self.writers.add(writer)
+        if self._asking is None or self._asking.done():
+            self._asking = asyncio.ensure_future(self._ask_loop())
+
+    def discard(self, writer: LogWriter) -> None:
+        self.writers.discard(writer)
+
+    async def _ask_loop(self) -> None:
+        while self.writers:
+            await asyncio.sleep(self.ASK_EVERY)
+            writers = list(self.writers)
+            try:
+                watches = await event_log().watchers([writer.response_id for writer in writers])
+            except Exception as exc:  # noqa: BLE001 - the log is away: its writes retry, ask again later
+                log.debug("could not ask who looks at %d runs (%s)", len(writers), type(exc).__name__)
+                continue
+            for writer, watch in zip(writers, watches, strict=True):
+                if watch != Watch.UNSEEN and writer in self.writers:
+                    writer.watched_by(watch)
 
 
 async def follow_log(response_id: str, after: int = -1) -> AsyncIterator[dict[str, Any]]:
@@ -384,6 +448,9 @@ class _Running:
         if run is None or response_id in self.cancelling:
             return
         self.cancelling.add(response_id)
+        writer = self.writers.get(response_id)
+        if writer is not None:  # the web process ends a cancel the run has not ended from its log
+            writer.watched_by(Watch.FOLLOWED)  # (views.ResponseCancelView): what it holds goes now
         run.request_cancel()
         asyncio.get_running_loop().call_later(STOP_GRACE_SECONDS, self._cancel_unless_ended, response_id, run)
 

@@ -16,6 +16,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import AsyncGenerator, AsyncIterator
+from enum import IntEnum
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -34,6 +35,10 @@ GONE_PREFIX = "gw:gone:"  # a running response deleted: its worker may still wri
 # WebSocket turn): its worker writes events as they come instead of a second's worth at a time.
 READERS_PREFIX = "gw:readers:"
 READERS_MARK_SECONDS = 30  # a reader's mark lasts this long; it renews it every third of it
+# Someone polls the running response (its view): its worker writes the view and the events it
+# reflects about once a second. Each poll that finds a view renews the mark.
+POLLED_PREFIX = "gw:polled:"
+POLLED_MARK_SECONDS = 30
 # Cancels are also announced here (the response id), so that a worker learns of one at once
 # from one subscription per process instead of probing each run's key (orchestration/worker.py).
 # A channel is not a key: a cluster broadcasts classic PUBLISH to every node, so no command
@@ -52,6 +57,24 @@ def view_ttl() -> float:
     outlives a dead worker by about as long as the reaper waits (4 heartbeats) before it ends the
     response in the database; a poll then reads the database again."""
     return 4 * float(settings.GATEWAY_HEARTBEAT_SECONDS)
+
+
+class Watch(IntEnum):
+    """Who looks at a running response's log, as its worker learns it (the marks above)."""
+
+    UNSEEN = 0  # nobody: nothing it holds back can be missed
+    POLLED = 1  # a poll reads its running view
+    FOLLOWED = 2  # a reader follows the log live
+
+
+# A poll's read of the running view, which also marks the response as polled while its view is
+# there (a running response's); the three keys share the response's slot.
+_POLL_VIEW = """
+local view = redis.call('GET', KEYS[1])
+local gone = redis.call('EXISTS', KEYS[2])
+if view and gone == 0 then redis.call('SET', KEYS[3], '1', 'EX', ARGV[1]) end
+return {view, gone}
+"""
 
 
 def _is_terminal(events: list[dict[str, Any]]) -> bool:
@@ -85,15 +108,21 @@ class EventLog:
         *,
         view: tuple[int, bytes] | None = None,
         expire: bool = True,
-        probe_readers: bool = False,
-    ) -> tuple[int, bool]:
-        """`append_many`, and with `probe_readers` whether anyone follows the log live (a
-        reader's mark, `read`), in the same round trip: True where the log cannot tell (a worker
-        then writes every batch at once, as it does for a reader)."""
+        probe_watchers: bool = False,
+    ) -> tuple[int, Watch]:
+        """`append_many`, and with `probe_watchers` who looks at the log (a reader's mark, `read`;
+        a poll's, `running_view`), in the same round trip: FOLLOWED where the log cannot tell (a
+        worker then writes every batch at once, as it does for a reader)."""
         raise NotImplementedError
 
+    async def watchers(self, response_ids: list[str]) -> list[Watch]:
+        """Who looks at each of these responses' logs, in one round trip (a worker's unseen runs)."""
+        return [Watch.FOLLOWED for _ in response_ids]
+
     async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
-        """(tenant id, Response JSON) of a running worker response, if its worker wrote one."""
+        """(tenant id, Response JSON) of a running worker response, if its worker wrote one; a
+        view found marks the response as polled (its worker then keeps the view about a second
+        behind: orchestration/worker.LogWriter)."""
         raise NotImplementedError
 
     async def touch_view(self, response_id: str) -> None:
@@ -175,8 +204,8 @@ class MemoryEventLog(EventLog):
         *,
         view: tuple[int, bytes] | None = None,
         expire: bool = True,
-        probe_readers: bool = False,
-    ) -> tuple[int, bool]:
+        probe_watchers: bool = False,
+    ) -> tuple[int, Watch]:
         logged = self._events[response_id]
         added = 0
         for event in events:
@@ -196,7 +225,7 @@ class MemoryEventLog(EventLog):
             self._changed[response_id] = asyncio.Event()
         self._expire()
         # In this process a write costs no round trip: nothing to save by holding events.
-        return added, True
+        return added, Watch.FOLLOWED
 
     async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
         held = self._views.get(response_id)
@@ -256,6 +285,7 @@ class MemoryEventLog(EventLog):
 class RedisEventLog(EventLog):
     def __init__(self, url: str) -> None:
         self.url = url
+        self._poll_view: Any = None
 
     def _client(self) -> Any:
         return async_client(self.url, STREAMS)
@@ -267,8 +297,8 @@ class RedisEventLog(EventLog):
         *,
         view: tuple[int, bytes] | None = None,
         expire: bool = True,
-        probe_readers: bool = False,
-    ) -> tuple[int, bool]:
+        probe_watchers: bool = False,
+    ) -> tuple[int, Watch]:
         """One pipeline, not a transaction: Redis runs its commands in order, so whatever part
         of it ran (a connection lost midway) is a prefix: events without the view that follows
         them, never a view ahead of the log. A retried batch skips what the first try wrote
@@ -290,8 +320,8 @@ class RedisEventLog(EventLog):
             ttl = settings.GATEWAY_EVENT_LOG_TTL_SECONDS
             # Until the end, keep the log for the longest job; after it, for the configured TTL.
             pipe.expire(events_key, ttl if terminal else settings.CELERY_TASK_TIME_LIMIT + ttl)
-        if probe_readers:
-            pipe.exists(key(READERS_PREFIX, response_id))
+        if probe_watchers:  # both marks in one command (one slot: the response's tag)
+            pipe.mget(key(READERS_PREFIX, response_id), key(POLLED_PREFIX, response_id))
         results = await pipe.execute(raise_on_error=False)
         added = 0
         for result in results[: len(events)]:
@@ -305,10 +335,23 @@ class RedisEventLog(EventLog):
         for result in results[len(events) :]:
             if isinstance(result, Exception):
                 raise result
-        return added, bool(probe_readers and results[-1])
+        return added, _watch(results[-1]) if probe_watchers else Watch.FOLLOWED
+
+    async def watchers(self, response_ids: list[str]) -> list[Watch]:
+        if not response_ids:
+            return []
+        async with self._client().pipeline(transaction=False) as pipe:
+            for response_id in response_ids:  # one slot each: a cluster client splits by slot
+                pipe.mget(key(READERS_PREFIX, response_id), key(POLLED_PREFIX, response_id))
+            found = await pipe.execute()
+        return [_watch(marks) for marks in found]
 
     async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
-        held, gone = await self._client().mget(key(VIEW_PREFIX, response_id), key(GONE_PREFIX, response_id))
+        client = self._client()
+        if self._poll_view is None:  # EVALSHA, loading the script again where Redis lost it
+            self._poll_view = client.register_script(_POLL_VIEW)
+        keys = [key(VIEW_PREFIX, response_id), key(GONE_PREFIX, response_id), key(POLLED_PREFIX, response_id)]
+        held, gone = await self._poll_view(keys=keys, args=[POLLED_MARK_SECONDS], client=client)
         if not held or gone:
             return None
         tenant, _, body = bytes(held).partition(b"\n")
@@ -428,8 +471,17 @@ class RedisEventLog(EventLog):
                 key(CANCEL_PREFIX, rid),
                 key(GONE_PREFIX, rid),
                 key(READERS_PREFIX, rid),
+                key(POLLED_PREFIX, rid),
             )
         await pipe.execute()
+
+
+def _watch(marks: Any) -> Watch:
+    """Who looks, from an MGET of the reader's and the poll's marks."""
+    if isinstance(marks, Exception):
+        return Watch.FOLLOWED  # cannot tell: as if followed
+    readers, polled = marks
+    return Watch.FOLLOWED if readers else Watch.POLLED if polled else Watch.UNSEEN
 
 
 event_log: RedisOrMemory[EventLog] = RedisOrMemory(RedisEventLog, MemoryEventLog)

@@ -1,8 +1,8 @@
 """The event log's batched writes (orchestration/worker.LogWriter, store/eventlog.append_batch) on
 a real Redis of this module's own: order kept and nothing lost while Redis refuses writes, a
 batch's cost (one expiry per stream, not per event; the running view at most once a second;
-batches held while nobody follows the log, at once for a reader), and every key and pipeline in
-one hash slot (the response's tag), so a Redis Cluster takes them as they are."""
+batches held while nobody looks at the log, written once a reader or a poll comes), and every key
+and pipeline in one hash slot (the response's tag), so a Redis Cluster takes them as they are."""
 
 from __future__ import annotations
 
@@ -170,7 +170,7 @@ def test_nobody_following_the_log_its_batches_wait_and_a_reader_makes_them_go_at
     """With a minute's hold (so that nothing here depends on the machine's speed): nobody
     following, the events after the first batch wait for the hold (or the end); a reader's mark
     there before the first write makes every batch go at once."""
-    monkeypatch.setattr(LogWriter, "HOLD_UNWATCHED", 60.0)
+    monkeypatch.setattr(LogWriter, "HOLD_UNSEEN", 60.0)
     unseen, followed = _events("resp_b5", 10), _events("resp_b6", 10)
     log.set(eventlog.key(eventlog.READERS_PREFIX, "resp_b6"), b"1", ex=60)
 
@@ -202,20 +202,28 @@ def test_nobody_following_the_log_its_batches_wait_and_a_reader_makes_them_go_at
     assert _logged(log, "resp_b5") == unseen and _logged(log, "resp_b6") == followed
 
 
-def test_a_reader_who_comes_mid_run_gets_every_event_once_in_order(log: redis.Redis) -> None:
-    """A token every 0.1 s, nobody reading for 2 s (a write about once a second, not one per
-    token), then a reader from the start: every event once, in order, to the end."""
+def test_a_reader_who_comes_mid_run_gets_every_event_once_in_order(
+    log: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token every 0.1 s and nobody looking: after the first batch nothing is written (a
+    minute's hold, so that the machine's speed does not matter); then a reader from the start
+    gets what was held without waiting for the hold (the process asks about its unseen runs once
+    a second), then every later event, once, in order, to the end."""
+    monkeypatch.setattr(LogWriter, "HOLD_UNSEEN", 60.0)
     events = _events("resp_b7", 40)
 
-    async def run() -> tuple[float, int, list[int]]:
+    async def run() -> tuple[int, list[int]]:
         writer = LogWriter("resp_b7", tenant_id=7, view=VIEW)
         await writer.append_all(events[:2])
-        started = time.monotonic()
+        deadline = time.monotonic() + 30
+        while len(_logged(log, "resp_b7")) < 2:  # and the writer learns with it that nobody looks
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
         for event in events[2:22]:
             await writer.append(event)
             await asyncio.sleep(0.1)
-        unwatched = time.monotonic() - started
-        writes = _calls(log, "exists")  # each write asks for readers once
+        logged_unseen = len(_logged(log, "resp_b7"))
         seen: list[int] = []
 
         async def read() -> None:
@@ -223,17 +231,95 @@ def test_a_reader_who_comes_mid_run_gets_every_event_once_in_order(log: redis.Re
                 seen.append(event["sequence_number"])
 
         reader = asyncio.ensure_future(read())
-        for event in events[22:]:
+        deadline = time.monotonic() + 30  # half the hold: arriving at all proves it was asked for
+        while len(seen) < 22:
+            assert time.monotonic() < deadline, seen
+            await asyncio.sleep(0.05)
+        for event in events[22:-1]:  # followed now: each as it comes, without the end's help
             await writer.append(event)
-            await asyncio.sleep(0.1)
+            deadline = time.monotonic() + 30
+            while seen[-1] != event["sequence_number"]:
+                assert time.monotonic() < deadline, (seen[-1], event["sequence_number"])
+                await asyncio.sleep(0.01)
+        await writer.append(events[-1])
         assert await writer.close(10)
         await asyncio.wait_for(reader, 30)
-        return unwatched, writes, seen
+        return logged_unseen, seen
 
-    unwatched, writes, seen = asyncio.run(run())
-    assert writes <= 2 + unwatched / LogWriter.HOLD_UNWATCHED, (writes, unwatched)  # 21 batches otherwise
+    logged_unseen, seen = asyncio.run(run())
+    assert logged_unseen == 2  # the first batch only: 20 writes of a token each otherwise
     assert seen == list(range(len(events)))
     assert _logged(log, "resp_b7") == events
+
+
+def test_a_poll_makes_a_held_run_write_what_it_held(log: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nobody looking, a run's events wait (a minute's hold here); a poll that finds its view (the
+    first batch's) marks it polled, and the view then shows what was held without waiting for the
+    hold (the process asks about its unseen runs once a second)."""
+    import json
+
+    monkeypatch.setattr(LogWriter, "HOLD_UNSEEN", 60.0)
+    events = _events("resp_b8", 30)
+
+    def shown(view: tuple[int, bytes] | None) -> str:
+        assert view is not None
+        return json.loads(view[1])["output"][0]["content"][0]["text"]
+
+    async def run() -> str:
+        store = eventlog.event_log()
+        writer = LogWriter("resp_b8", tenant_id=7, view=VIEW)
+        await writer.append_all(events[:12])
+        deadline = time.monotonic() + 30
+        while len(_logged(log, "resp_b8")) < 12:  # the first batch goes at once, with its view
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        for event in events[12:22]:
+            await writer.append(event)
+        await asyncio.sleep(0.3)
+        first_poll = shown(await store.running_view("resp_b8"))  # what the first batch showed
+        everything = "".join(f"w{i} " for i in range(20))
+        deadline = time.monotonic() + 30  # half the hold
+        while shown(await store.running_view("resp_b8")) != everything:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        for event in events[22:]:
+            await writer.append(event)
+        assert await writer.close(10)
+        return first_poll
+
+    assert asyncio.run(run()) == "".join(f"w{i} " for i in range(10))
+    assert _logged(log, "resp_b8") == events
+    assert log.exists(eventlog.key(eventlog.POLLED_PREFIX, "resp_b8"))
+
+
+def test_a_held_batch_is_written_once_it_is_long(log: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nobody looking and a minute's hold: a fast run's batch is written once HOLD_MAX_EVENTS
+    wait, so a worker's memory for held events is bounded whatever the pace."""
+    monkeypatch.setattr(LogWriter, "HOLD_UNSEEN", 60.0)
+    events = _events("resp_b9", LogWriter.HOLD_MAX_EVENTS + 40)
+
+    async def run() -> int:
+        writer = LogWriter("resp_b9", tenant_id=7, view=VIEW)
+        await writer.append_all(events[:2])
+        deadline = time.monotonic() + 30
+        while len(_logged(log, "resp_b9")) < 2:  # and the writer learns with it that nobody looks
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        for event in events[2:-1]:
+            await writer.append(event)
+            await asyncio.sleep(0)
+        deadline = time.monotonic() + 30
+        while len(_logged(log, "resp_b9")) < 2 + LogWriter.HOLD_MAX_EVENTS:
+            assert time.monotonic() < deadline, len(_logged(log, "resp_b9"))
+            await asyncio.sleep(0.02)
+        logged = len(_logged(log, "resp_b9"))
+        await writer.append(events[-1])
+        assert await writer.close(10)
+        return logged
+
+    assert asyncio.run(run()) < len(events) - 1  # written before the end came
+    assert _logged(log, "resp_b9") == events
 
 
 def test_batches_keep_order_and_lose_nothing_while_redis_refuses_writes(log: redis.Redis) -> None:
@@ -279,7 +365,7 @@ def test_every_key_and_every_pipeline_stays_in_the_responses_hash_slot(
         # every command here takes its keys first (XADD/SET/EXPIRE/DEL key ...); a pipeline may
         # hold several responses' commands (a purge), which a cluster client splits per node
         for args, _ in self.command_stack:
-            keys = args[1:] if str(args[0]).upper() == "DEL" else args[1:2]
+            keys = args[1:] if str(args[0]).upper() in ("DEL", "MGET") else args[1:2]
             slots_per_command.append({key_slot(k.encode() if isinstance(k, str) else k) for k in keys})
         return await execute(self, raise_on_error)
 
@@ -291,6 +377,7 @@ def test_every_key_and_every_pipeline_stays_in_the_responses_hash_slot(
         await writer.append_all(_events("resp_b3", 5)[:-1])
         await asyncio.sleep(0.1)
         await store.request_cancel("resp_b3")
+        assert await store.watchers(["resp_b3", "resp_b4"]) == [eventlog.Watch.UNSEEN] * 2
         await store.hide_view("resp_b3")
         await writer.append(_events("resp_b3", 5)[-1])
         await writer.close(10)
@@ -301,6 +388,7 @@ def test_every_key_and_every_pipeline_stays_in_the_responses_hash_slot(
     asyncio.run(_write_every_key("resp_b5"))
     keys = [k.decode() for k in log.scan_iter("gw:*")]
     assert keys
+    assert eventlog.key(eventlog.POLLED_PREFIX, "resp_b5") in keys
     for name in keys:
         assert re.fullmatch(r"gw:[a-z]+:\{resp_b5\}", name), name
 
@@ -309,4 +397,5 @@ async def _write_every_key(response_id: str) -> None:
     store = eventlog.event_log()
     await store.append_many(response_id, _events(response_id, 1)[:2], view=(7, b"{}"))
     await store.request_cancel(response_id)
+    assert await store.running_view(response_id) is not None  # a poll: its mark
     await store.hide_view(response_id)
