@@ -214,40 +214,45 @@ def test_a_window_run_is_stopped_at_its_window(gateway: Gateway, scripted: Scrip
     assert "word" in json.dumps(final["output"])
 
 
+def _queued(tenant_id: int, name: str, window: str, minutes: int) -> str:
+    """A queued background response of `window`, created `minutes` ago (no worker takes it)."""
+    from datetime import UTC, datetime, timedelta
+
+    from responses_api.models import Response
+    from responses_api.store import services
+
+    row = services.response_row(
+        response_id=f"resp_{name}",
+        tenant_id=tenant_id,
+        api_key_id=None,
+        previous_response_id=None,
+        model=MODEL,
+        params={"background": True},
+        created_at=datetime.now(UTC) - timedelta(minutes=minutes),
+        job={"body": {}},
+        completion_window=window,
+    )
+    Response.objects.create(**row, status=Response.Status.QUEUED)
+    return row["id"]
+
+
 @pytest.mark.embedded
 def test_the_reaper_lets_a_window_run_wait_for_its_window(db, settings) -> None:
     """A 2h run waits behind soonest ones by design: the reaper's queue_timeout applies to it
     only after its window, to a soonest one after GATEWAY_QUEUED_MAX_SECONDS."""
-    from datetime import UTC, datetime, timedelta
 
-    from responses_api.models import Response
     from responses_api.orchestration.windows import queued_limits
-    from responses_api.store import selectors, services
+    from responses_api.store import selectors
     from tests.support.harness import make_key
 
     settings.GATEWAY_QUEUED_MAX_SECONDS = 600
     settings.GATEWAY_BACKGROUND_WINDOW_2H_SECONDS = 7200
     _, tenant_id = make_key()
 
-    def queued(name: str, window: str, minutes: int) -> str:
-        row = services.response_row(
-            response_id=f"resp_{name}",
-            tenant_id=tenant_id,
-            api_key_id=None,
-            previous_response_id=None,
-            model=MODEL,
-            params={"background": True},
-            created_at=datetime.now(UTC) - timedelta(minutes=minutes),
-            job={"body": {}},
-            completion_window=window,
-        )
-        Response.objects.create(**row, status=Response.Status.QUEUED)
-        return row["id"]
-
-    waited_long = queued("soonest_old", "soonest", 20)
-    queued("soonest_new", "soonest", 1)
-    queued("window_20min", "2h", 20)  # past GATEWAY_QUEUED_MAX_SECONDS, within its window
-    window_old = queued("window_3h", "2h", 180)
+    waited_long = _queued(tenant_id, "soonest_old", "soonest", 20)
+    _queued(tenant_id, "soonest_new", "soonest", 1)
+    _queued(tenant_id, "window_20min", "2h", 20)  # past GATEWAY_QUEUED_MAX_SECONDS, within its window
+    window_old = _queued(tenant_id, "window_3h", "2h", 180)
     stuck = selectors.response_jobs_stuck_queued(queued_seconds=queued_limits())
     assert sorted(stuck) == sorted([waited_long, window_old])
 
@@ -256,27 +261,13 @@ def test_the_reaper_lets_a_window_run_wait_for_its_window(db, settings) -> None:
 def test_queue_metrics_are_by_window(db) -> None:
     """/metrics' queue gauges are by completion window: a 2h run queued for an hour (waiting by
     design) does not show as the soonest queue's age, which is what an operator alerts on."""
-    from datetime import UTC, datetime, timedelta
 
     from responses_api.api.health import BackgroundQueue
-    from responses_api.models import Response
-    from responses_api.store import services
     from tests.support.harness import make_key
 
     _, tenant_id = make_key()
-    for name, window, minutes in (("s1", "soonest", 2), ("s2", "soonest", 1), ("w", "2h", 60)):
-        row = services.response_row(
-            response_id=f"resp_metrics_{name}",
-            tenant_id=tenant_id,
-            api_key_id=None,
-            previous_response_id=None,
-            model=MODEL,
-            params={"background": True},
-            created_at=datetime.now(UTC) - timedelta(minutes=minutes),
-            job={"body": {}},
-            completion_window=window,
-        )
-        Response.objects.create(**row, status=Response.Status.QUEUED)
+    for name, window, minutes in (("metrics_s1", "soonest", 2), ("metrics_s2", "soonest", 1), ("metrics_w", "2h", 60)):
+        _queued(tenant_id, name, window, minutes)
     samples = {
         (family.name, sample.labels.get("window")): sample.value
         for family in BackgroundQueue().collect()

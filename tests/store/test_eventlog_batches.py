@@ -90,6 +90,17 @@ def _calls(direct: redis.Redis, command: str) -> int:
     return int(direct.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
+async def _first_batch_unseen(direct: redis.Redis, writer: LogWriter, events: list[dict[str, Any]]) -> None:
+    """The run's first batch (two events) written, and with it the writer's answer that nobody
+    looks: later events are held from here on."""
+    await writer.append_all(events[:2])
+    deadline = time.monotonic() + 30
+    while len(_logged(direct, writer.response_id)) < 2:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.2)
+
+
 VIEW = {"id": "resp_b1", "object": "response", "status": "in_progress", "output": []}
 
 
@@ -214,12 +225,7 @@ def test_a_reader_who_comes_mid_run_gets_every_event_once_in_order(
 
     async def run() -> tuple[int, list[int]]:
         writer = LogWriter("resp_b7", tenant_id=7, view=VIEW)
-        await writer.append_all(events[:2])
-        deadline = time.monotonic() + 30
-        while len(_logged(log, "resp_b7")) < 2:  # and the writer learns with it that nobody looks
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.2)
+        await _first_batch_unseen(log, writer, events)
         for event in events[2:22]:
             await writer.append(event)
             await asyncio.sleep(0.1)
@@ -300,12 +306,7 @@ def test_a_held_batch_is_written_once_it_is_long(log: redis.Redis, monkeypatch: 
 
     async def run() -> int:
         writer = LogWriter("resp_b9", tenant_id=7, view=VIEW)
-        await writer.append_all(events[:2])
-        deadline = time.monotonic() + 30
-        while len(_logged(log, "resp_b9")) < 2:  # and the writer learns with it that nobody looks
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.2)
+        await _first_batch_unseen(log, writer, events)
         for event in events[2:-1]:
             await writer.append(event)
             await asyncio.sleep(0)
