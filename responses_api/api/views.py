@@ -145,7 +145,7 @@ async def _running_view(tenant_id: int, response_id: str) -> bytes | None:
     database. Only the caller's tenant's; anything else (none, another tenant's, Redis
     unreachable) reads the database, which answers the 404s and every ended response."""
     try:
-        held = await event_log().running_view(response_id)
+        held = await event_log().running_view(response_id, tenant_id=tenant_id)
     except Exception:  # noqa: BLE001 - the database answers
         return None
     if held is None or held[0] != tenant_id:

@@ -49,8 +49,8 @@ class LogWriter:
 
     `append` only queues an event; one flushing task per run writes whatever has queued since
     its last write in one pipeline (store/eventlog.append_batch: the XADDs, the running view a
-    poll reads when it is due, an expiry on the first batch and the last, the reader probe
-    below). Events the engine yields together
+    poll reads when it is due, an expiry on the first batch and the last, the question of who
+    looks, below). Events the engine yields together
     (one upstream chunk's) go in one round trip, and while a write is in flight the next batch
     gathers, so a fast run pays a round trip per batch, not per event, and a slow one loses
     nothing by waiting. During an outage of the log the batch is retried with backoff, growing,
@@ -81,13 +81,14 @@ class LogWriter:
     at a token a second was most of a run's CPU (bench/README.md, "Fourteenth session"). A run
     nobody looks at is asked about once a second with every other such run of the process in
     one round trip (`_UnseenRuns`), so a reader or a poll that comes waits about a second once,
-    not the hold. The first batch, the end and `close` never wait; and events held here are
-    events nobody has seen (the crash rule above holds)."""
+    not the hold. The first batch, the end, `close` and everything after a client's cancel
+    (`cancelled`: the web process may end the response from its log) never wait; and events
+    held here are events nobody has seen (the crash rule above holds)."""
 
     VIEW_EVERY = 1.0
     HOLD_POLLED = 1.0
     HOLD_UNSEEN = 10.0
-    HOLD_MAX_EVENTS = 256  # a held batch's memory is bounded, whatever the pace
+    HOLD_MAX_EVENTS = 256  # a held batch's memory is bounded at any pace (an outage's is not: nothing is taken)
 
     def __init__(self, response_id: str, *, tenant_id: int | None = None, view: dict[str, Any] | None = None) -> None:
         """`view`: the running Response object without output (selectors.response_object_from_row
@@ -106,6 +107,9 @@ class LogWriter:
         self._view_fed = 0  # of which the view last written shows
         self._view_written_at: float | None = None  # loop time of the last view the log took
         self._watch = Watch.FOLLOWED  # who looks (asked with each write; as if followed until the first)
+        self._told = 0  # how often `watched_by` said someone came (a write's older answer never lowers it)
+        self._cancelled = False  # a client's cancel: nothing waits from then on
+        self._gave_up = False  # a close stopped waiting for the log and cancelled the flusher
         self._ending = False  # the terminal event is queued
         self._pending_since = 0.0  # loop time of the oldest queued event
 
@@ -125,7 +129,7 @@ class LogWriter:
             self._fed += 1
             if terminal:
                 self._fold = None  # the terminal event drops the view: never written after it
-        if first or terminal or self._watch == Watch.FOLLOWED or len(self._pending) >= self.HOLD_MAX_EVENTS:
+        if first or terminal or self._goes_at_once() or len(self._pending) >= self.HOLD_MAX_EVENTS:
             self._wakeup.set()  # else the flusher is holding the batch anyway
         if self._flusher is None:
             self._flusher = asyncio.ensure_future(self._flush_loop())
@@ -167,7 +171,7 @@ class LogWriter:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wakeup.wait(), due)
                     continue
-            elif not (self._watch == Watch.FOLLOWED or self._closing or self._ending):
+            elif not (self._goes_at_once() or self._closing or self._ending):
                 held_for = self.HOLD_POLLED if self._watch == Watch.POLLED else self.HOLD_UNSEEN
                 hold = self._pending_since + held_for - loop.time()
                 if hold > 0 and len(self._pending) < self.HOLD_MAX_EVENTS:  # nobody follows live
@@ -178,6 +182,7 @@ class LogWriter:
             batch = list(self._pending)  # and the view after exactly these events (all appended so far)
             fed = self._fed
             view = self._view_now() if due == 0 else None
+            told = self._told
             try:
                 _, watch = await event_log().append_batch(
                     self.response_id, batch, view=view, expire=not self._expiry_set, probe_watchers=True
@@ -195,7 +200,8 @@ class LogWriter:
                 delay = min(delay * 2, 5.0)
                 continue
             del self._pending[: len(batch)]
-            self.watched_by(watch)
+            # The write's answer, unless someone came while it was in flight (its answer is older)
+            self._set_watch(watch if self._told == told else max(watch, self._watch))
             if self._pending:  # queued while the write was in flight: they gather from now
                 self._pending_since = loop.time()
             self._expiry_set = self._expiry_set or bool(batch)
@@ -207,11 +213,25 @@ class LogWriter:
                 log.warning("response %s: the event log took the events that waited", self.response_id)
 
     def watched_by(self, watch: Watch) -> None:
-        """Who looks now (a write's answer, or `_UnseenRuns`'): more than before, and what waits
-        goes as the new hold says (at once for a reader)."""
+        """Someone came (a reader or a poll, as `_UnseenRuns` found): what waits goes as the new
+        hold says (at once for a reader)."""
+        self._told += 1
+        self._set_watch(max(watch, self._watch))
+
+    def cancelled(self) -> None:
+        """A client's cancel: what waits goes now, and what comes after it at once (the web
+        process ends a cancel the run has not ended from the log: views.ResponseCancelView)."""
+        self._cancelled = True
+        _UnseenRuns.of_this_loop().discard(self)
+        self._wakeup.set()
+
+    def _goes_at_once(self) -> bool:
+        return self._watch == Watch.FOLLOWED or self._cancelled
+
+    def _set_watch(self, watch: Watch) -> None:
         raised = watch > self._watch
         self._watch = watch
-        if watch == Watch.UNSEEN and not (self._closing or self._ending):
+        if watch == Watch.UNSEEN and not (self._closing or self._ending or self._cancelled):
             _UnseenRuns.of_this_loop().add(self)
         else:
             _UnseenRuns.of_this_loop().discard(self)
@@ -226,11 +246,14 @@ class LogWriter:
         self._wakeup.set()
         if self._flusher is None:
             return True
+        if self._gave_up:  # an earlier close cancelled the flusher: awaiting it would raise that
+            return not self._pending
         try:
             await asyncio.wait_for(asyncio.shield(self._flusher), wait)
             return True
         except TimeoutError:
             self._flusher.cancel()
+            self._gave_up = True
             log.warning(
                 "response %s: %d events never reached the event log; readers get the stored end",
                 self.response_id,
@@ -449,8 +472,8 @@ class _Running:
             return
         self.cancelling.add(response_id)
         writer = self.writers.get(response_id)
-        if writer is not None:  # the web process ends a cancel the run has not ended from its log
-            writer.watched_by(Watch.FOLLOWED)  # (views.ResponseCancelView): what it holds goes now
+        if writer is not None:
+            writer.cancelled()
         run.request_cancel()
         asyncio.get_running_loop().call_later(STOP_GRACE_SECONDS, self._cancel_unless_ended, response_id, run)
 

@@ -67,12 +67,17 @@ class Watch(IntEnum):
     FOLLOWED = 2  # a reader follows the log live
 
 
-# A poll's read of the running view, which also marks the response as polled while its view is
-# there (a running response's); the three keys share the response's slot.
+# A poll's read of the running view, which also marks the response as polled when the view is
+# there and the poller's tenant's (ARGV[2]: "<tenant id>\n", the view's prefix; empty: no mark); the three keys
+# share the response's slot. The mark is best effort (pcall): a Redis out of memory refuses the
+# SET, and the poll still reads the view.
 _POLL_VIEW = """
 local view = redis.call('GET', KEYS[1])
 local gone = redis.call('EXISTS', KEYS[2])
-if view and gone == 0 then redis.call('SET', KEYS[3], '1', 'EX', ARGV[1]) end
+local poller = ARGV[2]
+if view and gone == 0 and #poller > 0 and string.sub(view, 1, #poller) == poller then
+  redis.pcall('SET', KEYS[3], '1', 'EX', ARGV[1])
+end
 return {view, gone}
 """
 
@@ -119,10 +124,10 @@ class EventLog:
         """Who looks at each of these responses' logs, in one round trip (a worker's unseen runs)."""
         return [Watch.FOLLOWED for _ in response_ids]
 
-    async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
+    async def running_view(self, response_id: str, *, tenant_id: int | None = None) -> tuple[int, bytes] | None:
         """(tenant id, Response JSON) of a running worker response, if its worker wrote one; a
-        view found marks the response as polled (its worker then keeps the view about a second
-        behind: orchestration/worker.LogWriter)."""
+        view of `tenant_id` found marks the response as polled (its worker then keeps the view
+        about a second behind: orchestration/worker.LogWriter)."""
         raise NotImplementedError
 
     async def touch_view(self, response_id: str) -> None:
@@ -227,7 +232,7 @@ class MemoryEventLog(EventLog):
         # In this process a write costs no round trip: nothing to save by holding events.
         return added, Watch.FOLLOWED
 
-    async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
+    async def running_view(self, response_id: str, *, tenant_id: int | None = None) -> tuple[int, bytes] | None:
         held = self._views.get(response_id)
         if held is None or held[2] <= time.monotonic() or response_id in self._gone:
             return None
@@ -346,12 +351,13 @@ class RedisEventLog(EventLog):
             found = await pipe.execute()
         return [_watch(marks) for marks in found]
 
-    async def running_view(self, response_id: str) -> tuple[int, bytes] | None:
+    async def running_view(self, response_id: str, *, tenant_id: int | None = None) -> tuple[int, bytes] | None:
         client = self._client()
         if self._poll_view is None:  # EVALSHA, loading the script again where Redis lost it
             self._poll_view = client.register_script(_POLL_VIEW)
         keys = [key(VIEW_PREFIX, response_id), key(GONE_PREFIX, response_id), key(POLLED_PREFIX, response_id)]
-        held, gone = await self._poll_view(keys=keys, args=[POLLED_MARK_SECONDS], client=client)
+        poller = b"" if tenant_id is None else b"%d\n" % tenant_id  # empty: no mark
+        held, gone = await self._poll_view(keys=keys, args=[POLLED_MARK_SECONDS, poller], client=client)
         if not held or gone:
             return None
         tenant, _, body = bytes(held).partition(b"\n")
@@ -377,8 +383,9 @@ class RedisEventLog(EventLog):
         marked = -math.inf
         while True:
             if time.monotonic() - marked >= READERS_MARK_SECONDS / 3:
-                # Followed live: the worker writes each batch at once from its next write on
-                # (orchestration/worker.LogWriter), so this reader waits at most a second once.
+                # Followed live: the worker learns of it within about a second (its next write, or
+                # its question about the runs nobody looks at: orchestration/worker.LogWriter),
+                # writes what it held and each batch at once from then on.
                 await client.set(readers_key, b"1", ex=READERS_MARK_SECONDS)
                 marked = time.monotonic()
             batches = await client.xread({events_key: last_id}, block=block_ms, count=500)

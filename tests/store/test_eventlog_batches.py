@@ -282,10 +282,12 @@ def test_a_poll_makes_a_held_run_write_what_it_held(log: redis.Redis, monkeypatc
         for event in events[12:22]:
             await writer.append(event)
         await asyncio.sleep(0.3)
-        first_poll = shown(await store.running_view("resp_b8"))  # what the first batch showed
+        assert await store.running_view("resp_b8", tenant_id=8) is not None  # another tenant's poll:
+        assert not log.exists(eventlog.key(eventlog.POLLED_PREFIX, "resp_b8"))  # (a 404) no mark
+        first_poll = shown(await store.running_view("resp_b8", tenant_id=7))  # what the first batch showed
         everything = "".join(f"w{i} " for i in range(20))
         deadline = time.monotonic() + 30  # half the hold
-        while shown(await store.running_view("resp_b8")) != everything:
+        while shown(await store.running_view("resp_b8", tenant_id=7)) != everything:
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
         for event in events[22:]:
@@ -296,6 +298,33 @@ def test_a_poll_makes_a_held_run_write_what_it_held(log: redis.Redis, monkeypatc
     assert asyncio.run(run()) == "".join(f"w{i} " for i in range(10))
     assert _logged(log, "resp_b8") == events
     assert log.exists(eventlog.key(eventlog.POLLED_PREFIX, "resp_b8"))
+
+
+def test_after_a_cancel_nothing_waits(log: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nobody looking and a minute's hold: a client's cancel makes what the run holds go at once,
+    and every event after it too (the web process may end the response from its log), though
+    each write's answer still says nobody looks."""
+    monkeypatch.setattr(LogWriter, "HOLD_UNSEEN", 60.0)
+    events = _events("resp_b10", 10)
+
+    async def run() -> None:
+        writer = LogWriter("resp_b10", tenant_id=7, view=VIEW)
+        await _first_batch_unseen(log, writer, events)
+        await writer.append(events[2])
+        await asyncio.sleep(0.2)
+        assert len(_logged(log, "resp_b10")) == 2  # held
+        writer.cancelled()
+        for n in range(3, len(events) - 1):
+            deadline = time.monotonic() + 30  # half the hold
+            while len(_logged(log, "resp_b10")) < n:
+                assert time.monotonic() < deadline, (n, len(_logged(log, "resp_b10")))
+                await asyncio.sleep(0.01)
+            await writer.append(events[n])
+        await writer.append(events[-1])
+        assert await writer.close(10)
+
+    asyncio.run(run())
+    assert _logged(log, "resp_b10") == events
 
 
 def test_a_held_batch_is_written_once_it_is_long(log: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -342,6 +371,8 @@ def test_batches_keep_order_and_lose_nothing_while_redis_refuses_writes(log: red
             await asyncio.sleep(0.01)
         await asyncio.sleep(1.0)  # a retry or two fails
         assert len(_logged(log, "resp_b2")) == 20
+        # a poll still reads the view (its mark is refused: best effort)
+        assert await eventlog.event_log().running_view("resp_b2", tenant_id=7) is not None
         log.config_set("maxmemory", 0)
         for event in events[50:]:
             await writer.append(event)
@@ -351,6 +382,26 @@ def test_batches_keep_order_and_lose_nothing_while_redis_refuses_writes(log: red
     logged = _logged(log, "resp_b2")
     assert [e["sequence_number"] for e in logged] == list(range(len(events)))
     assert logged == events
+
+
+def test_a_second_close_after_one_that_gave_up_returns(log: redis.Redis) -> None:
+    """A run cancelled during an outage of the log closes its writer twice (its cancel's short
+    wait, then its end's): the first gives up on the flusher, and the second must say so, not
+    raise the flusher's cancellation (which skipped the run's end: its slot's release)."""
+    events = _events("resp_b11", 3)
+
+    async def run() -> tuple[bool, bool]:
+        _followed(log, "resp_b11")
+        log.config_set("maxmemory-policy", "noeviction")
+        log.config_set("maxmemory", 1)
+        try:
+            writer = LogWriter("resp_b11", tenant_id=7, view=VIEW)
+            await writer.append_all(events)
+            return await writer.close(0.3), await writer.close(0.3)
+        finally:
+            log.config_set("maxmemory", 0)
+
+    assert asyncio.run(run()) == (False, False)
 
 
 def test_every_key_and_every_pipeline_stays_in_the_responses_hash_slot(
@@ -398,5 +449,5 @@ async def _write_every_key(response_id: str) -> None:
     store = eventlog.event_log()
     await store.append_many(response_id, _events(response_id, 1)[:2], view=(7, b"{}"))
     await store.request_cancel(response_id)
-    assert await store.running_view(response_id) is not None  # a poll: its mark
+    assert await store.running_view(response_id, tenant_id=7) is not None  # a poll: its mark
     await store.hide_view(response_id)
