@@ -32,7 +32,8 @@ EVENTS_PREFIX = "gw:events:"
 VIEW_PREFIX = "gw:view:"
 GONE_PREFIX = "gw:gone:"  # a running response deleted: its worker may still write a view, polls ignore it
 # Someone follows the response's log live (a resumed stream, a streamed background create, a
-# WebSocket turn): its worker writes events as they come instead of a second's worth at a time.
+# WebSocket turn): its worker writes events as they come instead of holding them
+# (orchestration/worker.LogWriter).
 READERS_PREFIX = "gw:readers:"
 READERS_MARK_SECONDS = 30  # a reader's mark lasts this long; it renews it every third of it
 # Someone polls the running response (its view): its worker writes the view and the events it
@@ -68,9 +69,9 @@ class Watch(IntEnum):
 
 
 # A poll's read of the running view, which also marks the response as polled when the view is
-# there and the poller's tenant's (ARGV[2]: "<tenant id>\n", the view's prefix; empty: no mark); the three keys
-# share the response's slot. The mark is best effort (pcall): a Redis out of memory refuses the
-# SET, and the poll still reads the view.
+# there and the poller's tenant's (ARGV[2]: "<tenant id>\n", the view's prefix; empty: no mark).
+# The three keys share the response's slot. The mark is best effort (pcall): a Redis out of
+# memory refuses the SET, and the poll still reads the view.
 _POLL_VIEW = """
 local view = redis.call('GET', KEYS[1])
 local gone = redis.call('EXISTS', KEYS[2])
@@ -290,7 +291,7 @@ class MemoryEventLog(EventLog):
 class RedisEventLog(EventLog):
     def __init__(self, url: str) -> None:
         self.url = url
-        self._poll_view: Any = None
+        self._poll_view_script: Any = None
 
     def _client(self) -> Any:
         return async_client(self.url, STREAMS)
@@ -353,11 +354,11 @@ class RedisEventLog(EventLog):
 
     async def running_view(self, response_id: str, *, tenant_id: int | None = None) -> tuple[int, bytes] | None:
         client = self._client()
-        if self._poll_view is None:  # EVALSHA, loading the script again where Redis lost it
-            self._poll_view = client.register_script(_POLL_VIEW)
+        if self._poll_view_script is None:  # EVALSHA, loading the script again where Redis lost it
+            self._poll_view_script = client.register_script(_POLL_VIEW)
         keys = [key(VIEW_PREFIX, response_id), key(GONE_PREFIX, response_id), key(POLLED_PREFIX, response_id)]
         poller = b"" if tenant_id is None else b"%d\n" % tenant_id  # empty: no mark
-        held, gone = await self._poll_view(keys=keys, args=[POLLED_MARK_SECONDS, poller], client=client)
+        held, gone = await self._poll_view_script(keys=keys, args=[POLLED_MARK_SECONDS, poller], client=client)
         if not held or gone:
             return None
         tenant, _, body = bytes(held).partition(b"\n")
