@@ -48,7 +48,7 @@ class LogWriter:
     and never decides the run.
 
     `append` only queues an event; one flushing task per run writes whatever has queued since
-    its last write in one pipeline (store/eventlog.append_batch: the XADDs, the running view a
+    its last write in one command (store/eventlog.append_batch: the XADDs, the running view a
     poll reads when it is due, an expiry on the first batch and the last, the question of who
     looks, below). Events the engine yields together
     (one upstream chunk's) go in one round trip, and while a write is in flight the next batch
@@ -59,7 +59,7 @@ class LogWriter:
 
     Why batching keeps "nothing a client has seen is lost by a crash": a client sees a
     worker's event only through the log (a resumed or live stream reads it; a poll reads the
-    running view, which is written after the events it reflects, in the same ordered pipeline).
+    running view, which is written after the events it reflects, in the same command).
     An event still queued here has been seen by nobody, so a crash that loses the queue loses
     only unseen events; the reaper then ends the response from what the log holds
     (`_fail_with_event`), which is everything any reader saw. The terminal event is queued only
@@ -73,15 +73,15 @@ class LogWriter:
     goes quiet (a tool call, a slow model) still shows all it has said.
 
     How long a batch waits for the events after it depends on who looks (store/eventlog.Watch,
-    asked in each write's own pipeline): a reader following the log live (its mark:
+    asked in each write's own command): a reader following the log live (its mark:
     store/eventlog.READERS_PREFIX), and batches go at once; a poll (its mark, set by each poll that
     finds the view), and a batch waits up to `HOLD_POLLED` seconds from its first event, the pace
     the view is written at anyway; nobody, and it waits up to `HOLD_UNSEEN` seconds (or until
     `HOLD_MAX_EVENTS` wait): a write every ten seconds instead of one per upstream chunk, which
-    at a token a second was most of a run's CPU (bench/README.md, "Fourteenth session"). A run
-    nobody looks at is asked about once a second with every other such run of the process in
-    one round trip (`_UnseenRuns`), so a reader or a poll that comes waits about a second once,
-    not the hold. The first batch, the end, `close` and everything after a client's cancel
+    at a token a second was most of a run's CPU (bench/README.md, "Fourteenth session"). A reader
+    or a poll that comes to a run nobody looked at is announced, and the process's one
+    subscription tells the run (`_UnseenRuns`), so it writes what it held at once, not after the
+    hold. The first batch, the end, `close` and everything after a client's cancel
     (`cancelled`: the web process may end the response from its log) never wait; and events
     held here are events nobody has seen (the crash rule above holds)."""
 
@@ -132,6 +132,7 @@ class LogWriter:
         if first or terminal or self._goes_at_once() or len(self._pending) >= self.HOLD_MAX_EVENTS:
             self._wakeup.set()  # else the flusher is holding the batch anyway
         if self._flusher is None:
+            _UnseenRuns.of_this_loop().writers[self.response_id] = self  # who comes is told from now on
             self._flusher = asyncio.ensure_future(self._flush_loop())
 
     def _view_now(self) -> tuple[int, bytes] | None:
@@ -213,7 +214,7 @@ class LogWriter:
                 log.warning("response %s: the event log took the events that waited", self.response_id)
 
     def watched_by(self, watch: Watch) -> None:
-        """Someone came (a reader or a poll, as `_UnseenRuns` found): what waits goes as the new
+        """Someone came (a reader or a poll, as `_UnseenRuns` heard): what waits goes as the new
         hold says (at once for a reader)."""
         self._told += 1
         self._set_watch(max(watch, self._watch))
@@ -222,8 +223,10 @@ class LogWriter:
         """A client's cancel: what waits goes now, and what comes after it at once (the web
         process ends a cancel the run has not ended from the log: views.ResponseCancelView)."""
         self._cancelled = True
-        _UnseenRuns.of_this_loop().discard(self)
         self._wakeup.set()
+
+    def unseen(self) -> bool:
+        return self._watch == Watch.UNSEEN and not (self._closing or self._ending or self._cancelled)
 
     def _goes_at_once(self) -> bool:
         return self._watch == Watch.FOLLOWED or self._cancelled
@@ -231,10 +234,8 @@ class LogWriter:
     def _set_watch(self, watch: Watch) -> None:
         raised = watch > self._watch
         self._watch = watch
-        if watch == Watch.UNSEEN and not (self._closing or self._ending or self._cancelled):
-            _UnseenRuns.of_this_loop().add(self)
-        else:
-            _UnseenRuns.of_this_loop().discard(self)
+        if self.unseen():
+            _UnseenRuns.of_this_loop().listen()
         if raised:
             self._wakeup.set()
 
@@ -263,17 +264,20 @@ class LogWriter:
 
 
 class _UnseenRuns:
-    """An event loop's runs whose logs nobody looks at, asked about every `ASK_EVERY` seconds in
-    one round trip for all of them (store/eventlog.watchers): a reader or a poll that comes finds
-    the run's held events written about a second later, and a run costs the process a command or
-    two a second, not a write of its own."""
+    """An event loop's runs whose logs nobody looks at. A reader or a poll that comes to one is
+    announced (store/eventlog.WATCHED_CHANNEL, as its mark is first set), and one subscription
+    per loop hears it for all of them, so the run writes what it held at once and an unseen run
+    costs nothing while it waits: asking about each a second cost a worker holding slow runs
+    more than their writes did (bench/README.md, "Fifteenth session"). Marks set while the
+    subscription was down are asked for, for all of them in one round trip, each time it is up
+    again; until then a run learns of them from its next write's answer (within `HOLD_UNSEEN`)."""
 
-    ASK_EVERY = 1.0
     _of: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _UnseenRuns] = weakref.WeakKeyDictionary()
 
     def __init__(self) -> None:
-        self.writers: weakref.WeakSet[LogWriter] = weakref.WeakSet()  # a run that vanished unclosed drops out
-        self._asking: asyncio.Task[None] | None = None
+        # a run that vanished unclosed drops out
+        self.writers: weakref.WeakValueDictionary[str, LogWriter] = weakref.WeakValueDictionary()
+        self._listening: asyncio.Task[None] | None = None
 
     @classmethod
     def of_this_loop(cls) -> _UnseenRuns:
@@ -283,26 +287,51 @@ class _UnseenRuns:
             runs = cls._of[loop] = cls()
         return runs
 
-    def add(self, writer: LogWriter) -> None:
-        self.writers.add(writer)
-        if self._asking is None or self._asking.done():
-            self._asking = asyncio.ensure_future(self._ask_loop())
+    def listen(self) -> None:
+        if self._listening is None or self._listening.done():
+            # It lasts as long as the loop, as the cancel subscription does (_Running._feed_loop).
+            self._listening = asyncio.ensure_future(self._listen())
 
     def discard(self, writer: LogWriter) -> None:
-        self.writers.discard(writer)
+        if self.writers.get(writer.response_id) is writer:
+            del self.writers[writer.response_id]
 
-    async def _ask_loop(self) -> None:
-        while self.writers:
-            await asyncio.sleep(self.ASK_EVERY)
-            writers = list(self.writers)
+    def _came(self, response_id: str, watch: Watch) -> None:
+        writer = self.writers.get(response_id)
+        if writer is not None and watch != Watch.UNSEEN:
+            writer.watched_by(watch)  # a write in flight (its older answer) does not undo it
+
+    async def _ask(self) -> None:
+        """Who looks at the unseen ones now, in one round trip (marks no announcement reached)."""
+        ids = [rid for rid, writer in list(self.writers.items()) if writer.unseen()]
+        if ids:
+            for response_id, watch in zip(ids, await event_log().watchers(ids), strict=True):
+                self._came(response_id, watch)
+
+    async def _listen(self) -> None:
+        delay, lost = 0.5, False
+        while True:
+            feed = event_log().watch_feed()
             try:
-                watches = await event_log().watchers([writer.response_id for writer in writers])
-            except Exception as exc:  # noqa: BLE001 - the log is away: its writes retry, ask again later
-                log.debug("could not ask who looks at %d runs (%s)", len(writers), type(exc).__name__)
-                continue
-            for writer, watch in zip(writers, watches, strict=True):
-                if watch != Watch.UNSEEN and writer in self.writers:
-                    writer.watched_by(watch)
+                async for came in feed:
+                    if came is None:  # (re)subscribed
+                        await self._ask()
+                        if lost:
+                            log.warning("watch subscription up again")
+                        delay, lost = 0.5, False
+                    else:
+                        self._came(came[1], came[0])
+            except Exception as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise asyncio.CancelledError from exc  # the loop is closing (as _Running._feed_loop)
+                if not lost:
+                    log.warning("watch subscription lost (%s); subscribing again", type(exc).__name__)
+                lost = True
+            finally:
+                await feed.aclose()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 async def follow_log(response_id: str, after: int = -1) -> AsyncIterator[dict[str, Any]]:

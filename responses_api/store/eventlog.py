@@ -45,6 +45,10 @@ POLLED_MARK_SECONDS = 30
 # A channel is not a key: a cluster broadcasts classic PUBLISH to every node, so no command
 # spans two slots; the key (gw:cancel:{resp_...}) stays the record a worker sweeps for.
 CANCELS_CHANNEL = "gw:cancels"
+# A reader or a poll came to a response nobody looked at ("f <id>" or "p <id>", as its mark is
+# first set): its worker, subscribed once per process, writes what it held at once
+# (orchestration/worker._UnseenRuns). A classic channel too, for the same reason.
+WATCHED_CHANNEL = "gw:watched"
 
 
 def key(prefix: str, response_id: str) -> str:
@@ -69,17 +73,57 @@ class Watch(IntEnum):
 
 
 # A poll's read of the running view, which also marks the response as polled when the view is
-# there and the poller's tenant's (ARGV[2]: "<tenant id>\n", the view's prefix; empty: no mark).
-# The three keys share the response's slot. The mark is best effort (pcall): a Redis out of
-# memory refuses the SET, and the poll still reads the view.
+# there and the poller's tenant's (ARGV[2]: "<tenant id>\n", the view's prefix; empty: no mark),
+# and announces a mark that was not there (ARGV[3]: the message, ARGV[4]: WATCHED_CHANNEL). The
+# three keys share the response's slot. The mark is best effort (pcall): a Redis out of memory
+# refuses the SET, and the poll still reads the view.
 _POLL_VIEW = """
 local view = redis.call('GET', KEYS[1])
 local gone = redis.call('EXISTS', KEYS[2])
 local poller = ARGV[2]
 if view and gone == 0 and #poller > 0 and string.sub(view, 1, #poller) == poller then
-  redis.pcall('SET', KEYS[3], '1', 'EX', ARGV[1])
+  local before = redis.pcall('SET', KEYS[3], '1', 'EX', ARGV[1], 'GET')
+  if before == false then
+    redis.pcall('PUBLISH', ARGV[4], ARGV[3])
+  end
 end
 return {view, gone}
+"""
+
+
+# A batch of a run's events in one command (RedisEventLog.append_batch): KEYS are the response's
+# log, view, reader's mark and poll's mark (one slot: its tag). ARGV: the number of events, each
+# event's entry id and JSON, then the view's fate ("set" with its value and time to live in ms,
+# "del", or ""), the log's expiry in seconds (0: leave it) and "1" to answer who looks (the two
+# marks). An id already in the log (a retried batch) is skipped; any other refusal (maxmemory)
+# ends the script there with that error, after the events before it: a prefix, never a view
+# ahead of the log. It answers {events added, reader's mark, poll's mark}.
+_APPEND = """
+local n = tonumber(ARGV[1])
+local added = 0
+for i = 0, n - 1 do
+  local r = redis.pcall('XADD', KEYS[1], ARGV[2 + 2 * i], 'e', ARGV[3 + 2 * i])
+  if type(r) == 'table' and r.err then
+    if not string.find(r.err, 'equal or smaller', 1, true) then
+      return redis.error_reply(r.err)
+    end
+  else
+    added = added + 1
+  end
+end
+local at = 2 + 2 * n
+if ARGV[at] == 'set' then
+  redis.call('SET', KEYS[2], ARGV[at + 1], 'PX', ARGV[at + 2])
+elseif ARGV[at] == 'del' then
+  redis.call('DEL', KEYS[2])
+end
+if ARGV[at + 3] ~= '0' then
+  redis.call('EXPIRE', KEYS[1], ARGV[at + 3])
+end
+if ARGV[at + 4] == '1' then
+  return {added, redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])}
+end
+return {added}
 """
 
 
@@ -173,6 +217,13 @@ class EventLog:
         that is only in the keys: sweep them with `cancels_requested`), then each cancelled
         response id. Raises when the subscription is lost; cancels requested meanwhile are in
         the keys (subscribe again, then sweep)."""
+        raise NotImplementedError
+
+    def watch_feed(self) -> AsyncGenerator[tuple[Watch, str] | None, None]:
+        """Who came to look at a response nobody looked at, as they come: first None once
+        subscribed (a mark set before that is only in the keys: ask with `watchers`), then
+        (FOLLOWED or POLLED, response id). Raises when the subscription is lost. Only a log whose
+        `append_batch` can answer UNSEEN needs it."""
         raise NotImplementedError
 
     async def touch_views(self, response_ids: list[str]) -> None:
@@ -292,6 +343,7 @@ class RedisEventLog(EventLog):
     def __init__(self, url: str) -> None:
         self.url = url
         self._poll_view_script: Any = None
+        self._append_script: Any = None
 
     def _client(self) -> Any:
         return async_client(self.url, STREAMS)
@@ -305,43 +357,33 @@ class RedisEventLog(EventLog):
         expire: bool = True,
         probe_watchers: bool = False,
     ) -> tuple[int, Watch]:
-        """One pipeline, not a transaction: Redis runs its commands in order, so whatever part
-        of it ran (a connection lost midway) is a prefix: events without the view that follows
-        them, never a view ahead of the log. A retried batch skips what the first try wrote
-        (XADD refuses an id not above the last one)."""
-        from redis.exceptions import ResponseError
-
-        events_key = key(EVENTS_PREFIX, response_id)
+        """One command (the `_APPEND` script, EVALSHA): a pipeline of an XADD per event cost the
+        worker more CPU to pack and parse than anything else a held batch does (bench/README.md,
+        "Fifteenth session"). Redis runs a script whole, so a view is never ahead of the log; a
+        refusal midway (maxmemory) leaves a prefix, which a retried batch skips (XADD refuses an
+        id not above the last one)."""
         terminal = _is_terminal(events)
-        pipe = self._client().pipeline(transaction=False)
+        args: list[Any] = [len(events)]
         for event in events:
             # orjson (wirejson.dumpb): a tenth of the standard encoder's time, one event per token.
-            pipe.xadd(events_key, {"e": dumpb(event)}, id=f"{event['sequence_number'] + 1}-0")
+            args += (f"{event['sequence_number'] + 1}-0", dumpb(event))
         if terminal:
-            pipe.delete(key(VIEW_PREFIX, response_id))
+            args += ("del", b"", 0)
         elif view is not None:
             tenant_id, body = view
-            pipe.set(key(VIEW_PREFIX, response_id), b"%d\n%s" % (tenant_id, body), px=int(view_ttl() * 1000))
-        if expire or terminal:
-            ttl = settings.GATEWAY_EVENT_LOG_TTL_SECONDS
-            # Until the end, keep the log for the longest job; after it, for the configured TTL.
-            pipe.expire(events_key, ttl if terminal else settings.CELERY_TASK_TIME_LIMIT + ttl)
-        if probe_watchers:  # both marks in one command (one slot: the response's tag)
-            pipe.mget(key(READERS_PREFIX, response_id), key(POLLED_PREFIX, response_id))
-        results = await pipe.execute(raise_on_error=False)
-        added = 0
-        for result in results[: len(events)]:
-            if isinstance(result, ResponseError):
-                if "equal or smaller" in str(result):
-                    continue  # already there
-                raise result
-            if isinstance(result, Exception):
-                raise result
-            added += 1
-        for result in results[len(events) :]:
-            if isinstance(result, Exception):
-                raise result
-        return added, _watch(results[-1]) if probe_watchers else Watch.FOLLOWED
+            args += ("set", b"%d\n%s" % (tenant_id, body), int(view_ttl() * 1000))
+        else:
+            args += ("", b"", 0)
+        ttl = settings.GATEWAY_EVENT_LOG_TTL_SECONDS
+        # Until the end, keep the log for the longest job; after it, for the configured TTL.
+        args.append((ttl if terminal else settings.CELERY_TASK_TIME_LIMIT + ttl) if expire or terminal else 0)
+        args.append(1 if probe_watchers else 0)
+        client = self._client()
+        if self._append_script is None:  # EVALSHA, loading the script again where Redis lost it
+            self._append_script = client.register_script(_APPEND)
+        keys = [key(prefix, response_id) for prefix in (EVENTS_PREFIX, VIEW_PREFIX, READERS_PREFIX, POLLED_PREFIX)]
+        answer = await self._append_script(keys=keys, args=args, client=client)
+        return int(answer[0]), _watch(answer[1:]) if probe_watchers else Watch.FOLLOWED
 
     async def watchers(self, response_ids: list[str]) -> list[Watch]:
         if not response_ids:
@@ -358,7 +400,8 @@ class RedisEventLog(EventLog):
             self._poll_view_script = client.register_script(_POLL_VIEW)
         keys = [key(VIEW_PREFIX, response_id), key(GONE_PREFIX, response_id), key(POLLED_PREFIX, response_id)]
         poller = b"" if tenant_id is None else b"%d\n" % tenant_id  # empty: no mark
-        held, gone = await self._poll_view_script(keys=keys, args=[POLLED_MARK_SECONDS, poller], client=client)
+        args = [POLLED_MARK_SECONDS, poller, f"p {response_id}", WATCHED_CHANNEL]
+        held, gone = await self._poll_view_script(keys=keys, args=args, client=client)
         if not held or gone:
             return None
         tenant, _, body = bytes(held).partition(b"\n")
@@ -384,10 +427,16 @@ class RedisEventLog(EventLog):
         marked = -math.inf
         while True:
             if time.monotonic() - marked >= READERS_MARK_SECONDS / 3:
-                # Followed live: the worker learns of it within about a second (its next write, or
-                # its question about the runs nobody looks at: orchestration/worker.LogWriter),
-                # writes what it held and each batch at once from then on.
-                await client.set(readers_key, b"1", ex=READERS_MARK_SECONDS)
+                # Followed live: the worker learns of it at once (the announcement, or its next
+                # write's answer: orchestration/worker.LogWriter), writes what it held and each
+                # batch at once from then on. A renewal needs no announcement.
+                if marked == -math.inf:
+                    pipe = client.pipeline(transaction=False)
+                    pipe.set(readers_key, b"1", ex=READERS_MARK_SECONDS)
+                    pipe.publish(WATCHED_CHANNEL, f"f {response_id}")
+                    await pipe.execute()
+                else:
+                    await client.set(readers_key, b"1", ex=READERS_MARK_SECONDS)
                 marked = time.monotonic()
             batches = await client.xread({events_key: last_id}, block=block_ms, count=500)
             if not batches and idle_seconds is not None:
@@ -423,9 +472,22 @@ class RedisEventLog(EventLog):
     pushes_cancels = True
 
     async def cancel_feed(self) -> AsyncGenerator[str | None, None]:
+        async for message in self._feed(CANCELS_CHANNEL):
+            yield None if message is None else message.decode()
+
+    async def watch_feed(self) -> AsyncGenerator[tuple[Watch, str] | None, None]:
+        async for message in self._feed(WATCHED_CHANNEL):
+            if message is None:
+                yield None
+                continue
+            kind, _, response_id = message.decode().partition(" ")
+            yield (Watch.FOLLOWED if kind == "f" else Watch.POLLED), response_id
+
+    async def _feed(self, channel: str) -> AsyncGenerator[bytes | None, None]:
+        """A channel's messages: None once subscribed, then each message's data."""
         pubsub = self._client().pubsub()
         try:
-            await pubsub.subscribe(CANCELS_CHANNEL)
+            await pubsub.subscribe(channel)
             while True:
                 # Waits without a socket timeout of its own; the client's health check pings
                 # an idle subscription (health_check_interval), so a dead one raises.
@@ -441,7 +503,7 @@ class RedisEventLog(EventLog):
                     yield None
                 elif message["type"] == "message":
                     data = message["data"]
-                    yield data.decode() if isinstance(data, bytes) else str(data)
+                    yield data if isinstance(data, bytes) else str(data).encode()
         finally:
             with contextlib.suppress(Exception):
                 await pubsub.aclose()

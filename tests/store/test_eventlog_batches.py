@@ -218,8 +218,8 @@ def test_a_reader_who_comes_mid_run_gets_every_event_once_in_order(
 ) -> None:
     """A token every 0.1 s and nobody looking: after the first batch nothing is written (a
     minute's hold, so that the machine's speed does not matter); then a reader from the start
-    gets what was held without waiting for the hold (the process asks about its unseen runs once
-    a second), then every later event, once, in order, to the end."""
+    gets what was held without waiting for the hold (its mark is announced, and the process's
+    subscription tells the run), then every later event, once, in order, to the end."""
     monkeypatch.setattr(LogWriter, "HOLD_UNSEEN", 60.0)
     events = _events("resp_b7", 40)
 
@@ -256,6 +256,38 @@ def test_a_reader_who_comes_mid_run_gets_every_event_once_in_order(
     assert logged_unseen == 2  # the first batch only: 20 writes of a token each otherwise
     assert seen == list(range(len(events)))
     assert _logged(log, "resp_b7") == events
+
+
+def test_a_mark_set_while_the_subscription_was_down_is_found_when_it_is_up_again(
+    log: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process's watch subscription killed (Redis drops the connection) and a reader's mark
+    set meanwhile with no announcement: the subscription comes back and asks about its unseen
+    runs, so what was held is written well before the (minute's) hold ends."""
+    monkeypatch.setattr(LogWriter, "HOLD_UNSEEN", 60.0)
+    events = _events("resp_b12", 10)
+
+    async def run() -> int:
+        writer = LogWriter("resp_b12", tenant_id=7, view=VIEW)
+        await _first_batch_unseen(log, writer, events)
+        await writer.append_all(events[2:6])
+        deadline = time.monotonic() + 30
+        while not any(c.get("sub") != "0" for c in log.client_list(_type="pubsub")):  # it subscribed
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        log.client_kill_filter(_type="pubsub")
+        log.set(eventlog.key(eventlog.READERS_PREFIX, "resp_b12"), b"1", ex=60)  # no announcement
+        held = len(_logged(log, "resp_b12"))
+        deadline = time.monotonic() + 30  # half the hold: arriving at all proves it was asked for
+        while len(_logged(log, "resp_b12")) < 6:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        await writer.append_all(events[6:])
+        assert await writer.close(10)
+        return held
+
+    assert asyncio.run(run()) == 2
+    assert _logged(log, "resp_b12") == events
 
 
 def test_a_poll_makes_a_held_run_write_what_it_held(log: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -422,6 +454,15 @@ def test_every_key_and_every_pipeline_stays_in_the_responses_hash_slot(
         return await execute(self, raise_on_error)
 
     monkeypatch.setattr(Pipeline, "execute", checked)
+    from redis.commands.core import AsyncScript
+
+    call = AsyncScript.__call__
+
+    async def checked_script(self: AsyncScript, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        slots_per_command.append({key_slot(k.encode()) for k in keys})  # a script's keys: one slot
+        return await call(self, keys=keys, args=args, client=client)
+
+    monkeypatch.setattr(AsyncScript, "__call__", checked_script)
 
     async def run() -> None:
         store = eventlog.event_log()
