@@ -233,7 +233,9 @@ def main() -> None:
     ap.add_argument("--reader-responses", type=int, default=10)
     ap.add_argument("--reader-tokens", type=int, default=60, help="tokens of a readers-phase run")
     ap.add_argument("--worker-concurrency", type=int, default=12, help="prefork processes per worker")
-    ap.add_argument("--idle", type=float, default=4.0)
+    ap.add_argument(
+        "--idle", type=float, default=30.0, help="seconds of idle CPU measured first (subtracted; CPU ticks are 10 ms)"
+    )
     ap.add_argument("--skip", default="", help="phases to skip (comma-separated: fg,bg,poll,readers)")
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
