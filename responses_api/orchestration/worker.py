@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -296,7 +296,8 @@ class _UnseenRuns:
         if self.writers.get(writer.response_id) is writer:
             del self.writers[writer.response_id]
 
-    def _came(self, response_id: str, watch: Watch) -> None:
+    def _came(self, came: tuple[str, Watch]) -> None:
+        response_id, watch = came
         writer = self.writers.get(response_id)
         if writer is not None and watch != Watch.UNSEEN:
             writer.watched_by(watch)  # a write in flight (its older answer) does not undo it
@@ -305,33 +306,47 @@ class _UnseenRuns:
         """Who looks at the unseen ones now, in one round trip (marks no announcement reached)."""
         ids = [rid for rid, writer in list(self.writers.items()) if writer.unseen()]
         if ids:
-            for response_id, watch in zip(ids, await event_log().watchers(ids), strict=True):
-                self._came(response_id, watch)
+            for came in zip(ids, await event_log().watchers(ids), strict=True):
+                self._came(came)
 
     async def _listen(self) -> None:
-        delay, lost = 0.5, False
-        while True:
-            feed = event_log().watch_feed()
-            try:
-                async for came in feed:
-                    if came is None:  # (re)subscribed
-                        await self._ask()
-                        if lost:
-                            log.warning("watch subscription up again")
-                        delay, lost = 0.5, False
-                    else:
-                        self._came(came[1], came[0])
-            except Exception as exc:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise asyncio.CancelledError from exc  # the loop is closing (as _Running._feed_loop)
-                if not lost:
-                    log.warning("watch subscription lost (%s); subscribing again", type(exc).__name__)
-                lost = True
-            finally:
-                await feed.aclose()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        await _keep_subscribed("watch", lambda: event_log().watch_feed(), self._ask, self._came)
+
+
+async def _keep_subscribed(
+    what: str,
+    subscribe: Callable[[], AsyncGenerator[T | None, None]],
+    up: Callable[[], Awaitable[None]],
+    heard: Callable[[T], None],
+) -> None:
+    """A subscription kept for the loop's life: `up` after each (re)subscription (what was
+    published while none was up is only in the keys), `heard` with each message; a lost one is
+    subscribed again, with backoff."""
+    delay, lost = 0.5, False
+    while True:
+        feed = subscribe()
+        try:
+            async for message in feed:
+                if message is None:
+                    await up()
+                    if lost:
+                        log.warning("%s subscription up again", what)
+                    delay, lost = 0.5, False
+                else:
+                    heard(message)
+        except Exception as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # redis-py may turn a cancel that lands mid-connect into a connection error:
+                # the loop is closing (asyncio.run's end), not the subscription failing.
+                raise asyncio.CancelledError from exc
+            if not lost:
+                log.warning("%s subscription lost (%s); subscribing again", what, type(exc).__name__)
+            lost = True
+        finally:
+            await feed.aclose()
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
 
 
 async def follow_log(response_id: str, after: int = -1) -> AsyncIterator[dict[str, Any]]:
@@ -557,31 +572,7 @@ class _Running:
         cancel published while no subscription was up). It lasts as long as the loop: a new
         subscription per burst of runs would cost a connection (and a sweep) each time, an idle
         one costs a health-check PING now and then."""
-        delay, lost = 0.5, False
-        while True:
-            feed = event_log().cancel_feed()
-            try:
-                async for response_id in feed:
-                    if response_id is None:
-                        await self._sweep()
-                        if lost:
-                            log.warning("cancel subscription up again")
-                        delay, lost = 0.5, False
-                    else:
-                        self._cancel(response_id)
-            except Exception as exc:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    # redis-py may turn a cancel that lands mid-connect into a connection error:
-                    # the loop is closing (asyncio.run's end), not the subscription failing.
-                    raise asyncio.CancelledError from exc
-                if not lost:
-                    log.warning("cancel subscription lost (%s); subscribing again", type(exc).__name__)
-                lost = True
-            finally:
-                await feed.aclose()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        await _keep_subscribed("cancel", lambda: event_log().cancel_feed(), self._sweep, self._cancel)
 
     async def _probe_loop(self) -> None:
         """A log that does not push cancels: all runs' keys asked for together, once per tick."""

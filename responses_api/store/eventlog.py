@@ -219,10 +219,10 @@ class EventLog:
         the keys (subscribe again, then sweep)."""
         raise NotImplementedError
 
-    def watch_feed(self) -> AsyncGenerator[tuple[Watch, str] | None, None]:
+    def watch_feed(self) -> AsyncGenerator[tuple[str, Watch] | None, None]:
         """Who came to look at a response nobody looked at, as they come: first None once
         subscribed (a mark set before that is only in the keys: ask with `watchers`), then
-        (FOLLOWED or POLLED, response id). Raises when the subscription is lost. Only a log whose
+        (response id, FOLLOWED or POLLED). Raises when the subscription is lost. Only a log whose
         `append_batch` can answer UNSEEN needs it."""
         raise NotImplementedError
 
@@ -475,13 +475,13 @@ class RedisEventLog(EventLog):
         async for message in self._feed(CANCELS_CHANNEL):
             yield None if message is None else message.decode()
 
-    async def watch_feed(self) -> AsyncGenerator[tuple[Watch, str] | None, None]:
+    async def watch_feed(self) -> AsyncGenerator[tuple[str, Watch] | None, None]:
         async for message in self._feed(WATCHED_CHANNEL):
             if message is None:
                 yield None
                 continue
             kind, _, response_id = message.decode().partition(" ")
-            yield (Watch.FOLLOWED if kind == "f" else Watch.POLLED), response_id
+            yield response_id, (Watch.FOLLOWED if kind == "f" else Watch.POLLED)
 
     async def _feed(self, channel: str) -> AsyncGenerator[bytes | None, None]:
         """A channel's messages: None once subscribed, then each message's data."""
