@@ -264,10 +264,11 @@ class LogWriter:
 
 
 class _UnseenRuns:
-    """An event loop's runs whose logs nobody looks at. A reader or a poll that comes to one is
-    announced (store/eventlog.WATCHED_CHANNEL, as its mark is first set), and one subscription
-    per loop hears it for all of them, so the run writes what it held at once and an unseen run
-    costs nothing while it waits: asking about each a second cost a worker holding slow runs
+    """An event loop's open log writers (each from its first event to its close), for its runs
+    whose logs nobody looks at. A reader or a poll that comes to one is announced
+    (store/eventlog.WATCHED_CHANNEL, as its mark is first set), and one subscription per loop
+    (started when a run is first held) hears it for all of them, so the run writes what it held
+    at once and an unseen run costs nothing while it waits: asking about each a second cost a worker holding slow runs
     more than their writes did (bench/README.md, "Fifteenth session"). Marks set while the
     subscription was down are asked for, for all of them in one round trip, each time it is up
     again; until then a run learns of them from its next write's answer (within `HOLD_UNSEEN`)."""
