@@ -8,13 +8,14 @@ GATEWAY_CONFIG is not synced here: once per deployment, by `manage.py sync_gatew
 web processes nor resetting the admin's edits at every start.
 """
 
-import gc
 import logging
 import os
 import resource
 
 from django.conf import settings
 from django.core.asgi import get_asgi_application
+
+from project.gc_tuning import tune_garbage_collection
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
@@ -24,18 +25,6 @@ from responses_api.api.asgi import ApiApplication  # noqa: E402 - after Django i
 
 # The /v1 API's views directly (no per-request thread hops), the rest through Django.
 application = ApiApplication(_django)
-
-
-def _tune_garbage_collection() -> None:
-    """Long-lived objects out of the collector's way, and rarer young collections.
-
-    With hundreds of open streams, full collections of the default thresholds
-    stalled every stream at once (bench/streams.py); freezing
-    what start-up allocated and raising the gen-0 threshold keeps pauses short.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*settings.GATEWAY_GC_THRESHOLDS)
 
 
 def _raise_open_file_limit() -> None:
@@ -66,5 +55,5 @@ def _raise_open_file_limit() -> None:
         )
 
 
-_tune_garbage_collection()
+tune_garbage_collection()
 _raise_open_file_limit()

@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
 
@@ -55,3 +55,13 @@ def _room_for_many_runs(**_: object) -> None:
             settings.GATEWAY_UPSTREAM_MAX_CONNECTIONS,
             runs,
         )
+
+
+@worker_ready.connect
+@worker_process_init.connect
+def _tune_garbage_collection(**_: object) -> None:
+    """As a web process does (project/gc_tuning.py), once the worker has loaded what it runs:
+    in its process (the threads pool's runs share it), or in each child of a prefork pool."""
+    from project.gc_tuning import tune_garbage_collection
+
+    tune_garbage_collection()
