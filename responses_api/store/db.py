@@ -151,7 +151,9 @@ async def fetch_one(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     pool = await _pool()
     async with pool.connection() as conn:
         cursor = await conn.execute(sql, params)
-        return await cursor.fetchone() if cursor.description is not None else None
+        # `rownumber`, not `description`: both say whether the statement returned rows, and
+        # `description` builds a Column object per column first (35 for a claimed row).
+        return await cursor.fetchone() if cursor.rownumber is not None else None
 
 
 async def copy_rows(sql: str, rows: Iterable[Sequence[Any]]) -> None:
