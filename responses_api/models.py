@@ -560,12 +560,18 @@ class Response(models.Model):
         help_text="An earlier response of its chain was purged: its context is gone, so continuing it "
         "fails with previous_response_not_found.",
     )
-    # Worker-run responses: the validated request, and the running worker's last sign of life.
+    # Worker-run responses: the validated request; heartbeat_at (null: not claimed yet), which a
+    # claim sets to the latest its run may end (claimed_at + CELERY_TASK_TIME_LIMIT), since the
+    # worker that claimed it beats for it (WorkerProcess, by served_by); a worker of a release
+    # before (served_by empty) kept heartbeat_at itself as the run's last sign of life, and a
+    # reaper of that release reads it so (selectors.response_jobs_stale).
     job = models.JSONField(null=True, blank=True, editable=False)
     on_worker = models.BooleanField(default=False)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
-    # The web process streaming a foreground response (WebProcess.id): if it dies, a live one
-    # fails the row within seconds instead of the hour-long backstop.
+    claimed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The process serving it: the web process streaming a foreground response (WebProcess.id;
+    # if it dies, a live one fails the row within seconds instead of the hour-long backstop), or
+    # the worker process that claimed a worker-run one (WorkerProcess.id).
     served_by = models.CharField(max_length=128, blank=True, default="", db_default="", editable=False)
     # The reusable prompt and version a create used (`prompt`), for the history and /v1/usage.
     prompt_id = models.CharField(max_length=64, blank=True, default="", db_default="", editable=False)
@@ -686,6 +692,24 @@ class WebProcess(models.Model):
     id = models.CharField(primary_key=True, max_length=128)  # host:pid:random
     started_at = models.DateTimeField(default=timezone.now)
     beat_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class WorkerProcess(models.Model):
+    """A worker process that is alive while it beats (orchestration/worker.py, `_Running`): the
+    runs it claimed carry its id (Response.served_by), and the reaper fails those of a process
+    silent for 4 beats (`worker_lost`). One row per process and beat, whatever its number of
+    runs: a beat of each run's row wrote a new version of every running row every
+    GATEWAY_HEARTBEAT_SECONDS (12 per minute of a run, two thirds of a one-minute run's WAL)."""
+
+    id = models.CharField(primary_key=True, max_length=128)  # host:pid:random (responses_api/process.py)
+    started_at = models.DateTimeField(default=timezone.now)
+    beat_at = models.DateTimeField(default=timezone.now)
+    # The runs it held at that beat (response ids): a row a run left in progress (its end could
+    # not be stored) is reaped while its process lives on, as when each run beat for itself.
+    runs = models.JSONField(default=list)
 
     def __str__(self) -> str:
         return self.id

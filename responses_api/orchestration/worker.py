@@ -26,6 +26,7 @@ from django.conf import settings
 
 from ..engine.run import ResponseRun
 from ..models import Response
+from ..process import process_id
 from ..protocol.errors import GatewayError, ServerError
 from ..protocol.events import EventBuilder, OutputFold, output_from_events
 from ..protocol.wirejson import dumpb
@@ -438,7 +439,8 @@ STOP_GRACE_SECONDS = 10.0
 
 
 class _Running:
-    """The runs one event loop holds. Their heartbeat is one UPDATE per beat for all of them,
+    """The runs one event loop holds. Their heartbeat is one row per beat for all of them (the
+    process's: services.worker_process_beat, which lists them; their own rows are not written),
     the views of the quiet ones are kept by one pipelined PEXPIRE per beat, and cancels reach
     them through one subscription (Redis pub/sub, `EventLog.cancel_feed`) for all: hundreds of
     runs on one loop would otherwise cost hundreds of transactions and Redis round trips a
@@ -451,7 +453,7 @@ class _Running:
 
     def __init__(self) -> None:
         self.claiming: set[str] = set()  # its claim is in flight: a cancel for it is kept
-        self.beating: set[str] = set()  # claimed here and not ended: their rows beat
+        self.beating: set[str] = set()  # claimed here and not ended: the process beats for them
         self.runs: dict[str, ResponseRun] = {}
         self.writers: dict[str, LogWriter] = {}
         self.tasks: dict[str, asyncio.Task[Any]] = {}
@@ -549,11 +551,14 @@ class _Running:
             ids = list(self.beating)
             if not ids:
                 break
+            # This process's row, with the runs it holds (those of every loop it has: tests run
+            # several); the runs' own rows are not written (services.worker_process_beat).
+            held = sorted({rid for each in list(_running.values()) for rid in each.beating})
             try:
                 if db.native_async():
-                    await db.fetch_one(*services.jobs_heartbeat_statement(response_ids=ids))
+                    await db.fetch_one(*services.worker_beat_statement(worker=process_id(), runs=held))
                 else:
-                    await db.run(services.response_jobs_heartbeat, response_ids=ids)
+                    await db.run(services.worker_process_beat, worker=process_id(), runs=held)
             except Exception as exc:  # noqa: BLE001 - the database is away: beat again next time
                 log.warning("heartbeat of %d runs failed (%s)", len(ids), type(exc).__name__)
             now = loop.time()
@@ -724,8 +729,9 @@ async def _claim(response_id: str) -> Response | None:
     """`services.response_job_claim`; on PostgreSQL its one statement on this loop (the thread
     hop and Django's raw-query row building were 8.8% of a 2-token run's worker CPU)."""
     if db.native_async():
-        return services.claimed_response(await db.fetch_one(*services.job_claim_statement(response_id=response_id)))
-    return await db.run(services.response_job_claim, response_id=response_id)
+        statement = services.job_claim_statement(response_id=response_id, worker=process_id())
+        return services.claimed_response(await db.fetch_one(*statement))
+    return await db.run(services.response_job_claim, response_id=response_id, worker=process_id())
 
 
 async def _once_more_on_lost_connection(fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
@@ -811,6 +817,7 @@ async def reap_stale() -> int:
             ),
         )
         reaped += 1
+    await db.run(services.worker_processes_forget)  # the processes whose runs were all ended
     return reaped
 
 

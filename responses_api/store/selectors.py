@@ -39,6 +39,7 @@ from ..models import (
     ResponseItem,
     Tenant,
     UsageRecord,
+    WorkerProcess,
     route_price,
 )
 from ..protocol import wirejson
@@ -693,19 +694,50 @@ def response_status(*, response_id: str) -> str:
     return Response.objects.filter(id=response_id).values_list("status", flat=True).get()
 
 
-def _stale_jobs() -> QuerySet[Response]:
-    """Worker runs whose worker stopped beating: presumed dead after 4 missed beats."""
-    cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
-    return Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True, heartbeat_at__lt=cutoff)
+def _stale_cutoff() -> datetime:
+    return timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
+
+
+def _held_runs(cutoff: datetime) -> set[str]:
+    """The runs the live worker processes held at their last beat (WorkerProcess.runs)."""
+    held: set[str] = set()
+    for runs in WorkerProcess.objects.filter(beat_at__gte=cutoff).values_list("runs", flat=True):
+        held.update(runs)
+    return held
+
+
+def response_job_is_stale(*, response_id: str) -> bool:
+    return bool(_stale_jobs([response_id]))
 
 
 def response_jobs_stale() -> list[str]:
     """At most 500 per sweep."""
-    return list(_stale_jobs().values_list("id", flat=True)[:500])
+    return _stale_jobs()[:500]
 
 
-def response_job_is_stale(*, response_id: str) -> bool:
-    return _stale_jobs().filter(id=response_id).exists()
+def _stale_jobs(among: list[str] | None = None) -> list[str]:
+    """Worker runs whose worker stopped beating for them: presumed dead after 4 missed beats.
+
+    A worker beats once for all its runs (WorkerProcess, listing the runs it holds): a run it
+    claimed (served_by) 4 beats ago or more is stale when no process that beat within 4 beats
+    holds it (its process died, or its end could not be stored), or when the latest it could
+    end (heartbeat_at, set by the claim) is 4 beats past. A run claimed by a worker of the
+    release before (served_by empty) kept heartbeat_at as its own last beat, as before."""
+    cutoff = _stale_cutoff()
+    rows = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).filter(
+        Q(heartbeat_at__lt=cutoff) | Q(claimed_at__lt=cutoff)
+    )
+    if among is not None:
+        rows = rows.filter(id__in=among)
+    candidates = list(rows.values_list("id", "served_by", "heartbeat_at"))
+    if not candidates:
+        return []
+    held = _held_runs(cutoff)
+    return [
+        response_id
+        for response_id, served_by, deadline in candidates
+        if not served_by or (deadline is not None and deadline < cutoff) or response_id not in held
+    ]
 
 
 def response_jobs_stuck_queued(*, queued_seconds: Mapping[str, float] | None = None) -> list[str]:
@@ -725,7 +757,7 @@ def response_jobs_stuck_queued(*, queued_seconds: Mapping[str, float] | None = N
 
 
 def background_queue() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Worker-run responses now (two aggregate queries, read at /metrics scrape time): queued
+    """Worker-run responses now (four aggregate queries, read at /metrics scrape time): queued
     ones by completion window (`n`, `oldest` created_at; only the windows that have any) and
     running ones (`n`, `beat`: the freshest heartbeat)."""
     queued = {
@@ -735,9 +767,15 @@ def background_queue() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         .annotate(n=Count("id"), oldest=Min("created_at"))
         .order_by()
     }
-    running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).aggregate(
-        n=Count("id"), beat=Max("heartbeat_at")
-    )
+    runs = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True)
+    running = runs.aggregate(n=Count("id"))
+    # The freshest sign of life: the beat of a process that runs any, or the own heartbeat of
+    # a run a worker of the release before claimed (served_by empty: models.Response).
+    beats = [
+        WorkerProcess.objects.filter(id__in=runs.values("served_by")).aggregate(beat=Max("beat_at"))["beat"],
+        runs.filter(served_by="").aggregate(beat=Max("heartbeat_at"))["beat"],
+    ]
+    running["beat"] = max((beat for beat in beats if beat is not None), default=None)
     return queued, running
 
 

@@ -32,6 +32,7 @@ from ..models import (
     Tenant,
     UsageRecord,
     WebProcess,
+    WorkerProcess,
 )
 from ..protocol import wirejson
 from ..protocol.errors import NotFound
@@ -630,27 +631,46 @@ def responses_purge(*, response_ids: list[str]) -> dict[str, int]:
 # -- worker-run responses: the job lifecycle (orchestration/worker.py drives it) ------
 
 
-def response_job_claim(*, response_id: str) -> Response | None:
-    """Take an unclaimed run (heartbeat still null), compare-and-swap: exactly one worker wins.
-    One statement (UPDATE ... RETURNING the row), so one transaction, not an update and a read."""
+def response_job_claim(*, response_id: str, worker: str) -> Response | None:
+    """Take an unclaimed run (heartbeat_at still null) for the worker process `worker`
+    (WorkerProcess.id, which beats for it from now on), compare-and-swap: exactly one worker wins.
+    One statement (UPDATE ... RETURNING the row), so one transaction, not an update and a read.
+
+    heartbeat_at becomes the latest the run may end (`_claim_deadline`): no beat writes the row
+    again, and a reaper of the release before, which takes heartbeat_at for the run's last beat,
+    leaves it alone during a rolling deploy."""
     table = Response._meta.db_table
     columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in Response._meta.concrete_fields)
     running = ", ".join(["%s"] * len(Response.RUNNING))
+    now = timezone.now()
     won = list(
         Response.objects.raw(
-            f"UPDATE {table} SET status = %s, heartbeat_at = %s "  # names from the model, values bound
+            f"UPDATE {table} SET status = %s, heartbeat_at = %s, claimed_at = %s, served_by = %s "  # names from the model
             f"WHERE id = %s AND status IN ({running}) AND on_worker AND heartbeat_at IS NULL RETURNING {columns}",
-            [Response.Status.IN_PROGRESS, timezone.now(), response_id, *Response.RUNNING],
+            [Response.Status.IN_PROGRESS, _claim_deadline(now), now, worker, response_id, *Response.RUNNING],
         )
     )
     return won[0] if won else None
 
 
-def job_claim_statement(*, response_id: str) -> tuple[str, dict[str, Any]]:
+def _claim_deadline(now: datetime) -> datetime:
+    """The latest a run claimed `now` may end: the longest a worker's task lasts (its window's
+    run, the drain and the stop's grace: CELERY_TASK_TIME_LIMIT)."""
+    return now + timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+
+
+def job_claim_statement(*, response_id: str, worker: str) -> tuple[str, dict[str, Any]]:
     """PostgreSQL: `response_job_claim` as one statement for the worker's event loop
     (db.fetch_one: no thread hop, no ORM row building, JSON read with orjson); its row goes to
     `claimed_response`. The same compare-and-swap: exactly one worker wins."""
-    params = {"status": Response.Status.IN_PROGRESS.value, "now": timezone.now(), "id": response_id}
+    now = timezone.now()
+    params = {
+        "status": Response.Status.IN_PROGRESS.value,
+        "deadline": _claim_deadline(now),
+        "now": now,
+        "id": response_id,
+        "worker": worker,
+    }
     return _claim_sql(), params | {"running": [str(status) for status in Response.RUNNING]}
 
 
@@ -662,7 +682,8 @@ def _claim_sql() -> str:
         for f in Response._meta.concrete_fields
     )
     return (
-        f"UPDATE {quote(Response._meta.db_table)} SET status = %(status)s, heartbeat_at = %(now)s "
+        f"UPDATE {quote(Response._meta.db_table)} SET status = %(status)s, heartbeat_at = %(deadline)s, "
+        "claimed_at = %(now)s, served_by = %(worker)s "
         "WHERE id = %(id)s AND status = ANY(%(running)s) AND on_worker AND heartbeat_at IS NULL "
         f"RETURNING {columns}"
     )
@@ -680,22 +701,30 @@ def claimed_response(record: tuple[Any, ...] | None) -> Response | None:
     return Response.from_db("default", [f.attname for f in fields], values)
 
 
-def response_job_heartbeat(*, response_id: str) -> None:
-    """The worker running this response is alive (selectors.response_jobs_stale reads it)."""
-    Response.objects.filter(id=response_id, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
+def worker_process_beat(*, worker: str, runs: list[str]) -> None:
+    """The worker process `worker` is alive, holding `runs` (selectors.response_jobs_stale):
+    one row, whatever its number of runs."""
+    WorkerProcess.objects.update_or_create(id=worker, defaults={"beat_at": timezone.now(), "runs": list(runs)})
 
 
-def response_jobs_heartbeat(*, response_ids: list[str]) -> None:
-    """One beat for all the runs of a worker process: one statement, whatever their number."""
-    Response.objects.filter(id__in=response_ids, status=Response.Status.IN_PROGRESS).update(heartbeat_at=timezone.now())
+def worker_beat_statement(*, worker: str, runs: list[str]) -> tuple[str, dict[str, Any]]:
+    """PostgreSQL: `worker_process_beat` as one statement (awaited on the worker's loop, so that
+    a beat never queues behind the database work of hundreds of runs in the executor)."""
+    table = WorkerProcess._meta.db_table
+    sql = (
+        f"INSERT INTO {table} (id, started_at, beat_at, runs) VALUES (%(id)s, %(now)s, %(now)s, %(runs)s::jsonb) "
+        "ON CONFLICT (id) DO UPDATE SET beat_at = EXCLUDED.beat_at, runs = EXCLUDED.runs"
+    )
+    return sql, {"id": worker, "now": timezone.now(), "runs": wirejson.dumps(list(runs))}
 
 
-def jobs_heartbeat_statement(*, response_ids: list[str]) -> tuple[str, dict[str, Any]]:
-    """PostgreSQL: `response_jobs_heartbeat` as one statement (awaited on the worker's loop, so
-    that a beat never queues behind the database work of hundreds of runs in the executor)."""
-    table = Response._meta.db_table
-    sql = f"UPDATE {table} SET heartbeat_at = %(now)s WHERE id = ANY(%(ids)s) AND status = %(status)s"
-    return sql, {"now": timezone.now(), "ids": list(response_ids), "status": Response.Status.IN_PROGRESS.value}
+def worker_processes_forget() -> int:
+    """The rows of worker processes silent past the reaper's cutoff whose runs have all ended
+    (the reaper ended them first: selectors.response_jobs_stale)."""
+    cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
+    running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).values("served_by")
+    deleted, _ = WorkerProcess.objects.filter(beat_at__lt=cutoff).exclude(id__in=running).delete()
+    return deleted
 
 
 def web_process_beat(*, process_id: str, stale_after: float) -> tuple[int, list[str]]:

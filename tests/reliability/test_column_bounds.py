@@ -157,6 +157,7 @@ GATEWAY = {
     ("responses_api", "Response", "upstream"),
     ("responses_api", "Response", "served_by"),
     ("responses_api", "WebProcess", "id"),
+    ("responses_api", "WorkerProcess", "id"),
     ("responses_api", "AlertDelivery", "status"),
     ("responses_api", "MaintenanceRun", "name"),  # a periodic job's name, e.g. retention
     # The config file that manages an entry: the operator's path, written by config sync.

@@ -22,7 +22,9 @@ def test_of_claims_at_once_one_wins_with_the_row_as_stored(gateway: Gateway) -> 
     Response.objects.filter(id=rid).update(metadata={"team": "core"}, params={"temperature": 0.5})
 
     async def claim() -> Response | None:
-        return services.claimed_response(await db.fetch_one(*services.job_claim_statement(response_id=rid)))
+        return services.claimed_response(
+            await db.fetch_one(*services.job_claim_statement(response_id=rid, worker="host:1:ab"))
+        )
 
     async def race() -> list[Response | None]:
         try:
@@ -33,7 +35,7 @@ def test_of_claims_at_once_one_wins_with_the_row_as_stored(gateway: Gateway) -> 
     won = [row for row in asyncio.run(race()) if row is not None]
     assert len(won) == 1
     stored = Response.objects.get(id=rid)
-    assert stored.status == "in_progress" and stored.heartbeat_at is not None
+    assert stored.status == "in_progress" and stored.heartbeat_at is not None and stored.served_by == "host:1:ab"
     for field in Response._meta.concrete_fields:
         assert getattr(won[0], field.attname) == getattr(stored, field.attname), field.attname
     assert won[0].job is not None and won[0].job["body"]["input"] == "claim me"
@@ -45,6 +47,8 @@ async def _claim_then_close(rid: str) -> object:
     from responses_api.store import db, services
 
     try:
-        return services.claimed_response(await db.fetch_one(*services.job_claim_statement(response_id=rid)))
+        return services.claimed_response(
+            await db.fetch_one(*services.job_claim_statement(response_id=rid, worker="host:1:ab"))
+        )
     finally:
         await db.close_pool()
