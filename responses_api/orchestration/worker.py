@@ -473,6 +473,15 @@ class _Running:
         is not up yet sweeps the keys of the claimed ones when it is)."""
         self.claiming.add(response_id)
 
+    def unclaimed(self, response_id: str) -> None:
+        """Its claim here did not take it (another worker has it, or had it; or the database was
+        away): only the claim in flight is forgotten. The same response may be running on this
+        loop from an earlier delivery of its task (the broker's redelivery): its run, its beat
+        and its writer stay."""
+        self.claiming.discard(response_id)
+        if response_id not in self.beating:
+            self.cancelled.discard(response_id)
+
     def claimed(self, response_id: str) -> None:
         """Its row beats from now on (its setup may wait on the database for a while)."""
         self.beating.add(response_id)
@@ -551,10 +560,11 @@ class _Running:
             ids = list(self.beating)
             if not ids:
                 break
-            # This process's row, with the runs it holds (those of every loop it has: tests run
-            # several); the runs' own rows are not written (services.worker_process_beat).
-            held = sorted({rid for each in list(_running.values()) for rid in each.beating})
             try:
+                # This process's row, with the runs it holds (those of every loop it has: tests
+                # run several, whose threads may change them meanwhile: a failed snapshot is a
+                # failed beat); the runs' own rows are not written (services.worker_process_beat).
+                held = sorted({rid for each in list(_running.values()) for rid in list(each.beating)})
                 if db.native_async():
                     await db.fetch_one(*services.worker_beat_statement(worker=process_id(), runs=held))
                 else:
@@ -648,7 +658,7 @@ async def run_claimed(response_id: str) -> str:
     try:
         row = await _once_more_on_lost_connection(_claim, response_id)
     except Exception as exc:
-        held.remove(response_id)
+        held.unclaimed(response_id)
         if not unreachable(exc):
             raise
         # The database is away: the row is still queued (or claimed by a statement whose answer
@@ -658,10 +668,10 @@ async def run_claimed(response_id: str) -> str:
         log.warning("response %s: not claimed, the database is unavailable (%s)", response_id, exc)
         return "database-unavailable"
     except BaseException:
-        held.remove(response_id)
+        held.unclaimed(response_id)
         raise
     if row is None:
-        held.remove(response_id)
+        held.unclaimed(response_id)
         await reap_one(response_id)
         return "not-claimed"
     held.claimed(response_id)

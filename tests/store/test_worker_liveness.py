@@ -9,6 +9,7 @@ beat's one statement."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 
 import pytest
@@ -18,6 +19,15 @@ from django.utils import timezone
 from tests.support.harness import Gateway, queued_background_response
 
 pytestmark = pytest.mark.embedded
+
+
+@pytest.fixture(autouse=True)
+def _no_reaper_in_this_process(settings) -> None:
+    """The session's in-process gateway reaps every GATEWAY_REAPER_INTERVAL_SECONDS (its
+    liveness beat reads the setting at each beat): these tests make stale runs on purpose and
+    read the rule themselves, so it waits out the test (and a sweep in flight ends first)."""
+    settings.GATEWAY_REAPER_INTERVAL_SECONDS = 10**9
+    time.sleep(0.3)
 
 
 def _claimed(gateway: Gateway, worker: str, *, claimed_ago: float | None) -> str:
@@ -41,7 +51,7 @@ def _stale(rid: str) -> bool:
 
 def test_a_run_lives_while_the_process_that_claimed_it_beats_and_holds_it(gateway: Gateway, settings) -> None:
     from responses_api.models import Response, WorkerProcess
-    from responses_api.store import services
+    from responses_api.store import selectors, services
 
     beat = settings.GATEWAY_HEARTBEAT_SECONDS
     rid = _claimed(gateway, "host:1:aa", claimed_ago=10 * beat)
@@ -55,6 +65,8 @@ def test_a_run_lives_while_the_process_that_claimed_it_beats_and_holds_it(gatewa
     row = Response.objects.get(id=rid)
     assert (row.heartbeat_at, row.claimed_at) == (claimed.heartbeat_at, claimed.claimed_at)  # no run's row is written
     assert WorkerProcess.objects.get(id="host:1:aa").runs == [rid]
+    # /metrics' freshest sign of life of the running runs is the process's beat, not a claim's deadline
+    assert selectors.background_queue()[1]["beat"] == WorkerProcess.objects.get(id="host:1:aa").beat_at
 
     services.worker_process_beat(worker="host:1:aa", runs=[])  # its end could not be stored
     assert _stale(rid)
@@ -122,18 +134,39 @@ def test_the_beat_is_one_statement_on_postgresql(gateway: Gateway) -> None:
     from responses_api.store import db, services
 
     async def beat(runs: list[str]) -> None:
-        await db.fetch_one(*services.worker_beat_statement(worker="host:7:gg", runs=runs))
-
-    async def beats() -> None:
         try:
-            await beat(["resp_a", "resp_b"])
-            first = await asyncio.to_thread(lambda: WorkerProcess.objects.get(id="host:7:gg"))
-            await asyncio.sleep(0.01)
-            await beat(["resp_b"])
-            second = await asyncio.to_thread(lambda: WorkerProcess.objects.get(id="host:7:gg"))
-            assert first.runs == ["resp_a", "resp_b"] and second.runs == ["resp_b"]
-            assert second.beat_at > first.beat_at and second.started_at == first.started_at
+            await db.fetch_one(*services.worker_beat_statement(worker="host:7:gg", runs=runs))
         finally:
+            await db.close_pool()  # this loop's async pool
+
+    asyncio.run(beat(["resp_a", "resp_b"]))
+    first = WorkerProcess.objects.get(id="host:7:gg")
+    time.sleep(0.01)
+    asyncio.run(beat(["resp_b"]))
+    second = WorkerProcess.objects.get(id="host:7:gg")
+    assert first.runs == ["resp_a", "resp_b"] and second.runs == ["resp_b"]
+    assert second.beat_at > first.beat_at and second.started_at == first.started_at
+
+
+def test_a_task_delivered_again_to_the_process_running_it_leaves_the_run_alone(gateway: Gateway) -> None:
+    """The broker's redelivery of a running response's task to the very process running it: the
+    claim fails and the call reaps nothing; the run stays registered (beaten for, cancellable)."""
+    from responses_api.orchestration import worker
+    from responses_api.process import process_id
+    from responses_api.store import db, services
+
+    rid = _claimed(gateway, process_id(), claimed_ago=None)
+
+    async def deliver_again() -> tuple[str, bool, bool]:
+        held = worker.running()
+        held.claimed(rid)  # as the first delivery's run_claimed left it
+        held.runs[rid] = object()  # type: ignore[assignment]  # its ResponseRun, as far as this goes
+        try:
+            outcome = await worker.run_claimed(rid)
+            return outcome, rid in held.beating, rid in held.runs
+        finally:
+            held.remove(rid)
             await db.close_pool()
 
-    asyncio.run(beats())
+    assert asyncio.run(deliver_again()) == ("not-claimed", True, True)
+    assert services.response_job_claim(response_id=rid, worker="host:10:jj") is None
