@@ -89,6 +89,7 @@ def test_a_claim_is_left_alone_by_a_reaper_of_the_release_before(gateway: Gatewa
     assert row.served_by == "host:8:hh"
     # That release's rule: a run whose heartbeat_at is 4 beats old is dead. A claim's is the
     # latest the run may end, so during a rolling deploy no such reaper fails a new worker's run.
+    assert row.heartbeat_at is not None and row.claimed_at is not None
     assert (row.heartbeat_at - row.claimed_at).total_seconds() == settings.CELERY_TASK_TIME_LIMIT
     assert row.heartbeat_at > timezone.now() + timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
 
