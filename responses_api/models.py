@@ -702,7 +702,7 @@ class WorkerProcess(models.Model):
     runs it claimed carry its id (Response.served_by), and the reaper fails those of a process
     silent for 4 beats (`worker_lost`). One row per process and beat, whatever its number of
     runs: a beat of each run's row wrote a new version of every running row every
-    GATEWAY_HEARTBEAT_SECONDS (12 per minute of a run, two thirds of a one-minute run's WAL)."""
+    GATEWAY_HEARTBEAT_SECONDS (12 per minute of a run: 10 of a one-minute run's 23 KB of WAL)."""
 
     id = models.CharField(primary_key=True, max_length=128)  # host:pid:random (responses_api/process.py)
     started_at = models.DateTimeField(default=timezone.now)
