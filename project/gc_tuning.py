@@ -10,10 +10,10 @@ def tune_garbage_collection() -> None:
 
     With hundreds of open streams, full collections of the default thresholds stalled every
     stream at once (bench/streams.py); freezing what start-up allocated and raising the gen-0
-    threshold keeps pauses short. A worker holding hundreds of runs on its loop allocates per
-    upstream chunk as a web process does, and with the default thresholds spent a share of
-    its CPU walking Django's, Celery's and its threads' objects again and again
-    (bench/README.md, "Sixteenth session")."""
+    threshold keeps pauses short. A worker holds hundreds of runs on one loop and allocates per
+    upstream chunk as a web process does, so its full collections would stall all of them at
+    once the same way (its CPU per response did not change measurably: bench/README.md,
+    "Sixteenth session")."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*settings.GATEWAY_GC_THRESHOLDS)

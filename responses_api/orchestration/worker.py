@@ -5,8 +5,8 @@ The same engine as the web path runs here; its events go to the event log
 production; in embedded mode (no REDIS_URL) an asyncio task in the web
 process does, so the one-command start keeps the same features.
 
-Crash policy: a run whose worker died (heartbeat silent for 4 x
-GATEWAY_HEARTBEAT_SECONDS) is ended `failed` with code `worker_lost`; it is
+Crash policy: a run whose worker died (its process's beat silent for 4 x
+GATEWAY_HEARTBEAT_SECONDS, or no longer holding it) is ended `failed` with code `worker_lost`; it is
 never re-run, because events (and maybe tool calls) of the first run have
 already been seen. A redelivered task finds the response no longer queued
 and does nothing but this reaping.
@@ -483,7 +483,7 @@ class _Running:
             self.cancelled.discard(response_id)
 
     def claimed(self, response_id: str) -> None:
-        """Its row beats from now on (its setup may wait on the database for a while)."""
+        """The process beats for it from now on (its setup may wait on the database for a while)."""
         self.beating.add(response_id)
         self.claiming.discard(response_id)
         self._watch_cancels()
@@ -662,7 +662,7 @@ async def run_claimed(response_id: str) -> str:
         if not unreachable(exc):
             raise
         # The database is away: the row is still queued (or claimed by a statement whose answer
-        # was lost: the reaper ends that one once it stops beating). The task goes back to the
+        # was lost: no process beats for that one, and the reaper ends it). The task goes back to the
         # broker, so the run starts when the database returns instead of waiting for the
         # reaper's queue_timeout.
         log.warning("response %s: not claimed, the database is unavailable (%s)", response_id, exc)
@@ -688,7 +688,7 @@ async def run_claimed(response_id: str) -> str:
         log.exception("response %s: its run could not start", response_id)
         try:
             await _fail_with_event(response_id, ServerError(f"The run could not start ({type(exc).__name__})."))
-        except Exception:  # noqa: BLE001 - then the reaper ends it (worker_lost) once it stops beating
+        except Exception:  # noqa: BLE001 - then the reaper ends it (worker_lost): no beat holds it once removed
             log.warning("response %s: could not be ended failed; the reaper will", response_id)
         finally:
             held.remove(response_id)

@@ -694,7 +694,8 @@ def response_status(*, response_id: str) -> str:
     return Response.objects.filter(id=response_id).values_list("status", flat=True).get()
 
 
-def _stale_cutoff() -> datetime:
+def stale_cutoff() -> datetime:
+    """A worker process silent since this is presumed dead (4 missed beats)."""
     return timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
 
 
@@ -723,7 +724,7 @@ def _stale_jobs(among: list[str] | None = None) -> list[str]:
     holds it (its process died, or its end could not be stored), or when the latest it could
     end (heartbeat_at, set by the claim) is 4 beats past. A run claimed by a worker of the
     release before (served_by empty) kept heartbeat_at as its own last beat, as before."""
-    cutoff = _stale_cutoff()
+    cutoff = stale_cutoff()
     rows = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).filter(
         Q(heartbeat_at__lt=cutoff) | Q(claimed_at__lt=cutoff)
     )

@@ -721,9 +721,8 @@ def worker_beat_statement(*, worker: str, runs: list[str]) -> tuple[str, dict[st
 def worker_processes_forget() -> int:
     """The rows of worker processes silent past the reaper's cutoff whose runs have all ended
     (the reaper ended them first: selectors.response_jobs_stale)."""
-    cutoff = timezone.now() - timedelta(seconds=4 * settings.GATEWAY_HEARTBEAT_SECONDS)
     running = Response.objects.filter(status=Response.Status.IN_PROGRESS, on_worker=True).values("served_by")
-    deleted, _ = WorkerProcess.objects.filter(beat_at__lt=cutoff).exclude(id__in=running).delete()
+    deleted, _ = WorkerProcess.objects.filter(beat_at__lt=selectors.stale_cutoff()).exclude(id__in=running).delete()
     return deleted
 
 
