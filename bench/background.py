@@ -19,7 +19,12 @@ Phases, each run for every target in turn (the other target idle), net of an idl
   (`GET /v1/responses/{id}?stream=true&starting_after=N`, N random in 0..4) spread over
   `--reader-responses` runs: how many got every event after N once, in order, and the terminal one.
 
-    .venv/bin/python bench/background.py --baseline f29271a [--runs 40] [--readers 1000]
+With `--rounds N` the fg and bg phases run N times per target (fg first in odd rounds, bg first in
+even ones; the idle baseline measured again before each round): the summary gives each round's
+figures, the ratio of each round's bg to its own fg, and their median, which the machine's drift
+between rounds does not move as it moves one run's figures.
+
+    .venv/bin/python bench/background.py --baseline f29271a [--runs 40] [--readers 1000] [--rounds 5]
 
 Results: bench/results/background.json.
 """
@@ -30,6 +35,7 @@ import argparse
 import asyncio
 import json
 import random
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -219,6 +225,13 @@ def ms(ph: dict[str, Any], *names: str) -> float:
     return round(sum(ph.get(f"{n}_ms_per_request", 0.0) for n in names), 3)
 
 
+def median_round(rounds: list[dict[str, Any]], phase: str) -> dict[str, Any]:
+    """The round whose `phase` costs the median CPU per request (the lower of two middles): its figures
+    stay one measurement's, each part and count consistent with the others."""
+    ranked = sorted(rounds, key=lambda one: ms(one[phase], "web", "worker", "postgres", "redis"))
+    return ranked[(len(ranked) - 1) // 2][phase]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", metavar="REV", help="also run the gateway of git commit REV, side by side")
@@ -237,6 +250,13 @@ def main() -> None:
         "--idle", type=float, default=30.0, help="seconds of idle CPU measured first (subtracted; CPU ticks are 10 ms)"
     )
     ap.add_argument("--skip", default="", help="phases to skip (comma-separated: fg,bg,poll,readers)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="fg and bg phases this many times per target, alternating which goes first, the idle baseline"
+        " measured again before each round; the summary gives medians (of the ratio: of each round's own)",
+    )
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     c.raise_nofile()
@@ -296,21 +316,41 @@ def main() -> None:
 
     results: dict[str, dict[str, Any]] = {t.name: {} for t in targets}
     order = list(targets)
-    for phase in ("fg", "bg", "poll", "readers"):
+
+    def measure(t: Target, phase: str) -> dict[str, Any]:
+        t.meter.start()
+        if phase == "fg":
+            return t.meter.stop(asyncio.run(fg_phase(t, runs=args.runs, concurrency=args.concurrency)))
+        out = asyncio.run(bg_phase(t, runs=args.runs, concurrency=args.concurrency, expected=expected))
+        return t.meter.stop(out["completed"]) | out
+
+    # The yardstick drifts with the shared machine's load by the hour (4.6 to 9.2 ms for one tree in
+    # two runs): several rounds, each a fg and a bg phase back to back, give a ratio per round.
+    pair = [p for p in ("fg", "bg") if p not in skip]
+    for i in range(args.rounds if pair else 0):
+        for t in order:
+            r = results[t.name]
+            if i:
+                c.log(f"{t.name}: round {i + 1}: idle {t.meter.idle(args.idle)}")
+            one = {"idle_cores": dict(t.meter.idle_cores)}
+            for phase in pair if i % 2 == 0 else pair[::-1]:
+                c.log(f"{t.name}: round {i + 1}: phase {phase}")
+                one[phase] = measure(t, phase)
+                c.log(f"{t.name}: {phase}: {json.dumps(one[phase])[:1500]}")
+            r.setdefault("rounds", []).append(one)
+        order.reverse()  # neither target always goes first
+    for t in targets:
+        r = results[t.name]
+        for phase in pair:
+            r[phase] = median_round(r["rounds"], phase)
+
+    for phase in ("poll", "readers"):
         if phase in skip:
             continue
         for t in order:
             r = results[t.name]
             c.log(f"{t.name}: phase {phase}")
-            if phase == "fg":
-                t.meter.start()
-                n = asyncio.run(fg_phase(t, runs=args.runs, concurrency=args.concurrency))
-                r["fg"] = t.meter.stop(n)
-            elif phase == "bg":
-                t.meter.start()
-                out = asyncio.run(bg_phase(t, runs=args.runs, concurrency=args.concurrency, expected=expected))
-                r["bg"] = t.meter.stop(out["completed"]) | out
-            elif phase == "poll":
+            if phase == "poll":
                 ids = asyncio.run(start_running(t, "long", args.poll_runs, wait_output=True))
                 time.sleep(1.0)
                 paths = [f"/responses/{ids[i % len(ids)]}" for i in range(args.polls)]
@@ -335,6 +375,14 @@ def main() -> None:
         row: dict[str, Any] = {}
         if "fg" in r:
             row["fg_ms"] = ms(r["fg"], "web", "worker", "postgres", "redis")
+        if len(r.get("rounds", ())) > 1:
+            rounds = [
+                {p: ms(one[p], "web", "worker", "postgres", "redis") for p in ("fg", "bg") if p in one}
+                for one in r["rounds"]
+            ]
+            row["rounds_ms"] = rounds
+            if all("fg" in x and "bg" in x and x["fg"] for x in rounds):
+                row["bg_over_fg_rounds"] = [round(x["bg"] / x["fg"], 2) for x in rounds]
         if "bg" in r:
             bg = r["bg"]
             row["bg_ms"] = ms(bg, "web", "worker", "postgres", "redis")
@@ -343,7 +391,9 @@ def main() -> None:
             row["bg_redis_commands"] = bg.get("redis_commands_per_request")
             row["bg_redis_calls"] = bg.get("redis_calls_per_request")
             row["bg_extra_retrieves"] = bg.get("extra_retrieves")
-            if "fg" in r and row["fg_ms"]:
+            if "bg_over_fg_rounds" in row:
+                row["bg_over_fg"] = round(statistics.median(row["bg_over_fg_rounds"]), 2)
+            elif "fg" in r and row["fg_ms"]:
                 row["bg_over_fg"] = round(row["bg_ms"] / row["fg_ms"], 2)
         if "poll" in r:
             row["poll_web_ms"] = ms(r["poll"], "web")
