@@ -798,7 +798,24 @@ async def _end_from_log(row: Response, *, builder_end: Callable[[EventBuilder], 
     if grant is not None:  # the run never reached its end: its reservation and lease go back
         await grant.end(None)
         await limits_drain()
-    await event_log().append_many(response_id, events)  # one round trip; its terminal event drops the view
+    await _append_end(response_id, events)
+
+
+async def _append_end(response_id: str, events: list[dict[str, Any]]) -> None:
+    """The end's events after whatever the log holds: in one round trip (its terminal event drops
+    the view and ends the log: store/eventlog.ENDED_PREFIX), again after the log's last event when
+    a worker still alive took their sequence numbers meanwhile (it wrote what it held after the
+    snapshot); not at all when the log already ended."""
+    log_ = event_log()
+    for _ in range(5):
+        if await log_.append_many(response_id, events) == len(events):
+            return
+        logged = await log_.snapshot(response_id)
+        if logged and logged[-1]["type"] in TERMINAL_TYPES:
+            return
+        after = logged[-1]["sequence_number"] + 1 if logged else 0
+        events = [{**event, "sequence_number": after + n} for n, event in enumerate(events)]
+    log.warning("response %s: its end could not be written to its event log; readers get the stored end", response_id)
 
 
 # -- reaping -----------------------------------------------------------------------

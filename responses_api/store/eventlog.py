@@ -40,6 +40,12 @@ READERS_MARK_SECONDS = 30  # a reader's mark lasts this long; it renews it every
 # reflects about once a second. Each poll that finds a view renews the mark.
 POLLED_PREFIX = "gw:polled:"
 POLLED_MARK_SECONDS = 30
+# The log holds its terminal event: it takes nothing more (no event, no running view). Set in the
+# same command as the terminal event. A run whose end someone else wrote (a forced cancel, the
+# reaper, while its worker still lives and writes what it held) cannot append events after the
+# end, which a reader resuming past the end would get, nor bring back a view a poll would show
+# as running. It lives as long as the ended log.
+ENDED_PREFIX = "gw:ended:"
 # Cancels are also announced here (the response id), so that a worker learns of one at once
 # from one subscription per process instead of probing each run's key (orchestration/worker.py).
 # A channel is not a key: a cluster broadcasts classic PUBLISH to every node, so no command
@@ -92,33 +98,46 @@ return {view, gone}
 
 
 # A batch of a run's events in one command (RedisEventLog.append_batch): KEYS are the response's
-# log, view, reader's mark and poll's mark (one slot: its tag). ARGV: the number of events, each
-# event's entry id and JSON, then the view's fate ("set" with its value and time to live in ms,
-# "del", or ""), the log's expiry in seconds (0: leave it) and "1" to answer who looks (the two
-# marks). An id already in the log (a retried batch) is skipped; any other refusal (maxmemory)
-# ends the script there with that error, after the events before it: a prefix, never a view
-# ahead of the log. It answers {events added, reader's mark, poll's mark}.
+# log, view, reader's mark, poll's mark and ended mark (one slot: its tag). ARGV: the number of
+# events, each event's entry id and JSON, then the view's fate ("set" with its value and time to
+# live in ms, "del": the batch ends with the terminal event, or ""), the log's expiry in seconds
+# (0: leave it) and "1" to answer who looks (the two marks). An id already in the log (a retried
+# batch) is skipped; any other refusal (maxmemory) ends the script there with that error, after
+# the events before it: a prefix, never a view ahead of the log. A log marked ended takes
+# nothing; a terminal event the log took marks it (with the log's expiry). It answers {events
+# added, reader's mark, poll's mark}.
 _APPEND = """
 local n = tonumber(ARGV[1])
-local added = 0
-for i = 0, n - 1 do
-  local r = redis.pcall('XADD', KEYS[1], ARGV[2 + 2 * i], 'e', ARGV[3 + 2 * i])
-  if type(r) == 'table' and r.err then
-    if not string.find(r.err, 'equal or smaller', 1, true) then
-      return redis.error_reply(r.err)
-    end
-  else
-    added = added + 1
-  end
-end
 local at = 2 + 2 * n
-if ARGV[at] == 'set' then
-  redis.call('SET', KEYS[2], ARGV[at + 1], 'PX', ARGV[at + 2])
-elseif ARGV[at] == 'del' then
-  redis.call('DEL', KEYS[2])
-end
-if ARGV[at + 3] ~= '0' then
-  redis.call('EXPIRE', KEYS[1], ARGV[at + 3])
+local added = 0
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  local last = false
+  for i = 0, n - 1 do
+    local r = redis.pcall('XADD', KEYS[1], ARGV[2 + 2 * i], 'e', ARGV[3 + 2 * i])
+    last = not (type(r) == 'table' and r.err)
+    if not last then
+      if not string.find(r.err, 'equal or smaller', 1, true) then
+        return redis.error_reply(r.err)
+      end
+    else
+      added = added + 1
+    end
+  end
+  if ARGV[at] == 'set' then
+    redis.call('SET', KEYS[2], ARGV[at + 1], 'PX', ARGV[at + 2])
+  elseif ARGV[at] == 'del' then
+    redis.call('DEL', KEYS[2])
+  end
+  if ARGV[at + 3] ~= '0' then
+    redis.call('EXPIRE', KEYS[1], ARGV[at + 3])
+  end
+  if ARGV[at] == 'del' and last then
+    if ARGV[at + 3] ~= '0' then
+      redis.call('SET', KEYS[5], '1', 'EX', ARGV[at + 3])
+    else
+      redis.call('SET', KEYS[5], '1')
+    end
+  end
 end
 if ARGV[at + 4] == '1' then
   return {added, redis.call('GET', KEYS[3]), redis.call('GET', KEYS[4])}
@@ -148,7 +167,12 @@ class EventLog:
         skipped. Returns how many were new. `view`: (tenant id, Response JSON) of the running
         response after these events, written after them (never ahead of the log); a terminal
         event drops the view instead. `expire`: (re)set the log's expiry (a writer does it on its
-        first batch and its last; the terminal event always does)."""
+        first batch and its last; the terminal event always does).
+
+        A log that holds its terminal event takes nothing more (0: the batch, its view and all,
+        is dropped): the end is the last event a reader gets, whoever wrote it. A terminal event
+        whose sequence number another event took meanwhile is refused like any duplicate, and
+        the log is not ended (`_end_from_log` then writes its end after what is there)."""
         return (await self.append_batch(response_id, events, view=view, expire=expire))[0]
 
     async def append_batch(
@@ -244,6 +268,7 @@ class MemoryEventLog(EventLog):
         self._expiry: dict[str, float] = {}
         self._views: dict[str, tuple[int, bytes, float]] = {}
         self._gone: set[str] = set()
+        self._ended: set[str] = set()  # ENDED_PREFIX's mark
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -253,6 +278,7 @@ class MemoryEventLog(EventLog):
             self._expiry.pop(rid, None)
             self._cancels.discard(rid)
             self._views.pop(rid, None)
+            self._ended.discard(rid)
 
     async def append_batch(
         self,
@@ -263,6 +289,8 @@ class MemoryEventLog(EventLog):
         expire: bool = True,
         probe_watchers: bool = False,
     ) -> tuple[int, Watch]:
+        if response_id in self._ended:
+            return 0, Watch.FOLLOWED
         logged = self._events[response_id]
         added = 0
         for event in events:
@@ -272,6 +300,7 @@ class MemoryEventLog(EventLog):
             added += 1
             if event["type"] in TERMINAL_TYPES:
                 self._expiry[response_id] = time.monotonic() + settings.GATEWAY_EVENT_LOG_TTL_SECONDS
+                self._ended.add(response_id)
         if _is_terminal(events):
             self._views.pop(response_id, None)
         elif view is not None:
@@ -337,6 +366,7 @@ class MemoryEventLog(EventLog):
             self._events.pop(rid, None)
             self._expiry.pop(rid, None)
             self._views.pop(rid, None)
+            self._ended.discard(rid)
 
 
 class RedisEventLog(EventLog):
@@ -381,7 +411,8 @@ class RedisEventLog(EventLog):
         client = self._client()
         if self._append_script is None:  # EVALSHA, loading the script again where Redis lost it
             self._append_script = client.register_script(_APPEND)
-        keys = [key(prefix, response_id) for prefix in (EVENTS_PREFIX, VIEW_PREFIX, READERS_PREFIX, POLLED_PREFIX)]
+        prefixes = (EVENTS_PREFIX, VIEW_PREFIX, READERS_PREFIX, POLLED_PREFIX, ENDED_PREFIX)
+        keys = [key(prefix, response_id) for prefix in prefixes]
         answer = await self._append_script(keys=keys, args=args, client=client)
         return int(answer[0]), _watch(answer[1:]) if probe_watchers else Watch.FOLLOWED
 
@@ -542,6 +573,7 @@ class RedisEventLog(EventLog):
                 key(GONE_PREFIX, rid),
                 key(READERS_PREFIX, rid),
                 key(POLLED_PREFIX, rid),
+                key(ENDED_PREFIX, rid),
             )
         await pipe.execute()
 

@@ -171,8 +171,9 @@ def test_the_running_view_is_written_at_most_once_a_second_and_never_after_the_e
     assert _logged(log, "resp_b4") == events
     # 25 batches; one view with the first, then one a second at most (however slow the machine)
     assert 1 <= sets <= 2 + streamed / LogWriter.VIEW_EVERY, (sets, streamed)
-    assert _calls(log, "set") <= sets + 1  # and the quiet run's one
+    assert _calls(log, "set") <= sets + 2  # and the quiet run's one, and the end's mark (ENDED_PREFIX)
     assert log.get(view_key) is None
+    assert log.get(eventlog.key(eventlog.ENDED_PREFIX, "resp_b4")) == b"1"
 
 
 def test_nobody_following_the_log_its_batches_wait_and_a_reader_makes_them_go_at_once(
@@ -357,6 +358,81 @@ def test_after_a_cancel_nothing_waits(log: redis.Redis, monkeypatch: pytest.Monk
 
     asyncio.run(run())
     assert _logged(log, "resp_b10") == events
+
+
+@pytest.fixture(params=["redis", "memory"])
+def either_log(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[redis.Redis | None]:
+    """The Redis log (with a direct client to look at its keys) or the in-process one (None)."""
+    if request.param == "redis":
+        yield request.getfixturevalue("log")
+    else:
+        monkeypatch.setattr(eventlog.event_log, "instance", eventlog.MemoryEventLog())
+        yield None
+
+
+def test_a_log_that_ended_takes_nothing_more(either_log: redis.Redis | None) -> None:
+    """Someone else wrote the end (a forced cancel, the reaper) while the run's worker still held
+    events: its later batch, the running view with it, is dropped whole, so the end stays the
+    last event a reader gets and no poll finds the run running again."""
+    events = _events("resp_e1", 6)
+    store = eventlog.event_log()
+    end = {"type": "response.failed", "sequence_number": 3, "response": {"id": "resp_e1", "status": "cancelled"}}
+
+    async def run() -> list[dict[str, Any]]:
+        assert await store.append_many("resp_e1", events[:3], view=(7, b"{}")) == 3
+        assert await store.append_many("resp_e1", [end]) == 1  # the end, from elsewhere
+        assert await store.running_view("resp_e1", tenant_id=7) is None
+        late = events[3:6]  # the worker's held events; sequence numbers 3, 4, 5
+        assert await store.append_many("resp_e1", late, view=(7, b'{"status": "in_progress"}')) == 0
+        assert await store.running_view("resp_e1", tenant_id=7) is None
+        return [event async for event in store.read("resp_e1", 0, idle_seconds=0.2)]
+
+    assert asyncio.run(run()) == events[1:3] + [end]  # after 0: 1, 2 and the end, nothing past it
+    if either_log is not None:
+        assert _logged(either_log, "resp_e1") == events[:3] + [end]
+        ended = eventlog.key(eventlog.ENDED_PREFIX, "resp_e1")
+        ttl = either_log.ttl(ended)
+        assert 0 < ttl <= either_log.ttl(eventlog.key(eventlog.EVENTS_PREFIX, "resp_e1"))
+
+
+def test_an_end_whose_sequence_number_was_taken_goes_after_the_last_event(either_log: redis.Redis | None) -> None:
+    """The end from the log's snapshot (`_end_from_log`) met events the worker wrote after the
+    snapshot: refused as a duplicate (the log is not ended by it), then written after them; an
+    end written when the log had already ended is not written again."""
+    from responses_api.orchestration.worker import _append_end
+
+    events = _events("resp_e2", 6)
+    store = eventlog.event_log()
+    end = {"type": "response.failed", "sequence_number": 3, "response": {"id": "resp_e2", "status": "failed"}}
+
+    async def run() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        await store.append_many("resp_e2", events[:5])  # the snapshot saw 0-2; 3 and 4 came after it
+        await _append_end("resp_e2", [end])
+        await _append_end("resp_e2", [{**end, "sequence_number": 9}])  # ended: not again
+        return await store.snapshot("resp_e2"), [e async for e in store.read("resp_e2", 4, idle_seconds=0.2)]
+
+    logged, resumed = asyncio.run(run())
+    assert logged == events[:5] + [{**end, "sequence_number": 5}]
+    assert resumed == [{**end, "sequence_number": 5}]
+
+
+def test_a_writer_whose_run_someone_else_ended_drops_what_it_held(log: redis.Redis) -> None:
+    """The worker's side of the fence: its held batch is refused (nothing past the end), the
+    writer does not retry it, and its close returns at once."""
+    events = _events("resp_e3", 6)
+
+    async def run() -> bool:
+        writer = LogWriter("resp_e3", tenant_id=7, view=VIEW)
+        await _first_batch_unseen(log, writer, events)
+        await writer.append_all(events[2:5])  # held: nobody looks
+        end = {"type": "response.failed", "sequence_number": 2, "response": {"id": "resp_e3"}}
+        assert await eventlog.event_log().append_many("resp_e3", [end]) == 1
+        return await writer.close(10)
+
+    assert asyncio.run(run())
+    logged = _logged(log, "resp_e3")
+    assert [e["sequence_number"] for e in logged] == [0, 1, 2] and logged[-1]["type"] == "response.failed"
+    assert log.get(eventlog.key(eventlog.VIEW_PREFIX, "resp_e3")) is None
 
 
 def test_a_held_batch_is_written_once_it_is_long(log: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
