@@ -172,7 +172,7 @@ class EventLog:
         A log that holds its terminal event takes nothing more (0: the batch, its view and all,
         is dropped): the end is the last event a reader gets, whoever wrote it. A terminal event
         whose sequence number another event took meanwhile is refused like any duplicate, and
-        the log is not ended (`_end_from_log` then writes its end after what is there)."""
+        the log is not ended (orchestration/worker._append_end then writes the end after what is there)."""
         return (await self.append_batch(response_id, events, view=view, expire=expire))[0]
 
     async def append_batch(
