@@ -1,9 +1,11 @@
-"""What redis-py's reply parser costs the gateway's own round trips, side by side in one run:
-the pure-Python RESP parser against hiredis's (the `redis[hiredis]` extra), on the shapes the
-gateway sends (a run's event-log write, a poll's read of the running view, a worker's question
-about its unseen runs, a web request's rate-limit read). Client CPU per round trip (process
-time), on the same connection settings as the gateway's clients (RESP3), against a Redis server
-of the run's own. The rest of a round trip (the server's work, the socket) is the same either way.
+"""What redis-py's reply parser and command packer cost the gateway's own round trips, side by
+side in one run: the pure-Python RESP parser against hiredis's (the `redis[hiredis]` extra), then
+hiredis's parser with hiredis's packer too (store/redis_clients.py: redis-py's asyncio connections
+pack in Python), on the shapes the gateway sends (a run's event-log write, as the append script
+takes it and as a pipeline, a poll's read of the running view, a worker's question about its
+unseen runs, a web request's rate-limit read). Client CPU per round trip (process time), on the
+same connection settings as the gateway's clients (RESP3), against a Redis server of the run's
+own. The rest of a round trip (the server's work, the socket) is the same either way.
 
     .venv/bin/python bench/redis_parser.py [--rounds N]
 """
@@ -35,7 +37,22 @@ EVENT = json.dumps(
 ).encode()
 
 
+# The append script's arguments (store/eventlog.RedisEventLog.append_batch), not its work: the
+# client's cost is in the arguments.
+SCRIPT = "return #ARGV"
+
+
 def shapes(client: Any) -> dict[str, Callable[[], Awaitable[Any]]]:
+    script = client.register_script(SCRIPT)
+    keys = [f"gw:{kind}:{{resp_bench}}" for kind in ("events", "view", "readers", "polled", "ended")]
+    args: list[Any] = [10]
+    for n in range(10):
+        args += (f"{n + 1}-0", EVENT)
+    args += ("set", b"7\n" + b"x" * 2000, 20000, 0, 1)
+
+    async def append_script() -> None:  # a held batch as a worker writes it: one EVALSHA
+        await script(keys=keys, args=args)
+
     async def write_batch() -> None:  # a held batch: ten events, the view, the watchers' marks
         pipe = client.pipeline(transaction=False)
         for _ in range(10):
@@ -57,6 +74,7 @@ def shapes(client: Any) -> dict[str, Callable[[], Awaitable[Any]]]:
         await client.hgetall("gw:bench:limits")
 
     return {
+        "event-log write (the script: 10 events, the view)": append_script,
         "event-log write (10 XADD, SET, MGET)": write_batch,
         "unseen runs' marks (100 MGET)": unseen_runs,
         "poll's view (MGET of 2 KB)": poll_view,
@@ -64,8 +82,10 @@ def shapes(client: Any) -> dict[str, Callable[[], Awaitable[Any]]]:
     }
 
 
-async def measure(url: str, parser: str, rounds: int) -> dict[str, float]:
+async def measure(url: str, parser: str, packer: str, rounds: int) -> dict[str, float]:
     from redis.asyncio import Redis
+
+    from responses_api.store.redis_clients import _packing_in_c
 
     options: dict[str, Any] = {"protocol": 3}
     if parser == "python":
@@ -77,6 +97,8 @@ async def measure(url: str, parser: str, rounds: int) -> dict[str, float]:
 
         options["parser_class"] = _AsyncHiredisParser
     client = Redis.from_url(url, **options)
+    if packer == "hiredis":  # as the gateway's async clients pack
+        client.connection_pool.connection_class = _packing_in_c(client.connection_pool.connection_class)
     await client.hset("gw:bench:limits", mapping={f"k{n}": n for n in range(8)})
     results = {}
     for name, call in shapes(client).items():
@@ -101,18 +123,25 @@ def main() -> None:
     from tests.support.servers import start_redis
 
     server = start_redis(Path(tempfile.mkdtemp(prefix="bench-redis-parser-")))
+    configs = {"python": ("python", "python"), "hiredis": ("hiredis", "python"), "hiredis+pack": ("hiredis", "hiredis")}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
     with server:
-        python = asyncio.run(measure(server.url, "python", args.rounds))
-        hiredis = asyncio.run(measure(server.url, "hiredis", args.rounds))
-        # Once more each, in the other order: the machine's speed changes by the minute.
-        hiredis2 = asyncio.run(measure(server.url, "hiredis", args.rounds))
-        python2 = asyncio.run(measure(server.url, "python", args.rounds))
-    print(f"{'client CPU per round trip (µs)':<40} {'python':>9} {'hiredis':>9} {'ratio':>7}")
+        # Each twice, the second time in the other order: the machine's speed changes by the minute.
+        for order in (list(configs), list(configs)[::-1]):
+            for name in order:
+                runs[name].append(asyncio.run(measure(server.url, *configs[name], args.rounds)))
+    print(f"{'client CPU per round trip (µs)':<50} {'python':>8} {'hiredis':>8} {'+pack':>8} {'ratio':>6} {'+pack':>6}")
     figures = {}
-    for name in python:
-        p, h = (python[name] + python2[name]) / 2, (hiredis[name] + hiredis2[name]) / 2
-        figures[name] = {"python_us": round(p, 1), "hiredis_us": round(h, 1), "ratio": round(h / p, 2)}
-        print(f"{name:<40} {p:>9.1f} {h:>9.1f} {h / p:>7.2f}")
+    for shape in runs["python"][0]:
+        p, h, hp = ((one[0][shape] + one[1][shape]) / 2 for one in runs.values())
+        figures[shape] = {
+            "python_us": round(p, 1),
+            "hiredis_us": round(h, 1),
+            "hiredis_packing_us": round(hp, 1),
+            "ratio": round(h / p, 2),
+            "packing_ratio": round(hp / h, 2),
+        }
+        print(f"{shape:<50} {p:>8.1f} {h:>8.1f} {hp:>8.1f} {h / p:>6.2f} {hp / h:>6.2f}")
     out = Path(__file__).parent / "results" / "redis_parser.json"
     out.write_text(json.dumps(figures, indent=2) + "\n")
     print(f"wrote {out.relative_to(Path(__file__).resolve().parents[1])}")

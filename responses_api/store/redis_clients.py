@@ -13,6 +13,9 @@ threads (the admin's and /v1/usage's snapshots, /readyz), each with the timeouts
 - "streams" (the event log): reads block for up to 5 s (XREAD), so a longer socket timeout; a
   connection that died while idle (Redis restarted) is replaced by a retry with backoff.
 
+The async clients' connections pack commands with hiredis (`_HiredisPacking`), as redis-py's
+sync connections already do when hiredis is installed.
+
 `redis` itself is imported on first use: it is a large part of a process's start-up
 (-X importtime), and an embedded deployment (no REDIS_URL) never needs it."""
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:  # imported on first use at run time (see above)
@@ -113,7 +117,55 @@ def async_client(url: str, use: str = COMMANDS) -> redis.asyncio.Redis:
         from redis.asyncio import Redis as AsyncRedis
 
         client = clients[(url, use)] = AsyncRedis.from_url(url, **_options(use))
+        pool = client.connection_pool  # no connection made yet: every one it makes packs in C
+        pool.connection_class = _packing_in_c(pool.connection_class)
     return client
+
+
+class _HiredisPacking:
+    """A connection class's commands packed by hiredis (C), as redis-py's sync connections do
+    (`redis.connection.HiredisRespSerializer`); its asyncio connections pack them in Python
+    (redis 8.1), a sixth of the client CPU of a worker's event-log write, whose arguments are a
+    batch's events and the running view (bench/redis_parser.py). The same bytes either way
+    (tests/store/test_redis_clients.py)."""
+
+    _pack: Callable[[tuple[Any, ...]], bytes]  # hiredis.pack_command (`_packing_in_c`)
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        # As redis-py's packers: a command name of several words ("CLIENT SETINFO") goes as
+        # separate arguments.
+        words = args
+        if isinstance(args[0], str):
+            words = (*args[0].encode().split(), *args[1:])
+        elif b" " in args[0]:
+            words = (*args[0].split(), *args[1:])
+        try:
+            return [self._pack(words)]
+        except TypeError:
+            # What hiredis does not take (a bytearray, which redis-py packs; None or a dict,
+            # which it refuses with DataError): redis-py's own packer decides.
+            packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]  # the connection class this mixes into
+            return packed
+
+
+_packing: dict[type, type] = {}
+
+
+def _packing_in_c(connection_class: type) -> type:
+    """`connection_class` (TCP, TLS or a Unix socket's, as the URL chose) packing with hiredis;
+    itself where hiredis is not installed (redis-py then parses in Python too)."""
+    try:
+        import hiredis
+    except ImportError:
+        return connection_class
+    if not hasattr(hiredis, "pack_command") or issubclass(connection_class, _HiredisPacking):
+        return connection_class
+    packing = _packing.get(connection_class)
+    if packing is None:
+        name = f"HiredisPacking{connection_class.__name__}"
+        attributes = {"_pack": staticmethod(hiredis.pack_command)}
+        packing = _packing[connection_class] = type(name, (_HiredisPacking, connection_class), attributes)
+    return packing
 
 
 def sync_client(url: str) -> redis.Redis:
