@@ -125,8 +125,8 @@ def async_client(url: str, use: str = COMMANDS) -> redis.asyncio.Redis:
 class _HiredisPacking:
     """A connection class's commands packed by hiredis (C), as redis-py's sync connections do
     (`redis.connection.HiredisRespSerializer`); its asyncio connections pack them in Python
-    (redis 8.1), a sixth of the client CPU of a worker's event-log write, whose arguments are a
-    batch's events and the running view (bench/redis_parser.py). The same bytes either way
+    (redis 8.1): a quarter of the client CPU of a worker's event-log write, whose arguments are
+    a batch's events and the running view (bench/redis_parser.py). The same bytes either way
     (tests/store/test_redis_clients.py)."""
 
     _pack: Callable[[tuple[Any, ...]], bytes]  # hiredis.pack_command (`_packing_in_c`)
