@@ -18,6 +18,7 @@ import json
 import sys
 import tempfile
 import time
+import timeit
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -42,13 +43,21 @@ EVENT = json.dumps(
 SCRIPT = "return #ARGV"
 
 
+KEYS = [f"gw:{kind}:{{resp_bench}}" for kind in ("events", "view", "readers", "polled", "ended")]
+ARGS: list[Any] = [
+    10,
+    *(part for n in range(10) for part in (f"{n + 1}-0", EVENT)),
+    "set",
+    b"7\n" + b"x" * 2000,
+    20000,
+    0,
+    1,
+]
+
+
 def shapes(client: Any) -> dict[str, Callable[[], Awaitable[Any]]]:
     script = client.register_script(SCRIPT)
-    keys = [f"gw:{kind}:{{resp_bench}}" for kind in ("events", "view", "readers", "polled", "ended")]
-    args: list[Any] = [10]
-    for n in range(10):
-        args += (f"{n + 1}-0", EVENT)
-    args += ("set", b"7\n" + b"x" * 2000, 20000, 0, 1)
+    keys, args = KEYS, ARGS
 
     async def append_script() -> None:  # a held batch as a worker writes it: one EVALSHA
         await script(keys=keys, args=args)
@@ -142,6 +151,26 @@ def main() -> None:
             "packing_ratio": round(hp / h, 2),
         }
         print(f"{shape:<50} {p:>8.1f} {h:>8.1f} {hp:>8.1f} {h / p:>6.2f} {hp / h:>6.2f}")
+    # The packing alone, no I/O (what the round trips above cannot resolve on a shared machine):
+    # the append script's EVALSHA as redis-py's asyncio connection packs it, and as the gateway's.
+    from redis.asyncio.connection import Connection
+
+    from responses_api.store.redis_clients import _packing_in_c
+
+    command = ("EVALSHA", "0" * 40, len(KEYS), *KEYS, *ARGS)
+    packing = {}
+    for name, connection in (("python", Connection()), ("hiredis", _packing_in_c(Connection)())):
+        packing[name] = (
+            min(timeit.repeat(lambda c=connection: c.pack_command(*command), number=20000, repeat=5)) / 20000 * 1e6
+        )
+    print(
+        f"packing the append script's call alone (µs): python {packing['python']:.1f}, hiredis {packing['hiredis']:.1f}"
+    )
+    figures["packing the append script's call (no I/O)"] = {
+        "python_us": round(packing["python"], 1),
+        "hiredis_packing_us": round(packing["hiredis"], 1),
+        "packing_ratio": round(packing["hiredis"] / packing["python"], 2),
+    }
     out = Path(__file__).parent / "results" / "redis_parser.json"
     out.write_text(json.dumps(figures, indent=2) + "\n")
     print(f"wrote {out.relative_to(Path(__file__).resolve().parents[1])}")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:  # imported on first use at run time (see above)
@@ -123,29 +122,18 @@ def async_client(url: str, use: str = COMMANDS) -> redis.asyncio.Redis:
 
 
 class _HiredisPacking:
-    """A connection class's commands packed by hiredis (C), as redis-py's sync connections do
-    (`redis.connection.HiredisRespSerializer`); its asyncio connections pack them in Python
-    (redis 8.1): a quarter of the client CPU of a worker's event-log write, whose arguments are
-    a batch's events and the running view (bench/redis_parser.py). The same bytes either way
+    """A connection class's commands packed by hiredis (C) with redis-py's own serializer for
+    it (`redis.connection.HiredisRespSerializer`), as redis-py's sync connections pack them when
+    hiredis is installed; its asyncio connections pack in Python (redis 8.1): 19 µs to pack a
+    worker's event-log write (the append script's call: a batch's events and the running view),
+    8 µs here (bench/redis_parser.py). The same bytes and errors either way
     (tests/store/test_redis_clients.py)."""
 
-    _pack: Callable[[tuple[Any, ...]], bytes]  # hiredis.pack_command (`_packing_in_c`)
+    _serializer: Any  # a redis.connection.HiredisRespSerializer (`_packing_in_c`)
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        # As redis-py's packers: a command name of several words ("CLIENT SETINFO") goes as
-        # separate arguments.
-        words = args
-        if isinstance(args[0], str):
-            words = (*args[0].encode().split(), *args[1:])
-        elif b" " in args[0]:
-            words = (*args[0].split(), *args[1:])
-        try:
-            return [self._pack(words)]
-        except TypeError:
-            # What hiredis does not take (a bytearray, which redis-py packs; None or a dict,
-            # which it refuses with DataError): redis-py's own packer decides.
-            packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]  # the connection class this mixes into
-            return packed
+        packed: list[bytes] = self._serializer.pack(*args)
+        return packed
 
 
 _packing: dict[type, type] = {}
@@ -153,17 +141,16 @@ _packing: dict[type, type] = {}
 
 def _packing_in_c(connection_class: type) -> type:
     """`connection_class` (TCP, TLS or a Unix socket's, as the URL chose) packing with hiredis;
-    itself where hiredis is not installed (redis-py then parses in Python too)."""
-    try:
-        import hiredis
-    except ImportError:
-        return connection_class
-    if not hasattr(hiredis, "pack_command") or issubclass(connection_class, _HiredisPacking):
+    itself where redis-py finds no usable hiredis (its sync connections then pack in Python too)."""
+    from redis.connection import HiredisRespSerializer
+    from redis.utils import HIREDIS_AVAILABLE
+
+    if not HIREDIS_AVAILABLE or issubclass(connection_class, _HiredisPacking):
         return connection_class
     packing = _packing.get(connection_class)
     if packing is None:
         name = f"HiredisPacking{connection_class.__name__}"
-        attributes = {"_pack": staticmethod(hiredis.pack_command)}
+        attributes = {"_serializer": HiredisRespSerializer()}
         packing = _packing[connection_class] = type(name, (_HiredisPacking, connection_class), attributes)
     return packing
 
