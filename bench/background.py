@@ -247,6 +247,45 @@ def median_round(rounds: list[dict[str, Any]], phase: str) -> dict[str, Any]:
     return ranked[(len(ranked) - 1) // 2][phase]
 
 
+def start_postgres(d: Path, *, max_connections: int) -> Any:
+    """The benchmark's PostgreSQL, with room for its gateways' web and worker pools."""
+    pg = c.start_postgres(d)
+    import psycopg
+
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        conn.execute(f"ALTER SYSTEM SET max_connections = {max_connections}")
+    pg.halt()
+    pg.resume()
+    return pg
+
+
+def start_gateway(
+    d: Path, pg_url: str, name: str, config: dict[str, Any], worker_concurrency: int, tree: Path | None = None
+) -> tuple[c.Gateway, c.Proc, Any, str]:
+    """A gateway as compose runs it: two web processes, a Celery worker with `worker_concurrency`
+    pool threads, a Redis and a database of its own; the files of `tree` (default: this one)."""
+    from tests.support.servers import start_redis
+
+    rds = start_redis(d / name)
+    db_url = c.create_database(pg_url, f"bench_{name}")
+    extra = {"REDIS_URL": rds.url, "GATEWAY_UPSTREAM_MAX_CONNECTIONS": "4000", "DB_POOL_MIN_SIZE": "1"}
+    gw = c.Gateway(
+        db_url=db_url,
+        providers={},
+        models={},
+        log_dir=d,
+        name=name,
+        config=config,
+        extra_env=extra,
+        uvicorn_args=["--workers", "2"],
+        tree=tree,
+    )
+    cmd = [c.PYTHON, "-m", "celery", "-A", "project", "worker", "--loglevel=WARNING"]
+    cmd += [f"--concurrency={worker_concurrency}", "--without-gossip", "--without-mingle", "-n", f"{name}@%h"]
+    worker = c.Proc(f"{name}-worker", cmd, env=gw.env, log_dir=d, cwd=tree)
+    return gw, worker, rds, db_url
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", metavar="REV", help="also run the gateway of git commit REV, side by side")
@@ -285,16 +324,8 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     c.raise_nofile()
     c.use_uvloop()
-    from tests.support.servers import start_redis
-
     d = c.run_dir("background")
-    pg = c.start_postgres(d)
-    import psycopg
-
-    with psycopg.connect(pg.url, autocommit=True) as conn:  # two targets' prefork workers and web pools
-        conn.execute("ALTER SYSTEM SET max_connections = 400")
-    pg.halt()
-    pg.resume()
+    pg = start_postgres(d, max_connections=400)  # two targets' workers and web pools
     lean = c.LeanUpstream(log_dir=d, name="lean-upstream", interval=args.interval)
     config = {
         "providers": [{"name": "lean", "kind": "chat_completions", "base_url": lean.base_url}],
@@ -309,24 +340,7 @@ def main() -> None:
         trees.insert(0, ("baseline", c.source_tree(args.baseline, d / "baseline-tree")))
     targets: list[Target] = []
     for name, tree in trees:
-        rds = start_redis(d / name)
-        db_url = c.create_database(pg.url, f"bench_{name}")
-        # Two targets' web and worker processes share one PostgreSQL (max_connections 100).
-        extra = {"REDIS_URL": rds.url, "GATEWAY_UPSTREAM_MAX_CONNECTIONS": "4000", "DB_POOL_MIN_SIZE": "1"}
-        gw = c.Gateway(
-            db_url=db_url,
-            providers={},
-            models={},
-            log_dir=d,
-            name=name,
-            config=config,
-            extra_env=extra,
-            uvicorn_args=["--workers", "2"],
-            tree=tree,
-        )
-        cmd = [c.PYTHON, "-m", "celery", "-A", "project", "worker", "--loglevel=WARNING"]
-        cmd += [f"--concurrency={args.worker_concurrency}", "--without-gossip", "--without-mingle", "-n", f"{name}@%h"]
-        worker = c.Proc(f"{name}-worker", cmd, env=gw.env, log_dir=d, cwd=tree)
+        gw, worker, rds, db_url = start_gateway(d, pg.url, name, config, args.worker_concurrency, tree)
         pids = {"web": gw.proc.pid, "worker": worker.pid, "postgres": pg.pid, "redis": rds.pid}
         targets.append(Target(name, gw, worker, rds, Meter(pids, Counters(db_url, rds.url))))
     time.sleep(5)  # web processes and worker pools up

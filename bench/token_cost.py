@@ -33,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common as c
-from background import Target, body, first_start
+from background import Target, body, first_start, start_gateway, start_postgres
 
 TOKENS = 60
 
@@ -142,37 +142,14 @@ def main() -> None:
         ap.error("--settle + --seconds must end well before the streams do (60 tokens)")
     c.raise_nofile()
     c.use_uvloop()
-    from tests.support.servers import start_redis
-
     d = c.run_dir("token_cost")
-    pg = c.start_postgres(d)
-    import psycopg
-
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute("ALTER SYSTEM SET max_connections = 300")
-    pg.halt()
-    pg.resume()
+    pg = start_postgres(d, max_connections=300)
     lean = c.LeanUpstream(log_dir=d, name="lean-upstream", interval=args.interval)
     config = {
         "providers": [{"name": "lean", "kind": "chat_completions", "base_url": lean.base_url}],
         "models": [{"name": "answer", "targets": [{"provider": "lean", "model": f"slow-{TOKENS}"}]}],
     }
-    rds = start_redis(d / "this")
-    db_url = c.create_database(pg.url, "token_cost")
-    extra = {"REDIS_URL": rds.url, "GATEWAY_UPSTREAM_MAX_CONNECTIONS": "4000", "DB_POOL_MIN_SIZE": "1"}
-    gw = c.Gateway(
-        db_url=db_url,
-        providers={},
-        models={},
-        log_dir=d,
-        name="this",
-        config=config,
-        extra_env=extra,
-        uvicorn_args=["--workers", "2"],
-    )
-    cmd = [c.PYTHON, "-m", "celery", "-A", "project", "worker", "--loglevel=WARNING"]
-    cmd += [f"--concurrency={args.worker_concurrency}", "--without-gossip", "--without-mingle", "-n", "this@%h"]
-    worker = c.Proc("worker", cmd, env=gw.env, log_dir=d)
+    gw, worker, rds, _ = start_gateway(d, pg.url, "this", config, args.worker_concurrency)
     t = Target("this", gw, worker, rds, None)  # type: ignore[arg-type]  # no Meter: the windows measure
     window = Window({"web": gw.proc.pid, "worker": worker.pid, "redis": rds.pid, "postgres": pg.pid})
     time.sleep(5)
