@@ -77,7 +77,7 @@ def body(model: str, **extra: Any) -> bytes:
 def first_start(i: int, concurrency: int, spread: float) -> float:
     """Seconds client `i` waits before its first create: the clients start evenly over `spread`
     seconds (0: all at once). A client's next create follows its last one, so they stay spread."""
-    return i * spread / concurrency if spread > 0 else 0.0
+    return i * spread / concurrency
 
 
 async def fg_phase(t: Target, *, runs: int, concurrency: int, spread: float = 0.0) -> int:
@@ -299,7 +299,9 @@ def main() -> None:
     ap.add_argument("--readers", type=int, default=1000)
     ap.add_argument("--reader-responses", type=int, default=10)
     ap.add_argument("--reader-tokens", type=int, default=60, help="tokens of a readers-phase run")
-    ap.add_argument("--worker-concurrency", type=int, default=12, help="prefork processes per worker")
+    ap.add_argument(
+        "--worker-concurrency", type=int, default=12, help="the worker's pool threads (runs it holds at once)"
+    )
     ap.add_argument(
         "--idle", type=float, default=30.0, help="seconds of idle CPU measured first (subtracted; CPU ticks are 10 ms)"
     )
